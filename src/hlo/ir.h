@@ -1,0 +1,317 @@
+// Weave's HLO IR: modules, computations and instructions, modelled on XLA's HloModule,
+// HloComputation and HloInstruction. Attribute names and meanings are XLA's
+// (../shared/specs/hlo-text-format.md §4).
+//
+// Ownership: a module owns its computations, a computation owns its instructions. Instructions
+// refer to operands and called computations by raw pointer. Users are maintained automatically
+// by the mutation API (AddInstruction, ReplaceOperandWith, ReplaceAllUsesWith, Remove...).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hlo/opcodes.h"
+#include "hlo/sharding.h"
+#include "hlo/types.h"
+
+namespace weave {
+
+class HloComputation;
+class HloModule;
+
+// dot / ragged-dot dimension numbers (XLA DotDimensionNumbers).
+struct DotDims {
+  std::vector<int64_t> lhs_batch, lhs_contracting, rhs_batch, rhs_contracting;
+  bool operator==(const DotDims& o) const {
+    return lhs_batch == o.lhs_batch && lhs_contracting == o.lhs_contracting &&
+           rhs_batch == o.rhs_batch && rhs_contracting == o.rhs_contracting;
+  }
+};
+
+// One dimension of a `slice={[start:limit:stride], ...}` attribute.
+struct SliceDim {
+  int64_t start = 0, limit = 0, stride = 1;
+};
+
+// One dimension of a `padding=lo_hi[_interior]x...` attribute (values may be negative).
+struct PadDim {
+  int64_t lo = 0, hi = 0, interior = 0;
+};
+
+// A literal value for `constant`. Values are stored flat in row-major (logical) order:
+// floating-point and pred values in `f` (exact for every type up to f32 and for f64),
+// integers in `i` (exact for s64; u64 stored bit-cast). Exactly one of f / i is used, chosen by
+// the element type (pred uses i with 0/1). Complex values store (re, im) pairs in `f`.
+// `elided` marks a dumped `{...}` constant: its values are unknown (not value-exact), f/i empty.
+struct Literal {
+  Shape shape;
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  bool elided = false;
+  // Text of the literal as written (without `constant(`/`)`), kept so that printing a parsed
+  // constant reproduces it; empty for constants built by passes (the printer formats values).
+  std::string text;
+
+  static Literal Scalar(PrimitiveType t, double v);
+  static Literal ScalarInt(PrimitiveType t, int64_t v);
+  static Literal Vector(PrimitiveType t, const std::vector<int64_t>& values);
+  // Value of element `index` (flat row-major) as double / int64 regardless of storage.
+  double GetAsDouble(int64_t index) const;
+  int64_t GetAsInt(int64_t index) const;
+  bool IsScalar() const { return shape.dims.empty(); }
+};
+
+// Comparison direction of `compare` (XLA ComparisonDirection).
+enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
+std::string_view ComparisonDirectionString(ComparisonDirection d);  // "EQ", "NE", ...
+
+// One instruction. Typed attribute fields hold what Weave understands; anything else is kept in
+// `raw_attributes` and printed back unchanged.
+class HloInstruction {
+ public:
+  // ---- identity ----
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  HloOpcode opcode() const { return opcode_; }
+  const Shape& shape() const { return shape_; }
+  Shape* mutable_shape() { return &shape_; }
+  void set_shape(Shape s) { shape_ = std::move(s); }
+  HloComputation* parent() const { return parent_; }
+
+  // ---- operands, users ----
+  const std::vector<HloInstruction*>& operands() const { return operands_; }
+  HloInstruction* operand(int64_t i) const { return operands_.at(static_cast<size_t>(i)); }
+  int64_t operand_count() const { return static_cast<int64_t>(operands_.size()); }
+  // Users in the order they were added (each user once even if it uses this value twice).
+  const std::vector<HloInstruction*>& users() const { return users_; }
+  int64_t user_count() const { return static_cast<int64_t>(users_.size()); }
+  bool IsRoot() const;
+  // Replaces operand i by `v` (updating user lists).
+  absl::Status ReplaceOperandWith(int64_t i, HloInstruction* v);
+  // Replaces every use of this instruction (operands of users, and the computation root) by
+  // `v`. Shapes may differ (the caller keeps the module consistent). Fails if v == this.
+  absl::Status ReplaceAllUsesWith(HloInstruction* v);
+  // Same, restricted to the given users.
+  absl::Status ReplaceUsesWith(const std::vector<HloInstruction*>& users, HloInstruction* v);
+  // Appends an operand (tuple, custom-call, ...).
+  void AppendOperand(HloInstruction* v);
+
+  // ---- called computations ----
+  // In XLA's order: while = {condition, body}; conditional = {true, false} or branches; call,
+  // fusion, reduce, all-reduce, map, sort, scatter, async-start = {callee}; select-and-scatter =
+  // {select, scatter}; custom-call = called_computations.
+  const std::vector<HloComputation*>& called_computations() const { return called_; }
+  std::vector<HloComputation*>* mutable_called_computations() { return &called_; }
+  HloComputation* while_condition() const { return called_.at(0); }
+  HloComputation* while_body() const { return called_.at(1); }
+  HloComputation* to_apply() const { return called_.at(0); }
+  // For conditional: true if written with true_computation/false_computation (pred selector).
+  bool conditional_is_pred = false;
+
+  // ---- typed attributes ----
+  int64_t parameter_number = -1;          // parameter
+  int64_t tuple_index = -1;               // get-tuple-element `index=`
+  int64_t iota_dimension = -1;            // iota
+  std::vector<int64_t> dimensions;        // broadcast/transpose/reverse/concatenate/reduce/map/
+                                          // sort/all-gather/reduce-scatter/all-to-all `dimensions=`
+  bool has_dimensions_attr = false;       // `dimensions=` was (or must be) printed
+  DotDims dot_dims;                       // dot
+  std::vector<std::string> operand_precision;  // dot/convolution `operand_precision={..}`
+  std::vector<SliceDim> slice;            // slice
+  std::vector<int64_t> dynamic_slice_sizes;    // dynamic-slice
+  std::vector<PadDim> padding;            // pad
+  std::optional<ComparisonDirection> comparison_direction;  // compare `direction=`
+  std::string comparison_type;            // compare `type=` (raw, e.g. "TOTALORDER"), may be empty
+  std::optional<Literal> literal;         // constant
+  std::string custom_call_target;         // custom-call
+  std::string fusion_kind;                // fusion `kind=` (e.g. "kLoop")
+  int64_t exponent_bits = -1, mantissa_bits = -1;  // reduce-precision
+  // Collectives.
+  std::optional<int64_t> channel_id;
+  std::optional<ReplicaGroups> replica_groups;
+  bool use_global_device_ids = false;
+  bool constrain_layout = false;
+  std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
+  // Common attributes.
+  std::optional<HloSharding> sharding;
+  // `backend_config=` value verbatim (JSON object text for GPU configs, may be empty).
+  std::string backend_config;
+  // `frontend_attributes={k="v",...}`: keys sorted as XLA prints them; values are the printed
+  // value text (quoted string or raw `{...}` blob), kept verbatim.
+  std::map<std::string, std::string> frontend_attributes;
+  std::string metadata;                   // `metadata={...}` inner text verbatim (without braces)
+  std::vector<HloInstruction*> control_predecessors;
+  // Sugared async form: for `reduce-scatter-start` etc. the wrapped opcode name
+  // ("reduce-scatter"); printed back as `<name>-start/-update/-done`.
+  std::string async_sugar;
+  // Attributes Weave does not model, in their original order: (name, value text).
+  std::vector<std::pair<std::string, std::string>> raw_attributes;
+
+  // Frontend attribute helpers; value text is stored quoted (`"v"`), Get returns it unquoted.
+  std::optional<std::string> GetFrontendAttribute(std::string_view key) const;
+  void SetFrontendAttribute(const std::string& key, const std::string& unquoted_value);
+  // Raw attribute lookup (nullptr if absent).
+  const std::string* GetRawAttribute(std::string_view key) const;
+
+  // ---- convenience ----
+  // Operand index of `v` (first occurrence) or -1.
+  int64_t OperandIndex(const HloInstruction* v) const;
+  // Deep copy of this instruction's attributes with new operands and shape, not yet in any
+  // computation: add it with HloComputation::AddInstruction.
+  std::unique_ptr<HloInstruction> CloneWithNewOperands(const Shape& shape,
+                                                       std::vector<HloInstruction*> operands,
+                                                       std::string_view name_suffix = "") const;
+  // One-line XLA text of this instruction (as the printer writes it, without indentation).
+  std::string ToString() const;
+
+  // Unique id within the module (assigned at creation, never reused). Useful for stable maps.
+  int64_t unique_id() const { return unique_id_; }
+
+  // Factory: a new free-standing instruction (add it to a computation with AddInstruction).
+  static std::unique_ptr<HloInstruction> Create(HloOpcode op, const Shape& shape,
+                                                std::vector<HloInstruction*> operands = {});
+
+ private:
+  friend class HloComputation;
+  friend class HloModule;
+  std::string name_;
+  HloOpcode opcode_ = HloOpcode::kTuple;
+  Shape shape_;
+  HloComputation* parent_ = nullptr;
+  std::vector<HloInstruction*> operands_;
+  std::vector<HloInstruction*> users_;
+  std::vector<HloComputation*> called_;
+  int64_t unique_id_ = -1;
+  void AddUser(HloInstruction* u);
+  void RemoveUser(HloInstruction* u);
+};
+
+// A computation: an ordered list of instructions (the order they were parsed/added; printing
+// uses a post order consistent with it), a root, and parameters by number.
+class HloComputation {
+ public:
+  explicit HloComputation(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+  HloModule* parent() const { return parent_; }
+  bool IsEntry() const;
+
+  HloInstruction* root() const { return root_; }
+  void set_root(HloInstruction* r) { root_ = r; }
+  // Parameters indexed by parameter_number.
+  const std::vector<HloInstruction*>& parameters() const { return params_; }
+  HloInstruction* parameter(int64_t i) const { return params_.at(static_cast<size_t>(i)); }
+  int64_t num_parameters() const { return static_cast<int64_t>(params_.size()); }
+
+  // Instructions in their current order.
+  std::vector<HloInstruction*> instructions() const;
+  int64_t instruction_count() const { return static_cast<int64_t>(instrs_.size()); }
+  // Operands before users; instructions not reachable from the root come too, in order.
+  std::vector<HloInstruction*> MakeInstructionPostOrder() const;
+  // Looks an instruction up by name (nullptr if absent).
+  HloInstruction* GetInstruction(std::string_view name) const;
+
+  // Takes ownership; gives the instruction a module-unique name derived from its current name
+  // (or from the opcode if empty), registers it as a user of its operands, and, for parameters,
+  // in the parameter list. Returns the raw pointer.
+  HloInstruction* AddInstruction(std::unique_ptr<HloInstruction> instr);
+  // Convenience: Create + AddInstruction.
+  HloInstruction* AddInstruction(HloOpcode op, const Shape& shape,
+                                 std::vector<HloInstruction*> operands = {},
+                                 std::string_view name = "");
+  // Removes an instruction with no users that is not the root (fails otherwise).
+  absl::Status RemoveInstruction(HloInstruction* instr);
+  // Removes instructions without users (except the root, parameters and side-effecting ones:
+  // collectives with no users are still removed, send/recv/outfeed/custom-call with side effects
+  // are kept), transitively. Returns whether anything was removed.
+  bool RemoveDeadCode();
+  // Replaces `old` by `replacement` everywhere and removes `old` (and its dead operands).
+  absl::Status ReplaceInstruction(HloInstruction* old, HloInstruction* replacement);
+  // Parameter shape changes: set the parameter's shape (users are not updated).
+  // For while conditions/bodies after the loop tuple changed.
+
+  std::string execution_thread;  // `, execution_thread="..."` after the closing brace, raw value
+  std::string ToString() const;
+
+  // Parameter from the signature when the computation is being built by hand: appends a
+  // parameter instruction with the next parameter number.
+  HloInstruction* AddParameter(const Shape& shape, std::string_view name);
+
+ private:
+  friend class HloModule;
+  friend class HloInstruction;
+  std::string name_;
+  HloModule* parent_ = nullptr;
+  std::vector<std::unique_ptr<HloInstruction>> instrs_;
+  std::vector<HloInstruction*> params_;
+  HloInstruction* root_ = nullptr;
+};
+
+// A module: computations (callees before callers, entry last when printed), header attributes.
+class HloModule {
+ public:
+  explicit HloModule(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+  HloComputation* entry() const { return entry_; }
+  void set_entry(HloComputation* c) { entry_ = c; }
+  // Computations in their current order.
+  std::vector<HloComputation*> computations() const;
+  // Callees before callers (the order the printer uses); unreachable computations kept.
+  std::vector<HloComputation*> MakeComputationPostOrder() const;
+  HloComputation* GetComputation(std::string_view name) const;
+  // Takes ownership; renames to a unique name if needed.
+  HloComputation* AddComputation(std::unique_ptr<HloComputation> c);
+  // Deep-copies a computation (and, recursively, the computations it calls are shared, not
+  // copied) under a fresh name derived from `name_hint`.
+  HloComputation* CloneComputation(const HloComputation* c, std::string_view name_hint);
+  // Removes computations not reachable from the entry. Returns whether any were removed.
+  bool RemoveUnusedComputations();
+  absl::Status RemoveComputation(HloComputation* c);
+
+  // Header attributes.
+  int64_t num_partitions = 1;
+  int64_t replica_count = 1;
+  bool has_num_partitions = false;  // num_partitions= was written (printer writes it if != 1)
+  bool is_scheduled = false;
+  // Raw header attributes other than the modelled ones, in order (e.g. input_output_alias,
+  // entry_computation_layout, frontend_attributes): (name, value text).
+  std::vector<std::pair<std::string, std::string>> header_attributes;
+  // FileNames/FunctionNames/FileLocations/StackFrames block verbatim (may be empty).
+  std::string stack_tables;
+  // Recomputes `entry_computation_layout` from the entry's parameters and root shape, if the
+  // header had one (call after changing the entry signature).
+  void UpdateEntryComputationLayout();
+
+  // Module-unique names: returns `base` if unused, else base.N.
+  std::string UniqueName(std::string_view base);
+  // Registers a name as used (parser).
+  void ReserveName(const std::string& name);
+  int64_t NextUniqueId() { return next_id_++; }
+  // Largest channel_id in the module + 1 (for new collectives).
+  int64_t NextChannelId() const;
+
+  // Text in XLA's format.
+  std::string ToString() const;
+
+  // Deep copy of the whole module.
+  std::unique_ptr<HloModule> Clone() const;
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<HloComputation>> comps_;
+  HloComputation* entry_ = nullptr;
+  std::map<std::string, int64_t, std::less<>> names_;  // base name -> next suffix
+  int64_t next_id_ = 0;
+};
+
+}  // namespace weave

@@ -1,0 +1,111 @@
+// The pass interface, modelled on XLA's HloPassInterface: `Run(module) -> StatusOr<bool>` where
+// the bool says whether the module changed. Passes report their decisions as remarks.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hlo/ir.h"
+
+namespace weave {
+
+// One decision of a pass about one place in the module: what was rewritten, or why not.
+struct Remark {
+  std::string pass;      // pass name, e.g. "windowed-einsum-handler"
+  std::string location;  // instruction (or computation) name the remark is about
+  bool applied = false;  // true: rewritten; false: left alone (message says why)
+  std::string message;
+  std::string ToString() const;  // "pass: location: [applied|missed] message"
+};
+
+// Options given on the command line as `--name=value` (e.g. windowed-einsum-threshold-mib=0).
+// Passes read the ones they know; values are strings.
+class PassOptions {
+ public:
+  void Set(const std::string& key, const std::string& value) { values_[key] = value; }
+  bool Has(std::string_view key) const { return values_.count(std::string(key)) > 0; }
+  std::string GetString(std::string_view key, std::string def) const;
+  // Parse errors are reported as InvalidArgument naming the option.
+  absl::StatusOr<int64_t> GetInt(std::string_view key, int64_t def) const;
+  absl::StatusOr<double> GetDouble(std::string_view key, double def) const;
+  absl::StatusOr<bool> GetBool(std::string_view key, bool def) const;  // true/false/1/0
+  const std::map<std::string, std::string>& values() const { return values_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+class HloPass {
+ public:
+  virtual ~HloPass() = default;
+  virtual std::string_view name() const = 0;
+  // Rewrites the module in place; returns whether it changed. On error the module may be
+  // partly rewritten: callers that need atomicity run on a clone.
+  virtual absl::StatusOr<bool> Run(HloModule* module) = 0;
+
+  // Remarks go here when set (may be null: then they are dropped).
+  void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
+
+ protected:
+  void AddRemark(std::string location, bool applied, std::string message) {
+    if (remarks_) remarks_->push_back({std::string(name()), std::move(location), applied,
+                                       std::move(message)});
+  }
+  std::vector<Remark>* remarks_ = nullptr;
+};
+
+// Name -> factory. Each pass file registers itself with WEAVE_REGISTER_PASS in its .cc.
+using PassFactory =
+    std::function<absl::StatusOr<std::unique_ptr<HloPass>>(const PassOptions& options)>;
+class PassRegistry {
+ public:
+  static PassRegistry& Get();
+  void Register(std::string name, PassFactory factory);
+  // NotFound error listing the known passes if `name` is unknown.
+  absl::StatusOr<std::unique_ptr<HloPass>> Create(std::string_view name,
+                                                  const PassOptions& options) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, PassFactory, std::less<>> factories_;
+};
+
+struct PassRegistration {
+  PassRegistration(std::string name, PassFactory f) {
+    PassRegistry::Get().Register(std::move(name), std::move(f));
+  }
+};
+#define WEAVE_REGISTER_PASS_CONCAT2(a, b) a##b
+#define WEAVE_REGISTER_PASS_CONCAT(a, b) WEAVE_REGISTER_PASS_CONCAT2(a, b)
+// Usage (in a .cc): WEAVE_REGISTER_PASS("dce", [](const PassOptions&) -> ... { ... });
+#define WEAVE_REGISTER_PASS(name, factory)                                              \
+  static ::weave::PassRegistration WEAVE_REGISTER_PASS_CONCAT(weave_pass_reg_, __LINE__)( \
+      name, factory)
+
+// Runs passes in order. With verify_each, runs the verifier (analysis/verifier.h) after each
+// pass and stops with its error naming the pass. `timings` (optional) receives per pass
+// (name, seconds, changed).
+struct PassTiming {
+  std::string pass;
+  double seconds = 0;
+  bool changed = false;
+};
+class HloPassPipeline {
+ public:
+  void AddPass(std::unique_ptr<HloPass> pass) { passes_.push_back(std::move(pass)); }
+  void set_verify_each(bool v) { verify_each_ = v; }
+  void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
+  absl::StatusOr<bool> Run(HloModule* module, std::vector<PassTiming>* timings = nullptr);
+
+ private:
+  std::vector<std::unique_ptr<HloPass>> passes_;
+  bool verify_each_ = false;
+  std::vector<Remark>* remarks_ = nullptr;
+};
+
+}  // namespace weave
