@@ -1,0 +1,144 @@
+// Weave's reference evaluator: runs an (SPMD-partitioned) HLO module on N simulated partitions
+// on the CPU, with XLA's numerics, and compares two modules on identical inputs.
+//
+// Semantics (XLA's):
+//  - The entry computation runs once per partition (partition-id 0..N-1, replica-id 0..R-1; with
+//    R > 1 every (replica, partition) pair is one simulated device, device id = replica * N +
+//    partition), each on its own thread (inline when there is a single device).
+//  - Collectives (all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute,
+//    collective-broadcast and their -start/-done forms) meet across devices each time they execute:
+//    the rendezvous key is the instruction and its execution count on that device, so a
+//    collective inside a while loop meets once per iteration. Group membership follows XLA's
+//    CollectiveOpGroupMode: with channel_id and use_global_device_ids the group members are global
+//    device ids; with channel_id alone they are partition ids (cross-partition); without
+//    channel_id they are replica ids (cross-replica). Empty replica_groups = one group of all.
+//  - Devices that cannot meet (different collectives reached, or a device finished while others
+//    wait) are detected without timeouts and reported with the instruction each device is at.
+//  - Numerics: see numerics.h (bf16/f16 ops compute in f32 and round, FP8 RNE non-saturating);
+//    dot accumulates in f32 (f64 when an operand or the result is f64) via OpenBLAS and rounds to
+//    the result type; integer ops wrap. Integer division by zero gives -1 for signed and all-ones
+//    for unsigned types, x % 0 gives x; INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0. Shifts by an
+//    amount >= the bit width (or negative) give 0 (shift-left, shift-right-logical) or the sign
+//    fill (shift-right-arithmetic).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "eval/value.h"
+#include "hlo/ir.h"
+
+namespace weave::eval {
+
+struct EvalOptions {
+  // Number of partitions N; <= 0 means the module's num_partitions (1 if absent).
+  int64_t num_partitions = 0;
+  // Number of replicas R; <= 0 means the module's replica_count.
+  int64_t replica_count = 0;
+  // Seed of the generated inputs.
+  uint64_t seed = 0;
+  // Parameters without sharding get the same values on every device (default: independent).
+  bool replicate_unsharded = false;
+  // Refuse modules whose estimated memory (EstimateMemoryBytes) exceeds this many bytes.
+  int64_t max_memory_bytes = int64_t{8} << 30;
+};
+
+// Inputs per device: per_device[d][i] is parameter i of the entry on device d
+// (d = replica * N + partition).
+struct Inputs {
+  std::vector<std::vector<ValuePtr>> per_device;
+};
+
+// A user-given input (e.g. from `--input`): parameter `parameter` of the entry. With
+// `device` == -1 the value is the global (unpartitioned) array of a sharded parameter (each device
+// takes its tile), or the per-device value of an unsharded parameter (every device gets it). With
+// device >= 0 the value is that device's local value.
+struct InputOverride {
+  int64_t parameter = 0;
+  int64_t device = -1;
+  ValuePtr value;
+};
+
+// Results: outputs[d] is the entry's result on device d, flattened into array leaves (a tuple
+// root yields its leaves in order).
+struct EvalResult {
+  int64_t num_partitions = 1;
+  int64_t replica_count = 1;
+  std::vector<std::vector<ValuePtr>> outputs;
+  Inputs inputs;  // the inputs the run used
+};
+
+// Resolved device counts for a module and options (N from options or the module).
+int64_t ResolvedNumPartitions(const HloModule& module, const EvalOptions& options);
+int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options);
+
+// Estimated peak memory in bytes of running `module` on `num_devices` devices: the storage of
+// every array the entry and its callees produce (evaluator storage: 4 bytes per <=32-bit float,
+// 8 per f64/integer/pred), times the device count. An over-estimate (values are freed after their
+// last use); used to refuse huge modules up front.
+int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
+
+// Generates inputs from options.seed, respecting parameter shardings: a sharded parameter draws
+// one global array (the local shape scaled by the tile counts) and each device gets its tile per
+// the tile assignment; `{replicated}` gives equal values everywhere; unsharded parameters are
+// independent per device unless replicate_unsharded. Floats uniform in [-1, 1) rounded to the
+// type, integers in [0, 8) (pred: 0/1 at random). `overrides` replace generated values; errors
+// (InvalidArgument) for a wrong parameter index, device, shape or element type.
+absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& options,
+                                  const std::vector<InputOverride>& overrides = {});
+
+// Runs the module on all devices. `given` supplies the inputs (must match the entry parameters
+// on every device), otherwise MakeInputs(module, options) is used. Errors: InvalidArgument for
+// unsupported opcodes/custom-call targets/types (naming the instruction), mismatched collectives,
+// inputs of the wrong shape; ResourceExhausted for modules over max_memory_bytes.
+absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions& options,
+                                     const Inputs* given = nullptr);
+
+struct CompareOptions {
+  EvalOptions eval;
+  // Tolerances; unset = default for the output's element type (DefaultTolerance).
+  std::optional<double> rtol, atol;
+};
+
+// Default (rtol, atol) per element type: f64 1e-9/1e-12, f32 1e-4/1e-5, bf16 2e-2/1e-2,
+// f16 5e-3/1e-3, f8e4m3fn 1.25e-1/1.6e-2, f8e5m2 2.5e-1/3.1e-2, integers/pred exact (0/0).
+std::pair<double, double> DefaultTolerance(PrimitiveType t);
+
+// The comparison of one output leaf on one device.
+struct OutputComparison {
+  int64_t output = 0;
+  int64_t device = 0;
+  std::string shape;   // A's shape text
+  double rtol = 0, atol = 0;
+  double max_abs_error = 0;  // over elements where both are finite
+  double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
+  int64_t mismatches = 0;    // elements with |a-b| > atol + rtol*|a|, or differing NaN/inf
+  int64_t nan_diffs = 0;     // elements NaN in one and not the other
+  int64_t inf_diffs = 0;     // elements +-inf in one and not equal in the other
+  int64_t elements = 0;
+  bool pass = true;
+};
+
+struct CompareReport {
+  int64_t num_partitions = 1;
+  int64_t replica_count = 1;
+  uint64_t seed = 0;
+  std::vector<OutputComparison> outputs;
+  bool pass = true;
+  std::string ToString() const;   // human-readable table, one line per output and device
+  std::string ToJson() const;     // JSON object {"pass":..,"outputs":[...]}
+};
+
+// Runs `a` and `b` on identical inputs (generated from a's entry parameters; b must have the same
+// parameter count, shapes and element types, otherwise InvalidArgument naming the parameter) and
+// compares every output leaf on every device. Errors from either run are returned prefixed with
+// "module A:"/"module B:". Output count/shape differences are an error.
+absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
+                                             const CompareOptions& options,
+                                             const Inputs* given = nullptr);
+
+}  // namespace weave::eval

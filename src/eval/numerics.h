@@ -1,0 +1,46 @@
+// Element-type numerics of the reference evaluator, following XLA's semantics.
+//
+// Floats: every element type is modelled as a binary floating-point format with a given number
+// of explicit mantissa bits, a minimum normal exponent, a largest finite value and whether it has
+// infinities. Rounding is to nearest, ties to even (IEEE roundTiesToEven), including subnormals.
+// Overflow (a value that rounds past the largest finite magnitude) follows XLA's non-saturating
+// `convert`: +-inf for types with infinities (f16, bf16, f32, f8e5m2), NaN for types without
+// (f8e4m3fn, and the other *fn/*fnuz formats). NaN stays NaN, +-inf becomes NaN for types without
+// infinities. Negative zero is kept where the type has it.
+#pragma once
+
+#include <cstdint>
+
+#include "hlo/types.h"
+
+namespace weave::eval {
+
+// Rounds `x` to the nearest value of float type `t` (see above) and returns it as a double.
+// For f64 returns x. For non-float types returns x unchanged (use ConvertToInteger).
+double RoundToType(double x, PrimitiveType t);
+// Same for a float input; fast paths for f32/bf16/f16 (returns the rounded value as float).
+float RoundFloatToType(float x, PrimitiveType t);
+// Round-to-nearest-even float -> bf16 -> float (bit-exact, NaN kept quiet).
+float RoundToBf16(float x);
+
+// Largest finite value of float type t (e.g. 448 for f8e4m3fn, 57344 for f8e5m2, 65504 for f16).
+double MaxFinite(PrimitiveType t);
+bool HasInfinity(PrimitiveType t);
+
+// Encoding helpers for 8/16-bit float types: the bit pattern of the (already representable)
+// value `x`, and the value of a bit pattern. Supported for f16, bf16, f8e4m3fn, f8e5m2 (and f32
+// with 32-bit codes). NaN decodes to a quiet NaN; NaN encodes to the type's canonical NaN
+// (0x7F for f8e4m3fn, 0x7E for f8e5m2, 0x7E00 f16, 0x7FC0 bf16).
+uint32_t EncodeFloat(double x, PrimitiveType t);
+double DecodeFloat(uint32_t bits, PrimitiveType t);
+
+// Wraps an integer to the value range of integer type `t` (two's complement: signed types are
+// sign-extended from their width, unsigned types masked). pred: 0 or 1 (any non-zero -> 1).
+int64_t WrapToType(int64_t v, PrimitiveType t);
+// XLA's float -> integer convert: truncation toward zero, NaN -> 0, saturating at the integer
+// type's min/max (u64 is bit-cast into int64 storage).
+int64_t FloatToInteger(double x, PrimitiveType t);
+// Integer -> double for storage value `v` of type `t` (u64 is reinterpreted as unsigned).
+double IntegerToDouble(int64_t v, PrimitiveType t);
+
+}  // namespace weave::eval
