@@ -1,0 +1,602 @@
+// Mutation API of the HLO IR (printing lives in printer.cc, parsing in parser.cc).
+#include "hlo/ir.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace weave {
+namespace {
+
+std::atomic<int64_t> g_next_instruction_id{0};
+
+bool UsesFloatStorage(PrimitiveType t) { return IsFloatingPoint(t) || IsComplex(t); }
+
+bool HasSideEffect(const HloInstruction* instr) {
+  switch (instr->opcode()) {
+    case HloOpcode::kSend:
+    case HloOpcode::kSendDone:
+    case HloOpcode::kRecv:
+    case HloOpcode::kRecvDone:
+    case HloOpcode::kInfeed:
+    case HloOpcode::kOutfeed:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngGetAndUpdateState:
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kParameter:
+      return true;
+    case HloOpcode::kCustomCall: {
+      const std::string* v = instr->GetRawAttribute("custom_call_has_side_effect");
+      return v != nullptr && *v == "true";
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Literal
+
+Literal Literal::Scalar(PrimitiveType t, double v) {
+  Literal l;
+  l.shape = Shape::Scalar(t);
+  if (UsesFloatStorage(t)) {
+    l.f.push_back(v);
+  } else {
+    l.i.push_back(static_cast<int64_t>(v));
+  }
+  return l;
+}
+
+Literal Literal::ScalarInt(PrimitiveType t, int64_t v) {
+  Literal l;
+  l.shape = Shape::Scalar(t);
+  if (UsesFloatStorage(t)) {
+    l.f.push_back(static_cast<double>(v));
+  } else {
+    l.i.push_back(v);
+  }
+  return l;
+}
+
+Literal Literal::Vector(PrimitiveType t, const std::vector<int64_t>& values) {
+  Literal l;
+  l.shape = Shape(t, {static_cast<int64_t>(values.size())});
+  if (UsesFloatStorage(t)) {
+    for (int64_t v : values) l.f.push_back(static_cast<double>(v));
+  } else {
+    l.i = values;
+  }
+  return l;
+}
+
+double Literal::GetAsDouble(int64_t index) const {
+  if (!f.empty()) return f.at(static_cast<size_t>(index));
+  if (shape.element_type == PrimitiveType::U64) {
+    return static_cast<double>(static_cast<uint64_t>(i.at(static_cast<size_t>(index))));
+  }
+  return static_cast<double>(i.at(static_cast<size_t>(index)));
+}
+
+int64_t Literal::GetAsInt(int64_t index) const {
+  if (!i.empty()) return i.at(static_cast<size_t>(index));
+  double v = f.at(static_cast<size_t>(index));
+  if (std::isnan(v)) return 0;
+  return static_cast<int64_t>(v);
+}
+
+std::string_view ComparisonDirectionString(ComparisonDirection d) {
+  switch (d) {
+    case ComparisonDirection::kEq: return "EQ";
+    case ComparisonDirection::kNe: return "NE";
+    case ComparisonDirection::kLt: return "LT";
+    case ComparisonDirection::kLe: return "LE";
+    case ComparisonDirection::kGt: return "GT";
+    case ComparisonDirection::kGe: return "GE";
+  }
+  return "EQ";
+}
+
+// ---------------------------------------------------------------- HloInstruction
+
+std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode op, const Shape& shape,
+                                                       std::vector<HloInstruction*> operands) {
+  auto instr = std::unique_ptr<HloInstruction>(new HloInstruction());
+  instr->opcode_ = op;
+  instr->shape_ = shape;
+  instr->operands_ = std::move(operands);
+  instr->unique_id_ = g_next_instruction_id++;
+  return instr;
+}
+
+bool HloInstruction::IsRoot() const { return parent_ != nullptr && parent_->root() == this; }
+
+void HloInstruction::AddUser(HloInstruction* u) {
+  if (std::find(users_.begin(), users_.end(), u) == users_.end()) users_.push_back(u);
+}
+
+void HloInstruction::RemoveUser(HloInstruction* u) {
+  auto it = std::find(users_.begin(), users_.end(), u);
+  if (it != users_.end()) users_.erase(it);
+}
+
+absl::Status HloInstruction::ReplaceOperandWith(int64_t i, HloInstruction* v) {
+  if (i < 0 || i >= operand_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("operand index ", i, " out of range for ", name_));
+  }
+  if (v == nullptr) return absl::InvalidArgumentError("null replacement operand");
+  HloInstruction* old = operands_[static_cast<size_t>(i)];
+  if (old == v) return absl::OkStatus();
+  operands_[static_cast<size_t>(i)] = v;
+  if (parent_ != nullptr) {
+    if (std::find(operands_.begin(), operands_.end(), old) == operands_.end()) {
+      old->RemoveUser(this);
+    }
+    v->AddUser(this);
+  }
+  return absl::OkStatus();
+}
+
+void HloInstruction::AppendOperand(HloInstruction* v) {
+  operands_.push_back(v);
+  if (parent_ != nullptr) v->AddUser(this);
+}
+
+absl::Status HloInstruction::ReplaceUsesWith(const std::vector<HloInstruction*>& users,
+                                             HloInstruction* v) {
+  if (v == this) return absl::InvalidArgumentError("cannot replace an instruction by itself");
+  for (HloInstruction* user : users) {
+    for (int64_t k = 0; k < user->operand_count(); ++k) {
+      if (user->operands_[static_cast<size_t>(k)] == this) {
+        absl::Status s = user->ReplaceOperandWith(k, v);
+        if (!s.ok()) return s;
+      }
+    }
+    auto& preds = user->control_predecessors;
+    std::replace(preds.begin(), preds.end(), this, v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HloInstruction::ReplaceAllUsesWith(HloInstruction* v) {
+  if (v == this) return absl::InvalidArgumentError("cannot replace an instruction by itself");
+  std::vector<HloInstruction*> users = users_;
+  absl::Status s = ReplaceUsesWith(users, v);
+  if (!s.ok()) return s;
+  if (parent_ != nullptr && parent_->root() == this) parent_->set_root(v);
+  return absl::OkStatus();
+}
+
+std::optional<std::string> HloInstruction::GetFrontendAttribute(std::string_view key) const {
+  auto it = frontend_attributes.find(std::string(key));
+  if (it == frontend_attributes.end()) return std::nullopt;
+  const std::string& v = it->second;
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') return v.substr(1, v.size() - 2);
+  return v;
+}
+
+void HloInstruction::SetFrontendAttribute(const std::string& key,
+                                          const std::string& unquoted_value) {
+  frontend_attributes[key] = absl::StrCat("\"", unquoted_value, "\"");
+}
+
+const std::string* HloInstruction::GetRawAttribute(std::string_view key) const {
+  for (const auto& [k, v] : raw_attributes) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+int64_t HloInstruction::OperandIndex(const HloInstruction* v) const {
+  for (size_t i = 0; i < operands_.size(); ++i) {
+    if (operands_[i] == v) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+std::unique_ptr<HloInstruction> HloInstruction::CloneWithNewOperands(
+    const Shape& shape, std::vector<HloInstruction*> operands, std::string_view name_suffix) const {
+  auto c = std::unique_ptr<HloInstruction>(new HloInstruction(*this));
+  c->shape_ = shape;
+  c->operands_ = std::move(operands);
+  c->users_.clear();
+  c->parent_ = nullptr;
+  c->control_predecessors.clear();
+  c->unique_id_ = g_next_instruction_id++;
+  if (!name_suffix.empty()) c->name_ = name_ + std::string(name_suffix);
+  return c;
+}
+
+// ---------------------------------------------------------------- HloComputation
+
+bool HloComputation::IsEntry() const { return parent_ != nullptr && parent_->entry() == this; }
+
+std::vector<HloInstruction*> HloComputation::instructions() const {
+  std::vector<HloInstruction*> out;
+  out.reserve(instrs_.size());
+  for (const auto& i : instrs_) out.push_back(i.get());
+  return out;
+}
+
+std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
+  std::vector<HloInstruction*> order;
+  order.reserve(instrs_.size());
+  // 0 = unvisited, 1 = on stack, 2 = done.
+  std::unordered_map<const HloInstruction*, int> state;
+  state.reserve(instrs_.size() * 2);
+  std::vector<std::pair<HloInstruction*, size_t>> stack;
+  auto visit = [&](HloInstruction* start) {
+    if (state[start] != 0) return;
+    stack.push_back({start, 0});
+    state[start] = 1;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      size_t n_ops = node->operands_.size();
+      size_t n_all = n_ops + node->control_predecessors.size();
+      if (next < n_all) {
+        HloInstruction* dep = next < n_ops ? node->operands_[next]
+                                           : node->control_predecessors[next - n_ops];
+        ++next;
+        if (dep->parent_ == this && state[dep] == 0) {
+          state[dep] = 1;
+          stack.push_back({dep, 0});
+        }
+        continue;
+      }
+      state[node] = 2;
+      order.push_back(node);
+      stack.pop_back();
+    }
+  };
+  for (const auto& i : instrs_) visit(i.get());
+  return order;
+}
+
+HloInstruction* HloComputation::GetInstruction(std::string_view name) const {
+  for (const auto& i : instrs_) {
+    if (i->name() == name) return i.get();
+  }
+  return nullptr;
+}
+
+HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> instr) {
+  HloInstruction* raw = instr.get();
+  raw->parent_ = this;
+  if (raw->name_.empty()) raw->name_ = std::string(HloOpcodeString(raw->opcode_));
+  if (parent_ != nullptr) raw->name_ = parent_->UniqueName(raw->name_);
+  for (HloInstruction* op : raw->operands_) op->AddUser(raw);
+  if (raw->opcode_ == HloOpcode::kParameter) {
+    if (raw->parameter_number < 0) raw->parameter_number = num_parameters();
+    size_t n = static_cast<size_t>(raw->parameter_number);
+    if (params_.size() <= n) params_.resize(n + 1, nullptr);
+    params_[n] = raw;
+  }
+  instrs_.push_back(std::move(instr));
+  return raw;
+}
+
+HloInstruction* HloComputation::AddInstruction(HloOpcode op, const Shape& shape,
+                                               std::vector<HloInstruction*> operands,
+                                               std::string_view name) {
+  auto instr = HloInstruction::Create(op, shape, std::move(operands));
+  instr->name_ = std::string(name);
+  return AddInstruction(std::move(instr));
+}
+
+HloInstruction* HloComputation::AddParameter(const Shape& shape, std::string_view name) {
+  auto instr = HloInstruction::Create(HloOpcode::kParameter, shape);
+  instr->parameter_number = num_parameters();
+  instr->name_ = std::string(name);
+  return AddInstruction(std::move(instr));
+}
+
+absl::Status HloComputation::RemoveInstruction(HloInstruction* instr) {
+  if (instr == nullptr || instr->parent_ != this) {
+    return absl::InvalidArgumentError("instruction is not in this computation");
+  }
+  if (!instr->users_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", instr->name(), ": it still has users"));
+  }
+  if (instr == root_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", instr->name(), ": it is the root of ", name_));
+  }
+  for (HloInstruction* op : instr->operands_) op->RemoveUser(instr);
+  for (const auto& other : instrs_) {
+    auto& preds = other->control_predecessors;
+    preds.erase(std::remove(preds.begin(), preds.end(), instr), preds.end());
+  }
+  if (instr->opcode_ == HloOpcode::kParameter) {
+    for (auto& p : params_) {
+      if (p == instr) p = nullptr;
+    }
+    while (!params_.empty() && params_.back() == nullptr) params_.pop_back();
+  }
+  auto it = std::find_if(instrs_.begin(), instrs_.end(),
+                         [&](const auto& p) { return p.get() == instr; });
+  instrs_.erase(it);
+  return absl::OkStatus();
+}
+
+bool HloComputation::RemoveDeadCode() {
+  // Mark live instructions from the root and side-effecting instructions.
+  std::unordered_set<const HloInstruction*> live;
+  std::vector<HloInstruction*> work;
+  auto mark = [&](HloInstruction* i) {
+    if (i != nullptr && i->parent_ == this && live.insert(i).second) work.push_back(i);
+  };
+  mark(root_);
+  for (const auto& i : instrs_) {
+    if (HasSideEffect(i.get())) mark(i.get());
+  }
+  while (!work.empty()) {
+    HloInstruction* i = work.back();
+    work.pop_back();
+    for (HloInstruction* op : i->operands_) mark(op);
+    for (HloInstruction* op : i->control_predecessors) mark(op);
+  }
+  if (live.size() == instrs_.size()) return false;
+  // Drop dead instructions: first detach them from their operands, then erase.
+  for (const auto& i : instrs_) {
+    if (live.count(i.get())) continue;
+    for (HloInstruction* op : i->operands_) op->RemoveUser(i.get());
+  }
+  for (const auto& i : instrs_) {
+    if (!live.count(i.get())) continue;
+    auto& preds = i->control_predecessors;
+    preds.erase(std::remove_if(preds.begin(), preds.end(),
+                               [&](HloInstruction* p) { return !live.count(p); }),
+                preds.end());
+  }
+  instrs_.erase(std::remove_if(instrs_.begin(), instrs_.end(),
+                               [&](const auto& p) { return !live.count(p.get()); }),
+                instrs_.end());
+  return true;
+}
+
+absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruction* replacement) {
+  absl::Status s = old->ReplaceAllUsesWith(replacement);
+  if (!s.ok()) return s;
+  // Remove `old` and whatever became dead because of it (not parameters).
+  std::vector<HloInstruction*> work = {old};
+  while (!work.empty()) {
+    HloInstruction* i = work.back();
+    work.pop_back();
+    if (i->parent_ != this || !i->users_.empty() || i == root_ || HasSideEffect(i)) continue;
+    std::vector<HloInstruction*> ops = i->operands_;
+    s = RemoveInstruction(i);
+    if (!s.ok()) return s;
+    for (HloInstruction* op : ops) work.push_back(op);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- HloModule
+
+std::vector<HloComputation*> HloModule::computations() const {
+  std::vector<HloComputation*> out;
+  for (const auto& c : comps_) out.push_back(c.get());
+  return out;
+}
+
+std::vector<HloComputation*> HloModule::MakeComputationPostOrder() const {
+  std::vector<HloComputation*> order;
+  std::unordered_map<const HloComputation*, int> state;
+  std::vector<std::pair<HloComputation*, std::vector<HloComputation*>>> stack;
+  auto callees = [](HloComputation* c) {
+    std::vector<HloComputation*> out;
+    for (const auto& i : c->instrs_) {
+      for (HloComputation* cc : i->called_) out.push_back(cc);
+    }
+    std::reverse(out.begin(), out.end());  // popped from the back: first callee first
+    return out;
+  };
+  auto visit = [&](HloComputation* start) {
+    if (state[start] != 0) return;
+    state[start] = 1;
+    stack.push_back({start, callees(start)});
+    while (!stack.empty()) {
+      auto& [c, pending] = stack.back();
+      if (!pending.empty()) {
+        HloComputation* next = pending.back();
+        pending.pop_back();
+        if (next != nullptr && state[next] == 0) {
+          state[next] = 1;
+          stack.push_back({next, callees(next)});
+        }
+        continue;
+      }
+      state[c] = 2;
+      order.push_back(c);
+      stack.pop_back();
+    }
+  };
+  for (const auto& c : comps_) {
+    if (c.get() != entry_) visit(c.get());
+  }
+  if (entry_ != nullptr) visit(entry_);
+  // Keep the entry last.
+  if (entry_ != nullptr) {
+    auto it = std::find(order.begin(), order.end(), entry_);
+    if (it != order.end() && it + 1 != order.end()) {
+      order.erase(it);
+      order.push_back(entry_);
+    }
+  }
+  return order;
+}
+
+HloComputation* HloModule::GetComputation(std::string_view name) const {
+  for (const auto& c : comps_) {
+    if (c->name() == name) return c.get();
+  }
+  return nullptr;
+}
+
+HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
+  HloComputation* raw = c.get();
+  std::string base = raw->name_.empty() ? std::string("computation") : raw->name_;
+  std::string name = base;
+  for (int64_t k = 1; GetComputation(name) != nullptr; ++k) name = absl::StrCat(base, ".", k);
+  raw->name_ = name;
+  raw->parent_ = this;
+  for (const auto& i : raw->instrs_) i->name_ = UniqueName(i->name_);
+  comps_.push_back(std::move(c));
+  return raw;
+}
+
+HloComputation* HloModule::CloneComputation(const HloComputation* c, std::string_view name_hint) {
+  auto clone = std::make_unique<HloComputation>(std::string(name_hint));
+  HloComputation* raw = AddComputation(std::move(clone));
+  std::unordered_map<const HloInstruction*, HloInstruction*> map;
+  for (HloInstruction* i : c->MakeInstructionPostOrder()) {
+    std::vector<HloInstruction*> ops;
+    for (HloInstruction* op : i->operands()) ops.push_back(map.at(op));
+    auto ni = i->CloneWithNewOperands(i->shape(), std::move(ops));
+    HloInstruction* added = raw->AddInstruction(std::move(ni));
+    map[i] = added;
+  }
+  for (HloInstruction* i : c->instructions()) {
+    for (HloInstruction* p : i->control_predecessors) {
+      map.at(i)->control_predecessors.push_back(map.at(p));
+    }
+  }
+  if (c->root() != nullptr) raw->set_root(map.at(c->root()));
+  raw->execution_thread = c->execution_thread;
+  return raw;
+}
+
+bool HloModule::RemoveUnusedComputations() {
+  if (entry_ == nullptr) return false;
+  std::unordered_set<const HloComputation*> reachable;
+  std::vector<HloComputation*> work = {entry_};
+  reachable.insert(entry_);
+  while (!work.empty()) {
+    HloComputation* c = work.back();
+    work.pop_back();
+    for (const auto& i : c->instrs_) {
+      for (HloComputation* cc : i->called_) {
+        if (cc != nullptr && reachable.insert(cc).second) work.push_back(cc);
+      }
+    }
+  }
+  size_t before = comps_.size();
+  comps_.erase(std::remove_if(comps_.begin(), comps_.end(),
+                              [&](const auto& c) { return !reachable.count(c.get()); }),
+               comps_.end());
+  return comps_.size() != before;
+}
+
+absl::Status HloModule::RemoveComputation(HloComputation* c) {
+  if (c == entry_) return absl::FailedPreconditionError("cannot remove the entry computation");
+  auto it = std::find_if(comps_.begin(), comps_.end(),
+                         [&](const auto& p) { return p.get() == c; });
+  if (it == comps_.end()) return absl::NotFoundError("computation not in module");
+  comps_.erase(it);
+  return absl::OkStatus();
+}
+
+void HloModule::UpdateEntryComputationLayout() {
+  if (entry_ == nullptr) return;
+  for (auto& [k, v] : header_attributes) {
+    if (k != "entry_computation_layout") continue;
+    std::string text = "{(";
+    for (int64_t p = 0; p < entry_->num_parameters(); ++p) {
+      if (p > 0) text += ", ";
+      if (p > 0 && p % 5 == 0) absl::StrAppend(&text, "/*index=", p, "*/");
+      const HloInstruction* param = entry_->parameter(p);
+      if (param != nullptr) text += param->shape().ToString(true);
+    }
+    text += ")->";
+    if (entry_->root() != nullptr) text += entry_->root()->shape().ToString(true);
+    text += "}";
+    v = text;
+  }
+}
+
+std::string HloModule::UniqueName(std::string_view base) {
+  std::string b(base);
+  auto it = names_.find(b);
+  if (it == names_.end()) {
+    names_.emplace(b, 1);
+    return b;
+  }
+  while (true) {
+    std::string candidate = absl::StrCat(b, ".", it->second++);
+    if (names_.find(candidate) == names_.end()) {
+      names_.emplace(candidate, 1);
+      return candidate;
+    }
+  }
+}
+
+void HloModule::ReserveName(const std::string& name) { names_.emplace(name, 1); }
+
+int64_t HloModule::NextChannelId() const {
+  int64_t next = 1;
+  for (const auto& c : comps_) {
+    for (const auto& i : c->instrs_) {
+      if (i->channel_id) next = std::max(next, *i->channel_id + 1);
+    }
+  }
+  return next;
+}
+
+std::unique_ptr<HloModule> HloModule::Clone() const {
+  auto m = std::make_unique<HloModule>(name_);
+  m->num_partitions = num_partitions;
+  m->replica_count = replica_count;
+  m->has_num_partitions = has_num_partitions;
+  m->is_scheduled = is_scheduled;
+  m->header_attributes = header_attributes;
+  m->stack_tables = stack_tables;
+  m->names_ = names_;
+  std::unordered_map<const HloComputation*, HloComputation*> cmap;
+  std::unordered_map<const HloInstruction*, HloInstruction*> imap;
+  for (HloComputation* c : MakeComputationPostOrder()) {
+    auto nc = std::make_unique<HloComputation>(c->name());
+    HloComputation* raw = nc.get();
+    raw->parent_ = m.get();
+    raw->execution_thread = c->execution_thread;
+    m->comps_.push_back(std::move(nc));
+    cmap[c] = raw;
+    // Keep the original instruction order (and exact names).
+    for (const auto& i : c->instrs_) {
+      auto ni = std::unique_ptr<HloInstruction>(new HloInstruction(*i));
+      ni->users_.clear();
+      ni->parent_ = raw;
+      imap[i.get()] = ni.get();
+      if (ni->opcode_ == HloOpcode::kParameter) {
+        size_t n = static_cast<size_t>(ni->parameter_number);
+        if (raw->params_.size() <= n) raw->params_.resize(n + 1, nullptr);
+        raw->params_[n] = ni.get();
+      }
+      raw->instrs_.push_back(std::move(ni));
+    }
+    for (const auto& ni : raw->instrs_) {
+      for (auto& op : ni->operands_) {
+        op = imap.at(op);
+        op->AddUser(ni.get());
+      }
+      for (auto& p : ni->control_predecessors) p = imap.at(p);
+      for (auto& cc : ni->called_) {
+        if (cc != nullptr) cc = cmap.at(cc);
+      }
+    }
+    if (c->root_ != nullptr) raw->root_ = imap.at(c->root_);
+  }
+  if (entry_ != nullptr) m->entry_ = cmap.at(entry_);
+  return m;
+}
+
+}  // namespace weave

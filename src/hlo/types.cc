@@ -1,0 +1,223 @@
+#include "hlo/types.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace weave {
+namespace {
+
+struct TypeInfo {
+  PrimitiveType type;
+  std::string_view name;
+  int bits;
+};
+
+constexpr std::array<TypeInfo, 36> kTypes = {{
+    {PrimitiveType::kInvalid, "invalid", 0},
+    {PrimitiveType::PRED, "pred", 8},
+    {PrimitiveType::S1, "s1", 1},
+    {PrimitiveType::S2, "s2", 2},
+    {PrimitiveType::S4, "s4", 4},
+    {PrimitiveType::S8, "s8", 8},
+    {PrimitiveType::S16, "s16", 16},
+    {PrimitiveType::S32, "s32", 32},
+    {PrimitiveType::S64, "s64", 64},
+    {PrimitiveType::U1, "u1", 1},
+    {PrimitiveType::U2, "u2", 2},
+    {PrimitiveType::U4, "u4", 4},
+    {PrimitiveType::U8, "u8", 8},
+    {PrimitiveType::U16, "u16", 16},
+    {PrimitiveType::U32, "u32", 32},
+    {PrimitiveType::U64, "u64", 64},
+    {PrimitiveType::F16, "f16", 16},
+    {PrimitiveType::BF16, "bf16", 16},
+    {PrimitiveType::F32, "f32", 32},
+    {PrimitiveType::F64, "f64", 64},
+    {PrimitiveType::F8E5M2, "f8e5m2", 8},
+    {PrimitiveType::F8E4M3, "f8e4m3", 8},
+    {PrimitiveType::F8E4M3FN, "f8e4m3fn", 8},
+    {PrimitiveType::F8E4M3B11FNUZ, "f8e4m3b11fnuz", 8},
+    {PrimitiveType::F8E3M4, "f8e3m4", 8},
+    {PrimitiveType::F8E5M2FNUZ, "f8e5m2fnuz", 8},
+    {PrimitiveType::F8E4M3FNUZ, "f8e4m3fnuz", 8},
+    {PrimitiveType::F8E8M0FNU, "f8e8m0fnu", 8},
+    {PrimitiveType::F4E2M1FN, "f4e2m1fn", 4},
+    {PrimitiveType::F6E3M2FN, "f6e3m2fn", 6},
+    {PrimitiveType::F6E2M3FN, "f6e2m3fn", 6},
+    {PrimitiveType::C64, "c64", 64},
+    {PrimitiveType::C128, "c128", 128},
+    {PrimitiveType::TOKEN, "token", 0},
+    {PrimitiveType::OPAQUE, "opaque", 0},
+    {PrimitiveType::TUPLE, "tuple", 0},
+}};
+
+const TypeInfo& Info(PrimitiveType t) { return kTypes[static_cast<size_t>(t)]; }
+
+}  // namespace
+
+std::string_view PrimitiveTypeName(PrimitiveType t) { return Info(t).name; }
+
+std::optional<PrimitiveType> ParsePrimitiveType(std::string_view name) {
+  for (const TypeInfo& ti : kTypes) {
+    if (ti.type == PrimitiveType::kInvalid || ti.type == PrimitiveType::TUPLE) continue;
+    if (ti.name == name) return ti.type;
+  }
+  return std::nullopt;
+}
+
+int BitWidth(PrimitiveType t) { return Info(t).bits; }
+
+bool IsFloatingPoint(PrimitiveType t) {
+  return t >= PrimitiveType::F16 && t <= PrimitiveType::F6E2M3FN;
+}
+bool IsFp8(PrimitiveType t) {
+  return t >= PrimitiveType::F8E5M2 && t <= PrimitiveType::F8E8M0FNU;
+}
+bool IsSignedInteger(PrimitiveType t) {
+  return t >= PrimitiveType::S1 && t <= PrimitiveType::S64;
+}
+bool IsUnsignedInteger(PrimitiveType t) {
+  return t >= PrimitiveType::U1 && t <= PrimitiveType::U64;
+}
+bool IsInteger(PrimitiveType t) { return IsSignedInteger(t) || IsUnsignedInteger(t); }
+bool IsComplex(PrimitiveType t) { return t == PrimitiveType::C64 || t == PrimitiveType::C128; }
+bool IsArrayType(PrimitiveType t) {
+  return t != PrimitiveType::kInvalid && t != PrimitiveType::TOKEN &&
+         t != PrimitiveType::OPAQUE && t != PrimitiveType::TUPLE;
+}
+
+Shape::Shape(PrimitiveType t, std::vector<int64_t> d) : element_type(t), dims(std::move(d)) {
+  if (IsArrayType(t)) SetDefaultLayout();
+}
+
+Shape Shape::Tuple(std::vector<Shape> elements) {
+  Shape s;
+  s.element_type = PrimitiveType::TUPLE;
+  s.tuple_shapes = std::move(elements);
+  return s;
+}
+
+int64_t Shape::ElementCount() const {
+  if (!IsArray()) return 0;
+  int64_t n = 1;
+  for (int64_t d : dims) n *= (d < 0 ? 0 : d);
+  return n;
+}
+
+int64_t Shape::ByteSize() const {
+  if (IsTuple()) {
+    int64_t total = 0;
+    for (const Shape& s : tuple_shapes) total += s.ByteSize();
+    return total;
+  }
+  if (!IsArray()) return 0;
+  return (ElementCount() * BitWidth(element_type) + 7) / 8;
+}
+
+std::vector<int64_t> Shape::MinorToMajor() const {
+  if (layout && layout->minor_to_major.size() == dims.size()) return layout->minor_to_major;
+  std::vector<int64_t> m2m(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) m2m[i] = static_cast<int64_t>(dims.size() - 1 - i);
+  return m2m;
+}
+
+bool Shape::HasDefaultLayout() const {
+  if (!layout) return true;
+  if (!layout->suffix.empty()) return false;
+  if (layout->minor_to_major.size() != dims.size()) return layout->minor_to_major.empty();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (layout->minor_to_major[i] != static_cast<int64_t>(dims.size() - 1 - i)) return false;
+  }
+  return true;
+}
+
+void Shape::SetDefaultLayout() {
+  if (IsTuple()) {
+    for (Shape& s : tuple_shapes) s.SetDefaultLayout();
+    return;
+  }
+  if (!IsArray()) return;
+  Layout l;
+  l.minor_to_major.resize(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    l.minor_to_major[i] = static_cast<int64_t>(dims.size() - 1 - i);
+  }
+  layout = std::move(l);
+}
+
+bool Shape::Compatible(const Shape& o) const {
+  if (element_type != o.element_type) return false;
+  if (IsTuple()) {
+    if (tuple_shapes.size() != o.tuple_shapes.size()) return false;
+    for (size_t i = 0; i < tuple_shapes.size(); ++i) {
+      if (!tuple_shapes[i].Compatible(o.tuple_shapes[i])) return false;
+    }
+    return true;
+  }
+  return dims == o.dims;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (!Compatible(o)) return false;
+  if (IsTuple()) {
+    for (size_t i = 0; i < tuple_shapes.size(); ++i) {
+      if (tuple_shapes[i] != o.tuple_shapes[i]) return false;
+    }
+    return true;
+  }
+  if (!IsArray()) return true;
+  std::string sa = layout ? layout->suffix : "", sb = o.layout ? o.layout->suffix : "";
+  return MinorToMajor() == o.MinorToMajor() && sa == sb;
+}
+
+Shape Shape::WithElementType(PrimitiveType t) const {
+  Shape s = *this;
+  if (IsTuple()) {
+    for (Shape& e : s.tuple_shapes) e = e.WithElementType(t);
+    return s;
+  }
+  s.element_type = t;
+  return s;
+}
+
+std::string Shape::ToString(bool print_layout) const {
+  if (IsTuple()) {
+    std::string out = "(";
+    for (size_t i = 0; i < tuple_shapes.size(); ++i) {
+      if (i > 0) out += ", ";
+      if (i > 0 && i % 5 == 0) absl::StrAppend(&out, "/*index=", i, "*/");
+      out += tuple_shapes[i].ToString(print_layout);
+    }
+    out += ")";
+    return out;
+  }
+  std::string out(PrimitiveTypeName(element_type));
+  if (!IsArray()) return out;
+  out += "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ",";
+    bool dyn = i < dynamic.size() && dynamic[i];
+    if (dims[i] < 0) {
+      out += "?";
+    } else {
+      if (dyn) out += "<=";
+      absl::StrAppend(&out, dims[i]);
+    }
+  }
+  out += "]";
+  if (print_layout && layout) {
+    // Scalars print a layout only when it carries extensions.
+    if (!dims.empty() || !layout->suffix.empty()) {
+      out += "{";
+      out += absl::StrJoin(layout->minor_to_major, ",");
+      if (!layout->suffix.empty()) absl::StrAppend(&out, ":", layout->suffix);
+      out += "}";
+    }
+  }
+  return out;
+}
+
+}  // namespace weave
