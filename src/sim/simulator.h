@@ -1,0 +1,175 @@
+// Weave's performance model: estimates the execution time of one partition of a partitioned HLO
+// module on a GPU system (H100/H200/A100 x8), before and after windowed-einsum rewrites.
+//
+// Facts and formulas: ../shared/specs/performance-model.md. The model, in short:
+//  - GEMMs (`dot`, cuBLAS custom calls `__cublas$lt$matmul$f8`, `__cublas$lt$matmul`,
+//    `__cublas$gemm`) cost FLOPs / (peak rate of their type x efficiency), with a tiled
+//    efficiency model (wave quantization of output-tile x k-block work units over the SMs, tile
+//    padding of small dims) and a fixed per-GEMM overhead (the small-GEMM penalty).
+//  - Every other instruction costs the bytes it reads and writes over HBM bandwidth. No fusion is
+//    modelled: each instruction is its own kernel (fusion instructions already in the module are
+//    costed as one kernel).
+//  - Collectives use ring algorithms over the per-direction link bandwidth x link efficiency, plus
+//    a latency per ring step: all-gather / reduce-scatter move (N-1)/N of the full data in N-1
+//    steps, all-reduce twice that, all-to-all (N-1)/N of its operand, collective-permute one
+//    transfer of its operand in one step.
+//  - A list scheduler runs the dependency graph on a main compute stream, one compute stream per
+//    distinct backend_config `operation_queue_id`, and one communication stream. Compute streams
+//    share the GPU (concurrent kernels split its rate); compute runs (1 + contention) times slower
+//    while communication runs. `force_earliest_schedule` collectives issue first;
+//    `wait_on_operation_queues` waits for the latest work issued on those queues.
+//  - while loops are expanded trip-count times (backend_config known_trip_count, or the counter
+//    pattern of the condition), conditionals take their costlier branch, calls are inlined.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hlo/ir.h"
+#include "hlo/types.h"
+
+namespace weave::sim {
+
+// Parameters of the GEMM efficiency model (JSON object "gemm" of a system file).
+struct GemmModel {
+  // Fraction of the datasheet peak a large, well-tiled GEMM reaches (0 < e <= 1).
+  double efficiency = 0.75;
+  // Whether wave quantization and tile padding apply ("tiled" model); false = roofline
+  // FLOPs / (peak x efficiency) only.
+  bool tiled = true;
+  // Output tile (tile_m x tile_n elements) and k-block (tile_k) of one work unit.
+  int64_t tile_m = 128, tile_n = 128, tile_k = 64;
+  // Fixed cost added to every GEMM (launch and pipeline ramp), microseconds.
+  double overhead_us = 1.0;
+};
+
+// One GPU system: per-GPU figures of an N-GPU node. All rates are dense, per GPU.
+struct SystemSpec {
+  std::string name;         // e.g. "h100x8"
+  std::string description;  // free text
+  std::string source;       // datasheet references
+  std::string origin;       // "built-in systems/h100x8.json" or the file path it was read from
+  int64_t num_gpus = 8;
+  int64_t sm_count = 132;
+  // Dense matrix-multiply peak, TFLOP/s (1e12 FLOP/s). f32 is the TF32 tensor-core rate (XLA's
+  // default precision on Ampere and later); fp8_tflops == 0 means no FP8 tensor cores (FP8 GEMMs
+  // then run at the f16 rate, as XLA converts their operands to f16).
+  double bf16_tflops = 0, f16_tflops = 0, f32_tflops = 0, fp8_tflops = 0, f64_tflops = 0;
+  double hbm_gbps = 0;         // HBM bandwidth, GB/s (1e9 bytes/s)
+  double link_gbps = 0;        // NVLink bandwidth per direction per GPU, GB/s
+  double latency_us = 0;       // latency per collective ring step, microseconds
+  double link_efficiency = 1;  // fraction of link bandwidth collectives reach (0 < e <= 1)
+  double contention = 0;       // compute slowdown while communication runs: time x (1 + c)
+  GemmModel gemm;
+  std::string json;  // the JSON text the spec was parsed from (after overrides)
+
+  // Dense GEMM peak for operands of type `t` in TFLOP/s (fp8 types -> fp8 rate, or f16 rate
+  // when the system has no FP8; integer types -> bf16 rate).
+  double MatmulTflops(PrimitiveType t) const;
+  // One-line summary of every value used (for the CLI output).
+  std::string Summary() const;
+};
+
+// Names of the built-in systems ("a100x8", "h100x8", "h200x8").
+std::vector<std::string> BuiltinSystemNames();
+// JSON text of a built-in system (identical to systems/<name>.json in the repository), or
+// nullopt for an unknown name.
+std::optional<std::string_view> BuiltinSystemJson(std::string_view name);
+// Parses a system file's JSON. `origin` is recorded in SystemSpec::origin. InvalidArgument on
+// malformed JSON, missing or non-positive required values.
+absl::StatusOr<SystemSpec> ParseSystemJson(std::string_view json_text, std::string_view origin);
+// A built-in name (embedded in the binary, works from any directory) or a path to a JSON file.
+// NotFound for an unknown name / missing file, InvalidArgument for a bad file.
+absl::StatusOr<SystemSpec> LoadSystem(std::string_view name_or_path);
+// Overrides one value by its JSON path with dots, e.g. "hbm_gbps=3000",
+// "matmul_tflops.bf16=900", "gemm.tiled=false". The value is parsed as JSON (numbers, true/false),
+// else taken as a string. InvalidArgument for an unknown key or a value of the wrong kind.
+absl::StatusOr<SystemSpec> OverrideSystemValue(const SystemSpec& spec, std::string_view assignment);
+
+// Overrides on top of the system file (the CLI flags).
+struct SimOptions {
+  std::optional<double> gemm_efficiency;  // --gemm-efficiency
+  std::optional<double> link_efficiency;  // --link-efficiency
+  std::optional<double> latency_us;       // --latency-us
+  std::optional<double> contention;       // --contention
+  std::optional<bool> gemm_tiled;         // --gemm-model=tiled|roofline
+  // Record per-instruction trace events (needed for --trace; costs memory on big modules).
+  bool record_trace = false;
+  // Upper bound on the instructions executed after expanding loops (ResourceExhausted beyond).
+  int64_t max_tasks = 5'000'000;
+};
+
+// Applies the options to a system (validating ranges). InvalidArgument on out-of-range values.
+absl::StatusOr<SystemSpec> ApplySimOptions(const SystemSpec& spec, const SimOptions& options);
+
+// Per windowed loop (a while whose body, with its callees, holds collective-permutes and GEMMs).
+struct WindowedLoopReport {
+  std::string name;          // the while instruction's name
+  std::string body;          // body computation name
+  int64_t instances = 0;     // times the while ran (more than 1 inside an outer loop)
+  int64_t trip_count = 0;    // iterations per instance
+  int64_t ring_size = 0;     // N: partitions in the permute ring
+  int64_t num_permutes = 0;  // collective-permutes executed per instance
+  double t_gemm_us = 0;      // per ring step: the loop's GEMM time / N
+  double t_comm_us = 0;      // per ring step: mean collective-permute time
+  double simulated_us = 0;   // span of the loop in the schedule (summed over instances)
+  double ideal_us = 0;       // t_gemm + (N-1) max(t_gemm, t_comm) (summed over instances)
+  double ratio = 0;          // simulated / ideal
+};
+
+// One span on one stream (Chrome trace "X" event).
+struct TraceEvent {
+  std::string name;      // instruction name
+  std::string category;  // "gemm", "memory", "collective"
+  int32_t stream = 0;    // index into SimResult::stream_names
+  double start_us = 0, duration_us = 0;
+};
+
+struct SimResult {
+  double total_us = 0;         // makespan of the entry computation
+  double compute_us = 0;       // sum of compute kernel times at full speed (GEMMs + memory ops)
+  double gemm_us = 0;          // the GEMM part of compute_us
+  double comm_us = 0;          // sum of collective times
+  double exposed_comm_us = 0;  // wall time with communication running and no compute running
+  int64_t num_tasks = 0;       // instructions executed (after loop expansion)
+  std::vector<WindowedLoopReport> loops;
+  std::vector<std::string> stream_names;  // "compute", "compute:queue3", "comm"
+  std::vector<TraceEvent> trace;          // when SimOptions::record_trace
+  std::vector<std::string> warnings;      // assumptions made (unknown trip counts, ...)
+  SystemSpec system;                      // the values used (options applied)
+};
+
+// Simulates one partition of `module` on `system` with `options` applied.
+// InvalidArgument for a module the model cannot interpret (e.g. a while with no trip count is
+// assumed to run once, with a warning, rather than failing); ResourceExhausted when loop
+// expansion exceeds options.max_tasks.
+absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSpec& system,
+                                         const SimOptions& options);
+
+// ---- Cost functions (exposed for tests and for other tools) ----
+// GEMM time in microseconds for batch x [m,k] x [k,n] with operands of type `t`.
+double GemmTimeUs(const SystemSpec& s, PrimitiveType t, int64_t batch, int64_t m, int64_t n,
+                  int64_t k);
+// Time of a memory-bound kernel moving `bytes` (read + written), microseconds.
+double MemoryTimeUs(const SystemSpec& s, double bytes);
+// Ring collective time in microseconds. `bytes` is the full (gathered / unreduced) data for
+// all-gather, reduce-scatter and all-reduce, the operand for all-to-all and collective-permute;
+// `group_size` is N.
+double CollectiveTimeUs(const SystemSpec& s, HloOpcode op, double bytes, int64_t group_size);
+// Trip count of a while loop (known_trip_count in backend_config, or the condition's
+// compare(gte(param, i), constant) with constant init and add-by-constant step); nullopt if
+// unknown.
+std::optional<int64_t> WhileTripCount(const HloInstruction& while_instr);
+
+// ---- Output ----
+std::string SimResultToText(const SimResult& r);
+std::string SimResultToJson(const SimResult& r);  // fields include total_us, compute_us, ...
+// Chrome trace event format (JSON object with "traceEvents"), one track (tid) per stream.
+std::string SimResultToChromeTrace(const SimResult& r);
+
+}  // namespace weave::sim
