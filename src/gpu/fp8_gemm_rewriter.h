@@ -1,0 +1,61 @@
+// fp8-gemm-rewriter: XLA's GPU GemmRewriter, FP8 part (../shared/specs/fp8-gemm-rewrite.md).
+//
+// Rewrites `dot(a', b')`, where each operand is dequant(fp8), an unscaled convert(fp8), or FP8
+// read directly, with movable ops in between (passes/fp8_operand.h), into the cuBLASLt FP8 GEMM
+// custom call
+//
+//   call = (D, [f32[] amax], s8[W]) custom-call(a, b, a_scale, b_scale, [d_scale]),
+//          custom_call_target="__cublas$lt$matmul$f8", backend_config={GpuBackendConfig JSON}
+//   result = get-tuple-element(call), index=0  [-> slice back from padding] [-> reshape]
+//
+// - a, b: the FP8 values with the movable ops re-created on them in FP8; then canonicalised to
+//   [batch?, M, K] and [batch?, N, K] ("TN": K is the minor-most matrix dim of both; an FP8
+//   transpose is inserted and the contracting dim updated where needed; several free, contracting
+//   or batch dims are collapsed by an FP8 transpose+reshape as XLA's DotDecomposer would), then
+//   M, N and K padded at the high edge with FP8 zeros to multiples of 16.
+// - a_scale, b_scale: f32 scalars: the dequantization's scale (a divide's scale becomes
+//   divide(1, s) in s's type), converted to f32 when needed; a missing scale is f32 constant 1.
+// - W: 33554432 bytes of workspace for compute capability >= 9.0, 4194304 below.
+// - Output folds, matched on the dot's users before anything is built: alpha
+//   (multiply by broadcast(constant)), FP8 output (convert_fp8(clamp(-max, X, max)) with
+//   X = D, D / broadcast(d) or D * broadcast(d); d_scale = 1/d (in d's type), d, or 1, as f32)
+//   and amax (reduce(abs(D)) with a maximum body and an init <= 0, becoming get-tuple-element 1
+//   with damax_output=true; only together with the FP8 output fold, as in XLA). Unlike XLA,
+//   padding does not block these folds: the slice is applied to the folded result.
+//
+// Options (PassOptions): `gpu-compute-capability` (default 9.0; below 8.9 nothing is rewritten
+// and each FP8 dot gets a remark).
+// Constraints (each failure is a remark on the dot): operand types E4M3FN or E5M2 but not
+// E5M2 x E5M2; scalar scales; dot output bf16/f16/f32; no matrix-vector dot; batch product
+// <= 65535; batch dims the same count on both sides.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "passes/pass.h"
+
+namespace weave {
+
+class Fp8GemmRewriter : public HloPass {
+ public:
+  // compute_capability: CUDA compute capability as major.minor (8.9 = Ada, 9.0 = Hopper).
+  explicit Fp8GemmRewriter(double compute_capability = 9.0)
+      : compute_capability_(compute_capability) {}
+  std::string_view name() const override { return "fp8-gemm-rewriter"; }
+  // Rewrites every matching dot in every computation (entry and while bodies alike). Returns
+  // whether anything changed. Errors only on internal inconsistencies (e.g. a malformed module
+  // whose dot operand ranks disagree with its dimension numbers).
+  absl::StatusOr<bool> Run(HloModule* module) override;
+
+ private:
+  double compute_capability_;
+};
+
+// The custom-call target of an FP8 cuBLASLt GEMM.
+inline constexpr std::string_view kCublasLtMatmulF8Target = "__cublas$lt$matmul$f8";
+
+// Workspace bytes XLA reserves for a cuBLASLt GEMM on the given compute capability.
+int64_t CublasWorkspaceBytes(double compute_capability);
+
+}  // namespace weave

@@ -1,0 +1,265 @@
+#include "passes/dot_merger.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "analysis/dequantize.h"
+#include "passes/fp8_operand.h"
+
+namespace weave {
+namespace {
+
+// XLA's canonical dot: batch dims are 0..nb-1 on both sides, one contracting dim per side and
+// operands of rank nb+2.
+bool IsCanonicalDot(const HloInstruction* dot) {
+  if (dot->opcode() != HloOpcode::kDot || dot->operand_count() != 2 || !dot->shape().IsArray()) {
+    return false;
+  }
+  const DotDims& d = dot->dot_dims;
+  const int64_t nb = static_cast<int64_t>(d.lhs_batch.size());
+  if (static_cast<int64_t>(d.rhs_batch.size()) != nb || d.lhs_contracting.size() != 1 ||
+      d.rhs_contracting.size() != 1) {
+    return false;
+  }
+  auto is_iota = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != static_cast<int64_t>(i)) return false;
+    }
+    return true;
+  };
+  return is_iota(d.lhs_batch) && is_iota(d.rhs_batch) && dot->operand(0)->shape().rank() == nb + 2 &&
+         dot->operand(1)->shape().rank() == nb + 2;
+}
+
+int64_t DotBytes(const HloInstruction* dot) {
+  int64_t bytes = dot->shape().ByteSize();
+  for (const HloInstruction* op : dot->operands()) bytes += op->shape().ByteSize();
+  return bytes;
+}
+
+// Computations reachable from `comp` through called computations (including itself).
+void CollectCalled(const HloComputation* comp, std::unordered_set<const HloComputation*>* seen) {
+  if (!seen->insert(comp).second) return;
+  for (const HloInstruction* i : comp->instructions()) {
+    for (const HloComputation* c : i->called_computations()) CollectCalled(c, seen);
+  }
+}
+
+// A windowed einsum loop: a while whose body (or what it calls) holds a collective-permute and a
+// dot.
+bool IsWindowedLoop(const HloInstruction* w) {
+  if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2) return false;
+  std::unordered_set<const HloComputation*> comps;
+  CollectCalled(w->while_body(), &comps);
+  bool permute = false, dot = false;
+  for (const HloComputation* c : comps) {
+    for (const HloInstruction* i : c->instructions()) {
+      permute |= i->opcode() == HloOpcode::kCollectivePermute ||
+                 i->opcode() == HloOpcode::kCollectivePermuteStart;
+      dot |= i->opcode() == HloOpcode::kDot || i->opcode() == HloOpcode::kCustomCall;
+    }
+  }
+  return permute && dot;
+}
+
+// If `operand` reads (through movable ops and a dequantization) a get-tuple-element of a windowed
+// loop, returns that get-tuple-element.
+const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
+  HloInstruction* cur = operand;
+  for (int guard = 0; guard < 64 && cur != nullptr; ++guard) {
+    if (cur->opcode() == HloOpcode::kGetTupleElement && cur->operand_count() == 1 &&
+        IsWindowedLoop(cur->operand(0))) {
+      return cur;
+    }
+    if (std::optional<DequantMatch> dq = MatchDequantize(cur)) {
+      cur = dq->q;
+    } else if ((IsMovableFp8Op(cur->opcode()) || cur->opcode() == HloOpcode::kConvert) &&
+               cur->operand_count() >= 1) {
+      cur = cur->opcode() == HloOpcode::kSelect ? cur->operand(1) : cur->operand(0);
+    } else {
+      break;
+    }
+  }
+  return nullptr;
+}
+
+// Why this dot must not be merged (empty: it may be).
+std::string GuardReason(HloInstruction* dot) {
+  for (int64_t i = 0; i < 2; ++i) {
+    HloInstruction* op = dot->operand(i);
+    if (ReachesFp8(op)) {
+      return absl::StrCat("operand ", i, " '", op->name(),
+                          "' derives from FP8: left for fp8-gemm-rewriter");
+    }
+    if (const HloInstruction* gte = ReadsWindowedLoop(op)) {
+      return absl::StrCat("operand ", i, " '", op->name(), "' reads windowed loop '",
+                          gte->operand(0)->name(), "' (element ", gte->tuple_index, ")");
+    }
+  }
+  return "";
+}
+
+// True when `target` is reachable from `from` through operands / control predecessors.
+bool DependsOn(const HloInstruction* from, const HloInstruction* target) {
+  std::vector<const HloInstruction*> work = {from};
+  std::unordered_set<const HloInstruction*> seen;
+  while (!work.empty()) {
+    const HloInstruction* i = work.back();
+    work.pop_back();
+    if (i == target) return true;
+    if (!seen.insert(i).second) continue;
+    for (const HloInstruction* op : i->operands()) work.push_back(op);
+    for (const HloInstruction* op : i->control_predecessors) work.push_back(op);
+  }
+  return false;
+}
+
+// Why a and b (canonical, sharing operand `side`) cannot be merged (empty: they can).
+std::string Mismatch(const HloInstruction* a, const HloInstruction* b, int64_t side) {
+  if (a->operand(0)->shape().element_type != b->operand(0)->shape().element_type ||
+      a->operand(1)->shape().element_type != b->operand(1)->shape().element_type ||
+      a->shape().element_type != b->shape().element_type) {
+    return "element types differ";
+  }
+  if (!(a->dot_dims == b->dot_dims)) return "dimension numbers differ";
+  if (a->operand_precision != b->operand_precision) return "operand precisions differ";
+  if (a->GetRawAttribute("algorithm") || b->GetRawAttribute("algorithm")) {
+    return "a dot has an algorithm attribute";
+  }
+  const Shape& oa = a->operand(1 - side)->shape();
+  const Shape& ob = b->operand(1 - side)->shape();
+  const int64_t nb = static_cast<int64_t>(a->dot_dims.lhs_batch.size());
+  const int64_t k = side == 0 ? a->dot_dims.rhs_contracting[0] : a->dot_dims.lhs_contracting[0];
+  const int64_t outer = k == nb ? nb + 1 : nb;
+  for (int64_t d = 0; d < oa.rank(); ++d) {
+    if (d != outer && oa.dims[static_cast<size_t>(d)] != ob.dims[static_cast<size_t>(d)]) {
+      return "the other operands differ in a dim other than the free one";
+    }
+  }
+  if (oa.MinorToMajor() != ob.MinorToMajor()) return "the other operands have different layouts";
+  return "";
+}
+
+// Merges a and b (sharing operand `side`); returns the merged dot.
+HloInstruction* Merge(HloComputation* comp, HloInstruction* a, HloInstruction* b, int64_t side) {
+  const int64_t nb = static_cast<int64_t>(a->dot_dims.lhs_batch.size());
+  const int64_t k = side == 0 ? a->dot_dims.rhs_contracting[0] : a->dot_dims.lhs_contracting[0];
+  const int64_t outer = k == nb ? nb + 1 : nb;
+  HloInstruction* oa = a->operand(1 - side);
+  HloInstruction* ob = b->operand(1 - side);
+  Shape cs = oa->shape();
+  cs.dims[static_cast<size_t>(outer)] += ob->shape().dims[static_cast<size_t>(outer)];
+  HloInstruction* concat = comp->AddInstruction(HloOpcode::kConcatenate, cs, {oa, ob},
+                                                a->name() + ".merge_operands");
+  concat->dimensions = {outer};
+  concat->has_dimensions_attr = true;
+  // Output dims are [batch..., lhs free, rhs free].
+  const int64_t rank = a->shape().rank();
+  const int64_t slice_dim = side == 0 ? rank - 1 : rank - 2;
+  Shape ms = a->shape();
+  ms.dims[static_cast<size_t>(slice_dim)] += b->shape().dims[static_cast<size_t>(slice_dim)];
+  std::vector<HloInstruction*> ops = {a->operand(0), a->operand(1)};
+  ops[static_cast<size_t>(1 - side)] = concat;
+  auto clone = a->CloneWithNewOperands(ms, ops, ".merged");
+  clone->backend_config.clear();  // queue assignments of a do not hold for the merged dot
+  HloInstruction* merged = comp->AddInstruction(std::move(clone));
+  int64_t start = 0;
+  for (HloInstruction* d : {a, b}) {
+    HloInstruction* sl = comp->AddInstruction(HloOpcode::kSlice, d->shape(), {merged},
+                                              d->name() + ".from_merged");
+    for (int64_t i = 0; i < rank; ++i) {
+      SliceDim sd{0, ms.dims[static_cast<size_t>(i)], 1};
+      if (i == slice_dim) sd = SliceDim{start, start + d->shape().dims[static_cast<size_t>(i)], 1};
+      sl->slice.push_back(sd);
+    }
+    start += d->shape().dims[static_cast<size_t>(slice_dim)];
+    (void)d->ReplaceAllUsesWith(sl);
+  }
+  return merged;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
+  bool changed = false;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    // operand (side) -> canonical dots using it on that side, in creation order.
+    std::map<std::pair<int64_t, int64_t>, std::vector<HloInstruction*>> groups;
+    std::map<int64_t, HloInstruction*> by_id;
+    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
+      if (!IsCanonicalDot(i) || !i->control_predecessors.empty()) continue;
+      for (int64_t side = 0; side < 2; ++side) {
+        groups[{i->operand(side)->unique_id(), side}].push_back(i);
+      }
+    }
+    std::unordered_set<HloInstruction*> dead;
+    std::map<HloInstruction*, std::string> refused;  // remark once per dot
+    for (auto& [key, dots] : groups) {
+      if (dots.size() < 2) continue;
+      const int64_t side = key.second;
+      std::sort(dots.begin(), dots.end(), [](const HloInstruction* x, const HloInstruction* y) {
+        return x->unique_id() < y->unique_id();
+      });
+      // Guard and size first, one remark per refused dot.
+      for (HloInstruction*& d : dots) {
+        std::string reason = GuardReason(d);
+        if (reason.empty() && DotBytes(d) > threshold_bytes_) {
+          reason = absl::StrCat(DotBytes(d), " bytes exceed --dot-merger-threshold-mb (",
+                                threshold_bytes_, " bytes)");
+        }
+        if (!reason.empty()) {
+          if (refused.emplace(d, reason).second) AddRemark(d->name(), false, "not merged: " + reason);
+          d = nullptr;
+        }
+      }
+      for (size_t i = 0; i < dots.size(); ++i) {
+        for (size_t j = i + 1; j < dots.size(); ++j) {
+          HloInstruction* a = dots[i];
+          HloInstruction* b = dots[j];
+          if (a == nullptr || b == nullptr || dead.count(a) || dead.count(b)) continue;
+          if (DotBytes(a) > threshold_bytes_) continue;  // a merged dot grew past the limit
+          std::string why = Mismatch(a, b, side);
+          if (why.empty() && (DependsOn(a, b) || DependsOn(b, a))) why = "one depends on the other";
+          if (!why.empty()) {
+            AddRemark(b->name(), false, absl::StrCat("not merged with '", a->name(), "': ", why));
+            continue;
+          }
+          HloInstruction* merged = Merge(comp, a, b, side);
+          AddRemark(a->name(), true,
+                    absl::StrCat("merged with '", b->name(), "' into '", merged->name(),
+                                 "' (shared ", side == 0 ? "lhs" : "rhs", " '",
+                                 merged->operand(side)->name(), "')"));
+          dead.insert(a);
+          dead.insert(b);
+          dots[i] = merged;
+          dots[j] = nullptr;
+          changed = true;
+        }
+      }
+    }
+    for (HloInstruction* d : dead) {
+      absl::Status s = comp->RemoveInstruction(d);
+      if (!s.ok()) return s;
+    }
+  }
+  return changed;
+}
+
+namespace {
+absl::StatusOr<std::unique_ptr<HloPass>> MakeDotMerger(const PassOptions& options) {
+  absl::StatusOr<double> mb = options.GetDouble("dot-merger-threshold-mb", 32);
+  if (!mb.ok()) return mb.status();
+  if (*mb < 0) return absl::InvalidArgumentError("--dot-merger-threshold-mb must be >= 0");
+  return std::unique_ptr<HloPass>(new DotMerger(static_cast<int64_t>(*mb * 1024 * 1024)));
+}
+}  // namespace
+
+WEAVE_REGISTER_PASS("dot-merger", MakeDotMerger);
+
+}  // namespace weave
