@@ -1,0 +1,553 @@
+// Per-instruction costs: GEMMs, memory-bound kernels, ring collectives; while trip counts.
+#include "sim/costs.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+
+namespace weave::sim {
+namespace internal {
+namespace {
+
+using nlohmann::json;
+
+double ArrayBytes(const Shape& s) { return static_cast<double>(s.ByteSize()); }
+
+double OperandBytes(const HloInstruction& instr) {
+  double b = 0;
+  for (const HloInstruction* op : instr.operands()) b += ArrayBytes(op->shape());
+  return b;
+}
+
+std::optional<int64_t> JsonInt(const json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_string()) {
+    int64_t out = 0;
+    if (absl::SimpleAtoi(v.get<std::string>(), &out)) return out;
+  }
+  return std::nullopt;
+}
+
+std::vector<int64_t> JsonIntList(const json& obj, const char* key) {
+  std::vector<int64_t> out;
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_array()) return out;
+  for (const json& e : *it) {
+    if (auto v = JsonInt(e)) out.push_back(*v);
+  }
+  return out;
+}
+
+int64_t Prod(const Shape& s, const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) {
+    if (d >= 0 && d < s.rank()) p *= std::max<int64_t>(s.dims[static_cast<size_t>(d)], 0);
+  }
+  return p;
+}
+
+// batch, m, n, k of a GEMM given lhs shape, result shape and dimension numbers.
+struct GemmDims {
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+};
+
+GemmDims DimsFrom(const Shape& lhs, const Shape& result, const std::vector<int64_t>& lhs_batch,
+                  const std::vector<int64_t>& lhs_contracting) {
+  GemmDims d;
+  d.batch = Prod(lhs, lhs_batch);
+  d.k = Prod(lhs, lhs_contracting);
+  d.m = 1;
+  for (int64_t i = 0; i < lhs.rank(); ++i) {
+    if (std::find(lhs_batch.begin(), lhs_batch.end(), i) != lhs_batch.end()) continue;
+    if (std::find(lhs_contracting.begin(), lhs_contracting.end(), i) != lhs_contracting.end()) {
+      continue;
+    }
+    d.m *= std::max<int64_t>(lhs.dims[static_cast<size_t>(i)], 0);
+  }
+  int64_t out = result.IsArray() ? result.ElementCount() : 0;
+  int64_t bm = d.batch * d.m;
+  d.n = bm > 0 ? out / bm : 0;
+  return d;
+}
+
+PrimitiveType WiderType(const HloInstruction& instr, int count) {
+  PrimitiveType t = PrimitiveType::BF16;
+  int width = -1;
+  for (int i = 0; i < count && i < instr.operand_count(); ++i) {
+    PrimitiveType ot = instr.operand(i)->shape().element_type;
+    if (!IsArrayType(ot)) continue;
+    if (BitWidth(ot) > width) {
+      width = BitWidth(ot);
+      t = ot;
+    }
+  }
+  return t;
+}
+
+InstrCost GemmCost(const SystemSpec& s, PrimitiveType t, const GemmDims& d) {
+  InstrCost c;
+  c.kind = CostKind::kGemm;
+  c.flops = 2.0 * static_cast<double>(d.batch) * static_cast<double>(d.m) *
+            static_cast<double>(d.n) * static_cast<double>(d.k);
+  c.us = GemmTimeUs(s, t, d.batch, d.m, d.n, d.k);
+  return c;
+}
+
+const HloInstruction* FindInComputation(const HloComputation* comp, HloOpcode op) {
+  if (comp == nullptr) return nullptr;
+  for (const HloInstruction* i : comp->instructions()) {
+    if (i->opcode() == op) return i;
+  }
+  return nullptr;
+}
+
+bool IsFreeCustomCall(std::string_view target) {
+  return target == "Sharding" || target == "SPMDFullToShardShape" ||
+         target == "SPMDShardToFullShape" || target.substr(0, 8) == "xla.sdy." ||
+         target == "MoveToHost" || target == "MoveToDevice" || target == "AllocateBuffer" ||
+         target == "LayoutConstraint";
+}
+
+}  // namespace
+
+json BackendConfig(const HloInstruction& instr) {
+  if (instr.backend_config.empty() || instr.backend_config[0] != '{') return json::value_t::discarded;
+  return json::parse(instr.backend_config, nullptr, /*allow_exceptions=*/false);
+}
+
+int64_t OperationQueueId(const json& config) {
+  if (!config.is_object()) return 0;
+  auto it = config.find("operation_queue_id");
+  if (it == config.end()) return 0;
+  return JsonInt(*it).value_or(0);
+}
+
+std::vector<int64_t> WaitOnOperationQueues(const json& config) {
+  if (!config.is_object()) return {};
+  return JsonIntList(config, "wait_on_operation_queues");
+}
+
+bool ForceEarliestSchedule(const json& config) {
+  if (!config.is_object()) return false;
+  auto it = config.find("force_earliest_schedule");
+  return it != config.end() && it->is_boolean() && it->get<bool>();
+}
+
+bool IsGemmCustomCall(const HloInstruction& instr) {
+  if (instr.opcode() != HloOpcode::kCustomCall) return false;
+  const std::string& t = instr.custom_call_target;
+  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
+}
+
+int64_t CollectiveGroupSize(const HloInstruction& instr, int64_t num_partitions,
+                            int64_t replica_count) {
+  HloOpcode op = instr.opcode();
+  if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
+    return static_cast<int64_t>(instr.source_target_pairs.size());
+  }
+  if (instr.replica_groups && !instr.replica_groups->groups.empty() &&
+      !instr.replica_groups->groups[0].empty()) {
+    return static_cast<int64_t>(instr.replica_groups->groups[0].size());
+  }
+  num_partitions = std::max<int64_t>(num_partitions, 1);
+  replica_count = std::max<int64_t>(replica_count, 1);
+  if (!instr.channel_id) return replica_count;        // cross-replica
+  if (instr.use_global_device_ids) return num_partitions * replica_count;
+  return num_partitions;                               // cross-partition
+}
+
+InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_partitions,
+                 int64_t replica_count) {
+  InstrCost c;
+  const Shape& out = instr.shape();
+  switch (instr.opcode()) {
+    case HloOpcode::kParameter:
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kCall:
+    case HloOpcode::kConditional:
+    case HloOpcode::kWhile:
+      c.kind = CostKind::kStructural;
+      return c;
+    case HloOpcode::kBitcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kOptimizationBarrier:
+    case HloOpcode::kDomain:
+    case HloOpcode::kAddDependency:
+    case HloOpcode::kAllGatherDone:
+    case HloOpcode::kAllReduceDone:
+    case HloOpcode::kCollectivePermuteDone:
+    case HloOpcode::kAsyncUpdate:
+    case HloOpcode::kAsyncDone:
+    case HloOpcode::kCopyDone:
+    case HloOpcode::kSendDone:
+    case HloOpcode::kRecvDone:
+      c.kind = CostKind::kPassThrough;
+      return c;
+    case HloOpcode::kConstant:
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kGetDimensionSize:
+    case HloOpcode::kRngGetAndUpdateState:
+      c.kind = CostKind::kFree;
+      return c;
+    case HloOpcode::kDot: {
+      if (instr.operand_count() < 2) break;
+      GemmDims d = DimsFrom(instr.operand(0)->shape(), out, instr.dot_dims.lhs_batch,
+                            instr.dot_dims.lhs_contracting);
+      return GemmCost(s, WiderType(instr, 2), d);
+    }
+    case HloOpcode::kCustomCall: {
+      if (IsGemmCustomCall(instr) && instr.operand_count() >= 2) {
+        const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0]
+                                                                         : out;
+        const Shape& lhs = instr.operand(0)->shape();
+        std::vector<int64_t> batch, contracting;
+        json cfg = BackendConfig(instr);
+        bool found = false;
+        if (cfg.is_object()) {
+          auto g = cfg.find("gemm_backend_config");
+          if (g != cfg.end() && g->is_object()) {
+            auto dn = g->find("dot_dimension_numbers");
+            if (dn != g->end() && dn->is_object()) {
+              batch = JsonIntList(*dn, "lhs_batch_dimensions");
+              contracting = JsonIntList(*dn, "lhs_contracting_dimensions");
+              found = true;
+            }
+          }
+        }
+        if (!found && lhs.rank() > 0) contracting = {lhs.rank() - 1};
+        GemmDims d = DimsFrom(lhs, result, batch, contracting);
+        PrimitiveType t = instr.custom_call_target == "__cublas$lt$matmul$f8"
+                              ? PrimitiveType::F8E4M3FN
+                              : WiderType(instr, 2);
+        return GemmCost(s, t, d);
+      }
+      if (IsFreeCustomCall(instr.custom_call_target)) {
+        c.kind = CostKind::kPassThrough;
+        return c;
+      }
+      break;
+    }
+    case HloOpcode::kFusion: {
+      const HloComputation* fused =
+          instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
+      c.kind = CostKind::kMemory;
+      c.bytes = OperandBytes(instr) + ArrayBytes(out);
+      c.us = MemoryTimeUs(s, c.bytes);
+      if (const HloInstruction* dot = FindInComputation(fused, HloOpcode::kDot)) {
+        InstrCost g = CostOf(*dot, s, num_partitions, replica_count);
+        g.us = std::max(g.us, c.us);
+        g.bytes = c.bytes;
+        return g;
+      }
+      return c;
+    }
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllGatherStart:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllReduceStart:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kRaggedAllToAll:
+    case HloOpcode::kCollectivePermute:
+    case HloOpcode::kCollectivePermuteStart:
+    case HloOpcode::kCollectiveBroadcast:
+    case HloOpcode::kSend:
+    case HloOpcode::kRecv: {
+      c.kind = CostKind::kComm;
+      HloOpcode op = instr.opcode();
+      int64_t n = CollectiveGroupSize(instr, num_partitions, replica_count);
+      double bytes = 0;
+      switch (op) {
+        case HloOpcode::kAllGather:
+        case HloOpcode::kAllGatherStart:
+          bytes = OperandBytes(instr) * static_cast<double>(n);  // the gathered data
+          break;
+        case HloOpcode::kCollectivePermute:
+        case HloOpcode::kCollectivePermuteStart:
+          bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
+          if (n == 0) bytes = 0;  // no pairs: nothing moves
+          n = std::max<int64_t>(n, 2);
+          break;
+        case HloOpcode::kSend:
+          bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
+          n = 2;
+          break;
+        case HloOpcode::kRecv:
+          bytes = out.IsTuple() && !out.tuple_shapes.empty() ? ArrayBytes(out.tuple_shapes[0])
+                                                             : ArrayBytes(out);
+          n = 2;
+          break;
+        default:
+          bytes = OperandBytes(instr);
+      }
+      c.bytes = bytes;
+      c.group = n;
+      HloOpcode base = op;
+      if (op == HloOpcode::kAllGatherStart) base = HloOpcode::kAllGather;
+      if (op == HloOpcode::kAllReduceStart) base = HloOpcode::kAllReduce;
+      if (op == HloOpcode::kCollectivePermuteStart || op == HloOpcode::kSend ||
+          op == HloOpcode::kRecv) {
+        base = HloOpcode::kCollectivePermute;
+      }
+      if (op == HloOpcode::kRaggedAllToAll) base = HloOpcode::kAllToAll;
+      if (!instr.async_sugar.empty() && instr.async_sugar == "reduce-scatter") {
+        base = HloOpcode::kReduceScatter;
+      }
+      if (!instr.async_sugar.empty() && instr.async_sugar == "all-to-all") {
+        base = HloOpcode::kAllToAll;
+      }
+      c.us = bytes > 0 ? CollectiveTimeUs(s, base, bytes, n) : 0;
+      return c;
+    }
+    case HloOpcode::kAsyncStart: {
+      // Sugared form (`reduce-scatter-start`): cost the wrapped collective on this instruction.
+      if (!instr.async_sugar.empty()) {
+        std::optional<HloOpcode> base = ParseHloOpcode(instr.async_sugar);
+        if (base && IsCollective(*base)) {
+          c.kind = CostKind::kComm;
+          c.group = CollectiveGroupSize(instr, num_partitions, replica_count);
+          c.bytes = OperandBytes(instr);
+          if (*base == HloOpcode::kAllGather) c.bytes *= static_cast<double>(c.group);
+          c.us = CollectiveTimeUs(s, *base, c.bytes, c.group);
+          return c;
+        }
+      }
+      // async-start calls={wrapped}: the wrapped computation's cost (its collective, or the sum
+      // of its kernels).
+      const HloComputation* wrapped =
+          instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
+      if (wrapped == nullptr) break;
+      InstrCost total;
+      total.kind = CostKind::kMemory;
+      for (const HloInstruction* i : wrapped->instructions()) {
+        InstrCost ic = CostOf(*i, s, num_partitions, replica_count);
+        if (ic.kind == CostKind::kComm) return ic;
+        if (ic.kind == CostKind::kGemm) total.kind = CostKind::kGemm;
+        total.us += ic.us;
+        total.flops += ic.flops;
+        total.bytes += ic.bytes;
+      }
+      return total;
+    }
+    case HloOpcode::kDynamicUpdateSlice:
+      c.kind = CostKind::kMemory;  // in place: read and write the update
+      c.bytes = instr.operand_count() > 1 ? 2 * ArrayBytes(instr.operand(1)->shape()) : 0;
+      c.us = MemoryTimeUs(s, c.bytes);
+      return c;
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kSlice:
+    case HloOpcode::kGather:
+      c.kind = CostKind::kMemory;
+      c.bytes = 2 * ArrayBytes(out);
+      c.us = MemoryTimeUs(s, c.bytes);
+      return c;
+    case HloOpcode::kIota:
+      c.kind = CostKind::kMemory;
+      c.bytes = ArrayBytes(out);
+      c.us = MemoryTimeUs(s, c.bytes);
+      return c;
+    default:
+      break;
+  }
+  // Every other kernel: bytes of its operands and result over HBM.
+  c.kind = CostKind::kMemory;
+  c.bytes = OperandBytes(instr) + (out.IsArray() ? ArrayBytes(out) : 0);
+  if (out.IsTuple()) {
+    for (const Shape& e : out.tuple_shapes) c.bytes += ArrayBytes(e);
+  }
+  c.us = MemoryTimeUs(s, c.bytes);
+  return c;
+}
+
+}  // namespace internal
+
+double GemmTimeUs(const SystemSpec& s, PrimitiveType t, int64_t batch, int64_t m, int64_t n,
+                  int64_t k) {
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) *
+                 static_cast<double>(n) * static_cast<double>(k);
+  double rate = s.MatmulTflops(t) * 1e6 * s.gemm.efficiency;  // FLOP per microsecond
+  if (!(rate > 0)) return 0;
+  if (!s.gemm.tiled) return flops / rate;
+  // Tile padding: a dim smaller than the tile uses a tile rounded up to 16 (the MMA granule).
+  auto tile = [](int64_t dim, int64_t t) {
+    int64_t r = (dim + 15) / 16 * 16;
+    return std::max<int64_t>(1, std::min(t, r));
+  };
+  int64_t tm = tile(m, s.gemm.tile_m), tn = tile(n, s.gemm.tile_n), tk = tile(k, s.gemm.tile_k);
+  double mt = std::ceil(static_cast<double>(m) / static_cast<double>(tm));
+  double nt = std::ceil(static_cast<double>(n) / static_cast<double>(tn));
+  double kt = std::ceil(static_cast<double>(k) / static_cast<double>(tk));
+  double padded = mt * static_cast<double>(tm) * nt * static_cast<double>(tn) * kt *
+                  static_cast<double>(tk);
+  double pad_eff = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                   padded;
+  // Work units (output tile x k-block) spread over the SMs in whole waves.
+  double units = static_cast<double>(batch) * mt * nt * kt;
+  double sms = static_cast<double>(s.sm_count);
+  double waves = std::ceil(units / sms);
+  double wave_eff = units / (waves * sms);
+  return flops / (rate * pad_eff * wave_eff) + s.gemm.overhead_us;
+}
+
+double MemoryTimeUs(const SystemSpec& s, double bytes) {
+  if (!(s.hbm_gbps > 0) || bytes <= 0) return 0;
+  return bytes / (s.hbm_gbps * 1e3);  // GB/s = 1e3 bytes per microsecond
+}
+
+double CollectiveTimeUs(const SystemSpec& s, HloOpcode op, double bytes, int64_t n) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double bw = s.link_gbps * 1e3 * s.link_efficiency;  // bytes per microsecond
+  double nn = static_cast<double>(n);
+  double frac = (nn - 1) / nn;
+  switch (op) {
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllGatherStart:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kRaggedAllToAll:
+    case HloOpcode::kCollectiveBroadcast:
+      return frac * bytes / bw + (nn - 1) * s.latency_us;
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllReduceStart:
+      return 2 * frac * bytes / bw + 2 * (nn - 1) * s.latency_us;
+    default:  // collective-permute, send/recv: one transfer, one step
+      return bytes / bw + s.latency_us;
+  }
+}
+
+namespace {
+
+// Follows copies / converts.
+const HloInstruction* Strip(const HloInstruction* i) {
+  while (i != nullptr && (i->opcode() == HloOpcode::kCopy || i->opcode() == HloOpcode::kConvert ||
+                          i->opcode() == HloOpcode::kBitcast) &&
+         i->operand_count() == 1) {
+    i = i->operand(0);
+  }
+  return i;
+}
+
+std::optional<int64_t> ScalarConstant(const HloInstruction* i) {
+  i = Strip(i);
+  if (i == nullptr || i->opcode() != HloOpcode::kConstant || !i->literal ||
+      !i->literal->IsScalar() || i->literal->elided) {
+    return std::nullopt;
+  }
+  return i->literal->GetAsInt(0);
+}
+
+// Index of the tuple element `i` is read from: gte(parameter(0), index).
+std::optional<int64_t> ParamIndex(const HloInstruction* i) {
+  i = Strip(i);
+  if (i == nullptr || i->opcode() != HloOpcode::kGetTupleElement || i->operand_count() != 1) {
+    return std::nullopt;
+  }
+  const HloInstruction* p = i->operand(0);
+  if (p->opcode() != HloOpcode::kParameter) return std::nullopt;
+  return i->tuple_index;
+}
+
+}  // namespace
+
+std::optional<int64_t> WhileTripCount(const HloInstruction& w) {
+  if (w.opcode() != HloOpcode::kWhile || w.called_computations().size() < 2) return std::nullopt;
+  nlohmann::json cfg = internal::BackendConfig(w);
+  if (cfg.is_object()) {
+    auto it = cfg.find("known_trip_count");
+    if (it != cfg.end() && it->is_object()) {
+      auto n = it->find("n");
+      if (n != it->end()) {
+        if (auto v = internal::JsonInt(*n); v && *v >= 0) return *v;
+      }
+    }
+  }
+  const HloComputation* cond = w.while_condition();
+  const HloComputation* body = w.while_body();
+  if (cond == nullptr || body == nullptr || cond->root() == nullptr || body->root() == nullptr) {
+    return std::nullopt;
+  }
+  const HloInstruction* cmp = cond->root();
+  if (cmp->opcode() != HloOpcode::kCompare || cmp->operand_count() != 2 ||
+      !cmp->comparison_direction) {
+    return std::nullopt;
+  }
+  ComparisonDirection dir = *cmp->comparison_direction;
+  std::optional<int64_t> idx = ParamIndex(cmp->operand(0));
+  std::optional<int64_t> limit = ScalarConstant(cmp->operand(1));
+  if (!idx || !limit) {
+    // constant on the left: mirror the direction.
+    idx = ParamIndex(cmp->operand(1));
+    limit = ScalarConstant(cmp->operand(0));
+    if (!idx || !limit) return std::nullopt;
+    switch (dir) {
+      case ComparisonDirection::kLt: dir = ComparisonDirection::kGt; break;
+      case ComparisonDirection::kLe: dir = ComparisonDirection::kGe; break;
+      case ComparisonDirection::kGt: dir = ComparisonDirection::kLt; break;
+      case ComparisonDirection::kGe: dir = ComparisonDirection::kLe; break;
+      default: break;
+    }
+  }
+  // Initial value: element idx of the while's operand tuple.
+  if (w.operand_count() != 1) return std::nullopt;
+  const HloInstruction* init = Strip(w.operand(0));
+  if (init == nullptr || init->opcode() != HloOpcode::kTuple || *idx < 0 ||
+      *idx >= init->operand_count()) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> start = ScalarConstant(init->operand(*idx));
+  if (!start) return std::nullopt;
+  // Step: the body's root tuple element idx = add(...add(gte(param, idx), c1)..., c2).
+  const HloInstruction* root = body->root();
+  if (root->opcode() != HloOpcode::kTuple || *idx >= root->operand_count()) return std::nullopt;
+  const HloInstruction* cur = Strip(root->operand(*idx));
+  int64_t step = 0;
+  for (int guard = 0; guard < 64 && cur != nullptr; ++guard) {
+    if (auto p = ParamIndex(cur); p && *p == *idx) break;
+    if ((cur->opcode() == HloOpcode::kAdd || cur->opcode() == HloOpcode::kSubtract) &&
+        cur->operand_count() == 2) {
+      int sign = cur->opcode() == HloOpcode::kAdd ? 1 : -1;
+      if (auto c = ScalarConstant(cur->operand(1))) {
+        step += sign * *c;
+        cur = Strip(cur->operand(0));
+        continue;
+      }
+      if (auto c = ScalarConstant(cur->operand(0)); c && sign == 1) {
+        step += *c;
+        cur = Strip(cur->operand(1));
+        continue;
+      }
+    }
+    return std::nullopt;
+  }
+  if (cur == nullptr || ParamIndex(cur) != idx || step == 0) return std::nullopt;
+  int64_t s0 = *start, c = *limit;
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };  // a >= 0, b > 0
+  switch (dir) {
+    case ComparisonDirection::kLt:
+      if (step < 0) return std::nullopt;
+      return c <= s0 ? 0 : ceil_div(c - s0, step);
+    case ComparisonDirection::kLe:
+      if (step < 0) return std::nullopt;
+      return c < s0 ? 0 : (c - s0) / step + 1;
+    case ComparisonDirection::kGt:
+      if (step > 0) return std::nullopt;
+      return s0 <= c ? 0 : ceil_div(s0 - c, -step);
+    case ComparisonDirection::kGe:
+      if (step > 0) return std::nullopt;
+      return s0 < c ? 0 : (s0 - c) / (-step) + 1;
+    case ComparisonDirection::kNe:
+      if ((c - s0) % step != 0 || (c - s0) / step < 0) return std::nullopt;
+      return (c - s0) / step;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace weave::sim

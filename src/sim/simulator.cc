@@ -1,0 +1,656 @@
+// The performance model's engine: expands the module into a graph of kernels (loops unrolled
+// trip-count times, calls inlined, conditionals reduced to their costlier branch), then runs a
+// list scheduler with fluid rates over the streams (see simulator.h).
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <memory>
+#include <queue>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sim/costs.h"
+
+namespace weave::sim {
+namespace {
+
+using internal::CostKind;
+using internal::InstrCost;
+
+constexpr int32_t kMainStream = 0;
+constexpr int32_t kCommStream = 1;
+
+// The producers a value depends on. A leaf is produced by one kernel (`task`, -1 = available at
+// time 0); a tuple holds one value per element; a join (not a tuple, elems set) depends on all
+// of its elems and on `task`.
+struct ValueNode;
+using Value = std::shared_ptr<const ValueNode>;
+struct ValueNode {
+  int32_t task = -1;
+  bool tuple = false;
+  std::vector<Value> elems;
+};
+
+struct Task {
+  const HloInstruction* instr = nullptr;
+  double work = 0;  // microseconds at full speed
+  CostKind kind = CostKind::kMemory;
+  int32_t stream = 0;
+  bool force_earliest = false;
+  uint32_t dep_begin = 0, dep_count = 0;
+};
+
+// Static per-instruction information, computed once.
+struct InstrInfo {
+  InstrCost cost;
+  int64_t queue = 0;
+  std::vector<int64_t> waits;
+  bool force_earliest = false;
+};
+
+struct LoopInstance {
+  const HloInstruction* loop = nullptr;
+  int64_t trips = 0;
+  int32_t begin = 0, end = 0;  // task range
+};
+
+class Expander {
+ public:
+  Expander(const HloModule& m, const SystemSpec& s, const SimOptions& o)
+      : module_(m), sys_(s), opts_(o) {
+    stream_names_ = {"compute", "comm"};
+    last_on_stream_ = {-1, -1};
+    ready_ = std::make_shared<ValueNode>();
+  }
+
+  absl::StatusOr<Value> Run() {
+    const HloComputation* entry = module_.entry();
+    if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
+    std::vector<Value> args(static_cast<size_t>(entry->num_parameters()), ready_);
+    return Expand(entry, args);
+  }
+
+  std::vector<Task> tasks;
+  std::vector<int32_t> deps;
+  std::vector<LoopInstance> loops;
+  std::vector<std::string> warnings;
+  const std::vector<std::string>& stream_names() const { return stream_names_; }
+
+  bool IsWindowedBody(const HloComputation* comp) {
+    auto [gemm, permute] = Contents(comp);
+    return gemm && permute;
+  }
+
+ private:
+  const InstrInfo& Info(const HloInstruction* instr) {
+    auto it = info_.find(instr);
+    if (it != info_.end()) return it->second;
+    InstrInfo info;
+    info.cost = internal::CostOf(*instr, sys_, module_.num_partitions, module_.replica_count);
+    nlohmann::json cfg = internal::BackendConfig(*instr);
+    info.queue = internal::OperationQueueId(cfg);
+    info.waits = internal::WaitOnOperationQueues(cfg);
+    info.force_earliest = internal::ForceEarliestSchedule(cfg);
+    return info_.emplace(instr, std::move(info)).first->second;
+  }
+
+  const std::vector<HloInstruction*>& PostOrder(const HloComputation* comp) {
+    auto it = post_order_.find(comp);
+    if (it != post_order_.end()) return it->second;
+    return post_order_.emplace(comp, comp->MakeInstructionPostOrder()).first->second;
+  }
+
+  int32_t StreamForQueue(int64_t queue) {
+    if (queue == 0) return kMainStream;
+    auto it = queue_stream_.find(queue);
+    if (it != queue_stream_.end()) return it->second;
+    int32_t id = static_cast<int32_t>(stream_names_.size());
+    stream_names_.push_back(absl::StrCat("compute:queue", queue));
+    last_on_stream_.push_back(-1);
+    queue_stream_[queue] = id;
+    return id;
+  }
+
+  std::optional<int64_t> TripCount(const HloInstruction* w) {
+    auto it = trips_.find(w);
+    if (it != trips_.end()) return it->second;
+    std::optional<int64_t> t = WhileTripCount(*w);
+    trips_[w] = t;
+    return t;
+  }
+
+  // (has GEMM, has collective-permute), through callees.
+  std::pair<bool, bool> Contents(const HloComputation* comp) {
+    auto it = contents_.find(comp);
+    if (it != contents_.end()) return it->second;
+    contents_[comp] = {false, false};  // cycle guard
+    bool gemm = false, permute = false;
+    for (const HloInstruction* i : comp->instructions()) {
+      HloOpcode op = i->opcode();
+      if (op == HloOpcode::kDot || internal::IsGemmCustomCall(*i)) gemm = true;
+      if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
+        permute = true;
+      }
+      if (op == HloOpcode::kFusion) {
+        if (Info(i).cost.kind == CostKind::kGemm) gemm = true;
+        continue;
+      }
+      for (const HloComputation* c : i->called_computations()) {
+        if (c == nullptr) continue;
+        auto [g, p] = Contents(c);
+        gemm |= g;
+        permute |= p;
+      }
+    }
+    contents_[comp] = {gemm, permute};
+    return {gemm, permute};
+  }
+
+  // Estimated cost (sum of kernel times) and kernel count of one execution of `comp`.
+  std::pair<double, double> Estimate(const HloComputation* comp) {
+    auto it = estimate_.find(comp);
+    if (it != estimate_.end()) return it->second;
+    estimate_[comp] = {0, 0};  // cycle guard
+    double us = 0, count = 0;
+    for (const HloInstruction* i : comp->instructions()) {
+      switch (i->opcode()) {
+        case HloOpcode::kCall:
+          if (!i->called_computations().empty() && i->to_apply() != nullptr) {
+            auto [u, c] = Estimate(i->to_apply());
+            us += u;
+            count += c;
+          }
+          break;
+        case HloOpcode::kConditional: {
+          double best = 0, best_count = 0;
+          for (const HloComputation* b : i->called_computations()) {
+            if (b == nullptr) continue;
+            auto [u, c] = Estimate(b);
+            if (u > best) best = u;
+            best_count = std::max(best_count, c);
+          }
+          us += best;
+          count += best_count;
+          break;
+        }
+        case HloOpcode::kWhile: {
+          if (i->called_computations().size() < 2 || i->while_body() == nullptr) break;
+          double trips = static_cast<double>(TripCount(i).value_or(1));
+          auto [u, c] = Estimate(i->while_body());
+          us += trips * u;
+          count += trips * c;
+          break;
+        }
+        default: {
+          const InstrInfo& info = Info(i);
+          if (info.cost.kind == CostKind::kGemm || info.cost.kind == CostKind::kMemory ||
+              info.cost.kind == CostKind::kComm) {
+            us += info.cost.us;
+            count += 1;
+          }
+        }
+      }
+    }
+    estimate_[comp] = {us, count};
+    return {us, count};
+  }
+
+  Value Leaf(int32_t task) {
+    auto n = std::make_shared<ValueNode>();
+    n->task = task;
+    return n;
+  }
+
+  Value Join(std::vector<Value> parts) {
+    parts.erase(std::remove_if(parts.begin(), parts.end(),
+                               [&](const Value& v) { return v == nullptr || v == ready_; }),
+                parts.end());
+    if (parts.empty()) return ready_;
+    if (parts.size() == 1) return parts[0];
+    auto n = std::make_shared<ValueNode>();
+    n->elems = std::move(parts);
+    return n;
+  }
+
+  void CollectLeaves(const Value& v, std::vector<int32_t>* out) {
+    if (v == nullptr) return;
+    if (v->task >= 0) out->push_back(v->task);
+    for (const Value& e : v->elems) CollectLeaves(e, out);
+  }
+
+  absl::StatusOr<Value> Expand(const HloComputation* comp, const std::vector<Value>& args) {
+    if (active_.contains(comp)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("computation ", comp->name(), " calls itself: cannot simulate"));
+    }
+    active_.insert(comp);
+    absl::StatusOr<Value> r = ExpandBody(comp, args);
+    active_.erase(comp);
+    return r;
+  }
+
+  absl::StatusOr<Value> ExpandBody(const HloComputation* comp, const std::vector<Value>& args) {
+    absl::flat_hash_map<const HloInstruction*, Value> vals;
+    vals.reserve(static_cast<size_t>(comp->instruction_count()));
+    auto get = [&](const HloInstruction* op) -> Value {
+      auto it = vals.find(op);
+      return it == vals.end() ? ready_ : it->second;
+    };
+    auto operand_values = [&](const HloInstruction* i) {
+      std::vector<Value> v;
+      v.reserve(i->operands().size());
+      for (const HloInstruction* op : i->operands()) v.push_back(get(op));
+      return v;
+    };
+    for (const HloInstruction* instr : PostOrder(comp)) {
+      Value v;
+      switch (instr->opcode()) {
+        case HloOpcode::kParameter: {
+          int64_t n = instr->parameter_number;
+          v = n >= 0 && n < static_cast<int64_t>(args.size()) ? args[static_cast<size_t>(n)]
+                                                              : ready_;
+          break;
+        }
+        case HloOpcode::kGetTupleElement: {
+          Value t = instr->operand_count() > 0 ? get(instr->operand(0)) : ready_;
+          int64_t idx = instr->tuple_index;
+          v = t->tuple && idx >= 0 && idx < static_cast<int64_t>(t->elems.size())
+                  ? t->elems[static_cast<size_t>(idx)]
+                  : t;
+          break;
+        }
+        case HloOpcode::kTuple: {
+          auto n = std::make_shared<ValueNode>();
+          n->tuple = true;
+          n->elems = operand_values(instr);
+          v = n;
+          break;
+        }
+        case HloOpcode::kCall: {
+          if (instr->called_computations().empty() || instr->to_apply() == nullptr) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("call ", instr->name(), " has no computation"));
+          }
+          auto r = Expand(instr->to_apply(), operand_values(instr));
+          if (!r.ok()) return r.status();
+          v = *r;
+          break;
+        }
+        case HloOpcode::kConditional: {
+          const auto& branches = instr->called_computations();
+          if (branches.empty() || instr->operand_count() != static_cast<int64_t>(branches.size()) + 1) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "conditional ", instr->name(), ": expected one operand per branch plus the "
+                "selector"));
+          }
+          size_t best = 0;
+          double best_us = -1;
+          for (size_t b = 0; b < branches.size(); ++b) {
+            double us = branches[b] == nullptr ? 0 : Estimate(branches[b]).first;
+            if (us > best_us) {
+              best_us = us;
+              best = b;
+            }
+          }
+          if (branches[best] == nullptr) {
+            v = ready_;
+            break;
+          }
+          Value arg = get(instr->operand(static_cast<int64_t>(best) + 1));
+          Value pred = get(instr->operand(0));
+          if (!arg->tuple) arg = Join({pred, arg});
+          auto r = Expand(branches[best], {arg});
+          if (!r.ok()) return r.status();
+          v = *r;
+          break;
+        }
+        case HloOpcode::kWhile: {
+          if (instr->called_computations().size() < 2 || instr->while_body() == nullptr ||
+              instr->operand_count() != 1) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("while ", instr->name(), ": needs one operand, condition and body"));
+          }
+          std::optional<int64_t> trips = TripCount(instr);
+          if (!trips) {
+            if (!warned_.contains(instr)) {
+              warned_.insert(instr);
+              warnings.push_back(absl::StrCat(
+                  "while ", instr->name(),
+                  ": trip count unknown (no known_trip_count, condition not a counter "
+                  "compare); assumed 1"));
+            }
+            trips = 1;
+          }
+          double per_iter = Estimate(instr->while_body()).second;
+          double total = static_cast<double>(tasks.size()) + per_iter * static_cast<double>(*trips);
+          if (total > static_cast<double>(opts_.max_tasks)) {
+            return absl::ResourceExhaustedError(absl::StrFormat(
+                "while %s: %d iterations of %g kernels exceed the simulation limit of %d "
+                "kernels",
+                instr->name(), *trips, per_iter, opts_.max_tasks));
+          }
+          LoopInstance inst;
+          inst.loop = instr;
+          inst.trips = *trips;
+          inst.begin = static_cast<int32_t>(tasks.size());
+          Value state = get(instr->operand(0));
+          for (int64_t t = 0; t < *trips; ++t) {
+            auto r = Expand(instr->while_body(), {state});
+            if (!r.ok()) return r.status();
+            state = *r;
+          }
+          inst.end = static_cast<int32_t>(tasks.size());
+          if (IsWindowedBody(instr->while_body())) loops.push_back(inst);
+          v = state;
+          break;
+        }
+        default: {
+          const InstrInfo& info = Info(instr);
+          switch (info.cost.kind) {
+            case CostKind::kPassThrough:
+              if (instr->operand_count() == 0) {
+                v = ready_;
+              } else if (instr->operand_count() == 1 ||
+                         instr->opcode() == HloOpcode::kOptimizationBarrier) {
+                v = get(instr->operand(0));
+              } else {
+                v = Join(operand_values(instr));
+              }
+              break;
+            case CostKind::kFree:
+            case CostKind::kStructural:
+              v = Join(operand_values(instr));
+              break;
+            default: {
+              if (!(info.cost.us > 0)) {
+                v = Join(operand_values(instr));
+                break;
+              }
+              if (static_cast<int64_t>(tasks.size()) >= opts_.max_tasks) {
+                return absl::ResourceExhaustedError(absl::StrFormat(
+                    "module expands to more than %d kernels", opts_.max_tasks));
+              }
+              Task task;
+              task.instr = instr;
+              task.work = info.cost.us;
+              task.kind = info.cost.kind;
+              task.stream = info.cost.kind == CostKind::kComm ? kCommStream
+                                                              : StreamForQueue(info.queue);
+              task.force_earliest = info.force_earliest;
+              scratch_.clear();
+              for (const HloInstruction* op : instr->operands()) CollectLeaves(get(op), &scratch_);
+              for (int64_t q : info.waits) {
+                if (q == 0) {
+                  if (last_on_stream_[kMainStream] >= 0) {
+                    scratch_.push_back(last_on_stream_[kMainStream]);
+                  }
+                  continue;
+                }
+                auto it = queue_stream_.find(q);
+                if (it != queue_stream_.end() &&
+                    last_on_stream_[static_cast<size_t>(it->second)] >= 0) {
+                  scratch_.push_back(last_on_stream_[static_cast<size_t>(it->second)]);
+                }
+              }
+              std::sort(scratch_.begin(), scratch_.end());
+              scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
+              task.dep_begin = static_cast<uint32_t>(deps.size());
+              task.dep_count = static_cast<uint32_t>(scratch_.size());
+              deps.insert(deps.end(), scratch_.begin(), scratch_.end());
+              int32_t id = static_cast<int32_t>(tasks.size());
+              last_on_stream_[static_cast<size_t>(task.stream)] = id;
+              tasks.push_back(task);
+              v = Leaf(id);
+            }
+          }
+        }
+      }
+      vals[instr] = v;
+    }
+    if (comp->root() == nullptr) return ready_;
+    return get(comp->root());
+  }
+
+  const HloModule& module_;
+  const SystemSpec& sys_;
+  const SimOptions& opts_;
+  Value ready_;
+  std::vector<std::string> stream_names_;
+  std::vector<int32_t> last_on_stream_;
+  absl::flat_hash_map<int64_t, int32_t> queue_stream_;
+  absl::flat_hash_map<const HloInstruction*, InstrInfo> info_;
+  absl::flat_hash_map<const HloComputation*, std::vector<HloInstruction*>> post_order_;
+  absl::flat_hash_map<const HloInstruction*, std::optional<int64_t>> trips_;
+  absl::flat_hash_map<const HloComputation*, std::pair<bool, bool>> contents_;
+  absl::flat_hash_map<const HloComputation*, std::pair<double, double>> estimate_;
+  absl::flat_hash_set<const HloComputation*> active_;
+  absl::flat_hash_set<const HloInstruction*> warned_;
+  std::vector<int32_t> scratch_;
+};
+
+struct Schedule {
+  std::vector<double> start, end;
+  double makespan = 0;
+  double exposed_comm = 0;
+};
+
+// List scheduler with fluid rates. Each stream runs one kernel at a time, picking among its ready
+// kernels the force_earliest ones first, then program order. Compute kernels running at the same
+// time share the GPU equally; while a collective runs they slow down by (1 + contention).
+absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
+                                     const std::vector<int32_t>& deps, size_t num_streams,
+                                     double contention) {
+  const size_t n = tasks.size();
+  Schedule sch;
+  sch.start.assign(n, 0);
+  sch.end.assign(n, 0);
+  // Users in CSR form.
+  std::vector<uint32_t> user_begin(n + 1, 0);
+  for (const Task& t : tasks) {
+    for (uint32_t d = 0; d < t.dep_count; ++d) ++user_begin[static_cast<size_t>(deps[t.dep_begin + d]) + 1];
+  }
+  for (size_t i = 0; i < n; ++i) user_begin[i + 1] += user_begin[i];
+  std::vector<int32_t> users(user_begin[n]);
+  {
+    std::vector<uint32_t> fill(user_begin.begin(), user_begin.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      const Task& t = tasks[i];
+      for (uint32_t d = 0; d < t.dep_count; ++d) {
+        users[fill[static_cast<size_t>(deps[t.dep_begin + d])]++] = static_cast<int32_t>(i);
+      }
+    }
+  }
+  std::vector<uint32_t> pending(n);
+  for (size_t i = 0; i < n; ++i) pending[i] = tasks[i].dep_count;
+
+  using Key = std::pair<int, int32_t>;  // (0 if force_earliest else 1, task id): smallest first
+  std::vector<std::priority_queue<Key, std::vector<Key>, std::greater<Key>>> queues(num_streams);
+  std::vector<int32_t> running(num_streams, -1);
+  std::vector<double> remaining(n, 0);
+  std::vector<int32_t> active;  // streams with a running kernel
+  std::vector<int32_t> dirty;   // streams that may be able to start a kernel
+  std::vector<char> is_dirty(num_streams, 0);
+  auto mark = [&](int32_t s) {
+    if (!is_dirty[static_cast<size_t>(s)]) {
+      is_dirty[static_cast<size_t>(s)] = 1;
+      dirty.push_back(s);
+    }
+  };
+  auto make_ready = [&](int32_t t) {
+    const Task& task = tasks[static_cast<size_t>(t)];
+    queues[static_cast<size_t>(task.stream)].push({task.force_earliest ? 0 : 1, t});
+    mark(task.stream);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (pending[i] == 0) make_ready(static_cast<int32_t>(i));
+  }
+  double now = 0;
+  size_t finished = 0;
+  std::vector<int32_t> done;
+  while (finished < n) {
+    for (int32_t s : dirty) {
+      is_dirty[static_cast<size_t>(s)] = 0;
+      auto& q = queues[static_cast<size_t>(s)];
+      if (running[static_cast<size_t>(s)] >= 0 || q.empty()) continue;
+      int32_t t = q.top().second;
+      q.pop();
+      running[static_cast<size_t>(s)] = t;
+      remaining[static_cast<size_t>(t)] = tasks[static_cast<size_t>(t)].work;
+      sch.start[static_cast<size_t>(t)] = now;
+      active.push_back(s);
+    }
+    dirty.clear();
+    if (active.empty()) {
+      return absl::InternalError(absl::StrFormat(
+          "scheduler stalled with %d of %d kernels unfinished (dependency cycle?)", n - finished,
+          n));
+    }
+    int compute = 0;
+    bool comm = false;
+    for (int32_t s : active) {
+      if (tasks[static_cast<size_t>(running[static_cast<size_t>(s)])].kind == CostKind::kComm) {
+        comm = true;
+      } else {
+        ++compute;
+      }
+    }
+    double compute_rate = compute > 0 ? 1.0 / compute / (comm ? 1.0 + contention : 1.0) : 0;
+    auto rate_of = [&](int32_t t) {
+      return tasks[static_cast<size_t>(t)].kind == CostKind::kComm ? 1.0 : compute_rate;
+    };
+    double dt = -1;
+    for (int32_t s : active) {
+      int32_t t = running[static_cast<size_t>(s)];
+      double d = remaining[static_cast<size_t>(t)] / rate_of(t);
+      if (dt < 0 || d < dt) dt = d;
+    }
+    if (comm && compute == 0) sch.exposed_comm += dt;
+    now += dt;
+    done.clear();
+    for (size_t a = 0; a < active.size();) {
+      int32_t s = active[a];
+      int32_t t = running[static_cast<size_t>(s)];
+      double& rem = remaining[static_cast<size_t>(t)];
+      rem -= rate_of(t) * dt;
+      if (rem <= 1e-9 * std::max(1.0, tasks[static_cast<size_t>(t)].work)) {
+        done.push_back(t);
+        running[static_cast<size_t>(s)] = -1;
+        mark(s);
+        active[a] = active.back();
+        active.pop_back();
+      } else {
+        ++a;
+      }
+    }
+    for (int32_t t : done) {
+      sch.end[static_cast<size_t>(t)] = now;
+      ++finished;
+      for (uint32_t u = user_begin[static_cast<size_t>(t)]; u < user_begin[static_cast<size_t>(t) + 1]; ++u) {
+        int32_t user = users[u];
+        if (--pending[static_cast<size_t>(user)] == 0) make_ready(user);
+      }
+    }
+  }
+  sch.makespan = now;
+  return sch;
+}
+
+const char* Category(CostKind k) {
+  switch (k) {
+    case CostKind::kGemm: return "gemm";
+    case CostKind::kComm: return "collective";
+    default: return "memory";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSpec& system,
+                                         const SimOptions& options) {
+  absl::StatusOr<SystemSpec> applied = ApplySimOptions(system, options);
+  if (!applied.ok()) return applied.status();
+  SimResult r;
+  r.system = *applied;
+  Expander ex(module, r.system, options);
+  absl::StatusOr<Value> root = ex.Run();
+  if (!root.ok()) return root.status();
+  absl::StatusOr<Schedule> sch =
+      RunSchedule(ex.tasks, ex.deps, ex.stream_names().size(), r.system.contention);
+  if (!sch.ok()) return sch.status();
+  r.total_us = sch->makespan;
+  r.exposed_comm_us = sch->exposed_comm;
+  r.num_tasks = static_cast<int64_t>(ex.tasks.size());
+  r.stream_names = ex.stream_names();
+  r.warnings = ex.warnings;
+  for (const Task& t : ex.tasks) {
+    if (t.kind == CostKind::kComm) {
+      r.comm_us += t.work;
+    } else {
+      r.compute_us += t.work;
+      if (t.kind == CostKind::kGemm) r.gemm_us += t.work;
+    }
+  }
+  if (options.record_trace) {
+    r.trace.reserve(ex.tasks.size());
+    for (size_t i = 0; i < ex.tasks.size(); ++i) {
+      const Task& t = ex.tasks[i];
+      TraceEvent e;
+      e.name = t.instr->name();
+      e.category = Category(t.kind);
+      e.stream = t.stream;
+      e.start_us = sch->start[i];
+      e.duration_us = sch->end[i] - sch->start[i];
+      r.trace.push_back(std::move(e));
+    }
+  }
+  // Windowed loops, aggregated per while instruction in first-seen order.
+  absl::flat_hash_map<const HloInstruction*, size_t> index;
+  for (const LoopInstance& inst : ex.loops) {
+    double first = -1, last = 0, gemm = 0, permute = 0;
+    int64_t permutes = 0, ring = 0;
+    for (int32_t i = inst.begin; i < inst.end; ++i) {
+      const Task& t = ex.tasks[static_cast<size_t>(i)];
+      if (first < 0 || sch->start[static_cast<size_t>(i)] < first) first = sch->start[static_cast<size_t>(i)];
+      last = std::max(last, sch->end[static_cast<size_t>(i)]);
+      if (t.kind == CostKind::kGemm) gemm += t.work;
+      HloOpcode op = t.instr->opcode();
+      if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
+        permute += t.work;
+        ++permutes;
+        if (ring == 0) ring = static_cast<int64_t>(t.instr->source_target_pairs.size());
+      }
+    }
+    if (ring == 0) ring = std::max<int64_t>(module.num_partitions, 1);
+    double nn = static_cast<double>(ring);
+    double t_gemm = gemm / nn;
+    double t_comm = permutes > 0 ? permute / static_cast<double>(permutes) : 0;
+    double ideal = t_gemm + (nn - 1) * std::max(t_gemm, t_comm);
+    double simulated = first < 0 ? 0 : last - first;
+    auto it = index.find(inst.loop);
+    if (it == index.end()) {
+      WindowedLoopReport rep;
+      rep.name = inst.loop->name();
+      rep.body = inst.loop->while_body()->name();
+      rep.trip_count = inst.trips;
+      rep.ring_size = ring;
+      rep.num_permutes = permutes;
+      rep.t_gemm_us = t_gemm;
+      rep.t_comm_us = t_comm;
+      index[inst.loop] = r.loops.size();
+      r.loops.push_back(rep);
+      it = index.find(inst.loop);
+    }
+    WindowedLoopReport& rep = r.loops[it->second];
+    rep.instances += 1;
+    rep.simulated_us += simulated;
+    rep.ideal_us += ideal;
+  }
+  for (WindowedLoopReport& rep : r.loops) {
+    rep.ratio = rep.ideal_us > 0 ? rep.simulated_us / rep.ideal_us : 0;
+  }
+  return r;
+}
+
+}  // namespace weave::sim
