@@ -406,8 +406,8 @@ class Parser {
           if (!ParseInt(&d, "a dimension size")) return false;
           if (d < 0) return Error(dpos, Cat("negative dimension size ", d));
         }
-        if (dyn && s->dynamic.empty()) s->dynamic.assign(s->dims.size(), false);
-        if (!s->dynamic.empty()) s->dynamic.push_back(dyn);
+        if (dyn && s->dynamic.size() < s->dims.size()) s->dynamic.assign(s->dims.size(), false);
+        if (dyn || !s->dynamic.empty()) s->dynamic.push_back(dyn);
         s->dims.push_back(d);
       } while (Consume(','));
       if (!Expect(']')) return false;
@@ -483,15 +483,17 @@ class Parser {
   }
 
   bool ParseHeaderAttributes() {
+    small_names_.clear();
     while (Consume(',')) {
       SkipWs();
       size_t apos = pos_;
       std::string_view name;
       if (!ParseIdent(&name, "a module attribute name")) return false;
       if (!Expect('=')) return false;
-      for (const auto& [k, v] : module_->header_attributes) {
-        if (k == name) return Error(apos, Cat("duplicate module attribute '", name, "'"));
+      for (std::string_view seen : small_names_) {
+        if (seen == name) return Error(apos, Cat("duplicate module attribute '", name, "'"));
       }
+      small_names_.push_back(name);
       if (name == "is_scheduled") {
         if (!ParseBool(&module_->is_scheduled)) return false;
       } else if (name == "num_partitions" || name == "replica_count") {

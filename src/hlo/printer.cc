@@ -157,7 +157,8 @@ std::string LiteralText(const Literal& lit) {
 }
 
 HloOpcode AttributeOpcode(const HloInstruction& instr) {
-  if (!instr.async_sugar.empty()) {
+  // Sugared `X-start` carries X's attributes; `X-update`/`X-done` carry none of their own.
+  if (!instr.async_sugar.empty() && instr.opcode() == HloOpcode::kAsyncStart) {
     if (auto op = ParseHloOpcode(instr.async_sugar)) return *op;
   }
   return instr.opcode();

@@ -1,0 +1,176 @@
+// IR mutation API on parsed modules: users, operand replacement, removal, dead code, cloning,
+// post orders and unique names.
+#include <algorithm>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hlo/parser.h"
+
+namespace weave {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kModule[] = R"(HloModule ir, num_partitions=2
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+unused {
+  ROOT u = f32[] parameter(0)
+}
+ENTRY main {
+  x = f32[4]{0} parameter(0)
+  y = f32[4]{0} parameter(1)
+  m = f32[4]{0} multiply(x, y)
+  n = f32[4]{0} negate(m)
+  dead = f32[4]{0} abs(n)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(n, z), dimensions={0}, to_apply=sum
+}
+)";
+
+std::unique_ptr<HloModule> Parse() {
+  auto m = ParseHloModule(kModule, "ir.hlo");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? *std::move(m) : nullptr;
+}
+
+std::vector<std::string> Names(const std::vector<HloInstruction*>& v) {
+  std::vector<std::string> out;
+  for (auto* i : v) out.push_back(i->name());
+  return out;
+}
+
+TEST(IrTest, UsersAndReplaceOperand) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  HloInstruction* x = e->GetInstruction("x");
+  HloInstruction* y = e->GetInstruction("y");
+  HloInstruction* mul = e->GetInstruction("m");
+  EXPECT_THAT(x->users(), ElementsAre(mul));
+  ASSERT_TRUE(mul->ReplaceOperandWith(1, x).ok());
+  EXPECT_EQ(mul->operand(1), x);
+  EXPECT_TRUE(y->users().empty());
+  EXPECT_EQ(x->user_count(), 1);  // a user using a value twice is listed once
+  EXPECT_FALSE(mul->ReplaceOperandWith(7, x).ok());
+}
+
+TEST(IrTest, ReplaceAllUsesWithDifferentShapeAndRoot) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  HloInstruction* n = e->GetInstruction("n");
+  HloInstruction* mul = e->GetInstruction("m");
+  ASSERT_TRUE(n->ReplaceAllUsesWith(mul).ok());
+  EXPECT_TRUE(n->users().empty());
+  EXPECT_THAT(Names(mul->users()), UnorderedElementsAre("n", "dead", "r"));
+  EXPECT_FALSE(mul->ReplaceAllUsesWith(mul).ok());
+  // Root replacement.
+  HloInstruction* z = e->GetInstruction("z");
+  ASSERT_TRUE(e->root()->ReplaceAllUsesWith(z).ok());
+  EXPECT_EQ(e->root(), z);
+}
+
+TEST(IrTest, RemoveInstructionAndDeadCode) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  EXPECT_FALSE(e->RemoveInstruction(e->GetInstruction("n")).ok());  // has users
+  EXPECT_FALSE(e->RemoveInstruction(e->root()).ok());               // root
+  int64_t before = e->instruction_count();
+  EXPECT_TRUE(e->RemoveDeadCode());
+  EXPECT_EQ(e->instruction_count(), before - 1);
+  EXPECT_EQ(e->GetInstruction("dead"), nullptr);
+  EXPECT_FALSE(e->RemoveDeadCode());
+  // The module still prints and parses.
+  auto re = ParseHloModule(m->ToString(), "after-dce.hlo");
+  EXPECT_TRUE(re.ok()) << re.status().message();
+}
+
+TEST(IrTest, ReplaceInstructionRemovesDeadOperands) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  ASSERT_TRUE(e->RemoveDeadCode());
+  HloInstruction* x = e->GetInstruction("x");
+  ASSERT_TRUE(e->ReplaceInstruction(e->GetInstruction("n"), x).ok());
+  EXPECT_EQ(e->GetInstruction("n"), nullptr);
+  EXPECT_EQ(e->GetInstruction("m"), nullptr);  // only used by n
+  EXPECT_EQ(e->root()->operand(0), x);
+  EXPECT_NE(e->GetInstruction("y"), nullptr);  // parameters stay
+}
+
+TEST(IrTest, CloneWithNewOperandsAndUniqueNames) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  HloInstruction* r = e->root();
+  Shape s2(PrimitiveType::F32, {});
+  auto clone = r->CloneWithNewOperands(s2, {e->GetInstruction("m"), e->GetInstruction("z")});
+  EXPECT_EQ(clone->opcode(), HloOpcode::kReduce);
+  EXPECT_EQ(clone->dimensions, r->dimensions);
+  EXPECT_EQ(clone->to_apply(), r->to_apply());
+  HloInstruction* added = e->AddInstruction(std::move(clone));
+  EXPECT_NE(added->name(), r->name());  // made unique
+  EXPECT_NE(added->unique_id(), r->unique_id());
+  EXPECT_THAT(e->GetInstruction("m")->users(), ::testing::Contains(added));
+  // Names parsed from text are reserved: new names never collide with them.
+  std::string fresh = m->UniqueName("x");
+  EXPECT_NE(fresh, "x");
+  EXPECT_EQ(m->UniqueName("brand_new"), "brand_new");
+}
+
+TEST(IrTest, PostOrdersAndUnusedComputations) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  auto order = e->MakeInstructionPostOrder();
+  auto pos = [&](std::string_view n) {
+    return std::find_if(order.begin(), order.end(),
+                        [&](HloInstruction* i) { return i->name() == n; }) -
+           order.begin();
+  };
+  EXPECT_LT(pos("x"), pos("m"));
+  EXPECT_LT(pos("m"), pos("n"));
+  EXPECT_LT(pos("n"), pos("r"));
+  auto comps = m->MakeComputationPostOrder();
+  ASSERT_FALSE(comps.empty());
+  EXPECT_EQ(comps.back(), e);
+  EXPECT_TRUE(m->RemoveUnusedComputations());
+  EXPECT_EQ(m->GetComputation("unused"), nullptr);
+  EXPECT_NE(m->GetComputation("sum"), nullptr);
+}
+
+TEST(IrTest, ModuleCloneIsDeepAndPrintsTheSame) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  auto c = m->Clone();
+  EXPECT_EQ(c->ToString(), m->ToString());
+  EXPECT_NE(c->entry(), m->entry());
+  EXPECT_EQ(c->entry()->root()->to_apply()->parent(), c.get());
+  // Mutating the clone leaves the original alone.
+  c->entry()->GetInstruction("n")->set_name("renamed");
+  EXPECT_NE(m->entry()->GetInstruction("n"), nullptr);
+}
+
+TEST(IrTest, CloneComputationAndNextChannelId) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* sum = m->GetComputation("sum");
+  HloComputation* copy = m->CloneComputation(sum, "sum_copy");
+  EXPECT_EQ(copy->name(), "sum_copy");
+  EXPECT_EQ(copy->num_parameters(), 2);
+  EXPECT_EQ(copy->root()->opcode(), HloOpcode::kAdd);
+  EXPECT_NE(copy->root(), sum->root());
+  EXPECT_EQ(m->NextChannelId(), 1);
+  m->entry()->root()->channel_id = 9;
+  EXPECT_EQ(m->NextChannelId(), 10);
+}
+
+}  // namespace
+}  // namespace weave
