@@ -372,6 +372,14 @@ class Expander {
                 return absl::ResourceExhaustedError(absl::StrFormat(
                     "module expands to more than %d kernels", opts_.max_tasks));
               }
+              if (info.cost.kind == CostKind::kComm && info.cost.group > sys_.num_gpus &&
+                  !warned_group_) {
+                warned_group_ = true;
+                warnings.push_back(absl::StrFormat(
+                    "%s: collective over %d devices but %s has %d GPUs; every collective is "
+                    "modelled at its NVLink rate (no inter-node network)",
+                    instr->name(), info.cost.group, sys_.name, sys_.num_gpus));
+              }
               Task task;
               task.instr = instr;
               task.work = info.cost.us;
@@ -427,6 +435,7 @@ class Expander {
   absl::flat_hash_map<const HloComputation*, std::pair<double, double>> estimate_;
   absl::flat_hash_set<const HloComputation*> active_;
   absl::flat_hash_set<const HloInstruction*> warned_;
+  bool warned_group_ = false;
   std::vector<int32_t> scratch_;
 };
 

@@ -24,6 +24,7 @@ struct RingSpec {
   int64_t k = 8192;          // contracting size
   std::vector<int64_t> cols = {1024, 128, 128};  // local weight columns n_j
   bool fp8 = false;
+  int64_t loops = 1;  // WindowedAllGatherModule: independent loops (benchmarks), each its own body
 };
 
 inline std::string WireType(const RingSpec& r) { return r.fp8 ? "f8e4m3fn" : "bf16"; }
@@ -121,7 +122,11 @@ inline std::string WindowedAllGatherModule(const RingSpec& r) {
     table.push_back(absl::StrCat(s * rows));
   }
   std::string out = Header("windowed_all_gather_dots", r);
-  absl::StrAppend(&out, "windowed_dot_general_body_ag {\n  st = ", tuple_shape, " parameter(0)\n");
+  int64_t queue = 1;  // operation_queue_id, unique across the module
+  for (int64_t copy = 0; copy < r.loops; ++copy) {
+  const std::string sfx = copy == 0 ? "" : absl::StrCat(".", copy);
+  absl::StrAppend(&out, "windowed_dot_general_body_ag", sfx, " {\n  st = ", tuple_shape,
+                  " parameter(0)\n");
   absl::StrAppend(&out, "  s0 = ", state[0], " get-tuple-element(st), index=0\n");
   for (size_t j = 0; j < nw; ++j) {
     absl::StrAppend(&out, "  w", j, " = ", state[1 + j], " get-tuple-element(st), index=", 1 + j,
@@ -137,11 +142,10 @@ inline std::string WindowedAllGatherModule(const RingSpec& r) {
   absl::StrAppend(&out, "  pid = u32[] partition-id()\n  nparts = u32[] constant(", r.n, ")\n");
   absl::StrAppend(&out, "  table = s32[", r.n, "] constant({", absl::StrJoin(table, ", "), "})\n");
   absl::StrAppend(&out, "  zero = s32[] constant(0)\n");
-  int64_t queue = 1;
   for (int64_t i = 0; i < r.n; ++i) {
     if (i + 1 < r.n) {
       absl::StrAppend(&out, "  s", i + 1, " = ", state[0], " collective-permute(s", i,
-                      "), channel_id=", i + 1, ", source_target_pairs={",
+                      "), channel_id=", copy * r.n + i + 1, ", source_target_pairs={",
                       absl::StrJoin(pairs, ","),
                       "}, backend_config={\"operation_queue_id\":\"0\",\"wait_on_operation_"
                       "queues\":[],\"force_earliest_schedule\":true}\n");
@@ -183,36 +187,42 @@ inline std::string WindowedAllGatherModule(const RingSpec& r) {
   root.push_back("k1");
   absl::StrAppend(&out, "  ROOT next = ", tuple_shape, " tuple(", absl::StrJoin(root, ", "),
                   ")\n}\n\n");
-  absl::StrAppend(&out, "windowed_dot_general_cond_ag {\n  cst = ", tuple_shape,
+  absl::StrAppend(&out, "windowed_dot_general_cond_ag", sfx, " {\n  cst = ", tuple_shape,
                   " parameter(0)\n  ck = u32[] get-tuple-element(cst), index=", counter,
                   "\n  trips = u32[] constant(1)\n  ROOT more = pred[] compare(ck, trips), "
                   "direction=LT\n}\n\n");
+  }
   absl::StrAppend(&out, "ENTRY main {\n", EntryParams(r, true));
   absl::StrAppend(&out, "  fz = bf16[] constant(0)\n");
+  std::vector<std::string> outs, shapes;
+  for (int64_t copy = 0; copy < r.loops; ++copy) {
+  const std::string sfx = copy == 0 ? "" : absl::StrCat(".", copy);
   std::vector<std::string> init = {"x"};
   for (size_t j = 0; j < nw; ++j) init.push_back(absl::StrCat("w", j));
   for (size_t j = 0; j < nw; ++j) {
-    absl::StrAppend(&out, "  z", j, " = ", state[1 + nw + j], " broadcast(fz), dimensions={}\n");
-    init.push_back(absl::StrCat("z", j));
+    absl::StrAppend(&out, "  z", j, sfx, " = ", state[1 + nw + j],
+                    " broadcast(fz), dimensions={}\n");
+    init.push_back(absl::StrCat("z", j, sfx));
   }
   if (r.fp8) {
     init.push_back("sa");
     init.push_back("sb");
   }
-  absl::StrAppend(&out, "  k0 = u32[] constant(0)\n");
-  init.push_back("k0");
-  absl::StrAppend(&out, "  init = ", tuple_shape, " tuple(", absl::StrJoin(init, ", "), ")\n");
-  absl::StrAppend(&out, "  loop = ", tuple_shape,
-                  " while(init), condition=windowed_dot_general_cond_ag, "
-                  "body=windowed_dot_general_body_ag, "
-                  "frontend_attributes={skip-simplify-while-loops_trip-count-one=\"true\"}, "
+  absl::StrAppend(&out, "  k0", sfx, " = u32[] constant(0)\n");
+  init.push_back(absl::StrCat("k0", sfx));
+  absl::StrAppend(&out, "  init", sfx, " = ", tuple_shape, " tuple(", absl::StrJoin(init, ", "),
+                  ")\n");
+  absl::StrAppend(&out, "  loop", sfx, " = ", tuple_shape, " while(init", sfx,
+                  "), condition=windowed_dot_general_cond_ag", sfx,
+                  ", body=windowed_dot_general_body_ag", sfx,
+                  ", frontend_attributes={skip-simplify-while-loops_trip-count-one=\"true\"}, "
                   "backend_config={\"known_trip_count\":{\"n\":\"1\"}}\n");
-  std::vector<std::string> outs, shapes;
   for (size_t j = 0; j < nw; ++j) {
-    absl::StrAppend(&out, "  y", j, " = ", state[1 + nw + j], " get-tuple-element(loop), index=",
-                    1 + nw + j, "\n");
-    outs.push_back(absl::StrCat("y", j));
+    absl::StrAppend(&out, "  y", j, sfx, " = ", state[1 + nw + j], " get-tuple-element(loop",
+                    sfx, "), index=", 1 + nw + j, "\n");
+    outs.push_back(absl::StrCat("y", j, sfx));
     shapes.push_back(state[1 + nw + j]);
+  }
   }
   absl::StrAppend(&out, "  ROOT out = (", absl::StrJoin(shapes, ", "), ") tuple(",
                   absl::StrJoin(outs, ", "), ")\n}\n");
