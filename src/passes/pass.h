@@ -101,6 +101,11 @@ class HloPassPipeline {
   void set_verify_each(bool v) { verify_each_ = v; }
   void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
   absl::StatusOr<bool> Run(HloModule* module, std::vector<PassTiming>* timings = nullptr);
+  // Creates the passes named in `names` (a comma-separated list like "dce,cse"; empty entries
+  // and surrounding spaces are ignored) from the registry with `options` and appends them.
+  // NotFound (listing the known passes) for an unknown name; factory errors are passed on.
+  absl::Status AddPassesByName(std::string_view names, const PassOptions& options);
+  int64_t pass_count() const { return static_cast<int64_t>(passes_.size()); }
 
  private:
   std::vector<std::unique_ptr<HloPass>> passes_;

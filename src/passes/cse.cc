@@ -1,0 +1,85 @@
+#include "passes/cse.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace weave {
+namespace {
+
+// A key that is equal for instructions that compute the same value; empty when not eligible.
+std::string Key(const HloInstruction* h) {
+  if (!h->control_predecessors.empty()) return "";
+  std::string key = absl::StrCat(std::string(HloOpcodeString(h->opcode())), "|",
+                                 h->shape().ToString(true), "|",
+                                 h->sharding.has_value() ? h->sharding->ToString() : "", "|");
+  switch (h->opcode()) {
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+      return key;
+    case HloOpcode::kConstant: {
+      if (!h->literal.has_value() || h->literal->elided) return "";
+      const Literal& lit = *h->literal;
+      // Exact bits: 0.0 and -0.0 differ, NaN payloads are kept apart.
+      key.append("f:");
+      for (double d : lit.f) {
+        char bytes[sizeof(double)];
+        std::memcpy(bytes, &d, sizeof(d));
+        key.append(bytes, sizeof(bytes));
+      }
+      key.append("|i:");
+      for (int64_t v : lit.i) {
+        char bytes[sizeof(int64_t)];
+        std::memcpy(bytes, &v, sizeof(v));
+        key.append(bytes, sizeof(bytes));
+      }
+      return key;
+    }
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ConstantAndIdCse::Run(HloModule* module) {
+  bool changed = false;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    std::map<std::string, HloInstruction*> first;
+    int64_t constants = 0, ids = 0;
+    const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
+    std::set<const HloInstruction*> control_sources;  // someone's control predecessor
+    for (const HloInstruction* h : order) {
+      control_sources.insert(h->control_predecessors.begin(), h->control_predecessors.end());
+    }
+    for (HloInstruction* h : order) {
+      if (control_sources.count(h)) continue;
+      const std::string key = Key(h);
+      if (key.empty()) continue;
+      auto [it, inserted] = first.emplace(key, h);
+      if (inserted) continue;
+      const bool is_constant = h->opcode() == HloOpcode::kConstant;
+      if (absl::Status st = h->ReplaceAllUsesWith(it->second); !st.ok()) return st;
+      if (absl::Status st = comp->RemoveInstruction(h); !st.ok()) return st;
+      (is_constant ? constants : ids) += 1;
+    }
+    if (constants + ids > 0) {
+      changed = true;
+      AddRemark(comp->name(), true,
+                absl::StrCat("merged ", constants, " duplicate constant",
+                             constants == 1 ? "" : "s", " and ", ids,
+                             " duplicate partition-id/replica-id"));
+    }
+  }
+  return changed;
+}
+
+WEAVE_REGISTER_PASS("cse", [](const PassOptions&) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+  return std::make_unique<ConstantAndIdCse>();
+});
+
+}  // namespace weave

@@ -1,0 +1,18 @@
+// "cse": common subexpression elimination of leaf instructions within each computation, the part
+// of XLA's HloCSE the windowed einsum rewrites need: identical constants (same shape including
+// layout, same exact values bit for bit, not elided `{...}` constants) and partition-id /
+// replica-id instructions are merged into the first one in post order. Instructions with control
+// dependencies or differing shardings are left alone. One remark per computation.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace weave {
+
+class ConstantAndIdCse : public HloPass {
+ public:
+  std::string_view name() const override { return "cse"; }
+  absl::StatusOr<bool> Run(HloModule* module) override;
+};
+
+}  // namespace weave
