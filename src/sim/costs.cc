@@ -93,6 +93,7 @@ InstrCost GemmCost(const SystemSpec& s, PrimitiveType t, const GemmDims& d) {
   c.flops = 2.0 * static_cast<double>(d.batch) * static_cast<double>(d.m) *
             static_cast<double>(d.n) * static_cast<double>(d.k);
   c.us = GemmTimeUs(s, t, d.batch, d.m, d.n, d.k);
+  c.fp8 = IsFp8(t);
   return c;
 }
 

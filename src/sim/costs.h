@@ -28,6 +28,7 @@ struct InstrCost {
   double flops = 0;   // GEMMs
   double bytes = 0;   // memory ops: bytes read + written; collectives: bytes counted
   int64_t group = 0;  // collectives: N
+  bool fp8 = false;   // GEMMs with FP8 operands
 };
 
 // The backend_config JSON of an instruction (a discarded value when absent or not JSON).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <queue>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -197,6 +198,25 @@ class Expander {
     return {us, count};
   }
 
+  // Appends a kernel depending on `*dep_ids` (modified) and on the innermost loop gate.
+  int32_t AddTask(const HloInstruction* instr, CostKind kind, double work, int32_t stream,
+                  bool force_earliest, std::vector<int32_t>* dep_ids) {
+    if (!gates_.empty()) dep_ids->push_back(gates_.back());
+    std::sort(dep_ids->begin(), dep_ids->end());
+    dep_ids->erase(std::unique(dep_ids->begin(), dep_ids->end()), dep_ids->end());
+    Task task;
+    task.instr = instr;
+    task.work = work;
+    task.kind = kind;
+    task.stream = stream;
+    task.force_earliest = force_earliest;
+    task.dep_begin = static_cast<uint32_t>(deps.size());
+    task.dep_count = static_cast<uint32_t>(dep_ids->size());
+    deps.insert(deps.end(), dep_ids->begin(), dep_ids->end());
+    tasks.push_back(task);
+    return static_cast<int32_t>(tasks.size() - 1);
+  }
+
   Value Leaf(int32_t task) {
     auto n = std::make_shared<ValueNode>();
     n->task = task;
@@ -336,11 +356,29 @@ class Expander {
           inst.trips = *trips;
           inst.begin = static_cast<int32_t>(tasks.size());
           Value state = get(instr->operand(0));
+          // Iterations run one after the other, as XLA's while thunk does: a zero-work gate
+          // starts each iteration once the previous one has finished (the first once the
+          // initial state is ready), and every kernel of the iteration depends on it. The
+          // loop's result is a last gate after the last iteration.
+          scratch_.clear();
+          CollectLeaves(state, &scratch_);
+          int32_t gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
           for (int64_t t = 0; t < *trips; ++t) {
+            int32_t iter_begin = static_cast<int32_t>(tasks.size());
+            gates_.push_back(gate);
             auto r = Expand(instr->while_body(), {state});
+            gates_.pop_back();
             if (!r.ok()) return r.status();
             state = *r;
+            scratch_.clear();
+            CollectLeaves(state, &scratch_);
+            scratch_.push_back(gate);
+            for (int32_t i = iter_begin; i < static_cast<int32_t>(tasks.size()); ++i) {
+              scratch_.push_back(i);
+            }
+            gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
           }
+          if (*trips > 0) state = Leaf(gate);
           inst.end = static_cast<int32_t>(tasks.size());
           if (IsWindowedBody(instr->while_body())) loops.push_back(inst);
           v = state;
@@ -380,13 +418,12 @@ class Expander {
                     "modelled at its NVLink rate (no inter-node network)",
                     instr->name(), info.cost.group, sys_.name, sys_.num_gpus));
               }
-              Task task;
-              task.instr = instr;
-              task.work = info.cost.us;
-              task.kind = info.cost.kind;
-              task.stream = info.cost.kind == CostKind::kComm ? kCommStream
-                                                              : StreamForQueue(info.queue);
-              task.force_earliest = info.force_earliest;
+              if (info.cost.fp8 && !(sys_.fp8_tflops > 0) && !warned_fp8_) {
+                warned_fp8_ = true;
+                warnings.push_back(absl::StrFormat(
+                    "%s: FP8 GEMM but %s has no FP8 tensor cores; FP8 GEMMs run at the f16 rate",
+                    instr->name(), sys_.name));
+              }
               scratch_.clear();
               for (const HloInstruction* op : instr->operands()) CollectLeaves(get(op), &scratch_);
               for (int64_t q : info.waits) {
@@ -402,14 +439,11 @@ class Expander {
                   scratch_.push_back(last_on_stream_[static_cast<size_t>(it->second)]);
                 }
               }
-              std::sort(scratch_.begin(), scratch_.end());
-              scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
-              task.dep_begin = static_cast<uint32_t>(deps.size());
-              task.dep_count = static_cast<uint32_t>(scratch_.size());
-              deps.insert(deps.end(), scratch_.begin(), scratch_.end());
-              int32_t id = static_cast<int32_t>(tasks.size());
-              last_on_stream_[static_cast<size_t>(task.stream)] = id;
-              tasks.push_back(task);
+              int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream
+                                                                 : StreamForQueue(info.queue);
+              int32_t id = AddTask(instr, info.cost.kind, info.cost.us, stream,
+                                   info.force_earliest, &scratch_);
+              last_on_stream_[static_cast<size_t>(stream)] = id;
               v = Leaf(id);
             }
           }
@@ -436,7 +470,9 @@ class Expander {
   absl::flat_hash_set<const HloComputation*> active_;
   absl::flat_hash_set<const HloInstruction*> warned_;
   bool warned_group_ = false;
+  bool warned_fp8_ = false;
   std::vector<int32_t> scratch_;
+  std::vector<int32_t> gates_;  // zero-work gates of the loops being expanded, innermost last
 };
 
 struct Schedule {
@@ -446,7 +482,8 @@ struct Schedule {
 };
 
 // List scheduler with fluid rates. Each stream runs one kernel at a time, picking among its ready
-// kernels the force_earliest ones first, then program order. Compute kernels running at the same
+// kernels the force_earliest ones first, then the one with the longest path to the end (critical
+// path), then program order. Compute kernels running at the same
 // time share the GPU equally; while a collective runs they slow down by (1 + contention).
 absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
                                      const std::vector<int32_t>& deps, size_t num_streams,
@@ -474,7 +511,18 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
   std::vector<uint32_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = tasks[i].dep_count;
 
-  using Key = std::pair<int, int32_t>;  // (0 if force_earliest else 1, task id): smallest first
+  // Priority: the longest path of work from the kernel to the end of the graph (critical path
+  // first), computed backwards (dependencies always have smaller ids).
+  std::vector<double> level(n, 0);
+  for (size_t i = n; i-- > 0;) {
+    double below = 0;
+    for (uint32_t u = user_begin[i]; u < user_begin[i + 1]; ++u) {
+      below = std::max(below, level[static_cast<size_t>(users[u])]);
+    }
+    level[i] = tasks[i].work + below;
+  }
+  // (0 if force_earliest else 1, -level, task id): smallest first.
+  using Key = std::tuple<int, double, int32_t>;
   std::vector<std::priority_queue<Key, std::vector<Key>, std::greater<Key>>> queues(num_streams);
   std::vector<int32_t> running(num_streams, -1);
   std::vector<double> remaining(n, 0);
@@ -487,9 +535,15 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
       dirty.push_back(s);
     }
   };
+  std::vector<int32_t> instant;  // ready zero-work kernels: finish as soon as they are ready
   auto make_ready = [&](int32_t t) {
     const Task& task = tasks[static_cast<size_t>(t)];
-    queues[static_cast<size_t>(task.stream)].push({task.force_earliest ? 0 : 1, t});
+    if (task.kind == CostKind::kFree) {
+      instant.push_back(t);
+      return;
+    }
+    queues[static_cast<size_t>(task.stream)].push(
+        {task.force_earliest ? 0 : 1, -level[static_cast<size_t>(t)], t});
     mark(task.stream);
   };
   for (size_t i = 0; i < n; ++i) {
@@ -498,12 +552,28 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
   double now = 0;
   size_t finished = 0;
   std::vector<int32_t> done;
+  auto finish = [&](int32_t t) {
+    sch.end[static_cast<size_t>(t)] = now;
+    ++finished;
+    for (uint32_t u = user_begin[static_cast<size_t>(t)];
+         u < user_begin[static_cast<size_t>(t) + 1]; ++u) {
+      int32_t user = users[u];
+      if (--pending[static_cast<size_t>(user)] == 0) make_ready(user);
+    }
+  };
   while (finished < n) {
+    while (!instant.empty()) {
+      int32_t t = instant.back();
+      instant.pop_back();
+      sch.start[static_cast<size_t>(t)] = now;
+      finish(t);
+    }
+    if (finished == n) break;
     for (int32_t s : dirty) {
       is_dirty[static_cast<size_t>(s)] = 0;
       auto& q = queues[static_cast<size_t>(s)];
       if (running[static_cast<size_t>(s)] >= 0 || q.empty()) continue;
-      int32_t t = q.top().second;
+      int32_t t = std::get<2>(q.top());
       q.pop();
       running[static_cast<size_t>(s)] = t;
       remaining[static_cast<size_t>(t)] = tasks[static_cast<size_t>(t)].work;
@@ -553,14 +623,7 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
         ++a;
       }
     }
-    for (int32_t t : done) {
-      sch.end[static_cast<size_t>(t)] = now;
-      ++finished;
-      for (uint32_t u = user_begin[static_cast<size_t>(t)]; u < user_begin[static_cast<size_t>(t) + 1]; ++u) {
-        int32_t user = users[u];
-        if (--pending[static_cast<size_t>(user)] == 0) make_ready(user);
-      }
-    }
+    for (int32_t t : done) finish(t);
   }
   sch.makespan = now;
   return sch;
@@ -590,10 +653,12 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
   if (!sch.ok()) return sch.status();
   r.total_us = sch->makespan;
   r.exposed_comm_us = sch->exposed_comm;
-  r.num_tasks = static_cast<int64_t>(ex.tasks.size());
+  r.num_tasks = 0;
+  for (const Task& t : ex.tasks) r.num_tasks += t.kind == CostKind::kFree ? 0 : 1;
   r.stream_names = ex.stream_names();
   r.warnings = ex.warnings;
   for (const Task& t : ex.tasks) {
+    if (t.kind == CostKind::kFree) continue;
     if (t.kind == CostKind::kComm) {
       r.comm_us += t.work;
     } else {
@@ -605,6 +670,7 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
     r.trace.reserve(ex.tasks.size());
     for (size_t i = 0; i < ex.tasks.size(); ++i) {
       const Task& t = ex.tasks[i];
+      if (t.kind == CostKind::kFree) continue;
       TraceEvent e;
       e.name = t.instr->name();
       e.category = Category(t.kind);
@@ -621,7 +687,8 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
     int64_t permutes = 0, ring = 0;
     for (int32_t i = inst.begin; i < inst.end; ++i) {
       const Task& t = ex.tasks[static_cast<size_t>(i)];
-      if (first < 0 || sch->start[static_cast<size_t>(i)] < first) first = sch->start[static_cast<size_t>(i)];
+      // The loop's span starts at its gate (the first task of the range).
+      if (first < 0) first = sch->end[static_cast<size_t>(i)];
       last = std::max(last, sch->end[static_cast<size_t>(i)]);
       if (t.kind == CostKind::kGemm) gemm += t.work;
       HloOpcode op = t.instr->opcode();

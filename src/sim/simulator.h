@@ -16,8 +16,10 @@
 //  - A list scheduler runs the dependency graph on a main compute stream, one compute stream per
 //    distinct backend_config `operation_queue_id`, and one communication stream. Compute streams
 //    share the GPU (concurrent kernels split its rate); compute runs (1 + contention) times slower
-//    while communication runs. `force_earliest_schedule` collectives issue first;
-//    `wait_on_operation_queues` waits for the latest work issued on those queues.
+//    while communication runs. Each stream runs one kernel at a time; among its ready kernels
+//    `force_earliest_schedule` ones issue first, then the one on the longest remaining path
+//    (critical path), then program order. `wait_on_operation_queues` waits for the latest work
+//    issued (in program order) on those queues.
 //  - while loops are expanded trip-count times (backend_config known_trip_count, or the counter
 //    pattern of the condition), conditionals take their costlier branch, calls are inlined.
 #pragma once
