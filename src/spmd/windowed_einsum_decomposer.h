@@ -1,0 +1,74 @@
+// The windowed einsum decomposer: turns the plain collective matmuls of a partitioned module into
+// the windowed einsum (collective matmul) loops XLA's SPMD partitioner emits when windowed einsum
+// is enabled (../shared/specs/spmd-windowed-einsum.md §2-3, §6), so that the windowed einsum
+// handler and the FP8 GEMM rewriter apply to any partitioned program.
+//
+// Rewrites (N = size of the collective's partition groups, the ring):
+//  - AG: `dot(all-gather(x, dim d), w)` (the all-gather on either operand) becomes a while loop
+//    `windowed_dot_general_body_ag` / `_cond_ag` over the tuple (lhs, rhs, out, extra, u32 k)
+//    whose windowed element rotates s -> s-1 around each group with collective-permutes.
+//      * d is a non-contracting dim of the dot: each step writes its block of the output with
+//        dynamic-update-slice at the offset `table[(k + i) % N]`.
+//      * d is a contracting dim: the other (stationary) operand is dynamic-sliced on the matching
+//        contracting dim at that offset and the step adds its dot into `out`.
+//    N even: unrolled by 2 (two permutes and two dots per iteration, N/2 trips). N odd: rolled,
+//    one dot per iteration, the permute of the window guarded by a conditional
+//    (true_computation permutes, false_computation passes the last window through).
+//  - RS: `reduce-scatter(dot(x, w), dim d)`, and `dynamic-slice(all-reduce(dot(x, w)))` at
+//    offsets that select block i of dim d on the partition at group position i, become a loop
+//    `windowed_dot_general_body_rs` / `_cond_rs` in which the operands stay and the accumulator
+//    rotates. N even: two accumulators (elements 2 and 3) permuted s -> s-2, then after the loop
+//    `add(collective-permute(gte 2, s -> s+1), gte 3)`. N odd: rolled with the conditional.
+// The offset tables are s32[N] constants {0, b, 2b, ...} indexed by the in-group position i,
+// which is partition-id itself for one group {0..P-1}, else read from a u32[P] constant table
+// indexed by partition-id. source_target_pairs use global partition ids; every new collective gets
+// a fresh channel_id. Operands are carried as they are: FP8 stays FP8 on the ring, dequantized
+// operands (multiply(convert(fp8), broadcast(scale))) stay in the init tuple for the handler.
+//
+// Options (PassOptions keys; CLI `--key=value`):
+//   windowed-einsum-threshold-mib (int, default 0): only rewrite when the global bytes of the
+//     gathered operand (AG) or of the dot output (RS) are >= M * 2^20, as XLA's
+//     threshold_for_windowed_einsum_mib.
+//   windowed-einsum-max-ring (int, default 32): XLA's max_windowed_einsum_iteration; longer rings
+//     are left alone.
+//   windowed-einsum-duplicate-loops (bool, default false): several dots reading one all-gather:
+//     false gives the first in post order the loop and leaves the others (the handler's cache
+//     serves them); true gives each dot its own loop.
+// Every candidate gets a remark: converted (with the loop's name) or the reason it was not.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "hlo/ir.h"
+#include "passes/pass.h"
+
+namespace weave {
+
+struct WindowedEinsumDecomposerOptions {
+  int64_t threshold_mib = 0;   // windowed-einsum-threshold-mib
+  int64_t max_ring = 32;       // windowed-einsum-max-ring
+  bool duplicate_loops = false;  // windowed-einsum-duplicate-loops
+};
+
+// Reads the options above from `options`; InvalidArgument naming the option on a bad value
+// (non-integer, negative threshold, max ring < 1).
+absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOptions(
+    const PassOptions& options);
+
+class WindowedEinsumDecomposer : public HloPass {
+ public:
+  explicit WindowedEinsumDecomposer(WindowedEinsumDecomposerOptions options = {})
+      : options_(options) {}
+  std::string_view name() const override { return "windowed-einsum-decomposer"; }
+  // Rewrites every matching dot / reduce-scatter / all-reduce+dynamic-slice in every computation
+  // of the module (see the file comment). Returns whether anything changed. Errors only on an
+  // inconsistent module (e.g. an IR mutation failing); unsupported patterns are remarks.
+  absl::StatusOr<bool> Run(HloModule* module) override;
+
+ private:
+  WindowedEinsumDecomposerOptions options_;
+};
+
+}  // namespace weave
