@@ -1,0 +1,173 @@
+// CompareModules: run two modules on identical inputs and compare every output.
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "eval/evaluator.h"
+#include "nlohmann/json.hpp"
+
+namespace weave::eval {
+
+std::pair<double, double> DefaultTolerance(PrimitiveType t) {
+  switch (t) {
+    case PrimitiveType::F64: return {1e-9, 1e-12};
+    case PrimitiveType::F32: return {1e-4, 1e-5};
+    case PrimitiveType::BF16: return {2e-2, 1e-2};
+    case PrimitiveType::F16: return {5e-3, 1e-3};
+    case PrimitiveType::F8E4M3FN: case PrimitiveType::F8E4M3: return {1.25e-1, 1.6e-2};
+    case PrimitiveType::F8E5M2: return {2.5e-1, 3.1e-2};
+    default:
+      if (IsFloatingPoint(t)) return {2.5e-1, 3.1e-2};
+      return {0, 0};
+  }
+}
+
+namespace {
+
+OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol) {
+  OutputComparison c;
+  c.rtol = rtol;
+  c.atol = atol;
+  c.shape = a.shape.ToString(false);
+  const int64_t n = a.size();
+  c.elements = n;
+  const bool ints = a.storage() == Storage::kInt && b.storage() == Storage::kInt;
+  for (int64_t k = 0; k < n; ++k) {
+    if (ints) {
+      const int64_t x = a.i[static_cast<size_t>(k)], y = b.i[static_cast<size_t>(k)];
+      const double diff = std::fabs(static_cast<double>(x) - static_cast<double>(y));
+      c.max_abs_error = std::max(c.max_abs_error, diff);
+      const double m = std::max(std::fabs(static_cast<double>(x)), std::fabs(static_cast<double>(y)));
+      if (m > 0) c.max_rel_error = std::max(c.max_rel_error, diff / m);
+      if (diff > atol + rtol * std::fabs(static_cast<double>(x))) ++c.mismatches;
+      continue;
+    }
+    const double x = a.GetDouble(k), y = b.GetDouble(k);
+    const bool xn = std::isnan(x), yn = std::isnan(y);
+    if (xn || yn) {
+      if (xn != yn) {
+        ++c.nan_diffs;
+        ++c.mismatches;
+      }
+      continue;
+    }
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) {
+        ++c.inf_diffs;
+        ++c.mismatches;
+      }
+      continue;
+    }
+    const double diff = std::fabs(x - y);
+    c.max_abs_error = std::max(c.max_abs_error, diff);
+    const double m = std::max(std::fabs(x), std::fabs(y));
+    if (m > 0) c.max_rel_error = std::max(c.max_rel_error, diff / m);
+    if (diff > atol + rtol * std::fabs(x)) ++c.mismatches;
+  }
+  c.pass = c.mismatches == 0;
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
+                                             const CompareOptions& options, const Inputs* given) {
+  if (a.entry() == nullptr || b.entry() == nullptr) {
+    return absl::InvalidArgumentError("module without an entry computation");
+  }
+  const HloComputation* ea = a.entry();
+  const HloComputation* eb = b.entry();
+  if (ea->num_parameters() != eb->num_parameters()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module A has ", ea->num_parameters(), " entry parameters but module B has ",
+        eb->num_parameters(), ": they cannot run on the same inputs"));
+  }
+  for (int64_t i = 0; i < ea->num_parameters(); ++i) {
+    const Shape& sa = ea->parameter(i)->shape();
+    const Shape& sb = eb->parameter(i)->shape();
+    if (!sa.Compatible(sb)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry parameter ", i, " is ", sa.ToString(false), " in module A but ",
+          sb.ToString(false), " in module B: they cannot run on the same inputs"));
+    }
+  }
+  EvalOptions eo = options.eval;
+  eo.num_partitions = ResolvedNumPartitions(a, eo);
+  eo.replica_count = ResolvedReplicaCount(a, eo);
+  Inputs inputs;
+  if (given != nullptr) {
+    inputs = *given;
+  } else {
+    auto in = MakeInputs(a, eo);
+    if (!in.ok()) return in.status();
+    inputs = std::move(*in);
+  }
+  auto ra = RunModule(a, eo, &inputs);
+  if (!ra.ok()) return absl::Status(ra.status().code(), absl::StrCat("module A: ", ra.status().message()));
+  auto rb = RunModule(b, eo, &inputs);
+  if (!rb.ok()) return absl::Status(rb.status().code(), absl::StrCat("module B: ", rb.status().message()));
+  CompareReport report;
+  report.num_partitions = eo.num_partitions;
+  report.replica_count = eo.replica_count;
+  report.seed = eo.seed;
+  for (size_t d = 0; d < ra->outputs.size(); ++d) {
+    const auto& oa = ra->outputs[d];
+    const auto& ob = rb->outputs[d];
+    if (oa.size() != ob.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("module A has ", oa.size(),
+                                                     " outputs but module B has ", ob.size()));
+    }
+    for (size_t j = 0; j < oa.size(); ++j) {
+      if (!oa[j]->shape.Compatible(ob[j]->shape)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
+            ob[j]->shape.ToString(false), " in module B"));
+      }
+      auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
+      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt), options.atol.value_or(at));
+      c.output = static_cast<int64_t>(j);
+      c.device = static_cast<int64_t>(d);
+      report.pass &= c.pass;
+      report.outputs.push_back(std::move(c));
+    }
+  }
+  return report;
+}
+
+std::string CompareReport::ToString() const {
+  std::string s = absl::StrFormat("compare: %d partition(s)%s, seed %d\n", num_partitions,
+                                  replica_count > 1 ? absl::StrCat(" x ", replica_count, " replicas") : "",
+                                  seed);
+  for (const OutputComparison& c : outputs) {
+    const std::string dev = replica_count > 1 ? absl::StrCat("device ", c.device)
+                                              : absl::StrCat("partition ", c.device);
+    absl::StrAppendFormat(&s,
+                          "  output %d %s %s: max_abs_err=%.4g max_rel_err=%.4g mismatches=%d/%d "
+                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g) %s\n",
+                          c.output, dev, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
+                          c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
+                          c.pass ? "PASS" : "FAIL");
+  }
+  s += pass ? "PASS\n" : "FAIL\n";
+  return s;
+}
+
+std::string CompareReport::ToJson() const {
+  nlohmann::json j;
+  j["pass"] = pass;
+  j["num_partitions"] = num_partitions;
+  j["replica_count"] = replica_count;
+  j["seed"] = seed;
+  j["outputs"] = nlohmann::json::array();
+  for (const OutputComparison& c : outputs) {
+    j["outputs"].push_back({{"output", c.output}, {"device", c.device}, {"shape", c.shape},
+                            {"max_abs_error", c.max_abs_error}, {"max_rel_error", c.max_rel_error},
+                            {"mismatches", c.mismatches}, {"elements", c.elements},
+                            {"nan_diffs", c.nan_diffs}, {"inf_diffs", c.inf_diffs},
+                            {"rtol", c.rtol}, {"atol", c.atol}, {"pass", c.pass}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace weave::eval

@@ -1,0 +1,56 @@
+// Array kernels of the reference evaluator (internal to src/eval). Each takes operand values and
+// the result shape and returns the result; numerics per numerics.h. Errors (InvalidArgument) for
+// unsupported element types or inconsistent shapes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "eval/value.h"
+#include "hlo/ir.h"
+
+namespace weave::eval::ops {
+
+// Row-major strides of `dims` (elements).
+std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
+
+// Elementwise ops. Binary/ternary operands must have the result's dims (clamp/select also accept
+// scalar bounds/predicate).
+absl::StatusOr<Value> Unary(HloOpcode op, const Value& a, const Shape& out);
+absl::StatusOr<Value> Binary(HloOpcode op, const Value& a, const Value& b, const Shape& out);
+absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const Value& a,
+                              const Value& b, const Shape& out);
+absl::StatusOr<Value> Convert(const Value& a, const Shape& out);
+absl::StatusOr<Value> BitcastConvert(const Value& a, const Shape& out);
+absl::StatusOr<Value> Select(const Value& p, const Value& t, const Value& f, const Shape& out);
+absl::StatusOr<Value> Clamp(const Value& lo, const Value& x, const Value& hi, const Shape& out);
+// Scalar combine of two elements of type t (the reduction fast path): add, multiply, maximum,
+// minimum, and, or, xor; the result is rounded/wrapped to t.
+double CombineFloat(HloOpcode op, double a, double b, PrimitiveType t);
+int64_t CombineInt(HloOpcode op, int64_t a, int64_t b, PrimitiveType t);
+
+// Data movement.
+Value Broadcast(const Value& a, const Shape& out, const std::vector<int64_t>& dims);
+Value Transpose(const Value& a, const Shape& out, const std::vector<int64_t>& perm);
+Value Reshape(const Value& a, const Shape& out);  // row-major reinterpretation
+Value Bitcast(const Value& a, const Shape& out);  // physical (layout-aware) reinterpretation
+Value Slice(const Value& a, const Shape& out, const std::vector<SliceDim>& slice);
+// Start indices are clamped to [0, dim - size] as XLA does.
+Value DynamicSlice(const Value& a, const Shape& out, std::vector<int64_t> starts);
+Value DynamicUpdateSlice(const Value& a, const Value& update, std::vector<int64_t> starts);
+Value Pad(const Value& a, const Value& pad_value, const Shape& out,
+          const std::vector<PadDim>& padding);
+Value Concatenate(const std::vector<const Value*>& parts, const Shape& out, int64_t dim);
+Value Reverse(const Value& a, const std::vector<int64_t>& dims);
+Value Iota(const Shape& out, int64_t dim);
+// Gathers `a` into the order [kept dims..., reduced dims...] (a contiguous [O, R] matrix).
+Value MoveReducedDimsLast(const Value& a, const std::vector<int64_t>& reduced, int64_t* outer,
+                          int64_t* inner);
+// dot with XLA DotDimensionNumbers: result dims = batch, lhs free, rhs free. Floats go through
+// cblas_sgemm (f32 accumulation) or cblas_dgemm (f64), integers through int64 loops (wrapping).
+absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, const DotDims& dims);
+// A constant's literal as a value (error for elided `{...}` literals).
+absl::StatusOr<Value> FromLiteral(const Literal& lit, const Shape& shape);
+
+}  // namespace weave::eval::ops
