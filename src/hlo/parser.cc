@@ -362,7 +362,10 @@ class Parser {
   bool ParseShape(Shape* s, bool allow_layout = true) {
     SkipWs();
     size_t b = pos_;
-    if (Consume('(')) {
+    if (Peek() == '(') {
+      DepthGuard guard(this);
+      if (depth_ > kMaxNesting) return Error(b, "tuple shapes nested too deeply");
+      ++pos_;
       s->element_type = PrimitiveType::TUPLE;
       if (Consume(')')) return true;
       do {
@@ -374,6 +377,8 @@ class Parser {
     std::string_view t;
     if (!ParseIdent(&t, "a shape")) return false;
     if (t == "b" && Peek() == '(') {  // buffer shape `b(shape)`: keep the inner shape
+      DepthGuard guard(this);
+      if (depth_ > kMaxNesting) return Error(b, "shapes nested too deeply");
       ++pos_;
       if (!ParseShape(s, allow_layout)) return false;
       return Expect(')');
@@ -869,6 +874,8 @@ class Parser {
       // Nested instruction; its shape must be written.
       if (!shape) return Error(b, Cat("nested operand '", name, "(...)' needs a shape"));
       pos_ = npos;
+      DepthGuard guard(this);
+      if (depth_ > kMaxNesting) return Error(npos, "nested operands nested too deeply");
       if (!ParseInstructionBody(st, std::move(*shape), "", /*top_level=*/false, &v)) {
         return false;
       }
@@ -1398,6 +1405,16 @@ class Parser {
     auto r = std::from_chars(tok.data(), tok.data() + tok.size(), *v);
     return r.ec == std::errc() && r.ptr == tok.data() + tok.size();
   }
+
+  // Recursion depth of nested tuple shapes and nested operands (bounded so that hostile input
+  // cannot overflow the stack).
+  struct DepthGuard {
+    explicit DepthGuard(Parser* p) : p(p) { ++p->depth_; }
+    ~DepthGuard() { --p->depth_; }
+    Parser* p;
+  };
+  static constexpr int kMaxNesting = 256;
+  int depth_ = 0;
 
   std::string_view src_;
   std::string file_;

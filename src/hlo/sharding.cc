@@ -201,7 +201,7 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text);
+absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text, int depth);
 
 // Parses the inside of one non-tuple sharding `{...}` (without braces).
 absl::StatusOr<HloSharding> ParseSingle(std::string_view inner) {
@@ -291,8 +291,9 @@ absl::StatusOr<HloSharding> ParseSingle(std::string_view inner) {
 }
 
 // `text` is `{...}` including braces.
-absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text) {
+absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text, int depth) {
   text = Trim(text);
+  if (depth > 64) return Bad("tuple sharding nested too deeply", text.substr(0, 32));
   if (text.size() < 2 || text.front() != '{' || text.back() != '}') {
     return Bad("sharding must be enclosed in braces", text);
   }
@@ -312,7 +313,7 @@ absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text) {
     c.SkipWs();
     b = c.pos();
     if (!c.SkipBraces()) return Bad("malformed tuple sharding element", text);
-    auto e = ParseSingleOrTuple(inner.substr(b, c.pos() - b));
+    auto e = ParseSingleOrTuple(inner.substr(b, c.pos() - b), depth + 1);
     if (!e.ok()) return e.status();
     s.tuple.push_back(*std::move(e));
   } while (c.Consume(','));
@@ -489,7 +490,7 @@ std::string HloSharding::ToString() const {
 }
 
 absl::StatusOr<HloSharding> ParseSharding(std::string_view text) {
-  return ParseSingleOrTuple(text);
+  return ParseSingleOrTuple(text, 0);
 }
 
 }  // namespace weave
