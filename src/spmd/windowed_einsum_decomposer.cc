@@ -287,13 +287,46 @@ class Decomposer {
 
   absl::StatusOr<bool> Run() {
     bool changed = false;
+    num_partitions_ = m_->num_partitions;
+    const int64_t inferred = InferDeviceCount();
+    if (num_partitions_ <= 1 && !m_->has_num_partitions && m_->replica_count == 1 &&
+        inferred > 1) {
+      num_partitions_ = inferred;
+    }
     std::vector<HloComputation*> comps = m_->MakeComputationPostOrder();
     for (HloComputation* c : comps) {
       auto r = RunOnComputation(c);
       if (!r.ok()) return r.status();
       changed |= *r;
     }
+    if (changed && num_partitions_ != m_->num_partitions) {
+      // The loops read partition-id: the header must say how many partitions there are.
+      m_->num_partitions = num_partitions_;
+      m_->has_num_partitions = true;
+      remark_(m_->name(), true,
+              absl::StrCat("num_partitions absent from the header: ", num_partitions_,
+                           " partitions inferred from the replica groups of the module's "
+                           "use_global_device_ids collectives (replica_count=1); header set to "
+                           "num_partitions=", num_partitions_));
+    }
     return changed;
+  }
+
+  // Devices named by collectives with use_global_device_ids (max id + 1), 0 if none: dumps of
+  // partitioned programs sometimes omit num_partitions from the header.
+  int64_t InferDeviceCount() const {
+    int64_t count = 0;
+    for (HloComputation* c : m_->computations()) {
+      for (HloInstruction* i : c->instructions()) {
+        if (!IsCollective(i->opcode())) continue;
+        if (i->use_global_device_ids && i->replica_groups.has_value()) {
+          for (const auto& g : i->replica_groups->groups) {
+            for (int64_t id : g) count = std::max(count, id + 1);
+          }
+        }
+      }
+    }
+    return count;
   }
 
  private:
@@ -409,7 +442,7 @@ class Decomposer {
                           "' is not a single-operand array all-gather along one dim: unsupported");
       return std::nullopt;
     }
-    auto ring = AnalyzePartitionRing(*ag, m_->num_partitions, m_->replica_count);
+    auto ring = AnalyzePartitionRing(*ag, num_partitions_, m_->replica_count);
     if (!ring.ok()) {
       *why = std::string(ring.status().message());
       return std::nullopt;
@@ -679,7 +712,7 @@ class Decomposer {
       *why = "reduce-scatter is not an array scatter along one dim: unsupported";
       return std::nullopt;
     }
-    auto ring = AnalyzePartitionRing(*rs, m_->num_partitions, m_->replica_count);
+    auto ring = AnalyzePartitionRing(*rs, num_partitions_, m_->replica_count);
     if (!ring.ok()) {
       *why = std::string(ring.status().message());
       return std::nullopt;
@@ -703,7 +736,7 @@ class Decomposer {
       *why = absl::StrCat("all-reduce '", ar->name(), "' has users besides this dynamic-slice");
       return std::nullopt;
     }
-    auto ring = AnalyzePartitionRing(*ar, m_->num_partitions, m_->replica_count);
+    auto ring = AnalyzePartitionRing(*ar, num_partitions_, m_->replica_count);
     if (!ring.ok()) {
       *why = std::string(ring.status().message());
       return std::nullopt;
@@ -738,7 +771,7 @@ class Decomposer {
       return std::nullopt;
     }
     const int64_t b = ss.dims[static_cast<size_t>(d)];
-    for (int64_t pid = 0; pid < m_->num_partitions; ++pid) {
+    for (int64_t pid = 0; pid < num_partitions_; ++pid) {
       for (int64_t i = 0; i < fs.rank(); ++i) {
         auto val = EvaluateForPartition(ds->operand(1 + i), pid);
         int64_t want = i == d ? p.ring.index_in_group[static_cast<size_t>(pid)] * b : 0;
@@ -867,6 +900,7 @@ class Decomposer {
   WindowedEinsumDecomposerOptions o_;
   std::function<void(std::string, bool, std::string)> remark_;
   int64_t next_channel_;
+  int64_t num_partitions_ = 1;  // the header's, or inferred when the header has none
   std::string threshold_note_;
 };
 
