@@ -55,7 +55,9 @@ bool CheckMovable(HloInstruction* op, HloInstruction* from, std::string* why) {
   if (!IsMovableFp8Op(op->opcode())) {
     return fail("between the FP8 value and the dot is not a movable op");
   }
-  if (op->operand(0) != from) return fail("does not read the dequantized value as operand 0");
+  if (op->opcode() != HloOpcode::kSelect && op->operand(0) != from) {
+    return fail("does not read the dequantized value as operand 0");
+  }
   switch (op->opcode()) {
     case HloOpcode::kBitcast:
       if (op->shape().element_type != from->shape().element_type) {
