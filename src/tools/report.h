@@ -1,0 +1,178 @@
+// The report of `weave compile` / `weave demo`: what the pipeline changed in a partitioned module,
+// what it is worth in bytes on the wire and FLOPs, and why collectives were left alone.
+//
+// Vocabulary is XLA's: a *windowed loop* is a `while` whose body (with its callees) holds
+// `collective-permute`s and GEMMs (`dot` or cuBLAS custom calls), i.e. a windowed einsum /
+// collective matmul loop as XLA's SPMD partitioner emits it
+// (../shared/specs/spmd-windowed-einsum.md §2-3).
+//
+// Bytes are "bytes one partition sends over its links", counted per executed collective with
+// XLA's ring algorithms, G = size of the collective's replica group:
+//   all-gather        (G-1) x operand bytes         (each step forwards one shard)
+//   reduce-scatter    (G-1) x result bytes          ((G-1)/G of the unreduced operand)
+//   all-reduce        2 (G-1)/G x operand bytes     (reduce-scatter + all-gather)
+//   all-to-all        (G-1)/G x operand bytes       (everything except the own block)
+//   collective-permute operand bytes                (one transfer; 0 if no pair has a source)
+//   collective-broadcast (G-1)/G x operand bytes
+// Collectives inside a `while` count trip-count times (sim::WhileTripCount; unknown = 1, noted),
+// conditionals count their costlier branch, calls/fusions/async wrappers count once. The `-done`
+// halves of async pairs count nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hlo/ir.h"
+#include "nlohmann/json.hpp"
+#include "passes/pass.h"
+
+namespace weave::tools {
+
+// Totals for one module (per partition).
+struct ModuleSummary {
+  int64_t instructions = 0;       // over every computation
+  int64_t bytes_sent = 0;         // bytes one partition sends, all collectives, loops expanded
+  // bytes_sent split by collective opcode name ("all-gather", "collective-permute", ...; the
+  // -start forms are counted under their base name) and by element type name ("bf16", ...).
+  std::map<std::string, int64_t> bytes_by_collective;
+  std::map<std::string, int64_t> bytes_by_type;
+  // Static count of collective instructions by base opcode name (not loop-expanded).
+  std::map<std::string, int64_t> collectives;
+  double flops = 0;               // dot + GEMM custom-call FLOPs per partition (2*M*N*K), loops
+                                  // expanded
+  double fp8_flops = 0;           // the part of `flops` done by FP8 GEMM custom calls
+  int64_t dots = 0;               // static count of `dot` instructions
+  int64_t fp8_gemms = 0;          // static count of `__cublas$lt$matmul$f8` custom calls
+  int64_t windowed_loops = 0;     // static count of windowed loops
+  std::vector<std::string> notes; // assumptions (unknown trip counts, ...)
+};
+
+// Computes the summary of `module`. `num_partitions` is used for collectives with empty
+// replica_groups (0 = the module's num_partitions).
+ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions = 0);
+
+// Bytes one partition sends for one execution of collective `instr` (see the file comment);
+// 0 for non-collectives and `-done` ops. `default_group` is the group size used for empty
+// replica_groups.
+int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group);
+
+// FLOPs of one execution of a `dot` (2 x output elements x contracted size) or of a cuBLAS GEMM
+// custom call (`__cublas$lt$matmul$f8`, `__cublas$lt$matmul`, `__cublas$gemm`: contracting dims
+// from backend_config's gemm_backend_config, falling back to lhs dim 1); 0 otherwise.
+double GemmFlops(const HloInstruction& instr);
+
+// True for a custom call to one of the cuBLAS GEMM targets / to the FP8 one.
+bool IsGemmCustomCall(const HloInstruction& instr);
+bool IsFp8GemmCustomCall(const HloInstruction& instr);
+
+// One windowed loop found in a module.
+struct WindowedLoopInfo {
+  std::string name;              // the while instruction
+  std::string body;              // its body computation
+  std::string kind;              // "all-gather", "reduce-scatter"
+  int64_t ring_size = 0;         // partitions in the ring (0 if not determined)
+  int64_t trip_count = -1;       // iterations (-1 unknown)
+  bool unrolled = false;         // more than one GEMM per iteration
+  std::string layout;            // "unrolled-by-2", "rolled", "fully-unrolled", ... (matcher's)
+  int64_t cache_index = -1;      // tuple index of the all-gather cache (-1: none / unknown)
+  std::string wire_type;         // element type(s) the collective-permutes carry, e.g. "f8e4m3fn"
+  int64_t permutes = 0;          // collective-permutes executed per run of the loop
+  int64_t dots = 0;              // GEMMs (dot + custom-call) in the body and its callees
+  int64_t fp8_gemms = 0;         // of which FP8 GEMM custom calls
+  int64_t cache_consumers = 0;   // GEMMs outside the loop that read its all-gather cache
+                                 // (through get-tuple-element(cache_index), or any array element
+                                 // >= 5 when the matcher did not name one)
+  int64_t cache_consumers_fp8 = 0;  // of which FP8 GEMM custom calls
+  int64_t bytes_sent = 0;        // bytes one partition sends in one run of the loop
+};
+
+// Finds the windowed loops of a module, in post order.
+std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module);
+
+// A collective of the output that no rewrite took, and why.
+struct LeftAlone {
+  std::string name;
+  std::string opcode;
+  std::string shape;
+  int64_t bytes_sent = 0;  // per execution
+  std::string reason;      // the pass remark that declined it, or a structural reason
+};
+
+// Collectives of `module` outside windowed loops, each with the reason taken from the remarks
+// (a missed remark whose location is the collective, one of its users or its operand), or a
+// structural reason when no pass reported on it.
+std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
+                                                const std::vector<Remark>& remarks);
+
+// Per pass of the pipeline (for -v and the report).
+struct PassRecord {
+  std::string pass;
+  double seconds = 0;
+  bool changed = false;
+  int64_t instructions_before = 0, instructions_after = 0;
+  int64_t remarks_applied = 0, remarks_missed = 0;
+};
+
+// The result of checking numerics.
+struct NumericsRecord {
+  bool requested = false;
+  bool ran = false;
+  bool pass = false;
+  uint64_t seed = 0;
+  int64_t num_partitions = 0;
+  int64_t estimated_bytes = 0;
+  std::string skipped;   // why it did not run (too large, evaluator error), empty if it ran
+  std::string summary;   // the comparison table
+  double max_abs_error = 0, max_rel_error = 0;
+  int64_t mismatches = 0;
+};
+
+struct SimRecord {
+  bool requested = false;
+  bool ran = false;
+  std::string system;   // name and origin
+  std::string error;
+  double before_us = 0, after_us = 0;
+  double before_exposed_comm_us = 0, after_exposed_comm_us = 0;
+};
+
+struct CompileReport {
+  std::string input;
+  std::string output;
+  std::string module;
+  int64_t num_partitions = 1;
+  std::vector<std::string> pipeline;   // passes run, in order
+  std::vector<PassRecord> passes;
+  ModuleSummary before, after;
+  std::vector<WindowedLoopInfo> loops;
+  std::vector<LeftAlone> left_alone;
+  std::vector<Remark> remarks;
+  NumericsRecord numerics;
+  SimRecord sim;
+  // Which rewrites fired anywhere: "windowed" (a windowed loop exists in the output that the
+  // pipeline created or changed), "fp8-gemm" (an FP8 GEMM custom call was formed), "fp8-wire"
+  // (a collective carries FP8 that carried a wider type before), "cache" (a GEMM reads a loop's
+  // all-gather cache), "dot-merger" (dots were merged).
+  std::map<std::string, bool> fired;
+  std::string status = "ok";           // "ok", "numerics-mismatch", "required-missing", ...
+  int exit_code = 0;
+};
+
+// The known names for `--require` (keys of CompileReport::fired).
+const std::vector<std::string>& RewriteNames();
+
+// Fills loops, left_alone, before/after and fired from the two modules and the remarks.
+void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report);
+
+// The JSON object of the report (stable field names; see README "The report").
+nlohmann::json ReportToJson(const CompileReport& report);
+// The readable table (what `weave compile` prints on stderr). `max_rows` limits the collectives
+// left alone and the remarks listed (0 = all).
+std::string ReportToTable(const CompileReport& report, int max_rows = 20);
+
+// "12.0 KiB (12288 B)" style formatting of a byte count.
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace weave::tools

@@ -1,0 +1,215 @@
+// End-to-end tests of `weave compile` and `weave demo`, running the built CLI (WEAVE_BINARY).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Run {
+  int code = -1;
+  std::string out;  // stdout + stderr
+};
+
+// Runs a shell command, capturing both streams.
+Run Sh(const std::string& cmd) {
+  Run r;
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Weave() { return std::string("'") + WEAVE_BINARY + "'"; }
+std::string Shared(const std::string& rel) { return std::string(WEAVE_SHARED_DIR) + "/" + rel; }
+
+class CompileE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("weave_compile_e2e_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Tmp(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str(), nullptr, false);
+}
+
+// Every shared example compiles, its numerics verify on the evaluator, the output verifies.
+TEST_F(CompileE2E, ExamplesCompileWithVerifiedNumerics) {
+  for (const auto& entry : fs::directory_iterator(Shared("examples"))) {
+    if (entry.path().extension() != ".hlo") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::string out = Tmp(entry.path().filename().string());
+    Run r = Sh(Weave() + " compile '" + entry.path().string() + "' -o '" + out +
+               "' --verify-numerics=3 --report '" + out + ".json'");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
+    ASSERT_TRUE(fs::exists(out));
+    Run v = Sh(Weave() + " verify '" + out + "'");
+    EXPECT_EQ(v.code, 0) << v.out;
+    nlohmann::json j = ReadJson(out + ".json");
+    ASSERT_FALSE(j.is_discarded());
+    EXPECT_EQ(j["numerics"]["pass"], true);
+  }
+}
+
+// The report's byte counts against values computed here from the shapes of
+// plain_ag_fp8_two_consumers.hlo: x is f8e4m3fn[2,16,64] dequantized to bf16 and all-gathered
+// over 4 partitions; after the pipeline the ring carries the FP8 shard.
+TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
+  std::string out = Tmp("out.hlo"), rep = Tmp("report.json");
+  Run r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_fp8_two_consumers.hlo") +
+             "' -o '" + out + "' --report '" + rep + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = ReadJson(rep);
+  ASSERT_FALSE(j.is_discarded());
+  const int64_t shard_elems = 2 * 16 * 64;
+  const int64_t n = 4;
+  // Before: one all-gather of bf16 shards: (N-1) shards of 2 bytes per element.
+  EXPECT_EQ(j["before"]["bytes_sent_per_partition"], (n - 1) * shard_elems * 2);
+  EXPECT_EQ(j["before"]["bytes_by_collective"]["all-gather"], (n - 1) * shard_elems * 2);
+  EXPECT_EQ(j["before"]["bytes_by_type"]["bf16"], (n - 1) * shard_elems * 2);
+  // After: no all-gather is left; collective-permutes carry FP8 shards (1 byte per element).
+  EXPECT_FALSE(j["after"]["bytes_by_collective"].contains("all-gather"));
+  const int64_t permuted = j["after"]["bytes_by_collective"]["collective-permute"];
+  EXPECT_EQ(permuted % shard_elems, 0);
+  const int64_t transfers = permuted / shard_elems;
+  // N-1 transfers in the fully unrolled ring (N with XLA's unrolled-by-2 layout).
+  EXPECT_GE(transfers, n - 1);
+  EXPECT_LE(transfers, n);
+  EXPECT_EQ(j["after"]["bytes_by_type"]["f8e4m3fn"], permuted);
+  ASSERT_EQ(j["windowed_loops"].size(), 1u);
+  EXPECT_EQ(j["windowed_loops"][0]["ring_size"], n);
+  EXPECT_EQ(j["windowed_loops"][0]["wire_type"], "f8e4m3fn");
+  EXPECT_EQ(j["windowed_loops"][0]["cache_consumers"], 1);
+  // FLOPs: two dots [2,64,64] x [64,96] -> 2 * 2*64*96*64 each.
+  EXPECT_DOUBLE_EQ(j["before"]["flops_per_partition"].get<double>(), 2 * 2.0 * 2 * 64 * 96 * 64);
+  EXPECT_EQ(j["fired"]["windowed"], true);
+  EXPECT_EQ(j["fired"]["fp8-wire"], true);
+  EXPECT_EQ(j["fired"]["cache"], true);
+}
+
+// --require fails with exit 4 when nothing fires, and no output is written.
+TEST_F(CompileE2E, RequireFailsWhenNothingFires) {
+  std::string out = Tmp("ln.hlo");
+  Run r = Sh(Weave() + " compile '" + Shared("real/layer_norm_1x4096x768_bf16.hlo") + "' -o '" +
+             out + "' --require=windowed");
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("windowed did not fire"));
+  EXPECT_FALSE(fs::exists(out));
+  // Disabling the decomposer on a plain example: nothing windowed.
+  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") + "' -o '" +
+         out + "' --no-decompose --require=windowed,fp8-gemm");
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  // An unknown rewrite name is a usage error.
+  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") +
+         "' --require=sparkle");
+  EXPECT_EQ(r.code, 2) << r.out;
+  // The same example with the decomposer on: the rewrite fires, the output is written.
+  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") + "' -o '" +
+         out + "' --require=windowed,cache");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(out));
+}
+
+// Every real dump compiles or is declined with a clear reason; every output verifies. Numerics
+// are off here (the big dumps would not fit), so this stays fast.
+TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
+  int compiled = 0;
+  for (const auto& entry : fs::directory_iterator(Shared("real"))) {
+    if (entry.path().extension() != ".hlo") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::string out = Tmp(entry.path().filename().string());
+    Run r = Sh(Weave() + " compile -q '" + entry.path().string() + "' -o '" + out + "'");
+    if (r.code == 1) {
+      EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
+      EXPECT_FALSE(fs::exists(out));
+      continue;
+    }
+    ASSERT_EQ(r.code, 0) << r.out;
+    Run v = Sh(Weave() + " verify '" + out + "'");
+    EXPECT_EQ(v.code, 0) << v.out;
+    ++compiled;
+  }
+  EXPECT_GE(compiled, 5);
+}
+
+TEST_F(CompileE2E, RefusesUnpartitionedModule) {
+  std::string out = Tmp("ds.hlo");
+  Run r = Sh(Weave() + " compile -q '" +
+             Shared("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo") +
+             "' -o '" + out + "'");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
+  EXPECT_THAT(r.out, HasSubstr("num_partitions=4"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A module too large for the evaluator is skipped with the estimate unless --force.
+TEST_F(CompileE2E, NumericsSkippedForHugeModules) {
+  std::string in = Tmp("huge.hlo");
+  {
+    std::ofstream f(in);
+    f << "HloModule huge, num_partitions=4\n\nENTRY main {\n"
+         "  x = f32[16384,16384]{1,0} parameter(0)\n"
+         "  ROOT y = f32[16384,16384]{1,0} negate(x)\n}\n";
+  }
+  Run r = Sh(Weave() + " compile '" + in + "' -o '" + Tmp("huge.out.hlo") + "' --verify-numerics");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Numerics: skipped"));
+  EXPECT_THAT(r.out, HasSubstr("--force"));
+}
+
+TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
+  std::string d = Tmp("demo");
+  Run r = Sh(Weave() + " demo --out-dir '" + d + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
+  EXPECT_TRUE(fs::exists(d + "/input.hlo"));
+  EXPECT_TRUE(fs::exists(d + "/output.hlo"));
+  nlohmann::json j = ReadJson(d + "/report.json");
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["fired"]["windowed"], true);
+  EXPECT_EQ(j["fired"]["fp8-gemm"], true);
+  EXPECT_EQ(j["numerics"]["pass"], true);
+  // Two all-gather loops (Q/K/V and gate/up) and two reduce-scatter loops.
+  int ag = 0, rs = 0;
+  for (const auto& l : j["windowed_loops"]) {
+    (l["kind"] == "all-gather" ? ag : rs)++;
+  }
+  EXPECT_EQ(ag, 2);
+  EXPECT_EQ(rs, 2);
+  Run v = Sh(Weave() + " verify '" + d + "/output.hlo'");
+  EXPECT_EQ(v.code, 0) << v.out;
+}
+
+}  // namespace
