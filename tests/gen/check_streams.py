@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Checks the stream annotations of windowed-einsum-handler output (HLO text on argv[1]):
+every dot in a while body has a backend_config operation_queue_id > 0, the ids are unique across
+the module, and each id is listed in exactly one wait_on_operation_queues of the dot's user.
+Prints `streams OK: <n> dots, ids <sorted ids>` or `streams BAD: <reason>` (exit 1)."""
+import json
+import re
+import sys
+
+
+def main():
+    text = open(sys.argv[1]).read()
+    bodies = set(re.findall(r"while\([^)]*\),[^\n]*body=%?([\w.\-]+)", text))
+    comp = None
+    dots = {}      # name -> id
+    waits = {}     # id -> list of (waiter name, operands)
+    for line in text.splitlines():
+        m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if m and not line.startswith(" "):
+            comp = m.group(1)
+            continue
+        m = re.match(r"^\s+(?:ROOT )?%?([\w.\-]+) = .*? ([a-z\-]+)\((.*?)\)(.*)$", line)
+        if not m:
+            continue
+        name, opcode, operands, rest = m.groups()
+        cfg = {}
+        b = rest.find("backend_config=")
+        if b >= 0:
+            try:
+                cfg = json.JSONDecoder().raw_decode(rest[b + len("backend_config="):])[0]
+            except ValueError:
+                cfg = {}
+        if opcode == "dot" and comp in bodies:
+            qid = int(cfg.get("operation_queue_id", "0"))
+            if qid <= 0:
+                print("streams BAD: dot %s has no operation_queue_id > 0" % name)
+                return 1
+            if qid in dots.values():
+                print("streams BAD: id %d used twice (%s)" % (qid, name))
+                return 1
+            dots[name] = qid
+        for w in cfg.get("wait_on_operation_queues", []):
+            waits.setdefault(int(w), []).append((name, operands))
+    for name, qid in dots.items():
+        ws = waits.get(qid, [])
+        if len(ws) != 1 or not re.search(r"%%%s\b" % re.escape(name), ws[0][1]):
+            print("streams BAD: id %d of %s is waited on by %s" % (qid, name, [w[0] for w in ws]))
+            return 1
+    print("streams OK: %d dots, ids %s" % (len(dots), sorted(dots.values())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
