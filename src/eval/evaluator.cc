@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -755,6 +756,125 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   return Share(std::move(t));
 }
 
+// `{1,2}` or `3` attribute text -> integers.
+absl::StatusOr<std::vector<int64_t>> IntListAttr(const HloInstruction& instr, const char* key,
+                                                 bool required) {
+  const std::string* text = instr.GetRawAttribute(key);
+  std::vector<int64_t> out;
+  if (text == nullptr) {
+    if (required) return InvalidArgumentError(absl::StrCat("missing attribute ", key));
+    return out;
+  }
+  std::string body = *text;
+  body.erase(std::remove(body.begin(), body.end(), '{'), body.end());
+  body.erase(std::remove(body.begin(), body.end(), '}'), body.end());
+  for (absl::string_view item : absl::StrSplit(body, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(item, &v)) {
+      return InvalidArgumentError(absl::StrCat("bad ", key, " attribute '", *text, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// XLA gather: for every output index, the batch dims select a start-index vector (clamped so the
+// slice fits), the offset dims index inside the slice.
+absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
+                             const Value& indices) {
+  auto offset_dims = IntListAttr(instr, "offset_dims", true);
+  auto collapsed = IntListAttr(instr, "collapsed_slice_dims", false);
+  auto start_map = IntListAttr(instr, "start_index_map", true);
+  auto ivd = IntListAttr(instr, "index_vector_dim", true);
+  auto sizes = IntListAttr(instr, "slice_sizes", true);
+  auto op_batch = IntListAttr(instr, "operand_batching_dims", false);
+  auto idx_batch = IntListAttr(instr, "start_indices_batching_dims", false);
+  for (const auto* s : {&offset_dims, &collapsed, &start_map, &ivd, &sizes, &op_batch, &idx_batch}) {
+    if (!s->ok()) return s->status();
+  }
+  if (ivd->size() != 1) return InvalidArgumentError("bad index_vector_dim");
+  const int64_t index_vector_dim = (*ivd)[0];
+  const Shape& out_shape = instr.shape();
+  const size_t orank = operand.shape.dims.size();
+  const size_t out_rank = out_shape.dims.size();
+  if (sizes->size() != orank) return InvalidArgumentError("slice_sizes rank mismatch");
+  std::vector<bool> is_offset(out_rank, false);
+  for (int64_t d : *offset_dims) is_offset.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> batch_out_dims;
+  for (size_t d = 0; d < out_rank; ++d) {
+    if (!is_offset[d]) batch_out_dims.push_back(static_cast<int64_t>(d));
+  }
+  // Operand dims that the offset dims map to (not collapsed, not batching), in order.
+  std::vector<bool> skip(orank, false);
+  for (int64_t d : *collapsed) skip.at(static_cast<size_t>(d)) = true;
+  for (int64_t d : *op_batch) skip.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> window_operand_dims;
+  for (size_t d = 0; d < orank; ++d) {
+    if (!skip[d]) window_operand_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (window_operand_dims.size() != offset_dims->size()) {
+    return InvalidArgumentError("offset_dims do not match the uncollapsed operand dims");
+  }
+  // Indices dims other than index_vector_dim, in order: they correspond to batch_out_dims.
+  const size_t irank = indices.shape.dims.size();
+  std::vector<int64_t> idx_batch_dims;
+  for (size_t d = 0; d < irank; ++d) {
+    if (static_cast<int64_t>(d) != index_vector_dim) idx_batch_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (idx_batch_dims.size() != batch_out_dims.size()) {
+    return InvalidArgumentError("gather batch dims do not match the indices");
+  }
+  const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
+  const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
+  Value out = Value::Zeros(out_shape);
+  const int64_t n = out_shape.ElementCount();
+  std::vector<int64_t> oidx(out_rank), start(orank);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = k;
+    for (size_t d = out_rank; d-- > 0;) {
+      oidx[d] = rem % out_shape.dims[d];
+      rem /= out_shape.dims[d];
+    }
+    // Flat offset into indices of the batch position (index_vector_dim at 0).
+    int64_t ibase = 0;
+    for (size_t j = 0; j < batch_out_dims.size(); ++j) {
+      ibase += oidx[static_cast<size_t>(batch_out_dims[j])] * is[static_cast<size_t>(idx_batch_dims[j])];
+    }
+    std::fill(start.begin(), start.end(), 0);
+    for (size_t j = 0; j < start_map->size(); ++j) {
+      int64_t flat = ibase;
+      if (index_vector_dim < static_cast<int64_t>(irank)) {
+        flat += static_cast<int64_t>(j) * is[static_cast<size_t>(index_vector_dim)];
+      }
+      start.at(static_cast<size_t>((*start_map)[j])) = indices.GetInt(flat);
+    }
+    for (size_t j = 0; j < op_batch->size() && j < idx_batch->size(); ++j) {
+      // The batch coordinate is the output coordinate of that indices dim.
+      const int64_t idim = (*idx_batch)[j];
+      for (size_t q = 0; q < idx_batch_dims.size(); ++q) {
+        if (idx_batch_dims[q] == idim) {
+          start[static_cast<size_t>((*op_batch)[j])] = oidx[static_cast<size_t>(batch_out_dims[q])];
+        }
+      }
+    }
+    int64_t src = 0;
+    for (size_t d = 0; d < orank; ++d) {
+      start[d] = std::clamp<int64_t>(start[d], 0, operand.shape.dims[d] - (*sizes)[d]);
+      src += start[d] * os[d];
+    }
+    for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+      src += oidx[static_cast<size_t>((*offset_dims)[j])] * os[static_cast<size_t>(window_operand_dims[j])];
+    }
+    switch (out.storage()) {
+      case Storage::kFloat: out.f[static_cast<size_t>(k)] = operand.f[static_cast<size_t>(src)]; break;
+      case Storage::kDouble: out.d[static_cast<size_t>(k)] = operand.d[static_cast<size_t>(src)]; break;
+      case Storage::kInt: out.i[static_cast<size_t>(k)] = operand.i[static_cast<size_t>(src)]; break;
+      default: return InvalidArgumentError("gather of an unsupported type");
+    }
+  }
+  return out;
+}
+
 // Shapes of a collective's operands -> its per-device result (without the async wrapping).
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* instr,
                                                          HloOpcode kind, const Shape& result_shape,
@@ -1086,7 +1206,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
           ops[0]->shape.element_type != shape.element_type) {
         return fail(InvalidArgumentError("bitcast must keep the element type and count"));
       }
-      return Share(ops::Bitcast(*ops[0], shape));
+      return Share(ops::Bitcast(*ops[0], instr->operand(0)->shape(), shape));
     case HloOpcode::kSlice:
       if (instr->slice.size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("slice rank mismatch"));
       return Share(ops::Slice(*ops[0], shape, instr->slice));
@@ -1120,6 +1240,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return Share(ops::Iota(shape, instr->iota_dimension));
     case HloOpcode::kDot:
       return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims));
+    case HloOpcode::kGather:
+      return done(Gather(*instr, *ops[0], *ops[1]));
     case HloOpcode::kReduce: {
       auto r = EvalReduce(instr, ops);
       if (!r.ok()) return fail(r.status());
@@ -1542,6 +1664,15 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
             "input ", i, " of device ", d, " has shape ",
             args[i] ? args[i]->shape.ToString(false) : std::string("<none>"), ", parameter ", i,
             " has ", entry->parameter(static_cast<int64_t>(i))->shape().ToString(false)));
+      }
+    }
+  }
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() == HloOpcode::kConstant && instr->literal.has_value() &&
+          instr->literal->elided) {
+        result.warnings.push_back(absl::StrCat("constant '", instr->name(),
+                                               "' has an elided literal {...}: evaluated as zeros"));
       }
     }
   }

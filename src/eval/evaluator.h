@@ -70,6 +70,8 @@ struct EvalResult {
   int64_t replica_count = 1;
   std::vector<std::vector<ValuePtr>> outputs;
   Inputs inputs;  // the inputs the run used
+  // Non-fatal notes, e.g. elided `{...}` constants evaluated as zeros.
+  std::vector<std::string> warnings;
 };
 
 // Resolved device counts for a module and options (N from options or the module).

@@ -598,14 +598,14 @@ Value Reshape(const Value& a, const Shape& out) {
   return r;
 }
 
-Value Bitcast(const Value& a, const Shape& out) {
+Value Bitcast(const Value& a, const Shape& from, const Shape& out) {
   // Logical -> physical order of a (major-to-minor), reinterpret, physical -> logical of out.
   auto major_to_minor = [](const Shape& s) {
     std::vector<int64_t> m2m = s.MinorToMajor();
     std::reverse(m2m.begin(), m2m.end());
     return m2m;
   };
-  const std::vector<int64_t> am = major_to_minor(a.shape), om = major_to_minor(out);
+  const std::vector<int64_t> am = major_to_minor(from), om = major_to_minor(out);
   bool a_identity = true, o_identity = true;
   for (size_t k = 0; k < am.size(); ++k) a_identity &= am[k] == static_cast<int64_t>(k);
   for (size_t k = 0; k < om.size(); ++k) o_identity &= om[k] == static_cast<int64_t>(k);
@@ -969,12 +969,8 @@ absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, cons
 }
 
 absl::StatusOr<Value> FromLiteral(const Literal& lit, const Shape& shape) {
-  if (lit.elided) {
-    return InvalidArgumentError(
-        "constant has an elided literal `{...}`: its values are unknown (re-dump the module "
-        "with print_large_constants)");
-  }
   Value r = Empty(shape);
+  if (lit.elided) return Value::Zeros(shape);  // values unknown: zeros, as XLA's parser does
   if (r.storage() == Storage::kNone) {
     return InvalidArgumentError(absl::StrCat("constants of type ", TypeName(shape),
                                              " are not supported"));

@@ -34,7 +34,9 @@ int64_t CombineInt(HloOpcode op, int64_t a, int64_t b, PrimitiveType t);
 Value Broadcast(const Value& a, const Shape& out, const std::vector<int64_t>& dims);
 Value Transpose(const Value& a, const Shape& out, const std::vector<int64_t>& perm);
 Value Reshape(const Value& a, const Shape& out);  // row-major reinterpretation
-Value Bitcast(const Value& a, const Shape& out);  // physical (layout-aware) reinterpretation
+// Physical (layout-aware) reinterpretation; `from` gives a's layout (the operand instruction's
+// shape, since input values carry no layout).
+Value Bitcast(const Value& a, const Shape& from, const Shape& out);
 Value Slice(const Value& a, const Shape& out, const std::vector<SliceDim>& slice);
 // Start indices are clamped to [0, dim - size] as XLA does.
 Value DynamicSlice(const Value& a, const Shape& out, std::vector<int64_t> starts);
@@ -50,7 +52,8 @@ Value MoveReducedDimsLast(const Value& a, const std::vector<int64_t>& reduced, i
 // dot with XLA DotDimensionNumbers: result dims = batch, lhs free, rhs free. Floats go through
 // cblas_sgemm (f32 accumulation) or cblas_dgemm (f64), integers through int64 loops (wrapping).
 absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, const DotDims& dims);
-// A constant's literal as a value (error for elided `{...}` literals).
+// A constant's literal as a value. An elided `{...}` literal (values not dumped) gives zeros,
+// as XLA's text parser does; RunModule reports a warning for it.
 absl::StatusOr<Value> FromLiteral(const Literal& lit, const Shape& shape);
 
 }  // namespace weave::eval::ops

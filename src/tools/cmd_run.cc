@@ -166,6 +166,7 @@ int DoRun(const RunArgs& a) {
   if (!inputs.ok()) return Fail(inputs.status());
   auto res = eval::RunModule(**m, opts, &*inputs);
   if (!res.ok()) return Fail(res.status());
+  for (const std::string& w : res->warnings) std::cerr << "warning: " << w << "\n";
   if (!a.save_inputs.empty()) {
     if (absl::Status s = SaveAll(a.save_inputs, res->inputs.per_device, "arg"); !s.ok()) return Fail(s);
   }
