@@ -1,0 +1,165 @@
+// Every shared example runs (twice, with identical results); the small real modules run; windowed
+// examples agree numerically with their plain (non-windowed) counterparts; inputs respect
+// shardings.
+#include <filesystem>
+
+#include "eval_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace weave::eval {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<HloModule> Load(const std::string& rel) {
+  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/" + rel);
+  EXPECT_TRUE(m.ok()) << rel << ": " << m.status().message();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+TEST(Modules, EveryExampleRunsTwiceIdentically) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(WEAVE_SHARED_DIR) + "/examples")) {
+    if (entry.path().extension() != ".hlo") continue;
+    ++count;
+    auto m = Load("examples/" + entry.path().filename().string());
+    ASSERT_NE(m, nullptr);
+    EvalOptions o;
+    o.seed = 7;
+    auto r1 = RunModule(*m, o);
+    ASSERT_TRUE(r1.ok()) << entry.path() << ": " << r1.status().message();
+    auto r2 = RunModule(*m, o);
+    ASSERT_TRUE(r2.ok()) << r2.status().message();
+    ASSERT_EQ(r1->outputs.size(), static_cast<size_t>(m->num_partitions));
+    for (size_t d = 0; d < r1->outputs.size(); ++d) {
+      ASSERT_EQ(r1->outputs[d].size(), r2->outputs[d].size());
+      for (size_t j = 0; j < r1->outputs[d].size(); ++j) {
+        EXPECT_TRUE(BitwiseEqual(*r1->outputs[d][j], *r2->outputs[d][j])) << entry.path();
+      }
+    }
+  }
+  EXPECT_GE(count, 7);
+}
+
+// The windowed loops in ag_*/rs_* compute the same values as the plain all-gather/reduce-scatter
+// + dot modules (same parameters), up to the accumulation order.
+TEST(Modules, WindowedExamplesMatchPlainCounterparts) {
+  for (auto [windowed, plain] : {std::pair{"ag_bf16_two_consumers.hlo", "plain_ag_bf16_two_consumers.hlo"},
+                                 std::pair{"rs_fp8.hlo", "plain_rs_fp8.hlo"}}) {
+    auto a = Load(std::string("examples/") + plain);
+    auto b = Load(std::string("examples/") + windowed);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    CompareOptions co;
+    co.eval.seed = 3;
+    auto rep = CompareModules(*a, *b, co);
+    ASSERT_TRUE(rep.ok()) << windowed << ": " << rep.status().message();
+    EXPECT_TRUE(rep->pass) << windowed << "\n" << rep->ToString();
+  }
+}
+
+TEST(Modules, CompareDetectsADifference) {
+  const char* a = R"(
+HloModule a, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT y = f32[4] add(x, x)
+})";
+  const char* b = R"(
+HloModule b, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0)
+  c = f32[] constant(2.001)
+  cb = f32[4] broadcast(c), dimensions={}
+  ROOT y = f32[4] multiply(x, cb)
+})";
+  auto ma = testing::ParseOrDie(a);
+  auto mb = testing::ParseOrDie(b);
+  CompareOptions co;
+  auto rep = CompareModules(*ma, *mb, co);
+  ASSERT_TRUE(rep.ok()) << rep.status().message();
+  EXPECT_FALSE(rep->pass);
+  EXPECT_GT(rep->outputs[0].mismatches, 0);
+  co.rtol = 1e-3;  // 2.001/2 - 1 = 5e-4 relative: passes with a looser tolerance
+  auto rep2 = CompareModules(*ma, *mb, co);
+  ASSERT_TRUE(rep2.ok());
+  EXPECT_TRUE(rep2->pass) << rep2->ToString();
+}
+
+TEST(Modules, CompareRejectsDifferentParameters) {
+  auto ma = testing::ParseOrDie("HloModule a\nENTRY e {\n  ROOT x = f32[4] parameter(0)\n}\n");
+  auto mb = testing::ParseOrDie("HloModule b\nENTRY e {\n  ROOT x = f32[5] parameter(0)\n}\n");
+  auto rep = CompareModules(*ma, *mb, CompareOptions{});
+  ASSERT_FALSE(rep.ok());
+  EXPECT_THAT(std::string(rep.status().message()), HasSubstr("parameter 0"));
+}
+
+TEST(Modules, SmallRealModulesRun) {
+  for (const char* name : {"real/mha_block_1x12x128x64_bf16.hlo", "real/layer_norm_1x4096x768_bf16.hlo",
+                           "real/dlrm_keras_jax_f32_test_step.hlo"}) {
+    auto m = Load(name);
+    ASSERT_NE(m, nullptr);
+    EvalOptions o;
+    auto r = RunModule(*m, o);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
+    EXPECT_FALSE(r->outputs[0].empty());
+  }
+}
+
+TEST(Modules, HugeModulesAreRefusedUpFront) {
+  auto m = Load("real/hlo_llama31_70b_fp8_16x8.hlo");
+  ASSERT_NE(m, nullptr);
+  EvalOptions o;
+  o.num_partitions = 128;
+  auto r = RunModule(*m, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("GiB"));
+}
+
+TEST(Modules, InputsFollowShardings) {
+  // p0 tiled along dim 1 over 4 partitions, p1 replicated, p2 unsharded.
+  const char* text = R"(
+HloModule m, num_partitions=4
+ENTRY e {
+  a = f32[2,3] parameter(0), sharding={devices=[1,4]<=[4]}
+  b = f32[5] parameter(1), sharding={replicated}
+  c = f32[5] parameter(2)
+  ROOT t = (f32[2,3], f32[5], f32[5]) tuple(a, b, c)
+})";
+  auto m = testing::ParseOrDie(text);
+  EvalOptions o;
+  o.seed = 11;
+  auto in = MakeInputs(*m, o);
+  ASSERT_TRUE(in.ok()) << in.status().message();
+  // Global array of a is [2,12]; reassemble it from the tiles and check each tile is distinct.
+  for (int d = 1; d < 4; ++d) {
+    EXPECT_TRUE(BitwiseEqual(*in->per_device[0][1], *in->per_device[d][1]));
+    EXPECT_FALSE(BitwiseEqual(*in->per_device[0][0], *in->per_device[d][0]));
+    EXPECT_FALSE(BitwiseEqual(*in->per_device[0][2], *in->per_device[d][2]));
+  }
+  // The global array given explicitly: partition p gets columns [3p, 3p+3).
+  Value g = Value::Zeros(Shape(PrimitiveType::F32, {2, 12}));
+  for (int k = 0; k < 24; ++k) g.SetDouble(k, k);
+  auto in2 = MakeInputs(*m, o, {InputOverride{0, -1, Share(g)}});
+  ASSERT_TRUE(in2.ok()) << in2.status().message();
+  EXPECT_THAT(testing::Doubles(*in2->per_device[2][0]),
+              ::testing::ElementsAre(6, 7, 8, 18, 19, 20));
+  // A wrongly shaped global array is an error.
+  auto bad = MakeInputs(*m, o, {InputOverride{0, -1, Share(Value::Zeros(Shape(PrimitiveType::F32, {2, 3})))}});
+  EXPECT_FALSE(bad.ok());
+  // --replicate-unsharded makes c equal everywhere.
+  o.replicate_unsharded = true;
+  auto in3 = MakeInputs(*m, o);
+  ASSERT_TRUE(in3.ok());
+  EXPECT_TRUE(BitwiseEqual(*in3->per_device[0][2], *in3->per_device[3][2]));
+  // Generated floats are in [-1, 1).
+  for (double v : testing::Doubles(*in->per_device[0][0])) {
+    EXPECT_GE(v, -1);
+    EXPECT_LT(v, 1);
+  }
+}
+
+}  // namespace
+}  // namespace weave::eval
