@@ -461,10 +461,11 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
       }
       if (reads) readers.push_back(u);
     }
-    if (readers.empty()) continue;
-    HloInstruction* dq = BuildDequantize(body, c, scale_gte[j], m[j]->is_divide, m[j]->wide_type,
-                                         wide_shape[i]);
+    // One dequantization per reader, so that each dot / dynamic-slice owns its own (the FP8 GEMM
+    // rewriter folds a single-user dequantization into the GEMM).
     for (HloInstruction* u : readers) {
+      HloInstruction* dq = BuildDequantize(body, c, scale_gte[j], m[j]->is_divide,
+                                           m[j]->wide_type, wide_shape[i]);
       for (int64_t k = 0; k < u->operand_count(); ++k) {
         if (u->operand(k) != c) continue;
         if (u == R && k == j) continue;  // the loop-carried element stays FP8
@@ -497,7 +498,7 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   }
   *msg = absl::StrFormat(
       "FP8 dequantization shifted into the loop: operands %s x %s (dequantized to %s x %s), "
-      "scales appended at tuple indices %d and %d, %d ring transfer%s now carry FP8",
+      "scales appended at tuple indices %d and %d, %d ring transfer%s now in FP8",
       PrimitiveTypeName(fp8[0]), PrimitiveTypeName(fp8[1]), PrimitiveTypeName(m[0]->wide_type),
       PrimitiveTypeName(m[1]->wide_type), n, n + 1, permutes, permutes == 1 ? "" : "s");
   return true;

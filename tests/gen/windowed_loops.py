@@ -345,6 +345,8 @@ def parser():
     p.add_argument("--run-matrix", action="store_true")
     p.add_argument("--weave", default="weave")
     p.add_argument("--quick", action="store_true", help="with --run-matrix: a smaller matrix")
+    p.add_argument("--opt-arg", action="append", default=[],
+                   help="with --run-matrix: extra argument for weave opt (repeatable)")
     return p
 
 
@@ -387,7 +389,8 @@ def run_matrix(a):
             with open(src, "w") as f:
                 f.write(Gen(g).module())
             desc = " ".join(args)
-            r = subprocess.run([a.weave, "opt", src, "--passes=windowed-einsum-handler", "-o", dst],
+            r = subprocess.run([a.weave, "opt", src, "--passes=windowed-einsum-handler", "-o", dst]
+                               + a.opt_arg,
                                capture_output=True, text=True)
             if r.returncode != 0:
                 print("FAIL opt %s: %s" % (desc, r.stderr.strip()[:300]))
