@@ -1,0 +1,244 @@
+// Unit tests of the generic passes on cases the lit tests do not cover.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/verifier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hlo/parser.h"
+#include "passes/cse.h"
+#include "passes/dce.h"
+#include "passes/tuple_simplifier.h"
+#include "passes/while_loop_dead_tuple_elements.h"
+
+namespace weave {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<HloModule> Parse(const std::string& text) {
+  absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModule(text, "test.hlo");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// Runs `pass` and returns its remarks; expects success and a valid module afterwards.
+std::vector<Remark> RunPass(HloPass& pass, HloModule* m, bool expect_changed) {
+  std::vector<Remark> remarks;
+  pass.set_remarks(&remarks);
+  absl::StatusOr<bool> r = pass.Run(m);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (r.ok()) EXPECT_EQ(*r, expect_changed);
+  absl::Status v = VerifyModule(*m);
+  EXPECT_TRUE(v.ok()) << v.message();
+  return remarks;
+}
+
+TEST(Dce, SideEffectsInOrder) {
+  auto m = Parse(R"(
+HloModule d
+
+effect_body {
+  bp = (s32[]) parameter(0)
+  bi = s32[] get-tuple-element(bp), index=0
+  e = s32[] custom-call(bi), custom_call_target="effect", custom_call_has_side_effect=true
+  ROOT bt = (s32[]) tuple(bi)
+}
+
+effect_cond {
+  cp = (s32[]) parameter(0)
+  ROOT f = pred[] constant(false)
+}
+
+pure_body {
+  pp = (s32[]) parameter(0)
+  pi = s32[] get-tuple-element(pp), index=0
+  ROOT pt = (s32[]) tuple(pi)
+}
+
+pure_cond {
+  pcp = (s32[]) parameter(0)
+  ROOT pf = pred[] constant(false)
+}
+
+ENTRY main {
+  a = s32[] parameter(0)
+  t = (s32[]) tuple(a)
+  kept_loop = (s32[]) while(t), condition=effect_cond, body=effect_body
+  dead_loop = (s32[]) while(t), condition=pure_cond, body=pure_body
+  side = s32[] custom-call(a), custom_call_target="effect2", custom_call_has_side_effect=true
+  pure_cc = s32[] custom-call(a), custom_call_target="pure"
+  ROOT r = s32[] negate(a)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  DeadCodeElimination dce;
+  std::vector<Remark> remarks = RunPass(dce, m.get(), true);
+  const HloComputation* e = m->entry();
+  EXPECT_NE(e->GetInstruction("kept_loop"), nullptr);
+  EXPECT_NE(e->GetInstruction("side"), nullptr);
+  EXPECT_NE(e->GetInstruction("t"), nullptr);
+  EXPECT_EQ(e->GetInstruction("dead_loop"), nullptr);
+  EXPECT_EQ(e->GetInstruction("pure_cc"), nullptr);
+  // The side-effecting custom-call in the loop body survives too.
+  EXPECT_NE(m->GetComputation("effect_body")->GetInstruction("e"), nullptr);
+  EXPECT_EQ(m->GetComputation("pure_body"), nullptr);
+  EXPECT_EQ(m->GetComputation("pure_cond"), nullptr);
+  ASSERT_FALSE(remarks.empty());
+  EXPECT_EQ(remarks[0].ToString(), "dce: main: [applied] removed 2 dead instructions");
+}
+
+TEST(Cse, ElidedConstantsAndTypes) {
+  auto m = Parse(R"(
+HloModule c
+
+ENTRY main {
+  e1 = f32[16] constant({...})
+  e2 = f32[16] constant({...})
+  a = f32[2] constant({1, 2})
+  b = f32[2] constant({1, 2})
+  i = s32[] constant(1)
+  f = f32[] constant(1)
+  r1 = u32[] replica-id()
+  r2 = u32[] replica-id()
+  ROOT t = (f32[16], f32[16], f32[2], f32[2], s32[], f32[], u32[], u32[]) tuple(e1, e2, a, b, i, f, r1, r2)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  ConstantAndIdCse cse;
+  std::vector<Remark> remarks = RunPass(cse, m.get(), true);
+  const HloComputation* e = m->entry();
+  EXPECT_NE(e->GetInstruction("e1"), nullptr);
+  EXPECT_NE(e->GetInstruction("e2"), nullptr);  // unknown values: never merged
+  EXPECT_NE(e->GetInstruction("a"), nullptr);
+  EXPECT_EQ(e->GetInstruction("b"), nullptr);
+  EXPECT_NE(e->GetInstruction("i"), nullptr);  // s32 1 and f32 1 differ
+  EXPECT_NE(e->GetInstruction("f"), nullptr);
+  EXPECT_EQ(e->GetInstruction("r2"), nullptr);
+  EXPECT_EQ(e->root()->operand(3), e->GetInstruction("a"));
+  EXPECT_EQ(e->root()->operand(7), e->GetInstruction("r1"));
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_THAT(remarks[0].message, HasSubstr("merged 1 duplicate constant and 1"));
+}
+
+TEST(TupleSimplifier, WhileBodyPassThroughBecomesParameter) {
+  auto m = Parse(R"(
+HloModule t
+
+body {
+  p = (s32[], f32[4]) parameter(0)
+  g0 = s32[] get-tuple-element(p), index=0
+  g1 = f32[4] get-tuple-element(p), index=1
+  ROOT r = (s32[], f32[4]) tuple(g0, g1)
+}
+
+cond {
+  c = (s32[], f32[4]) parameter(0)
+  ROOT f = pred[] constant(false)
+}
+
+ENTRY main {
+  a = s32[] parameter(0)
+  b = f32[4] parameter(1)
+  t = (s32[], f32[4]) tuple(a, b)
+  w = (s32[], f32[4]) while(t), condition=cond, body=body
+  ROOT o = f32[4] get-tuple-element(w), index=1
+}
+)");
+  ASSERT_NE(m, nullptr);
+  TupleSimplifier ts;
+  RunPass(ts, m.get(), true);
+  const HloComputation* body = m->GetComputation("body");
+  EXPECT_EQ(body->root(), body->parameter(0));
+  EXPECT_EQ(body->GetInstruction("g0"), nullptr);
+  // The while still reads the init tuple (its operand is not a get-tuple-element).
+  EXPECT_EQ(m->entry()->GetInstruction("w")->operand(0)->opcode(), HloOpcode::kTuple);
+  // Second run: nothing.
+  RunPass(ts, m.get(), false);
+}
+
+constexpr char kSharedBody[] = R"(
+HloModule w
+
+body {
+  p = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  j = s32[] get-tuple-element(p), index=1
+  ROOT r = (s32[], s32[]) tuple(i1, j)
+}
+
+cond {
+  c = (s32[], s32[]) parameter(0)
+  ci = s32[] get-tuple-element(c), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(ci, n), direction=LT
+}
+
+ENTRY main {
+  z = s32[] constant(0)
+  t = (s32[], s32[]) tuple(z, z)
+  w1 = (s32[], s32[]) while(t), condition=cond, body=body
+  w2 = (s32[], s32[]) while(t), condition=cond, body=body
+  a = s32[] get-tuple-element(w1), index=0
+  b = s32[] get-tuple-element(w2), index=0
+  ROOT s = s32[] add(a, b)
+}
+)";
+
+TEST(WhileLoopDeadTupleElements, SkipsSharedComputations) {
+  auto m = Parse(kSharedBody);
+  ASSERT_NE(m, nullptr);
+  WhileLoopDeadTupleElements pass;
+  std::vector<Remark> remarks = RunPass(pass, m.get(), false);
+  ASSERT_EQ(remarks.size(), 2u);
+  EXPECT_FALSE(remarks[0].applied);
+  EXPECT_THAT(remarks[0].message, HasSubstr("also called from elsewhere"));
+}
+
+TEST(WhileLoopDeadTupleElements, RemovesPassThroughAndRenumbers) {
+  std::string text = kSharedBody;
+  // One loop only.
+  text.replace(text.find("  w2 = "), text.find("  a = ") - text.find("  w2 = "), "");
+  text.replace(text.find("  b = s32[] get-tuple-element(w2), index=0\n"),
+               std::string("  b = s32[] get-tuple-element(w2), index=0\n").size(), "");
+  text.replace(text.find("add(a, b)"), 9, "add(a, a)");
+  auto m = Parse(text);
+  ASSERT_NE(m, nullptr);
+  WhileLoopDeadTupleElements pass;
+  std::vector<Remark> remarks = RunPass(pass, m.get(), true);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_EQ(remarks[0].ToString(),
+            "while-loop-dead-tuple-elements: w1: [applied] removed unread tuple element {1} "
+            "(2 -> 1 elements)");
+  const HloInstruction* w = m->entry()->GetInstruction("w1");
+  ASSERT_TRUE(w->shape().IsTuple());
+  EXPECT_EQ(w->shape().tuple_shapes.size(), 1u);
+  EXPECT_EQ(m->GetComputation("body")->GetInstruction("j"), nullptr);
+  EXPECT_EQ(m->entry()->GetInstruction("a")->tuple_index, 0);
+  // Idempotent.
+  remarks = RunPass(pass, m.get(), false);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_FALSE(remarks[0].applied);
+}
+
+TEST(WhileLoopDeadTupleElements, SkipsTupleShardings) {
+  std::string text = kSharedBody;
+  text.replace(text.find("  w2 = "), text.find("  a = ") - text.find("  w2 = "), "");
+  text.replace(text.find("  b = s32[] get-tuple-element(w2), index=0\n"),
+               std::string("  b = s32[] get-tuple-element(w2), index=0\n").size(), "");
+  text.replace(text.find("add(a, b)"), 9, "add(a, a)");
+  text.replace(text.find("condition=cond, body=body"), 25,
+               "condition=cond, body=body, sharding={{replicated}, {replicated}}");
+  auto m = Parse(text);
+  ASSERT_NE(m, nullptr);
+  WhileLoopDeadTupleElements pass;
+  std::vector<Remark> remarks = RunPass(pass, m.get(), false);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_THAT(remarks[0].message, HasSubstr("tuple sharding"));
+}
+
+}  // namespace
+}  // namespace weave

@@ -1,0 +1,126 @@
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hlo/parser.h"
+#include "passes/pass.h"
+
+namespace weave {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+std::unique_ptr<HloModule> Parse(const std::string& text) {
+  absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModule(text, "test.hlo");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+constexpr char kModule[] = R"(
+HloModule pm
+ENTRY main {
+  a = f32[4] parameter(0)
+  dead = f32[4] negate(a)
+  ROOT n = f32[4] add(a, a)
+}
+)";
+
+TEST(PassOptions, TypedGetters) {
+  PassOptions o;
+  o.Set("n", "42");
+  o.Set("x", "0.5");
+  o.Set("on", "true");
+  o.Set("off", "0");
+  o.Set("bad", "forty");
+  EXPECT_EQ(*o.GetInt("n", 1), 42);
+  EXPECT_EQ(*o.GetInt("absent", 7), 7);
+  EXPECT_DOUBLE_EQ(*o.GetDouble("x", 1), 0.5);
+  EXPECT_TRUE(*o.GetBool("on", false));
+  EXPECT_FALSE(*o.GetBool("off", true));
+  EXPECT_TRUE(*o.GetBool("absent", true));
+  EXPECT_EQ(o.GetString("n", ""), "42");
+  EXPECT_EQ(o.GetString("absent", "d"), "d");
+  absl::StatusOr<int64_t> bad = o.GetInt("bad", 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--bad"));
+  EXPECT_FALSE(o.GetBool("bad", false).ok());
+  EXPECT_FALSE(o.GetDouble("bad", 0).ok());
+}
+
+TEST(Remark, Format) {
+  Remark applied{"dce", "main", true, "removed 1 dead instruction"};
+  EXPECT_EQ(applied.ToString(), "dce: main: [applied] removed 1 dead instruction");
+  Remark missed{"cse", "loop", false, "nothing to do"};
+  EXPECT_EQ(missed.ToString(), "cse: loop: [missed] nothing to do");
+}
+
+TEST(PassRegistry, KnowsTheGenericPasses) {
+  std::vector<std::string> names = PassRegistry::Get().Names();
+  for (const char* n : {"dce", "cse", "tuple-simplifier", "while-loop-dead-tuple-elements"}) {
+    EXPECT_THAT(names, Contains(std::string(n)));
+  }
+  absl::StatusOr<std::unique_ptr<HloPass>> unknown =
+      PassRegistry::Get().Create("no-such-pass", PassOptions());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("dce"));
+}
+
+// A pass that breaks the module (changes a shape), to exercise verify-each.
+class BreakShapes : public HloPass {
+ public:
+  std::string_view name() const override { return "break-shapes"; }
+  absl::StatusOr<bool> Run(HloModule* module) override {
+    module->entry()->root()->set_shape(Shape(PrimitiveType::F32, {5}));
+    AddRemark("main", true, "broke it");
+    return true;
+  }
+};
+
+TEST(HloPassPipeline, RunsInOrderWithTimingsAndRemarks) {
+  auto m = Parse(kModule);
+  ASSERT_NE(m, nullptr);
+  HloPassPipeline p;
+  ASSERT_TRUE(p.AddPassesByName(" dce , tuple-simplifier,,", PassOptions()).ok());
+  EXPECT_EQ(p.pass_count(), 2);
+  std::vector<Remark> remarks;
+  std::vector<PassTiming> timings;
+  p.set_remarks(&remarks);
+  p.set_verify_each(true);
+  absl::StatusOr<bool> changed = p.Run(m.get(), &timings);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_EQ(timings.size(), 2u);
+  EXPECT_EQ(timings[0].pass, "dce");
+  EXPECT_TRUE(timings[0].changed);
+  EXPECT_EQ(timings[1].pass, "tuple-simplifier");
+  EXPECT_FALSE(timings[1].changed);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_EQ(remarks[0].pass, "dce");
+  EXPECT_EQ(m->entry()->GetInstruction("dead"), nullptr);
+  EXPECT_FALSE(p.AddPassesByName("dce,bogus", PassOptions()).ok());
+}
+
+TEST(HloPassPipeline, VerifyEachNamesThePass) {
+  auto m = Parse(kModule);
+  ASSERT_NE(m, nullptr);
+  HloPassPipeline p;
+  p.AddPass(std::make_unique<BreakShapes>());
+  p.set_verify_each(true);
+  absl::StatusOr<bool> r = p.Run(m.get());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("after pass break-shapes"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("instruction 'n'"));
+
+  // Without verify-each the pipeline reports success.
+  auto m2 = Parse(kModule);
+  HloPassPipeline q;
+  q.AddPass(std::make_unique<BreakShapes>());
+  EXPECT_TRUE(q.Run(m2.get()).ok());
+}
+
+}  // namespace
+}  // namespace weave
