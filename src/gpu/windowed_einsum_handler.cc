@@ -1039,7 +1039,8 @@ absl::StatusOr<bool> Handler::AnnotateStreams(const WindowedLoop& L, std::string
   // Permutes fed straight from the loop state start their iteration: issue them first.
   for (HloInstruction* cp : L.permutes) {
     const HloComputation* c = cp->parent();
-    if (c->num_parameters() != 1 || TraceRing(cp->operand(0), c->parameter(0), nullptr) == nullptr) {
+    if (c->num_parameters() != 1 || (cp->operand(0) != c->parameter(0) &&
+                                     TraceRing(cp->operand(0), c->parameter(0), nullptr) == nullptr)) {
       continue;
     }
     bool ok;
