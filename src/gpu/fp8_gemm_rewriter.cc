@@ -1,6 +1,8 @@
 #include "gpu/fp8_gemm_rewriter.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -257,10 +259,36 @@ class DotRewriter {
                      const std::vector<int64_t>& contracting, bool k_last);
   HloInstruction* PadMatrixDims(HloInstruction* x, int64_t first_matrix_dim);
 
+  // The FP8 operand of the call for a dot operand (moved ops, TN/canonical form, padding); one per
+  // (operand, batch dims, contracting dims), shared by every dot reading the same operand.
+  struct Prepared {
+    Canon canon;
+    HloInstruction* padded = nullptr;
+  };
+  Prepared Prepare(HloInstruction* operand, const Fp8OperandMatch& m,
+                   const std::vector<int64_t>& batch, const std::vector<int64_t>& contracting,
+                   int64_t nb);
+
   HloComputation* comp_;
   double cc_;
   HloInstruction* one_f32_ = nullptr;
+  std::map<std::tuple<HloInstruction*, std::vector<int64_t>, std::vector<int64_t>>, Prepared>
+      prepared_;
+  std::map<std::pair<HloInstruction*, bool>, HloInstruction*> f32_scales_;
 };
+
+DotRewriter::Prepared DotRewriter::Prepare(HloInstruction* operand, const Fp8OperandMatch& m,
+                                           const std::vector<int64_t>& batch,
+                                           const std::vector<int64_t>& contracting, int64_t nb) {
+  auto key = std::make_tuple(operand, batch, contracting);
+  auto it = prepared_.find(key);
+  if (it != prepared_.end()) return it->second;
+  Prepared p;
+  p.canon = Canonicalize(RecreateOnFp8(m), batch, contracting, true);
+  p.padded = PadMatrixDims(p.canon.value, nb);
+  prepared_.emplace(key, p);
+  return p;
+}
 
 HloInstruction* DotRewriter::RecreateOnFp8(const Fp8OperandMatch& m) {
   const PrimitiveType t = m.fp8->shape().element_type;
@@ -287,6 +315,8 @@ HloInstruction* DotRewriter::RecreateOnFp8(const Fp8OperandMatch& m) {
 }
 
 HloInstruction* DotRewriter::F32ScaleOf(HloInstruction* s, bool reciprocal) {
+  HloInstruction*& cached = f32_scales_[{s, reciprocal}];
+  if (cached != nullptr) return cached;
   const PrimitiveType st = s->shape().element_type;
   if (reciprocal) {
     HloInstruction* one = ScalarConstant(st, 1.0, s->name() + ".one");
@@ -295,6 +325,7 @@ HloInstruction* DotRewriter::F32ScaleOf(HloInstruction* s, bool reciprocal) {
   if (st != PrimitiveType::F32) {
     s = Add(HloOpcode::kConvert, Shape::Scalar(PrimitiveType::F32), {s}, s->name() + ".f32");
   }
+  cached = s;
   return s;
 }
 
@@ -530,16 +561,16 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   OutputPlan plan = PlanOutput(dot);
 
   // ---- operands: FP8 value, movable ops, canonical TN form, padding.
-  HloInstruction* a8 = RecreateOnFp8(ma);
-  HloInstruction* b8 = RecreateOnFp8(mb);
-  Canon ca = Canonicalize(a8, dd.lhs_batch, dd.lhs_contracting, true);
-  Canon cb = Canonicalize(b8, dd.rhs_batch, dd.rhs_contracting, true);
+  const Prepared pa = Prepare(dot->operand(0), ma, dd.lhs_batch, dd.lhs_contracting, nb);
+  const Prepared pb = Prepare(dot->operand(1), mb, dd.rhs_batch, dd.rhs_contracting, nb);
+  const Canon& ca = pa.canon;
+  const Canon& cb = pb.canon;
   const int64_t m_dim = ca.contracting == nb ? nb + 1 : nb;  // index of M in ca.value
   const int64_t n_dim = cb.contracting == nb ? nb + 1 : nb;
   const int64_t M = ca.value->shape().dims[static_cast<size_t>(m_dim)];
   const int64_t N = cb.value->shape().dims[static_cast<size_t>(n_dim)];
-  HloInstruction* a = PadMatrixDims(ca.value, nb);
-  HloInstruction* b = PadMatrixDims(cb.value, nb);
+  HloInstruction* a = pa.padded;
+  HloInstruction* b = pb.padded;
   const int64_t Mp = a->shape().dims[static_cast<size_t>(m_dim)];
   const int64_t Np = b->shape().dims[static_cast<size_t>(n_dim)];
   const bool padded = a != ca.value || b != cb.value;
