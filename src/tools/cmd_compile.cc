@@ -14,6 +14,7 @@
 // Pipeline: verify -> windowed-einsum-decomposer -> windowed-einsum-handler ->
 // collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> dce -> tuple-simplifier ->
 // while-loop-dead-tuple-elements -> verify.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -318,7 +319,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     std::cerr << "weave compile: " << error << "\n";
     return kUsage;
   }
-  std::set<std::string> required;
+  std::vector<std::string> required;  // in the order given
   for (absl::string_view r : absl::StrSplit(o.require, ',', absl::SkipWhitespace())) {
     std::string name(r);
     const auto& known = RewriteNames();
@@ -327,7 +328,9 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
                 << absl::StrJoin(known, ", ") << ")\n";
       return kUsage;
     }
-    required.insert(name);
+    if (std::find(required.begin(), required.end(), name) == required.end()) {
+      required.push_back(name);
+    }
   }
 
   std::unique_ptr<HloModule> module = input->Clone();
@@ -430,7 +433,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   }
   if (code == kRequiredMissing) {
     std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
-              << (missing.size() == 1 ? " did" : " did") << " not fire anywhere in " << o.input
+              << " did not fire anywhere in " << o.input
               << "; the remarks above say why. The output was not written\n";
     return code;
   }

@@ -323,7 +323,28 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   info->ring_size = ring;
   }
 
-  // Cache consumers: GEMMs outside reading tuple elements >= 5 that are arrays of rank >= 1.
+  // Without the matcher's cache index: the cache is the element the body fills with a chain of
+  // dynamic-update-slices of values that are not GEMM results (the output buffer's updates are).
+  if (info->cache_index < 0 && info->kind == "all-gather" && root &&
+      root->opcode() == HloOpcode::kTuple) {
+    for (int64_t k = 0; k < root->operand_count() && info->cache_index < 0; ++k) {
+      const HloInstruction* x = root->operand(k);
+      int64_t updates = 0;
+      bool from_gemm = false;
+      while (x->opcode() == HloOpcode::kDynamicUpdateSlice && x->operand_count() >= 2) {
+        ++updates;
+        from_gemm = from_gemm || dep_gemm[x->operand(1)];
+        x = x->operand(0);
+      }
+      if (updates > 0 && !from_gemm && x->opcode() == HloOpcode::kGetTupleElement &&
+          x->tuple_index == k && x->operand(0)->opcode() == HloOpcode::kParameter) {
+        info->cache_index = k;
+      }
+    }
+  }
+
+  // Cache consumers: GEMMs outside reading the cache element (or, when it is unknown, tuple
+  // elements >= 5 that are arrays of rank >= 1).
   std::set<const HloInstruction*> consumers;
   for (const HloInstruction* u : w.users()) {
     if (u->opcode() != HloOpcode::kGetTupleElement) continue;

@@ -17,14 +17,14 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Run {
+struct CmdResult {
   int code = -1;
   std::string out;  // stdout + stderr
 };
 
 // Runs a shell command, capturing both streams.
-Run Sh(const std::string& cmd) {
-  Run r;
+CmdResult Sh(const std::string& cmd) {
+  CmdResult r;
   std::string full = cmd + " 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (!p) return r;
@@ -68,12 +68,19 @@ TEST_F(CompileE2E, ExamplesCompileWithVerifiedNumerics) {
     if (entry.path().extension() != ".hlo") continue;
     SCOPED_TRACE(entry.path().string());
     std::string out = Tmp(entry.path().filename().string());
-    Run r = Sh(Weave() + " compile '" + entry.path().string() + "' -o '" + out +
-               "' --verify-numerics=3 --report '" + out + ".json'");
+    // The FP8 all-gather examples produce bf16: there the FP8 GEMM custom call applies both
+    // scales to the f32 accumulator and rounds once, where the input rounds each dequantized
+    // operand to bf16 first (2^-9 relative per operand, over K=64 terms). Their outputs stay
+    // below 8 in magnitude, where a bf16 ulp is at most 2^-5: allow two such ulps.
+    const std::string name = entry.path().filename().string();
+    const bool fp8_bf16 = name.find("ag_fp8") != std::string::npos;
+    CmdResult r = Sh(Weave() + " compile '" + entry.path().string() + "' -o '" + out +
+               "' --verify-numerics=3 --report '" + out + ".json'" +
+               (fp8_bf16 ? " --atol=0.0625" : ""));
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
     ASSERT_TRUE(fs::exists(out));
-    Run v = Sh(Weave() + " verify '" + out + "'");
+    CmdResult v = Sh(Weave() + " verify '" + out + "'");
     EXPECT_EQ(v.code, 0) << v.out;
     nlohmann::json j = ReadJson(out + ".json");
     ASSERT_FALSE(j.is_discarded());
@@ -86,7 +93,7 @@ TEST_F(CompileE2E, ExamplesCompileWithVerifiedNumerics) {
 // over 4 partitions; after the pipeline the ring carries the FP8 shard.
 TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
   std::string out = Tmp("out.hlo"), rep = Tmp("report.json");
-  Run r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_fp8_two_consumers.hlo") +
+  CmdResult r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_fp8_two_consumers.hlo") +
              "' -o '" + out + "' --report '" + rep + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   nlohmann::json j = ReadJson(rep);
@@ -120,7 +127,7 @@ TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
 // --require fails with exit 4 when nothing fires, and no output is written.
 TEST_F(CompileE2E, RequireFailsWhenNothingFires) {
   std::string out = Tmp("ln.hlo");
-  Run r = Sh(Weave() + " compile '" + Shared("real/layer_norm_1x4096x768_bf16.hlo") + "' -o '" +
+  CmdResult r = Sh(Weave() + " compile '" + Shared("real/layer_norm_1x4096x768_bf16.hlo") + "' -o '" +
              out + "' --require=windowed");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_THAT(r.out, HasSubstr("windowed did not fire"));
@@ -149,14 +156,14 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
     if (entry.path().extension() != ".hlo") continue;
     SCOPED_TRACE(entry.path().string());
     std::string out = Tmp(entry.path().filename().string());
-    Run r = Sh(Weave() + " compile -q '" + entry.path().string() + "' -o '" + out + "'");
+    CmdResult r = Sh(Weave() + " compile -q '" + entry.path().string() + "' -o '" + out + "'");
     if (r.code == 1) {
       EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
       EXPECT_FALSE(fs::exists(out));
       continue;
     }
     ASSERT_EQ(r.code, 0) << r.out;
-    Run v = Sh(Weave() + " verify '" + out + "'");
+    CmdResult v = Sh(Weave() + " verify '" + out + "'");
     EXPECT_EQ(v.code, 0) << v.out;
     ++compiled;
   }
@@ -165,7 +172,7 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
 
 TEST_F(CompileE2E, RefusesUnpartitionedModule) {
   std::string out = Tmp("ds.hlo");
-  Run r = Sh(Weave() + " compile -q '" +
+  CmdResult r = Sh(Weave() + " compile -q '" +
              Shared("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo") +
              "' -o '" + out + "'");
   EXPECT_EQ(r.code, 1) << r.out;
@@ -183,7 +190,7 @@ TEST_F(CompileE2E, NumericsSkippedForHugeModules) {
          "  x = f32[16384,16384]{1,0} parameter(0)\n"
          "  ROOT y = f32[16384,16384]{1,0} negate(x)\n}\n";
   }
-  Run r = Sh(Weave() + " compile '" + in + "' -o '" + Tmp("huge.out.hlo") + "' --verify-numerics");
+  CmdResult r = Sh(Weave() + " compile '" + in + "' -o '" + Tmp("huge.out.hlo") + "' --verify-numerics");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Numerics: skipped"));
   EXPECT_THAT(r.out, HasSubstr("--force"));
@@ -191,7 +198,7 @@ TEST_F(CompileE2E, NumericsSkippedForHugeModules) {
 
 TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
   std::string d = Tmp("demo");
-  Run r = Sh(Weave() + " demo --out-dir '" + d + "'");
+  CmdResult r = Sh(Weave() + " demo --out-dir '" + d + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
   EXPECT_TRUE(fs::exists(d + "/input.hlo"));
@@ -208,7 +215,7 @@ TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
   }
   EXPECT_EQ(ag, 2);
   EXPECT_EQ(rs, 2);
-  Run v = Sh(Weave() + " verify '" + d + "/output.hlo'");
+  CmdResult v = Sh(Weave() + " verify '" + d + "/output.hlo'");
   EXPECT_EQ(v.code, 0) << v.out;
 }
 
