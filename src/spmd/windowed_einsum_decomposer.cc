@@ -337,7 +337,31 @@ class Decomposer {
       if (removed.contains(instr)) continue;
       if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
         for (int side = 0; side < 2; ++side) {
-          if (instr->operand(side)->opcode() != HloOpcode::kAllGather) continue;
+          const HloInstruction* op = instr->operand(side);
+          if (op->opcode() != HloOpcode::kAllGather) {
+            // An all-gather reaching the dot through a layout/type change is a candidate this
+            // pass does not handle (XLA peels one reshape/bitcast/transpose).
+            switch (op->opcode()) {
+              case HloOpcode::kReshape:
+              case HloOpcode::kBitcast:
+              case HloOpcode::kTranspose:
+              case HloOpcode::kCopy:
+              case HloOpcode::kConvert:
+                if (op->operand_count() == 1 &&
+                    op->operand(0)->opcode() == HloOpcode::kAllGather) {
+                  remark_(instr->name(), false,
+                          absl::StrCat("all-gather '", op->operand(0)->name(),
+                                       "' reaches the dot through ",
+                                       std::string(HloOpcodeString(op->opcode())), " '", op->name(),
+                                       "': unsupported pattern (the dot must read the "
+                                       "all-gather directly)"));
+                }
+                break;
+              default:
+                break;
+            }
+            continue;
+          }
           std::string why;
           std::optional<AgPlan> plan = PlanAg(instr, side, &why);
           if (!plan) {
