@@ -134,6 +134,28 @@ TEST(Fp8GemmCustomCall, SaturationAtMax) {
   }
 }
 
+TEST(Fp8GemmCustomCall, BetaAddsMatrixBiasAndReluClamps) {
+  // beta=2 with c as operand 2 (before the scales), RELU epilogue: D = max(acc + 2*c, 0).
+  std::string text = GemmModule("f32", "", "(f32[2,2]{1,0}, s8[33554432]{0})", 1.0, false);
+  text.replace(text.find("custom-call(a, b, sa, sb"), 24, "custom-call(a, b, c, sa, sb");
+  text.replace(text.find("\"beta\":0"), 8, "\"beta\":2");
+  text.replace(text.find("\"epilogue\":\"DEFAULT\""), 20, "\"epilogue\":\"RELU\"");
+  text.replace(text.find("  ds = f32[] constant(40)"), 25,
+               "  c = f32[2,2]{1,0} constant({ { 1, -5 }, { 0.5, 0.25 } })");
+  auto m = Parse(text);
+  ASSERT_NE(m, nullptr);
+  auto r = eval::RunModule(*m, eval::EvalOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double c[2][2] = {{1, -5}, {0.5, 0.25}};
+  const eval::Value& d = *r->outputs[0][0];
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_DOUBLE_EQ(d.GetDouble(i * 2 + j), std::max(0.0, Expected(i, j, 1.0) + 2 * c[i][j]));
+    }
+  }
+  EXPECT_EQ(d.GetDouble(1), 0.0);  // 1.625 - 10 < 0: the RELU clamps it
+}
+
 TEST(Fp8GemmCustomCall, WrongOperandCountIsAnError) {
   auto m = Parse(GemmModule("f32", ", ds", "(f32[2,2]{1,0}, s8[33554432]{0})", 1.0, false));
   ASSERT_NE(m, nullptr);
