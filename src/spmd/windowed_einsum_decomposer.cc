@@ -263,8 +263,9 @@ struct AgPlan {
   int side = 0;  // 0: all-gather is the lhs, 1: the rhs
   PartitionRing ring;
   bool contracting = false;
-  int64_t out_dim = -1;   // non-contracting: output dim written by dynamic-update-slice
-  int64_t stat_dim = -1;  // contracting: stationary operand dim that is dynamic-sliced
+  bool batch = false;     // gathered dim is a batch dim: slice the stationary operand and DUS
+  int64_t out_dim = -1;   // non-contracting/batch: output dim written by dynamic-update-slice
+  int64_t stat_dim = -1;  // contracting/batch: stationary operand dim that is dynamic-sliced
   int64_t block = 0;      // shard length along the gathered dim
 };
 
@@ -273,8 +274,9 @@ struct RsPlan {
   HloInstruction* reduce = nullptr;  // reduce-scatter or all-reduce
   HloInstruction* dot = nullptr;
   PartitionRing ring;
-  int sliced_side = 0;
-  int64_t sliced_dim = -1;  // operand dim sliced per step
+  int sliced_side = 0;       // 0 lhs, 1 rhs, 2 both (scattered batch dim)
+  int64_t sliced_dim = -1;   // operand dim sliced per step (lhs dim when both)
+  int64_t sliced_dim2 = -1;  // rhs batch dim when both are sliced
   int64_t out_dim = -1;     // scattered output dim
   int64_t block = 0;
 };
@@ -486,12 +488,14 @@ class Decomposer {
     const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
     const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
     const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
-    for (int64_t b : batch) {
-      if (b == d) {
-        *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d,
-                            " maps to a batch dim of the dot: not supported (only non-contracting "
-                            "and contracting dims)");
-        return std::nullopt;
+    const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (batch[j] == d) {
+        // Batch: the stationary operand is sliced on its matching batch dim, the block written
+        // to output dim j (batch dims lead the dot output).
+        p.batch = true;
+        p.stat_dim = other_batch[j];
+        p.out_dim = static_cast<int64_t>(j);
       }
     }
     for (size_t j = 0; j < contr.size(); ++j) {
@@ -500,7 +504,16 @@ class Decomposer {
         p.stat_dim = other_contr[j];
       }
     }
-    if (!p.contracting) {
+    if (p.batch) {
+      const Shape& st = dot->operand(1 - side)->shape();
+      if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
+          st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block ||
+          dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
+        *why = absl::StrCat("dot '", dot->name(), "' batch dims do not match the gathered "
+                            "dim: inconsistent shapes");
+        return std::nullopt;
+      }
+    } else if (!p.contracting) {
       // Output dim: batch dims, then lhs free dims, then rhs free dims.
       auto free_dims = [&](int s) {
         std::vector<int64_t> f;
@@ -583,6 +596,18 @@ class Decomposer {
     auto step = [&](HloInstruction* window, HloInstruction* kk, HloInstruction* acc,
                     const std::string& tag) -> HloInstruction* {
       HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
+      if (p.batch) {
+        std::vector<int64_t> sizes = stat->shape().dims;
+        sizes[static_cast<size_t>(p.stat_dim)] = p.block;
+        HloInstruction* sl =
+            b.DynamicSlice(stat, OffsetsAt(v, stat->shape().rank(), p.stat_dim, off), sizes,
+                           absl::StrCat("stationary", tag));
+        HloInstruction* part =
+            b.DotLike(*dot, p.side == 0 ? window : sl, p.side == 0 ? sl : window,
+                      WithDim(out_shape, p.out_dim, p.block), absl::StrCat("part", tag));
+        return b.Dus(acc, part, OffsetsAt(v, out_shape.rank(), p.out_dim, off),
+                     absl::StrCat("acc", tag));
+      }
       if (!p.contracting) {
         Shape part_shape = WithDim(out_shape, p.out_dim, p.block);
         HloInstruction* part =
@@ -639,7 +664,10 @@ class Decomposer {
         "all-gather '", p.ag->name(), "' (dim ", p.ag->dimensions[0], ") on the ",
         p.side == 0 ? "lhs" : "rhs", " -> AG loop '", loop->name(), "' (body '", body->name(),
         "'), ",
-        p.contracting ? absl::StrCat("contracting: stationary operand sliced on dim ", p.stat_dim,
+        p.batch ? absl::StrCat("batch: stationary operand sliced on batch dim ", p.stat_dim,
+                               ", blocks written to output dim ", p.out_dim,
+                               " with dynamic-update-slice")
+        : p.contracting ? absl::StrCat("contracting: stationary operand sliced on dim ", p.stat_dim,
                                      ", partial dots accumulated with add")
                       : absl::StrCat("non-contracting: blocks written to output dim ", p.out_dim,
                                      " with dynamic-update-slice"),
@@ -662,11 +690,19 @@ class Decomposer {
     return absl::OkStatus();
   }
 
-  // Maps scattered output dim `d` of `dot` to (side, operand dim); false for batch dims.
-  static bool MapOutputDim(const HloInstruction* dot, int64_t d, int* side, int64_t* dim) {
+  // Maps scattered output dim `d` of `dot` to (side, operand dim). A batch dim maps to both
+  // operands: side 2, *dim the lhs batch dim, *dim2 the rhs one.
+  static bool MapOutputDim(const HloInstruction* dot, int64_t d, int* side, int64_t* dim,
+                           int64_t* dim2) {
     const DotDims& dd = dot->dot_dims;
     int64_t nb = static_cast<int64_t>(dd.lhs_batch.size());
-    if (d < nb) return false;
+    if (d < nb) {
+      if (dd.rhs_batch.size() != dd.lhs_batch.size()) return false;
+      *side = 2;
+      *dim = dd.lhs_batch[static_cast<size_t>(d)];
+      *dim2 = dd.rhs_batch[static_cast<size_t>(d)];
+      return true;
+    }
     int64_t pos = d - nb;
     for (int s = 0; s < 2; ++s) {
       const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
@@ -701,9 +737,9 @@ class Decomposer {
     }
     p.out_dim = d;
     p.block = os.dims[static_cast<size_t>(d)] / n;
-    if (!MapOutputDim(p.dot, d, &p.sliced_side, &p.sliced_dim)) {
-      *why = absl::StrCat("scattered dim ", d, " is a batch dim of dot '", p.dot->name(),
-                          "': not supported");
+    if (!MapOutputDim(p.dot, d, &p.sliced_side, &p.sliced_dim, &p.sliced_dim2)) {
+      *why = absl::StrCat("scattered dim ", d, " of dot '", p.dot->name(),
+                          "' does not map to an operand dim");
       return false;
     }
     if (p.dot->user_count() != 1) {
@@ -838,18 +874,26 @@ class Decomposer {
     HloInstruction* acc = b.Gte(param, 2, "acc");
     HloInstruction* extra = b.Gte(param, 3, "extra");
     HloInstruction* k = b.Gte(param, 4, "k");
-    HloInstruction* sliced = p.sliced_side == 0 ? l : r;
-    HloInstruction* other = p.sliced_side == 0 ? r : l;
     RingValues v = EmitRingValues(b, p.ring, p.block);
+    auto slice = [&](HloInstruction* operand, int64_t dim, HloInstruction* off,
+                     const std::string& name) {
+      std::vector<int64_t> sizes = operand->shape().dims;
+      sizes[static_cast<size_t>(dim)] = p.block;
+      return b.DynamicSlice(operand, OffsetsAt(v, operand->shape().rank(), dim, off), sizes, name);
+    };
     auto partial = [&](HloInstruction* kk, const std::string& tag) -> HloInstruction* {
       HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
-      std::vector<int64_t> sizes = sliced->shape().dims;
-      sizes[static_cast<size_t>(p.sliced_dim)] = p.block;
-      HloInstruction* sl =
-          b.DynamicSlice(sliced, OffsetsAt(v, sliced->shape().rank(), p.sliced_dim, off), sizes,
-                         absl::StrCat("slice", tag));
-      return b.DotLike(*dot, p.sliced_side == 0 ? sl : other, p.sliced_side == 0 ? other : sl,
-                       acc_shape, absl::StrCat("part", tag));
+      HloInstruction* lo = l;
+      HloInstruction* ro = r;
+      if (p.sliced_side == 0) {
+        lo = slice(l, p.sliced_dim, off, absl::StrCat("slice", tag));
+      } else if (p.sliced_side == 1) {
+        ro = slice(r, p.sliced_dim, off, absl::StrCat("slice", tag));
+      } else {
+        lo = slice(l, p.sliced_dim, off, absl::StrCat("slice", tag));
+        ro = slice(r, p.sliced_dim2, off, absl::StrCat("slice", tag, ".rhs"));
+      }
+      return b.DotLike(*dot, lo, ro, acc_shape, absl::StrCat("part", tag));
     };
     HloInstruction* root;
     if (unrolled) {
@@ -898,8 +942,12 @@ class Decomposer {
             ? "reduce-scatter"
             : absl::StrCat("all-reduce '", p.reduce->name(), "' + dynamic-slice"),
         " of dot '", dot->name(), "' (dim ", p.out_dim, ") -> RS loop '", loop->name(),
-        "' (body '", body->name(), "'), ", p.sliced_side == 0 ? "lhs" : "rhs",
-        " sliced on dim ", p.sliced_dim, ", over ", RingText(p.ring), ", ",
+        "' (body '", body->name(), "'), ",
+        p.sliced_side == 2
+            ? absl::StrCat("lhs and rhs sliced on batch dims ", p.sliced_dim, " and ",
+                           p.sliced_dim2)
+            : absl::StrCat(p.sliced_side == 0 ? "lhs" : "rhs", " sliced on dim ", p.sliced_dim),
+        ", over ", RingText(p.ring), ", ",
         unrolled ? "unrolled by 2 with the shift-and-add after the loop" : "rolled (odd ring)");
     std::string c0 = CarriedText(lhs0), c1 = CarriedText(rhs0);
     if (!c0.empty()) absl::StrAppend(&msg, "; lhs ", c0);

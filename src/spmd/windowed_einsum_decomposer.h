@@ -11,13 +11,16 @@
 //        dynamic-update-slice at the offset `table[(k + i) % N]`.
 //      * d is a contracting dim: the other (stationary) operand is dynamic-sliced on the matching
 //        contracting dim at that offset and the step adds its dot into `out`.
+//      * d is a batch dim: the stationary operand is dynamic-sliced on the matching batch dim and
+//        the block written to the output batch dim with dynamic-update-slice.
 //    N even: unrolled by 2 (two permutes and two dots per iteration, N/2 trips). N odd: rolled,
 //    one dot per iteration, the permute of the window guarded by a conditional
 //    (true_computation permutes, false_computation passes the last window through).
 //  - RS: `reduce-scatter(dot(x, w), dim d)`, and `dynamic-slice(all-reduce(dot(x, w)))` at
 //    offsets that select block i of dim d on the partition at group position i, become a loop
 //    `windowed_dot_general_body_rs` / `_cond_rs` in which the operands stay and the accumulator
-//    rotates. N even: two accumulators (elements 2 and 3) permuted s -> s-2, then after the loop
+//    rotates; the operand owning the scattered dim is dynamic-sliced per step (both operands
+//    for a batch dim). N even: two accumulators (elements 2 and 3) permuted s -> s-2, then after the loop
 //    `add(collective-permute(gte 2, s -> s+1), gte 3)`. N odd: rolled with the conditional.
 // The offset tables are s32[N] constants {0, b, 2b, ...} indexed by the in-group position i,
 // which is partition-id itself for one group {0..P-1}, else read from a u32[P] constant table

@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--groups", default="all")
     ap.add_argument("--side", choices=["lhs", "rhs"], default="lhs")
     ap.add_argument("--contracting", action="store_true")
+    ap.add_argument("--batch", action="store_true",
+                    help="ag: gather a batch dim; rs/ards: scatter the output batch dim")
     ap.add_argument("--dtype", choices=["bf16", "f32", "fp8", "fp8direct"], default="bf16")
     ap.add_argument("--consumers", type=int, default=1)
     ap.add_argument("--block", type=int, default=2, help="shard length along the collective dim")
@@ -119,7 +121,25 @@ def main():
     body = []
     results = []
     comps = ""
-    if a.kind == "ag":
+    if a.kind == "ag" and a.batch:
+        # lhs [B, M, K], rhs [B, K, F], batch dims {0}; the all-gather on --side along dim 0.
+        M, K, F = 3, 4, 5
+        B = n * b
+        lhs_dims, rhs_dims = [B, M, K], [B, K, F]
+        local = list(lhs_dims if a.side == "lhs" else rhs_dims)
+        full = list(local)
+        local[0] = b
+        x = m.operand("x", local, mode)
+        m.lines.append(f"  xg = {shape(wide, full)} all-gather({x}), {attrs}, dimensions={{0}}, "
+                       "use_global_device_ids=true")
+        for c in range(a.consumers):
+            w = m.operand(f"w{c}", rhs_dims if a.side == "lhs" else lhs_dims, mode)
+            ops = f"xg, {w}" if a.side == "lhs" else f"{w}, xg"
+            out = [B, M, F]
+            m.lines.append(f"  y{c} = {shape(wide, out)} dot({ops}), lhs_batch_dims={{0}}, "
+                           "lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}")
+            results.append((f"y{c}", shape(wide, out)))
+    elif a.kind == "ag":
         # lhs [2, M, K], rhs [K, F]; lhs_contracting {2}, rhs_contracting {0}.
         M, K, F = 3, 4, 5
         if a.side == "lhs":
@@ -159,16 +179,25 @@ def main():
         # lhs [M, K], rhs [K, F] with K sharded (local K), output [M, F] scattered on dim 0 (lhs
         # sliced) or 1 (rhs sliced).
         K = 3
-        M = n * b if a.side == "lhs" else 4
-        F = n * b if a.side == "rhs" else 5
-        dim = 0 if a.side == "lhs" else 1
-        x = m.operand("x", [M, K], mode)
-        w = m.operand("w", [K, F], mode)
-        full = [M, F]
+        if a.batch:
+            # lhs [B, 4, K], rhs [B, K, 5], output [B, 4, 5] scattered on the batch dim 0.
+            B = n * b
+            x = m.operand("x", [B, 4, K], mode)
+            w = m.operand("w", [B, K, 5], mode)
+            full = [B, 4, 5]
+            dim = 0
+            dims = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"
+        else:
+            M = n * b if a.side == "lhs" else 4
+            F = n * b if a.side == "rhs" else 5
+            dim = 0 if a.side == "lhs" else 1
+            x = m.operand("x", [M, K], mode)
+            w = m.operand("w", [K, F], mode)
+            full = [M, F]
+            dims = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
         local = list(full)
         local[dim] = b
-        m.lines.append(f"  partial = {shape(wide, full)} dot({x}, {w}), lhs_contracting_dims={{1}}, "
-                       "rhs_contracting_dims={0}")
+        m.lines.append(f"  partial = {shape(wide, full)} dot({x}, {w}), {dims}")
         comps = (f"sum {{\n  a = {wide}[] parameter(0)\n  b = {wide}[] parameter(1)\n"
                  f"  ROOT s = {wide}[] add(a, b)\n}}\n\n")
         if a.kind == "rs":
@@ -186,7 +215,8 @@ def main():
             m.lines.append("  off.ds = s32[1]{0} dynamic-slice(offsets, pid), dynamic_slice_sizes={1}")
             m.lines.append("  off = s32[] reshape(off.ds)")
             m.lines.append("  zero = s32[] constant(0)")
-            offs = ["off", "zero"] if dim == 0 else ["zero", "off"]
+            offs = ["zero"] * len(full)
+            offs[dim] = "off"
             m.lines.append(f"  y = {shape(wide, local)} dynamic-slice(summed, {', '.join(offs)}), "
                            f"dynamic_slice_sizes={{{','.join(map(str, local))}}}")
         results.append(("y", shape(wide, local)))
