@@ -194,7 +194,7 @@ OutputPlan PlanOutput(HloInstruction* dot) {
   // alpha: multiply(dot, broadcast(constant scalar)), the dot's only user.
   if (cur->user_count() == 1 && !cur->IsRoot()) {
     HloInstruction* m = cur->users()[0];
-    if (m->opcode() == HloOpcode::kMultiply && m->shape() .element_type == dot->shape().element_type) {
+    if (m->opcode() == HloOpcode::kMultiply && m->shape().element_type == dot->shape().element_type) {
       HloInstruction* other = m->operand(0) == cur ? m->operand(1) : m->operand(0);
       std::optional<double> c = ScalarConstantValue(ScalarUnderBroadcast(other));
       if (other != cur && c.has_value() && std::isfinite(*c)) {
@@ -255,8 +255,10 @@ class DotRewriter {
   HloInstruction* RecreateOnFp8(const Fp8OperandMatch& m);
   HloInstruction* F32Scale(const Fp8OperandMatch& m);
   HloInstruction* F32ScaleOf(HloInstruction* s, bool reciprocal);
+  // Brings x to [batch?, free, K] (K physically minor-most, "TN"), inserting an FP8 transpose
+  // and, for several batch/free/contracting dims, a reshape that collapses them.
   Canon Canonicalize(HloInstruction* x, const std::vector<int64_t>& batch,
-                     const std::vector<int64_t>& contracting, bool k_last);
+                     const std::vector<int64_t>& contracting);
   HloInstruction* PadMatrixDims(HloInstruction* x, int64_t first_matrix_dim);
 
   // The FP8 operand of the call for a dot operand (moved ops, TN/canonical form, padding); one per
@@ -284,7 +286,7 @@ DotRewriter::Prepared DotRewriter::Prepare(HloInstruction* operand, const Fp8Ope
   auto it = prepared_.find(key);
   if (it != prepared_.end()) return it->second;
   Prepared p;
-  p.canon = Canonicalize(RecreateOnFp8(m), batch, contracting, true);
+  p.canon = Canonicalize(RecreateOnFp8(m), batch, contracting);
   p.padded = PadMatrixDims(p.canon.value, nb);
   prepared_.emplace(key, p);
   return p;
@@ -338,8 +340,7 @@ HloInstruction* DotRewriter::F32Scale(const Fp8OperandMatch& m) {
 }
 
 DotRewriter::Canon DotRewriter::Canonicalize(HloInstruction* x, const std::vector<int64_t>& batch,
-                                             const std::vector<int64_t>& contracting,
-                                             bool /*k_last*/) {
+                                             const std::vector<int64_t>& contracting) {
   Canon out;
   const Shape& s = x->shape();
   const int64_t rank = s.rank();
