@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -1086,6 +1088,12 @@ class Checker {
   const HloInstruction& h_;
 };
 
+struct PairHash {
+  size_t operator()(const std::pair<const HloInstruction*, const HloInstruction*>& p) const {
+    return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
+  }
+};
+
 absl::Status StructErr(const HloComputation* c, const HloInstruction* h, const std::string& msg) {
   if (h == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("computation '", c->name(), "': ", msg));
@@ -1121,7 +1129,12 @@ absl::Status VerifyModule(const HloModule& module) {
       }
     }
     const std::vector<HloInstruction*> instrs = c->instructions();
-    const std::set<const HloInstruction*> own(instrs.begin(), instrs.end());
+    const std::unordered_set<const HloInstruction*> own(instrs.begin(), instrs.end());
+    // (user, operand) pairs from the user lists, to check them against operand lists in O(edges).
+    std::unordered_set<std::pair<const HloInstruction*, const HloInstruction*>, PairHash> use_edges;
+    for (const HloInstruction* h : instrs) {
+      for (const HloInstruction* u : h->users()) use_edges.insert({u, h});
+    }
     for (const HloInstruction* h : instrs) {
       if (h->parent() != c) return StructErr(c, h, "has a wrong parent computation");
       if (h->opcode() == HloOpcode::kParameter &&
@@ -1137,8 +1150,7 @@ absl::Status VerifyModule(const HloModule& module) {
           return StructErr(c, h, absl::StrCat("operand ", i, " ('", o->name(),
                                               "') is not in the same computation"));
         }
-        const auto& users = o->users();
-        if (std::find(users.begin(), users.end(), h) == users.end()) {
+        if (!use_edges.count({h, o})) {
           return StructErr(c, h, absl::StrCat("is missing from the users of operand ", i, " ('",
                                               o->name(), "')"));
         }
