@@ -1153,7 +1153,6 @@ class Parser {
       if (!ScanBraces(&v)) return false;
     } else if (c == '[') {
       // [G,S]<=[dims]T(perm)
-      std::string_view v;
       auto skip_group = [&](char open, char close) {
         if (pos_ >= src_.size() || src_[pos_] != open) return false;
         size_t e = src_.find(close, pos_);

@@ -309,7 +309,7 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
   };
   switch (op) {
     case HloOpcode::kGetTupleElement:
-      Append(out, ", index=", instr.tuple_index);
+      if (instr.tuple_index >= 0) Append(out, ", index=", instr.tuple_index);
       return;
     case HloOpcode::kIota:
       Append(out, ", iota_dimension=", instr.iota_dimension);
@@ -359,6 +359,7 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     case HloOpcode::kPad: {
       bool interior = false;
       for (const PadDim& p : instr.padding) interior |= p.interior != 0;
+      if (instr.padding.empty()) return;
       out->append(", padding=");
       for (size_t i = 0; i < instr.padding.size(); ++i) {
         const PadDim& p = instr.padding[i];
