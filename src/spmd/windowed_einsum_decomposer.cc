@@ -385,7 +385,7 @@ class Decomposer {
         auto s = BuildRsLoop(*plan, removed);
         if (!s.ok()) return s;
         changed = true;
-      } else if (instr->opcode() == HloOpcode::kDynamicSlice &&
+      } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
                  instr->operand(0)->opcode() == HloOpcode::kAllReduce &&
                  instr->operand(0)->operand_count() == 1 &&
                  instr->operand(0)->operand(0)->opcode() == HloOpcode::kDot) {
@@ -456,6 +456,11 @@ class Decomposer {
       *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
       return std::nullopt;
     }
+    if (ag->operand_count() != 1) {
+      *why = absl::StrCat("all-gather '", ag->name(), "' does not have exactly one operand: "
+                          "unsupported");
+      return std::nullopt;
+    }
     std::string loop;
     if (!o_.duplicate_loops && FeedsAgLoop(ag->operand(0), &loop)) {
       *why = absl::StrCat("all-gather '", ag->name(), "' already feeds windowed loop '", loop,
@@ -489,6 +494,10 @@ class Decomposer {
     const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
     const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
     const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
+    if (batch.size() != other_batch.size() || contr.size() != other_contr.size()) {
+      *why = absl::StrCat("dot '", dot->name(), "' has mismatched dimension numbers");
+      return std::nullopt;
+    }
     for (size_t j = 0; j < batch.size(); ++j) {
       if (batch[j] == d) {
         // Batch: the stationary operand is sliced on its matching batch dim, the block written
@@ -725,6 +734,10 @@ class Decomposer {
 
   // Shared RS checks once `dot`, `reduce`, ring and the scattered dim are known.
   bool FinishRsPlan(RsPlan& p, int64_t d, std::string* why) {
+    if (p.dot->operand_count() != 2 || !p.dot->shape().IsArray()) {
+      *why = absl::StrCat("dot '", p.dot->name(), "' is malformed");
+      return false;
+    }
     if (!CheckRingSize(p.ring, why)) return false;
     const int64_t n = p.ring.size();
     const Shape& os = p.dot->shape();
