@@ -368,14 +368,19 @@ absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruct
   absl::Status s = old->ReplaceAllUsesWith(replacement);
   if (!s.ok()) return s;
   // Remove `old` and whatever became dead because of it (not parameters).
+  // `removed` guards against visiting an instruction again after it was freed (an operand that
+  // appears twice, as in multiply(x, x), is pushed twice).
+  std::unordered_set<const HloInstruction*> removed;
   std::vector<HloInstruction*> work = {old};
   while (!work.empty()) {
     HloInstruction* i = work.back();
     work.pop_back();
+    if (removed.count(i)) continue;
     if (i->parent_ != this || !i->users_.empty() || i == root_ || HasSideEffect(i)) continue;
     std::vector<HloInstruction*> ops = i->operands_;
     s = RemoveInstruction(i);
     if (!s.ok()) return s;
+    removed.insert(i);
     for (HloInstruction* op : ops) work.push_back(op);
   }
   return absl::OkStatus();
