@@ -1,6 +1,8 @@
 // The reference evaluator: a per-device interpreter plus a rendezvous for collectives.
 #include "eval/evaluator.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
@@ -1631,6 +1633,13 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
         module.name(), static_cast<double>(bytes) / (1 << 30), devices,
         static_cast<double>(options.max_memory_bytes) / (1 << 30)));
   }
+  // Large arrays are allocated and freed for every instruction: keep freed memory in the heap
+  // instead of returning it to the OS (mmap/munmap per array made page faults dominate).
+  static std::once_flag malloc_once;
+  std::call_once(malloc_once, [] {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  });
   Program program;
   program.module = &module;
   for (const HloComputation* c : module.computations()) {
