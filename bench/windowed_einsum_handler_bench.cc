@@ -6,8 +6,8 @@
 // an activation cache, full unrolling and streams.
 //
 // Reported: BM_Handler/K (pass time, on a fresh clone each iteration) with the counter
-// `us_per_loop`, and BM_Baseline_Clone/K (cloning the same module, a linear-time operation
-// measured in the same run). Linear means us_per_loop stays flat from K=10 to K=1000 and the
+// `time_per_loop` (seconds per loop), and BM_Baseline_Clone/K (cloning the same module, a linear-time operation
+// measured in the same run). Linear means time_per_loop stays flat from K=10 to K=1000 and the
 // ratio handler/clone stays constant.
 #include <benchmark/benchmark.h>
 
@@ -121,8 +121,8 @@ void BM_Handler(benchmark::State& state) {
     benchmark::DoNotOptimize(m);
   }
   state.counters["loops"] = loops;
-  state.counters["us_per_loop"] = benchmark::Counter(
-      static_cast<double>(loops) * 1e-6,
+  state.counters["time_per_loop"] = benchmark::Counter(
+      static_cast<double>(loops),
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
@@ -138,8 +138,8 @@ void BM_Baseline_Clone(benchmark::State& state) {
     benchmark::DoNotOptimize(m);
   }
   state.counters["loops"] = loops;
-  state.counters["us_per_loop"] = benchmark::Counter(
-      static_cast<double>(loops) * 1e-6,
+  state.counters["time_per_loop"] = benchmark::Counter(
+      static_cast<double>(loops),
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 

@@ -94,7 +94,11 @@ absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i) {
 
 // Gives the while `w` a new init tuple of `ops` and the loop state shape `state`; the old init is
 // removed when nothing else reads it (the new one then takes over its name).
-absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloInstruction*> ops) {
+// The old init, once unused, is left for the dead-code removal at the end of the computation
+// (removing one instruction at a time from a large computation is linear each time); the new
+// init takes over its name then (*rename).
+absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloInstruction*> ops,
+                         std::vector<std::pair<HloInstruction*, std::string>>* rename) {
   HloComputation* comp = w->parent();
   HloInstruction* init = w->operand(0);
   const std::string name = init->name();
@@ -102,8 +106,14 @@ absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloI
   if (auto s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
   w->set_shape(state);
   if (init->user_count() == 0 && !init->IsRoot()) {
-    if (auto s = RemoveIfDead(comp, init); !s.ok()) return s;
-    new_init->set_name(name);
+    // The old init may itself be a replacement waiting for its name: pass the name on.
+    for (auto& entry : *rename) {
+      if (entry.first == init) {
+        entry.first = new_init;
+        return absl::OkStatus();
+      }
+    }
+    rename->push_back({new_init, name});
   }
   return absl::OkStatus();
 }
@@ -173,6 +183,9 @@ class Handler {
  private:
   absl::Status Prepare();
   absl::StatusOr<bool> RunOnComputation(HloComputation* comp);
+  absl::StatusOr<bool> RunOnLoops(HloComputation* comp, const std::vector<HloInstruction*>& whiles,
+                                  const std::vector<HloInstruction*>& gathers,
+                                  const std::vector<HloInstruction*>& order);
   void EnsureUnshared(HloInstruction* w);
   absl::StatusOr<bool> ShiftFp8(const WindowedLoop& L, std::string* msg);
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
@@ -193,6 +206,9 @@ class Handler {
   std::unordered_map<const HloComputation*, int64_t> callers_;
   std::set<HloComputation*> maybe_orphaned_;
   std::unordered_map<const HloInstruction*, int64_t> position_;  // current computation
+  // Outer computation: dead instructions are removed in one sweep at the end (linear), then
+  // these instructions get their predecessors' names.
+  std::vector<std::pair<HloInstruction*, std::string>> rename_;
 };
 
 absl::Status Handler::Prepare() {
@@ -432,7 +448,7 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   ops[1] = m[1]->q;
   ops.push_back(m[0]->scale);
   ops.push_back(m[1]->scale);
-  if (auto s = ReplaceInit(w, state, ops); !s.ok()) return s;
+  if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
 
@@ -488,9 +504,6 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
     HloInstruction* dq =
         BuildDequantize(comp, g, m[j]->scale, m[j]->is_divide, m[j]->wide_type, wide);
     if (auto s = ReplaceUses(g, readers, dq); !s.ok()) return s;
-  }
-  for (int j = 0; j < 2; ++j) {
-    if (auto s = RemoveIfDead(comp, m[j]->root); !s.ok()) return s;
   }
   int64_t permutes = 0;
   for (HloInstruction* c : carriers) {
@@ -710,7 +723,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   HloInstruction* zeros = AddZeroBroadcast(comp, cache_shape, "cache_init");
   std::vector<HloInstruction*> ops = init->operands();
   ops.push_back(zeros);
-  if (auto s = ReplaceInit(w, state, ops); !s.ok()) return s;
+  if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
 
@@ -771,8 +784,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
       if (auto s = u.all_gather->ReplaceUsesWith(readers, value); !s.ok()) return s;
     }
     if (was_root) comp->set_root(value);
-    std::string ag_name = u.all_gather->name();
-    if (auto s = RemoveIfDead(comp, u.all_gather); !s.ok()) return s;
+    const std::string& ag_name = u.all_gather->name();
     remark_(ag_name, true,
             absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
                             "of loop '%s'",
@@ -1080,6 +1092,22 @@ absl::StatusOr<bool> Handler::RunOnComputation(HloComputation* comp) {
     if (i->opcode() == HloOpcode::kAllGather) gathers.push_back(i);
   }
   if (whiles.empty() && gathers.empty()) return false;
+  rename_.clear();
+  auto changed_or = RunOnLoops(comp, whiles, gathers, order);
+  if (!changed_or.ok()) return changed_or.status();
+  if (*changed_or) {
+    // One linear sweep removes what the rewrites left unused in this computation (old init
+    // tuples and dequantizations, replaced all-gathers).
+    comp->RemoveDeadCode();
+    for (auto& [instr, name] : rename_) instr->set_name(name);
+  }
+  return *changed_or;
+}
+
+absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
+                                         const std::vector<HloInstruction*>& whiles,
+                                         const std::vector<HloInstruction*>& gathers,
+                                         const std::vector<HloInstruction*>& order) {
   position_.clear();
   for (size_t i = 0; i < order.size(); ++i) position_[order[i]] = static_cast<int64_t>(i);
 
