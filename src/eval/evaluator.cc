@@ -394,6 +394,7 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalReduceWindow(const HloInstruction* instr,
                                             const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  absl::StatusOr<Value> Scatter(const HloInstruction& instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
                                           const Shape& result_shape,
                                           const std::vector<ValuePtr>& ops);
@@ -877,6 +878,117 @@ absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
   return out;
 }
 
+// XLA scatter (one operand): every update element goes to operand position start + window index,
+// combined with the current value by `to_apply`; update windows that do not fit the operand are
+// skipped (as XLA's evaluator does).
+absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
+                                               const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 3) return InvalidArgumentError("only single-operand scatter is supported");
+  const Value& operand = *ops[0];
+  const Value& indices = *ops[1];
+  const Value& updates = *ops[2];
+  auto window_dims = IntListAttr(instr, "update_window_dims", true);
+  auto inserted = IntListAttr(instr, "inserted_window_dims", false);
+  auto to_operand = IntListAttr(instr, "scatter_dims_to_operand_dims", true);
+  auto ivd = IntListAttr(instr, "index_vector_dim", true);
+  auto in_batch = IntListAttr(instr, "input_batching_dims", false);
+  auto idx_batch = IntListAttr(instr, "scatter_indices_batching_dims", false);
+  for (const auto* a : {&window_dims, &inserted, &to_operand, &ivd, &in_batch, &idx_batch}) {
+    if (!a->ok()) return a->status();
+  }
+  if (ivd->size() != 1) return InvalidArgumentError("bad index_vector_dim");
+  const int64_t index_vector_dim = (*ivd)[0];
+  const size_t orank = operand.shape.dims.size(), urank = updates.shape.dims.size();
+  const size_t irank = indices.shape.dims.size();
+  std::vector<bool> is_window(urank, false);
+  for (int64_t d : *window_dims) is_window.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> scatter_update_dims;
+  for (size_t d = 0; d < urank; ++d) {
+    if (!is_window[d]) scatter_update_dims.push_back(static_cast<int64_t>(d));
+  }
+  std::vector<bool> skip(orank, false);
+  for (int64_t d : *inserted) skip.at(static_cast<size_t>(d)) = true;
+  for (int64_t d : *in_batch) skip.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> window_operand_dims;
+  for (size_t d = 0; d < orank; ++d) {
+    if (!skip[d]) window_operand_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (window_operand_dims.size() != window_dims->size()) {
+    return InvalidArgumentError("update_window_dims do not match the operand's window dims");
+  }
+  std::vector<int64_t> idx_dims;
+  for (size_t d = 0; d < irank; ++d) {
+    if (static_cast<int64_t>(d) != index_vector_dim) idx_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (idx_dims.size() != scatter_update_dims.size()) {
+    return InvalidArgumentError("scatter dims do not match the indices");
+  }
+  std::vector<int64_t> wsize(orank, 1);
+  for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+    wsize[static_cast<size_t>(window_operand_dims[j])] =
+        updates.shape.dims[static_cast<size_t>((*window_dims)[j])];
+  }
+  const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
+  const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
+  Value out = operand;
+  out.shape = instr.shape();
+  const HloComputation* c = instr.to_apply();
+  auto simple = program_.simple_binary.find(c);
+  const bool fast = simple != program_.simple_binary.end() && simple->second.has_value();
+  const PrimitiveType t = operand.shape.element_type;
+  const int64_t n = updates.shape.ElementCount();
+  std::vector<int64_t> uidx(urank), start(orank);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = k;
+    for (size_t d = urank; d-- > 0;) {
+      uidx[d] = rem % updates.shape.dims[d];
+      rem /= updates.shape.dims[d];
+    }
+    int64_t ibase = 0;
+    for (size_t j = 0; j < scatter_update_dims.size(); ++j) {
+      ibase += uidx[static_cast<size_t>(scatter_update_dims[j])] * is[static_cast<size_t>(idx_dims[j])];
+    }
+    std::fill(start.begin(), start.end(), 0);
+    for (size_t j = 0; j < to_operand->size(); ++j) {
+      int64_t flat = ibase;
+      if (index_vector_dim < static_cast<int64_t>(irank)) {
+        flat += static_cast<int64_t>(j) * is[static_cast<size_t>(index_vector_dim)];
+      }
+      start.at(static_cast<size_t>((*to_operand)[j])) = indices.GetInt(flat);
+    }
+    for (size_t j = 0; j < in_batch->size() && j < idx_batch->size(); ++j) {
+      for (size_t q = 0; q < idx_dims.size(); ++q) {
+        if (idx_dims[q] == (*idx_batch)[j]) {
+          start[static_cast<size_t>((*in_batch)[j])] = uidx[static_cast<size_t>(scatter_update_dims[q])];
+        }
+      }
+    }
+    bool fits = true;
+    int64_t dst = 0;
+    for (size_t d = 0; d < orank; ++d) {
+      if (start[d] < 0 || start[d] + wsize[d] > operand.shape.dims[d]) fits = false;
+      dst += start[d] * os[d];
+    }
+    if (!fits) continue;
+    for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+      dst += uidx[static_cast<size_t>((*window_dims)[j])] * os[static_cast<size_t>(window_operand_dims[j])];
+    }
+    if (fast) {
+      if (out.storage() == Storage::kInt) {
+        out.i[static_cast<size_t>(dst)] = ops::CombineInt(*simple->second, out.i[static_cast<size_t>(dst)],
+                                                          updates.i[static_cast<size_t>(k)], t);
+      } else {
+        out.SetDouble(dst, ops::CombineFloat(*simple->second, out.GetDouble(dst), updates.GetDouble(k), t));
+      }
+    } else {
+      auto r = CallScalar(c, {ScalarAt(out, dst), ScalarAt(updates, k)});
+      if (!r.ok()) return r.status();
+      StoreScalar(**r, &out, dst);
+    }
+  }
+  return out;
+}
+
 // Shapes of a collective's operands -> its per-device result (without the async wrapping).
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* instr,
                                                          HloOpcode kind, const Shape& result_shape,
@@ -1244,6 +1356,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims));
     case HloOpcode::kGather:
       return done(Gather(*instr, *ops[0], *ops[1]));
+    case HloOpcode::kScatter:
+      return done(Scatter(*instr, ops));
     case HloOpcode::kReduce: {
       auto r = EvalReduce(instr, ops);
       if (!r.ok()) return fail(r.status());

@@ -467,6 +467,26 @@ ENTRY e {
               ElementsAre(20, 21, 0, 1, 30, 31));
 }
 
+TEST(Ops, ScatterAddsRowsAndSkipsOutOfBounds) {
+  // Add rows u0 -> row 1, u1 -> row 1 again, u2 -> row 9 (out of bounds: skipped) of a [3,2] table.
+  const char* text = R"(
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  t = f32[3,2] parameter(0)
+  i = s32[3] parameter(1)
+  u = f32[3,2] parameter(2)
+  ROOT r = f32[3,2] scatter(t, i, u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+})";
+  EXPECT_THAT(Run1(text, {Arr(F32, {3, 2}, {0, 1, 10, 11, 20, 21}), Arr(S32, {3}, {1, 1, 9}),
+                          Arr(F32, {3, 2}, {1, 2, 100, 200, 5, 5})}),
+              ElementsAre(0, 1, 111, 213, 20, 21));
+}
+
 TEST(Ops, UnsupportedOpcodeNamesInstruction) {
   const char* text = R"(
 HloModule m
