@@ -511,9 +511,14 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   }
   *msg = absl::StrFormat(
       "FP8 dequantization shifted into the loop: operands %s x %s (dequantized to %s x %s), "
-      "scales appended at tuple indices %d and %d, %d ring transfer%s now in FP8",
+      "scales appended at tuple indices %d and %d, ",
       PrimitiveTypeName(fp8[0]), PrimitiveTypeName(fp8[1]), PrimitiveTypeName(m[0]->wide_type),
-      PrimitiveTypeName(m[1]->wide_type), n, n + 1, permutes, permutes == 1 ? "" : "s");
+      PrimitiveTypeName(m[1]->wide_type), n, n + 1);
+  if (L.kind == WindowedLoopKind::kAllGather) {
+    absl::StrAppend(msg, permutes, " ring transfer", permutes == 1 ? "" : "s", " now in FP8");
+  } else {
+    absl::StrAppend(msg, "operands stay in place, the accumulators stay wide");
+  }
   return true;
 }
 
