@@ -48,7 +48,10 @@ const std::string& RealText() {
 }
 
 // A module of `n` instructions in XLA dump style: a reduction computation and an entry whose
-// body cycles through elementwise ops, broadcasts, dots, reduces and tuples, each with metadata.
+// body cycles through elementwise ops, broadcasts, dots and reduces, each with metadata. Operands
+// are recent values (bounded fan-out, as in real dumps). Note: a value with a huge number of
+// users (e.g. one parameter read by 100k instructions) currently costs O(users) per added user
+// in HloInstruction::AddUser (ir.cc), so such modules parse in quadratic time.
 std::string GenerateModule(int64_t n) {
   std::string s;
   s.reserve(static_cast<size_t>(n) * 150 + 1024);
@@ -58,28 +61,29 @@ std::string GenerateModule(int64_t n) {
        "  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n";
   s += "ENTRY %main (p0: f32[64,64], p1: f32[64,64]) -> f32[64,64] {\n";
   s += "  %p0 = f32[64,64]{1,0} parameter(0)\n  %p1 = f32[64,64]{1,0} parameter(1)\n";
-  s += "  %zero = f32[] constant(0)\n";
-  std::string prev = "p0";
+  std::string prev = "p0", prev2 = "p1";
   for (int64_t i = 0; i + 4 < n; ++i) {
     std::string name = "v." + std::to_string(i);
     s += "  %" + name + " = ";
     switch (i % 6) {
       case 0:
-        s += "f32[64,64]{1,0} add(%" + prev + ", %p1)";
+        s += "f32[64,64]{1,0} add(%" + prev + ", %" + prev2 + ")";
         break;
       case 1:
         s += "f32[64,64]{1,0} multiply(%" + prev + ", %" + prev + ")";
         break;
       case 2:
-        s += "f32[64,64]{1,0} dot(%" + prev +
-             ", %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}";
+        s += "f32[64,64]{1,0} dot(%" + prev + ", %" + prev2 +
+             "), lhs_contracting_dims={1}, rhs_contracting_dims={0}";
         break;
       case 3: {
         std::string r = "r." + std::to_string(i);
-        s += "f32[64]{0} reduce(%" + prev + ", %zero), dimensions={1}, to_apply=%sum";
+        std::string z = "z." + std::to_string(i);
+        s += "f32[] constant(0)\n  %" + z + " = ";  // the line above names the init value
+        s += "f32[64]{0} reduce(%" + prev + ", %" + name + "), dimensions={1}, to_apply=%sum";
         s += ", metadata={op_name=\"jit(step)/reduce_sum\" source_file=\"model.py\" "
              "source_line=" + std::to_string(i % 997) + "}\n";
-        s += "  %" + r + " = f32[64,64]{1,0} broadcast(%" + name + "), dimensions={0}";
+        s += "  %" + r + " = f32[64,64]{1,0} broadcast(%" + z + "), dimensions={0}";
         name = r;
         ++i;
         break;
@@ -88,11 +92,12 @@ std::string GenerateModule(int64_t n) {
         s += "f32[64,64]{1,0} negate(%" + prev + ")";
         break;
       default:
-        s += "f32[64,64]{1,0} maximum(%" + prev + ", %p0)";
+        s += "f32[64,64]{1,0} maximum(%" + prev + ", %" + prev2 + ")";
         break;
     }
     s += ", metadata={op_name=\"jit(step)/op\" source_file=\"model.py\" source_line=" +
          std::to_string(i % 997) + "}\n";
+    prev2 = prev;
     prev = name;
   }
   s += "  ROOT %out = f32[64,64]{1,0} copy(%" + prev + ")\n}\n";
