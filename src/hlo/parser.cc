@@ -1340,9 +1340,16 @@ class Parser {
           }
         } else {
           int64_t v;
-          if (!ParseIntToken(tok, is_unsigned, &v)) {
+          const int bits = BitWidth(t);
+          bool in_range = ParseIntToken(tok, is_unsigned, &v);
+          if (in_range && bits > 0 && bits < 64) {
+            in_range = is_unsigned ? (v >= 0 && v < (int64_t{1} << bits))
+                                   : (v >= -(int64_t{1} << (bits - 1)) &&
+                                      v < (int64_t{1} << (bits - 1)));
+          }
+          if (!in_range) {
             return Error(tok_pos, Cat("invalid integer value '", tok, "' for ",
-                                               PrimitiveTypeName(t)));
+                                      PrimitiveTypeName(t)));
           }
           lit->i.push_back(v);
         }

@@ -123,6 +123,10 @@ TEST(BadInputTest, ConstantElementCountMismatch) {
               HasSubstr("invalid floating-point value 'abc'"));
   EXPECT_THAT(Err("ENTRY e {\n  c = pred[] constant(2)\n}\n"), HasSubstr("invalid pred value"));
   EXPECT_THAT(Err("ENTRY e {\n  c = u8[] constant(-1)\n}\n"), HasSubstr("invalid integer"));
+  EXPECT_THAT(Err("ENTRY e {\n  c = u8[] constant(256)\n}\n"),
+              HasSubstr("invalid integer value '256' for u8"));
+  EXPECT_THAT(Err("ENTRY e {\n  c = s8[2]{0} constant({-128, 128})\n}\n"),
+              HasSubstr("invalid integer value '128' for s8"));
   EXPECT_THAT(Err("ENTRY e {\n  c = f32[] constant()\n}\n"), HasSubstr("empty constant"));
 }
 
