@@ -240,6 +240,21 @@ std::optional<std::vector<int64_t>> ApplyRingSteps(const std::vector<RingStep>& 
   return holder;
 }
 
+// Index of the loop-state element that the condition's root compares with a constant
+// (`compare(get-tuple-element(param, i), constant)` in either operand order), or -1.
+static int64_t FindCounterIndex(const HloComputation* condition) {
+  const HloInstruction* root = condition->root();
+  if (root == nullptr || root->opcode() != HloOpcode::kCompare || condition->num_parameters() != 1) {
+    return -1;
+  }
+  for (const HloInstruction* op : root->operands()) {
+    if (op->opcode() == HloOpcode::kGetTupleElement && op->operand(0) == condition->parameter(0)) {
+      return op->tuple_index;
+    }
+  }
+  return -1;
+}
+
 std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* why_not) {
   auto fail = [&](std::string msg) -> std::optional<WindowedLoop> {
     if (why_not) *why_not = std::move(msg);
@@ -255,13 +270,24 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   L.condition = w->while_condition();
   L.body = w->while_body();
   const Shape& st = w->shape();
-  if (!st.IsTuple() || st.tuple_shapes.size() < 5) {
-    return fail("loop state is not a tuple of at least 5 elements (lhs, rhs, out, extra, counter)");
+  if (!st.IsTuple() || st.tuple_shapes.size() < 4) {
+    return fail("loop state is not a tuple of at least 4 elements (lhs, rhs, out, [extra,] counter)");
   }
   const int64_t n_elems = static_cast<int64_t>(st.tuple_shapes.size());
-  const Shape& cs = st.tuple_shapes[4];
+  if (L.condition->num_parameters() != 1) {
+    return fail("body or condition does not take exactly one parameter");
+  }
+  // The counter is the tuple element the condition compares (index 4 in XLA's layout, 3 once a
+  // cleanup pass removed the unused `extra` buffer).
+  L.counter_index = FindCounterIndex(L.condition);
+  if (L.counter_index < 0 || L.counter_index >= n_elems) L.counter_index = 4;
+  if (L.counter_index >= n_elems) {
+    return fail("the loop condition does not compare a tuple element (the loop counter)");
+  }
+  const int64_t ci = L.counter_index;
+  const Shape& cs = st.tuple_shapes[static_cast<size_t>(ci)];
   if (!cs.IsArray() || cs.rank() != 0 || !IsInteger(cs.element_type)) {
-    return fail("tuple element 4 is not a scalar integer loop counter");
+    return fail(absl::StrCat("tuple element ", ci, " is not a scalar integer loop counter"));
   }
   if (L.body->num_parameters() != 1 || L.condition->num_parameters() != 1) {
     return fail("body or condition does not take exactly one parameter");
@@ -287,7 +313,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   if (L.init->opcode() != HloOpcode::kTuple || L.init->operand_count() != n_elems) {
     return fail("loop init is not a tuple");
   }
-  auto k0 = EvaluateScalar(L.init->operand(4), ScalarEnv{});
+  auto k0 = EvaluateScalar(L.init->operand(ci), ScalarEnv{});
   if (!k0) return fail("initial loop counter is not a constant");
   L.init_counter = *k0;
   {
@@ -295,10 +321,10 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
     int64_t k = *k0, trips = 0;
     for (;; ++trips) {
       if (trips > kMaxTrips) return fail("trip count unknown or above 4096");
-      auto more = EvaluateScalar(L.condition->root(), ScalarEnv{cp, 4, k, 0});
+      auto more = EvaluateScalar(L.condition->root(), ScalarEnv{cp, ci, k, 0});
       if (!more) return fail("loop condition is not a comparison of the counter with constants");
       if (*more == 0) break;
-      auto next = EvaluateScalar(R->operand(4), ScalarEnv{P, 4, k, 0});
+      auto next = EvaluateScalar(R->operand(ci), ScalarEnv{P, ci, k, 0});
       if (!next) return fail("loop counter is not incremented by a constant");
       k = *next;
     }
@@ -441,7 +467,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
         if (a->opcode() == HloOpcode::kDynamicSlice) a = a->operand(0);
         if (auto m = MatchDequantize(a)) {
           if (m->scale->opcode() == HloOpcode::kGetTupleElement && m->scale->operand(0) == P &&
-              m->scale->tuple_index >= 5) {
+              m->scale->tuple_index > ci) {
             L.scale_index[j] = m->scale->tuple_index;
           }
         }
@@ -449,7 +475,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
     }
   }
   if (L.kind == WindowedLoopKind::kAllGather) {
-    for (int64_t i = 5; i < n_elems; ++i) {
+    for (int64_t i = ci + 1; i < n_elems; ++i) {
       if (i == L.scale_index[0] || i == L.scale_index[1]) continue;
       HloInstruction* v = R->operand(i);
       if (v->opcode() != HloOpcode::kDynamicUpdateSlice) continue;

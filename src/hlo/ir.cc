@@ -273,7 +273,11 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   raw->parent_ = this;
   if (raw->name_.empty()) raw->name_ = std::string(HloOpcodeString(raw->opcode_));
   if (parent_ != nullptr) raw->name_ = parent_->UniqueName(raw->name_);
-  for (HloInstruction* op : raw->operands_) op->AddUser(raw);
+  // A new instruction is nobody's user yet: only a repeated operand (multiply(x, x)) can
+  // already hold it, as its last user. This keeps building a value with many users linear.
+  for (HloInstruction* op : raw->operands_) {
+    if (op->users_.empty() || op->users_.back() != raw) op->users_.push_back(raw);
+  }
   if (raw->opcode_ == HloOpcode::kParameter) {
     if (raw->parameter_number < 0) raw->parameter_number = num_parameters();
     size_t n = static_cast<size_t>(raw->parameter_number);

@@ -195,6 +195,7 @@ std::string Shape::ToString(bool print_layout) const {
     return out;
   }
   std::string out(PrimitiveTypeName(element_type));
+  if (IsToken()) return out + "[]";  // XLA prints the token shape as `token[]`
   if (!IsArray()) return out;
   out += "[";
   for (size_t i = 0; i < dims.size(); ++i) {
