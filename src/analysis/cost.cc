@@ -76,6 +76,29 @@ std::optional<CollectiveCost> CollectiveBytes(const HloInstruction& instr) {
       c.data_bytes = instr.operand_count() > 0 ? instr.operand(0)->shape().ByteSize() : 0;
       c.bytes = c.data_bytes;
       return c;
+    case HloOpcode::kAsyncStart: {
+      // Sugared async collective (`reduce-scatter-start` ...): shape ((operands), result, ...).
+      const Shape& s = instr.shape();
+      const std::string& kind = instr.async_sugar;
+      const int64_t in = OperandBytes(instr);
+      const int64_t out = s.IsTuple() && s.tuple_shapes.size() >= 2 ? s.tuple_shapes[1].ByteSize() : 0;
+      if (kind == "all-gather") {
+        c.data_bytes = out;
+        c.bytes = out * (n - 1) / n;
+      } else if (kind == "reduce-scatter" || kind == "all-to-all") {
+        c.data_bytes = in;
+        c.bytes = in * (n - 1) / n;
+      } else if (kind == "all-reduce") {
+        c.data_bytes = in;
+        c.bytes = 2 * in * (n - 1) / n;
+      } else if (kind == "collective-permute") {
+        c.data_bytes = in;
+        c.bytes = in;
+      } else {
+        return std::nullopt;
+      }
+      return c;
+    }
     default:
       return std::nullopt;
   }

@@ -27,7 +27,8 @@ struct CollectiveCost {
 // For all-gather (and -start): output bytes * (N-1)/N; reduce-scatter: input bytes * (N-1)/N;
 // all-reduce (and -start): 2 * (N-1)/N * bytes; all-to-all: operand bytes * (N-1)/N;
 // collective-permute (and -start): operand bytes. Bytes of multi-operand (tuple) collectives are
-// summed. N is the size of the first replica group; with empty groups, the module's
+// summed. Sugared async forms (`reduce-scatter-start`, `all-to-all-start`: async-start with
+// async_sugar set) count like the wrapped collective. N is the size of the first replica group; with empty groups, the module's
 // num_partitions (cross-partition or global ids) or replica_count (cross-replica, no channel_id).
 // nullopt for other opcodes (including the -done halves, which move nothing by themselves).
 std::optional<CollectiveCost> CollectiveBytes(const HloInstruction& instr);
