@@ -5,6 +5,7 @@ import lit.formats
 config.name = "weave"
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".hlo"]
+config.excludes = ["Inputs"]  # inputs shared by several tests, not tests themselves
 config.test_source_root = os.path.dirname(__file__)
 build = os.environ.get("WEAVE_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 config.test_exec_root = os.path.join(build, "lit")
