@@ -85,10 +85,13 @@ absl::StatusOr<bool> CollectiveQuantizer::Run(HloModule* module) {
                                                           ".fp8"));
       HloInstruction* deq = BuildDequantize(comp, moved, dq->scale, dq->is_divide, dq->wide_type,
                                             coll->shape());
+      // ReplaceInstruction frees `coll` (and the old dequantization): keep what the remark needs.
+      const std::string coll_name = coll->name();
+      const HloOpcode coll_opcode = coll->opcode();
       absl::Status s = comp->ReplaceInstruction(coll, deq);
       if (!s.ok()) return s;
-      AddRemark(coll->name(), true,
-                absl::StrCat(std::string(HloOpcodeString(coll->opcode())), " now carries ",
+      AddRemark(coll_name, true,
+                absl::StrCat(std::string(HloOpcodeString(coll_opcode)), " now carries ",
                              std::string(PrimitiveTypeName(t)), " ('", moved->name(), "'), dequantized after by '",
                              dq->scale->name(), "'",
                              chain.empty() ? "" : absl::StrCat("; ", chain.size(), " op(s) moved")));
