@@ -19,28 +19,6 @@ std::atomic<int64_t> g_next_instruction_id{0};
 
 bool UsesFloatStorage(PrimitiveType t) { return IsFloatingPoint(t) || IsComplex(t); }
 
-bool HasSideEffect(const HloInstruction* instr) {
-  switch (instr->opcode()) {
-    case HloOpcode::kSend:
-    case HloOpcode::kSendDone:
-    case HloOpcode::kRecv:
-    case HloOpcode::kRecvDone:
-    case HloOpcode::kInfeed:
-    case HloOpcode::kOutfeed:
-    case HloOpcode::kRng:
-    case HloOpcode::kRngGetAndUpdateState:
-    case HloOpcode::kAfterAll:
-    case HloOpcode::kParameter:
-      return true;
-    case HloOpcode::kCustomCall: {
-      const std::string* v = instr->GetRawAttribute("custom_call_has_side_effect");
-      return v != nullptr && *v == "true";
-    }
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- Literal
@@ -115,6 +93,28 @@ std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode op, const Shape
   instr->operands_ = std::move(operands);
   instr->unique_id_ = g_next_instruction_id++;
   return instr;
+}
+
+bool HloInstruction::HasSideEffect() const {
+  switch (opcode_) {
+    case HloOpcode::kSend:
+    case HloOpcode::kSendDone:
+    case HloOpcode::kRecv:
+    case HloOpcode::kRecvDone:
+    case HloOpcode::kInfeed:
+    case HloOpcode::kOutfeed:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngGetAndUpdateState:
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kParameter:
+      return true;
+    case HloOpcode::kCustomCall: {
+      const std::string* v = GetRawAttribute("custom_call_has_side_effect");
+      return v != nullptr && *v == "true";
+    }
+    default:
+      return false;
+  }
 }
 
 bool HloInstruction::IsRoot() const { return parent_ != nullptr && parent_->root() == this; }
@@ -341,7 +341,7 @@ bool HloComputation::RemoveDeadCode() {
   };
   mark(root_);
   for (const auto& i : instrs_) {
-    if (HasSideEffect(i.get())) mark(i.get());
+    if (i->HasSideEffect()) mark(i.get());
   }
   while (!work.empty()) {
     HloInstruction* i = work.back();
@@ -380,7 +380,7 @@ absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruct
     HloInstruction* i = work.back();
     work.pop_back();
     if (removed.count(i)) continue;
-    if (i->parent_ != this || !i->users_.empty() || i == root_ || HasSideEffect(i)) continue;
+    if (i->parent_ != this || !i->users_.empty() || i == root_ || i->HasSideEffect()) continue;
     std::vector<HloInstruction*> ops = i->operands_;
     s = RemoveInstruction(i);
     if (!s.ok()) return s;

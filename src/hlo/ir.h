@@ -172,6 +172,11 @@ class HloInstruction {
   // One-line XLA text of this instruction (as the printer writes it, without indentation).
   std::string ToString() const;
 
+  // True for instructions that must run even when nobody reads their result: send/recv and their
+  // -done forms, infeed/outfeed, rng, after-all, parameters, and custom calls marked
+  // `custom_call_has_side_effect=true` (XLA's HloInstruction::HasSideEffectNoRecurse).
+  bool HasSideEffect() const;
+
   // Unique id within the module (assigned at creation, never reused). Useful for stable maps.
   int64_t unique_id() const { return unique_id_; }
 

@@ -9,27 +9,7 @@
 namespace weave {
 namespace {
 
-bool IsSideEffecting(const HloInstruction* h) {
-  switch (h->opcode()) {
-    case HloOpcode::kSend:
-    case HloOpcode::kSendDone:
-    case HloOpcode::kRecv:
-    case HloOpcode::kRecvDone:
-    case HloOpcode::kInfeed:
-    case HloOpcode::kOutfeed:
-    case HloOpcode::kRng:
-    case HloOpcode::kRngGetAndUpdateState:
-    case HloOpcode::kAfterAll:
-    case HloOpcode::kParameter:
-      return true;
-    case HloOpcode::kCustomCall: {
-      const std::string* v = h->GetRawAttribute("custom_call_has_side_effect");
-      return v != nullptr && *v == "true";
-    }
-    default:
-      return false;
-  }
-}
+bool IsSideEffecting(const HloInstruction* h) { return h->HasSideEffect(); }
 
 // Whether a computation (or anything it calls) has a side-effecting instruction.
 bool CallsSideEffect(const HloComputation* c, std::map<const HloComputation*, bool>* memo) {

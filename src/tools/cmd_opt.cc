@@ -26,6 +26,7 @@
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
 #include "passes/pass.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 namespace weave::tools {
@@ -35,30 +36,6 @@ constexpr int kOk = 0;
 constexpr int kInvalidInput = 1;
 constexpr int kUsage = 2;
 
-// Writes `text` to `path` ("-" or empty: stdout) atomically: temp file + rename.
-absl::Status WriteOutput(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") {
-    std::cout << text;
-    std::cout.flush();
-    return std::cout ? absl::OkStatus() : absl::InternalError("cannot write to stdout");
-  }
-  const std::string tmp = absl::StrCat(path, ".tmp.", static_cast<long>(getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot open for writing"));
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::InternalError(absl::StrCat(path, ": write failed"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": cannot rename temporary file into place"));
-  }
-  return absl::OkStatus();
-}
 
 // Parses extras of `weave opt` into pass options. Returns false (with *error) on a stray
 // positional argument.
@@ -133,7 +110,7 @@ void RunOpt(const std::string& input, const std::string& output, const std::stri
     *exit_code = kInvalidInput;
     return;
   }
-  if (absl::Status st = WriteOutput(output, (*module)->ToString()); !st.ok()) {
+  if (absl::Status st = WriteFileAtomically(output, (*module)->ToString()); !st.ok()) {
     std::cerr << "weave opt: " << st.message() << "\n";
     *exit_code = kInvalidInput;
     return;
