@@ -6,6 +6,7 @@
 // `file:line:column: message` and unwinds through `false` returns; the line and column are only
 // computed when an error happens.
 #include "hlo/parser.h"
+#include "hlo/str_util.h"
 
 #include <algorithm>
 #include <charconv>
@@ -28,14 +29,9 @@
 namespace weave {
 namespace {
 
-// absl 20220623 is built with its own string_view type: adapt std::string_view arguments.
-template <typename T>
-const T& A(const T& v) { return v; }
-inline absl::string_view A(std::string_view v) { return absl::string_view(v.data(), v.size()); }
-template <typename... Ts>
-std::string Cat(const Ts&... v) { return absl::StrCat(A(v)...); }
-template <typename... Ts>
-void Append(std::string* o, const Ts&... v) { absl::StrAppend(o, A(v)...); }
+using hlo_internal::A;
+using hlo_internal::Append;
+using hlo_internal::Cat;
 
 
 inline bool IsIdentStart(char c) {

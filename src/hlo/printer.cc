@@ -16,18 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo/ir.h"
+#include "hlo/str_util.h"
 
 namespace weave {
 namespace {
 
-// absl 20220623 is built with its own string_view type: adapt std::string_view arguments.
-template <typename T>
-const T& A(const T& v) { return v; }
-inline absl::string_view A(std::string_view v) { return absl::string_view(v.data(), v.size()); }
-template <typename... Ts>
-std::string Cat(const Ts&... v) { return absl::StrCat(A(v)...); }
-template <typename... Ts>
-void Append(std::string* o, const Ts&... v) { absl::StrAppend(o, A(v)...); }
+using hlo_internal::A;
+using hlo_internal::Append;
+using hlo_internal::Cat;
 
 
 bool IsOneOf(std::string_view s, std::initializer_list<std::string_view> l) {
