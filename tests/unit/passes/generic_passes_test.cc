@@ -29,7 +29,9 @@ std::vector<Remark> RunPass(HloPass& pass, HloModule* m, bool expect_changed) {
   pass.set_remarks(&remarks);
   absl::StatusOr<bool> r = pass.Run(m);
   EXPECT_TRUE(r.ok()) << r.status().message();
-  if (r.ok()) EXPECT_EQ(*r, expect_changed);
+  if (r.ok()) {
+    EXPECT_EQ(*r, expect_changed);
+  }
   absl::Status v = VerifyModule(*m);
   EXPECT_TRUE(v.ok()) << v.message();
   return remarks;
