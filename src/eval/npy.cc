@@ -128,7 +128,8 @@ absl::StatusOr<Value> ReadNpy(const std::string& path, PrimitiveType want) {
   }
   if (descr.size() == 3 && descr[0] == '=') descr[0] = '<';
   std::vector<int64_t> dims;
-  for (const char* p = field("shape").c_str(); *p;) {
+  const std::string shape_text = field("shape");  // must outlive the pointer walk below
+  for (const char* p = shape_text.c_str(); *p;) {
     while (*p == ' ' || *p == ',') ++p;
     if (!*p) break;
     char* end;
