@@ -455,8 +455,12 @@ HloComputation* HloModule::GetComputation(std::string_view name) const {
 HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
   HloComputation* raw = c.get();
   std::string base = raw->name_.empty() ? std::string("computation") : raw->name_;
+  // One scan of the existing names, then probe suffixes against the set (not a scan per probe).
+  std::unordered_set<std::string_view> used;
+  used.reserve(comps_.size());
+  for (const auto& c : comps_) used.insert(c->name());
   std::string name = base;
-  for (int64_t k = 1; GetComputation(name) != nullptr; ++k) name = absl::StrCat(base, ".", k);
+  for (int64_t k = 1; used.count(name) > 0; ++k) name = absl::StrCat(base, ".", k);
   raw->name_ = name;
   raw->parent_ = this;
   for (const auto& i : raw->instrs_) i->name_ = UniqueName(i->name_);
