@@ -122,7 +122,10 @@ int64_t ClzN(uint64_t v, int bits) {
   return std::countl_zero(v) - (64 - bits);
 }
 
-double UnaryFloat(HloOpcode op, double x, bool* ok) {
+// Elementwise unary op on a float value, computed in T (float for types of 32 bits or fewer,
+// double for f64), as XLA's evaluator does. Sets *ok = false for opcodes it does not handle.
+template <typename T>
+T UnaryFloat(HloOpcode op, T x, bool* ok) {
   switch (op) {
     case HloOpcode::kAbs: return std::fabs(x);
     case HloOpcode::kNegate: return -x;
@@ -136,41 +139,13 @@ double UnaryFloat(HloOpcode op, double x, bool* ok) {
     case HloOpcode::kExpm1: return std::expm1(x);
     case HloOpcode::kLog: return std::log(x);
     case HloOpcode::kLog1p: return std::log1p(x);
-    case HloOpcode::kLogistic: return 1.0 / (1.0 + std::exp(-x));
+    case HloOpcode::kLogistic: return T(1) / (T(1) + std::exp(-x));
     case HloOpcode::kSqrt: return std::sqrt(x);
-    case HloOpcode::kRsqrt: return 1.0 / std::sqrt(x);
+    case HloOpcode::kRsqrt: return T(1) / std::sqrt(x);
     case HloOpcode::kCbrt: return std::cbrt(x);
     case HloOpcode::kErf: return std::erf(x);
     case HloOpcode::kSign:
-      return std::isnan(x) ? x : (x > 0 ? 1.0 : (x < 0 ? -1.0 : x));
-    case HloOpcode::kRoundNearestAfz: return std::round(x);
-    case HloOpcode::kRoundNearestEven: return std::nearbyint(x);
-    case HloOpcode::kCopy: return x;
-    default: *ok = false; return 0;
-  }
-}
-
-float UnaryF32(HloOpcode op, float x, bool* ok) {
-  switch (op) {
-    case HloOpcode::kAbs: return std::fabs(x);
-    case HloOpcode::kNegate: return -x;
-    case HloOpcode::kCeil: return std::ceil(x);
-    case HloOpcode::kFloor: return std::floor(x);
-    case HloOpcode::kCos: return std::cos(x);
-    case HloOpcode::kSin: return std::sin(x);
-    case HloOpcode::kTan: return std::tan(x);
-    case HloOpcode::kTanh: return std::tanh(x);
-    case HloOpcode::kExp: return std::exp(x);
-    case HloOpcode::kExpm1: return std::expm1(x);
-    case HloOpcode::kLog: return std::log(x);
-    case HloOpcode::kLog1p: return std::log1p(x);
-    case HloOpcode::kLogistic: return 1.0f / (1.0f + std::exp(-x));
-    case HloOpcode::kSqrt: return std::sqrt(x);
-    case HloOpcode::kRsqrt: return 1.0f / std::sqrt(x);
-    case HloOpcode::kCbrt: return std::cbrt(x);
-    case HloOpcode::kErf: return std::erf(x);
-    case HloOpcode::kSign:
-      return std::isnan(x) ? x : (x > 0 ? 1.0f : (x < 0 ? -1.0f : x));
+      return std::isnan(x) ? x : (x > 0 ? T(1) : (x < 0 ? T(-1) : x));
     case HloOpcode::kRoundNearestAfz: return std::round(x);
     case HloOpcode::kRoundNearestEven: return std::nearbyint(x);
     case HloOpcode::kCopy: return x;
@@ -322,7 +297,7 @@ absl::StatusOr<Value> Unary(HloOpcode op, const Value& a, const Shape& out) {
       const size_t n = a.f.size();
       const float* x = a.f.data();
       float* y = r.f.data();
-      for (size_t k = 0; k < n && ok; ++k) y[k] = UnaryF32(op, x[k], &ok);
+      for (size_t k = 0; k < n && ok; ++k) y[k] = UnaryFloat<float>(op, x[k], &ok);
       if (t != PrimitiveType::F32 && op != HloOpcode::kAbs && op != HloOpcode::kNegate &&
           op != HloOpcode::kCopy) {
         for (size_t k = 0; k < n; ++k) y[k] = RoundFloatToType(y[k], t);
@@ -330,7 +305,7 @@ absl::StatusOr<Value> Unary(HloOpcode op, const Value& a, const Shape& out) {
       break;
     }
     case Storage::kDouble:
-      for (size_t k = 0; k < a.d.size() && ok; ++k) r.d[k] = UnaryFloat(op, a.d[k], &ok);
+      for (size_t k = 0; k < a.d.size() && ok; ++k) r.d[k] = UnaryFloat<double>(op, a.d[k], &ok);
       break;
     case Storage::kInt:
       for (size_t k = 0; k < a.i.size() && ok; ++k) {
