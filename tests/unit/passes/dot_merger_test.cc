@@ -7,40 +7,15 @@
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
+#include "pass_test_util.h"
 
 namespace weave {
 namespace {
 
-struct PassRun {
-  bool changed = false;
-  std::vector<Remark> remarks;
-};
-
-PassRun RunPass(HloModule* m, const std::string& name, PassOptions opts = {}) {
-  PassRun r;
-  auto pass = PassRegistry::Get().Create(name, opts);
-  EXPECT_TRUE(pass.ok()) << pass.status();
-  if (!pass.ok()) return r;
-  (*pass)->set_remarks(&r.remarks);
-  auto changed = (*pass)->Run(m);
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  r.changed = changed.ok() && *changed;
-  return r;
-}
-
-std::unique_ptr<HloModule> Parse(const std::string& text) {
-  auto m = ParseHloModule(text, "test");
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
-
-int Count(const HloModule& m, HloOpcode op) {
-  int n = 0;
-  for (HloComputation* c : m.computations()) {
-    for (HloInstruction* i : c->instructions()) n += i->opcode() == op;
-  }
-  return n;
-}
+using testing_util::Count;
+using testing_util::PassRun;
+using testing_util::Parse;
+using testing_util::RunPass;
 
 constexpr char kMergeModule[] = R"(HloModule dm
 ENTRY main {
