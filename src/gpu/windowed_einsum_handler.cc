@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -203,9 +205,9 @@ class Handler {
   std::function<void(std::string, bool, std::string)> remark_;
   int64_t next_queue_id_ = 1;
   int64_t next_channel_id_ = 1;
-  std::unordered_map<const HloComputation*, int64_t> callers_;
+  absl::flat_hash_map<const HloComputation*, int64_t> callers_;
   std::set<HloComputation*> maybe_orphaned_;
-  std::unordered_map<const HloInstruction*, int64_t> position_;  // current computation
+  absl::flat_hash_map<const HloInstruction*, int64_t> position_;  // current computation
   // Outer computation: dead instructions are removed in one sweep at the end (linear), then
   // these instructions get their predecessors' names.
   std::vector<std::pair<HloInstruction*, std::string>> rename_;
@@ -241,7 +243,7 @@ absl::StatusOr<bool> Handler::Run() {
   }
   // Drop the conditional branches this pass replaced by retyped copies, if nothing calls them.
   if (!maybe_orphaned_.empty()) {
-    std::unordered_set<const HloComputation*> called;
+    absl::flat_hash_set<const HloComputation*> called;
     for (HloComputation* c : module_->computations()) {
       for (HloInstruction* i : c->instructions()) {
         for (HloComputation* callee : i->called_computations()) called.insert(callee);
@@ -403,7 +405,7 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   HloInstruction* P = body->parameter(0);
   HloInstruction* R = body->root();
   std::vector<HloInstruction*> carriers;
-  std::unordered_map<HloInstruction*, int> origin;
+  absl::flat_hash_map<HloInstruction*, int> origin;
   for (HloInstruction* g : P->users()) {
     if (g->tuple_index == 0 || g->tuple_index == 1) {
       origin[g] = static_cast<int>(g->tuple_index);
@@ -686,7 +688,7 @@ std::string Handler::MatchAllGather(HloInstruction* ag, const WindowedLoop& L, C
 bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
   auto pu = position_.find(u), pw = position_.find(w);
   if (pu != position_.end() && pw != position_.end() && pu->second > pw->second) return false;
-  std::unordered_set<HloInstruction*> seen;
+  absl::flat_hash_set<HloInstruction*> seen;
   std::vector<HloInstruction*> work(w->operands().begin(), w->operands().end());
   while (!work.empty()) {
     HloInstruction* x = work.back();
@@ -841,7 +843,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
 
   // Live instructions that depend on the loop state (the rest is loop-invariant and shared).
   std::vector<HloInstruction*> order = body->MakeInstructionPostOrder();
-  std::unordered_set<HloInstruction*> live;
+  absl::flat_hash_set<HloInstruction*> live;
   {
     std::vector<HloInstruction*> work = {R};
     while (!work.empty()) {
@@ -851,7 +853,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
       for (HloInstruction* o : x->operands()) work.push_back(o);
     }
   }
-  std::unordered_set<HloInstruction*> dep = {P};
+  absl::flat_hash_set<HloInstruction*> dep = {P};
   std::vector<HloInstruction*> cloned_order;
   for (HloInstruction* i : order) {
     if (i == P || i == R || !live.count(i)) continue;
@@ -864,7 +866,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
   }
   std::vector<HloInstruction*> prev = R->operands();
   for (int64_t t = 1; t < T; ++t) {
-    std::unordered_map<HloInstruction*, HloInstruction*> map;
+    absl::flat_hash_map<HloInstruction*, HloInstruction*> map;
     HloInstruction* kt = nullptr;
     for (HloInstruction* i : cloned_order) {
       if (i->opcode() == HloOpcode::kGetTupleElement && i->operand(0) == P) {
@@ -925,7 +927,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
       HloComputation* branch = i->called_computations()[*v != 0 ? 0 : 1];
       HloInstruction* arg = i->operand(*v != 0 ? 1 : 2);
       if (branch->num_parameters() != 1) continue;
-      std::unordered_map<HloInstruction*, HloInstruction*> map;
+      absl::flat_hash_map<HloInstruction*, HloInstruction*> map;
       map[branch->parameter(0)] = arg;
       for (HloInstruction* b : branch->MakeInstructionPostOrder()) {
         if (b->opcode() == HloOpcode::kParameter) continue;
@@ -1138,7 +1140,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
   }
 
   // All-gathers: which loop, if any, already circulates the gathered value.
-  std::unordered_map<HloInstruction*, HloInstruction*> by_value;  // loop operand -> while
+  absl::flat_hash_map<HloInstruction*, HloInstruction*> by_value;  // loop operand -> while
   std::unordered_map<HloInstruction*, WindowedLoop> matched;
   for (HloInstruction* w : loops) {
     auto L = MatchWindowedLoop(w);

@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -231,7 +233,7 @@ std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   std::vector<HloInstruction*> order;
   order.reserve(instrs_.size());
   // 0 = unvisited, 1 = on stack, 2 = done.
-  std::unordered_map<const HloInstruction*, int> state;
+  absl::flat_hash_map<const HloInstruction*, int> state;
   state.reserve(instrs_.size() * 2);
   std::vector<std::pair<HloInstruction*, size_t>> stack;
   auto visit = [&](HloInstruction* start) {
@@ -334,7 +336,7 @@ absl::Status HloComputation::RemoveInstruction(HloInstruction* instr) {
 
 bool HloComputation::RemoveDeadCode() {
   // Mark live instructions from the root and side-effecting instructions.
-  std::unordered_set<const HloInstruction*> live;
+  absl::flat_hash_set<const HloInstruction*> live;
   std::vector<HloInstruction*> work;
   auto mark = [&](HloInstruction* i) {
     if (i != nullptr && i->parent_ == this && live.insert(i).second) work.push_back(i);
@@ -374,7 +376,7 @@ absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruct
   // Remove `old` and whatever became dead because of it (not parameters).
   // `removed` guards against visiting an instruction again after it was freed (an operand that
   // appears twice, as in multiply(x, x), is pushed twice).
-  std::unordered_set<const HloInstruction*> removed;
+  absl::flat_hash_set<const HloInstruction*> removed;
   std::vector<HloInstruction*> work = {old};
   while (!work.empty()) {
     HloInstruction* i = work.back();
@@ -400,7 +402,7 @@ std::vector<HloComputation*> HloModule::computations() const {
 
 std::vector<HloComputation*> HloModule::MakeComputationPostOrder() const {
   std::vector<HloComputation*> order;
-  std::unordered_map<const HloComputation*, int> state;
+  absl::flat_hash_map<const HloComputation*, int> state;
   std::vector<std::pair<HloComputation*, std::vector<HloComputation*>>> stack;
   auto callees = [](HloComputation* c) {
     std::vector<HloComputation*> out;
@@ -471,7 +473,7 @@ HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
 HloComputation* HloModule::CloneComputation(const HloComputation* c, std::string_view name_hint) {
   auto clone = std::make_unique<HloComputation>(std::string(name_hint));
   HloComputation* raw = AddComputation(std::move(clone));
-  std::unordered_map<const HloInstruction*, HloInstruction*> map;
+  absl::flat_hash_map<const HloInstruction*, HloInstruction*> map;
   for (HloInstruction* i : c->MakeInstructionPostOrder()) {
     std::vector<HloInstruction*> ops;
     for (HloInstruction* op : i->operands()) ops.push_back(map.at(op));
@@ -491,7 +493,7 @@ HloComputation* HloModule::CloneComputation(const HloComputation* c, std::string
 
 bool HloModule::RemoveUnusedComputations() {
   if (entry_ == nullptr) return false;
-  std::unordered_set<const HloComputation*> reachable;
+  absl::flat_hash_set<const HloComputation*> reachable;
   std::vector<HloComputation*> work = {entry_};
   reachable.insert(entry_);
   while (!work.empty()) {
@@ -574,8 +576,8 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
   m->header_attributes = header_attributes;
   m->stack_tables = stack_tables;
   m->names_ = names_;
-  std::unordered_map<const HloComputation*, HloComputation*> cmap;
-  std::unordered_map<const HloInstruction*, HloInstruction*> imap;
+  absl::flat_hash_map<const HloComputation*, HloComputation*> cmap;
+  absl::flat_hash_map<const HloInstruction*, HloInstruction*> imap;
   for (HloComputation* c : MakeComputationPostOrder()) {
     auto nc = std::make_unique<HloComputation>(c->name());
     HloComputation* raw = nc.get();

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hlo/opcodes.h"
@@ -315,7 +316,7 @@ class HloModule {
   std::string name_;
   std::vector<std::unique_ptr<HloComputation>> comps_;
   HloComputation* entry_ = nullptr;
-  std::map<std::string, int64_t, std::less<>> names_;  // base name -> next suffix
+  absl::flat_hash_map<std::string, int64_t> names_;  // base name -> next suffix (hashed: O(1))
   int64_t next_id_ = 0;
 };
 
