@@ -177,8 +177,9 @@ struct CacheUse {
 
 class Handler {
  public:
-  Handler(HloModule* m, bool unroll, std::function<void(std::string, bool, std::string)> remark)
-      : module_(m), unroll_(unroll), remark_(std::move(remark)) {}
+  Handler(HloModule* m, bool unroll, std::function<void(std::string, bool, std::string)> remark,
+          std::function<void(std::string, std::string)> analysis)
+      : module_(m), unroll_(unroll), remark_(std::move(remark)), analysis_(std::move(analysis)) {}
 
   absl::StatusOr<bool> Run();
 
@@ -203,6 +204,7 @@ class Handler {
   HloModule* module_;
   bool unroll_;
   std::function<void(std::string, bool, std::string)> remark_;
+  std::function<void(std::string, std::string)> analysis_;  // informational remarks
   int64_t next_queue_id_ = 1;
   int64_t next_channel_id_ = 1;
   absl::flat_hash_map<const HloComputation*, int64_t> callers_;
@@ -1130,7 +1132,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
     EnsureUnshared(w);
     L = MatchWindowedLoop(w, &why);
     if (!L) return absl::InternalError("loop changed while unsharing its computations");
-    remark_(w->name(), false, "recognised: " + L->ToString());
+    analysis_(w->name(), "recognised: " + L->ToString());
     std::string msg;
     auto r = ShiftFp8(*L, &msg);
     if (!r.ok()) return r.status();
@@ -1248,9 +1250,14 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
 }  // namespace
 
 absl::StatusOr<bool> WindowedEinsumHandler::Run(HloModule* module) {
-  Handler h(module, unroll_, [this](std::string loc, bool applied, std::string msg) {
-    AddRemark(std::move(loc), applied, std::move(msg));
-  });
+  Handler h(
+      module, unroll_,
+      [this](std::string loc, bool applied, std::string msg) {
+        AddRemark(std::move(loc), applied, std::move(msg));
+      },
+      [this](std::string loc, std::string msg) {
+        AddAnalysisRemark(std::move(loc), std::move(msg));
+      });
   return h.Run();
 }
 

@@ -15,7 +15,10 @@
 namespace weave {
 
 std::string Remark::ToString() const {
-  return absl::StrCat(pass, ": ", location, ": ", applied ? "[applied] " : "[missed] ", message);
+  return absl::StrCat(pass, ": ", location, ": ", applied    ? "[applied] "
+                                                  : analysis ? "[analysis] "
+                                                             : "[missed] ",
+                      message);
 }
 
 std::string PassOptions::GetString(std::string_view key, std::string def) const {

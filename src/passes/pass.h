@@ -20,7 +20,11 @@ struct Remark {
   std::string location;  // instruction (or computation) name the remark is about
   bool applied = false;  // true: rewritten; false: left alone (message says why)
   std::string message;
-  std::string ToString() const;  // "pass: location: [applied|missed] message"
+  // A finding reported for information, neither a rewrite nor a refusal (what LLVM calls an
+  // analysis remark, -Rpass-analysis): e.g. "recognised: all-gather loop ...". `applied` is false.
+  bool analysis = false;
+  bool missed() const { return !applied && !analysis; }
+  std::string ToString() const;  // "pass: location: [applied|missed|analysis] message"
 };
 
 // Options given on the command line as `--name=value` (e.g. windowed-einsum-threshold-mib=0).
@@ -55,6 +59,13 @@ class HloPass {
   void AddRemark(std::string location, bool applied, std::string message) {
     if (remarks_) remarks_->push_back({std::string(name()), std::move(location), applied,
                                        std::move(message)});
+  }
+  // An analysis remark (see Remark::analysis).
+  void AddAnalysisRemark(std::string location, std::string message) {
+    if (remarks_) {
+      remarks_->push_back({std::string(name()), std::move(location), false, std::move(message),
+                           /*analysis=*/true});
+    }
   }
   std::vector<Remark>* remarks_ = nullptr;
 };

@@ -340,7 +340,8 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     rec.changed = *changed;
     rec.instructions_after = CountInstructions(*module);
     for (size_t k = first_remark; k < report->remarks.size(); ++k) {
-      (report->remarks[k].applied ? rec.remarks_applied : rec.remarks_missed)++;
+      if (report->remarks[k].applied) ++rec.remarks_applied;
+      if (report->remarks[k].missed()) ++rec.remarks_missed;
     }
     if (o.verbose) {
       std::cerr << absl::StrFormat(

@@ -528,7 +528,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   }
   std::map<std::string, std::vector<const Remark*>> missed;
   for (const Remark& r : remarks) {
-    if (!r.applied) missed[r.location].push_back(&r);
+    if (r.missed()) missed[r.location].push_back(&r);
   }
   auto pass_rank = [](const std::string& p) {
     if (p == "windowed-einsum-decomposer") return 0;
@@ -723,6 +723,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
     remarks.push_back({{"pass", m.pass},
                        {"location", m.location},
                        {"applied", m.applied},
+                       {"kind", m.applied ? "applied" : m.analysis ? "analysis" : "missed"},
                        {"message", m.message}});
   }
   j["remarks"] = remarks;
@@ -864,10 +865,10 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, "Numerics: not checked (use --verify-numerics)\n");
   }
 
-  int64_t applied = 0, missed = 0;
-  for (const Remark& m : r.remarks) (m.applied ? applied : missed)++;
-  absl::StrAppendFormat(&o, "\nRemarks: %d (%d applied, %d missed)\n", r.remarks.size(), applied,
-                        missed);
+  int64_t applied = 0, missed = 0, analysis = 0;
+  for (const Remark& m : r.remarks) (m.applied ? applied : m.analysis ? analysis : missed)++;
+  absl::StrAppendFormat(&o, "\nRemarks: %d (%d applied, %d missed, %d analysis)\n",
+                        r.remarks.size(), applied, missed, analysis);
   shown = 0;
   // Per pass counts, then the missed remarks (why something did not fire), then the applied
   // ones, each in pipeline order and limited to max_rows.
@@ -875,7 +876,9 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
   std::map<std::string, std::pair<int64_t, int64_t>> per_pass;
   for (const Remark& m : r.remarks) {
     if (!per_pass.count(m.pass)) order.push_back(m.pass);
-    (m.applied ? per_pass[m.pass].first : per_pass[m.pass].second)++;
+    auto& counts = per_pass[m.pass];  // created here, so each pass is listed once
+    if (m.applied) ++counts.first;
+    if (m.missed()) ++counts.second;
   }
   for (const std::string& p : order) {
     absl::StrAppendFormat(&o, "  %-32s %4d applied %4d missed\n", p, per_pass[p].first,
@@ -888,7 +891,7 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, want_applied ? "  applied:\n" : "  missed (why something did not fire):\n");
     shown = 0;
     for (const Remark& m : r.remarks) {
-      if (m.applied != want_applied) continue;
+      if (m.applied != want_applied || m.analysis) continue;
       if (max_rows > 0 && shown >= max_rows) break;
       absl::StrAppend(&o, "    ", m.ToString(), "\n");
       ++shown;

@@ -202,11 +202,18 @@ TEST(WindowedEinsumHandlerTest, RewritesAndIsIdempotent) {
   EXPECT_EQ(L->scale_index[1], 6);
   EXPECT_EQ(L->cache_index, 7);
   EXPECT_EQ(Find(m.get(), "xg"), nullptr);  // the all-gather is gone
-  bool cache_remark = false;
+  bool cache_remark = false, recognised = false;
   for (const Remark& rm : remarks) {
     cache_remark |= rm.location == "xg" && rm.applied;
+    // Recognising the loop is information, not a refusal: never counted as missed.
+    if (rm.message.rfind("recognised: ", 0) == 0) {
+      recognised = true;
+      EXPECT_TRUE(rm.analysis) << rm.ToString();
+      EXPECT_FALSE(rm.missed()) << rm.ToString();
+    }
   }
   EXPECT_TRUE(cache_remark);
+  EXPECT_TRUE(recognised);
 
   const std::string once = m->ToString();
   WindowedEinsumHandler again;

@@ -55,6 +55,10 @@ TEST(Remark, Format) {
   EXPECT_EQ(applied.ToString(), "dce: main: [applied] removed 1 dead instruction");
   Remark missed{"cse", "loop", false, "nothing to do"};
   EXPECT_EQ(missed.ToString(), "cse: loop: [missed] nothing to do");
+  EXPECT_TRUE(missed.missed());
+  Remark note{"windowed-einsum-handler", "loop", false, "recognised: all-gather loop", true};
+  EXPECT_EQ(note.ToString(), "windowed-einsum-handler: loop: [analysis] recognised: all-gather loop");
+  EXPECT_FALSE(note.missed());
 }
 
 TEST(PassRegistry, KnowsTheGenericPasses) {

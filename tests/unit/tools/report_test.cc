@@ -183,6 +183,7 @@ TEST(Report, JsonAndTableCarryTheFigures) {
   l.cache_consumers = 2;
   r.loops.push_back(l);
   r.remarks.push_back({"dot-merger", "d1", false, "operands are FP8"});
+  r.remarks.push_back({"windowed-einsum-handler", "loop.1", false, "recognised: loop", true});
   r.fired["windowed"] = true;
   nlohmann::json j = ReportToJson(r);
   EXPECT_EQ(j["before"]["bytes_sent_per_partition"], 12288);
@@ -190,6 +191,8 @@ TEST(Report, JsonAndTableCarryTheFigures) {
   EXPECT_EQ(j["windowed_loops"][0]["wire_type"], "f8e4m3fn");
   EXPECT_EQ(j["windowed_loops"][0]["cache_consumers"], 2);
   EXPECT_EQ(j["remarks"][0]["message"], "operands are FP8");
+  EXPECT_EQ(j["remarks"][0]["kind"], "missed");
+  EXPECT_EQ(j["remarks"][1]["kind"], "analysis");
   EXPECT_EQ(j["fired"]["windowed"], true);
   std::string table = ReportToTable(r);
   EXPECT_THAT(table, testing::HasSubstr("loop.1"));
@@ -197,6 +200,14 @@ TEST(Report, JsonAndTableCarryTheFigures) {
   EXPECT_THAT(table, testing::HasSubstr("12.0 KiB"));
   EXPECT_THAT(table, testing::HasSubstr("-50.0%"));
   EXPECT_THAT(table, testing::HasSubstr("[missed] operands are FP8"));
+  EXPECT_THAT(table, testing::HasSubstr("Remarks: 2 (0 applied, 1 missed, 1 analysis)"));
+  EXPECT_THAT(table, testing::Not(testing::HasSubstr("[analysis]")));  // lists show only the others
+  // A pass whose first remark is an analysis one still gets exactly one count line.
+  r.remarks.push_back({"windowed-einsum-handler", "loop.1", true, "cached 1 all-gather"});
+  const std::string table2 = ReportToTable(r);
+  const size_t first = table2.find("windowed-einsum-handler ");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(table2.find("windowed-einsum-handler ", first + 1), std::string::npos) << table2;
 }
 
 TEST(FormatBytes, Units) {
