@@ -15,8 +15,10 @@
 // runs for at least 3 s so that the K=1000 case averages over several iterations.
 //
 // Machine instructions executed per loop, counted with `valgrind --tool=callgrind
-// --toggle-collect='weave::WindowedEinsumHandler::Run*'`: about 1.15M at K=100 and at K=1000
-// alike.
+// --toggle-collect='weave::WindowedEinsumHandler::Run*'` and divided by the calls and K: 1.12M at
+// K=10 and K=100, 1.14M at K=1000. The work is linear; the wall time per loop grows with the
+// cache misses, as the clone's does (on the 2-core dev machine: handler 106/150/209 us, clone
+// 20/23/34 us per loop for K=10/100/1000).
 #include <benchmark/benchmark.h>
 
 #include <memory>
