@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hlo/boxed.h"
 #include "hlo/opcodes.h"
 #include "hlo/sharding.h"
 #include "hlo/types.h"
@@ -131,18 +132,18 @@ class HloInstruction {
   std::vector<PadDim> padding;            // pad
   std::optional<ComparisonDirection> comparison_direction;  // compare `direction=`
   std::string comparison_type;            // compare `type=` (raw, e.g. "TOTALORDER"), may be empty
-  std::optional<Literal> literal;         // constant
+  Boxed<Literal> literal;                 // constant
   std::string custom_call_target;         // custom-call
   std::string fusion_kind;                // fusion `kind=` (e.g. "kLoop")
   int64_t exponent_bits = -1, mantissa_bits = -1;  // reduce-precision
   // Collectives.
   std::optional<int64_t> channel_id;
-  std::optional<ReplicaGroups> replica_groups;
+  Boxed<ReplicaGroups> replica_groups;
   bool use_global_device_ids = false;
   bool constrain_layout = false;
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
   // Common attributes.
-  std::optional<HloSharding> sharding;
+  Boxed<HloSharding> sharding;
   // `backend_config=` value verbatim (JSON object text for GPU configs, may be empty).
   std::string backend_config;
   // `frontend_attributes={k="v",...}`: keys sorted as XLA prints them; values are the printed
