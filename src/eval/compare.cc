@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "eval/evaluator.h"
+#include "eval/numerics.h"
 #include "nlohmann/json.hpp"
 
 namespace weave::eval {
@@ -25,7 +26,8 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 
 namespace {
 
-OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol) {
+OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
+                             double norm_ulps) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -33,6 +35,14 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
   const int64_t n = a.size();
   c.elements = n;
   const bool ints = a.storage() == Storage::kInt && b.storage() == Storage::kInt;
+  if (!ints && norm_ulps > 0) {
+    for (int64_t k = 0; k < n; ++k) {
+      const double x = a.GetDouble(k);
+      if (std::isfinite(x)) c.max_abs_value = std::max(c.max_abs_value, std::fabs(x));
+    }
+    c.norm_ulps = norm_ulps;
+    c.norm_atol = norm_ulps * UlpOf(c.max_abs_value, a.shape.element_type);
+  }
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
       const int64_t x = a.i[static_cast<size_t>(k)], y = b.i[static_cast<size_t>(k)];
@@ -63,7 +73,7 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
     c.max_abs_error = std::max(c.max_abs_error, diff);
     const double m = std::max(std::fabs(x), std::fabs(y));
     if (m > 0) c.max_rel_error = std::max(c.max_rel_error, diff / m);
-    if (diff > atol + rtol * std::fabs(x)) ++c.mismatches;
+    if (diff > std::max(atol + rtol * std::fabs(x), c.norm_atol)) ++c.mismatches;
   }
   c.pass = c.mismatches == 0;
   return c;
@@ -125,7 +135,9 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
             ob[j]->shape.ToString(false), " in module B"));
       }
       auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
-      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt), options.atol.value_or(at));
+      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
+                                       options.atol.value_or(at),
+                                       options.norm_ulps.value_or(kDefaultNormUlps));
       c.output = static_cast<int64_t>(j);
       c.device = static_cast<int64_t>(d);
       report.pass &= c.pass;
@@ -144,9 +156,13 @@ std::string CompareReport::ToString() const {
                                               : absl::StrCat("partition ", c.device);
     absl::StrAppendFormat(&s,
                           "  output %d %s %s: max_abs_err=%.4g max_rel_err=%.4g mismatches=%d/%d "
-                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g) %s\n",
+                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s) %s\n",
                           c.output, dev, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
                           c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
+                          c.norm_ulps > 0
+                              ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
+                                                c.norm_ulps, c.max_abs_value, c.norm_atol)
+                              : std::string(),
                           c.pass ? "PASS" : "FAIL");
   }
   s += pass ? "PASS\n" : "FAIL\n";
@@ -165,7 +181,9 @@ std::string CompareReport::ToJson() const {
                             {"max_abs_error", c.max_abs_error}, {"max_rel_error", c.max_rel_error},
                             {"mismatches", c.mismatches}, {"elements", c.elements},
                             {"nan_diffs", c.nan_diffs}, {"inf_diffs", c.inf_diffs},
-                            {"rtol", c.rtol}, {"atol", c.atol}, {"pass", c.pass}});
+                            {"rtol", c.rtol}, {"atol", c.atol}, {"norm_ulps", c.norm_ulps},
+                            {"max_abs_value", c.max_abs_value}, {"norm_atol", c.norm_atol},
+                            {"pass", c.pass}});
   }
   return j.dump(2);
 }

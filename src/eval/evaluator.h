@@ -104,7 +104,19 @@ struct CompareOptions {
   EvalOptions eval;
   // Tolerances; unset = default for the output's element type (DefaultTolerance).
   std::optional<double> rtol, atol;
+  // Norm-wise term: an element also passes when |a-b| <= norm_ulps * ulp(max |a|), the output
+  // type's ulp at the largest magnitude of that output (module A's, on that device). It allows
+  // for the rounding of a different summation order or a fused scale, which grows with the
+  // magnitude of the sums, not with each (possibly cancelled, near-zero) element; a per-element
+  // rtol cannot. The criterion of normwise error bounds (Higham, "Accuracy and Stability of
+  // Numerical Algorithms", ch. 3). Unset = kDefaultNormUlps for float outputs; 0 turns it off.
+  // Integer outputs are always compared exactly.
+  std::optional<double> norm_ulps;
 };
+
+// Default norm_ulps: 4 ulps of the output type at the output's largest magnitude (bf16: 1.6% to
+// 3.1% of max |a|; f32: 2.4e-7 to 4.8e-7 of it).
+inline constexpr double kDefaultNormUlps = 4;
 
 // Default (rtol, atol) per element type: f64 1e-9/1e-12, f32 1e-4/1e-5, bf16 2e-2/1e-2,
 // f16 5e-3/1e-3, f8e4m3fn 1.25e-1/1.6e-2, f8e5m2 2.5e-1/3.1e-2, integers/pred exact (0/0).
@@ -116,9 +128,12 @@ struct OutputComparison {
   int64_t device = 0;
   std::string shape;   // A's shape text
   double rtol = 0, atol = 0;
+  double norm_ulps = 0;      // the norm-wise term (CompareOptions::norm_ulps)
+  double max_abs_value = 0;  // max |a| over A's finite elements
+  double norm_atol = 0;      // norm_ulps * UlpOf(max_abs_value, type)
   double max_abs_error = 0;  // over elements where both are finite
   double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
-  int64_t mismatches = 0;    // elements with |a-b| > atol + rtol*|a|, or differing NaN/inf
+  int64_t mismatches = 0;    // |a-b| > max(atol + rtol*|a|, norm_atol), or differing NaN/inf
   int64_t nan_diffs = 0;     // elements NaN in one and not the other
   int64_t inf_diffs = 0;     // elements +-inf in one and not equal in the other
   int64_t elements = 0;

@@ -36,6 +36,21 @@ FloatFormat FormatOf(PrimitiveType t) {
 
 }  // namespace
 
+double UlpOf(double x, PrimitiveType t) {
+  if (!std::isfinite(x)) return 0;
+  int mantissa_bits = 52, min_exponent = -1022;
+  if (t != PrimitiveType::F64) {
+    const FloatFormat f = FormatOf(t);
+    if (!f.valid) return 0;
+    mantissa_bits = f.mantissa_bits;
+    min_exponent = f.min_exponent;
+  }
+  int e = 0;
+  std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1)
+  const int exponent = x == 0 ? min_exponent : std::max(e - 1, min_exponent);
+  return std::ldexp(1.0, exponent - mantissa_bits);
+}
+
 double MaxFinite(PrimitiveType t) {
   if (t == PrimitiveType::F64) return std::numeric_limits<double>::max();
   return FormatOf(t).max_finite;

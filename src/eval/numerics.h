@@ -23,6 +23,11 @@ float RoundFloatToType(float x, PrimitiveType t);
 // Round-to-nearest-even float -> bf16 -> float (bit-exact, NaN kept quiet).
 float RoundToBf16(float x);
 
+// Unit in the last place of float type `t` at magnitude |x|: the spacing of t's values around x,
+// 2^(e - mantissa_bits) for |x| in [2^e, 2^(e+1)), the subnormal spacing below the smallest normal
+// (e.g. bf16: 2^-7 at 1.0, 0.25 at 40.0). f64: 2^(e - 52). 0 for non-float types, NaN or inf.
+double UlpOf(double x, PrimitiveType t);
+
 // Largest finite value of float type t (e.g. 448 for f8e4m3fn, 57344 for f8e5m2, 65504 for f16).
 double MaxFinite(PrimitiveType t);
 bool HasInfinity(PrimitiveType t);

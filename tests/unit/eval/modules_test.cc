@@ -87,6 +87,41 @@ ENTRY e {
   EXPECT_TRUE(rep2->pass) << rep2->ToString();
 }
 
+// The norm-wise term: an error that is large for a near-zero element but small against the
+// output's largest magnitude (a summation-order effect) passes; the same error without the term,
+// or a larger one, fails.
+TEST(Modules, CompareNormWiseTolerance) {
+  auto module = [](const std::string& values) {
+    return testing::ParseOrDie("HloModule m\nENTRY e {\n  ROOT c = bf16[4] constant({" + values +
+                               "})\n}\n");
+  };
+  auto ref = module("32, 0.01, -5, 1");
+  auto near = module("32, 0.26, -5, 1");  // 0.25 off: 1 bf16 ulp at 32, 25x the element
+  auto far = module("32, 1.26, -5, 1");   // 1.25 off: 5 ulps at 32
+  CompareOptions co;                      // default: 4 ulps at max |A| = 4 * 0.25
+  auto r1 = CompareModules(*ref, *near, co);
+  ASSERT_TRUE(r1.ok()) << r1.status().message();
+  EXPECT_TRUE(r1->pass) << r1->ToString();
+  EXPECT_EQ(r1->outputs[0].max_abs_value, 32.0);
+  EXPECT_EQ(r1->outputs[0].norm_atol, 1.0);
+  EXPECT_THAT(r1->ToString(), HasSubstr("4 ulps at max |A| 32 = 1"));
+  auto r2 = CompareModules(*ref, *far, co);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_FALSE(r2->pass) << r2->ToString();
+  EXPECT_EQ(r2->outputs[0].mismatches, 1);
+  co.norm_ulps = 0;  // element-wise only
+  auto r3 = CompareModules(*ref, *near, co);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_FALSE(r3->pass) << r3->ToString();
+  // Integers stay exact whatever norm_ulps says.
+  auto ia = testing::ParseOrDie("HloModule m\nENTRY e {\n  ROOT c = s32[2] constant({1000, 1})\n}\n");
+  auto ib = testing::ParseOrDie("HloModule m\nENTRY e {\n  ROOT c = s32[2] constant({1000, 2})\n}\n");
+  co.norm_ulps = 1000;
+  auto r4 = CompareModules(*ia, *ib, co);
+  ASSERT_TRUE(r4.ok());
+  EXPECT_FALSE(r4->pass);
+}
+
 TEST(Modules, CompareRejectsDifferentParameters) {
   auto ma = testing::ParseOrDie("HloModule a\nENTRY e {\n  ROOT x = f32[4] parameter(0)\n}\n");
   auto mb = testing::ParseOrDie("HloModule b\nENTRY e {\n  ROOT x = f32[5] parameter(0)\n}\n");

@@ -223,5 +223,20 @@ ENTRY e {
   }
 }
 
+TEST(Numerics, UlpOf) {
+  EXPECT_EQ(UlpOf(1.0, PrimitiveType::BF16), std::ldexp(1.0, -7));
+  EXPECT_EQ(UlpOf(1.99, PrimitiveType::BF16), std::ldexp(1.0, -7));
+  EXPECT_EQ(UlpOf(-40.0, PrimitiveType::BF16), 0.25);
+  EXPECT_EQ(UlpOf(1.0, PrimitiveType::F32), std::ldexp(1.0, -23));
+  EXPECT_EQ(UlpOf(1.0, PrimitiveType::F64), std::ldexp(1.0, -52));
+  EXPECT_EQ(UlpOf(448.0, PrimitiveType::F8E4M3FN), 32.0);
+  EXPECT_EQ(UlpOf(1000.0, PrimitiveType::F16), 0.5);
+  // Zero and subnormals: the spacing of the smallest exponent.
+  EXPECT_EQ(UlpOf(0.0, PrimitiveType::BF16), std::ldexp(1.0, -133));
+  EXPECT_EQ(UlpOf(1e-3, PrimitiveType::F8E4M3FN), std::ldexp(1.0, -9));
+  EXPECT_EQ(UlpOf(1.0, PrimitiveType::S32), 0.0);
+  EXPECT_EQ(UlpOf(std::nan(""), PrimitiveType::F32), 0.0);
+}
+
 }  // namespace
 }  // namespace weave::eval
