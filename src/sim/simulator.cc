@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "gpu/windowed_loop.h"
 #include "sim/costs.h"
 
 namespace weave::sim {
@@ -697,6 +698,13 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
         ++permutes;
         if (ring == 0) ring = static_cast<int64_t>(t.instr->source_target_pairs.size());
       }
+    }
+    // The ring is the replica group the loop circulates over, not the permute's pair count
+    // (several groups, e.g. {{0,2,4,6},{1,3,5,7}}, share one collective-permute). The matcher
+    // knows it (trip count x dots per trip); the pair count is the fallback for loops it does
+    // not recognise. MatchWindowedLoop only reads the loop.
+    if (auto L = MatchWindowedLoop(const_cast<HloInstruction*>(inst.loop))) {
+      if (L->ring_size > 0) ring = L->ring_size;
     }
     if (ring == 0) ring = std::max<int64_t>(module.num_partitions, 1);
     double nn = static_cast<double>(ring);

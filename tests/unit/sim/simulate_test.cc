@@ -2,6 +2,8 @@
 // Expected values are computed here from the datasheet figures and the formulas, not from the
 // model's own cost functions.
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <memory>
 
 #include "gtest/gtest.h"
@@ -468,6 +470,30 @@ TEST(SimulateTest, SharedExampleXlaUnrolledLoop) {
 
 namespace weave::sim {
 namespace {
+
+// Two rings of 4 in one collective-permute (8 partitions, groups {0..3} and {4..7}): the loop's
+// ring is 4, the group it circulates over, not the permute's 8 pairs; the ideal bound uses it.
+TEST(SimulateTest, RingSizeIsTheGroupNotThePairCount) {
+  std::ifstream in(std::string(WEAVE_SHARED_DIR) + "/examples/ag_bf16_single.hlo");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  ASSERT_FALSE(text.empty());
+  const std::string one_ring = "source_target_pairs={{0,3},{1,0},{2,1},{3,2}}";
+  const std::string two_rings =
+      "source_target_pairs={{0,3},{1,0},{2,1},{3,2},{4,7},{5,4},{6,5},{7,6}}";
+  for (size_t at = text.find(one_ring); at != std::string::npos; at = text.find(one_ring, at)) {
+    text.replace(at, one_ring.size(), two_rings);
+    at += two_rings.size();
+  }
+  const std::string parts = "num_partitions=4";
+  ASSERT_NE(text.find(parts), std::string::npos);
+  text.replace(text.find(parts), parts.size(), "num_partitions=8");
+  SimResult r = Simulate(text, H100(), SimOptions{});
+  ASSERT_EQ(r.loops.size(), 1u);
+  EXPECT_EQ(r.loops[0].ring_size, 4);
+  EXPECT_GE(r.loops[0].ratio, 0.99);  // simulated is never faster than the ideal bound
+}
 
 // XLA's rolled layout (odd N or unrolling off): one dot per iteration, the next shard's permute in
 // a conditional (true branch permutes, false branch passes through). The costlier branch (the
