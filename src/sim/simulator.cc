@@ -699,12 +699,18 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
         if (ring == 0) ring = static_cast<int64_t>(t.instr->source_target_pairs.size());
       }
     }
-    // The ring is the replica group the loop circulates over, not the permute's pair count
-    // (several groups, e.g. {{0,2,4,6},{1,3,5,7}}, share one collective-permute). The matcher
-    // knows it (trip count x dots per trip); the pair count is the fallback for loops it does
-    // not recognise. MatchWindowedLoop only reads the loop.
-    if (auto L = MatchWindowedLoop(const_cast<HloInstruction*>(inst.loop))) {
-      if (L->ring_size > 0) ring = L->ring_size;
+    // The ring is the replica group the loop circulates over, not the permute's pair count when
+    // several groups share one collective-permute (e.g. {{0,2,4,6},{1,3,5,7}}: 8 pairs, rings of
+    // 4). The loop matcher's ring (trip count x dots per trip) is the group size for XLA's
+    // one-dot-per-step layouts but counts every dot of a step that has several, so it is used
+    // only to split the pair count into equal groups. MatchWindowedLoop only reads the loop.
+    if (ring > 0) {
+      if (auto L = MatchWindowedLoop(const_cast<HloInstruction*>(inst.loop))) {
+        if (L->layout != WindowedLoopLayout::kOther && L->ring_size > 1 && L->ring_size < ring &&
+            ring % L->ring_size == 0) {
+          ring = L->ring_size;
+        }
+      }
     }
     if (ring == 0) ring = std::max<int64_t>(module.num_partitions, 1);
     double nn = static_cast<double>(ring);
