@@ -997,10 +997,15 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
     dots += i->opcode() == HloOpcode::kDot;
     permutes += i->opcode() == HloOpcode::kCollectivePermute;
   }
-  *msg = absl::StrFormat("fully unrolled: %d trip%s -> 1, body holds %d dot%s and %d "
-                         "collective-permute%s",
-                         T, T == 1 ? "" : "s", dots, dots == 1 ? "" : "s", permutes,
-                         permutes == 1 ? "" : "s");
+  const int64_t permutes_before = static_cast<int64_t>(L.permutes.size());
+  *msg = absl::StrFormat(
+      "%s, body holds %d dot%s and %d collective-permute%s%s",
+      T == 1 ? std::string("fully unrolled (1 trip already; now marked trip-count-one)")
+             : absl::StrFormat("fully unrolled: %d trips -> 1", T),
+      dots, dots == 1 ? "" : "s", permutes, permutes == 1 ? "" : "s",
+      T == 1 && permutes < permutes_before
+          ? absl::StrFormat(" (%d before: the last step's transfer was unused)", permutes_before)
+          : std::string());
   return true;
 }
 
