@@ -1743,8 +1743,8 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   const int64_t bytes = EstimateMemoryBytes(module, devices);
   if (bytes > options.max_memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "module '%s' needs an estimated %.2f GiB to run on %d devices (limit %.2f GiB): refused",
-        module.name(), static_cast<double>(bytes) / (1 << 30), devices,
+        "module '%s' needs an estimated %.2f GiB to run on %d device%s (limit %.2f GiB): refused",
+        module.name(), static_cast<double>(bytes) / (1 << 30), devices, devices == 1 ? "" : "s",
         static_cast<double>(options.max_memory_bytes) / (1 << 30)));
   }
   // Large arrays are allocated and freed for every instruction: keep freed memory in the heap

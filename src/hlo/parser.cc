@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -1443,6 +1444,10 @@ absl::StatusOr<std::unique_ptr<HloModule>> ParseHloModuleFile(const std::string&
   if (path == "-") {
     data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     return ParseHloModule(data, "<stdin>");
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(Cat(path, ": is a directory, not an HLO text file"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(Cat(path, ": cannot open file"));

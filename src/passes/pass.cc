@@ -22,11 +22,13 @@ std::string Remark::ToString() const {
 }
 
 std::string PassOptions::GetString(std::string_view key, std::string def) const {
+  MarkRead(key);
   auto it = values_.find(std::string(key));
   return it == values_.end() ? def : it->second;
 }
 
 absl::StatusOr<int64_t> PassOptions::GetInt(std::string_view key, int64_t def) const {
+  MarkRead(key);
   auto it = values_.find(std::string(key));
   if (it == values_.end()) return def;
   int64_t v = 0;
@@ -38,6 +40,7 @@ absl::StatusOr<int64_t> PassOptions::GetInt(std::string_view key, int64_t def) c
 }
 
 absl::StatusOr<double> PassOptions::GetDouble(std::string_view key, double def) const {
+  MarkRead(key);
   auto it = values_.find(std::string(key));
   if (it == values_.end()) return def;
   double v = 0;
@@ -49,6 +52,7 @@ absl::StatusOr<double> PassOptions::GetDouble(std::string_view key, double def) 
 }
 
 absl::StatusOr<bool> PassOptions::GetBool(std::string_view key, bool def) const {
+  MarkRead(key);
   auto it = values_.find(std::string(key));
   if (it == values_.end()) return def;
   const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(it->second));
@@ -56,6 +60,14 @@ absl::StatusOr<bool> PassOptions::GetBool(std::string_view key, bool def) const 
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
   return absl::InvalidArgumentError(absl::StrCat("option --", std::string(key), ": '", it->second,
                                                  "' is not a boolean (true/false/1/0)"));
+}
+
+std::vector<std::string> PassOptions::Unread() const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : values_) {
+    if (!read_.count(key)) out.push_back(key);
+  }
+  return out;
 }
 
 PassRegistry& PassRegistry::Get() {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,20 +29,31 @@ struct Remark {
 };
 
 // Options given on the command line as `--name=value` (e.g. windowed-einsum-threshold-mib=0).
-// Passes read the ones they know; values are strings.
+// Passes read the ones they know; values are strings. Every lookup (Has, Get*) marks the key
+// as read, so that a tool can report the keys no pass looked at (Unread) as unknown options.
 class PassOptions {
  public:
   void Set(const std::string& key, const std::string& value) { values_[key] = value; }
-  bool Has(std::string_view key) const { return values_.count(std::string(key)) > 0; }
+  bool Has(std::string_view key) const {
+    MarkRead(key);
+    return values_.count(std::string(key)) > 0;
+  }
   std::string GetString(std::string_view key, std::string def) const;
   // Parse errors are reported as InvalidArgument naming the option.
   absl::StatusOr<int64_t> GetInt(std::string_view key, int64_t def) const;
   absl::StatusOr<double> GetDouble(std::string_view key, double def) const;
   absl::StatusOr<bool> GetBool(std::string_view key, bool def) const;  // true/false/1/0
   const std::map<std::string, std::string>& values() const { return values_; }
+  // The keys that were Set but never looked up (by Has or Get*), in sorted order.
+  std::vector<std::string> Unread() const;
+  // Every key looked up so far, set or not (with a fresh PassOptions given to a factory: the
+  // option names that pass knows).
+  const std::set<std::string>& looked_up() const { return read_; }
 
  private:
+  void MarkRead(std::string_view key) const { read_.insert(std::string(key)); }
   std::map<std::string, std::string> values_;
+  mutable std::set<std::string> read_;  // keys looked up so far
 };
 
 class HloPass {

@@ -53,6 +53,9 @@ constexpr int kInvalidInput = 1;
 constexpr int kUsage = 2;
 constexpr int kNumericsMismatch = 3;
 constexpr int kRequiredMissing = 4;
+// --verify-numerics was given but the check could not run (module too large without --force,
+// or the evaluator cannot run the input).
+constexpr int kNumericsNotVerified = 5;
 
 // Modules whose evaluation is estimated above this are skipped by --verify-numerics unless
 // --force is given.
@@ -74,6 +77,7 @@ constexpr Stage kStages[] = {
 };
 
 struct CompileOptions {
+  std::string command = "weave compile";  // for messages
   std::string input;
   std::string output;
   std::string report;
@@ -92,6 +96,7 @@ struct CompileOptions {
   std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
   bool duplicate_loops = false;
   std::vector<std::string> extras;
+  std::vector<std::string> flag_names;  // long names of the command's own flags (suggestions)
 };
 
 int64_t CountInstructions(const HloModule& m) {
@@ -206,9 +211,9 @@ void RunNumerics(const CompileOptions& o, const HloModule& before, const HloModu
                                eval::EstimateMemoryBytes(after, devices));
   if (n.estimated_bytes > kNumericsMemoryLimit && !o.force) {
     n.skipped = absl::StrFormat(
-        "the module is too large to evaluate here: about %s on %d devices (limit %s); "
+        "the module is too large to evaluate here: about %s on %s (limit %s); "
         "--force runs it anyway",
-        FormatBytes(n.estimated_bytes), devices, FormatBytes(kNumericsMemoryLimit));
+        FormatBytes(n.estimated_bytes), CountOf(devices, "device", "devices"), FormatBytes(kNumericsMemoryLimit));
     return;
   }
   copts.eval.max_memory_bytes = o.force ? std::numeric_limits<int64_t>::max()
@@ -274,17 +279,6 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   report->num_partitions = o.num_partitions > 0 ? o.num_partitions
                                                 : std::max<int64_t>(input->num_partitions, 1);
 
-  std::string why;
-  if (NeedsPartitioning(*input, &why)) {
-    std::cerr << "weave compile: " << o.input << ": " << why << "\n";
-    return kInvalidInput;
-  }
-  if (absl::Status st = VerifyModule(*input); !st.ok()) {
-    std::cerr << "weave compile: " << o.input << ": the input does not verify: " << st.message()
-              << "\n";
-    return kInvalidInput;
-  }
-
   std::string error;
   PassOptions options;
   if (!BuildPassOptions(o, &options, &error)) {
@@ -310,7 +304,9 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     }
   }
 
-  std::unique_ptr<HloModule> module = input->Clone();
+  // Create the passes first: their factories read the options, and an option that none of
+  // them read (and that is no compile flag) is a usage error, reported before any work.
+  std::vector<std::pair<std::string, std::unique_ptr<HloPass>>> created;
   for (const std::string& name : passes) {
     absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, options);
     if (!pass.ok()) {
@@ -323,14 +319,61 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
       std::cerr << "weave compile: " << name << ": " << pass.status().message() << "\n";
       return kUsage;
     }
+    created.emplace_back(name, *std::move(pass));
+  }
+  {
+    // Only the free-form `--key[=value]` arguments are checked: the named flags set option
+    // keys too, but those are compile flags even when their pass is switched off.
+    std::set<std::string> extra_keys;
+    for (const std::string& a : o.extras) {
+      extra_keys.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos
+                                                                      : a.find('=') - 2));
+    }
+    std::vector<std::string> unread;
+    for (const std::string& k : options.Unread()) {
+      if (extra_keys.count(k)) unread.push_back(k);
+    }
+    if (!unread.empty()) {
+      std::vector<std::string> known = KnownPassOptionNames();
+      known.insert(known.end(), o.flag_names.begin(), o.flag_names.end());
+      std::cerr << "weave compile: "
+                << UnknownOptionsMessage(
+                       unread, "not a compile flag, and no pass in the pipeline reads it",
+                       passes, known)
+                << "\n";
+      return kUsage;
+    }
+  }
+
+  if (!o.system.empty()) {
+    // Checked up front: a --system that does not load is an error, not a line in the table.
+    if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.system); !spec.ok()) {
+      std::cerr << o.command << ": --system: " << spec.status().message() << "\n";
+      return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+    }
+  }
+
+  std::string why;
+  if (NeedsPartitioning(*input, &why)) {
+    std::cerr << "weave compile: " << o.input << ": " << why << "\n";
+    return kInvalidInput;
+  }
+  if (absl::Status st = VerifyModule(*input); !st.ok()) {
+    std::cerr << "weave compile: " << o.input << ": the input does not verify: " << st.message()
+              << "\n";
+    return kInvalidInput;
+  }
+
+  std::unique_ptr<HloModule> module = input->Clone();
+  for (auto& [name, pass] : created) {
     report->pipeline.push_back(name);
     PassRecord rec;
     rec.pass = name;
     rec.instructions_before = CountInstructions(*module);
     size_t first_remark = report->remarks.size();
-    (*pass)->set_remarks(&report->remarks);
+    pass->set_remarks(&report->remarks);
     auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<bool> changed = (*pass)->Run(module.get());
+    absl::StatusOr<bool> changed = pass->Run(module.get());
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!changed.ok()) {
       std::cerr << "weave compile: " << o.input << ": pass " << name << " failed: "
@@ -381,6 +424,9 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   } else if (!missing.empty()) {
     code = kRequiredMissing;
     report->status = "required-missing";
+  } else if (report->numerics.requested && !report->numerics.ran) {
+    code = kNumericsNotVerified;
+    report->status = "numerics-not-verified";
   }
   report->exit_code = code;
 
@@ -412,7 +458,14 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   if (code == kRequiredMissing) {
     std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
               << " did not fire anywhere in " << o.input
-              << "; the remarks above say why. The output was not written\n";
+              << (o.quiet ? "; run without -q to see the remarks that say why"
+                          : "; the remarks above say why")
+              << ". The output was not written\n";
+    return code;
+  }
+  if (code == kNumericsNotVerified) {
+    std::cerr << "weave compile: --verify-numerics: the numerics could not be verified: "
+              << report->numerics.skipped << ". The output was not written\n";
     return code;
   }
   if (!o.output.empty()) {
@@ -428,14 +481,18 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
 void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_flag("--verify-numerics{0}", o->verify_seed,
                 "Run input and output on the reference evaluator with the same inputs (seed "
-                "SEED, default 0); exit 3 if they differ beyond tolerance");
+                "SEED, default 0); exit 3 if they differ beyond tolerance, 5 if the check "
+                "cannot run (module too large without --force, or not evaluable)");
   cmd->add_flag("--force", o->force, "Verify numerics even when the module looks too large");
   cmd->add_option("--num-partitions", o->num_partitions,
-                  "Partitions for --verify-numerics (default: the module's num_partitions)");
+                  "Partitions for --verify-numerics (default: the module's num_partitions)")
+      ->check(Positive());
   cmd->add_option("--rtol", o->rtol,
-                  "Relative tolerance of --verify-numerics (default: per output type)");
+                  "Relative tolerance of --verify-numerics (default: per output type)")
+      ->check(NonNegative());
   cmd->add_option("--atol", o->atol,
-                  "Absolute tolerance of --verify-numerics (default: per output type)");
+                  "Absolute tolerance of --verify-numerics (default: per output type)")
+      ->check(NonNegative());
   cmd->add_option("--report", o->report, "Write the JSON report to FILE ('-' = stdout)");
   cmd->add_option("--system", o->system,
                   "Add the simulator's estimated time before and after (h100x8, h200x8, a100x8 "
@@ -486,6 +543,10 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   cmd->allow_extras();
   cmd->callback([opts, cmd, exit_code]() {
     opts->extras = cmd->remaining();
+    opts->flag_names.clear();
+    for (const CLI::Option* opt : cmd->get_options()) {
+      for (const std::string& n : opt->get_lnames()) opts->flag_names.push_back(n);
+    }
     absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModuleFile(opts->input);
     if (!module.ok()) {
       std::cerr << "weave compile: " << module.status().message() << "\n";
@@ -528,6 +589,14 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       return;
     }
     CompileOptions o = *demo;
+    o.command = "weave demo";
+    if (!o.system.empty()) {
+      if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.system); !spec.ok()) {
+        std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
+        *exit_code = absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+        return;
+      }
+    }
     o.input = (dir / "input.hlo").string();
     o.output = (dir / "output.hlo").string();
     o.report = (dir / "report.json").string();

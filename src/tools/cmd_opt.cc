@@ -6,7 +6,8 @@
 //   weave stats IN.hlo [--json]
 //
 // `-` reads stdin / writes stdout. Unknown `--key[=value]` arguments of `opt` become PassOptions
-// (a bare `--key` means "true"); options that no pass reads are ignored. The output file is
+// (a bare `--key` means "true"); an option that no pass in --passes reads is a usage error
+// (exit 2, with the closest known name when one is near). The output file is
 // written only on success, through a temporary file renamed into place.
 #include <cstdio>
 #include <fstream>
@@ -20,7 +21,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "analysis/cost.h"
 #include "analysis/verifier.h"
 #include "hlo/parser.h"
@@ -64,7 +67,7 @@ bool ParseExtras(const std::vector<std::string>& extras, PassOptions* options,
 
 void RunOpt(const std::string& input, const std::string& output, const std::string& passes,
             bool verify_each, bool remarks, bool timing, const std::vector<std::string>& extras,
-            int* exit_code) {
+            const std::vector<std::string>& flag_names, int* exit_code) {
   PassOptions options;
   std::string error;
   if (!ParseExtras(extras, &options, &error)) {
@@ -75,6 +78,23 @@ void RunOpt(const std::string& input, const std::string& output, const std::stri
   HloPassPipeline pipeline;
   if (absl::Status st = pipeline.AddPassesByName(passes, options); !st.ok()) {
     std::cerr << "weave opt: " << st.message() << "\n";
+    *exit_code = kUsage;
+    return;
+  }
+  // The factories have read their options: anything left is a misspelling or a flag of
+  // another command.
+  if (const std::vector<std::string> unread = options.Unread(); !unread.empty()) {
+    std::vector<std::string> pass_names;
+    for (absl::string_view p : absl::StrSplit(passes, ',', absl::SkipWhitespace())) {
+      pass_names.emplace_back(absl::StripAsciiWhitespace(p));
+    }
+    std::vector<std::string> known = KnownPassOptionNames();
+    known.insert(known.end(), flag_names.begin(), flag_names.end());
+    std::cerr << "weave opt: "
+              << UnknownOptionsMessage(unread,
+                                       "not an opt flag, and no pass in --passes reads it",
+                                       pass_names, known)
+              << "\n";
     *exit_code = kUsage;
     return;
   }
@@ -236,7 +256,16 @@ void RegisterOptCommand(CLI::App& app, int* exit_code) {
   auto timing = std::make_shared<bool>(false);
   opt->add_option("input", *input, "HLO text file ('-' for stdin)")->required();
   opt->add_option("-o,--output", *output, "output file ('-' for stdout, the default)");
-  opt->add_option("--passes", *passes, "comma-separated pass names, run in order");
+  opt->add_option("--passes", *passes, "comma-separated pass names, run in order")
+      ->check(
+          [](const std::string& v) -> std::string {
+            // `--passes= -o x` must not take `-o` as the pass list.
+            if (v.empty() || v[0] == '-') {
+              return "no passes given (write --passes=a,b; omit --passes to run none)";
+            }
+            return "";
+          },
+          "PASSES");
   opt->add_flag("--verify-each", *verify_each, "verify the input and the module after each pass");
   opt->add_flag("--remarks", *remarks, "print every pass decision to stderr");
   opt->add_flag("--timing", *timing, "print the time of each pass to stderr");
@@ -249,8 +278,12 @@ void RegisterOptCommand(CLI::App& app, int* exit_code) {
         return s;
       }());
   opt->callback([=]() {
+    std::vector<std::string> flag_names;
+    for (const CLI::Option* o : opt->get_options()) {
+      for (const std::string& n : o->get_lnames()) flag_names.push_back(n);
+    }
     RunOpt(*input, *output, *passes, *verify_each, *remarks, *timing, opt->remaining(),
-           exit_code);
+           flag_names, exit_code);
   });
 
   // verify

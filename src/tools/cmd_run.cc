@@ -13,6 +13,7 @@
 #include "eval/npy.h"
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 namespace weave::tools {
@@ -34,9 +35,11 @@ struct RunArgs {
 
 void AddCommonOptions(CLI::App* cmd, RunArgs* a) {
   cmd->add_option("--num-partitions", a->num_partitions,
-                  "Partitions to simulate (default: the module's num_partitions, else 1)");
+                  "Partitions to simulate (default: the module's num_partitions, else 1)")
+      ->check(Positive());
   cmd->add_option("--replica-count", a->replica_count,
-                  "Replicas to simulate (default: the module's replica_count, else 1)");
+                  "Replicas to simulate (default: the module's replica_count, else 1)")
+      ->check(Positive());
   cmd->add_option("--seed", a->seed, "Seed of the generated inputs");
   cmd->add_flag("--replicate-unsharded", a->replicate_unsharded,
                 "Give parameters without sharding the same values on every partition");
@@ -97,8 +100,9 @@ absl::Status ParseInputSpecs(const eval::EvalOptions& opts, const HloModule& m,
     }
     const int64_t devices = eval::ResolvedNumPartitions(m, opts) * eval::ResolvedReplicaCount(m, opts);
     if (o.device >= devices) {
-      return absl::InvalidArgumentError(absl::StrCat("--input '", spec, "': only ", devices,
-                                                     " partitions run"));
+      return absl::InvalidArgumentError(absl::StrCat("--input '", spec, "': only ",
+                                                     CountOf(devices, "partition", "partitions"),
+                                                     " run"));
     }
     for (const eval::InputOverride& prev : *out) {
       if (prev.parameter == o.parameter && prev.device == o.device) {
@@ -159,8 +163,9 @@ int DoRun(const RunArgs& a) {
   const int64_t est = eval::EstimateMemoryBytes(**m, n * r);
   if (est > opts.max_memory_bytes) {
     return Fail(absl::ResourceExhaustedError(absl::StrFormat(
-        "module needs an estimated %.2f GiB on %d partitions (limit %.2f GiB): refused",
-        static_cast<double>(est) / (1 << 30), n * r, a.max_memory_gib)));
+        "module needs an estimated %.2f GiB on %s (limit %.2f GiB): refused",
+        static_cast<double>(est) / (1 << 30), CountOf(n * r, "partition", "partitions"),
+        a.max_memory_gib)));
   }
   auto inputs = eval::MakeInputs(**m, opts, overrides);
   if (!inputs.ok()) return Fail(inputs.status());
@@ -225,8 +230,9 @@ int DoCompare(const RunArgs& a) {
     const int64_t est = eval::EstimateMemoryBytes(*m, n * r);
     if (est > co.eval.max_memory_bytes) {
       return Fail(absl::ResourceExhaustedError(absl::StrFormat(
-          "module %s needs an estimated %.2f GiB on %d partitions (limit %.2f GiB): refused",
-          m->name(), static_cast<double>(est) / (1 << 30), n * r, a.max_memory_gib)));
+          "module %s needs an estimated %.2f GiB on %s (limit %.2f GiB): refused",
+          m->name(), static_cast<double>(est) / (1 << 30),
+          CountOf(n * r, "partition", "partitions"), a.max_memory_gib)));
     }
   }
   auto rep = eval::CompareModules(**ma, **mb, co);
@@ -254,8 +260,10 @@ void RegisterRunCommands(CLI::App& app, int* exit_code) {
   cmp->add_option("a", args->module, "Reference module (its parameters define the inputs)")->required();
   cmp->add_option("b", args->module_b, "Module to check")->required();
   AddCommonOptions(cmp, args.get());
-  cmp->add_option("--rtol", args->rtol, "Relative tolerance (default: by output type)");
-  cmp->add_option("--atol", args->atol, "Absolute tolerance (default: by output type)");
+  cmp->add_option("--rtol", args->rtol, "Relative tolerance (default: by output type)")
+      ->check(NonNegative());
+  cmp->add_option("--atol", args->atol, "Absolute tolerance (default: by output type)")
+      ->check(NonNegative());
   cmp->callback([args, exit_code] { *exit_code = DoCompare(*args); });
 }
 

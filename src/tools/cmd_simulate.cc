@@ -10,6 +10,7 @@
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
 
 namespace weave::tools {
@@ -34,7 +35,8 @@ int RunSimulate(const SimulateArgs& a) {
   absl::StatusOr<sim::SystemSpec> system = sim::LoadSystem(a.system);
   if (!system.ok()) {
     std::cerr << "weave simulate: " << system.status().message() << "\n";
-    return 1;
+    // An unknown name is a usage error; a system file that does not load is invalid input.
+    return absl::IsNotFound(system.status()) ? 2 : 1;
   }
   for (const std::string& o : a.overrides) {
     system = sim::OverrideSystemValue(*system, o);
@@ -102,10 +104,10 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code) {
                   "fraction of link bandwidth collectives reach")
       ->check(CLI::Range(1e-6, 1.0));
   sub->add_option("--latency-us", args->latency_us, "latency per collective ring step (us)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   sub->add_option("--contention", args->contention,
                   "compute slowdown while communication runs: time x (1 + C)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   sub->add_option("--gemm-model", args->gemm_model,
                   "tiled (wave quantization, tile padding, per-GEMM overhead) or roofline")
       ->check(CLI::IsMember({"tiled", "roofline"}));

@@ -1,7 +1,9 @@
 // Subcommands of the `weave` CLI. Each Register* adds one CLI11 subcommand whose callback
 // stores the process exit code in *exit_code:
 //   0 success, 1 invalid input (message on stderr), 2 usage error, 3 numerical mismatch
-//   (compare, compile --verify-numerics), 4 a required rewrite did not fire (compile --require).
+//   (compare, compile --verify-numerics), 4 a required rewrite did not fire (compile --require),
+//   5 numerics not verified (compile --verify-numerics given, but the check could not run).
+// Keep README.md's exit code list in step.
 #pragma once
 
 #include "CLI/CLI.hpp"

@@ -14,6 +14,7 @@
 #include "analysis/cost.h"
 #include "gpu/windowed_loop.h"
 #include "sim/simulator.h"
+#include "tools/cli_util.h"
 
 namespace weave::tools {
 namespace {
@@ -761,9 +762,9 @@ nlohmann::json ReportToJson(const CompileReport& r) {
 
 std::string ReportToTable(const CompileReport& r, int max_rows) {
   std::string o;
-  absl::StrAppendFormat(&o, "weave compile: %s -> %s  (module %s, %d partitions)\n",
+  absl::StrAppendFormat(&o, "weave compile: %s -> %s  (module %s, %s)\n",
                         r.input, r.output.empty() ? "(not written)" : r.output, r.module,
-                        r.num_partitions);
+                        CountOf(r.num_partitions, "partition", "partitions"));
   if (!r.passes.empty()) {
     std::vector<std::string> names;
     for (const PassRecord& p : r.passes) names.push_back(p.changed ? p.pass : p.pass + "(-)");
@@ -854,9 +855,10 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
   if (r.numerics.requested) {
     if (r.numerics.ran) {
       absl::StrAppendFormat(
-          &o, "Numerics: %s on %d partitions, seed %d (max abs error %.3g, max rel error %.3g, "
+          &o, "Numerics: %s on %s, seed %d (max abs error %.3g, max rel error %.3g, "
               "%d mismatches)\n",
-          r.numerics.pass ? "PASS" : "FAIL", r.numerics.num_partitions, r.numerics.seed,
+          r.numerics.pass ? "PASS" : "FAIL",
+          CountOf(r.numerics.num_partitions, "partition", "partitions"), r.numerics.seed,
           r.numerics.max_abs_error, r.numerics.max_rel_error, r.numerics.mismatches);
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", r.numerics.skipped, "\n");

@@ -28,6 +28,35 @@ ENTRY main {
 }
 )";
 
+TEST(PassOptions, UnreadListsKeysNoLookupTouched) {
+  PassOptions o;
+  o.Set("alpha", "1");
+  o.Set("beta", "x");
+  o.Set("gamma", "true");
+  o.Set("delta", "2.5");
+  o.Set("zeta", "z");
+  EXPECT_EQ(o.Unread(), (std::vector<std::string>{"alpha", "beta", "delta", "gamma", "zeta"}));
+  EXPECT_TRUE(o.GetInt("alpha", 0).ok());
+  EXPECT_EQ(o.GetString("beta", ""), "x");
+  EXPECT_TRUE(o.GetBool("gamma", false).ok());
+  EXPECT_EQ(o.Unread(), (std::vector<std::string>{"delta", "zeta"}));
+  EXPECT_TRUE(o.Has("zeta"));
+  EXPECT_TRUE(o.GetDouble("delta", 0).ok());
+  EXPECT_TRUE(o.Unread().empty());
+  // Looking up a key that was never set does not add anything to Unread.
+  EXPECT_FALSE(o.Has("never-set"));
+  EXPECT_TRUE(o.Unread().empty());
+}
+
+TEST(PassOptions, FactoriesMarkTheirOptionsRead) {
+  PassOptions o;
+  o.Set("dot-merger-threshold-mb", "8");
+  o.Set("dot-merger-treshold-mb", "8");  // misspelled: no pass reads it
+  HloPassPipeline p;
+  ASSERT_TRUE(p.AddPassesByName("dot-merger", o).ok());
+  EXPECT_EQ(o.Unread(), (std::vector<std::string>{"dot-merger-treshold-mb"}));
+}
+
 TEST(PassOptions, TypedGetters) {
   PassOptions o;
   o.Set("n", "42");

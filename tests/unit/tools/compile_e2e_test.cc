@@ -191,9 +191,33 @@ TEST_F(CompileE2E, NumericsSkippedForHugeModules) {
          "  ROOT y = f32[16384,16384]{1,0} negate(x)\n}\n";
   }
   CmdResult r = Sh(Weave() + " compile '" + in + "' -o '" + Tmp("huge.out.hlo") + "' --verify-numerics");
-  EXPECT_EQ(r.code, 0) << r.out;
+  // Asked for and not run: exit 5 (numerics not verified), no output.
+  EXPECT_EQ(r.code, 5) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Numerics: skipped"));
   EXPECT_THAT(r.out, HasSubstr("--force"));
+  EXPECT_THAT(r.out, HasSubstr("the numerics could not be verified"));
+  EXPECT_FALSE(fs::exists(Tmp("huge.out.hlo")));
+  // Without --verify-numerics the same module compiles.
+  CmdResult plain = Sh(Weave() + " compile '" + in + "' -o '" + Tmp("huge.out.hlo") + "' -q");
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  EXPECT_TRUE(fs::exists(Tmp("huge.out.hlo")));
+}
+
+TEST_F(CompileE2E, OutputThroughSymlinkKeepsTheLink) {
+  const std::string target = Tmp("real.hlo");
+  { std::ofstream(target) << "stale\n"; }
+  fs::create_symlink(target, Tmp("link.hlo"));
+  fs::create_symlink(Tmp("report.real.json"), Tmp("report.json"));  // dangling: created
+  CmdResult r = Sh(Weave() + " compile '" + Shared("examples/ag_bf16_single.hlo") + "' -o '" +
+                   Tmp("link.hlo") + "' --report '" + Tmp("report.json") + "' -q");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(Tmp("link.hlo"))));
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(Tmp("report.json"))));
+  std::ifstream in(target);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_THAT(ss.str(), HasSubstr("HloModule"));
+  EXPECT_TRUE(ReadJson(Tmp("report.real.json")).is_object());
 }
 
 TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
