@@ -89,7 +89,7 @@ struct CompileOptions {
   bool quiet = false;
   bool verify_each = false;
   int64_t num_partitions = 0;
-  std::optional<double> rtol, atol;
+  std::optional<double> rtol, atol, norm_ulps;
   bool no_decompose = false, no_handler = false, no_quantize = false, no_dot_merger = false,
        no_fp8_gemm = false, no_cleanup = false;
   std::string disable_passes;
@@ -205,6 +205,7 @@ void RunNumerics(const CompileOptions& o, const HloModule& before, const HloModu
   copts.eval.seed = seed;
   copts.rtol = o.rtol;
   copts.atol = o.atol;
+  copts.norm_ulps = o.norm_ulps;
   n.num_partitions = eval::ResolvedNumPartitions(before, copts.eval);
   int64_t devices = n.num_partitions * eval::ResolvedReplicaCount(before, copts.eval);
   n.estimated_bytes = std::max(eval::EstimateMemoryBytes(before, devices),
@@ -437,8 +438,9 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
       if (report->after.fp8_gemms > report->before.fp8_gemms) {
         table << "note: FP8 GEMM custom calls apply both scales to the f32 accumulator, while the "
                  "input rounds each dequantized operand to its wide type first (bf16/f16): "
-                 "differences of a few ulps of the output type are expected there; --atol/--rtol "
-                 "widen the tolerance, --no-fp8-gemm checks the rest of the pipeline alone\n";
+                 "differences of a few ulps of the output type are expected there; --norm-ulps, "
+                 "--atol and --rtol widen the tolerance, --no-fp8-gemm checks the rest of the "
+                 "pipeline alone\n";
       }
     }
     table.flush();
@@ -492,6 +494,11 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
       ->check(NonNegative());
   cmd->add_option("--atol", o->atol,
                   "Absolute tolerance of --verify-numerics (default: per output type)")
+      ->check(NonNegative());
+  cmd->add_option("--norm-ulps", o->norm_ulps,
+                  "Norm-wise term of --verify-numerics: an element also passes within this many "
+                  "ulps of the output type at the output's largest magnitude (default 4; 0 = "
+                  "element-wise only)")
       ->check(NonNegative());
   cmd->add_option("--report", o->report, "Write the JSON report to FILE ('-' = stdout)");
   cmd->add_option("--system", o->system,

@@ -30,7 +30,7 @@ struct RunArgs {
   bool replicate_unsharded = false;
   bool json = false;
   double max_memory_gib = 8.0;
-  double rtol = -1, atol = -1;
+  double rtol = -1, atol = -1, norm_ulps = -1;
 };
 
 void AddCommonOptions(CLI::App* cmd, RunArgs* a) {
@@ -224,6 +224,7 @@ int DoCompare(const RunArgs& a) {
   co.eval = MakeOptions(a);
   if (a.rtol >= 0) co.rtol = a.rtol;
   if (a.atol >= 0) co.atol = a.atol;
+  if (a.norm_ulps >= 0) co.norm_ulps = a.norm_ulps;
   const int64_t n = eval::ResolvedNumPartitions(**ma, co.eval);
   const int64_t r = eval::ResolvedReplicaCount(**ma, co.eval);
   for (const auto* m : {ma->get(), mb->get()}) {
@@ -263,6 +264,10 @@ void RegisterRunCommands(CLI::App& app, int* exit_code) {
   cmp->add_option("--rtol", args->rtol, "Relative tolerance (default: by output type)")
       ->check(NonNegative());
   cmp->add_option("--atol", args->atol, "Absolute tolerance (default: by output type)")
+      ->check(NonNegative());
+  cmp->add_option("--norm-ulps", args->norm_ulps,
+                  "An element also passes within this many ulps of the output type at the "
+                  "output's largest magnitude (default 4; 0 = element-wise only)")
       ->check(NonNegative());
   cmp->callback([args, exit_code] { *exit_code = DoCompare(*args); });
 }
