@@ -417,8 +417,9 @@ class Parser {
       return Error(b, Cat("shape ", s->ToString(false),
                           shape_owner_.empty() ? std::string()
                                                : Cat(" of instruction '", shape_owner_, "'"),
-                          s->CheckedElementCount() ? " has a byte size that overflows int64"
-                                                   : " has an element count that overflows int64"));
+                          s->CheckedElementCount()
+                              ? " is too large: its byte size overflows int64"
+                              : " has too many elements: the element count overflows int64"));
     }
     // Layout: `{` directly after the shape (whitespace allowed).
     size_t save = pos_;
@@ -713,7 +714,7 @@ class Parser {
     if (!shape_ok) return false;
     if (!shape.CheckedByteSize()) {  // a tuple whose element byte sizes sum past int64
       return Error(shape_pos, Cat("shape of instruction '", name,
-                                  "' has a byte size that overflows int64"));
+                                  "' is too large: its byte size overflows int64"));
     }
     HloInstruction* instr = nullptr;
     if (!ParseInstructionBody(st, std::move(shape), name, /*top_level=*/true, &instr)) {

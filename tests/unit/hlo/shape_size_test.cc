@@ -63,7 +63,7 @@ ENTRY main {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(m.status().message()),
               HasSubstr("big.hlo:4:15: shape f32[9223372036854775807,4] of instruction 'huge' "
-                        "has an element count that overflows int64"));
+                        "has too many elements: the element count overflows int64"));
   auto bytes = ParseHloModule(R"(HloModule big
 ENTRY main {
   ROOT wide = f32[2305843009213693952] parameter(0)
@@ -73,7 +73,7 @@ ENTRY main {
   ASSERT_FALSE(bytes.ok());
   EXPECT_THAT(std::string(bytes.status().message()),
               HasSubstr("bytes.hlo:3:15: shape f32[2305843009213693952] of instruction 'wide' "
-                        "has a byte size that overflows int64"));
+                        "is too large: its byte size overflows int64"));
   auto tuple = ParseHloModule(R"(HloModule big
 ENTRY main {
   ROOT pair = (s8[4611686018427387905], s8[4611686018427387905]) parameter(0)
@@ -82,8 +82,8 @@ ENTRY main {
                               "tuple.hlo");
   ASSERT_FALSE(tuple.ok());
   EXPECT_THAT(std::string(tuple.status().message()),
-              HasSubstr("tuple.hlo:3:15: shape of instruction 'pair' has a byte size that "
-                        "overflows int64"));
+              HasSubstr("tuple.hlo:3:15: shape of instruction 'pair' is too large: its byte "
+                        "size overflows int64"));
 }
 
 }  // namespace
