@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -1587,15 +1589,63 @@ int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options
 }
 
 namespace {
-int64_t StorageBytes(const Shape& s) {
+// Bytes the evaluator stores for a value of shape `s` (f32 storage for floats up to 32 bits, 8
+// bytes per element otherwise); nullopt when that overflows int64.
+std::optional<int64_t> CheckedStorageBytes(const Shape& s) {
   if (s.IsTuple()) {
     int64_t b = 0;
-    for (const Shape& e : s.tuple_shapes) b += StorageBytes(e);
+    for (const Shape& e : s.tuple_shapes) {
+      std::optional<int64_t> eb = CheckedStorageBytes(e);
+      if (!eb || __builtin_add_overflow(b, *eb, &b)) return std::nullopt;
+    }
     return b;
   }
   if (!s.IsArray()) return 0;
   const int64_t per = StorageFor(s.element_type) == Storage::kFloat ? 4 : 8;
-  return s.ElementCount() * per;
+  std::optional<int64_t> n = s.CheckedElementCount();
+  int64_t bytes = 0;
+  if (!n || __builtin_mul_overflow(*n, per, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+int64_t StorageBytes(const Shape& s) {
+  return CheckedStorageBytes(s).value_or(int64_t{1} << 60);
+}
+
+// The largest single value the evaluator allocates (all devices together are bounded separately
+// by EvalOptions::max_memory_bytes, which --force lifts; this bound is not lifted).
+constexpr int64_t kMaxValueBytes = int64_t{64} << 30;
+
+// ResourceExhausted naming the first instruction whose result (or one tuple element of it) is
+// larger than kMaxValueBytes or whose size overflows int64; OK otherwise.
+absl::Status CheckValueSizes(const HloModule& module) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      std::vector<const Shape*> leaves = {&instr->shape()};
+      while (!leaves.empty()) {
+        const Shape* sh = leaves.back();
+        leaves.pop_back();
+        if (sh->IsTuple()) {
+          for (const Shape& e : sh->tuple_shapes) leaves.push_back(&e);
+          continue;
+        }
+        std::optional<int64_t> b = CheckedStorageBytes(*sh);
+        if (!b) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              Describe(instr), ": a value of shape ", sh->ToString(false),
+              " has a size that overflows int64: refused"));
+        }
+        if (*b > kMaxValueBytes) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "%s: a value of shape %s needs %.2f GiB, over the evaluator's limit of %d GiB for "
+              "one value: refused",
+              Describe(instr), sh->ToString(false), static_cast<double>(*b) / (1 << 30),
+              kMaxValueBytes >> 30));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 }  // namespace
 
@@ -1619,6 +1669,7 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
                                   const std::vector<InputOverride>& overrides) {
   const HloComputation* entry = module.entry();
   if (entry == nullptr) return InvalidArgumentError("module has no entry computation");
+  if (absl::Status sizes = CheckValueSizes(module); !sizes.ok()) return sizes;
   const int64_t n = ResolvedNumPartitions(module, options);
   const int64_t r = ResolvedReplicaCount(module, options);
   const int64_t devices = n * r;
@@ -1740,6 +1791,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   if (devices > 4096) {
     return InvalidArgumentError(absl::StrCat(devices, " devices is too many to simulate"));
   }
+  if (absl::Status sizes = CheckValueSizes(module); !sizes.ok()) return sizes;
   const int64_t bytes = EstimateMemoryBytes(module, devices);
   if (bytes > options.max_memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -1766,7 +1818,13 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   if (given != nullptr) {
     result.inputs = *given;
   } else {
-    auto in = MakeInputs(module, options);
+    absl::StatusOr<Inputs> in = absl::UnknownError("inputs not made");
+    try {
+      in = MakeInputs(module, options);
+    } catch (const std::exception& e) {  // std::bad_alloc, std::length_error
+      return absl::ResourceExhaustedError(
+          absl::StrCat("allocating the inputs of module '", module.name(), "' failed: ", e.what()));
+    }
     if (!in.ok()) return in.status();
     result.inputs = std::move(*in);
   }
@@ -1803,7 +1861,13 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   result.outputs.assign(static_cast<size_t>(devices), {});
   auto run_device = [&](int64_t d) {
     DeviceEvaluator ev(program, &coord, d, n, r);
-    auto out = ev.EvalComputation(entry, result.inputs.per_device[static_cast<size_t>(d)]);
+    absl::StatusOr<ValuePtr> out = absl::UnknownError("not run");
+    try {
+      out = ev.EvalComputation(entry, result.inputs.per_device[static_cast<size_t>(d)]);
+    } catch (const std::exception& e) {  // std::bad_alloc, std::length_error: refuse, not abort
+      out = absl::ResourceExhaustedError(absl::StrCat("evaluating module '", module.name(),
+                                                      "' on device ", d, " failed: ", e.what()));
+    }
     if (!out.ok()) {
       coord.Fail(d, out.status());
       return;

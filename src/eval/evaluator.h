@@ -89,14 +89,18 @@ int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
 // the tile assignment; `{replicated}` gives equal values everywhere; unsharded parameters are
 // independent per device unless replicate_unsharded. Floats uniform in [-1, 1) rounded to the
 // type, integers in [0, 8) (pred: 0/1 at random). `overrides` replace generated values; errors
-// (InvalidArgument) for a wrong parameter index, device, shape or element type.
+// (InvalidArgument) for a wrong parameter index, device, shape or element type;
+// ResourceExhausted, naming the instruction, when any value of the module (one array, or one
+// element of a tuple) would take over 64 GiB of evaluator storage or its size overflows int64.
 absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& options,
                                   const std::vector<InputOverride>& overrides = {});
 
 // Runs the module on all devices. `given` supplies the inputs (must match the entry parameters
 // on every device), otherwise MakeInputs(module, options) is used. Errors: InvalidArgument for
 // unsupported opcodes/custom-call targets/types (naming the instruction), mismatched collectives,
-// inputs of the wrong shape; ResourceExhausted for modules over max_memory_bytes.
+// inputs of the wrong shape; ResourceExhausted for modules over max_memory_bytes, for any value
+// over the 64 GiB per-value limit (naming the instruction; not lifted by max_memory_bytes), and
+// when an allocation fails (std::bad_alloc / std::length_error are caught, never an abort).
 absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions& options,
                                      const Inputs* given = nullptr);
 

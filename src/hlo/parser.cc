@@ -414,6 +414,14 @@ class Parser {
       } while (Consume(','));
       if (!Expect(']')) return false;
     }
+    if (!s->CheckedByteSize()) {  // XLA's ShapeUtil::ValidateShape refuses these too
+      return Error(b, Cat("shape ", s->ToString(false),
+                          shape_owner_.empty() ? std::string()
+                                               : Cat(" of instruction '", shape_owner_, "'"),
+                          s->CheckedElementCount()
+                              ? " is too large: its byte size overflows int64"
+                              : " has too many elements: the element count overflows int64"));
+    }
     // Layout: `{` directly after the shape (whitespace allowed).
     size_t save = pos_;
     if (allow_layout && Peek() == '{') {
@@ -699,7 +707,16 @@ class Parser {
     }
     if (!Expect('=')) return false;
     Shape shape;
-    if (!ParseShape(&shape)) return false;
+    SkipWs();
+    const size_t shape_pos = pos_;
+    shape_owner_ = name;
+    const bool shape_ok = ParseShape(&shape);
+    shape_owner_ = {};
+    if (!shape_ok) return false;
+    if (!shape.CheckedByteSize()) {  // a tuple whose element byte sizes sum past int64
+      return Error(shape_pos, Cat("shape of instruction '", name,
+                                  "' is too large: its byte size overflows int64"));
+    }
     HloInstruction* instr = nullptr;
     if (!ParseInstructionBody(st, std::move(shape), name, /*top_level=*/true, &instr)) {
       return false;
@@ -1418,6 +1435,8 @@ class Parser {
   };
   static constexpr int kMaxNesting = 256;
   int depth_ = 0;
+  // Name of the instruction whose result shape ParseShape is reading (for size errors).
+  std::string_view shape_owner_;
 
   std::string_view src_;
   std::string file_;

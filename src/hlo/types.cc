@@ -1,6 +1,7 @@
 #include "hlo/types.h"
 
 #include <array>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -100,21 +101,45 @@ Shape Shape::Tuple(std::vector<Shape> elements) {
   return s;
 }
 
-int64_t Shape::ElementCount() const {
+std::optional<int64_t> Shape::CheckedElementCount() const {
   if (!IsArray()) return 0;
+  for (int64_t d : dims) {
+    if (d <= 0) return 0;  // empty, or an unbounded dynamic `?` dim (-1)
+  }
   int64_t n = 1;
-  for (int64_t d : dims) n *= (d < 0 ? 0 : d);
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
   return n;
 }
 
-int64_t Shape::ByteSize() const {
+std::optional<int64_t> Shape::CheckedByteSize() const {
   if (IsTuple()) {
     int64_t total = 0;
-    for (const Shape& s : tuple_shapes) total += s.ByteSize();
+    for (const Shape& s : tuple_shapes) {
+      std::optional<int64_t> b = s.CheckedByteSize();
+      if (!b || __builtin_add_overflow(total, *b, &total)) return std::nullopt;
+    }
     return total;
   }
   if (!IsArray()) return 0;
-  return (ElementCount() * BitWidth(element_type) + 7) / 8;
+  std::optional<int64_t> n = CheckedElementCount();
+  if (!n) return std::nullopt;
+  // ceil(n * bits / 8) without forming n * bits: whole groups of 8 elements take `bits` bytes.
+  const int64_t bits = BitWidth(element_type);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(*n / 8, bits, &bytes)) return std::nullopt;
+  const int64_t rest = ((*n % 8) * bits + 7) / 8;
+  if (__builtin_add_overflow(bytes, rest, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+int64_t Shape::ElementCount() const {
+  return CheckedElementCount().value_or(std::numeric_limits<int64_t>::max());
+}
+
+int64_t Shape::ByteSize() const {
+  return CheckedByteSize().value_or(std::numeric_limits<int64_t>::max());
 }
 
 std::vector<int64_t> Shape::MinorToMajor() const {

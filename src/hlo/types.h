@@ -74,10 +74,17 @@ struct Shape {
   bool IsArray() const { return IsArrayType(element_type); }
   bool IsToken() const { return element_type == PrimitiveType::TOKEN; }
   int64_t rank() const { return static_cast<int64_t>(dims.size()); }
-  // Product of dims (1 for a scalar); 0 for tuples/tokens.
+  // Product of dims (1 for a scalar); 0 for tuples/tokens. Saturates at INT64_MAX when the
+  // product overflows int64 (the parser rejects such shapes; see CheckedElementCount).
   int64_t ElementCount() const;
   // Bytes of the array data (ElementCount * bit width / 8, rounded up); tuples: sum of elements.
+  // Saturates at INT64_MAX on int64 overflow (see CheckedByteSize).
   int64_t ByteSize() const;
+  // Overflow-checked forms: nullopt when the element count (product of dims) or the byte size
+  // (element count * bit width / 8, summed over tuple elements) does not fit in int64. XLA's
+  // ShapeUtil rejects such shapes the same way (ShapeUtil::ValidateShape).
+  std::optional<int64_t> CheckedElementCount() const;
+  std::optional<int64_t> CheckedByteSize() const;
   // minor_to_major, or the default descending order when no layout is present.
   std::vector<int64_t> MinorToMajor() const;
   bool HasDefaultLayout() const;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
+#include "nlohmann/json.hpp"
 #include "passes/fp8_operand.h"
 
 namespace weave {
@@ -89,8 +90,42 @@ const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
   return nullptr;
 }
 
-// Why this dot must not be merged (empty: it may be).
-std::string GuardReason(HloInstruction* dot) {
+// The stream annotation of `dot`'s backend_config that pins it (empty: none): a non-zero
+// "operation_queue_id" (a JSON string or integer) or "force_earliest_schedule": true.
+std::string StreamAnnotation(const HloInstruction* dot) {
+  const std::string& cfg = dot->backend_config;
+  if (cfg.empty() || cfg[0] != '{') return "";
+  const nlohmann::json j = nlohmann::json::parse(cfg, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  auto q = j.find("operation_queue_id");
+  if (q != j.end()) {
+    std::string text;
+    if (q->is_string()) {
+      text = q->get<std::string>();
+    } else if (q->is_number_integer() || q->is_number_unsigned()) {
+      text = std::to_string(q->get<int64_t>());
+    }
+    if (!text.empty() && text.find_first_not_of('0') != std::string::npos) {
+      return absl::StrCat("operation_queue_id=", text);
+    }
+  }
+  auto f = j.find("force_earliest_schedule");
+  if (f != j.end() && f->is_boolean() && f->get<bool>()) return "force_earliest_schedule=true";
+  return "";
+}
+
+// Why this dot must not be merged (empty: it may be). `ring_body` names the while body whose
+// computations hold a collective-permute when the dot's computation is one of them (else null).
+std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body) {
+  if (std::string stream = StreamAnnotation(dot); !stream.empty()) {
+    return absl::StrCat("'", dot->name(), "' carries a stream annotation (backend_config ", stream,
+                        "): a windowed einsum step that wait_on_operation_queues may name");
+  }
+  if (ring_body != nullptr) {
+    return absl::StrCat("'", dot->name(), "' is a step of the windowed einsum loop body '",
+                        ring_body->name(),
+                        "' (its computation circulates values with collective-permute)");
+  }
   for (int64_t i = 0; i < 2; ++i) {
     HloInstruction* op = dot->operand(i);
     if (ReachesFp8(op)) {
@@ -184,11 +219,40 @@ HloInstruction* Merge(HloComputation* comp, HloInstruction* a, HloInstruction* b
   return merged;
 }
 
+// Maps every computation of a while body that (with what it calls) holds a collective-permute
+// to that body: the steps of a windowed einsum ring.
+std::map<const HloComputation*, const HloComputation*> RingBodies(HloModule* module) {
+  std::map<const HloComputation*, const HloComputation*> out;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    for (const HloInstruction* w : comp->instructions()) {
+      if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2 ||
+          w->while_body() == nullptr) {
+        continue;
+      }
+      std::unordered_set<const HloComputation*> comps;
+      CollectCalled(w->while_body(), &comps);
+      bool permute = false;
+      for (const HloComputation* c : comps) {
+        for (const HloInstruction* i : c->instructions()) {
+          permute |= i->opcode() == HloOpcode::kCollectivePermute ||
+                     i->opcode() == HloOpcode::kCollectivePermuteStart;
+        }
+      }
+      if (!permute) continue;
+      for (const HloComputation* c : comps) out.emplace(c, w->while_body());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   bool changed = false;
+  const std::map<const HloComputation*, const HloComputation*> ring_bodies = RingBodies(module);
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    auto ring_it = ring_bodies.find(comp);
+    const HloComputation* ring_body = ring_it == ring_bodies.end() ? nullptr : ring_it->second;
     // operand (side) -> canonical dots using it on that side, in creation order.
     std::map<std::pair<int64_t, int64_t>, std::vector<HloInstruction*>> groups;
     std::map<int64_t, HloInstruction*> by_id;
@@ -208,7 +272,7 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
       });
       // Guard and size first, one remark per refused dot.
       for (HloInstruction*& d : dots) {
-        std::string reason = GuardReason(d);
+        std::string reason = GuardReason(d, ring_body);
         if (reason.empty() && DotBytes(d) > threshold_bytes_) {
           reason = absl::StrCat(DotBytes(d), " bytes exceed --dot-merger-threshold-mb (",
                                 threshold_bytes_, " bytes)");

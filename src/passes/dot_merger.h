@@ -16,7 +16,16 @@
 // reads a windowed loop's cache (an operand that is, through dequantization and movable ops, a
 // get-tuple-element of a while whose body has a collective-permute and a dot). XLA's FP8 tests
 // had to switch the merger off because a merged dot reads a concatenation, which the FP8 GEMM
-// rewriter cannot see through. Each refusal and each merge gets a remark.
+// rewriter cannot see through.
+//
+// Windowed einsum guard (Weave): the per-step partial dots of a windowed einsum loop are never
+// merged, since merging them undoes the loop's overlap of compute with the collective-permutes:
+//  - a dot whose backend_config carries a stream assignment (a non-zero "operation_queue_id", as
+//    windowed-einsum-handler gives the dots of a loop body, or "force_earliest_schedule": true);
+//    other instructions' "wait_on_operation_queues" name those queues, so the dot must stay;
+//  - a dot in a while-loop body (or a computation it calls) whose computations also hold a
+//    collective-permute(-start): a step of a windowed einsum ring, annotated or not.
+// Each refusal and each merge gets a remark.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 // examples agree numerically with their plain (non-windowed) counterparts; inputs respect
 // shardings.
 #include <filesystem>
+#include <limits>
 
 #include "eval_test_util.h"
 #include "gmock/gmock.h"
@@ -151,6 +152,30 @@ TEST(Modules, HugeModulesAreRefusedUpFront) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("GiB"));
+}
+
+TEST(Modules, OversizedValuesAreRefusedByNameEvenWithoutAMemoryLimit) {
+  // 3e11 x 4 f32 fits int64 but is 4.4 TiB: refused (never an allocation that throws), naming the
+  // instruction, even with the module-wide limit lifted (what `weave compile --force` does).
+  auto m = ParseHloModule(R"(HloModule big
+ENTRY e {
+  vast = f32[300000000000,4] parameter(0)
+  ROOT neg = f32[300000000000,4] negate(vast)
+}
+)",
+                          "big.hlo");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EvalOptions o;
+  o.max_memory_bytes = std::numeric_limits<int64_t>::max();
+  for (int pass = 0; pass < 2; ++pass) {
+    absl::Status st = pass == 0 ? RunModule(**m, o).status() : MakeInputs(**m, o).status();
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("parameter 'vast' in computation 'e': a value of shape "
+                          "f32[300000000000,4] needs"));
+    EXPECT_THAT(std::string(st.message()), HasSubstr("limit of 64 GiB for one value"));
+  }
 }
 
 TEST(Modules, InputsFollowShardings) {

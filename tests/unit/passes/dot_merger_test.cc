@@ -66,5 +66,119 @@ TEST(DotMerger, ThresholdOption) {
   EXPECT_FALSE(PassRegistry::Get().Create("dot-merger", bad).ok());
 }
 
+// A ring loop: the body has two per-step dots sharing `xs` (the shape of the partial dots that
+// windowed-einsum-decomposer emits). With `$PERMUTE` a collective-permute, the body is a windowed
+// einsum step; with a plain copy it is an ordinary loop.
+constexpr char kLoopModule[] = R"(HloModule dml, num_partitions=2
+step {
+  st = (f32[8,16]{1,0}, f32[16,4]{1,0}, f32[16,12]{1,0}, f32[8,4]{1,0}, f32[8,12]{1,0}, s32[]) parameter(0)
+  xs = f32[8,16]{1,0} get-tuple-element(st), index=0
+  wa = f32[16,4]{1,0} get-tuple-element(st), index=1
+  wb = f32[16,12]{1,0} get-tuple-element(st), index=2
+  aa = f32[8,4]{1,0} get-tuple-element(st), index=3
+  ab = f32[8,12]{1,0} get-tuple-element(st), index=4
+  it = s32[] get-tuple-element(st), index=5
+  stepA = f32[8,4]{1,0} dot(xs, wa), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  stepB = f32[8,12]{1,0} dot(xs, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  aa1 = f32[8,4]{1,0} add(aa, stepA)
+  ab1 = f32[8,12]{1,0} add(ab, stepB)
+  xs1 = f32[8,16]{1,0} $PERMUTE
+  one = s32[] constant(1)
+  it1 = s32[] add(it, one)
+  ROOT nx = (f32[8,16]{1,0}, f32[16,4]{1,0}, f32[16,12]{1,0}, f32[8,4]{1,0}, f32[8,12]{1,0}, s32[]) tuple(xs1, wa, wb, aa1, ab1, it1)
+}
+more {
+  cs = (f32[8,16]{1,0}, f32[16,4]{1,0}, f32[16,12]{1,0}, f32[8,4]{1,0}, f32[8,12]{1,0}, s32[]) parameter(0)
+  ci = s32[] get-tuple-element(cs), index=5
+  two = s32[] constant(2)
+  ROOT lt = pred[] compare(ci, two), direction=LT
+}
+ENTRY main {
+  x = f32[8,16]{1,0} parameter(0)
+  a = f32[16,4]{1,0} parameter(1)
+  b = f32[16,12]{1,0} parameter(2)
+  z = f32[] constant(0)
+  za = f32[8,4]{1,0} broadcast(z), dimensions={}
+  zb = f32[8,12]{1,0} broadcast(z), dimensions={}
+  i0 = s32[] constant(0)
+  init = (f32[8,16]{1,0}, f32[16,4]{1,0}, f32[16,12]{1,0}, f32[8,4]{1,0}, f32[8,12]{1,0}, s32[]) tuple(x, a, b, za, zb, i0)
+  ROOT ring = (f32[8,16]{1,0}, f32[16,4]{1,0}, f32[16,12]{1,0}, f32[8,4]{1,0}, f32[8,12]{1,0}, s32[]) while(init), condition=more, body=step
+}
+)";
+
+std::string LoopModule(const std::string& xs1) {
+  std::string text = kLoopModule;
+  text.replace(text.find("$PERMUTE"), 8, xs1);
+  return text;
+}
+
+bool HasMissed(const PassRun& r, const std::string& location, const std::string& needle) {
+  for (const Remark& rm : r.remarks) {
+    if (rm.location == location && !rm.applied && rm.message.find(needle) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(DotMerger, KeepsWindowedEinsumLoopStepsApart) {
+  auto m = Parse(LoopModule(
+      "collective-permute(xs), channel_id=1, source_target_pairs={{0,1},{1,0}}"));
+  ASSERT_NE(m, nullptr);
+  PassRun r = RunPass(m.get(), "dot-merger");
+  EXPECT_FALSE(r.changed);
+  EXPECT_EQ(Count(*m, HloOpcode::kDot), 2);
+  EXPECT_EQ(Count(*m, HloOpcode::kConcatenate), 0);
+  EXPECT_TRUE(HasMissed(r, "stepA", "is a step of the windowed einsum loop body 'step'"));
+  EXPECT_TRUE(HasMissed(r, "stepB", "circulates values with collective-permute"));
+}
+
+TEST(DotMerger, MergesDotsOfAnOrdinaryLoopBody) {
+  // Same loop without a collective-permute: not a windowed einsum, so the dots merge.
+  auto m = Parse(LoopModule("copy(xs)"));
+  ASSERT_NE(m, nullptr);
+  PassRun r = RunPass(m.get(), "dot-merger");
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(Count(*m, HloOpcode::kDot), 1);
+  EXPECT_EQ(Count(*m, HloOpcode::kConcatenate), 1);
+}
+
+// Two dots sharing `x`; `d1` gets backend_config $CFG.
+std::string StreamModule(const std::string& cfg) {
+  return std::string(R"(HloModule dms
+ENTRY main {
+  x = f32[8,16]{1,0} parameter(0)
+  a = f32[16,4]{1,0} parameter(1)
+  b = f32[16,12]{1,0} parameter(2)
+  d0 = f32[8,4]{1,0} dot(x, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d1 = f32[8,12]{1,0} dot(x, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config=)" + cfg + R"(
+  ROOT t = (f32[8,4]{1,0}, f32[8,12]{1,0}) tuple(d0, d1)
+}
+)");
+}
+
+TEST(DotMerger, KeepsDotsWithAStreamAnnotation) {
+  for (const char* cfg : {R"({"operation_queue_id":"3","wait_on_operation_queues":[]})",
+                          R"({"operation_queue_id":5})",
+                          R"({"operation_queue_id":"0","force_earliest_schedule":true})"}) {
+    SCOPED_TRACE(cfg);
+    auto m = Parse(StreamModule(cfg));
+    ASSERT_NE(m, nullptr);
+    PassRun r = RunPass(m.get(), "dot-merger");
+    EXPECT_FALSE(r.changed);
+    EXPECT_EQ(Count(*m, HloOpcode::kDot), 2);
+    EXPECT_TRUE(HasMissed(r, "d1", "carries a stream annotation"));
+  }
+}
+
+TEST(DotMerger, MergesDotsOnTheMainStream) {
+  // operation_queue_id 0 is the main stream: no pin, the pair merges.
+  auto m = Parse(StreamModule(R"({"operation_queue_id":"0","wait_on_operation_queues":[]})"));
+  ASSERT_NE(m, nullptr);
+  PassRun r = RunPass(m.get(), "dot-merger");
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(Count(*m, HloOpcode::kDot), 1);
+}
+
 }  // namespace
 }  // namespace weave
