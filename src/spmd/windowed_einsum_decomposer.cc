@@ -290,7 +290,7 @@ class Decomposer {
   absl::StatusOr<bool> Run() {
     bool changed = false;
     num_partitions_ = m_->num_partitions;
-    const int64_t inferred = InferDeviceCount();
+    const int64_t inferred = DevicesAddressedByCollectives(*m_);
     if (num_partitions_ <= 1 && !m_->has_num_partitions && m_->replica_count == 1 &&
         inferred > 1) {
       num_partitions_ = inferred;
@@ -312,23 +312,6 @@ class Decomposer {
                            "num_partitions=", num_partitions_));
     }
     return changed;
-  }
-
-  // Devices named by collectives with use_global_device_ids (max id + 1), 0 if none: dumps of
-  // partitioned programs sometimes omit num_partitions from the header.
-  int64_t InferDeviceCount() const {
-    int64_t count = 0;
-    for (HloComputation* c : m_->computations()) {
-      for (HloInstruction* i : c->instructions()) {
-        if (!IsCollective(i->opcode())) continue;
-        if (i->use_global_device_ids && i->replica_groups.has_value()) {
-          for (const auto& g : i->replica_groups->groups) {
-            for (int64_t id : g) count = std::max(count, id + 1);
-          }
-        }
-      }
-    }
-    return count;
   }
 
  private:
@@ -1012,6 +995,19 @@ absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOpt
   if (!d.ok()) return d.status();
   o.duplicate_loops = *d;
   return o;
+}
+
+int64_t DevicesAddressedByCollectives(const HloModule& module) {
+  int64_t count = 0;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (!IsCollective(i->opcode()) || !i->use_global_device_ids || !i->replica_groups) continue;
+      for (const auto& g : i->replica_groups->groups) {
+        for (int64_t id : g) count = std::max(count, id + 1);
+      }
+    }
+  }
+  return count;
 }
 
 absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {

@@ -60,6 +60,12 @@ struct WindowedEinsumDecomposerOptions {
 absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOptions(
     const PassOptions& options);
 
+// Devices named by the module's collectives with use_global_device_ids=true: 1 + the largest id
+// in their replica_groups, 0 if there are none. Dumps of partitioned programs sometimes omit
+// num_partitions from the header (e.g. a 16x8 Llama dump whose groups address 128 devices); the
+// decomposer then uses this count when the header has none and replica_count is 1.
+int64_t DevicesAddressedByCollectives(const HloModule& module);
+
 class WindowedEinsumDecomposer : public HloPass {
  public:
   explicit WindowedEinsumDecomposer(WindowedEinsumDecomposerOptions options = {})

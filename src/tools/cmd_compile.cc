@@ -40,6 +40,7 @@
 #include "hlo/parser.h"
 #include "passes/pass.h"
 #include "sim/simulator.h"
+#include "spmd/windowed_einsum_decomposer.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/demo_module.h"
@@ -279,6 +280,13 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   report->module = input->name();
   report->num_partitions = o.num_partitions > 0 ? o.num_partitions
                                                 : std::max<int64_t>(input->num_partitions, 1);
+  if (o.num_partitions <= 0 && !input->has_num_partitions && input->replica_count == 1) {
+    const int64_t addressed = DevicesAddressedByCollectives(*input);
+    if (addressed > report->num_partitions) {
+      report->num_partitions = addressed;
+      report->num_partitions_inferred = true;
+    }
+  }
 
   std::string error;
   PassOptions options;
@@ -553,6 +561,12 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
     opts->flag_names.clear();
     for (const CLI::Option* opt : cmd->get_options()) {
       for (const std::string& n : opt->get_lnames()) opts->flag_names.push_back(n);
+    }
+    if (opts->output == "-" && opts->report == "-") {
+      std::cerr << "weave compile: -o - and --report - would both write to stdout; send one of "
+                   "them to a file\n";
+      *exit_code = kUsage;
+      return;
     }
     absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModuleFile(opts->input);
     if (!module.ok()) {

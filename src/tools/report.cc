@@ -675,6 +675,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   j["output"] = r.output;
   j["module"] = r.module;
   j["num_partitions"] = r.num_partitions;
+  j["num_partitions_inferred"] = r.num_partitions_inferred;
   j["status"] = r.status;
   j["exit_code"] = r.exit_code;
   j["pipeline"] = r.pipeline;
@@ -764,7 +765,11 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
   std::string o;
   absl::StrAppendFormat(&o, "weave compile: %s -> %s  (module %s, %s)\n",
                         r.input, r.output.empty() ? "(not written)" : r.output, r.module,
-                        CountOf(r.num_partitions, "partition", "partitions"));
+                        r.num_partitions_inferred
+                            ? absl::StrCat(r.num_partitions,
+                                           " partitions: not in the header, inferred from the "
+                                           "device ids of its collectives")
+                            : CountOf(r.num_partitions, "partition", "partitions"));
   if (!r.passes.empty()) {
     std::vector<std::string> names;
     for (const PassRecord& p : r.passes) names.push_back(p.changed ? p.pass : p.pass + "(-)");

@@ -143,6 +143,9 @@ struct CompileReport {
   std::string output;
   std::string module;
   int64_t num_partitions = 1;
+  // The header has no num_partitions and num_partitions above is the device count its
+  // use_global_device_ids collectives address (DevicesAddressedByCollectives).
+  bool num_partitions_inferred = false;
   std::vector<std::string> pipeline;   // passes run, in order
   std::vector<PassRecord> passes;
   ModuleSummary before, after;
