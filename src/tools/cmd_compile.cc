@@ -592,6 +592,14 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
                    "Also estimate the time before and after on this system (e.g. h100x8)");
   dcmd->add_flag("-v,--verbose", demo->verbose, "Time and changes per pass");
   dcmd->callback([demo, out_dir, seed, exit_code]() {
+    // Check the arguments before anything is created on disk.
+    if (!demo->system.empty()) {
+      if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo->system); !spec.ok()) {
+        std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
+        *exit_code = absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+        return;
+      }
+    }
     std::filesystem::path dir(*out_dir);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -611,13 +619,6 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
     }
     CompileOptions o = *demo;
     o.command = "weave demo";
-    if (!o.system.empty()) {
-      if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.system); !spec.ok()) {
-        std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
-        *exit_code = absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
-        return;
-      }
-    }
     o.input = (dir / "input.hlo").string();
     o.output = (dir / "output.hlo").string();
     o.report = (dir / "report.json").string();
