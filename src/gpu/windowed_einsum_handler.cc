@@ -336,6 +336,27 @@ absl::Status Handler::RetypeBranch(HloInstruction* cond, PrimitiveType t) {
   return absl::OkStatus();
 }
 
+// Why `v` (a loop operand) is not dequant(fp8, scale), in a few words for a remark.
+std::string WhyNotDequantize(HloInstruction* v) {
+  if (v->opcode() == HloOpcode::kConvert && v->operand_count() == 1) {
+    HloInstruction* inner = v->operand(0);
+    if (MatchDequantize(inner)) {
+      return absl::StrCat("'", v->name(), "' converts the dequantization '", inner->name(), "' (",
+                          std::string(PrimitiveTypeName(inner->shape().element_type)), ") to ",
+                          std::string(PrimitiveTypeName(v->shape().element_type)),
+                          " after scaling; only convert(FP8) scaled in the operand's own type is "
+                          "moved (XLA's FP8 GEMM rewriter refuses a convert there too)");
+    }
+    if (IsDequantizableFp8(inner->shape().element_type)) {
+      return absl::StrCat("'", v->name(), "' converts FP8 '", inner->name(),
+                          "' without a scale (no multiply/divide by a broadcast scale)");
+    }
+  }
+  return absl::StrCat("'", v->name(), "' is a ", std::string(HloOpcodeString(v->opcode())),
+                      " of type ", std::string(PrimitiveTypeName(v->shape().element_type)),
+                      ", not convert(FP8) scaled by a broadcast scale");
+}
+
 absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) {
   HloInstruction* w = L.while_instr;
   HloInstruction* init = L.init;
@@ -348,13 +369,16 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   std::optional<DequantMatch> m[2] = {MatchDequantize(init->operand(0)),
                                       MatchDequantize(init->operand(1))};
   if (!m[0] && !m[1]) {
-    *msg = "FP8 shift: operands are not dequantized FP8 values (wide loop)";
+    *msg = absl::StrCat("FP8 shift: operands are not dequantized FP8 values (wide loop): ",
+                        WhyNotDequantize(init->operand(0)), "; ",
+                        WhyNotDequantize(init->operand(1)));
     return false;
   }
   for (int j = 0; j < 2; ++j) {
     if (!m[j]) {
       *msg = absl::StrCat("FP8 shift not applied: operand ", j, " ('", init->operand(j)->name(),
-                          "') is not a dequantization of an FP8 value");
+                          "') is not a dequantization of an FP8 value: ",
+                          WhyNotDequantize(init->operand(j)));
       return false;
     }
   }
