@@ -8,7 +8,6 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -69,48 +68,14 @@ std::optional<double> ScalarConstantValue(const HloInstruction* i) {
   return i->literal->GetAsDouble(0);
 }
 
-bool IsSideEffecting(const HloInstruction* i) {
-  switch (i->opcode()) {
-    case HloOpcode::kParameter:
-    case HloOpcode::kCustomCall:
-    case HloOpcode::kSend:
-    case HloOpcode::kSendDone:
-    case HloOpcode::kRecv:
-    case HloOpcode::kRecvDone:
-    case HloOpcode::kInfeed:
-    case HloOpcode::kOutfeed:
-    case HloOpcode::kRng:
-    case HloOpcode::kRngBitGenerator:
-    case HloOpcode::kRngGetAndUpdateState:
-    case HloOpcode::kWhile:
-    case HloOpcode::kConditional:
-    case HloOpcode::kCall:
-    case HloOpcode::kAfterAll:
-    case HloOpcode::kAddDependency:
-    case HloOpcode::kOptimizationBarrier:
-      return true;
-    default:
-      return IsCollective(i->opcode());
-  }
-}
-
 // Removes the instructions in `seeds` that have become dead, and then their operands that became
-// dead, transitively. Never touches the root, parameters or side-effecting instructions.
+// dead, transitively. Never touches the root or what IsRemovableWhenUnused refuses, nor
+// collectives (their partners on other partitions still expect them).
 void RemoveDeadChains(HloComputation* comp, const std::vector<HloInstruction*>& seeds) {
-  std::unordered_set<HloInstruction*> removed;
-  std::vector<HloInstruction*> work(seeds.rbegin(), seeds.rend());
-  while (!work.empty()) {
-    HloInstruction* i = work.back();
-    work.pop_back();
-    if (removed.count(i) || i->parent() != comp || i->user_count() != 0 || i == comp->root() ||
-        IsSideEffecting(i)) {
-      continue;
-    }
-    std::vector<HloInstruction*> ops = i->operands();
-    if (!comp->RemoveInstruction(i).ok()) continue;
-    removed.insert(i);
-    for (HloInstruction* op : ops) work.push_back(op);
-  }
+  // Errors only on an inconsistent IR; a chain that cannot be removed is left in place.
+  (void)comp->RemoveUnusedChains(seeds, [](const HloInstruction* i) {
+    return i->IsRemovableWhenUnused() && !IsCollective(i->opcode());
+  });
 }
 
 // ------------------------------------------------------------------------ output-side folds

@@ -7,7 +7,6 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -53,45 +52,13 @@ HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::str
   return b;
 }
 
-bool IsRemovable(const HloInstruction* i) {
-  switch (i->opcode()) {
-    case HloOpcode::kParameter:
-    case HloOpcode::kCustomCall:
-    case HloOpcode::kSend:
-    case HloOpcode::kSendDone:
-    case HloOpcode::kRecv:
-    case HloOpcode::kRecvDone:
-    case HloOpcode::kInfeed:
-    case HloOpcode::kOutfeed:
-    case HloOpcode::kRng:
-    case HloOpcode::kRngGetAndUpdateState:
-    case HloOpcode::kWhile:
-    case HloOpcode::kConditional:
-    case HloOpcode::kCall:
-    case HloOpcode::kAfterAll:
-      return false;
-    default:
-      return true;
-  }
-}
-
 // Removes `i` if nothing reads it, then its operands that became dead (targeted, not a full DCE,
-// so that the pass stays linear in the module size).
+// so that the pass stays linear in the module size). Instructions with control predecessors are
+// kept, like everything IsRemovableWhenUnused refuses.
 absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i) {
-  std::vector<HloInstruction*> work = {i};
-  while (!work.empty()) {
-    HloInstruction* x = work.back();
-    work.pop_back();
-    if (x->user_count() != 0 || x->IsRoot() || !IsRemovable(x) || x->parent() != c) continue;
-    if (!x->control_predecessors.empty()) continue;
-    std::vector<HloInstruction*> ops = x->operands();
-    auto st = c->RemoveInstruction(x);
-    if (!st.ok()) return st;
-    std::sort(ops.begin(), ops.end());
-    ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
-    for (HloInstruction* o : ops) work.push_back(o);
-  }
-  return absl::OkStatus();
+  return c->RemoveUnusedChains({i}, [](const HloInstruction* x) {
+    return x->IsRemovableWhenUnused() && x->control_predecessors.empty();
+  });
 }
 
 // Gives the while `w` a new init tuple of `ops` and the loop state shape `state`; the old init is

@@ -119,6 +119,21 @@ bool HloInstruction::HasSideEffect() const {
   }
 }
 
+bool HloInstruction::IsRemovableWhenUnused() const {
+  switch (opcode_) {
+    case HloOpcode::kCustomCall:
+    case HloOpcode::kWhile:
+    case HloOpcode::kConditional:
+    case HloOpcode::kCall:
+    case HloOpcode::kRngBitGenerator:
+    case HloOpcode::kAddDependency:
+    case HloOpcode::kOptimizationBarrier:
+      return false;
+    default:
+      return !HasSideEffect();
+  }
+}
+
 bool HloInstruction::IsRoot() const { return parent_ != nullptr && parent_->root() == this; }
 
 void HloInstruction::AddUser(HloInstruction* u) {
@@ -370,26 +385,32 @@ bool HloComputation::RemoveDeadCode() {
   return true;
 }
 
-absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruction* replacement) {
-  absl::Status s = old->ReplaceAllUsesWith(replacement);
-  if (!s.ok()) return s;
-  // Remove `old` and whatever became dead because of it (not parameters).
-  // `removed` guards against visiting an instruction again after it was freed (an operand that
-  // appears twice, as in multiply(x, x), is pushed twice).
+absl::Status HloComputation::RemoveUnusedChains(
+    const std::vector<HloInstruction*>& seeds,
+    const std::function<bool(const HloInstruction*)>& removable) {
+  // `removed` is checked before anything is dereferenced: an instruction can be reached again
+  // after it was freed (an operand that appears twice, as in multiply(x, x), or a seed that an
+  // earlier chain removed). Seeds are taken in the order given.
   absl::flat_hash_set<const HloInstruction*> removed;
-  std::vector<HloInstruction*> work = {old};
+  std::vector<HloInstruction*> work(seeds.rbegin(), seeds.rend());
   while (!work.empty()) {
     HloInstruction* i = work.back();
     work.pop_back();
     if (removed.count(i)) continue;
-    if (i->parent_ != this || !i->users_.empty() || i == root_ || i->HasSideEffect()) continue;
+    if (i->parent_ != this || !i->users_.empty() || i == root_ || !removable(i)) continue;
     std::vector<HloInstruction*> ops = i->operands_;
-    s = RemoveInstruction(i);
-    if (!s.ok()) return s;
+    if (absl::Status s = RemoveInstruction(i); !s.ok()) return s;
     removed.insert(i);
     for (HloInstruction* op : ops) work.push_back(op);
   }
   return absl::OkStatus();
+}
+
+absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruction* replacement) {
+  absl::Status s = old->ReplaceAllUsesWith(replacement);
+  if (!s.ok()) return s;
+  // Remove `old` and whatever became dead because of it (not side-effecting instructions).
+  return RemoveUnusedChains({old}, [](const HloInstruction* i) { return !i->HasSideEffect(); });
 }
 
 // ---------------------------------------------------------------- HloModule

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -178,6 +179,10 @@ class HloInstruction {
   // -done forms, infeed/outfeed, rng, after-all, parameters, and custom calls marked
   // `custom_call_has_side_effect=true` (XLA's HloInstruction::HasSideEffectNoRecurse).
   bool HasSideEffect() const;
+  // The conservative test rewrites use before deleting an instruction nobody reads: not
+  // HasSideEffect(), and not an instruction whose effect this IR does not inspect: any custom
+  // call, while, conditional, call, rng-bit-generator, add-dependency, optimization-barrier.
+  bool IsRemovableWhenUnused() const;
 
   // Unique id within the module (assigned at creation, never reused). Useful for stable maps.
   int64_t unique_id() const { return unique_id_; }
@@ -240,6 +245,13 @@ class HloComputation {
   // collectives with no users are still removed, send/recv/outfeed/custom-call with side effects
   // are kept), transitively. Returns whether anything was removed.
   bool RemoveDeadCode();
+  // Removes each of `seeds` that has no users, is not the root, belongs to this computation and
+  // satisfies `removable`, then, transitively, its operands that thereby lost their last user
+  // (XLA's RemoveInstructionAndUnusedOperands, for several seeds). Targeted: the cost is the
+  // removed chains, not the computation. A seed may be freed by an earlier seed's chain; it is
+  // then skipped. Errors only from RemoveInstruction (an inconsistent IR).
+  absl::Status RemoveUnusedChains(const std::vector<HloInstruction*>& seeds,
+                                  const std::function<bool(const HloInstruction*)>& removable);
   // Replaces `old` by `replacement` everywhere and removes `old` (and its dead operands).
   absl::Status ReplaceInstruction(HloInstruction* old, HloInstruction* replacement);
   // Parameter shape changes: set the parameter's shape (users are not updated).

@@ -105,6 +105,33 @@ TEST(IrTest, ReplaceInstructionRemovesDeadOperands) {
   EXPECT_NE(e->GetInstruction("y"), nullptr);  // parameters stay
 }
 
+// RemoveUnusedChains: a seed freed by an earlier seed's chain is skipped, the predicate keeps
+// what it refuses (and the chain stops there), used instructions and the root stay.
+TEST(IrTest, RemoveUnusedChainsSharedMechanism) {
+  auto m = ParseHloModule(R"(HloModule chains
+ENTRY main {
+  p = f32[4]{0} parameter(0)
+  a = f32[4]{0} negate(p)
+  b = f32[4]{0} abs(a)
+  c = f32[4]{0} exponential(b)
+  kept = f32[4]{0} sqrt(p)
+  d = f32[4]{0} add(kept, kept)
+  ROOT r = f32[4]{0} negate(p)
+})", "chains.hlo");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  HloComputation* e = (*m)->entry();
+  // c's chain removes b and a; the seed a is then already gone.
+  std::vector<HloInstruction*> seeds = {e->GetInstruction("c"), e->GetInstruction("a"),
+                                        e->GetInstruction("d"), e->root()};
+  ASSERT_TRUE(e->RemoveUnusedChains(seeds, [](const HloInstruction* i) {
+                 return i->name() != "kept" && i->IsRemovableWhenUnused();
+               }).ok());
+  for (const char* gone : {"a", "b", "c", "d"}) EXPECT_EQ(e->GetInstruction(gone), nullptr) << gone;
+  EXPECT_NE(e->GetInstruction("kept"), nullptr);  // refused by the predicate
+  EXPECT_NE(e->GetInstruction("p"), nullptr);     // a parameter: HasSideEffect
+  EXPECT_NE(e->GetInstruction("r"), nullptr);     // the root
+}
+
 TEST(IrTest, CloneWithNewOperandsAndUniqueNames) {
   auto m = Parse();
   ASSERT_NE(m, nullptr);
