@@ -225,7 +225,7 @@ class Analyzer {
                                ? module_->num_partitions * module_->replica_count
                                : module_->num_partitions;
     if (!h->replica_groups.has_value() || h->replica_groups->groups.empty()) {
-      return h->replica_groups.has_value() && !h->replica_groups->is_mesh;
+      return h->replica_groups.has_value();
     }
     if (h->replica_groups->groups.size() != 1) return false;
     const std::vector<int64_t>& g = h->replica_groups->groups[0];
