@@ -164,21 +164,29 @@ absl::StatusOr<Sharding> Sharding::Tiled(std::vector<int64_t> tiles,
     }
     max_id = std::max(max_id, d);
   }
-  Sharding s = OfKind(Kind::kTiled);
-  s.tiles_ = std::move(tiles);
-  s.subgroups_ = std::move(subgroups);
-  s.devices_ = std::move(devices);
-  s.position_.assign(static_cast<size_t>(max_id + 1), -1);
-  for (size_t k = 0; k < s.devices_.size(); ++k) {
-    int32_t& p = s.position_[static_cast<size_t>(s.devices_[k])];
+  auto t = std::make_shared<TiledData>();
+  t->tiles = std::move(tiles);
+  t->subgroups = std::move(subgroups);
+  t->devices = std::move(devices);
+  t->position.assign(static_cast<size_t>(max_id + 1), -1);
+  for (size_t k = 0; k < t->devices.size(); ++k) {
+    int32_t& p = t->position[static_cast<size_t>(t->devices[k])];
     if (p >= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("device ", s.devices_[k], " appears twice in the device array"));
+          absl::StrCat("device ", t->devices[k], " appears twice in the device array"));
     }
     p = static_cast<int32_t>(k);
   }
-  s.Canonicalize();
+  const Kind k = Canonicalize(*t);
+  if (k != Kind::kTiled) return OfKind(k);
+  Sharding s = OfKind(Kind::kTiled);
+  s.tiled_ = std::move(t);
   return s;
+}
+
+const Sharding::TiledData& Sharding::EmptyData() {
+  static const TiledData* empty = new TiledData();
+  return *empty;
 }
 
 Sharding Sharding::IotaTiled(std::vector<int64_t> tiles, int64_t replication) {
@@ -191,19 +199,19 @@ Sharding Sharding::IotaTiled(std::vector<int64_t> tiles, int64_t replication) {
   return *Tiled(std::move(tiles), std::move(sub), std::move(devices));
 }
 
-void Sharding::Canonicalize() {
-  if (kind_ != Kind::kTiled) return;
+Sharding::Kind Sharding::Canonicalize(TiledData& t) {
   // Drop size-1 subgroups (no effect on the row-major order).
-  subgroups_.erase(std::remove_if(subgroups_.begin(), subgroups_.end(),
+  t.subgroups.erase(std::remove_if(t.subgroups.begin(), t.subgroups.end(),
                                   [](const Subgroup& g) { return g.size == 1; }),
-                   subgroups_.end());
+                   t.subgroups.end());
   // Order subgroups manual < unreduced < replicated (stable), then merge equal neighbours.
-  std::vector<int64_t> dims = ArrayDims();
-  const int64_t r = rank();
-  std::vector<int64_t> sub_order(subgroups_.size());
+  std::vector<int64_t> dims = t.tiles;
+  for (const Subgroup& g : t.subgroups) dims.push_back(g.size);
+  const int64_t r = static_cast<int64_t>(t.tiles.size());
+  std::vector<int64_t> sub_order(t.subgroups.size());
   std::iota(sub_order.begin(), sub_order.end(), 0);
   std::stable_sort(sub_order.begin(), sub_order.end(), [&](int64_t a, int64_t b) {
-    return subgroups_[static_cast<size_t>(a)].type < subgroups_[static_cast<size_t>(b)].type;
+    return t.subgroups[static_cast<size_t>(a)].type < t.subgroups[static_cast<size_t>(b)].type;
   });
   bool sorted = std::is_sorted(sub_order.begin(), sub_order.end());
   if (!sorted) {
@@ -212,64 +220,66 @@ void Sharding::Canonicalize() {
     std::vector<Subgroup> reordered;
     for (int64_t k : sub_order) {
       perm.push_back(r + k);
-      reordered.push_back(subgroups_[static_cast<size_t>(k)]);
+      reordered.push_back(t.subgroups[static_cast<size_t>(k)]);
     }
-    devices_ = TransposeDeviceArray(devices_, dims, perm);
-    subgroups_ = std::move(reordered);
+    t.devices = TransposeDeviceArray(t.devices, dims, perm);
+    t.subgroups = std::move(reordered);
   }
   std::vector<Subgroup> merged;
-  for (const Subgroup& g : subgroups_) {
+  for (const Subgroup& g : t.subgroups) {
     if (!merged.empty() && merged.back().type == g.type) {
       merged.back().size *= g.size;
     } else {
       merged.push_back(g);
     }
   }
-  subgroups_ = std::move(merged);
+  t.subgroups = std::move(merged);
   // Identical copies: sort ids within each replication group.
-  if (!subgroups_.empty() && subgroups_.back().type == SubgroupType::kReplicated) {
-    const size_t g = static_cast<size_t>(subgroups_.back().size);
-    for (size_t b = 0; b < devices_.size(); b += g) {
-      std::sort(devices_.begin() + static_cast<int64_t>(b),
-                devices_.begin() + static_cast<int64_t>(b + g));
+  if (!t.subgroups.empty() && t.subgroups.back().type == SubgroupType::kReplicated) {
+    const size_t g = static_cast<size_t>(t.subgroups.back().size);
+    for (size_t b = 0; b < t.devices.size(); b += g) {
+      std::sort(t.devices.begin() + static_cast<int64_t>(b),
+                t.devices.begin() + static_cast<int64_t>(b + g));
     }
   }
-  for (size_t k = 0; k < devices_.size(); ++k) {
-    position_[static_cast<size_t>(devices_[k])] = static_cast<int32_t>(k);
+  for (size_t k = 0; k < t.devices.size(); ++k) {
+    t.position[static_cast<size_t>(t.devices[k])] = static_cast<int32_t>(k);
   }
-  if (NumTiles() == 1 && subgroups_.size() <= 1) {
-    const Kind k = subgroups_.empty() || subgroups_[0].type == SubgroupType::kReplicated
-                       ? Kind::kReplicated
-                   : subgroups_[0].type == SubgroupType::kManual ? Kind::kManual
-                                                                 : Kind::kUnreduced;
-    *this = OfKind(k);
+  int64_t num_tiles = 1;
+  for (int64_t x : t.tiles) num_tiles *= x;
+  if (num_tiles == 1 && t.subgroups.size() <= 1) {
+    return t.subgroups.empty() || t.subgroups[0].type == SubgroupType::kReplicated
+               ? Kind::kReplicated
+           : t.subgroups[0].type == SubgroupType::kManual ? Kind::kManual
+                                                          : Kind::kUnreduced;
   }
+  return Kind::kTiled;
 }
 
 bool Sharding::HasManualSubgroup() const { return SubgroupSize(SubgroupType::kManual) > 1; }
 
 std::vector<int64_t> Sharding::ArrayDims() const {
-  std::vector<int64_t> d = tiles_;
-  for (const Subgroup& g : subgroups_) d.push_back(g.size);
+  std::vector<int64_t> d = data().tiles;
+  for (const Subgroup& g : data().subgroups) d.push_back(g.size);
   return d;
 }
 
 int64_t Sharding::NumTiles() const {
   int64_t n = 1;
-  for (int64_t t : tiles_) n *= t;
+  for (int64_t t : data().tiles) n *= t;
   return n;
 }
 
 int64_t Sharding::SubgroupSize(SubgroupType t) const {
-  for (const Subgroup& g : subgroups_) {
+  for (const Subgroup& g : data().subgroups) {
     if (g.type == t) return g.size;
   }
   return 1;
 }
 
 int64_t Sharding::PositionOf(int64_t device) const {
-  if (device < 0 || device >= static_cast<int64_t>(position_.size())) return -1;
-  return position_[static_cast<size_t>(device)];
+  if (device < 0 || device >= static_cast<int64_t>(data().position.size())) return -1;
+  return data().position[static_cast<size_t>(device)];
 }
 
 std::optional<std::vector<int64_t>> Sharding::ArrayIndex(int64_t device) const {
@@ -289,7 +299,7 @@ std::optional<std::vector<int64_t>> Sharding::TileIndex(int64_t device, int64_t 
   if (kind_ != Kind::kTiled) return std::vector<int64_t>(static_cast<size_t>(rank), 0);
   auto idx = ArrayIndex(device);
   if (!idx) return std::nullopt;
-  idx->resize(tiles_.size());
+  idx->resize(data().tiles.size());
   return idx;
 }
 
@@ -299,7 +309,9 @@ bool Sharding::operator==(const Sharding& o) const {
     case Kind::kMaximal: return device_ == o.device_;
     case Kind::kTuple: return leaves_ == o.leaves_;
     case Kind::kTiled:
-      return tiles_ == o.tiles_ && subgroups_ == o.subgroups_ && devices_ == o.devices_;
+      return tiled_ == o.tiled_ || (data().tiles == o.data().tiles &&
+                                    data().subgroups == o.data().subgroups &&
+                                    data().devices == o.data().devices);
     default: return true;
   }
 }
@@ -322,14 +334,14 @@ std::string Sharding::ToString() const {
       return s + "}";
     }
     case Kind::kTiled: {
-      std::string s = "{" + DeviceListText(ArrayDims(), devices_);
-      if (subgroups_.size() == 1 && subgroups_[0].type == SubgroupType::kReplicated) {
+      std::string s = "{" + DeviceListText(ArrayDims(), data().devices);
+      if (data().subgroups.size() == 1 && data().subgroups[0].type == SubgroupType::kReplicated) {
         s += " last_tile_dim_replicate";
-      } else if (!subgroups_.empty()) {
+      } else if (!data().subgroups.empty()) {
         s += " last_tile_dims={";
-        for (size_t k = 0; k < subgroups_.size(); ++k) {
+        for (size_t k = 0; k < data().subgroups.size(); ++k) {
           if (k) s += ", ";
-          s += SubgroupTypeName(subgroups_[k].type);
+          s += SubgroupTypeName(data().subgroups[k].type);
         }
         s += "}";
       }
@@ -358,11 +370,11 @@ HloSharding Sharding::ToHlo() const {
     case Kind::kTiled:
       h.kind = HloSharding::Kind::kTiled;
       h.tile_dims = ArrayDims();
-      h.devices = devices_;
-      if (subgroups_.size() == 1 && subgroups_[0].type == SubgroupType::kReplicated) {
+      h.devices = data().devices;
+      if (data().subgroups.size() == 1 && data().subgroups[0].type == SubgroupType::kReplicated) {
         h.last_tile_dim_replicate = true;
       } else {
-        for (const Subgroup& g : subgroups_) {
+        for (const Subgroup& g : data().subgroups) {
           h.last_tile_dims.emplace_back(std::string(SubgroupTypeName(g.type)));
         }
       }

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -101,12 +102,12 @@ class Sharding {
   std::vector<Sharding>* mutable_leaves() { return &leaves_; }
 
   // ---- tiled ----
-  int64_t rank() const { return static_cast<int64_t>(tiles_.size()); }
-  const std::vector<int64_t>& tiles() const { return tiles_; }
-  int64_t tile(int64_t d) const { return tiles_[static_cast<size_t>(d)]; }
-  const std::vector<Subgroup>& subgroups() const { return subgroups_; }
+  int64_t rank() const { return static_cast<int64_t>(data().tiles.size()); }
+  const std::vector<int64_t>& tiles() const { return data().tiles; }
+  int64_t tile(int64_t d) const { return data().tiles[static_cast<size_t>(d)]; }
+  const std::vector<Subgroup>& subgroups() const { return data().subgroups; }
   // A, row-major over tiles() ++ subgroup sizes.
-  const std::vector<int64_t>& devices() const { return devices_; }
+  const std::vector<int64_t>& devices() const { return data().devices; }
   // The shape of A (tiles ++ subgroup sizes).
   std::vector<int64_t> ArrayDims() const;
   // Product of tiles (1 unless tiled).
@@ -150,13 +151,21 @@ class Sharding {
     s.kind_ = k;
     return s;
   }
-  void Canonicalize();
+  // The tiled payload, immutable once built and shared between copies (propagation copies
+  // shardings a lot).
+  struct TiledData {
+    std::vector<int64_t> tiles;
+    std::vector<Subgroup> subgroups;
+    std::vector<int64_t> devices;
+    std::vector<int32_t> position;  // device id -> flat position in A (-1 absent)
+  };
+  static const TiledData& EmptyData();
+  const TiledData& data() const { return tiled_ ? *tiled_ : EmptyData(); }
+  // Canonicalizes `t`; returns the kind it collapses to (kTiled if none).
+  static Kind Canonicalize(TiledData& t);
   Kind kind_ = Kind::kUnset;
   int64_t device_ = -1;
-  std::vector<int64_t> tiles_;
-  std::vector<Subgroup> subgroups_;
-  std::vector<int64_t> devices_;
-  std::vector<int32_t> position_;  // device id -> flat position in A (-1 absent)
+  std::shared_ptr<const TiledData> tiled_;
   std::vector<Sharding> leaves_;
 };
 

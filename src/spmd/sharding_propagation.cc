@@ -77,6 +77,7 @@ class Propagator {
     int32_t group = -1;   // while / conditional group
     int32_t source = -1;  // conditional branch parameter: the conditional operand's node
     std::vector<int32_t> extra_users;  // nodes whose forward reads this one besides users
+    std::vector<const Shape*> leaf_shapes;  // tuple-shaped nodes: flattened leaf shapes
   };
 
   int32_t Id(const HloInstruction* h) const {
@@ -89,6 +90,10 @@ class Propagator {
     return id < 0 ? unset_ : nodes_[static_cast<size_t>(id)].s;
   }
   bool Update(int32_t id, const Sharding& cand, int a, bool sync_group = true);
+  // Improves only leaves first .. first + cand.size() of a tuple-shaped node (Unset candidates
+  // carry no information).
+  bool UpdateLeaves(int32_t id, size_t first, const std::vector<Sharding>& cand, int a,
+                    bool sync_group = true);
   Sharding ImproveWith(const Node& n, const Sharding& cur, const Sharding& cand, bool provided,
                        const std::vector<int64_t>& unspecified, const Shape& shape, int a) const;
   void MarkChanged(int32_t id);
@@ -216,32 +221,46 @@ Sharding Propagator::ImproveWith(const Node& n, const Sharding& cur, const Shard
 bool Propagator::Update(int32_t id, const Sharding& cand, int a, bool sync_group) {
   Node& n = nodes_[static_cast<size_t>(id)];
   const Shape& shape = n.h->shape();
-  Sharding next;
   if (shape.IsTuple()) {
-    std::vector<const Shape*> leaf_shapes;
-    FlattenShapes(shape, &leaf_shapes);
-    const Sharding cur = n.s.IsUnset() ? Sharding::Tuple(std::vector<Sharding>(leaf_shapes.size()))
-                                       : Sharding::Broadcast(n.s, shape);
     const Sharding c = Sharding::Broadcast(cand, shape);
-    if (!cur.IsTuple() || !c.IsTuple() || cur.leaves().size() != leaf_shapes.size() ||
-        c.leaves().size() != leaf_shapes.size()) {
-      return false;
-    }
-    std::vector<Sharding> leaves = cur.leaves();
-    for (size_t k = 0; k < leaves.size(); ++k) {
-      const bool provided =
-          n.provided && !(k < n.refinable_leaves.size() && n.refinable_leaves[k]);
-      leaves[k] = ImproveWith(n, leaves[k], c.leaves()[k], provided, {}, *leaf_shapes[k], a);
-    }
-    next = Sharding::Tuple(std::move(leaves));
-  } else {
-    if (cand.IsTuple()) return false;
-    const bool provided =
-        n.provided && !(!n.refinable_leaves.empty() && n.refinable_leaves[0]);
-    next = ImproveWith(n, n.s, cand, provided, n.unspecified, shape, a);
+    if (!c.IsTuple()) return false;
+    return UpdateLeaves(id, 0, c.leaves(), a, sync_group);
   }
+  if (cand.IsTuple()) return false;
+  const bool provided = n.provided && !(!n.refinable_leaves.empty() && n.refinable_leaves[0]);
+  Sharding next = ImproveWith(n, n.s, cand, provided, n.unspecified, shape, a);
   if (next == n.s) return false;
   n.s = std::move(next);
+  MarkChanged(id);
+  if (sync_group && n.group >= 0) SyncGroup(n.group, id, a);
+  return true;
+}
+
+bool Propagator::UpdateLeaves(int32_t id, size_t first, const std::vector<Sharding>& cand, int a,
+                              bool sync_group) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  if (n.leaf_shapes.empty()) FlattenShapes(n.h->shape(), &n.leaf_shapes);
+  const size_t count = n.leaf_shapes.size();
+  if (first + cand.size() > count) return false;
+  if (!n.s.IsTuple() || n.s.leaves().size() != count) {
+    n.s = n.s.IsUnset() || n.s.IsTuple() ? Sharding::Tuple(std::vector<Sharding>(count))
+                                         : Sharding::Tuple(std::vector<Sharding>(count, n.s));
+  }
+  bool changed = false;
+  for (size_t k = 0; k < cand.size(); ++k) {
+    const Sharding& c = cand[k];
+    if (c.IsUnset() || c.IsUnknown()) continue;
+    const size_t leaf = first + k;
+    const bool provided =
+        n.provided && !(leaf < n.refinable_leaves.size() && n.refinable_leaves[leaf]);
+    const Sharding& cur = n.s.leaves()[leaf];
+    Sharding next = ImproveWith(n, cur, c, provided, {}, *n.leaf_shapes[leaf], a);
+    if (next != cur) {
+      (*n.s.mutable_leaves())[leaf] = std::move(next);
+      changed = true;
+    }
+  }
+  if (!changed) return false;
   MarkChanged(id);
   if (sync_group && n.group >= 0) SyncGroup(n.group, id, a);
   return true;
@@ -308,6 +327,20 @@ void Propagator::Run() {
           if (!n.bwd) continue;
           n.bwd = false;
           if (n.s.IsUnset()) continue;
+          if (n.h->opcode() == HloOpcode::kGetTupleElement) {
+            // Only the element read is known: update those leaves alone.
+            const int32_t oid = Id(n.h->operand(0));
+            const Shape& ts = n.h->operand(0)->shape();
+            if (oid >= 0 && ts.IsTuple()) {
+              size_t first = 0;
+              for (int64_t k = 0; k < n.h->tuple_index; ++k) {
+                first += static_cast<size_t>(Sharding::LeafCount(ts.tuple_shapes[static_cast<size_t>(k)]));
+              }
+              const Sharding b = Sharding::Broadcast(n.s, n.h->shape());
+              changed |= UpdateLeaves(oid, first, b.IsTuple() ? b.leaves() : std::vector<Sharding>{b}, a);
+            }
+            continue;
+          }
           for (int64_t i = 0; i < n.h->operand_count(); ++i) {
             const int32_t oid = Id(n.h->operand(i));
             if (oid < 0) continue;
