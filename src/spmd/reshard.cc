@@ -278,7 +278,9 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
     }
     if (!dims.empty()) {
       std::optional<Sharding> inter = ReplicateDims(from, dims);
-      if (inter && (*inter == to || RefinesOnEveryDevice(*inter, to, global, n))) {
+      // Gathering everything to slice a tiled target again is the full fallback (remarked).
+      const bool everything = inter && inter->IsReplicated() && !to.IsReplicated();
+      if (inter && !everything && (*inter == to || RefinesOnEveryDevice(*inter, to, global, n))) {
         plan.kind = ReshardKind::kGather;
         plan.gather_dims = std::move(dims);
         return plan;

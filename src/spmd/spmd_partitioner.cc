@@ -283,7 +283,9 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
               "spmd-partitioner: '", h.name(), "': the shard shape ", h.shape().ToString(false),
               " differs from the operand's local shape ", x->shape().ToString(false)));
         }
-        return PValue{c, to_shard ? target : v.sharding, to_shard ? h.shape() : h.shape()};
+        // FullToShard: a manual value (its shape is already per device); ShardToFull: the
+        // global value in its (target) sharding, whose local shape is the manual shape.
+        return PValue{c, target, h.shape()};
       }
       return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target,
                                         "\" has no partitioning rule"));
