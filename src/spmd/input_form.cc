@@ -84,7 +84,7 @@ std::string_view InputFormName(InputForm f) {
   switch (f) {
     case InputForm::kGlobal: return "global";
     case InputForm::kPartitioned: return "partitioned";
-    case InputForm::kSingleDevice: return "single-device";
+    case InputForm::kSingleDevice: return "unsharded";
     case InputForm::kAmbiguous: return "ambiguous";
   }
   return "?";
@@ -149,10 +149,14 @@ InputFormReport DetectInputForm(const HloModule& m) {
         Plural(annotated, "sharding annotation"), " on instructions other than parameters and "
         "roots (first: '", first_annotated, "')"));
   }
+  // allow_spmd_sharding_propagation_to_*: XLA prints them after partitioning too (the real
+  // post-SPMD llama3 dump has them, all false), so they only decide when nothing says
+  // partitioned.
+  std::vector<std::string> weak;
   for (const auto& [name, value] : m.header_attributes) {
     if (name == "allow_spmd_sharding_propagation_to_parameters" ||
         name == "allow_spmd_sharding_propagation_to_output") {
-      r.global_evidence.push_back(absl::StrCat("the header's ", name));
+      weak.push_back(absl::StrCat("the header's ", name));
     } else if (name == "frontend_attributes" && absl::StrContains(value, "xla.sdy.meshes")) {
       r.global_evidence.push_back("xla.sdy.meshes in the module's frontend attributes");
     }
@@ -172,13 +176,18 @@ InputFormReport DetectInputForm(const HloModule& m) {
           absl::StrCat("the shardings' device set (devices 0..", s.size() - 1, ")");
     }
   }
+  // ... and only for modules with shardings or partitions at all (XLA prints them for
+  // single-device programs too: the dlrm dump has them, all true).
+  if (r.partitioned_evidence.empty() && (!device_sets.empty() || m.num_partitions > 1)) {
+    r.global_evidence.insert(r.global_evidence.end(), weak.begin(), weak.end());
+  }
   const bool g = !r.global_evidence.empty();
   const bool p = !r.partitioned_evidence.empty();
   if (g && !p) {
     r.form = InputForm::kGlobal;
   } else if (p && !g) {
     r.form = InputForm::kPartitioned;
-  } else if (!g && !p && std::max<int64_t>(r.num_partitions, 1) == 1 && device_sets.empty()) {
+  } else if (!g && !p && device_sets.empty()) {
     r.form = InputForm::kSingleDevice;
   } else {
     r.form = InputForm::kAmbiguous;
@@ -199,7 +208,8 @@ std::string InputFormReport::Describe() const {
       s = absl::StrCat("partitioned module (", list(partitioned_evidence), ")");
       break;
     case InputForm::kSingleDevice:
-      s = "single-device module (no sharding annotations, no cross-partition collectives)";
+      s = "unsharded module (no tiled or maximal sharding, no cross-partition collective): read "
+          "as global or as partitioned, every partition runs the same program";
       break;
     case InputForm::kAmbiguous:
       if (!global_evidence.empty()) {

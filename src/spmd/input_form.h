@@ -4,16 +4,19 @@
 //
 // Parameter shardings survive XLA's partitioning, so they prove nothing. Evidence:
 //  - global: `Sharding`, `SPMDFullToShardShape`/`SPMDShardToFullShape` or `xla.sdy.*` custom
-//    calls; `xla.sdy.meshes` in the module's frontend attributes; an
-//    `allow_spmd_sharding_propagation_to_parameters`/`_to_output` header attribute; a
-//    `sharding=` on an instruction other than a parameter or a computation root.
+//    calls; `xla.sdy.meshes` in the module's frontend attributes; a `sharding=` on an
+//    instruction other than a parameter or a computation root; and, weaker, an
+//    `allow_spmd_sharding_propagation_to_parameters`/`_to_output` header attribute, which
+//    counts only when nothing says partitioned and the module has tiled shardings or more than
+//    one partition (XLA prints these after partitioning and for single-device programs too: the
+//    post-SPMD llama3 dump in ../shared/real carries them all false, the dlrm one all true).
 //  - partitioned: a cross-partition collective (one with a channel_id; cross-replica ones
 //    without it do not count) or `partition-id`, outside manual regions (the instructions
 //    between SPMDFullToShardShape and SPMDShardToFullShape, and Shardy manual computation
 //    bodies).
-// Neither, with more than one partition: ambiguous (tools exit 2 asking for
-// `--input-form=global|partitioned`); neither on one device: single-device (both readings
-// agree). Both: ambiguous too.
+// Neither, with tiled or maximal shardings (on parameters or roots): ambiguous (tools exit 2
+// asking for `--input-form=global|partitioned`); neither and no such sharding: kSingleDevice
+// ("unsharded": both readings agree, every partition runs the same program). Both: ambiguous.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,7 @@
 namespace weave::spmd {
 
 enum class InputForm { kGlobal, kPartitioned, kSingleDevice, kAmbiguous };
-std::string_view InputFormName(InputForm f);  // "global", "partitioned", "single-device", ...
+std::string_view InputFormName(InputForm f);  // "global", "partitioned", "unsharded", ...
 
 struct InputFormReport {
   InputForm form = InputForm::kAmbiguous;

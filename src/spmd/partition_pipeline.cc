@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spmd/spmd_partitioner.h"
 
 namespace weave::spmd {
 
@@ -14,6 +15,9 @@ std::vector<std::string> PartitionPassNames(bool propagate_only) {
 
 absl::Status PartitionModule(HloModule* module, const PartitionOptions& options,
                              std::vector<Remark>* remarks, std::vector<PassTiming>* timings) {
+  if (!options.propagate_only) {
+    if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
+  }
   module->num_partitions = std::max<int64_t>(1, options.num_partitions);
   HloPassPipeline pipeline;
   PassOptions pass_options;

@@ -364,12 +364,9 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
-  HloComputation* entry = module->entry();
-  if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
-  // Declined calls, all listed at once.
+absl::Status CheckDeclinedCalls(const HloModule& module) {
   std::vector<std::string> declined;
-  for (const HloComputation* c : module->computations()) {
+  for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* h : c->instructions()) {
       if (IsCall(*h, "CustomSPMDPartitioning")) {
         std::string op_name;
@@ -385,12 +382,19 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   }
   if (!declined.empty()) {
     return absl::UnimplementedError(absl::StrCat(
-        "spmd-partitioner: module '", module->name(), "' has ", declined.size(),
+        "module '", module.name(), "' has ", declined.size(),
         " CustomSPMDPartitioning call", declined.size() == 1 ? "" : "s", ", whose partitioner is "
         "a Python callback of the tracing process (its backend_config is a process-local "
         "handle): ", absl::StrJoin(declined, ", "), ". Give Weave a dump taken after XLA's "
         "`spmd-partitioning` pass instead (--xla_dump_to with --xla_dump_hlo_pass_re=spmd-partitioning)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
+  HloComputation* entry = module->entry();
+  if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
+  if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
   SpmdContext ctx;
   ctx.module = module;
   ctx.num_partitions = std::max<int64_t>(1, module->num_partitions);

@@ -39,6 +39,11 @@
 
 namespace weave::spmd {
 
+// The calls the partitioner declines, all listed at once: Unimplemented naming each
+// `CustomSPMDPartitioning` call (name, target, op_name) and suggesting a dump after XLA's
+// `spmd-partitioning` pass; OK when there are none.
+absl::Status CheckDeclinedCalls(const HloModule& module);
+
 class SpmdPartitioner : public HloPass {
  public:
   std::string_view name() const override { return "spmd-partitioner"; }
