@@ -168,12 +168,29 @@ std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int
       size_t dst_major = j;
       while (dst_major < j2 && to[dst_major] == 1) ++dst_major;
       if (tiled.size() != 1 || tiled[0] != src_major || dst_major >= j2) return std::nullopt;
-      const int64_t t = s.tile(static_cast<int64_t>(src_major));
+      int64_t t = s.tile(static_cast<int64_t>(src_major));
       const bool one_to_one = from[src_major] == to[dst_major];
-      if (!one_to_one && (to[dst_major] % t != 0 || from[src_major] % t != 0)) {
-        return std::nullopt;
+      if (one_to_one) {
+        tiles[dst_major] = t;
+      } else {
+        // The tiles' chunks are P / t elements of the group in both shapes: they stay aligned
+        // when t divides the source dim and can be laid over the target dims from the major
+        // one (whole dims first, then a divisor of the next).
+        if (from[src_major] % t != 0) return std::nullopt;
+        for (size_t k = dst_major; k < j2 && t > 1; ++k) {
+          if (to[k] == 1) continue;
+          if (t % to[k] == 0) {
+            tiles[k] = to[k];
+            t /= to[k];
+          } else if (to[k] % t == 0) {
+            tiles[k] = t;
+            t = 1;
+          } else {
+            return std::nullopt;
+          }
+        }
+        if (t != 1) return std::nullopt;
       }
-      tiles[dst_major] = t;
     }
     i = i2;
     j = j2;
