@@ -28,6 +28,7 @@ constexpr char kChunksOption[] = "all-to-all-windowed-einsum-chunks";
 constexpr char kMaxChunksOption[] = "all-to-all-windowed-einsum-max-chunks";
 constexpr char kSchemaOption[] = "xla-backend-config";
 constexpr char kUnsafeOption[] = "all-to-all-windowed-einsum-unsafe-split-contracting";
+constexpr char kRewriteOption[] = "all-to-all-windowed-einsum-rewrite";
 
 // The layout ops the rewrite moves across the exchange (XLA's ShouldAddToChain).
 bool IsLayoutOp(const HloInstruction* i) {
@@ -97,10 +98,11 @@ struct Candidate {
 std::string Describe(const Candidate& c) {
   std::vector<const HloInstruction*> chain(c.chain.begin(), c.chain.end());
   std::string moved = chain.empty() ? ""
-                                    : absl::StrCat(", ", DimsText(chain), " moved ",
+                                    : absl::StrCat("; ", DimsText(chain), " moved ",
                                                    c.exchange_first ? "before" : "after",
                                                    " the exchange");
-  return absl::StrFormat("split dim %d%s, G=%d, K=%d", c.split, moved, c.group_size, c.k);
+  return absl::StrFormat("G=%d, K=%d, split dim %d at the dot%s", c.group_size, c.k, c.split,
+                         moved);
 }
 
 // Rewrite A's candidate starting from all-to-all `t`; "" and *c filled, or the reason.
@@ -596,6 +598,8 @@ Estimate EstimateCandidate(const Candidate& c, const AllToAllWindowCostModel& mo
     forced.xla_enable.reset();
     forced.chunks = n;
     forced.unsafe_split_contracting = false;
+    forced.allow_a = c.exchange_first;
+    forced.allow_b = !c.exchange_first;
     AllToAllWindowedEinsum pass(forced);
     absl::StatusOr<bool> changed = pass.Run(after.get());
     if (!changed.ok() || !*changed) continue;
@@ -678,6 +682,15 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
   absl::StatusOr<bool> unsafe = options.GetBool(kUnsafeOption, false);
   if (!unsafe.ok()) return unsafe.status();
   o.unsafe_split_contracting = *unsafe;
+  const std::string only = options.GetString(kRewriteOption, "any");
+  if (only == "A" || only == "a") {
+    o.allow_b = false;
+  } else if (only == "B" || only == "b") {
+    o.allow_a = false;
+  } else if (only != "any") {
+    return absl::InvalidArgumentError(absl::StrCat("option --", kRewriteOption, ": '", only,
+                                                   "' is not one of A, B, any"));
+  }
   return o;
 }
 
@@ -712,18 +725,21 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
     const std::string why_a = AnalyzeA(t, g, options_.unsafe_split_contracting, &ca);
     const std::string why_b = AnalyzeB(t, g, &cb);
     std::vector<const Candidate*> valid;
-    if (why_b.empty()) valid.push_back(&cb);  // XLA's visitor order: B (at T) before A (at D)
-    if (why_a.empty()) valid.push_back(&ca);
+    // XLA's visitor order: B (at T) before A (at the dot T feeds).
+    if (why_b.empty() && options_.allow_b) valid.push_back(&cb);
+    if (why_a.empty() && options_.allow_a) valid.push_back(&ca);
     if (valid.empty()) {
       AddRemark(loc, false,
-                absl::StrCat("no windowed form: as the dot's operand (A): ", why_a,
-                             "; as the dot's result (B): ", why_b));
+                absl::StrCat("no windowed form: as the dot's operand (A): ",
+                             options_.allow_a ? why_a : "not allowed by --" + std::string(kRewriteOption),
+                             "; as the dot's result (B): ",
+                             options_.allow_b ? why_b : "not allowed by --" + std::string(kRewriteOption)));
       continue;
     }
     const Candidate* chosen = nullptr;
     int64_t chunks = 0;
     std::string decision;
-    if (forced) {
+    if (forced || !cost_model_.has_value()) {
       chunks = options_.chunks > 0 ? options_.chunks : g;
       std::vector<std::string> refused;
       for (const Candidate* c : valid) {
@@ -739,15 +755,9 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
         AddRemark(loc, false, absl::StrCat("not rewritten: ", absl::StrJoin(refused, "; ")));
         continue;
       }
-      decision = options_.chunks > 0
-                     ? absl::StrCat("forced by --", kChunksOption, "=", chunks)
-                     : absl::StrCat("forced by --", kXlaFlag, "=true");
-    } else if (!cost_model_.has_value()) {
-      AddRemark(loc, false,
-                absl::StrCat("candidate for ", valid[0]->exchange_first ? "A" : "B",
-                             " but no cost model to decide (weave compile estimates it on "
-                             "--system; --", kXlaFlag, "=true forces it as XLA)"));
-      continue;
+      decision = options_.chunks > 0 ? absl::StrCat("chunk count set by --", kChunksOption)
+                 : forced ? absl::StrCat("forced by --", kXlaFlag, "=true")
+                          : "no cost model: every match is rewritten, one chunk per group member";
     } else {
       double best_us = std::numeric_limits<double>::infinity();
       double before_us = 0;

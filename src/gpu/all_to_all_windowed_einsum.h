@@ -47,7 +47,7 @@
 //    `--system`, default h100x8) estimates the candidate's region without the rewrite and with
 //    every chunk count C in [2, max-chunks] dividing K, for A and B where both apply, and the
 //    best one is applied only when it is predicted faster; the remark gives both estimates.
-//    Without a cost model nothing is rewritten.
+//    Without a cost model (`weave opt`) every valid candidate is rewritten with C = G.
 // Partial dots get `operation_queue_id` q0+i (q0 = the larger of the module's next free channel
 // id, as XLA, and the next unused queue id), written in the backend_config schema of
 // `xla-backend-config` (2026 default: no `wait_on_operation_queues`; 2024/2025 add an empty list).
@@ -58,6 +58,7 @@
 //   xla_gpu_experimental_enable_alltoall_windowed_einsum (bool, default unset)
 //   all-to-all-windowed-einsum-chunks (int >= 2, default 0 = cost model / G)
 //   all-to-all-windowed-einsum-max-chunks (int >= 2, default 32): largest C the model tries
+//   all-to-all-windowed-einsum-rewrite (A | B | any, default any): which rewrites may apply
 //   xla-backend-config (2024 | 2025 | 2026, default 2026)
 //   all-to-all-windowed-einsum-unsafe-split-contracting (bool, default false): TESTS ONLY; lets A
 //     chunk along the split dim so that a test can show `weave compare` failing on it.
@@ -91,6 +92,7 @@ struct AllToAllWindowedEinsumOptions {
   int64_t max_chunks = 32;          // all-to-all-windowed-einsum-max-chunks
   BackendConfigSchema schema = BackendConfigSchema::k2026;  // xla-backend-config
   bool unsafe_split_contracting = false;  // tests only (see the file comment)
+  bool allow_a = true, allow_b = true;    // all-to-all-windowed-einsum-rewrite
 };
 
 // Reads the options above; InvalidArgument naming the option on a bad value.
