@@ -51,6 +51,17 @@ bool IsFp8MovableLayoutOp(const HloInstruction* i) {
 
 std::string OpName(const HloInstruction* i) { return std::string(HloOpcodeString(i->opcode())); }
 
+int64_t QueueIdOf(const std::string& config);
+
+// A dot already on its own compute stream is a step of a windowed einsum (this pass's chunks, or
+// a windowed loop's): splitting it again would only add exchanges. Keeps the pass idempotent.
+std::string AlreadyWindowed(const HloInstruction* dot) {
+  const int64_t q = QueueIdOf(dot->backend_config);
+  if (q == 0) return "";
+  return absl::StrFormat("dot '%s' is already a step of a windowed einsum (operation_queue_id %d)",
+                         dot->name(), q);
+}
+
 // Why `t` is not a qualifying all-to-all ("" if it is); *group_size receives G.
 std::string QualifyAllToAll(const HloInstruction* t, int64_t* group_size) {
   if (!t->async_sugar.empty()) return "asynchronous form";
@@ -149,6 +160,7 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
   }
   HloInstruction* d = c->dot;
   if (d->operand_count() != 2) return "malformed dot";
+  if (std::string why = AlreadyWindowed(d); !why.empty()) return why;
   if (d->operand(0) == cur && d->operand(1) == cur) {
     return absl::StrFormat("dot '%s' reads the exchanged value on both sides", d->name());
   }
@@ -214,6 +226,7 @@ std::string AnalyzeB(HloInstruction* t, int64_t group_size, Candidate* c) {
   c->chain.assign(up.rbegin(), up.rend());
   HloInstruction* m = c->dot;
   if (m->operand_count() != 2) return "malformed dot";
+  if (std::string why = AlreadyWindowed(m); !why.empty()) return why;
   if (m->dot_dims.lhs_contracting.size() != 1 || m->dot_dims.rhs_contracting.size() != 1) {
     return absl::StrFormat("dot '%s' has %d/%d contracting dims (one per side needed)", m->name(),
                            m->dot_dims.lhs_contracting.size(), m->dot_dims.rhs_contracting.size());
