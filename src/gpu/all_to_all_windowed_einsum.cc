@@ -16,6 +16,7 @@
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
 #include "nlohmann/json.hpp"
+#include "passes/cost_oracle.h"
 #include "passes/fp8_operand.h"
 
 namespace weave {
@@ -486,91 +487,6 @@ absl::StatusOr<Applied> ApplyB(const Candidate& c, int64_t chunks, Ids* ids,
   return out;
 }
 
-// ---- cost model: the candidate's region as a module of its own ----
-
-// Adds the FP8 pieces above dot operand `v` to the region (so that the region's FP8 GEMMs and
-// FP8 exchanges form as they would in the module).
-void AddFp8Pieces(HloInstruction* v, absl::flat_hash_set<HloInstruction*>* region) {
-  Fp8OperandMatch match;
-  if (!MatchFp8Operand(v, &match)) return;
-  for (HloInstruction* op : match.ops) {
-    if (op->operand_count() != 1) return;  // multi-operand movable ops: keep v as a leaf
-  }
-  if (match.kind == Fp8OperandMatch::Kind::kScaled) {
-    std::optional<DequantMatch> dq = MatchDequantize(match.dequant);
-    if (!dq) return;
-    region->insert(dq->root);
-    region->insert(dq->convert);
-    region->insert(dq->broadcast);
-  } else if (match.kind == Fp8OperandMatch::Kind::kUnscaled) {
-    region->insert(match.dequant);
-  }
-  for (HloInstruction* op : match.ops) region->insert(op);
-}
-
-std::unique_ptr<HloModule> ExtractRegion(const Candidate& c) {
-  absl::flat_hash_set<HloInstruction*> region = {c.a2a, c.dot};
-  for (HloInstruction* op : c.chain) region.insert(op);
-  if (c.exchange_first) {
-    // The exchanged value's FP8 source above T, and the other operand's.
-    HloInstruction* cur = c.a2a->operand(0);
-    std::vector<HloInstruction*> walked;
-    while (IsFp8MovableLayoutOp(cur) && walked.size() < 64) {
-      walked.push_back(cur);
-      cur = cur->operand(0);
-    }
-    if (std::optional<DequantMatch> dq = MatchDequantize(cur)) {
-      for (HloInstruction* w : walked) region.insert(w);
-      region.insert(dq->root);
-      region.insert(dq->convert);
-      region.insert(dq->broadcast);
-    }
-    AddFp8Pieces(c.dot->operand(1 - c.side), &region);
-  } else {
-    AddFp8Pieces(c.dot->operand(0), &region);
-    AddFp8Pieces(c.dot->operand(1), &region);
-  }
-  const HloModule* src = c.dot->parent()->parent();
-  auto m = std::make_unique<HloModule>("all_to_all_window_candidate");
-  m->num_partitions = src->num_partitions;
-  m->replica_count = src->replica_count;
-  m->has_num_partitions = src->has_num_partitions;
-  HloComputation* comp = m->AddComputation(std::make_unique<HloComputation>("candidate"));
-  m->set_entry(comp);
-  // Post order of the region from its root, operands first.
-  HloInstruction* root = c.exchange_first ? c.dot : c.a2a;
-  absl::flat_hash_map<HloInstruction*, HloInstruction*> map;
-  std::vector<std::pair<HloInstruction*, size_t>> stack = {{root, 0}};
-  absl::flat_hash_set<HloInstruction*> seen = {root};
-  while (!stack.empty()) {
-    auto& [i, next] = stack.back();
-    if (next < static_cast<size_t>(i->operand_count())) {
-      HloInstruction* o = i->operand(static_cast<int64_t>(next++));
-      if (seen.insert(o).second) {
-        if (region.count(o)) {
-          stack.push_back({o, 0});
-        } else if (o->opcode() == HloOpcode::kConstant && o->shape().IsArray() &&
-                   o->shape().rank() == 0) {
-          map[o] = comp->AddInstruction(o->CloneWithNewOperands(o->shape(), {}));
-        } else {
-          HloInstruction* p = comp->AddParameter(o->shape(), o->name());
-          if (o->shape().IsArray() && o->shape().rank() == 0 && IsSameOnAllPartitions(o)) {
-            p->sharding = HloSharding();  // {replicated}
-          }
-          map[o] = p;
-        }
-      }
-      continue;
-    }
-    std::vector<HloInstruction*> ops;
-    for (HloInstruction* o : i->operands()) ops.push_back(map.at(o));
-    map[i] = comp->AddInstruction(i->CloneWithNewOperands(i->shape(), std::move(ops)));
-    stack.pop_back();
-  }
-  comp->set_root(map.at(root));
-  return m;
-}
-
 // Divisors of k in [2, max_chunks], ascending.
 std::vector<int64_t> ChunkCounts(int64_t k, int64_t max_chunks) {
   std::vector<int64_t> out;
@@ -578,57 +494,6 @@ std::vector<int64_t> ChunkCounts(int64_t k, int64_t max_chunks) {
     if (k % d == 0) out.push_back(d);
   }
   return out;
-}
-
-struct Estimate {
-  bool ok = false;
-  std::string error;
-  double before_us = 0;
-  int64_t best_chunks = 0;
-  double best_us = std::numeric_limits<double>::infinity();
-  std::vector<std::pair<int64_t, double>> tried;
-};
-
-std::string TriedText(const Estimate& e) {
-  std::vector<std::string> parts;
-  for (const auto& [n, us] : e.tried) parts.push_back(absl::StrFormat("%d: %.1f", n, us));
-  return absl::StrJoin(parts, ", ");
-}
-
-Estimate EstimateCandidate(const Candidate& c, const AllToAllWindowCostModel& model,
-                           const AllToAllWindowedEinsumOptions& options) {
-  Estimate e;
-  std::unique_ptr<HloModule> region = ExtractRegion(c);
-  absl::StatusOr<double> before = model.estimate_us(*region);
-  if (!before.ok()) {
-    e.error = std::string(before.status().message());
-    return e;
-  }
-  e.before_us = *before;
-  for (int64_t n : ChunkCounts(c.k, options.max_chunks)) {
-    std::unique_ptr<HloModule> after = region->Clone();
-    AllToAllWindowedEinsumOptions forced = options;
-    forced.xla_enable.reset();
-    forced.chunks = n;
-    forced.unsafe_split_contracting = false;
-    forced.allow_a = c.exchange_first;
-    forced.allow_b = !c.exchange_first;
-    AllToAllWindowedEinsum pass(forced);
-    absl::StatusOr<bool> changed = pass.Run(after.get());
-    if (!changed.ok() || !*changed) continue;
-    absl::StatusOr<double> us = model.estimate_us(*after);
-    if (!us.ok()) {
-      e.error = std::string(us.status().message());
-      return e;
-    }
-    e.tried.push_back({n, *us});
-    if (*us < e.best_us) {
-      e.best_us = *us;
-      e.best_chunks = n;
-    }
-  }
-  e.ok = true;
-  return e;
 }
 
 }  // namespace
@@ -752,7 +617,8 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
     const Candidate* chosen = nullptr;
     int64_t chunks = 0;
     std::string decision;
-    if (forced || !cost_model_.has_value()) {
+    CostOracle* oracle = cost_oracle();
+    if (forced || oracle == nullptr) {
       chunks = options_.chunks > 0 ? options_.chunks : g;
       std::vector<std::string> refused;
       for (const Candidate* c : valid) {
@@ -770,44 +636,53 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
       }
       decision = options_.chunks > 0 ? absl::StrCat("chunk count set by --", kChunksOption)
                  : forced ? absl::StrCat("forced by --", kXlaFlag, "=true")
-                          : "no cost model: every match is rewritten, one chunk per group member";
+                          : "no cost gate: every match is rewritten, one chunk per group member";
     } else {
-      double best_us = std::numeric_limits<double>::infinity();
-      double before_us = 0;
-      std::vector<std::string> summary, errors;
+      // The cost gate: one query for this all-to-all, one variant per (rewrite, chunk count).
+      CostQuery q;
+      q.pass = std::string(kName);
+      q.location = loc;
+      q.what = absl::StrCat("all-to-all '", loc, "'");
+      std::set<const HloInstruction*> seeds;
+      q.variants.push_back({"without", false, {}});
+      std::vector<std::pair<const Candidate*, int64_t>> plan = {{nullptr, 0}};
+      std::vector<std::string> nothing;
       for (const Candidate* c : valid) {
-        Estimate e = EstimateCandidate(*c, *cost_model_, options_);
         const char* tag = c->exchange_first ? "A" : "B";
-        if (!e.ok) {
-          errors.push_back(absl::StrCat(tag, ": ", e.error));
-          continue;
-        }
-        before_us = e.before_us;  // the same region time either way, up to the region's extent
-        if (e.tried.empty()) {
-          summary.push_back(absl::StrFormat("%s: no chunk count in [2, %d] divides K=%d", tag,
+        absl::StrAppend(&q.what, c->exchange_first ? " -> dot '" : " <- dot '", c->dot->name(),
+                        "'");
+        seeds.insert(c->a2a);
+        seeds.insert(c->dot);
+        seeds.insert(c->chain.begin(), c->chain.end());
+        std::vector<int64_t> counts = ChunkCounts(c->k, options_.max_chunks);
+        if (counts.empty()) {
+          nothing.push_back(absl::StrFormat("%s: no chunk count in [2, %d] divides K=%d", tag,
                                             options_.max_chunks, c->k));
-          continue;
         }
-        summary.push_back(absl::StrFormat("%s: %.1f us without; with chunks %s", tag, e.before_us,
-                                          TriedText(e)));
-        if (e.best_us < e.before_us && e.best_us - e.before_us < best_us) {
-          best_us = e.best_us - e.before_us;
-          chosen = c;
-          chunks = e.best_chunks;
-          decision = absl::StrFormat("predicted %.1f us with %d chunks vs %.1f us without on %s",
-                                     e.best_us, e.best_chunks, e.before_us, cost_model_->system);
+        for (int64_t n : counts) {
+          q.variants.push_back({absl::StrFormat("with %s in %d chunks", tag, n),
+                                true,
+                                {{kRewriteOption, tag}, {kChunksOption, absl::StrCat(n)}}});
+          plan.push_back({c, n});
+          // Without an estimate: what the pass does without the gate (B before A, C = G).
+          if (q.fallback < 0 && n == g) q.fallback = static_cast<int>(plan.size()) - 1;
         }
       }
-      if (!chosen) {
-        std::string msg =
-            summary.empty()
-                ? absl::StrCat("not rewritten: the cost model failed: ", absl::StrJoin(errors, "; "))
-                : absl::StrFormat("not rewritten: predicted no faster on %s (%s)",
-                                  cost_model_->system, absl::StrJoin(summary, "; "));
-        (void)before_us;
-        AddRemark(loc, false, msg);
+      if (q.variants.size() < 2) {
+        AddRemark(loc, false, absl::StrCat("not rewritten: ", absl::StrJoin(nothing, "; ")));
         continue;
       }
+      if (q.fallback < 0) q.fallback = 0;
+      q.seeds.assign(seeds.begin(), seeds.end());
+      CostEstimate e = oracle->Decide(q);
+      const int pick = e.chosen >= 0 && e.chosen < static_cast<int>(plan.size()) ? e.chosen : 0;
+      if (pick == 0) {
+        AddRemark(loc, false, absl::StrCat("not rewritten: ", e.Note()));
+        continue;
+      }
+      chosen = plan[static_cast<size_t>(pick)].first;
+      chunks = plan[static_cast<size_t>(pick)].second;
+      decision = e.Note();
     }
     const Candidate& c = *chosen;
     const std::string dot_name = c.dot->name();

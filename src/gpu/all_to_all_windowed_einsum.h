@@ -43,11 +43,12 @@
 //    with C = G as XLA does (B before A for an all-to-all between two dots, as XLA's visitor
 //    order gives); `=false` disables the pass.
 //  - `all-to-all-windowed-einsum-chunks=C` forces every valid candidate with C chunks.
-//  - Otherwise the cost model (set_cost_model; `weave compile` attaches the simulator on
-//    `--system`, default h100x8) estimates the candidate's region without the rewrite and with
-//    every chunk count C in [2, max-chunks] dividing K, for A and B where both apply, and the
-//    best one is applied only when it is predicted faster; the remark gives both estimates.
-//    Without a cost model (`weave opt`) every valid candidate is rewritten with C = G.
+//  - Otherwise the cost gate decides (passes/cost_oracle.h; `weave compile` sets the simulator on
+//    `--system`, default h100x8): one query per all-to-all whose variants are "without" and, for
+//    A and for B where they apply, every chunk count C in [2, max-chunks] dividing K; the
+//    fastest is applied, nothing when "without" is fastest; the remark gives the estimates.
+//    Without a cost gate (`weave opt`, `--cost-gate=off`) every valid candidate is rewritten with
+//    C = G, as XLA with its flag; that is also the fallback when the gate has no estimate.
 // Partial dots get `operation_queue_id` q0+i (q0 = the larger of the module's next free channel
 // id, as XLA, and the next unused queue id), written in the backend_config schema of
 // `xla-backend-config` (2026 default: no `wait_on_operation_queues`; 2024/2025 add an empty list).
@@ -76,14 +77,6 @@
 
 namespace weave {
 
-// Predicted time, in microseconds, of one partition running `region` (a small module holding one
-// candidate's all-to-all, dot and the ops between them, with parameters for everything else) as
-// it leaves the rest of the compile pipeline. Set by the tools layer (sim/all_to_all_window_cost.h).
-struct AllToAllWindowCostModel {
-  std::string system;  // name used in remarks, e.g. "h100x8"
-  std::function<absl::StatusOr<double>(const HloModule& region)> estimate_us;
-};
-
 enum class BackendConfigSchema { k2024, k2025, k2026 };
 
 struct AllToAllWindowedEinsumOptions {
@@ -105,7 +98,6 @@ class AllToAllWindowedEinsum : public HloPass {
   explicit AllToAllWindowedEinsum(AllToAllWindowedEinsumOptions options = {})
       : options_(options) {}
   std::string_view name() const override { return kName; }
-  void set_cost_model(AllToAllWindowCostModel model) { cost_model_ = std::move(model); }
   const AllToAllWindowedEinsumOptions& options() const { return options_; }
   // Rewrites the candidates of every computation (see the file comment). Returns whether the
   // module changed. Errors only on an inconsistent IR; unsupported cases are remarks.
@@ -113,7 +105,6 @@ class AllToAllWindowedEinsum : public HloPass {
 
  private:
   AllToAllWindowedEinsumOptions options_;
-  std::optional<AllToAllWindowCostModel> cost_model_;
 };
 
 // The structure the rewrite leaves, found again in any module (ours or XLA's handler output):

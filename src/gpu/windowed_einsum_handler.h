@@ -28,6 +28,9 @@
 //     collective-permute whose operand comes straight from the loop state (ring-only) gets
 //     `force_earliest_schedule: true`. Other backend_config fields are kept.
 // Every while and every all-gather gets a remark. The pass is idempotent.
+// Implementation: the driver in windowed_einsum_handler.cc, one file per step
+// (windowed_einsum_handler_{fp8_shift,cache,unroll,streams}.cc); see
+// windowed_einsum_handler_internal.h.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Unit tests of the all-to-all windowed einsum pass object: reshape split-dim tracking, groups of
-// unequal sizes (which do not verify, so no lit test can reach them), the decision by a cost model
-// (a stand-in here: the simulator-backed one is tested in lit), option errors, and finding the
+// unequal sizes (which do not verify, so no lit test can reach them), the decision by the cost gate
+// (a stand-in oracle here: the simulator-backed one is tested in lit), option errors, and finding the
 // rewritten structure again (FindAllToAllWindows) in our output and in XLA's form.
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "gpu/all_to_all_windowed_einsum.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "passes/cost_oracle.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -74,50 +75,71 @@ TEST(AllToAllWindowedEinsum, RefusesGroupsOfUnequalSizes) {
   EXPECT_THAT(remarks[0].message, HasSubstr("replica groups of unequal sizes (2 and 6)"));
 }
 
-// A stand-in cost model: the region's time is `per_a2a` per all-to-all plus `base`.
-AllToAllWindowCostModel CountingModel(double base, double per_a2a, int* calls) {
-  AllToAllWindowCostModel m;
-  m.system = "counting";
-  m.estimate_us = [=](const HloModule& region) -> absl::StatusOr<double> {
-    ++*calls;
-    const double n = static_cast<double>(Count(region, HloOpcode::kAllToAll));
-    // One all-to-all before; C after: with per_a2a < 0 more chunks are predicted faster.
-    return base + per_a2a * n;
-  };
-  return m;
+// A stand-in cost gate: "without" costs `without`; a variant with C chunks `base + per_chunk * C`.
+FunctionCostOracle ChunkOracle(double without, double base, double per_chunk,
+                               std::vector<CostQuery>* seen) {
+  return FunctionCostOracle(
+      [=](const CostQuery& q) -> absl::StatusOr<std::vector<double>> {
+        seen->push_back(q);
+        std::vector<double> us;
+        for (const CostVariant& v : q.variants) {
+          if (!v.rewrite) {
+            us.push_back(without);
+            continue;
+          }
+          us.push_back(base + per_chunk * std::stod(v.options.at(
+                                              "all-to-all-windowed-einsum-chunks")));
+        }
+        return us;
+      },
+      "counting");
 }
 
-TEST(AllToAllWindowedEinsum, CostModelPicksTheChunkCount) {
+TEST(AllToAllWindowedEinsum, CostGatePicksTheChunkCount) {
   auto m = Parse(WithGroups("{{0,1,2,3},{4,5,6,7}}"));
   ASSERT_TRUE(m);
   std::vector<Remark> remarks;
   AllToAllWindowedEinsumOptions o;
   o.max_chunks = 8;
   AllToAllWindowedEinsum pass(o);
-  int calls = 0;
-  pass.set_cost_model(CountingModel(100, -1, &calls));
+  std::vector<CostQuery> seen;
+  FunctionCostOracle oracle = ChunkOracle(99, 100, -1, &seen);
+  pass.set_cost_oracle(&oracle);
   pass.set_remarks(&remarks);
   auto changed = pass.Run(m.get());
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed);
-  // Before, then C = 2, 4, 8 (the divisors of K = 64 up to 8).
-  EXPECT_EQ(calls, 4);
+  // One query: without, then A with C = 2, 4, 8 (the divisors of K = 64 up to 8); the seeds are
+  // the all-to-all and the dot; without an estimate the gate would fall back to C = G = 4.
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_EQ(seen[0].variants.size(), 4u);
+  EXPECT_EQ(seen[0].variants[0].label, "without");
+  EXPECT_EQ(seen[0].variants[3].label, "with A in 8 chunks");
+  EXPECT_EQ(seen[0].variants[3].options.at("all-to-all-windowed-einsum-rewrite"), "A");
+  EXPECT_EQ(seen[0].seeds.size(), 2u);
+  EXPECT_EQ(seen[0].fallback, 2);
+  EXPECT_EQ(seen[0].pass, "all-to-all-windowed-einsum");
   EXPECT_EQ(Count(*m, HloOpcode::kAllToAll), 8);
   ASSERT_EQ(remarks.size(), 1u);
   EXPECT_TRUE(remarks[0].applied);
   EXPECT_THAT(remarks[0].message,
               HasSubstr("8 chunks of 8 along the contraction (G=4, K=64, split dim 0 at the dot)"));
   EXPECT_THAT(remarks[0].message,
-              HasSubstr("predicted 92.0 us with 8 chunks vs 99.0 us without on counting"));
+              HasSubstr("predicted 98.0 us with A in 2 chunks, 96.0 us with A in 4 chunks, 92.0 "
+                        "us with A in 8 chunks vs 99.0 us without on counting"));
+  ASSERT_EQ(oracle.decisions().size(), 1u);
 }
 
-TEST(AllToAllWindowedEinsum, CostModelSaysNo) {
+TEST(AllToAllWindowedEinsum, CostGateSaysNo) {
   auto m = Parse(WithGroups("{{0,1,2,3},{4,5,6,7}}"));
   ASSERT_TRUE(m);
   std::vector<Remark> remarks;
-  AllToAllWindowedEinsum pass;
-  int calls = 0;
-  pass.set_cost_model(CountingModel(10, 1, &calls));
+  AllToAllWindowedEinsumOptions o;
+  o.max_chunks = 4;
+  AllToAllWindowedEinsum pass(o);
+  std::vector<CostQuery> seen;
+  FunctionCostOracle oracle = ChunkOracle(11, 10, 1, &seen);
+  pass.set_cost_oracle(&oracle);
   pass.set_remarks(&remarks);
   auto changed = pass.Run(m.get());
   ASSERT_TRUE(changed.ok());
@@ -125,12 +147,31 @@ TEST(AllToAllWindowedEinsum, CostModelSaysNo) {
   EXPECT_EQ(Count(*m, HloOpcode::kAllToAll), 1);
   ASSERT_EQ(remarks.size(), 1u);
   EXPECT_TRUE(remarks[0].missed());
-  EXPECT_THAT(remarks[0].message,
-              HasSubstr("not rewritten: predicted no faster on counting (A: 11.0 us without; with "
-                        "chunks 2: 12.0, 4: 14.0, 8: 18.0, 16: 26.0, 32: 42.0)"));
+  EXPECT_EQ(remarks[0].message,
+            "not rewritten: predicted 12.0 us with A in 2 chunks, 14.0 us with A in 4 chunks vs "
+            "11.0 us without on counting");
 }
 
-TEST(AllToAllWindowedEinsum, XlaFlagOverridesTheModel) {
+TEST(AllToAllWindowedEinsum, NoEstimateFallsBackToG) {
+  auto m = Parse(WithGroups("{{0,1,2,3},{4,5,6,7}}"));
+  ASSERT_TRUE(m);
+  std::vector<Remark> remarks;
+  AllToAllWindowedEinsum pass;
+  FunctionCostOracle oracle([](const CostQuery&) -> absl::StatusOr<std::vector<double>> {
+    return absl::InternalError("model refused");
+  });
+  pass.set_cost_oracle(&oracle);
+  pass.set_remarks(&remarks);
+  auto changed = pass.Run(m.get());
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
+  EXPECT_EQ(Count(*m, HloOpcode::kAllToAll), 4);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_THAT(remarks[0].message,
+              HasSubstr("no estimate (model refused); applied as without the cost gate"));
+}
+
+TEST(AllToAllWindowedEinsum, XlaFlagOverridesTheGate) {
   auto m = Parse(WithGroups("{{0,1,2,3},{4,5,6,7}}"));
   ASSERT_TRUE(m);
   PassOptions po;
@@ -138,12 +179,13 @@ TEST(AllToAllWindowedEinsum, XlaFlagOverridesTheModel) {
   auto o = ParseAllToAllWindowedEinsumOptions(po);
   ASSERT_TRUE(o.ok());
   AllToAllWindowedEinsum pass(*o);
-  int calls = 0;
-  pass.set_cost_model(CountingModel(10, 1, &calls));
+  std::vector<CostQuery> seen;
+  FunctionCostOracle oracle = ChunkOracle(1, 10, 1, &seen);
+  pass.set_cost_oracle(&oracle);
   auto changed = pass.Run(m.get());
   ASSERT_TRUE(changed.ok());
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(seen.empty());
   EXPECT_EQ(Count(*m, HloOpcode::kAllToAll), 4);  // G chunks
 }
 
