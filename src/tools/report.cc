@@ -731,6 +731,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   }
   j["remarks"] = remarks;
   j["fired"] = r.fired;
+  j["cost_gate"] = CostGateToJson(r.cost_gate);
   json num;
   num["requested"] = r.numerics.requested;
   num["ran"] = r.numerics.ran;
@@ -853,6 +854,8 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
       absl::StrAppend(&o, "  estimated time: not available: ", r.sim.error, "\n");
     }
   }
+
+  absl::StrAppend(&o, CostGateToTable(r.cost_gate, max_rows));
 
   std::vector<std::string> fired;
   for (const auto& [k, v] : r.fired) fired.push_back(absl::StrCat(k, v ? "=yes" : "=no"));

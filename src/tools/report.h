@@ -26,6 +26,7 @@
 
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
+#include "passes/cost_oracle.h"
 #include "passes/pass.h"
 
 namespace weave::tools {
@@ -138,6 +139,19 @@ struct SimRecord {
   double before_exposed_comm_us = 0, after_exposed_comm_us = 0;
 };
 
+// The cost gate of `weave compile` (passes/cost_oracle.h, sim/cost_gate.h): how candidates were
+// decided, and every decision with its estimates.
+struct CostGateRecord {
+  // "model" (the performance model decides each candidate), "threshold" (XLA's byte threshold:
+  // --windowed-einsum-threshold-mib was given), "off" (--cost-gate=off: every match).
+  std::string mode = "off";
+  std::string system;                   // the system estimated on ("h100x8"), when mode=model
+  std::vector<CostDecision> decisions;  // in the order the passes asked
+};
+// JSON object `cost_gate` and the table's "Cost gate" section (report_cost_gate.cc).
+nlohmann::json CostGateToJson(const CostGateRecord& gate);
+std::string CostGateToTable(const CostGateRecord& gate, int max_rows);
+
 struct CompileReport {
   std::string input;
   std::string output;
@@ -154,6 +168,7 @@ struct CompileReport {
   std::vector<Remark> remarks;
   NumericsRecord numerics;
   SimRecord sim;
+  CostGateRecord cost_gate;
   // Which rewrites fired anywhere: "windowed" (a windowed loop exists in the output that the
   // pipeline created or changed), "fp8-gemm" (an FP8 GEMM custom call was formed), "fp8-wire"
   // (a collective carries FP8 that carried a wider type before), "cache" (a GEMM reads a loop's
