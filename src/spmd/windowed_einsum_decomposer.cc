@@ -19,10 +19,81 @@ namespace {
 
 using windowed_einsum::DecomposerContext;
 
+// Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
+// remark when it does not. Returns whether it built the loop.
+absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                  const std::string& note) {
+  std::string why;
+  std::optional<windowed_einsum::AgPlan> plan =
+      windowed_einsum::PlanAllGatherDot(ctx, dot, side, &why);
+  if (!plan) {
+    ctx.remark(dot->name(), false, why);
+    return false;
+  }
+  absl::StrAppend(&plan->note, note);
+  if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
+  return true;
+}
+
+// One dot reading an all-gather: left for the handler's activation cache when a loop already
+// circulates the gathered value and the cache can serve it; else the loop goes to the best
+// consumer of the all-gather (windowed_einsum_owner.cc), which may be another dot; the others
+// are then left for the cache, or get their own loops. Returns whether `dot` was decomposed or
+// left for the cache (then its other operand is not tried); sets *changed when the module changed.
+absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                           const std::vector<HloInstruction*>& order,
+                                           bool* changed) {
+  HloInstruction* ag = dot->operand(side);
+  if (ctx.options.duplicate_loops) {
+    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, "");
+    if (r.ok()) *changed |= *r;
+    return r;
+  }
+  std::optional<windowed_einsum::CirculatingLoop> c =
+      windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
+  if (!c) {
+    int owner_side = side;
+    std::string owner_note;
+    HloInstruction* owner =
+        windowed_einsum::ChooseLoopOwner(ctx, dot, side, order, &owner_side, &owner_note);
+    if (owner != dot) {
+      absl::StatusOr<bool> r = PlanAndBuild(ctx, owner, owner_side, absl::StrCat("; ", owner_note));
+      if (!r.ok()) return r.status();
+      *changed |= *r;
+      if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
+    } else if (!owner_note.empty()) {
+      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, absl::StrCat("; ", owner_note));
+      if (r.ok()) *changed |= *r;
+      return r;
+    }
+  }
+  std::string note;
+  if (c) {
+    if (c->why_not.empty()) {
+      ctx.remark(dot->name(), false,
+                 absl::StrCat("all-gather '", ag->name(), "' already feeds windowed loop '",
+                              c->loop->name(),
+                              "' (same value, dim and ring): left for the "
+                              "handler's cache (--windowed-einsum-duplicate-loops=true gives "
+                              "each dot its own loop)"));
+      return true;
+    }
+    note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
+                        ag->operand(0)->name(),
+                        "' but the handler's cache cannot serve this "
+                        "all-gather (",
+                        c->why_not, ")");
+  }
+  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, note);
+  if (r.ok()) *changed |= *r;
+  return r;
+}
+
 absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* comp) {
   bool changed = false;
   ctx.removed.clear();
-  for (HloInstruction* instr : comp->MakeInstructionPostOrder()) {
+  const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
+  for (HloInstruction* instr : order) {
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
@@ -50,16 +121,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
           }
           continue;
         }
-        std::string why;
-        std::optional<windowed_einsum::AgPlan> plan =
-            windowed_einsum::PlanAllGatherDot(ctx, instr, side, &why);
-        if (!plan) {
-          ctx.remark(instr->name(), false, why);
-          continue;
-        }
-        if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
-        changed = true;
-        break;
+        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, order, &changed);
+        if (!r.ok()) return r.status();
+        if (*r) break;
       }
     } else if (instr->opcode() == HloOpcode::kReduceScatter) {
       std::string why;

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
 #include "spmd/windowed_einsum_emitter.h"
@@ -22,22 +21,6 @@ bool IsSumComputation(const HloComputation* c) {
   return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
 }
 
-// Whether `x` already feeds the windowed element of an AG loop (XLA's
-// disable_ag_rewrite_for_multiple_consumers check); sets *loop_name.
-bool FeedsAgLoop(const HloInstruction* x, std::string* loop_name) {
-  for (HloInstruction* u : x->users()) {
-    if (u->opcode() != HloOpcode::kTuple || u->operand_count() < 5) continue;
-    if (u->operand(0) != x && u->operand(1) != x) continue;
-    for (HloInstruction* w : u->users()) {
-      if (w->opcode() == HloOpcode::kWhile && w->called_computations().size() == 2 &&
-          absl::StartsWith(w->while_body()->name(), kBodyAg)) {
-        *loop_name = w->name();
-        return true;
-      }
-    }
-  }
-  return false;
-}
 
 // Common ring checks: N > 1, N <= max ring. Returns false with *why set.
 bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std::string* why) {
@@ -186,13 +169,6 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
     *why = absl::StrCat("all-gather '", ag->name(),
                         "' does not have exactly one operand: "
                         "unsupported");
-    return std::nullopt;
-  }
-  std::string loop;
-  if (!ctx.options.duplicate_loops && FeedsAgLoop(ag->operand(0), &loop)) {
-    *why = absl::StrCat("all-gather '", ag->name(), "' already feeds windowed loop '", loop,
-                        "' (its first consumer in post order): left for the handler's cache "
-                        "(--windowed-einsum-duplicate-loops=true gives each dot its own loop)");
     return std::nullopt;
   }
   if (ag->operand_count() != 1 || !ag->shape().IsArray() || ag->dimensions.size() != 1) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -43,7 +44,7 @@ struct AgPlan {
   int64_t out_dim = -1;   // non-contracting/batch: output dim written by dynamic-update-slice
   int64_t stat_dim = -1;  // contracting/batch: stationary operand dim that is dynamic-sliced
   int64_t block = 0;      // shard length along the gathered dim
-  std::string note;       // appended to the applied remark (threshold figures)
+  std::string note;       // appended to the applied remark (threshold figures, owner choice)
 };
 
 // reduce-scatter(dot(x, w)) or dynamic-slice(all-reduce(dot(x, w))).
@@ -75,6 +76,29 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
 // loop's result, removes what became unused and reports the applied remark.
 absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p);
 absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p);
+
+// An all-gather loop of the same computation that circulates the value an all-gather gathers.
+struct CirculatingLoop {
+  HloInstruction* loop = nullptr;  // the while
+  // "" when the handler's activation cache step can serve the all-gather from this loop (same
+  // value or its FP8 value with a scalar scale proven equal on all partitions, same dim, ring
+  // s -> s-1 over the all-gather's groups, no cache yet, the dot does not feed the loop); else
+  // the first condition that fails, for a remark.
+  std::string why_not;
+};
+// The loop (if any) whose windowed element (state index 0 or 1, passed through a ring of
+// collective-permutes) is the operand of `ag` or the FP8 value that operand dequantizes.
+std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
+                                                   HloInstruction* dot);
+
+// Among the dots that read `dot`'s all-gather operand `side` (or another all-gather of the same
+// value with the same dims and groups), the one that should own the loop: an FP8 dot (both
+// operands derive from FP8) before a wide one, then most FLOPs, then first in `post_order`;
+// consumers that depend on another consumer are never chosen. Returns `dot` when it has no
+// competitor; sets *owner_side and, when there are several consumers, *note (for the remark).
+HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                const std::vector<HloInstruction*>& post_order, int* owner_side,
+                                std::string* note);
 
 // Text for remarks: "a ring of 4 partitions (replica_groups={{0,1,2,3}})".
 std::string RingText(const PartitionRing& ring);

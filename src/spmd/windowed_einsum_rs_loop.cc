@@ -16,7 +16,10 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
   Shape acc_shape = p.result->shape();
   acc_shape.element_type = dot->shape().element_type;
   const int64_t n = p.ring.size();
-  const bool unrolled = n % 2 == 0;
+  // Even rings: XLA's unrolled-by-2 layout, whose accumulators travel s -> s-2. On a ring of 2
+  // that shift is the identity (a collective-permute sending each value to itself): the rolled
+  // layout is used instead, which sends the one block that must travel while the second dot runs.
+  const bool unrolled = n % 2 == 0 && n > 2;
   Shape tuple_shape = Shape::Tuple(
       {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape, Shape::Scalar(PrimitiveType::U32)});
 
@@ -100,7 +103,9 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
           ? absl::StrCat("lhs and rhs sliced on batch dims ", p.sliced_dim, " and ", p.sliced_dim2)
           : absl::StrCat(p.sliced_side == 0 ? "lhs" : "rhs", " sliced on dim ", p.sliced_dim),
       ", over ", RingText(p.ring), ", ",
-      unrolled ? "unrolled by 2 with the shift-and-add after the loop" : "rolled (odd ring)");
+      unrolled ? "unrolled by 2 with the shift-and-add after the loop"
+      : n == 2 ? "rolled (on a ring of 2 the unrolled layout's s->s-2 shift would be the identity)"
+               : "rolled (odd ring)");
   std::string c0 = CarriedText(lhs0), c1 = CarriedText(rhs0);
   if (!c0.empty()) absl::StrAppend(&msg, "; lhs ", c0);
   if (!c1.empty()) absl::StrAppend(&msg, "; rhs ", c1);

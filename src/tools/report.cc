@@ -244,7 +244,8 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   // carries XLA's name hint.
   std::string why_not;
   std::optional<WindowedLoop> matched =
-      MatchWindowedLoop(const_cast<HloInstruction*>(&w), &why_not);
+      MatchWindowedLoop(const_cast<HloInstruction*>(&w), &why_not,
+                        WindowedLoopMatchOptions{/*gemm_custom_calls=*/true});
   if (matched) {
     info->name = w.name();
     info->body = body->name();
