@@ -258,7 +258,8 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     info->layout = std::string(WindowedLoopLayoutName(matched->layout));
     info->wire_type = absl::StrJoin(wire, "+");
     if (matched->cache_index) info->cache_index = *matched->cache_index;
-  } else if (body->name().rfind("windowed_dot_general", 0) != 0) {
+  } else if (body->name().rfind("windowed_dot_general", 0) != 0 &&
+             body->name().rfind("unrolled_windowed_dot_general", 0) != 0) {  // XLA's unrolled name
     return false;
   }
 
