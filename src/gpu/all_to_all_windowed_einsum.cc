@@ -15,19 +15,17 @@
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
-#include "nlohmann/json.hpp"
 #include "passes/cost_oracle.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/fp8_operand.h"
 
 namespace weave {
 namespace {
 
-using Json = nlohmann::ordered_json;
 
 constexpr char kXlaFlag[] = "xla_gpu_experimental_enable_alltoall_windowed_einsum";
 constexpr char kChunksOption[] = "all-to-all-windowed-einsum-chunks";
 constexpr char kMaxChunksOption[] = "all-to-all-windowed-einsum-max-chunks";
-constexpr char kSchemaOption[] = "xla-backend-config";
 constexpr char kUnsafeOption[] = "all-to-all-windowed-einsum-unsafe-split-contracting";
 constexpr char kRewriteOption[] = "all-to-all-windowed-einsum-rewrite";
 
@@ -52,12 +50,12 @@ bool IsFp8MovableLayoutOp(const HloInstruction* i) {
 
 std::string OpName(const HloInstruction* i) { return std::string(HloOpcodeString(i->opcode())); }
 
-int64_t QueueIdOf(const std::string& config);
+int64_t QueueIdOf(const HloInstruction& instr);
 
 // A dot already on its own compute stream is a step of a windowed einsum (this pass's chunks, or
 // a windowed loop's): splitting it again would only add exchanges. Keeps the pass idempotent.
 std::string AlreadyWindowed(const HloInstruction* dot) {
-  const int64_t q = QueueIdOf(dot->backend_config);
+  const int64_t q = QueueIdOf(*dot);
   if (q == 0) return "";
   return absl::StrFormat("dot '%s' is already a step of a windowed einsum (operation_queue_id %d)",
                          dot->name(), q);
@@ -239,48 +237,11 @@ std::string AnalyzeB(HloInstruction* t, int64_t group_size, Candidate* c) {
   return "";
 }
 
-// The GPU backend config of a partial dot: `existing` with operation_queue_id = `queue`, in the
-// field order XLA prints (operation_queue_id, [wait_on_operation_queues], force_earliest_schedule,
-// then the other fields as they were). TODO(handler): use the handler's writer for
-// --xla-backend-config once it lands on main.
-std::string StreamConfig(const std::string& existing, int64_t queue, BackendConfigSchema schema) {
-  Json old = Json::object();
-  if (!existing.empty()) {
-    Json parsed = Json::parse(existing, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_discarded() && parsed.is_object()) old = std::move(parsed);
-  }
-  Json out = Json::object();
-  out["operation_queue_id"] = std::to_string(queue);
-  if (schema != BackendConfigSchema::k2026) {
-    auto w = old.find("wait_on_operation_queues");
-    out["wait_on_operation_queues"] = w != old.end() && w->is_array() ? *w : Json::array();
-  }
-  auto f = old.find("force_earliest_schedule");
-  out["force_earliest_schedule"] = f != old.end() && f->is_boolean() ? *f : Json(false);
-  for (auto it = old.begin(); it != old.end(); ++it) {
-    if (it.key() == "wait_on_operation_queues" || out.contains(it.key())) continue;
-    out[it.key()] = it.value();
-  }
-  return out.dump();
-}
-
-int64_t QueueIdOf(const std::string& config) {
-  if (config.find("operation_queue_id") == std::string::npos) return 0;
-  Json j = Json::parse(config, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return 0;
-  auto it = j.find("operation_queue_id");
-  if (it == j.end()) return 0;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_string()) {
-    int64_t v = 0;
-    const std::string s = it->get<std::string>();
-    for (char ch : s) {
-      if (ch < '0' || ch > '9' || v > std::numeric_limits<int64_t>::max() / 10 - 10) return 0;
-      v = v * 10 + (ch - '0');
-    }
-    return v;
-  }
-  return 0;
+int64_t QueueIdOf(const HloInstruction& instr) {
+  if (instr.backend_config.find("operation_queue_id") == std::string::npos) return 0;
+  absl::StatusOr<GpuBackendConfigEditor> e =
+      GpuBackendConfigEditor::Of(instr, kDefaultXlaBackendConfig);
+  return e.ok() ? e->operation_queue_id() : 0;
 }
 
 // An FP8 value that the exchanged operand Y dequantizes: Y = layout*(dequant(q, scale)).
@@ -378,16 +339,22 @@ HloInstruction* PartialExchange(HloComputation* comp, const HloInstruction* t, H
   return a;
 }
 
+// A partial dot: D's attributes, new operands, its own operation queue, written in the backend
+// config schema of `version` (other fields of D's config kept; a config that is not JSON is
+// replaced, as XLA cannot read it either).
 HloInstruction* PartialDot(HloComputation* comp, const HloInstruction* d, HloInstruction* lhs,
-                           HloInstruction* rhs, int64_t queue, BackendConfigSchema schema) {
+                           HloInstruction* rhs, int64_t queue, XlaBackendConfigVersion version) {
   HloInstruction* p = comp->AddInstruction(d->CloneWithNewOperands(d->shape(), {lhs, rhs},
                                                                    ".chunk"));
-  p->backend_config = StreamConfig(d->backend_config, queue, schema);
+  absl::StatusOr<GpuBackendConfigEditor> e = GpuBackendConfigEditor::Of(*p, version);
+  GpuBackendConfigEditor editor = e.ok() ? *std::move(e) : GpuBackendConfigEditor(version);
+  editor.set_operation_queue_id(queue);
+  editor.ApplyTo(p);
   return p;
 }
 
 absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
-                               BackendConfigSchema schema) {
+                               XlaBackendConfigVersion schema) {
   HloInstruction* t = c.a2a;
   HloInstruction* d = c.dot;
   HloComputation* comp = d->parent();
@@ -446,7 +413,7 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
 }
 
 absl::StatusOr<Applied> ApplyB(const Candidate& c, int64_t chunks, Ids* ids,
-                               BackendConfigSchema schema) {
+                               XlaBackendConfigVersion schema) {
   HloInstruction* t = c.a2a;
   HloInstruction* m = c.dot;
   HloComputation* comp = m->parent();
@@ -546,17 +513,9 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
                                                    ": must be in [2, 1024], got ", *max_chunks));
   }
   o.max_chunks = *max_chunks;
-  const std::string schema = options.GetString(kSchemaOption, "2026");
-  if (schema == "2024") {
-    o.schema = BackendConfigSchema::k2024;
-  } else if (schema == "2025") {
-    o.schema = BackendConfigSchema::k2025;
-  } else if (schema == "2026") {
-    o.schema = BackendConfigSchema::k2026;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("option --", kSchemaOption, ": '", schema,
-                                                   "' is not one of 2024, 2025, 2026"));
-  }
+  absl::StatusOr<XlaBackendConfigVersion> schema = XlaBackendConfigVersionFromOptions(options);
+  if (!schema.ok()) return schema.status();
+  o.schema = *schema;
   absl::StatusOr<bool> unsafe = options.GetBool(kUnsafeOption, false);
   if (!unsafe.ok()) return unsafe.status();
   o.unsafe_split_contracting = *unsafe;
@@ -580,7 +539,7 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
       if (i->opcode() == HloOpcode::kAllToAll) a2as.push_back({comp, i});
-      if (!i->backend_config.empty()) max_queue = std::max(max_queue, QueueIdOf(i->backend_config));
+      if (!i->backend_config.empty()) max_queue = std::max(max_queue, QueueIdOf(*i));
     }
   }
   ids.next_queue = max_queue + 1;

@@ -50,8 +50,9 @@
 //    Without a cost gate (`weave opt`, `--cost-gate=off`) every valid candidate is rewritten with
 //    C = G, as XLA with its flag; that is also the fallback when the gate has no estimate.
 // Partial dots get `operation_queue_id` q0+i (q0 = the larger of the module's next free channel
-// id, as XLA, and the next unused queue id), written in the backend_config schema of
-// `xla-backend-config` (2026 default: no `wait_on_operation_queues`; 2024/2025 add an empty list).
+// id, as XLA, and the next unused queue id), written by the shared GpuBackendConfigEditor
+// (passes/gpu_backend_config.h) in the schema `xla-backend-config` selects (2026 default: no
+// `wait_on_operation_queues`; 2024/2025 add an empty list).
 // New slices, all-to-alls and adds take T's metadata; the final add takes the name of the value it
 // replaces (D for A, T for B without a chain).
 //
@@ -73,17 +74,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
-
-enum class BackendConfigSchema { k2024, k2025, k2026 };
 
 struct AllToAllWindowedEinsumOptions {
   std::optional<bool> xla_enable;   // xla_gpu_experimental_enable_alltoall_windowed_einsum
   int64_t chunks = 0;               // all-to-all-windowed-einsum-chunks (0: model, or G if forced)
   int64_t max_chunks = 32;          // all-to-all-windowed-einsum-max-chunks
-  BackendConfigSchema schema = BackendConfigSchema::k2026;  // xla-backend-config
+  XlaBackendConfigVersion schema = kDefaultXlaBackendConfig;  // xla-backend-config
   bool unsafe_split_contracting = false;  // tests only (see the file comment)
   bool allow_a = true, allow_b = true;    // all-to-all-windowed-einsum-rewrite
 };

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
 #include "passes/cost_oracle.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -195,7 +196,7 @@ TEST(AllToAllWindowedEinsum, OptionErrors) {
            {"all-to-all-windowed-einsum-chunks", "x", "is not an integer"},
            {"all-to-all-windowed-einsum-max-chunks", "1", "must be in [2, 1024]"},
            {"all-to-all-windowed-einsum-rewrite", "C", "is not one of A, B, any"},
-           {"xla-backend-config", "2027", "is not one of 2024, 2025, 2026"},
+           {"xla-backend-config", "2027", "expected 2024, 2025 or 2026"},
            {"xla_gpu_experimental_enable_alltoall_windowed_einsum", "maybe", "is not a boolean"}}) {
     PassOptions po;
     po.Set(key, value);
@@ -246,6 +247,33 @@ TEST(FindAllToAllWindows, FindsBothRewrites) {
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(*again);
   for (const Remark& r : remarks) EXPECT_TRUE(r.missed()) << r.ToString();
+}
+
+// Every backend_config the pass writes loads in the XLA version --xla-backend-config names
+// (passes/gpu_backend_config.h's schema check): queue ids on the partial dots, with
+// wait_on_operation_queues only before 2026.
+TEST(AllToAllWindowedEinsum, BackendConfigsLoadInEachXlaVersion) {
+  for (const char* version : {"2024", "2025", "2026"}) {
+    auto m = Parse(kBoth);
+    ASSERT_TRUE(m);
+    PassOptions po;
+    po.Set("xla-backend-config", version);
+    auto o = ParseAllToAllWindowedEinsumOptions(po);
+    ASSERT_TRUE(o.ok());
+    AllToAllWindowedEinsum pass(*o);
+    ASSERT_TRUE(pass.Run(m.get()).ok());
+    const XlaBackendConfigVersion v = *ParseXlaBackendConfigVersion(version);
+    int with_queue = 0;
+    for (const HloInstruction* i : m->entry()->instructions()) {
+      EXPECT_THAT(CheckBackendConfig(*i, v), ::testing::IsEmpty()) << version;
+      if (i->backend_config.empty()) continue;
+      ++with_queue;
+      EXPECT_EQ(i->backend_config.find("wait_on_operation_queues") != std::string::npos,
+                v != XlaBackendConfigVersion::k2026)
+          << i->backend_config;
+    }
+    EXPECT_EQ(with_queue, 8) << version;
+  }
 }
 
 // The plain module has no window; a single chunk is not one.
