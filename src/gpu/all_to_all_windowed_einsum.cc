@@ -96,8 +96,12 @@ struct Candidate {
   HloInstruction* a2a = nullptr;       // T
   HloInstruction* dot = nullptr;       // D (A) or M (B)
   // Layout ops in data-flow order: A: chain[0] reads T, the last is D's operand; B: chain[0]
-  // reads M, the last is T's operand.
+  // reads M, the last is T's operand. For A the chain may also hold element-wise steps applied
+  // after the exchange (per_chunk[i] true): a convert, or a multiply/divide by a scalar
+  // broadcast, i.e. a dequantization of the exchanged FP8 value; those are re-applied to each
+  // chunk after its all-to-all instead of moving before it.
   std::vector<HloInstruction*> chain;
+  std::vector<bool> per_chunk;
   int64_t split = 0;   // split dim at the dot side: A on D's exchanged operand, B on M
   int64_t side = 0;    // A: index of the exchanged operand of D
   int64_t group_size = 0;
@@ -106,13 +110,34 @@ struct Candidate {
 };
 
 std::string Describe(const Candidate& c) {
-  std::vector<const HloInstruction*> chain(c.chain.begin(), c.chain.end());
+  std::vector<const HloInstruction*> chain, elementwise;
+  for (size_t i = 0; i < c.chain.size(); ++i) {
+    (i < c.per_chunk.size() && c.per_chunk[i] ? elementwise : chain).push_back(c.chain[i]);
+  }
   std::string moved = chain.empty() ? ""
                                     : absl::StrCat("; ", DimsText(chain), " moved ",
                                                    c.exchange_first ? "before" : "after",
                                                    " the exchange");
+  if (!elementwise.empty()) {
+    absl::StrAppend(&moved, "; ", DimsText(elementwise), " applied to each chunk after its exchange");
+  }
   return absl::StrFormat("G=%d, K=%d, split dim %d at the dot%s", c.group_size, c.k, c.split,
                          moved);
+}
+
+// A step after the exchange that commutes with slicing and exchanging because it is element-wise
+// with nothing but scalars: convert, or multiply/divide (the chain value the dividend) by a
+// broadcast of a rank-0 value. Its operand `cur` is the chain value.
+bool IsPerChunkElementwise(const HloInstruction* u, const HloInstruction* cur) {
+  if (!u->shape().IsArray()) return false;
+  if (u->opcode() == HloOpcode::kConvert) return u->operand_count() == 1;
+  if (u->opcode() != HloOpcode::kMultiply && u->opcode() != HloOpcode::kDivide) return false;
+  if (u->operand_count() != 2 || u->operand(0) == u->operand(1)) return false;
+  if (u->opcode() == HloOpcode::kDivide && u->operand(0) != cur) return false;
+  const HloInstruction* b = u->operand(0) == cur ? u->operand(1) : u->operand(0);
+  return b->opcode() == HloOpcode::kBroadcast && b->operand_count() == 1 &&
+         b->dimensions.empty() && b->operand(0)->shape().IsArray() &&
+         b->operand(0)->shape().rank() == 0;
 }
 
 // Rewrite A's candidate starting from all-to-all `t`; "" and *c filled, or the reason.
@@ -135,9 +160,16 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
       c->dot = u;
       break;
     }
+    if (IsPerChunkElementwise(u, cur)) {
+      c->chain.push_back(u);
+      c->per_chunk.push_back(true);
+      cur = u;
+      continue;
+    }
     if (!IsLayoutOp(u)) {
-      return absl::StrFormat("its user '%s' (%s) is not a dot, transpose, reshape or copy",
-                             u->name(), OpName(u));
+      return absl::StrFormat(
+          "its user '%s' (%s) is not a dot, transpose, reshape, copy or a dequantization step",
+          u->name(), OpName(u));
     }
     if (u->opcode() == HloOpcode::kTranspose) {
       int64_t j = -1;
@@ -155,6 +187,7 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
       s = *kept;
     }
     c->chain.push_back(u);
+    c->per_chunk.push_back(false);
     cur = u;
   }
   HloInstruction* d = c->dot;
@@ -360,11 +393,31 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
   HloComputation* comp = d->parent();
   const std::string d_name = d->name(), t_name = t->name();
   Applied out;
-  // Move the layout chain before the exchange: it now runs on the un-exchanged data.
+  // Move the layout chain before the exchange: it now runs on the un-exchanged data. Element-wise
+  // steps are re-applied to each chunk after its exchange (they commute with both).
   HloInstruction* y = t->operand(0);
-  if (!c.chain.empty()) {
-    if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, y); !st.ok()) return st;
-    y = c.chain.back();
+  const bool has_elementwise =
+      std::find(c.per_chunk.begin(), c.per_chunk.end(), true) != c.per_chunk.end();
+  // (op, index of the chain value among its operands)
+  std::vector<std::pair<HloInstruction*, int64_t>> elementwise;
+  if (!has_elementwise) {
+    if (!c.chain.empty()) {
+      if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, y); !st.ok()) return st;
+      y = c.chain.back();
+    }
+  } else {
+    // The layout ops, re-created in order on T's operand in T's element type; the originals
+    // die with the dot.
+    const PrimitiveType tt = t->shape().element_type;
+    for (size_t i = 0; i < c.chain.size(); ++i) {
+      HloInstruction* op = c.chain[i];
+      if (c.per_chunk[i]) {
+        const HloInstruction* prev = i == 0 ? t : c.chain[i - 1];
+        elementwise.push_back({op, op->operand(0) == prev ? 0 : 1});
+        continue;
+      }
+      y = comp->AddInstruction(op->CloneWithNewOperands(op->shape().WithElementType(tt), {y}));
+    }
   }
   Fp8Source fp8;
   bool from_fp8 = false;
@@ -392,6 +445,19 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
     HloInstruction* av = a;
     if (exchange_fp8) {
       av = BuildDequantize(comp, a, fp8.dq.scale, fp8.dq.is_divide, fp8.dq.wide_type, a->shape());
+    }
+    for (const auto& [op, at] : elementwise) {
+      const Shape out = av->shape().WithElementType(op->shape().element_type);
+      if (op->opcode() == HloOpcode::kConvert) {
+        av = comp->AddInstruction(op->CloneWithNewOperands(out, {av}));
+        continue;
+      }
+      const HloInstruction* b = op->operand(1 - at);
+      HloInstruction* nb = comp->AddInstruction(b->CloneWithNewOperands(
+          out.WithElementType(b->shape().element_type), {b->operand(0)}));
+      av = comp->AddInstruction(
+          op->CloneWithNewOperands(out, at == 0 ? std::vector<HloInstruction*>{av, nb}
+                                                : std::vector<HloInstruction*>{nb, av}));
     }
     HloInstruction* rs = SliceDimRange(comp, r, cr, i * step, (i + 1) * step, t,
                                        absl::StrCat(r->name(), ".k", i));

@@ -22,6 +22,10 @@
 // extent and c = K / C. The exchanged operand may be either side of the dot (XLA: lhs only).
 // Refused (remark) when s' == cl: chunking the exchanged dim along the contraction pairs blocks
 // of different partitions, so the result would be wrong (XLA does not check this).
+// The walk from T to D may also pass element-wise steps that only involve scalars (convert, and
+// multiply/divide by a broadcast rank-0 value: the dequantization of an exchange that already
+// carries FP8); they commute with slicing and exchanging, so they are re-applied to each chunk
+// after its all-to-all (the layout ops still move before the exchange, re-created in T's type).
 // FP8: when Y is dequant(q, scale) (analysis/dequantize.h), reached through layout ops, with a
 // scalar scale proven the same on every partition, each chunk exchanges the FP8 slice of q (the
 // layout ops re-created in FP8) and is dequantized after its all-to-all, so the chunks travel in
