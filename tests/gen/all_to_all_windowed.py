@@ -25,7 +25,8 @@ side) and B, each look-through op alone and all three, iota groups and chunk cou
 --all-to-all-windowed-einsum-chunks), a check of the structure (an applied remark, one
 all-to-all and one operation_queue_id per chunk, FP8 on the wire for A with FP8 operands) and
 `weave compare` before vs after. One line per variant, `ALL <n> PASS` at the
-end (exit 1 if any failed).
+end (exit 1 if any failed). --run-matrix --random N --seed S runs N random variants instead
+(every option drawn from its allowed values, chunk counts any divisor of K up to 16).
 
 Python 3 standard library only. Writes the module to stdout or -o FILE.
 """
@@ -196,6 +197,9 @@ def parser():
     p.add_argument("-o", "--output", default="")
     p.add_argument("--run-matrix", action="store_true")
     p.add_argument("--weave", default="weave")
+    p.add_argument("--random", type=int, default=0,
+                   help="with --run-matrix: N random variants instead of the matrix")
+    p.add_argument("--seed", type=int, default=1, help="with --random")
     return p
 
 
@@ -231,9 +235,38 @@ def matrix():
     return v
 
 
+def random_variants(n, seed):
+    """n random variants: rewrite, side, split, groups, dtype, layout chain and chunk count drawn
+    from every allowed combination."""
+    import random
+    rng = random.Random(seed)
+    v = []
+    for _ in range(n):
+        rw = rng.choice(["A", "B"])
+        g = rng.choice([2, 4, 8])
+        p = rng.choice(sorted({g, 8}))
+        args = ["--rewrite", rw, "-n", str(p), "-g", str(g)]
+        dtypes = ["bf16", "f32", "fp8", "fp8e5m2"] + (["fp8post"] if rw == "A" else [])
+        args += ["--dtype", rng.choice(dtypes)]
+        if rw == "A":
+            side = rng.choice(["lhs", "rhs"])
+            args += ["--side", side, "--split", str(rng.choice([0, 1] if side == "lhs" else [0, 2]))]
+        else:
+            args += ["--split", str(rng.choice([0, 1, 2]))]
+        chain = [rng.choice(["transpose", "reshape", "copy"]) for _ in range(rng.randint(0, 4))]
+        if chain:
+            args += ["--chain", ",".join(chain)]
+        if rng.random() < 0.3:
+            args.append("--iota")
+        k = 4 * g
+        chunks = rng.choice([d for d in range(2, k + 1) if k % d == 0 and d <= 16])
+        v.append((args, ["--all-to-all-windowed-einsum-chunks=%d" % chunks], chunks))
+    return v
+
+
 def run_matrix(a):
     failures = 0
-    variants = matrix()
+    variants = matrix() if not a.random else random_variants(a.random, a.seed)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (args, extra, chunks) in enumerate(variants):
             g = parser().parse_args(args + ["--name", "v%d" % i])
