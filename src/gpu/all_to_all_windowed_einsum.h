@@ -111,20 +111,6 @@ class AllToAllWindowedEinsum : public HloPass {
   AllToAllWindowedEinsumOptions options_;
 };
 
-// The structure the rewrite leaves, found again in any module (ours or XLA's handler output):
-// an add chain `add(X_{C-1}, ... add(X_0, broadcast(0)))` of C >= 2 chunks where every X_i is an
-// all-to-all of a GEMM (B) or a GEMM (dot or cuBLAS custom call, through get-tuple-element /
-// slice / reshape / bitcast / copy) reading an all-to-all through layout and dequantization ops
-// (A). Used by the compile report ("windowed_loops", kind all-to-all).
-struct AllToAllWindow {
-  bool exchange_first = true;  // A: all-to-all -> dot; B: dot -> all-to-all
-  const HloInstruction* result = nullptr;           // the last add
-  std::vector<const HloInstruction*> all_to_alls;   // one per chunk, in chain order
-  std::vector<const HloInstruction*> gemms;         // one per chunk
-  int64_t group_size = 0;
-};
-std::vector<AllToAllWindow> FindAllToAllWindows(const HloComputation& computation);
-
 // Dimension of `to` that a reshape from `from` leaves intact when it keeps dimension `dim` of
 // `from` whole (same extent, not merged with or split into other non-degenerate dims, as XLA's
 // ShapeUtil::DimensionsUnmodifiedByReshape); nullopt if the reshape changes it.
