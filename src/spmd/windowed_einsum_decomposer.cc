@@ -22,10 +22,11 @@ using windowed_einsum::DecomposerContext;
 // Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
 // remark when it does not. Returns whether it built the loop.
 absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                  const windowed_einsum::GatheredChain& chain,
                                   const std::string& note) {
   std::string why;
   std::optional<windowed_einsum::AgPlan> plan =
-      windowed_einsum::PlanAllGatherDot(ctx, dot, side, &why);
+      windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
   if (!plan) {
     ctx.remark(dot->name(), false, why);
     return false;
@@ -41,28 +42,31 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, i
 // are then left for the cache, or get their own loops. Returns whether `dot` was decomposed or
 // left for the cache (then its other operand is not tried); sets *changed when the module changed.
 absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                           const windowed_einsum::GatheredChain& chain,
                                            const std::vector<HloInstruction*>& order,
                                            bool* changed) {
-  HloInstruction* ag = dot->operand(side);
+  HloInstruction* ag = chain.ag;
   if (ctx.options.duplicate_loops) {
-    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, "");
+    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, "");
     if (r.ok()) *changed |= *r;
     return r;
   }
   std::optional<windowed_einsum::CirculatingLoop> c =
       windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
   if (!c) {
+    windowed_einsum::GatheredChain owner_chain;
     int owner_side = side;
     std::string owner_note;
-    HloInstruction* owner =
-        windowed_einsum::ChooseLoopOwner(ctx, dot, side, order, &owner_side, &owner_note);
+    HloInstruction* owner = windowed_einsum::ChooseLoopOwner(
+        ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note);
     if (owner != dot) {
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, owner, owner_side, absl::StrCat("; ", owner_note));
+      absl::StatusOr<bool> r =
+          PlanAndBuild(ctx, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
       if (!r.ok()) return r.status();
       *changed |= *r;
       if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
     } else if (!owner_note.empty()) {
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, absl::StrCat("; ", owner_note));
+      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, absl::StrCat("; ", owner_note));
       if (r.ok()) *changed |= *r;
       return r;
     }
@@ -84,7 +88,7 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
                         "all-gather (",
                         c->why_not, ")");
   }
-  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, note);
+  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, note);
   if (r.ok()) *changed |= *r;
   return r;
 }
@@ -97,31 +101,14 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
-        const HloInstruction* op = instr->operand(side);
-        if (op->opcode() != HloOpcode::kAllGather) {
-          // An all-gather reaching the dot through a layout/type change is a candidate this
-          // pass does not handle (XLA peels one reshape/bitcast/transpose).
-          switch (op->opcode()) {
-            case HloOpcode::kReshape:
-            case HloOpcode::kBitcast:
-            case HloOpcode::kTranspose:
-            case HloOpcode::kCopy:
-            case HloOpcode::kConvert:
-              if (op->operand_count() == 1 && op->operand(0)->opcode() == HloOpcode::kAllGather) {
-                ctx.remark(instr->name(), false,
-                           absl::StrCat(
-                               "all-gather '", op->operand(0)->name(), "' reaches the dot through ",
-                               std::string(HloOpcodeString(op->opcode())), " '", op->name(),
-                               "': unsupported pattern (the dot must read the "
-                               "all-gather directly)"));
-              }
-              break;
-            default:
-              break;
-          }
+        std::string why;
+        std::optional<windowed_einsum::GatheredChain> chain =
+            windowed_einsum::TraceGatheredOperand(instr, side, &why);
+        if (!chain) {
+          if (!why.empty()) ctx.remark(instr->name(), false, why);
           continue;
         }
-        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, order, &changed);
+        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, *chain, order, &changed);
         if (!r.ok()) return r.status();
         if (*r) break;
       }

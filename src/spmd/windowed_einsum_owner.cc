@@ -239,13 +239,22 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
 }
 
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                const GatheredChain& chain,
                                 const std::vector<HloInstruction*>& post_order, int* owner_side,
-                                std::string* note) {
+                                GatheredChain* owner_chain, std::string* note) {
   *owner_side = side;
-  HloInstruction* ag = dot->operand(side);
+  *owner_chain = chain;
+  HloInstruction* ag = chain.ag;
   HloInstruction* x = ag->operand(0);
-  // Every dot of this computation reading an all-gather of `x` with the same dims and groups.
-  std::vector<std::pair<HloInstruction*, int>> consumers;
+  // Every dot of this computation reading an all-gather of `x` with the same dims and groups,
+  // directly or through the ops an AG loop carries (views, convert, scaling).
+  struct Consumer {
+    HloInstruction* dot;
+    int side;
+    GatheredChain chain;
+  };
+  std::vector<Consumer> consumers;
+  absl::flat_hash_set<const HloInstruction*> seen_dots;
   for (HloInstruction* g : x->users()) {
     if (g->opcode() != HloOpcode::kAllGather || g->dimensions != ag->dimensions ||
         g->shape() != ag->shape()) {
@@ -255,31 +264,48 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
                     g->replica_groups->ToString() != ag->replica_groups->ToString())) {
       continue;
     }
-    for (HloInstruction* u : g->users()) {
-      if (u->opcode() != HloOpcode::kDot || u->operand_count() != 2 || ctx.removed.contains(u)) {
-        continue;
+    std::vector<std::pair<HloInstruction*, int>> work{{g, 0}};
+    absl::flat_hash_set<const HloInstruction*> visited;
+    while (!work.empty()) {
+      auto [v, depth] = work.back();
+      work.pop_back();
+      if (!visited.insert(v).second) continue;
+      for (HloInstruction* u : v->users()) {
+        if (u->opcode() == HloOpcode::kDot) {
+          if (ctx.removed.contains(u) || u->operand_count() != 2 || !seen_dots.insert(u).second) {
+            continue;
+          }
+          for (int s = 0; s < 2; ++s) {
+            std::string why;
+            std::optional<GatheredChain> c = TraceGatheredOperand(u, s, &why);
+            if (c && c->ag == g) {
+              consumers.push_back({u, s, *c});
+              break;
+            }
+          }
+        } else if (depth < 8) {
+          work.push_back({u, depth + 1});
+        }
       }
-      if (u->operand(0) == u->operand(1)) continue;
-      consumers.push_back({u, u->operand(0) == g ? 0 : 1});
     }
   }
   if (consumers.size() < 2) return dot;
   absl::flat_hash_map<const HloInstruction*, int64_t> order;
   for (size_t i = 0; i < post_order.size(); ++i) order[post_order[i]] = static_cast<int64_t>(i);
   struct Rank {
-    HloInstruction* dot;
-    int side;
+    const Consumer* c;
     bool fp8;
     double flops;
     int64_t order;
   };
   std::vector<Rank> ranks;
-  for (auto [u, s] : consumers) {
+  for (const Consumer& c : consumers) {
+    HloInstruction* u = c.dot;
     // A consumer that depends on another consumer cannot own the loop the other one would read.
     bool depends = false;
-    for (auto [v, t] : consumers) depends = depends || (v != u && DependsOn(u, v));
+    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(u, o.dot));
     if (depends) continue;
-    Rank r{u, s, ReachesFp8(u->operand(1 - s)) && ReachesFp8(u->operand(s)->operand(0)),
+    Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
            static_cast<double>(u->shape().ElementCount()), order.count(u) ? order[u] : 0};
     // FLOPs: 2 x output elements x contracted size.
     for (int64_t c : u->dot_dims.lhs_contracting) {
@@ -294,8 +320,9 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     return a.order < b.order;
   });
   const Rank& best = ranks[0];
-  *owner_side = best.side;
-  if (best.dot != dot) {
+  *owner_side = best.c->side;
+  *owner_chain = best.c->chain;
+  if (best.c->dot != dot) {
     const Rank* first = nullptr;
     for (const Rank& r : ranks) {
       if (first == nullptr || r.order < first->order) first = &r;
@@ -310,7 +337,7 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
                          " consumers)");
   }
-  return best.dot;
+  return best.c->dot;
 }
 
 }  // namespace weave::windowed_einsum

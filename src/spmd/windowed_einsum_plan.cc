@@ -21,7 +21,6 @@ bool IsSumComputation(const HloComputation* c) {
   return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
 }
 
-
 // Common ring checks: N > 1, N <= max ring. Returns false with *why set.
 bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std::string* why) {
   if (ring.size() < 2) {
@@ -154,21 +153,98 @@ std::string RingText(const PartitionRing& ring) {
       ring.size(), " partitions (replica_groups=", ring.groups_text, ")");
 }
 
+bool ClassifyGatheredDim(AgPlan& p, std::string* why) {
+  HloInstruction* dot = p.dot;
+  const int side = p.side;
+  const int64_t n = p.ring.size();
+  const int64_t d = p.gathered_dim;
+  const DotDims& dd = dot->dot_dims;
+  const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
+  const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
+  if (batch.size() != other_batch.size() || contr.size() != other_contr.size()) {
+    *why = absl::StrCat("dot '", dot->name(), "' has mismatched dimension numbers");
+    return false;
+  }
+  for (size_t j = 0; j < batch.size(); ++j) {
+    if (batch[j] == d) {
+      // Batch: the stationary operand is sliced on its matching batch dim, the block written
+      // to output dim j (batch dims lead the dot output).
+      p.batch = true;
+      p.stat_dim = other_batch[j];
+      p.out_dim = static_cast<int64_t>(j);
+    }
+  }
+  for (size_t j = 0; j < contr.size(); ++j) {
+    if (contr[j] == d) {
+      p.contracting = true;
+      p.stat_dim = other_contr[j];
+    }
+  }
+  if (p.batch) {
+    const Shape& st = dot->operand(1 - side)->shape();
+    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
+        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block ||
+        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(),
+                          "' batch dims do not match the gathered dim: inconsistent shapes");
+      return false;
+    }
+  } else if (!p.contracting) {
+    // Output dim: batch dims, then lhs free dims, then rhs free dims.
+    auto free_dims = [&](int s) {
+      std::vector<int64_t> f;
+      const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
+      const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+      for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
+        bool used = false;
+        for (int64_t x : bb) used |= x == i;
+        for (int64_t x : cc) used |= x == i;
+        if (!used) f.push_back(i);
+      }
+      return f;
+    };
+    std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
+    const auto& mine = side == 0 ? lf : rf;
+    int64_t pos = -1;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i] == d) pos = static_cast<int64_t>(i);
+    }
+    if (pos < 0) {
+      *why = absl::StrCat("all-gather '", p.ag->name(), "' dim ", d,
+                          " does not map to a dim of the dot output");
+      return false;
+    }
+    p.out_dim = static_cast<int64_t>(dd.lhs_batch.size()) +
+                (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + pos;
+    if (p.out_dim >= dot->shape().rank() ||
+        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(), "' output dim ", p.out_dim,
+                          " does not match the gathered dim: inconsistent shapes");
+      return false;
+    }
+  } else {
+    const Shape& st = dot->operand(1 - side)->shape();
+    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
+        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(),
+                          "' contracting dims do not match the gathered dim: inconsistent shapes");
+      return false;
+    }
+  }
+  return true;
+}
+
 std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
-                                       std::string* why) {
-  HloInstruction* ag = dot->operand(side);
+                                       const GatheredChain& chain, std::string* why) {
+  HloInstruction* ag = chain.ag;
   AgPlan p;
   p.dot = dot;
   p.ag = ag;
   p.side = side;
   if (dot->operand(0) == dot->operand(1)) {
     *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
-    return std::nullopt;
-  }
-  if (ag->operand_count() != 1) {
-    *why = absl::StrCat("all-gather '", ag->name(),
-                        "' does not have exactly one operand: "
-                        "unsupported");
     return std::nullopt;
   }
   if (ag->operand_count() != 1 || !ag->shape().IsArray() || ag->dimensions.size() != 1) {
@@ -192,84 +268,10 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
                         " shards of its operand: inconsistent shapes");
     return std::nullopt;
   }
-  p.block = xs.dims[static_cast<size_t>(d)];
-  const DotDims& dd = dot->dot_dims;
-  const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
-  const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
-  const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
-  const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
-  if (batch.size() != other_batch.size() || contr.size() != other_contr.size()) {
-    *why = absl::StrCat("dot '", dot->name(), "' has mismatched dimension numbers");
-    return std::nullopt;
-  }
-  for (size_t j = 0; j < batch.size(); ++j) {
-    if (batch[j] == d) {
-      // Batch: the stationary operand is sliced on its matching batch dim, the block written
-      // to output dim j (batch dims lead the dot output).
-      p.batch = true;
-      p.stat_dim = other_batch[j];
-      p.out_dim = static_cast<int64_t>(j);
-    }
-  }
-  for (size_t j = 0; j < contr.size(); ++j) {
-    if (contr[j] == d) {
-      p.contracting = true;
-      p.stat_dim = other_contr[j];
-    }
-  }
-  if (p.batch) {
-    const Shape& st = dot->operand(1 - side)->shape();
-    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
-        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block ||
-        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
-      *why = absl::StrCat("dot '", dot->name(),
-                          "' batch dims do not match the gathered "
-                          "dim: inconsistent shapes");
-      return std::nullopt;
-    }
-  } else if (!p.contracting) {
-    // Output dim: batch dims, then lhs free dims, then rhs free dims.
-    auto free_dims = [&](int s) {
-      std::vector<int64_t> f;
-      const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
-      const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
-      for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
-        bool used = false;
-        for (int64_t x : bb) used |= x == i;
-        for (int64_t x : cc) used |= x == i;
-        if (!used) f.push_back(i);
-      }
-      return f;
-    };
-    std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
-    const auto& mine = side == 0 ? lf : rf;
-    int64_t pos = -1;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i] == d) pos = static_cast<int64_t>(i);
-    }
-    if (pos < 0) {
-      *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d,
-                          " does not map to a dim of the dot output");
-      return std::nullopt;
-    }
-    p.out_dim = static_cast<int64_t>(dd.lhs_batch.size()) +
-                (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + pos;
-    if (p.out_dim >= dot->shape().rank() ||
-        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
-      *why = absl::StrCat("dot '", dot->name(), "' output dim ", p.out_dim,
-                          " does not match the gathered dim: inconsistent shapes");
-      return std::nullopt;
-    }
-  } else {
-    const Shape& st = dot->operand(1 - side)->shape();
-    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
-        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block) {
-      *why = absl::StrCat("dot '", dot->name(),
-                          "' contracting dims do not match the gathered "
-                          "dim: inconsistent shapes");
-      return std::nullopt;
-    }
-  }
+  if (!PlanAgOperands(ctx, chain, p, why)) return std::nullopt;
+  const PrimitiveType t = dot->shape().element_type;
+  p.acc_type =
+      p.contracting && IsFloatingPoint(t) && !IsFp8(t) && BitWidth(t) < 32 ? PrimitiveType::F32 : t;
   std::string note;
   if (!CheckThreshold(ctx, ag, "gathered operand", why, &note)) return std::nullopt;
   p.note = note;
@@ -375,6 +377,25 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
   }
   if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
   return p;
+}
+
+absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstruction*>& seeds) {
+  std::vector<HloInstruction*> work(seeds.begin(), seeds.end());
+  while (!work.empty()) {
+    HloInstruction* i = work.back();
+    work.pop_back();
+    if (ctx.removed.contains(i) || i->user_count() != 0 || i->IsRoot() ||
+        !i->IsRemovableWhenUnused()) {
+      continue;
+    }
+    std::vector<HloInstruction*> ops(i->operands().begin(), i->operands().end());
+    ctx.removed.insert(i);
+    if (absl::Status s = i->parent()->RemoveInstruction(i); !s.ok()) return s;
+    for (HloInstruction* o : ops) {
+      if (!ctx.removed.contains(o)) work.push_back(o);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FinishReplace(DecomposerContext& ctx, HloInstruction* old, HloInstruction* repl) {
