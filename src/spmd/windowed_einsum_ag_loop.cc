@@ -142,15 +142,15 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
     HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
     HloInstruction* wop = RebuildOperand(
         b, p.window, window, scales_of(p.window, wscale, travelled), off, v, p.block, tag);
-    HloInstruction* sop = stat;
+    // The stationary operand: rebuilt whole, then sliced (contracting and batch dims).
+    HloInstruction* sop = RebuildOperand(b, p.stationary, stat, scales_of(p.stationary, sscale, {}),
+                                         off, v, p.block, tag);
     if (p.batch || p.contracting) {
-      std::vector<int64_t> sizes = stat->shape().dims;
+      std::vector<int64_t> sizes = sop->shape().dims;
       sizes[static_cast<size_t>(p.stat_dim)] = p.block;
-      sop = b.DynamicSlice(stat, OffsetsAt(v, stat->shape().rank(), p.stat_dim, off), sizes,
+      sop = b.DynamicSlice(sop, OffsetsAt(v, sop->shape().rank(), p.stat_dim, off), sizes,
                            absl::StrCat("stationary", tag));
     }
-    sop = RebuildOperand(b, p.stationary, sop, scales_of(p.stationary, sscale, {}), off, v, p.block,
-                         tag);
     HloInstruction* lo = p.side == 0 ? wop : sop;
     HloInstruction* ro = p.side == 0 ? sop : wop;
     if (p.contracting) {
@@ -218,7 +218,7 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
   }
 
   std::string msg = absl::StrCat(
-      "all-gather '", p.ag->name(), "' (dim ", p.ag->dimensions[0], ") on the ",
+      CollectiveText(p.ag), " (dim ", CollectiveAttributes(p.ag)->dimensions[0], ") on the ",
       p.side == 0 ? "lhs" : "rhs", " -> AG loop '", loop->name(), "' (body '", body->name(), "'), ",
       p.batch
           ? absl::StrCat("batch: stationary operand sliced on batch dim ", p.stat_dim,

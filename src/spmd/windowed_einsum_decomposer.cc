@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "spmd/windowed_einsum_plan.h"
 
@@ -83,7 +84,7 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
       return true;
     }
     note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
-                        ag->operand(0)->name(),
+                        windowed_einsum::CollectiveInput(ag)->name(),
                         "' but the handler's cache cannot serve this "
                         "all-gather (",
                         c->why_not, ")");
@@ -112,7 +113,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
         if (!r.ok()) return r.status();
         if (*r) break;
       }
-    } else if (instr->opcode() == HloOpcode::kReduceScatter) {
+    } else if (instr->opcode() == HloOpcode::kReduceScatter ||
+               (instr->opcode() == HloOpcode::kAsyncDone &&
+                windowed_einsum::CollectiveKind(instr) == HloOpcode::kReduceScatter)) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
@@ -123,9 +126,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
       changed = true;
     } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
-               instr->operand(0)->opcode() == HloOpcode::kAllReduce &&
-               instr->operand(0)->operand_count() == 1 &&
-               instr->operand(0)->operand(0)->opcode() == HloOpcode::kDot) {
+               windowed_einsum::CollectiveKind(instr->operand(0)) == HloOpcode::kAllReduce &&
+               windowed_einsum::CollectiveInput(instr->operand(0)) != nullptr &&
+               windowed_einsum::CollectiveInput(instr->operand(0))->opcode() == HloOpcode::kDot) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
@@ -193,10 +196,34 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
     ctx.num_partitions = inferred;
   }
   bool changed = false;
+  // The computations async-starts wrap hold the collective itself: it is decomposed (or not)
+  // from the async pair in the caller, never inside the wrapper.
+  absl::flat_hash_set<const HloComputation*> wrapped;
+  for (HloComputation* c : module->computations()) {
+    for (HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart) continue;
+      for (HloComputation* callee : i->called_computations()) wrapped.insert(callee);
+    }
+  }
   for (HloComputation* c : module->MakeComputationPostOrder()) {
+    if (wrapped.contains(c)) continue;
     absl::StatusOr<bool> r = RunOnComputation(ctx, c);
     if (!r.ok()) return r.status();
     changed |= *r;
+  }
+  if (!ctx.maybe_unused.empty()) {
+    // Wrapped computations of async collectives the loops replaced.
+    absl::flat_hash_set<const HloComputation*> called;
+    for (HloComputation* c : module->computations()) {
+      for (HloInstruction* i : c->instructions()) {
+        for (HloComputation* callee : i->called_computations()) called.insert(callee);
+      }
+    }
+    absl::flat_hash_set<const HloComputation*> done;
+    for (HloComputation* c : ctx.maybe_unused) {
+      if (called.contains(c) || !done.insert(c).second) continue;
+      if (absl::Status s = module->RemoveComputation(c); !s.ok()) return s;
+    }
   }
   if (changed && ctx.num_partitions != module->num_partitions) {
     // The loops read partition-id: the header must say how many partitions there are.

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
@@ -156,6 +157,28 @@ bool MapReshapeDim(const std::vector<int64_t>& in, const std::vector<int64_t>& o
 
 }  // namespace
 
+std::string NonWindowedReader(HloInstruction* result) {
+  std::vector<std::pair<HloInstruction*, int>> work{{result, 0}};
+  absl::flat_hash_set<const HloInstruction*> seen;
+  while (!work.empty()) {
+    auto [v, depth] = work.back();
+    work.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (v->IsRoot()) return absl::StrCat("the root of '", v->parent()->name(), "'");
+    for (HloInstruction* u : v->users()) {
+      int chain = 0;
+      if (u->opcode() == HloOpcode::kDot) continue;
+      if (depth < 8 &&
+          (IsViewOp(u) || IsConvertOp(u) || (IsScaling(u, &chain) && u->operand(chain) == v))) {
+        work.push_back({u, depth + 1});
+        continue;
+      }
+      return OpText(u);
+    }
+  }
+  return "";
+}
+
 bool OperandCarry::fp8() const {
   return base != nullptr && IsFp8(base->shape().element_type) && !steps.empty();
 }
@@ -225,7 +248,7 @@ std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side,
   HloInstruction* v = dot->operand(side);
   std::vector<HloInstruction*> ops;
   for (int depth = 0; depth < 16; ++depth) {
-    if (v->opcode() == HloOpcode::kAllGather) {
+    if (CollectiveKind(v) == HloOpcode::kAllGather) {
       c.ag = v;
       c.ops.assign(ops.rbegin(), ops.rend());
       return c;
@@ -245,7 +268,7 @@ std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side,
   }
   // Not a chain this pass follows: say so only when an all-gather sits right below.
   for (HloInstruction* o : v->operands()) {
-    if (o->opcode() == HloOpcode::kAllGather && v != dot) {
+    if (CollectiveKind(o) == HloOpcode::kAllGather && v != dot) {
       *why = absl::StrCat("all-gather '", o->name(), "' reaches the dot through ", OpText(v),
                           ": only reshape, transpose, copy, bitcast, convert and a scaling by a "
                           "broadcast scale are moved into the loop; the all-gather stays");
@@ -330,7 +353,7 @@ std::vector<ViewStep> ShardViews(const std::vector<HloInstruction*>& views) {
 
 // The stationary operand's carry when the window carries FP8: its dequantization moves into the
 // body as well. Leaves `carry` plain (the operand as is) when it is not a dequantization.
-void PlanStationary(const AgPlan& p, HloInstruction* stat, OperandCarry* carry) {
+void PlanStationary(HloInstruction* stat, OperandCarry* carry) {
   carry->base = stat;
   carry->text.clear();
   Narrowing n = FindNarrowing(stat);
@@ -341,19 +364,9 @@ void PlanStationary(const AgPlan& p, HloInstruction* stat, OperandCarry* carry) 
   carry->base = n.q;
   carry->views = ShardViews(n.views);
   carry->steps = n.steps;
-  for (ElementwiseStep& s : carry->steps) {
-    if (s.kind != ElementwiseStep::Kind::kScale) continue;
-    s.mode = ElementwiseStep::ScaleMode::kStays;
-    if ((p.contracting || p.batch) && !IsScalarStep(s)) {
-      for (size_t j = 0; j < s.scale_dims.size(); ++j) {
-        if (s.scale_dims[j] == p.stat_dim &&
-            s.scale->shape().dims[j] == stat->shape().dims[static_cast<size_t>(p.stat_dim)]) {
-          s.mode = ElementwiseStep::ScaleMode::kSliced;
-          s.slice_dim = static_cast<int64_t>(j);
-        }
-      }
-    }
-  }
+  // The body dequantizes the whole stationary operand and then slices it (contracting and batch
+  // dims), as XLA's reduce-scatter loops do; the FP8 GEMM rewriter moves the slice up.
+  for (ElementwiseStep& s : carry->steps) s.mode = ElementwiseStep::ScaleMode::kStays;
   carry->text = absl::StrCat("stationary '", stat->name(), "' carried as ",
                              TypeName(n.q->shape().element_type), " '", n.q->name(),
                              "', dequantized in the body");
@@ -366,7 +379,7 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
   HloInstruction* ag = chain.ag;
   const int64_t n = p.ring.size();
   // 1. Views after the all-gather: map the gathered dim; elementwise steps in order.
-  int64_t dim = ag->dimensions[0];
+  int64_t dim = CollectiveAttributes(ag)->dimensions[0];
   std::vector<ViewStep> post_views;
   std::vector<ElementwiseStep> post_steps;
   HloInstruction* first_view = nullptr;
@@ -429,30 +442,32 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
     s.mode = ElementwiseStep::ScaleMode::kStays;
     if (s.slice_dim < 0) continue;  // constant along the gathered dim (scalar, per-column)
     HloInstruction* sg = s.scale;
-    if (sg->opcode() == HloOpcode::kAllGather && sg->operand_count() == 1) {
+    if (CollectiveKind(sg) == HloOpcode::kAllGather && CollectiveInput(sg) != nullptr) {
       // The scale is gathered too: it travels with the data when it is sharded like it.
-      const bool same_dim = sg->dimensions.size() == 1 && sg->dimensions[0] == s.slice_dim;
-      auto sring = AnalyzePartitionRing(*sg, ctx.num_partitions, ctx.module->replica_count);
+      const HloInstruction* sa = CollectiveAttributes(sg);
+      const bool same_dim = sa->dimensions.size() == 1 && sa->dimensions[0] == s.slice_dim;
+      auto sring = AnalyzePartitionRing(*sa, ctx.num_partitions, ctx.module->replica_count);
       const bool same_groups = sring.ok() && sring->groups == p.ring.groups;
       if (!same_dim || !same_groups) {
         *why = absl::StrCat("the scale of ", OpText(s.instr), " is all-gather '", sg->name(),
-                            "' (dim ", sg->dimensions.empty() ? -1 : sg->dimensions[0],
+                            "' (dim ", sa->dimensions.empty() ? -1 : sa->dimensions[0],
                             ", replica_groups=", sring.ok() ? sring->groups_text : std::string("?"),
                             "), the data's all-gather '", ag->name(), "' gathers dim ",
-                            ag->dimensions[0], " over replica_groups=", p.ring.groups_text,
+                            CollectiveAttributes(ag)->dimensions[0],
+                            " over replica_groups=", p.ring.groups_text,
                             ": the scale is not sharded with the data, so its shards cannot "
                             "travel with the data's; the all-gather stays");
         return false;
       }
       s.mode = ElementwiseStep::ScaleMode::kTravels;
-      s.scale = sg->operand(0);
+      s.scale = CollectiveInput(sg);
       continue;
     }
     s.mode = ElementwiseStep::ScaleMode::kSliced;
   }
 
   // 3. Below the all-gather: an FP8 value the ring can carry instead.
-  HloInstruction* x = ag->operand(0);
+  HloInstruction* x = CollectiveInput(ag);
   Narrowing pre = FindNarrowing(x);
   bool pre_vector = false;
   for (const ElementwiseStep& s : pre.steps) pre_vector |= !IsScalarStep(s);
@@ -510,7 +525,7 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
                            TypeName(wc.base->shape().element_type), " on the ring",
                            travels ? " with its shard's scale" : "",
                            ", dequantized per step in the body");
-    PlanStationary(p, stat, &p.stationary);
+    PlanStationary(stat, &p.stationary);
   } else {
     wc.base = x;
     wc.views = post_views;
@@ -518,6 +533,44 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
     wc.text.clear();
   }
   return true;
+}
+
+}  // namespace weave::windowed_einsum
+
+namespace weave::windowed_einsum {
+
+void PlanRsOperands(RsPlan& p) {
+  for (int s = 0; s < 2; ++s) {
+    OperandCarry& c = s == 0 ? p.lhs : p.rhs;
+    HloInstruction* op = p.dot->operand(s);
+    c = OperandCarry();
+    c.base = op;
+    Narrowing n = FindNarrowing(op);
+    if (n.q == nullptr || !n.views.empty()) continue;
+    bool vector = false;
+    for (const ElementwiseStep& st : n.steps) vector |= !IsScalarStep(st);
+    if (!vector) continue;  // scalar scales: left in the init tuple for the handler
+    const bool sliced = p.sliced_side == 2 || p.sliced_side == s;
+    const int64_t dim = p.sliced_side == 2 && s == 1 ? p.sliced_dim2 : p.sliced_dim;
+    c.base = n.q;
+    c.steps = n.steps;
+    bool slices_scale = false;
+    for (ElementwiseStep& st : c.steps) {
+      if (st.kind != ElementwiseStep::Kind::kScale) continue;
+      st.mode = ElementwiseStep::ScaleMode::kStays;
+      for (size_t j = 0; sliced && j < st.scale_dims.size(); ++j) {
+        if (st.scale_dims[j] == dim) {
+          st.mode = ElementwiseStep::ScaleMode::kSliced;
+          st.slice_dim = static_cast<int64_t>(j);
+          slices_scale = true;
+        }
+      }
+    }
+    c.text = absl::StrCat(s == 0 ? "lhs '" : "rhs '", op->name(), "' carried as ",
+                          TypeName(n.q->shape().element_type), " '", n.q->name(),
+                          "' with its per-row/per-channel scale, dequantized per step",
+                          slices_scale ? " after the slice (the scale sliced with it)" : "");
+  }
 }
 
 }  // namespace weave::windowed_einsum

@@ -155,7 +155,8 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
                         " through a ring of collective-permutes");
   }
   if (HasCache(w)) return absl::StrCat("loop '", w->name(), "' already has an activation cache");
-  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) return std::string(ring.status().message());
   std::vector<std::pair<int64_t, int64_t>> want = ring->ShiftPairs(-1);
   std::vector<std::pair<int64_t, int64_t>> have = cp->source_target_pairs;
@@ -176,10 +177,10 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
   if (dim < 0) {
     return absl::StrCat("the dim loop '", w->name(), "' circulates cannot be read from its body");
   }
-  if (ag->dimensions.size() != 1 || ag->dimensions[0] != dim) {
+  if (attrs->dimensions.size() != 1 || attrs->dimensions[0] != dim) {
     return absl::StrCat("loop '", w->name(), "' circulates the shards along dim ", dim,
                         ", the all-gather gathers dim ",
-                        ag->dimensions.empty() ? -1 : ag->dimensions[0]);
+                        attrs->dimensions.empty() ? -1 : attrs->dimensions[0]);
   }
   if (DependsOn(w, dot)) {
     return absl::StrCat("loop '", w->name(), "' depends on the dot '", dot->name(),
@@ -192,8 +193,8 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
 
 std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
                                                    HloInstruction* dot) {
-  if (ag->operand_count() != 1) return std::nullopt;
-  HloInstruction* x = ag->operand(0);
+  HloInstruction* x = CollectiveInput(ag);
+  if (x == nullptr || CollectiveAttributes(ag) == nullptr) return std::nullopt;
   // The loop's element is `x`, or (after the handler's FP8 shift) the FP8 value `x` dequantizes.
   std::vector<HloInstruction*> values{x};
   std::optional<DequantMatch> dq = MatchDequantize(x);
@@ -245,7 +246,8 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
   *owner_side = side;
   *owner_chain = chain;
   HloInstruction* ag = chain.ag;
-  HloInstruction* x = ag->operand(0);
+  HloInstruction* x = CollectiveInput(ag);
+  const HloInstruction* attrs = CollectiveAttributes(ag);
   // Every dot of this computation reading an all-gather of `x` with the same dims and groups,
   // directly or through the ops an AG loop carries (views, convert, scaling).
   struct Consumer {
@@ -255,13 +257,17 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
   };
   std::vector<Consumer> consumers;
   absl::flat_hash_set<const HloInstruction*> seen_dots;
-  for (HloInstruction* g : x->users()) {
-    if (g->opcode() != HloOpcode::kAllGather || g->dimensions != ag->dimensions ||
-        g->shape() != ag->shape()) {
+  for (HloInstruction* gu : x->users()) {
+    // The all-gather's result: the all-gather, or the -done of an all-gather-start.
+    HloInstruction* g = gu;
+    if (gu->opcode() == HloOpcode::kAllGatherStart && gu->user_count() == 1) g = gu->users()[0];
+    const HloInstruction* ga = CollectiveAttributes(g);
+    if (CollectiveKind(g) != HloOpcode::kAllGather || ga == nullptr || CollectiveInput(g) != x ||
+        ga->dimensions != attrs->dimensions || g->shape() != ag->shape()) {
       continue;
     }
-    if (g != ag && (!g->replica_groups.has_value() || !ag->replica_groups.has_value() ||
-                    g->replica_groups->ToString() != ag->replica_groups->ToString())) {
+    if (g != ag && (!ga->replica_groups.has_value() || !attrs->replica_groups.has_value() ||
+                    ga->replica_groups->ToString() != attrs->replica_groups->ToString())) {
       continue;
     }
     std::vector<std::pair<HloInstruction*, int>> work{{g, 0}};

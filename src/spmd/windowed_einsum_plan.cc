@@ -43,8 +43,9 @@ bool CheckThreshold(const DecomposerContext& ctx, const HloInstruction* counted,
   int64_t bytes = counted->shape().ByteSize();
   std::string wide;
   auto dq = MatchDequantize(const_cast<HloInstruction*>(counted));
-  if (!dq && counted->operand_count() == 1 && counted->opcode() == HloOpcode::kAllGather) {
-    dq = MatchDequantize(counted->operand(0));
+  if (!dq && CollectiveKind(counted) == HloOpcode::kAllGather &&
+      CollectiveInput(const_cast<HloInstruction*>(counted)) != nullptr) {
+    dq = MatchDequantize(CollectiveInput(const_cast<HloInstruction*>(counted)));
   }
   if (dq) {
     wide = absl::StrCat(" (dequantized ", std::string(PrimitiveTypeName(dq->fp8_type)),
@@ -107,8 +108,9 @@ bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::strin
   const int64_t n = p.ring.size();
   const Shape& os = p.dot->shape();
   if (d < 0 || d >= os.rank() || os.dims[static_cast<size_t>(d)] % n != 0 ||
-      p.result->shape().dims.size() != os.dims.size() ||
-      p.result->shape().dims[static_cast<size_t>(d)] * n != os.dims[static_cast<size_t>(d)]) {
+      (p.result_views.empty() &&
+       (p.result->shape().dims.size() != os.dims.size() ||
+        p.result->shape().dims[static_cast<size_t>(d)] * n != os.dims[static_cast<size_t>(d)]))) {
     *why = absl::StrCat("scattered dim ", d, " of dot '", p.dot->name(), "' is not split in ", n,
                         " blocks: inconsistent shapes");
     return false;
@@ -121,7 +123,8 @@ bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::strin
     return false;
   }
   if (p.dot->user_count() != 1) {
-    *why = absl::StrCat("dot '", p.dot->name(), "' has users besides '", p.reduce->name(),
+    *why = absl::StrCat("dot '", p.dot->name(), "' has users besides '",
+                        p.result_views.empty() ? p.reduce->name() : p.result_views[0].instr->name(),
                         "': the full dot must stay");
     return false;
   }
@@ -247,12 +250,24 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
     *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
     return std::nullopt;
   }
-  if (ag->operand_count() != 1 || !ag->shape().IsArray() || ag->dimensions.size() != 1) {
-    *why = absl::StrCat("all-gather '", ag->name(),
-                        "' is not a single-operand array all-gather along one dim: unsupported");
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  HloInstruction* x = CollectiveInput(ag);
+  if (attrs == nullptr || x == nullptr || !ag->shape().IsArray() || attrs->dimensions.size() != 1) {
+    *why = absl::StrCat(CollectiveText(ag),
+                        " is not a single-operand array all-gather along one dim: unsupported");
     return std::nullopt;
   }
-  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
+  if (AsyncStartOf(ag) != nullptr) {
+    // The async pair goes away only if the loop replaces every reader of its result.
+    std::string reader = NonWindowedReader(ag);
+    if (!reader.empty()) {
+      *why = absl::StrCat(CollectiveText(ag), ": its result is also read by ", reader,
+                          ", which needs the whole gathered value; windowing the dot would keep "
+                          "the async all-gather as well, so it stays as it is");
+      return std::nullopt;
+    }
+  }
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) {
     *why = std::string(ring.status().message());
     return std::nullopt;
@@ -260,8 +275,8 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
   p.ring = *std::move(ring);
   if (!CheckRingSize(ctx, p.ring, why)) return std::nullopt;
   const int64_t n = p.ring.size();
-  const int64_t d = ag->dimensions[0];
-  const Shape& xs = ag->operand(0)->shape();
+  const int64_t d = attrs->dimensions[0];
+  const Shape& xs = x->shape();
   if (d < 0 || d >= xs.rank() ||
       xs.dims[static_cast<size_t>(d)] * n != ag->shape().dims[static_cast<size_t>(d)]) {
     *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d, " is not ", n,
@@ -283,28 +298,91 @@ std::optional<RsPlan> PlanReduceScatter(DecomposerContext& ctx, HloInstruction* 
   RsPlan p;
   p.result = rs;
   p.reduce = rs;
-  if (rs->operand_count() != 1 || rs->operand(0)->opcode() != HloOpcode::kDot) {
-    *why = absl::StrCat("reduce-scatter operand '",
-                        rs->operand_count() > 0 ? rs->operand(0)->name() : std::string("?"),
-                        "' is not a dot");
+  const HloInstruction* attrs = CollectiveAttributes(rs);
+  if (attrs == nullptr) {
+    *why = "not a reduce-scatter in a form this pass reads";
     return std::nullopt;
   }
-  p.dot = rs->operand(0);
-  if (rs->called_computations().empty() || !IsSumComputation(rs->to_apply())) {
+  // The dot, through views (each read only by the next one): vLLM's bmm + view.
+  std::vector<HloInstruction*> views;
+  HloInstruction* v = CollectiveInput(rs);
+  while (v != nullptr && v->opcode() != HloOpcode::kDot && views.size() < 8 &&
+         v->operand_count() == 1 &&
+         (v->opcode() == HloOpcode::kReshape || v->opcode() == HloOpcode::kTranspose ||
+          v->opcode() == HloOpcode::kCopy ||
+          (v->opcode() == HloOpcode::kBitcast &&
+           v->shape().element_type == v->operand(0)->shape().element_type))) {
+    if (v->user_count() != 1) {
+      *why = absl::StrCat("the view '", v->name(),
+                          "' between the dot and the reduce-scatter has "
+                          "other users: the full value must stay");
+      return std::nullopt;
+    }
+    views.push_back(v);
+    v = v->operand(0);
+  }
+  if (v == nullptr || v->opcode() != HloOpcode::kDot) {
+    *why = absl::StrCat("reduce-scatter operand '", v != nullptr ? v->name() : std::string("?"),
+                        "' is not a dot", views.empty() ? "" : " (nor views of a dot)");
+    return std::nullopt;
+  }
+  p.dot = v;
+  if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = "reduce-scatter reduction is not a sum";
     return std::nullopt;
   }
-  if (!rs->shape().IsArray() || rs->dimensions.size() != 1) {
+  if (!rs->shape().IsArray() || attrs->dimensions.size() != 1) {
     *why = "reduce-scatter is not an array scatter along one dim: unsupported";
     return std::nullopt;
   }
-  auto ring = AnalyzePartitionRing(*rs, ctx.num_partitions, ctx.module->replica_count);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) {
     *why = std::string(ring.status().message());
     return std::nullopt;
   }
   p.ring = *std::move(ring);
-  if (!FinishRsPlan(ctx, p, rs->dimensions[0], why)) return std::nullopt;
+  const int64_t n = p.ring.size();
+  // Map the scattered dim back to the dot's output, then the dot's blocks forward again.
+  int64_t d = attrs->dimensions[0];
+  if (n >= 2 && !views.empty()) {
+    for (HloInstruction* view : views) {  // from the reduce-scatter's operand down
+      int64_t in_dim = -1;
+      std::string w;
+      if (!MapViewBackward(view, d, n, &in_dim, &w)) {
+        *why = absl::StrCat(
+            "the dot reaches the reduce-scatter through a view that breaks the "
+            "scattered dim: ",
+            w, "; the reduce-scatter stays");
+        return std::nullopt;
+      }
+      d = in_dim;
+    }
+    int64_t cur = d;
+    for (auto it = views.rbegin(); it != views.rend(); ++it) {
+      int64_t out_dim = -1;
+      std::string w;
+      if (!MapViewForward(*it, cur, n, &out_dim, &w)) {
+        *why = absl::StrCat(
+            "the dot reaches the reduce-scatter through a view that breaks the "
+            "scattered dim: ",
+            w, "; the reduce-scatter stays");
+        return std::nullopt;
+      }
+      Shape s = (*it)->shape();
+      s.dims[static_cast<size_t>(out_dim)] /= n;
+      p.result_views.push_back({*it, s});
+      cur = out_dim;
+    }
+    if (cur != attrs->dimensions[0] || p.result_views.back().shape.dims != rs->shape().dims) {
+      *why = absl::StrCat("the views between dot '", p.dot->name(),
+                          "' and the reduce-scatter do "
+                          "not carry the scattered blocks to its dim ",
+                          attrs->dimensions[0]);
+      return std::nullopt;
+    }
+  }
+  if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
+  PlanRsOperands(p);
   return p;
 }
 
@@ -313,9 +391,14 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
   RsPlan p;
   p.result = ds;
   p.reduce = ds->operand(0);
-  p.dot = p.reduce->operand(0);
+  p.dot = CollectiveInput(p.reduce);
   HloInstruction* ar = p.reduce;
-  if (ar->called_computations().empty() || !IsSumComputation(ar->to_apply())) {
+  const HloInstruction* attrs = CollectiveAttributes(ar);
+  if (attrs == nullptr || p.dot == nullptr || p.dot->opcode() != HloOpcode::kDot) {
+    *why = absl::StrCat("'", ar->name(), "' is not an all-reduce of a dot");
+    return std::nullopt;
+  }
+  if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = absl::StrCat("all-reduce '", ar->name(), "' reduction is not a sum");
     return std::nullopt;
   }
@@ -323,7 +406,7 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
     *why = absl::StrCat("all-reduce '", ar->name(), "' has users besides this dynamic-slice");
     return std::nullopt;
   }
-  auto ring = AnalyzePartitionRing(*ar, ctx.num_partitions, ctx.module->replica_count);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) {
     *why = std::string(ring.status().message());
     return std::nullopt;
@@ -376,6 +459,7 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
     }
   }
   if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
+  PlanRsOperands(p);
   return p;
 }
 
@@ -389,6 +473,9 @@ absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstr
       continue;
     }
     std::vector<HloInstruction*> ops(i->operands().begin(), i->operands().end());
+    if (i->opcode() == HloOpcode::kAsyncStart) {
+      for (HloComputation* c : i->called_computations()) ctx.maybe_unused.push_back(c);
+    }
     ctx.removed.insert(i);
     if (absl::Status s = i->parent()->RemoveInstruction(i); !s.ok()) return s;
     for (HloInstruction* o : ops) {

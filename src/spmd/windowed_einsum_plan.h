@@ -16,6 +16,7 @@
 #include "hlo/ir.h"
 #include "spmd/partition_ring.h"
 #include "spmd/windowed_einsum_decomposer.h"
+#include "spmd/windowed_einsum_emitter.h"
 
 namespace weave::windowed_einsum {
 
@@ -29,6 +30,9 @@ struct DecomposerContext {
   int64_t num_partitions = 1;  // the header's, or inferred when the header has none
   // Instructions removed by a rewrite during the current sweep (never visited again).
   absl::flat_hash_set<const HloInstruction*> removed;
+  // Computations called by removed instructions (async-start wrappers): removed at the end of the
+  // run when nothing calls them any more.
+  std::vector<HloComputation*> maybe_unused;
 
   int64_t NextChannel() { return next_channel++; }
 };
@@ -104,8 +108,13 @@ struct RsPlan {
   int sliced_side = 0;       // 0 lhs, 1 rhs, 2 both (scattered batch dim)
   int64_t sliced_dim = -1;   // operand dim sliced per step (lhs dim when both)
   int64_t sliced_dim2 = -1;  // rhs batch dim when both are sliced
-  int64_t out_dim = -1;      // scattered output dim
+  int64_t out_dim = -1;      // scattered output dim (of the dot)
   int64_t block = 0;
+  // Views between the dot and the reduce-scatter, re-created on the loop's result (shard shapes).
+  std::vector<ViewStep> result_views;
+  // How the operands are carried (FP8 with per-row/per-channel scales moved into the body; else
+  // the operands as they are, dequantizations included, for the handler).
+  OperandCarry lhs, rhs;
   std::string note;  // appended to the applied remark (threshold figures)
 };
 
@@ -161,6 +170,13 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
 // Builds `c.base` after `c.views` in `comp` (the state element of the carried operand).
 HloInstruction* BuildCarriedValue(HloComputation* comp, const OperandCarry& c);
 
+// Rebuilds a dot operand in a loop body from `value` (the carried value, or its slice): c.steps
+// in order; scale step i reads scales[i] (a state element or the step's travelled scale), sliced
+// at `off` on its slice_dim (block `block`) when its mode is kSliced.
+HloInstruction* RebuildOperand(Emitter& b, const OperandCarry& c, HloInstruction* value,
+                               const std::vector<HloInstruction*>& scales, HloInstruction* off,
+                               const RingValues& ring, int64_t block, const std::string& tag);
+
 // Removes each seed that lost its last user and, transitively, its operands that did (never
 // parameters, side-effecting ops or the root); records them in ctx.removed.
 absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstruction*>& seeds);
@@ -171,6 +187,11 @@ bool ClassifyGatheredDim(AgPlan& p, std::string* why);
 // Plans an AG loop for `dot` whose operand `side` reads all-gather `chain.ag`.
 std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
                                        const GatheredChain& chain, std::string* why);
+// RS operands: an operand dequantized with a per-row / per-channel (non-scalar) scale is carried
+// as FP8 with its scale, dequantized in the body after its slice (the scale sliced with it);
+// others as they are. Fills p.lhs / p.rhs.
+void PlanRsOperands(RsPlan& p);
+
 // Plans an RS loop for reduce-scatter `rs`.
 std::optional<RsPlan> PlanReduceScatter(DecomposerContext& ctx, HloInstruction* rs,
                                         std::string* why);
@@ -183,6 +204,25 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
 // loop's result, removes what became unused and reports the applied remark.
 absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p);
 absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p);
+
+// Collectives in synchronous or async form (windowed_einsum_async.cc). `v` is the value the
+// program reads: the collective itself or the -done of an async pair.
+// The -start of the pair whose -done is `v` (through async-update), or nullptr.
+HloInstruction* AsyncStartOf(HloInstruction* v);
+// The instruction holding the collective's attributes (replica_groups, dimensions, channel_id,
+// to_apply): `v` itself, the -start (all-gather-start, all-reduce-start, sugared X-start), or the
+// root of the computation an async-start wraps. nullptr when `v` is not a collective.
+const HloInstruction* CollectiveAttributes(const HloInstruction* v);
+// kAllGather, kReduceScatter, kAllReduce, kAllToAll for either form; kTuple when not one.
+HloOpcode CollectiveKind(const HloInstruction* v);
+// The data operand (of the collective or of its -start); nullptr unless there is exactly one.
+HloInstruction* CollectiveInput(HloInstruction* v);
+// "all-gather 'xg'" or "async all-gather 'ags'/'agd'", for remarks.
+std::string CollectiveText(const HloInstruction* v);
+
+// "" when every reader of `result` is a dot, directly or through the ops an AG loop carries
+// (views, convert, scaling); else the first other reader, for a remark ("add 'u'").
+std::string NonWindowedReader(HloInstruction* result);
 
 // Text for remarks: "a ring of 4 partitions (replica_groups={{0,1,2,3}})".
 std::string RingText(const PartitionRing& ring);
