@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "analysis/dequantize.h"
 
 namespace weave {
@@ -413,9 +414,12 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
                                "', not only by get-tuple-element"));
     }
   }
-  if (absl::StartsWith(L.body->name(), "windowed_dot_general_body_ag")) {
+  // The handler renames unrolled bodies `unrolled_<name>`, as XLA does.
+  absl::string_view body_name = L.body->name();
+  absl::ConsumePrefix(&body_name, "unrolled_");
+  if (absl::StartsWith(body_name, "windowed_dot_general_body_ag")) {
     L.name_hint = "windowed_dot_general_body_ag";
-  } else if (absl::StartsWith(L.body->name(), "windowed_dot_general_body_rs")) {
+  } else if (absl::StartsWith(body_name, "windowed_dot_general_body_rs")) {
     L.name_hint = "windowed_dot_general_body_rs";
   }
 
