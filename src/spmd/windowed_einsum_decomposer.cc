@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
 
 // The pass driver: visits every computation in post order and hands each candidate to the
@@ -19,9 +22,29 @@ namespace {
 
 using windowed_einsum::DecomposerContext;
 
-absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* comp) {
+// The cost gate (passes/cost_oracle.h): one decision per candidate, asked once every structural
+// check passed. An all-gather is decided once for every dot that reads it (Q/K/V share one
+// loop: their GEMM time hides its transfers together); `left` remembers the all-gathers the gate
+// left, for the other dots' remarks. Returns true when the candidate is to be rewritten; on
+// false the missed remark is given. `note` receives the estimate for the applied remark.
+bool GateAllows(DecomposerContext& ctx, CostOracle* oracle, HloInstruction* location,
+                std::vector<const HloInstruction*> seeds, std::string what, std::string* note) {
+  if (oracle == nullptr) return true;
+  CostEstimate e = oracle->Decide(CostQuery::WithOrWithout(
+      "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
+  if (e.chosen == 0) {
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    return false;
+  }
+  absl::StrAppend(note, "; ", e.Note());
+  return true;
+}
+
+absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, CostOracle* oracle,
+                                      HloComputation* comp) {
   bool changed = false;
   ctx.removed.clear();
+  absl::flat_hash_map<const HloInstruction*, std::string> left;  // all-gather -> first dot
   for (HloInstruction* instr : comp->MakeInstructionPostOrder()) {
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
@@ -57,6 +80,28 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
           ctx.remark(instr->name(), false, why);
           continue;
         }
+        if (oracle != nullptr) {
+          if (auto it = left.find(plan->ag); it != left.end()) {
+            ctx.remark(instr->name(), false,
+                       absl::StrCat("not decomposed: the cost gate left all-gather '",
+                                    plan->ag->name(), "' alone (see '", it->second, "')"));
+            continue;
+          }
+          std::vector<const HloInstruction*> seeds = {plan->ag};
+          std::vector<std::string> dots;
+          for (const HloInstruction* u : plan->ag->users()) {
+            if (u->opcode() != HloOpcode::kDot) continue;
+            seeds.push_back(u);
+            dots.push_back(absl::StrCat("'", u->name(), "'"));
+          }
+          if (!GateAllows(ctx, oracle, instr, seeds,
+                          absl::StrCat("all-gather '", plan->ag->name(), "' -> dot",
+                                       dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
+                          &plan->note)) {
+            left[plan->ag] = instr->name();
+            continue;
+          }
+        }
         if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
         changed = true;
         break;
@@ -67,6 +112,12 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
       if (!plan) {
         ctx.remark(instr->name(), false, why);
+        continue;
+      }
+      if (!GateAllows(ctx, oracle, instr, {plan->dot, plan->result},
+                      absl::StrCat("dot '", plan->dot->name(), "' -> reduce-scatter '",
+                                   instr->name(), "'"),
+                      &plan->note)) {
         continue;
       }
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
@@ -80,6 +131,13 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
       if (!plan) {
         ctx.remark(instr->name(), false, why);
+        continue;
+      }
+      if (!GateAllows(ctx, oracle, instr, {plan->dot, plan->reduce, plan->result},
+                      absl::StrCat("dot '", plan->dot->name(), "' -> all-reduce '",
+                                   plan->reduce->name(), "' -> dynamic-slice '", instr->name(),
+                                   "'"),
+                      &plan->note)) {
         continue;
       }
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
@@ -143,7 +201,7 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
   }
   bool changed = false;
   for (HloComputation* c : module->MakeComputationPostOrder()) {
-    absl::StatusOr<bool> r = RunOnComputation(ctx, c);
+    absl::StatusOr<bool> r = RunOnComputation(ctx, cost_oracle(), c);
     if (!r.ok()) return r.status();
     changed |= *r;
   }
