@@ -135,7 +135,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
 
 absl::StatusOr<bool> WindowedEinsumHandler::Run(HloModule* module) {
   handler_internal::Handler h(
-      module, unroll_,
+      module, unroll_, backend_config_,
       [this](std::string loc, bool applied, std::string msg) {
         AddRemark(std::move(loc), applied, std::move(msg));
       },
@@ -149,7 +149,9 @@ WEAVE_REGISTER_PASS("windowed-einsum-handler",
                     [](const PassOptions& options) -> absl::StatusOr<std::unique_ptr<HloPass>> {
                       auto unroll = options.GetBool(WindowedEinsumHandler::kUnrollOption, true);
                       if (!unroll.ok()) return unroll.status();
-                      return std::make_unique<WindowedEinsumHandler>(*unroll);
+                      auto schema = XlaBackendConfigVersionFromOptions(options);
+                      if (!schema.ok()) return schema.status();
+                      return std::make_unique<WindowedEinsumHandler>(*unroll, *schema);
                     });
 
 }  // namespace weave

@@ -28,6 +28,7 @@
 #include "gpu/windowed_loop.h"
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
+#include "passes/gpu_backend_config.h"
 
 namespace weave::handler_internal {
 
@@ -56,10 +57,12 @@ absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloI
 // Replaces every use of `old` by `v` among the given users (snapshot), and the root.
 absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>& users,
                          HloInstruction* v);
+// Renames computation `c` to `name`, or name.1, name.2, ... if another computation has it.
+void RenameComputation(HloComputation* c, const std::string& name);
+// XLA's prefix for the computations of a fully unrolled loop (WindowedEinsumHandler).
+inline constexpr char kUnrolledPrefix[] = "unrolled_";
 // A backend_config as a JSON object (empty text = empty object); *ok = false if not an object.
 Json ParseConfig(const std::string& text, bool* ok);
-// A GPU backend config with XLA's leading fields in XLA's order.
-Json FreshGpuConfig();
 // `operation_queue_id` of a config (string or integer), 0 if absent.
 int64_t QueueIdOf(const Json& j);
 
@@ -81,9 +84,14 @@ struct CacheUse {
 // remark (what was done, or the first condition that failed).
 class Handler {
  public:
-  Handler(HloModule* m, bool unroll, std::function<void(std::string, bool, std::string)> remark,
+  Handler(HloModule* m, bool unroll, XlaBackendConfigVersion backend_config,
+          std::function<void(std::string, bool, std::string)> remark,
           std::function<void(std::string, std::string)> analysis)
-      : module_(m), unroll_(unroll), remark_(std::move(remark)), analysis_(std::move(analysis)) {}
+      : module_(m),
+        unroll_(unroll),
+        backend_config_(backend_config),
+        remark_(std::move(remark)),
+        analysis_(std::move(analysis)) {}
 
   absl::StatusOr<bool> Run();
 
@@ -123,6 +131,7 @@ class Handler {
 
   HloModule* module_;
   bool unroll_;
+  XlaBackendConfigVersion backend_config_;
   std::function<void(std::string, bool, std::string)> remark_;
   std::function<void(std::string, std::string)> analysis_;  // informational remarks
   int64_t next_queue_id_ = 1;

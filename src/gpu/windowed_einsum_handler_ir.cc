@@ -80,6 +80,16 @@ absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>
   return absl::OkStatus();
 }
 
+void RenameComputation(HloComputation* c, const std::string& name) {
+  std::string candidate = name;
+  for (int64_t k = 1;; ++k) {
+    const HloComputation* other = c->parent()->GetComputation(candidate);
+    if (other == nullptr || other == c) break;
+    candidate = absl::StrCat(name, ".", k);
+  }
+  c->set_name(candidate);
+}
+
 Json ParseConfig(const std::string& text, bool* ok) {
   *ok = true;
   if (text.empty()) return Json::object();
@@ -88,15 +98,6 @@ Json ParseConfig(const std::string& text, bool* ok) {
     *ok = false;
     return Json::object();
   }
-  return j;
-}
-
-// A GPU backend config with XLA's leading fields in XLA's order.
-Json FreshGpuConfig() {
-  Json j = Json::object();
-  j["operation_queue_id"] = "0";
-  j["wait_on_operation_queues"] = Json::array();
-  j["force_earliest_schedule"] = false;
   return j;
 }
 

@@ -15,51 +15,32 @@ absl::StatusOr<bool> Handler::AnnotateStreams(const WindowedLoop& L, std::string
   bool changed = false;
   int64_t fresh = 0, waits = 0, early = 0;
   std::vector<std::string> skipped;
+  const bool with_waits = backend_config_ != XlaBackendConfigVersion::k2026;
   for (const WindowedDot& d : L.dots) {
-    bool ok;
-    Json cfg = ParseConfig(d.dot->backend_config, &ok);
-    if (!ok) {
+    auto cfg = GpuBackendConfigEditor::Of(*d.dot, backend_config_);
+    if (!cfg.ok()) {
       skipped.push_back(d.dot->name());
       continue;
     }
-    if (d.dot->backend_config.empty()) cfg = FreshGpuConfig();
-    int64_t id = QueueIdOf(cfg);
+    int64_t id = cfg->operation_queue_id();
     if (id <= 0) {
       id = next_queue_id_++;
-      cfg["operation_queue_id"] = std::to_string(id);
-      if (!cfg.contains("wait_on_operation_queues")) cfg["wait_on_operation_queues"] = Json::array();
-      std::string text = cfg.dump();
-      if (text != d.dot->backend_config) {
-        d.dot->backend_config = text;
-        changed = true;
-      }
+      cfg->set_operation_queue_id(id);
       ++fresh;
     }
-    if (d.merge != nullptr) {
-      Json mc = ParseConfig(d.merge->backend_config, &ok);
-      if (!ok) {
-        skipped.push_back(d.merge->name());
-        continue;
-      }
-      if (d.merge->backend_config.empty()) mc = FreshGpuConfig();
-      if (!mc.contains("wait_on_operation_queues") || !mc["wait_on_operation_queues"].is_array()) {
-        mc["wait_on_operation_queues"] = Json::array();
-      }
-      const std::string ids = std::to_string(id);
-      bool present = false;
-      for (const auto& e : mc["wait_on_operation_queues"]) {
-        if ((e.is_string() && e.get<std::string>() == ids) ||
-            (e.is_number_integer() && e.get<int64_t>() == id)) {
-          present = true;
-        }
-      }
-      if (!present) {
-        mc["wait_on_operation_queues"].push_back(ids);
-        d.merge->backend_config = mc.dump();
-        changed = true;
-        ++waits;
-      }
+    changed |= cfg->ApplyTo(d.dot);
+    if (d.merge == nullptr) continue;
+    // XLA up to 2025: the merging user waits on the dot's queue. Since 2026 XLA's stream
+    // assignment adds the waits; a config the merging user already has is still rewritten in
+    // the chosen schema (old waits dropped), none is added.
+    if (!with_waits && d.merge->backend_config.empty()) continue;
+    auto mc = GpuBackendConfigEditor::Of(*d.merge, backend_config_);
+    if (!mc.ok()) {
+      skipped.push_back(d.merge->name());
+      continue;
     }
+    if (mc->AddWaitOnOperationQueue(id)) ++waits;
+    changed |= mc->ApplyTo(d.merge);
   }
   // Permutes fed straight from the loop state start their iteration: issue them first.
   for (HloInstruction* cp : L.permutes) {
@@ -68,27 +49,29 @@ absl::StatusOr<bool> Handler::AnnotateStreams(const WindowedLoop& L, std::string
                                      TraceRing(cp->operand(0), c->parameter(0), nullptr) == nullptr)) {
       continue;
     }
-    bool ok;
-    Json cfg = ParseConfig(cp->backend_config, &ok);
-    if (!ok) {
+    auto cfg = GpuBackendConfigEditor::Of(*cp, backend_config_);
+    if (!cfg.ok()) {
       skipped.push_back(cp->name());
       continue;
     }
-    if (cp->backend_config.empty()) cfg = FreshGpuConfig();
-    if (cfg.contains("force_earliest_schedule") && cfg["force_earliest_schedule"].is_boolean() &&
-        cfg["force_earliest_schedule"].get<bool>()) {
-      continue;
-    }
-    cfg["force_earliest_schedule"] = true;
-    cp->backend_config = cfg.dump();
-    changed = true;
-    ++early;
+    if (!cfg->force_earliest_schedule()) ++early;
+    cfg->set_force_earliest_schedule(true);
+    changed |= cfg->ApplyTo(cp);
   }
-  *msg = changed ? absl::StrFormat("streams: %d dot%s given an operation_queue_id, %d merging "
-                                   "user%s wait on them, %d collective-permute%s forced earliest",
-                                   fresh, fresh == 1 ? "" : "s", waits, waits == 1 ? "" : "s",
-                                   early, early == 1 ? "" : "s")
-                 : "streams already annotated";
+  if (!changed) {
+    *msg = "streams already annotated";
+  } else if (with_waits) {
+    *msg = absl::StrFormat("streams: %d dot%s given an operation_queue_id, %d merging user%s wait "
+                           "on them, %d collective-permute%s forced earliest (XLA %s schema)",
+                           fresh, fresh == 1 ? "" : "s", waits, waits == 1 ? "" : "s", early,
+                           early == 1 ? "" : "s", XlaBackendConfigVersionName(backend_config_));
+  } else {
+    *msg = absl::StrFormat("streams: %d dot%s given an operation_queue_id, %d collective-permute%s "
+                           "forced earliest (XLA %s schema: XLA's stream assignment adds the "
+                           "waits)",
+                           fresh, fresh == 1 ? "" : "s", early, early == 1 ? "" : "s",
+                           XlaBackendConfigVersionName(backend_config_));
+  }
   if (!skipped.empty()) {
     absl::StrAppend(msg, "; backend_config not JSON, left alone: ", absl::StrJoin(skipped, ", "));
   }

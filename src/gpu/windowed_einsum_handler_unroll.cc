@@ -9,6 +9,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace weave::handler_internal {
@@ -158,36 +160,18 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
     }
   }
 
-  // The loop now runs once: a loop-carried value that nobody reads after the loop need not be
-  // computed; pass the element through instead (drops the last, wasted transfer).
-  bool only_gtes = true;
-  std::vector<bool> read(w->shape().tuple_shapes.size(), false);
-  for (HloInstruction* u : w->users()) {
-    if (u->opcode() != HloOpcode::kGetTupleElement) only_gtes = false;
-    else read[u->tuple_index] = true;
-  }
-  if (w->IsRoot()) only_gtes = false;
-  std::vector<HloInstruction*> gte_of(read.size(), nullptr);
-  for (HloInstruction* g : P->users()) {
-    if (g->opcode() == HloOpcode::kGetTupleElement && gte_of[g->tuple_index] == nullptr) {
-      gte_of[g->tuple_index] = g;
-    }
-  }
-  if (only_gtes) {
-    for (size_t j = 0; j < read.size(); ++j) {
-      if (read[j] || static_cast<int64_t>(j) == ci) continue;
-      HloInstruction* cur = root->operand(j);
-      if (cur->opcode() == HloOpcode::kGetTupleElement && cur->operand(0) == P &&
-          cur->tuple_index == static_cast<int64_t>(j)) {
-        continue;
-      }
-      if (gte_of[j] == nullptr) gte_of[j] = AddGte(body, P, j, "passthrough");
-      if (auto s = root->ReplaceOperandWith(j, gte_of[j]); !s.ok()) return s;
-      if (auto s = RemoveIfDead(body, cur); !s.ok()) return s;
-    }
-  }
+  // Every loop-carried value stays computed, also those nobody reads after the loop (the last,
+  // wasted transfer of the ring among them): removing dead elements, and the values of a
+  // one-trip loop nobody reads, is while-loop-dead-tuple-elements' job, so that the loop always
+  // keeps its dots here.
   body->RemoveDeadCode();
 
+  // XLA names the unrolled computations after the originals.
+  for (HloComputation* c : {body, L.condition}) {
+    if (!absl::StartsWith(c->name(), kUnrolledPrefix)) {
+      RenameComputation(c, absl::StrCat(kUnrolledPrefix, c->name()));
+    }
+  }
   w->SetFrontendAttribute(kTripCountOneAttr, "true");
   bool ok;
   Json cfg = ParseConfig(w->backend_config, &ok);
@@ -200,15 +184,11 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
     dots += i->opcode() == HloOpcode::kDot;
     permutes += i->opcode() == HloOpcode::kCollectivePermute;
   }
-  const int64_t permutes_before = static_cast<int64_t>(L.permutes.size());
   *msg = absl::StrFormat(
-      "%s, body holds %d dot%s and %d collective-permute%s%s",
+      "%s, body holds %d dot%s and %d collective-permute%s ('%s')",
       T == 1 ? std::string("fully unrolled (1 trip already; now marked trip-count-one)")
              : absl::StrFormat("fully unrolled: %d trips -> 1", T),
-      dots, dots == 1 ? "" : "s", permutes, permutes == 1 ? "" : "s",
-      T == 1 && permutes < permutes_before
-          ? absl::StrFormat(" (%d before: the last step's transfer was unused)", permutes_before)
-          : std::string());
+      dots, dots == 1 ? "" : "s", permutes, permutes == 1 ? "" : "s", body->name());
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "passes/cost_oracle.h"
@@ -23,14 +24,20 @@ namespace {
 using windowed_einsum::DecomposerContext;
 
 // The cost gate (passes/cost_oracle.h): one decision per candidate, asked once every structural
-// check passed. An all-gather is decided once for every dot that reads it (Q/K/V share one
-// loop: their GEMM time hides its transfers together); `left` remembers the all-gathers the gate
-// left, for the other dots' remarks. Returns true when the candidate is to be rewritten; on
-// false the missed remark is given. `note` receives the estimate for the applied remark.
-bool GateAllows(DecomposerContext& ctx, CostOracle* oracle, HloInstruction* location,
+// check passed. An all-gather is decided once for every dot that reads it (Q/K/V share one loop,
+// whose GEMMs hide its transfers together); `left` remembers the all-gathers the gate left alone,
+// with the dot whose remark says why, for the other dots' remarks.
+struct Gate {
+  CostOracle* oracle = nullptr;
+  absl::flat_hash_map<const HloInstruction*, std::string> left;
+};
+
+// Asks the gate about one candidate. True when it is to be rewritten (or there is no gate); on
+// false the missed remark is given. The estimate is appended to `note` for the applied remark.
+bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
                 std::vector<const HloInstruction*> seeds, std::string what, std::string* note) {
-  if (oracle == nullptr) return true;
-  CostEstimate e = oracle->Decide(CostQuery::WithOrWithout(
+  if (gate.oracle == nullptr) return true;
+  CostEstimate e = gate.oracle->Decide(CostQuery::WithOrWithout(
       "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
   if (e.chosen == 0) {
     ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
@@ -40,73 +47,134 @@ bool GateAllows(DecomposerContext& ctx, CostOracle* oracle, HloInstruction* loca
   return true;
 }
 
-absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, CostOracle* oracle,
-                                      HloComputation* comp) {
+// Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
+// remark when it does not. Returns whether it built the loop.
+absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruction* dot,
+                                  int side, const windowed_einsum::GatheredChain& chain,
+                                  const std::string& note) {
+  std::string why;
+  std::optional<windowed_einsum::AgPlan> plan =
+      windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
+  if (!plan) {
+    ctx.remark(dot->name(), false, why);
+    return false;
+  }
+  absl::StrAppend(&plan->note, note);
+  if (gate.oracle != nullptr) {
+    // The candidate: the all-gather, the views between it and the dot, and every dot reading
+    // the gathered value directly.
+    std::vector<const HloInstruction*> seeds = {chain.ag};
+    seeds.insert(seeds.end(), chain.ops.begin(), chain.ops.end());
+    std::vector<std::string> dots;
+    auto add_dot = [&](const HloInstruction* d) {
+      if (std::find(seeds.begin(), seeds.end(), d) == seeds.end()) seeds.push_back(d);
+      dots.push_back(absl::StrCat("'", d->name(), "'"));
+    };
+    add_dot(dot);
+    for (const HloInstruction* u : chain.ag->users()) {
+      if (u->opcode() == HloOpcode::kDot && u != dot) add_dot(u);
+    }
+    if (!GateAllows(ctx, gate, dot, seeds,
+                    absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
+                                 dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
+                    &plan->note)) {
+      gate.left[chain.ag] = dot->name();
+      return false;
+    }
+  }
+  if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
+  return true;
+}
+
+// One dot reading an all-gather: left for the handler's activation cache when a loop already
+// circulates the gathered value and the cache can serve it; else the loop goes to the best
+// consumer of the all-gather (windowed_einsum_owner.cc), which may be another dot; the others
+// are then left for the cache, or get their own loops. Returns whether `dot` was decomposed or
+// left for the cache (then its other operand is not tried); sets *changed when the module changed.
+absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, HloInstruction* dot,
+                                           int side, const windowed_einsum::GatheredChain& chain,
+                                           const std::vector<HloInstruction*>& order,
+                                           bool* changed) {
+  HloInstruction* ag = chain.ag;
+  if (auto it = gate.left.find(ag); it != gate.left.end()) {
+    if (it->second != dot->name()) {
+      ctx.remark(dot->name(), false,
+                 absl::StrCat("not decomposed: the cost gate left all-gather '", ag->name(),
+                              "' alone (see '", it->second, "')"));
+    }
+    return true;
+  }
+  if (ctx.options.duplicate_loops) {
+    absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, dot, side, chain, "");
+    if (r.ok()) *changed |= *r;
+    return r;
+  }
+  std::optional<windowed_einsum::CirculatingLoop> c =
+      windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
+  if (!c) {
+    windowed_einsum::GatheredChain owner_chain;
+    int owner_side = side;
+    std::string owner_note;
+    HloInstruction* owner = windowed_einsum::ChooseLoopOwner(
+        ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note);
+    if (owner != dot) {
+      absl::StatusOr<bool> r =
+          PlanAndBuild(ctx, gate, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
+      if (!r.ok()) return r.status();
+      *changed |= *r;
+      if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
+    } else if (!owner_note.empty()) {
+      absl::StatusOr<bool> r =
+          PlanAndBuild(ctx, gate, dot, side, chain, absl::StrCat("; ", owner_note));
+      if (r.ok()) *changed |= *r;
+      return r;
+    }
+  }
+  std::string note;
+  if (c) {
+    if (c->why_not.empty()) {
+      ctx.remark(dot->name(), false,
+                 absl::StrCat("all-gather '", ag->name(), "' already feeds windowed loop '",
+                              c->loop->name(),
+                              "' (same value, dim and ring): left for the "
+                              "handler's cache (--windowed-einsum-duplicate-loops=true gives "
+                              "each dot its own loop)"));
+      return true;
+    }
+    note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
+                        windowed_einsum::CollectiveInput(ag)->name(),
+                        "' but the handler's cache cannot serve this "
+                        "all-gather (",
+                        c->why_not, ")");
+  }
+  absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, dot, side, chain, note);
+  if (r.ok()) *changed |= *r;
+  return r;
+}
+
+absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloComputation* comp) {
   bool changed = false;
   ctx.removed.clear();
-  absl::flat_hash_map<const HloInstruction*, std::string> left;  // all-gather -> first dot
-  for (HloInstruction* instr : comp->MakeInstructionPostOrder()) {
+  const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
+  for (HloInstruction* instr : order) {
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
-        const HloInstruction* op = instr->operand(side);
-        if (op->opcode() != HloOpcode::kAllGather) {
-          // An all-gather reaching the dot through a layout/type change is a candidate this
-          // pass does not handle (XLA peels one reshape/bitcast/transpose).
-          switch (op->opcode()) {
-            case HloOpcode::kReshape:
-            case HloOpcode::kBitcast:
-            case HloOpcode::kTranspose:
-            case HloOpcode::kCopy:
-            case HloOpcode::kConvert:
-              if (op->operand_count() == 1 && op->operand(0)->opcode() == HloOpcode::kAllGather) {
-                ctx.remark(instr->name(), false,
-                           absl::StrCat(
-                               "all-gather '", op->operand(0)->name(), "' reaches the dot through ",
-                               std::string(HloOpcodeString(op->opcode())), " '", op->name(),
-                               "': unsupported pattern (the dot must read the "
-                               "all-gather directly)"));
-              }
-              break;
-            default:
-              break;
-          }
-          continue;
-        }
         std::string why;
-        std::optional<windowed_einsum::AgPlan> plan =
-            windowed_einsum::PlanAllGatherDot(ctx, instr, side, &why);
-        if (!plan) {
-          ctx.remark(instr->name(), false, why);
+        std::optional<windowed_einsum::GatheredChain> chain =
+            windowed_einsum::TraceGatheredOperand(instr, side, &why);
+        if (!chain) {
+          if (!why.empty()) ctx.remark(instr->name(), false, why);
           continue;
         }
-        if (oracle != nullptr) {
-          if (auto it = left.find(plan->ag); it != left.end()) {
-            ctx.remark(instr->name(), false,
-                       absl::StrCat("not decomposed: the cost gate left all-gather '",
-                                    plan->ag->name(), "' alone (see '", it->second, "')"));
-            continue;
-          }
-          std::vector<const HloInstruction*> seeds = {plan->ag};
-          std::vector<std::string> dots;
-          for (const HloInstruction* u : plan->ag->users()) {
-            if (u->opcode() != HloOpcode::kDot) continue;
-            seeds.push_back(u);
-            dots.push_back(absl::StrCat("'", u->name(), "'"));
-          }
-          if (!GateAllows(ctx, oracle, instr, seeds,
-                          absl::StrCat("all-gather '", plan->ag->name(), "' -> dot",
-                                       dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
-                          &plan->note)) {
-            left[plan->ag] = instr->name();
-            continue;
-          }
-        }
-        if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
-        changed = true;
-        break;
+        absl::StatusOr<bool> r =
+            DecomposeAllGatherDot(ctx, gate, instr, side, *chain, order, &changed);
+        if (!r.ok()) return r.status();
+        if (*r) break;
       }
-    } else if (instr->opcode() == HloOpcode::kReduceScatter) {
+    } else if (instr->opcode() == HloOpcode::kReduceScatter ||
+               (instr->opcode() == HloOpcode::kAsyncDone &&
+                windowed_einsum::CollectiveKind(instr) == HloOpcode::kReduceScatter)) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
@@ -114,7 +182,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, CostOracle* oracle
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (!GateAllows(ctx, oracle, instr, {plan->dot, plan->result},
+      if (!GateAllows(ctx, gate, instr, {plan->dot, plan->reduce, plan->result},
                       absl::StrCat("dot '", plan->dot->name(), "' -> reduce-scatter '",
                                    instr->name(), "'"),
                       &plan->note)) {
@@ -123,9 +191,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, CostOracle* oracle
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
       changed = true;
     } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
-               instr->operand(0)->opcode() == HloOpcode::kAllReduce &&
-               instr->operand(0)->operand_count() == 1 &&
-               instr->operand(0)->operand(0)->opcode() == HloOpcode::kDot) {
+               windowed_einsum::CollectiveKind(instr->operand(0)) == HloOpcode::kAllReduce &&
+               windowed_einsum::CollectiveInput(instr->operand(0)) != nullptr &&
+               windowed_einsum::CollectiveInput(instr->operand(0))->opcode() == HloOpcode::kDot) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
@@ -133,7 +201,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, CostOracle* oracle
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (!GateAllows(ctx, oracle, instr, {plan->dot, plan->reduce, plan->result},
+      if (!GateAllows(ctx, gate, instr, {plan->dot, plan->reduce, plan->result},
                       absl::StrCat("dot '", plan->dot->name(), "' -> all-reduce '",
                                    plan->reduce->name(), "' -> dynamic-slice '", instr->name(),
                                    "'"),
@@ -200,10 +268,36 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
     ctx.num_partitions = inferred;
   }
   bool changed = false;
+  // The computations async-starts wrap hold the collective itself: it is decomposed (or not)
+  // from the async pair in the caller, never inside the wrapper.
+  absl::flat_hash_set<const HloComputation*> wrapped;
+  for (HloComputation* c : module->computations()) {
+    for (HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart) continue;
+      for (HloComputation* callee : i->called_computations()) wrapped.insert(callee);
+    }
+  }
+  Gate gate;
+  gate.oracle = cost_oracle();
   for (HloComputation* c : module->MakeComputationPostOrder()) {
-    absl::StatusOr<bool> r = RunOnComputation(ctx, cost_oracle(), c);
+    if (wrapped.contains(c)) continue;
+    absl::StatusOr<bool> r = RunOnComputation(ctx, gate, c);
     if (!r.ok()) return r.status();
     changed |= *r;
+  }
+  if (!ctx.maybe_unused.empty()) {
+    // Wrapped computations of async collectives the loops replaced.
+    absl::flat_hash_set<const HloComputation*> called;
+    for (HloComputation* c : module->computations()) {
+      for (HloInstruction* i : c->instructions()) {
+        for (HloComputation* callee : i->called_computations()) called.insert(callee);
+      }
+    }
+    absl::flat_hash_set<const HloComputation*> done;
+    for (HloComputation* c : ctx.maybe_unused) {
+      if (called.contains(c) || !done.insert(c).second) continue;
+      if (absl::Status s = module->RemoveComputation(c); !s.ok()) return s;
+    }
   }
   if (changed && ctx.num_partitions != module->num_partitions) {
     // The loops read partition-id: the header must say how many partitions there are.

@@ -11,8 +11,9 @@
 //                 [--gpu-compute-capability=X.Y] [--<pass-option>=value ...]
 //   weave demo [--out-dir DIR] [--system NAME] [--seed S] [-v]
 //
-// Pipeline: verify -> windowed-einsum-decomposer -> windowed-einsum-handler ->
-// collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
+// Pipeline: verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
+// windowed-einsum-handler -> collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> cse ->
+// dce -> tuple-simplifier ->
 // while-loop-dead-tuple-elements -> verify.
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,7 @@
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/demo_module.h"
+#include "tools/demo_moe_module.h"
 #include "tools/report.h"
 
 namespace weave::tools {
@@ -73,6 +75,7 @@ struct Stage {
 };
 constexpr Stage kStages[] = {
     {"windowed-einsum-decomposer", "decompose"},
+    {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
@@ -559,6 +562,47 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   return kOk;
 }
 
+// `weave demo --moe`: the expert-parallel FP8 MoE FFN block, compiled once with its numerics
+// verified (the all-to-all windowed einsum forced with XLA's flag: at this size the cost gate
+// keeps the plain exchanges).
+int RunMoeDemo(const CompileOptions& demo, const std::filesystem::path& dir, uint64_t seed) {
+  std::string text(MoeDemoModuleText());
+  absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModule(text, "<weave demo module>");
+  if (!module.ok()) {
+    std::cerr << "weave demo: the built-in module does not parse: " << module.status().message()
+              << "\n";
+    return kInvalidInput;
+  }
+  CompileOptions o = demo;
+  o.command = "weave demo";
+  o.input = (dir / "input.hlo").string();
+  o.output = (dir / "output.hlo").string();
+  o.report = (dir / "report.json").string();
+  o.verify_seed = absl::StrCat(seed);
+  // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
+  // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
+  o.extras.push_back("--xla_gpu_experimental_enable_alltoall_windowed_einsum=true");
+  o.require = "windowed,fp8-gemm,fp8-wire";
+  if (absl::Status st = WriteFileAtomically(o.input, text); !st.ok()) {
+    std::cerr << "weave demo: " << st.message() << "\n";
+    return kInvalidInput;
+  }
+  std::cout << "weave demo --moe: an expert-parallel FP8 MoE FFN block on 4 partitions "
+               "(dispatch all-to-all -> FP8 expert matmuls -> combine all-to-all), each "
+               "exchange split into chunks that overlap the expert matmuls "
+               "(--xla_gpu_experimental_enable_alltoall_windowed_einsum=true: at this small "
+               "size the cost gate would keep the plain exchanges)\n\n";
+  CompileReport report;
+  int code = CompileModule(o, std::move(*module), std::cout, &report);
+  std::cout << "\nwrote " << o.input << " (input), "
+            << (code == kOk ? o.output + " (compiled), " : std::string()) << o.report
+            << " (report)\n";
+  if (code == kOk) {
+    std::cout << "try: weave compare " << o.input << " " << o.output << " --num-partitions 4\n";
+  }
+  return code;
+}
+
 void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_flag("--verify-numerics{0}", o->verify_seed,
                 "Run input and output on the reference evaluator with the same inputs (seed "
@@ -597,8 +641,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "compile",
       "Windowed einsum + FP8 pipeline on a partitioned module: verify, "
-      "windowed-einsum-decomposer, windowed-einsum-handler, collective-quantizer, dot-merger, "
-      "fp8-gemm-rewriter, cleanup, verify");
+      "windowed-einsum-decomposer, all-to-all-windowed-einsum, windowed-einsum-handler, "
+      "collective-quantizer, dot-merger, fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned HLO module ('-' = stdin)")->required();
   cmd->add_option("-o,--output", opts->output, "Where to write the compiled module ('-' = stdout)");
   AddCompileFlags(cmd, opts.get());
@@ -672,7 +716,12 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   dcmd->add_option("--system", demo->system,
                    "The system the cost gate and the estimated times are for (default h100x8)");
   dcmd->add_flag("-v,--verbose", demo->verbose, "Time and changes per pass");
-  dcmd->callback([demo, out_dir, seed, exit_code]() {
+  auto moe = std::make_shared<bool>(false);
+  dcmd->add_flag("--moe", *moe,
+                 "Compile the built-in expert-parallel FP8 MoE FFN block instead (dispatch "
+                 "all-to-all, FP8 expert matmuls, combine all-to-all; default out dir "
+                 "./weave-demo-moe)");
+  dcmd->callback([demo, out_dir, seed, moe, exit_code, dcmd]() {
     // Check the arguments before anything is created on disk.
     if (!demo->system.empty()) {
       if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo->system); !spec.ok()) {
@@ -682,11 +731,16 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       }
     }
     std::filesystem::path dir(*out_dir);
+    if (*moe && dcmd->count("--out-dir") == 0) dir = "weave-demo-moe";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) {
       std::cerr << "weave demo: cannot create " << dir.string() << ": " << ec.message() << "\n";
       *exit_code = kInvalidInput;
+      return;
+    }
+    if (*moe) {
+      *exit_code = RunMoeDemo(*demo, dir, *seed);
       return;
     }
     // The block at two sizes: the full one is compiled with the cost gate (the performance

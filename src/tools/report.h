@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,10 +88,22 @@ struct WindowedLoopInfo {
                                  // >= 5 when the matcher did not name one)
   int64_t cache_consumers_fp8 = 0;  // of which FP8 GEMM custom calls
   int64_t bytes_sent = 0;        // bytes one partition sends in one run of the loop
+  // kind "all-to-all" (all-to-all windowed einsum, gpu/all_to_all_windowed_einsum.h): the number
+  // of chunks (each one all-to-all and one partial GEMM; 0 for while loops); layout is
+  // "all-to-all->dot" (rewrite A) or "dot->all-to-all" (rewrite B), ring_size the group size,
+  // trip_count 1, name the add that sums the chunks.
+  int64_t chunks = 0;
 };
 
-// Finds the windowed loops of a module, in post order.
+// Finds the windowed loops of a module, in post order, then its all-to-all windows.
 std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module);
+
+// The all-to-all windowed einsums of a module (report_all_to_all.cc), as windowed loops of kind
+// "all-to-all"; `default_group` sizes collectives with empty replica groups.
+std::vector<WindowedLoopInfo> FindAllToAllWindowLoops(const HloModule& module,
+                                                      int64_t default_group);
+// The chunk all-to-alls of those windows (not "left alone").
+std::set<const HloInstruction*> AllToAllWindowExchanges(const HloModule& module);
 
 // A collective of the output that no rewrite took, and why.
 struct LeftAlone {
