@@ -22,6 +22,10 @@
 // extent and c = K / C. The exchanged operand may be either side of the dot (XLA: lhs only).
 // Refused (remark) when s' == cl: chunking the exchanged dim along the contraction pairs blocks
 // of different partitions, so the result would be wrong (XLA does not check this).
+// The walk from T to D may also pass element-wise steps that only involve scalars (convert, and
+// multiply/divide by a broadcast rank-0 value: the dequantization of an exchange that already
+// carries FP8); they commute with slicing and exchanging, so they are re-applied to each chunk
+// after its all-to-all (the layout ops still move before the exchange, re-created in T's type).
 // FP8: when Y is dequant(q, scale) (analysis/dequantize.h), reached through layout ops, with a
 // scalar scale proven the same on every partition, each chunk exchanges the FP8 slice of q (the
 // layout ops re-created in FP8) and is dequantized after its all-to-all, so the chunks travel in
@@ -50,8 +54,9 @@
 //    Without a cost gate (`weave opt`, `--cost-gate=off`) every valid candidate is rewritten with
 //    C = G, as XLA with its flag; that is also the fallback when the gate has no estimate.
 // Partial dots get `operation_queue_id` q0+i (q0 = the larger of the module's next free channel
-// id, as XLA, and the next unused queue id), written in the backend_config schema of
-// `xla-backend-config` (2026 default: no `wait_on_operation_queues`; 2024/2025 add an empty list).
+// id, as XLA, and the next unused queue id), written by the shared GpuBackendConfigEditor
+// (passes/gpu_backend_config.h) in the schema `xla-backend-config` selects (2026 default: no
+// `wait_on_operation_queues`; 2024/2025 add an empty list).
 // New slices, all-to-alls and adds take T's metadata; the final add takes the name of the value it
 // replaces (D for A, T for B without a chain).
 //
@@ -73,17 +78,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
-
-enum class BackendConfigSchema { k2024, k2025, k2026 };
 
 struct AllToAllWindowedEinsumOptions {
   std::optional<bool> xla_enable;   // xla_gpu_experimental_enable_alltoall_windowed_einsum
   int64_t chunks = 0;               // all-to-all-windowed-einsum-chunks (0: model, or G if forced)
   int64_t max_chunks = 32;          // all-to-all-windowed-einsum-max-chunks
-  BackendConfigSchema schema = BackendConfigSchema::k2026;  // xla-backend-config
+  XlaBackendConfigVersion schema = kDefaultXlaBackendConfig;  // xla-backend-config
   bool unsafe_split_contracting = false;  // tests only (see the file comment)
   bool allow_a = true, allow_b = true;    // all-to-all-windowed-einsum-rewrite
 };
@@ -106,20 +110,6 @@ class AllToAllWindowedEinsum : public HloPass {
  private:
   AllToAllWindowedEinsumOptions options_;
 };
-
-// The structure the rewrite leaves, found again in any module (ours or XLA's handler output):
-// an add chain `add(X_{C-1}, ... add(X_0, broadcast(0)))` of C >= 2 chunks where every X_i is an
-// all-to-all of a GEMM (B) or a GEMM (dot or cuBLAS custom call, through get-tuple-element /
-// slice / reshape / bitcast / copy) reading an all-to-all through layout and dequantization ops
-// (A). Used by the compile report ("windowed_loops", kind all-to-all).
-struct AllToAllWindow {
-  bool exchange_first = true;  // A: all-to-all -> dot; B: dot -> all-to-all
-  const HloInstruction* result = nullptr;           // the last add
-  std::vector<const HloInstruction*> all_to_alls;   // one per chunk, in chain order
-  std::vector<const HloInstruction*> gemms;         // one per chunk
-  int64_t group_size = 0;
-};
-std::vector<AllToAllWindow> FindAllToAllWindows(const HloComputation& computation);
 
 // Dimension of `to` that a reshape from `from` leaves intact when it keeps dimension `dim` of
 // `from` whole (same extent, not merged with or split into other non-degenerate dims, as XLA's
