@@ -763,6 +763,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   num["num_partitions"] = r.numerics.num_partitions;
   num["estimated_bytes"] = r.numerics.estimated_bytes;
   if (!r.numerics.skipped.empty()) num["skipped"] = r.numerics.skipped;
+  if (!r.numerics.scaled_copy.empty()) num["scaled_copy"] = r.numerics.scaled_copy;
   j["numerics"] = num;
   if (r.sim.requested) {
     json s;
@@ -895,6 +896,9 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
           r.numerics.pass ? "PASS" : "FAIL",
           CountOf(r.numerics.num_partitions, "partition", "partitions"), r.numerics.seed,
           r.numerics.max_abs_error, r.numerics.max_rel_error, r.numerics.mismatches);
+      if (!r.numerics.scaled_copy.empty()) {
+        absl::StrAppend(&o, "  on a scaled copy: ", r.numerics.scaled_copy, "\n");
+      }
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", r.numerics.skipped, "\n");
     }

@@ -141,6 +141,8 @@ struct NumericsRecord {
   std::string summary;   // the comparison table
   double max_abs_error = 0, max_rel_error = 0;
   int64_t mismatches = 0;
+  // Set when the check ran on a scaled copy of the module (weave demo): what was verified.
+  std::string scaled_copy;
 };
 
 struct SimRecord {
