@@ -157,7 +157,7 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
     std::string out = Tmp(entry.path().filename().string());
     CmdResult r = Sh(Weave() + " compile -q '" + entry.path().string() + "' -o '" + out + "'");
     if (r.code == 1) {
-      EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
+      EXPECT_THAT(r.out, HasSubstr("CustomSPMDPartitioning calls"));
       EXPECT_FALSE(fs::exists(out));
       continue;
     }
@@ -169,14 +169,24 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
   EXPECT_GE(compiled, 5);
 }
 
-TEST_F(CompileE2E, RefusesUnpartitionedModule) {
+// The DeepSeek dump is global (it would be partitioned first) but has 9 CustomSPMDPartitioning
+// calls: exit 1 listing each by name, target and op_name, with the dump to take instead.
+TEST_F(CompileE2E, DeclinesCustomSpmdPartitioning) {
   std::string out = Tmp("ds.hlo");
   CmdResult r = Sh(Weave() + " compile -q '" +
              Shared("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo") +
              "' -o '" + out + "'");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
-  EXPECT_THAT(r.out, HasSubstr("num_partitions=4"));
+  EXPECT_THAT(r.out, HasSubstr("has 9 CustomSPMDPartitioning calls"));
+  size_t listed = 0;
+  for (size_t p = r.out.find("custom_call_target=\"CustomSPMDPartitioning\", op_name=\"");
+       p != std::string::npos;
+       p = r.out.find("custom_call_target=\"CustomSPMDPartitioning\", op_name=\"", p + 1)) {
+    ++listed;
+  }
+  EXPECT_EQ(listed, 9u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("op_name=\"moe_layers/DeepSeekMoeBlock_0/custom_partitioning\""));
+  EXPECT_THAT(r.out, HasSubstr("after XLA's `spmd-partitioning` pass"));
   EXPECT_FALSE(fs::exists(out));
 }
 
