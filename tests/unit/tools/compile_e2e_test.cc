@@ -235,11 +235,16 @@ TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
   EXPECT_THAT(r.out, HasSubstr("on a scaled copy"));
-  for (const char* f : {"input.hlo", "output.hlo", "scaled_input.hlo", "scaled_output.hlo"}) {
+  for (const char* f : {"input.hlo", "partitioned.hlo", "output.hlo", "scaled_input.hlo",
+                        "scaled_output.hlo"}) {
     EXPECT_TRUE(fs::exists(d + "/" + f)) << f;
   }
   nlohmann::json j = ReadJson(d + "/report.json");
   ASSERT_FALSE(j.is_discarded());
+  // The demo starts from the global module: partitioned first, verified against it.
+  EXPECT_EQ(j["input_form"], "global");
+  EXPECT_EQ(j["partitioned_from_global"], true);
+  EXPECT_EQ(j["numerics"]["reference"], "the global module on 1 device");
   EXPECT_EQ(j["fired"]["windowed"], true);
   EXPECT_EQ(j["fired"]["fp8-gemm"], true);
   EXPECT_EQ(j["fired"]["fp8-wire"], true);
@@ -261,9 +266,15 @@ TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
     }
   }
   EXPECT_EQ(static_cast<int>(j["windowed_loops"].size()), rewritten);
-  int ag = 0;
-  for (const auto& l : j["windowed_loops"]) ag += l["kind"] == "all-gather" ? 1 : 0;
-  EXPECT_EQ(ag, 2);
+  // At least the gate/up all-gather loop (with its cache user) and the two reduce-scatter loops;
+  // the Q/K/V loop is decided by the model (left at this size on h100x8).
+  int ag = 0, rs = 0;
+  for (const auto& l : j["windowed_loops"]) {
+    ag += l["kind"] == "all-gather" ? 1 : 0;
+    rs += l["kind"] == "reduce-scatter" ? 1 : 0;
+  }
+  EXPECT_GE(ag, 1);
+  EXPECT_EQ(rs, 2);
   CmdResult v = Sh(Weave() + " verify '" + d + "/output.hlo'");
   EXPECT_EQ(v.code, 0) << v.out;
   // The scaled copy took the same decisions and verifies against its input.
