@@ -251,27 +251,9 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
 
   // After the loop: the cache (dequantized in the FP8 case) replaces the all-gathers.
   HloInstruction* cache = AddGte(comp, w, n, "cache_out");
-  std::vector<std::pair<const DequantMatch*, HloInstruction*>> dequants;
   int64_t rewired = 0;
   std::vector<std::string> kept;
   for (CacheUse& u : uses) {
-    HloInstruction* value = cache;
-    if (u.dequant) {
-      HloInstruction* found = nullptr;
-      for (auto& [dm, v] : dequants) {
-        if (dm->scale == u.dequant->scale && dm->is_divide == u.dequant->is_divide &&
-            dm->wide_type == u.dequant->wide_type) {
-          found = v;
-        }
-      }
-      if (found == nullptr) {
-        found = BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
-                                u.dequant->wide_type, u.all_gather->shape(),
-                                u.dequant->broadcast->dimensions);
-        dequants.push_back({&*u.dequant, found});
-      }
-      value = found;
-    }
     std::vector<HloInstruction*> readers;
     for (HloInstruction* r : u.all_gather->users()) {
       if (IsAncestorOfWhile(r, w)) {
@@ -282,10 +264,18 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     }
     rewired += static_cast<int64_t>(readers.size());
     const bool was_root = u.all_gather->IsRoot();
-    if (!readers.empty()) {
-      if (auto s = u.all_gather->ReplaceUsesWith(readers, value); !s.ok()) return s;
+    // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
+    // that the FP8 GEMM rewriter folds it into that reader's GEMM.
+    auto value_for = [&]() {
+      if (!u.dequant) return cache;
+      return BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
+                             u.dequant->wide_type, u.all_gather->shape(),
+                             u.dequant->broadcast->dimensions);
+    };
+    for (HloInstruction* r : readers) {
+      if (auto s = u.all_gather->ReplaceUsesWith({r}, value_for()); !s.ok()) return s;
     }
-    if (was_root) comp->set_root(value);
+    if (was_root) comp->set_root(value_for());
     const std::string& ag_name = u.all_gather->name();
     remark_(ag_name, true,
             absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
