@@ -251,27 +251,9 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
 
   // After the loop: the cache (dequantized in the FP8 case) replaces the all-gathers.
   HloInstruction* cache = AddGte(comp, w, n, "cache_out");
-  std::vector<std::pair<const DequantMatch*, HloInstruction*>> dequants;
   int64_t rewired = 0;
   std::vector<std::string> kept;
   for (CacheUse& u : uses) {
-    HloInstruction* value = cache;
-    if (u.dequant) {
-      HloInstruction* found = nullptr;
-      for (auto& [dm, v] : dequants) {
-        if (dm->scale == u.dequant->scale && dm->is_divide == u.dequant->is_divide &&
-            dm->wide_type == u.dequant->wide_type) {
-          found = v;
-        }
-      }
-      if (found == nullptr) {
-        found = BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
-                                u.dequant->wide_type, u.all_gather->shape(),
-                                u.dequant->broadcast->dimensions);
-        dequants.push_back({&*u.dequant, found});
-      }
-      value = found;
-    }
     std::vector<HloInstruction*> readers;
     for (HloInstruction* r : u.all_gather->users()) {
       if (IsAncestorOfWhile(r, w)) {
@@ -282,10 +264,18 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     }
     rewired += static_cast<int64_t>(readers.size());
     const bool was_root = u.all_gather->IsRoot();
-    if (!readers.empty()) {
-      if (auto s = u.all_gather->ReplaceUsesWith(readers, value); !s.ok()) return s;
+    // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
+    // that the FP8 GEMM rewriter folds it into that reader's GEMM.
+    auto value_for = [&]() {
+      if (!u.dequant) return cache;
+      return BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
+                             u.dequant->wide_type, u.all_gather->shape(),
+                             u.dequant->broadcast->dimensions);
+    };
+    for (HloInstruction* r : readers) {
+      if (auto s = u.all_gather->ReplaceUsesWith({r}, value_for()); !s.ok()) return s;
     }
-    if (was_root) comp->set_root(value);
+    if (was_root) comp->set_root(value_for());
     const std::string& ag_name = u.all_gather->name();
     remark_(ag_name, true,
             absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
@@ -308,17 +298,30 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
                                                 const std::vector<HloInstruction*>& loops,
                                                 const std::vector<HloInstruction*>& gathers) {
   bool changed = false;
-  // All-gathers: which loop, if any, already circulates the gathered value.
-  absl::flat_hash_map<HloInstruction*, HloInstruction*> by_value;  // loop operand -> while
+  // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
+  //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
+  struct Circulated {
+    HloInstruction* loop = nullptr;
+    std::optional<DequantMatch> dequant;  // set: the all-gather reads the value dequantized
+  };
+  absl::flat_hash_map<HloInstruction*, Circulated> by_value;
   std::unordered_map<HloInstruction*, WindowedLoop> matched;
   for (HloInstruction* w : loops) {
     auto L = MatchWindowedLoop(w);
-    if (!L) return absl::InternalError("loop no longer recognised after the FP8 shift");
+    if (!L) continue;  // the driver says so when it matches the loop again
     if (L->kind == WindowedLoopKind::kAllGather) {
-      by_value.emplace(L->init->operand(L->windowed_operand), w);
+      by_value.emplace(L->init->operand(L->windowed_operand), Circulated{w, std::nullopt});
+      if (auto it = shifted_.find(w); it != shifted_.end()) {
+        const int64_t j = L->windowed_operand;
+        by_value.emplace(it->second.wide[j], Circulated{w, it->second.dq[j]});
+      }
     }
     matched.emplace(w, std::move(*L));
   }
+
+  // 2. Each all-gather: the loop that circulates its value, then the proof that the loop visits
+  //    exactly the gathered blocks (MatchAllGather) and that a dequantization after the loop
+  //    gives what each partition gathered.
   std::map<int64_t, std::pair<HloInstruction*, std::vector<CacheUse>>> caches;  // by position
   for (HloInstruction* ag : gathers) {
     if (ag->operand_count() != 1) {
@@ -329,31 +332,24 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     CacheUse use;
     HloInstruction* w = nullptr;
     if (auto it = by_value.find(x); it != by_value.end()) {
-      w = it->second;
+      w = it->second.loop;
+      use.dequant = it->second.dequant;
     } else if (auto m = MatchDequantize(x)) {
       auto it2 = by_value.find(m->q);
-      if (it2 != by_value.end()) {
-        const WindowedLoop& L = matched.at(it2->second);
+      if (it2 != by_value.end() && !it2->second.dequant) {
+        const WindowedLoop& L = matched.at(it2->second.loop);
         if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
           remark_(ag->name(), false, "not cached: gathers a dequantization of the loop's FP8 "
                                      "operand, but the loop circulates it wide");
           continue;
         }
-        std::string why;
         if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
           remark_(ag->name(), false, "not cached: its dequantization has no scalar scale or no "
                                      "bf16/f16/f32 wide type");
           continue;
         }
-        if (!IsSameOnAllPartitions(m->scale, &why)) {
-          remark_(ag->name(), false,
-                  absl::StrCat("not cached: the scale '", m->scale->name(),
-                               "' of the gathered dequantization is not proven the same on every "
-                               "partition (", why, ")"));
-          continue;
-        }
         use.dequant = *m;
-        w = it2->second;
+        w = it2->second.loop;
       }
     }
     if (w == nullptr) {
@@ -374,6 +370,26 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
       remark_(ag->name(), false, absl::StrCat("not cached in loop '", w->name(), "': ", why));
       continue;
     }
+    if (use.dequant) {
+      // Each partition gathered its neighbours' shards dequantized with their own scales; the
+      // cache is dequantized after the loop with the local one: they must agree within each
+      // group of the all-gather (the ring's groups, checked above).
+      ReplicationProof proof = ProveSameWithinGroups(use.dequant->scale, GatherGroups(ag));
+      if (!proof.proven) {
+        remark_(ag->name(), false,
+                absl::StrCat("not cached: the scale '", use.dequant->scale->name(),
+                             "' of the gathered dequantization is not proven the same on every "
+                             "partition of the all-gather's groups (",
+                             proof.why, ")"));
+        continue;
+      }
+      if (std::string note = UnannotatedNote(proof); !note.empty()) {
+        analysis_(ag->name(), absl::StrCat("the scale '", use.dequant->scale->name(),
+                                           "' of the gathered dequantization agrees within each "
+                                           "all-gather group: ",
+                                           note));
+      }
+    }
     auto& entry = caches[position_.at(w)];
     entry.first = w;
     if (!entry.second.empty() && entry.second[0].dim != use.dim) {
@@ -383,6 +399,8 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     }
     entry.second.push_back(use);
   }
+
+  // 3. One cache per loop, shared by its all-gathers.
   for (auto& [pos, entry] : caches) {
     HloInstruction* w = entry.first;
     std::string msg;
@@ -392,6 +410,11 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     changed |= *r;
   }
   return changed;
+}
+
+std::vector<std::vector<int64_t>> Handler::GatherGroups(const HloInstruction* ag) const {
+  if (ag->replica_groups && !ag->replica_groups->groups.empty()) return ag->replica_groups->groups;
+  return {};  // one group of every partition
 }
 
 }  // namespace weave::handler_internal

@@ -678,7 +678,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--dot-merger-threshold-mb,--xla_gpu_dot_merger_threshold_mb",
                   opts->dot_merger_mb, "dot-merger size limit in MB");
   cmd->add_option("--gpu-compute-capability", opts->compute_capability,
-                  "Target compute capability for FP8 GEMMs (default 9.0; below 8.9 no FP8 GEMM)");
+                  "Target GPU for FP8 GEMMs: CUDA compute capability (default 9.0; below 8.9 no "
+                  "FP8 GEMM) or a ROCm arch (gfx942: FNUZ FP8, gfx950/gfx12: E4M3FN/E5M2)");
   cmd->allow_extras();
   cmd->callback([opts, cmd, exit_code]() {
     opts->extras = cmd->remaining();

@@ -659,7 +659,14 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
   double share_b = report->before.bytes_sent ? double(fb) / double(report->before.bytes_sent) : 0;
   double share_a = report->after.bytes_sent ? double(fa) / double(report->after.bytes_sent) : 0;
   report->fired["fp8-wire"] = applied_by("collective-quantizer") || share_a > share_b;
-  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before);
+  // Also when the loop whose cache serves the all-gathers lost its dots to the cleanup (its own
+  // result unread: only the ring and the cache remain, no longer a windowed loop in the table).
+  const bool cache_remark = std::any_of(
+      report->remarks.begin(), report->remarks.end(), [](const Remark& r) {
+        return r.applied && r.pass == "windowed-einsum-handler" &&
+               r.message.rfind("all-gather replaced by the activation cache", 0) == 0;
+      });
+  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before) || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
 }
 
