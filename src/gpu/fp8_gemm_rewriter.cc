@@ -489,7 +489,9 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     if (m->kind == Fp8OperandMatch::Kind::kScaled &&
         !(m->scale->shape().IsArray() && m->scale->shape().rank() == 0)) {
       return absl::StrCat("scale '", m->scale->name(), "' of '", m->fp8->name(),
-                          "' is not a scalar (", m->scale->shape().ToString(false), ")");
+                          "' is not a scalar (", m->scale->shape().ToString(false),
+                          "): a per-row/per-channel scale, which cuBLASLt's FP8 GEMM (one scalar "
+                          "scale per operand) cannot take; the dot stays dequantize + dot");
     }
   }
   const PrimitiveType out_t = dot->shape().element_type;

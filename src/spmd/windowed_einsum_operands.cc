@@ -480,7 +480,9 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
   if (pre.q != nullptr) {
     const bool scalar_pre = pre.steps.size() == 2 && !pre_vector;
     carry_fp8 = true;
-    if (scalar_pre && post_steps.empty()) {
+    // (Only without views: the handler does not look through views between the dequantization
+    // and the loop, so with views the decomposer carries the FP8 value itself.)
+    if (scalar_pre && post_steps.empty() && pre.views.empty() && post_views.empty()) {
       // XLA's layout, which the handler shifts itself: leave it to the handler when it will.
       std::optional<DequantMatch> wm = MatchDequantize(pre.steps[1].instr);
       HloInstruction* sv = stat;

@@ -151,6 +151,10 @@ def main():
     ap.add_argument("--scale-groups", default=None,
                     help="ag --quant post --scale row: gather the row scale over these groups")
     ap.add_argument("--weight", choices=["fp8", "wide"], default=None)
+    ap.add_argument("--consumer-weights", default=None,
+                    help="ag: per consumer, fp8|wide (comma-separated), and --consumer-cols: "
+                         "per consumer output columns (the owner choice tests)")
+    ap.add_argument("--consumer-cols", default=None)
     ap.add_argument("--view", choices=["none", "transpose", "reshape", "reshape-bad"],
                     default="none")
     ap.add_argument("--async", dest="async_", action="store_true")
@@ -226,9 +230,13 @@ def main():
         s = m.scalar_scale("xs", a.scale)
         return m.dequant("xd", g, full, s, []), wide
 
-    def weight(name, dims, col_dim=None):
+    cweights = a.consumer_weights.split(",") if a.consumer_weights else None
+    ccols = [int(c) for c in a.consumer_cols.split(",")] if a.consumer_cols else None
+
+    def weight(name, dims, col_dim=None, mode_override=None):
         """The stationary operand: dequantized FP8 (a per-column scale with --scale row) or wide."""
-        if wmode != "fp8":
+        wm = wmode if mode_override is None else ("fp8" if mode_override == "fp8" else "plain")
+        if wm != "fp8":
             return m.param(name, wide, dims)
         q = m.param(name + "q", fp8t, dims)
         if a.scale == "row" and col_dim is not None:
@@ -306,8 +314,12 @@ def main():
             results.append(("early", shape(gtype, full)))
         for c in range(a.consumers):
             if a.side == "lhs":
-                w = weight(f"w{c}", rhs_dims, col_dim=1)
-                out = dot_out(full, rhs_dims, 2, 0)
+                wd = list(rhs_dims)
+                if ccols:
+                    wd[1] = ccols[c]
+                w = weight(f"w{c}", wd, col_dim=1,
+                           mode_override=cweights[c] if cweights else None)
+                out = dot_out(full, wd, 2, 0)
                 m.lines.append(f"  y{c} = {shape(wide, out)} dot({xg}, {w}), "
                                "lhs_contracting_dims={2}, rhs_contracting_dims={0}")
             else:
