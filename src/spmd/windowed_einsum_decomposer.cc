@@ -29,7 +29,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, i
   std::optional<windowed_einsum::AgPlan> plan =
       windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
   if (!plan) {
-    ctx.remark(dot->name(), false, why);
+    ctx.remark(dot->name(), false, why, windowed_einsum::CollectiveNames(chain.ag));
     return false;
   }
   absl::StrAppend(&plan->note, note);
@@ -80,7 +80,8 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
                               c->loop->name(),
                               "' (same value, dim and ring): left for the "
                               "handler's cache (--windowed-einsum-duplicate-loops=true gives "
-                              "each dot its own loop)"));
+                              "each dot its own loop)"),
+                 windowed_einsum::CollectiveNames(ag));
       return true;
     }
     note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
@@ -103,10 +104,15 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
         std::string why;
+        HloInstruction* stuck = nullptr;
         std::optional<windowed_einsum::GatheredChain> chain =
-            windowed_einsum::TraceGatheredOperand(instr, side, &why);
+            windowed_einsum::TraceGatheredOperand(instr, side, &why, &stuck);
         if (!chain) {
-          if (!why.empty()) ctx.remark(instr->name(), false, why);
+          if (!why.empty()) {
+            ctx.remark(
+                instr->name(), false, why,
+                stuck ? windowed_einsum::CollectiveNames(stuck) : std::vector<std::string>{});
+          }
           continue;
         }
         absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, *chain, order, &changed);
@@ -120,7 +126,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
       if (!plan) {
-        ctx.remark(instr->name(), false, why);
+        ctx.remark(instr->name(), false, why, windowed_einsum::CollectiveNames(instr));
         continue;
       }
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
@@ -133,7 +139,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
       if (!plan) {
-        ctx.remark(instr->name(), false, why);
+        ctx.remark(instr->name(), false, why, windowed_einsum::CollectiveNames(instr->operand(0)));
         continue;
       }
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
@@ -185,8 +191,13 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
   DecomposerContext ctx;
   ctx.module = module;
   ctx.options = options_;
-  ctx.remark = [this](const std::string& loc, bool applied, const std::string& msg) {
-    AddRemark(loc, applied, msg);
+  ctx.sink = [this](const std::string& loc, bool applied, const std::string& msg,
+                    const std::vector<std::string>& about) {
+    if (about.empty()) {
+      AddRemark(loc, applied, msg);
+    } else {
+      AddRemark(loc, applied, msg, about);
+    }
   };
   ctx.next_channel = module->NextChannelId();
   ctx.num_partitions = module->num_partitions;
