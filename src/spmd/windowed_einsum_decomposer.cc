@@ -36,12 +36,14 @@ struct Gate {
 // Asks the gate about one candidate. True when it is to be rewritten (or there is no gate); on
 // false the missed remark is given. The estimate is appended to `note` for the applied remark.
 bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
-                std::vector<const HloInstruction*> seeds, std::string what, std::string* note) {
+                const HloInstruction* about, std::vector<const HloInstruction*> seeds,
+                std::string what, std::string* note) {
   if (gate.oracle == nullptr) return true;
   CostEstimate e = gate.oracle->Decide(CostQuery::WithOrWithout(
       "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
   if (e.chosen == 0) {
-    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
+               windowed_einsum::CollectiveNames(about));
     return false;
   }
   absl::StrAppend(note, "; ", e.Note());
@@ -65,7 +67,8 @@ bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* loca
   }
   CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
-    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
+               windowed_einsum::CollectiveNames(plan.reduce));
     return false;
   }
   *ring = e.chosen == 2;
@@ -100,7 +103,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
     for (const HloInstruction* u : chain.ag->users()) {
       if (u->opcode() == HloOpcode::kDot && u != dot) add_dot(u);
     }
-    if (!GateAllows(ctx, gate, dot, seeds,
+    if (!GateAllows(ctx, gate, dot, chain.ag, seeds,
                     absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
                                  dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
                     &plan->note)) {
@@ -126,7 +129,8 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
     if (it->second != dot->name()) {
       ctx.remark(dot->name(), false,
                  absl::StrCat("not decomposed: the cost gate left all-gather '", ag->name(),
-                              "' alone (see '", it->second, "')"));
+                              "' alone (see '", it->second, "')"),
+                 windowed_einsum::CollectiveNames(ag));
     }
     return true;
   }
