@@ -84,7 +84,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   AddCompileFlags(cmd, opts.get());
   cmd->add_option("--require", opts->require,
                   "Comma list of rewrites that must fire (windowed, fp8-gemm, fp8-wire, cache, "
-                  "dot-merger); exit 4 otherwise");
+                  "dot-merger, windowed-in-ring, windowed-ring-rs); exit 4 otherwise");
   cmd->add_flag("--no-decompose", opts->no_decompose, "Skip windowed-einsum-decomposer");
   cmd->add_flag("--no-handler", opts->no_handler, "Skip windowed-einsum-handler");
   cmd->add_flag("--no-quantize", opts->no_quantize, "Skip collective-quantizer");

@@ -36,6 +36,7 @@ constexpr Stage kStages[] = {
     {"windowed-einsum-decomposer", "decompose"},
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
+    {"windowed-einsum-consumers-in-ring", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
     {"fp8-gemm-rewriter", "fp8-gemm"},
@@ -359,10 +360,10 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
   }
   if (code == kRequiredMissing) {
     std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
-              << " did not fire anywhere in " << o.input
-              << (o.quiet ? "; run without -q to see the remarks that say why"
-                          : "; the remarks above say why")
-              << ". The output was not written\n";
+              << " did not fire anywhere in " << o.input << ". The output was not written\n";
+    for (const std::string& m : missing) {
+      std::cerr << "  " << m << ": " << ExplainMissingRewrite(m, report->remarks) << "\n";
+    }
     return code;
   }
   if (code == kNumericsNotVerified) {

@@ -41,6 +41,15 @@ std::string CollectiveBaseName(const HloInstruction& instr) {
       return "collective-permute";
     case HloOpcode::kCollectiveBroadcast:
       return "collective-broadcast";
+    case HloOpcode::kAsyncStart:
+      // The sugared form (reduce-scatter-start, all-to-all-start) is the collective itself; an
+      // unsugared async-start is counted through the computation it wraps.
+      for (const char* base : {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                               "ragged-all-to-all", "collective-permute",
+                               "collective-broadcast"}) {
+        if (instr.async_sugar == base) return base;
+      }
+      return "";
     default:
       return "";
   }
@@ -354,6 +363,18 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     if (info->cache_index >= 0 ? u->tuple_index != info->cache_index : u->tuple_index < 5) {
       continue;
     }
+    if (info->cache_index < 0 && root && root->opcode() == HloOpcode::kTuple &&
+        u->tuple_index < root->operand_count()) {
+      // An output the body fills with GEMM results (e.g. a consumer computed in the ring,
+      // windowed-einsum-consumers-in-ring) is not a cache.
+      const HloInstruction* x = root->operand(u->tuple_index);
+      bool from_gemm = false;
+      while (x->opcode() == HloOpcode::kDynamicUpdateSlice && x->operand_count() >= 2) {
+        from_gemm = from_gemm || dep_gemm[x->operand(1)];
+        x = x->operand(0);
+      }
+      if (from_gemm) continue;
+    }
     if (!u->shape().IsArray() || u->shape().rank() == 0) continue;
     std::vector<std::pair<const HloInstruction*, int>> stack{{u, 0}};
     std::set<const HloInstruction*> visited;
@@ -535,85 +556,37 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   }
   // The chunk exchanges of all-to-all windowed einsums are part of their window.
   for (const HloInstruction* a : AllToAllWindowExchanges(module)) loop_shifts.insert(a);
-  std::map<std::string, std::vector<const Remark*>> missed;
-  for (const Remark& r : remarks) {
-    if (r.missed()) missed[r.location].push_back(&r);
-  }
-  auto pass_rank = [](const std::string& p) {
-    if (p == "windowed-einsum-decomposer" || p == "all-to-all-windowed-einsum") return 0;
-    if (p == "windowed-einsum-handler") return 1;
-    if (p == "collective-quantizer") return 2;
-    return 3;
-  };
-  auto find_reason = [&](const std::vector<const HloInstruction*>& around) -> std::string {
-    const Remark* best = nullptr;
-    for (const HloInstruction* x : around) {
-      // collective-quantizer renames what it moves to FP8 `<name>.fp8`: remarks made before it
-      // name the original.
-      std::vector<std::string> names = {x->name()};
-      const std::string& n = x->name();
-      if (n.size() > 4 && n.compare(n.size() - 4, 4, ".fp8") == 0) {
-        names.push_back(n.substr(0, n.size() - 4));
-      }
-      for (const std::string& name : names) {
-        auto it = missed.find(name);
-        if (it == missed.end()) continue;
-        for (const Remark* r : it->second) {
-          if (!best || pass_rank(r->pass) < pass_rank(best->pass)) best = r;
-        }
-      }
+  // Computations an async-start wraps: their collective is listed as the async-start.
+  std::set<const HloComputation*> wrapped;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart || !i->async_sugar.empty()) continue;
+      for (const HloComputation* w : i->called_computations()) wrapped.insert(w);
     }
-    return best ? absl::StrCat(best->pass, ": ", best->message) : "";
-  };
-
+  }
   int64_t default_group = DefaultGroup(module, 0);
   std::vector<LeftAlone> out;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
-    if (in_loops.count(c)) continue;
+    if (in_loops.count(c) || wrapped.count(c)) continue;
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
       std::string base = CollectiveBaseName(*i);
+      const HloInstruction* wrapped_root = nullptr;
+      if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty() &&
+          !i->called_computations().empty() && i->called_computations()[0]->root() != nullptr) {
+        wrapped_root = i->called_computations()[0]->root();
+        base = CollectiveBaseName(*wrapped_root);
+      }
       if (base.empty() || loop_shifts.count(i)) continue;
       LeftAlone la;
       la.name = i->name();
       la.opcode = std::string(HloOpcodeString(i->opcode()));
       la.shape = i->shape().ToString(false);
-      la.bytes_sent = CollectiveBytesSent(*i, default_group);
-      std::vector<const HloInstruction*> around{i};
-      for (const HloInstruction* u : i->users()) {
-        around.push_back(u);
-        for (const HloInstruction* uu : u->users()) around.push_back(uu);
+      la.bytes_sent = CollectiveBytesSent(wrapped_root ? *wrapped_root : *i, default_group);
+      la.reason = ReasonFromRemarks(*i, remarks);
+      if (la.reason.empty() && wrapped_root != nullptr) {
+        la.reason = ReasonFromRemarks(*wrapped_root, remarks);
       }
-      for (const HloInstruction* o : i->operands()) {
-        around.push_back(o);
-        for (const HloInstruction* oo : o->operands()) around.push_back(oo);
-      }
-      la.reason = find_reason(around);
-      if (la.reason.empty()) {
-        bool feeds_gemm = false, fed_by_gemm = false;
-        for (const HloInstruction* u : i->users()) {
-          if (IsGemm(*u)) feeds_gemm = true;
-          for (const HloInstruction* uu : u->users()) feeds_gemm = feeds_gemm || IsGemm(*uu);
-        }
-        for (const HloInstruction* o : i->operands()) {
-          if (IsGemm(*o)) fed_by_gemm = true;
-          for (const HloInstruction* oo : o->operands()) fed_by_gemm = fed_by_gemm || IsGemm(*oo);
-        }
-        if (base == "all-gather") {
-          la.reason = feeds_gemm ? "no pass reported a candidate here"
-                                 : "no dot consumes the gathered value";
-        } else if (base == "reduce-scatter") {
-          la.reason = fed_by_gemm ? "no pass reported a candidate here"
-                                  : "its operand is not produced by a dot";
-        } else if (base == "all-reduce") {
-          la.reason = fed_by_gemm ? "all-reduce of a dot's result: not followed by a "
-                                    "dynamic-slice at partition-id (no reduce-scatter form)"
-                                  : "all-reduce not fed by a dot: nothing to window";
-        } else if (base == "collective-permute") {
-          la.reason = "collective-permute outside a windowed loop: kept as is";
-        } else {
-          la.reason = absl::StrCat(base, ": Weave has no windowed form for it");
-        }
-      }
+      if (la.reason.empty()) la.reason = StructuralReason(*i, base);
       out.push_back(std::move(la));
     }
   }
@@ -622,7 +595,8 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
 
 const std::vector<std::string>& RewriteNames() {
   static const std::vector<std::string> names = {"windowed", "fp8-gemm", "fp8-wire", "cache",
-                                                 "dot-merger"};
+                                                 "dot-merger", "windowed-in-ring",
+                                                 "windowed-ring-rs"};
   return names;
 }
 
@@ -659,8 +633,23 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
   double share_b = report->before.bytes_sent ? double(fb) / double(report->before.bytes_sent) : 0;
   double share_a = report->after.bytes_sent ? double(fa) / double(report->after.bytes_sent) : 0;
   report->fired["fp8-wire"] = applied_by("collective-quantizer") || share_a > share_b;
-  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before);
+  // Also when the loop whose cache serves the all-gathers lost its dots to the cleanup (its own
+  // result unread: only the ring and the cache remain, no longer a windowed loop in the table).
+  const bool cache_remark = std::any_of(
+      report->remarks.begin(), report->remarks.end(), [](const Remark& r) {
+        return r.applied && r.pass == "windowed-einsum-handler" &&
+               r.message.rfind("all-gather replaced by the activation cache", 0) == 0;
+      });
+  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before) || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
+  // Every consumer of an all-gather computed in the ring (windowed-einsum-consumers-in-ring), and
+  // reduce-scatter loops in the ring layout (N-1 transfers; spmd/windowed_einsum_rs_ring.h).
+  report->fired["windowed-in-ring"] = applied_by("windowed-einsum-consumers-in-ring");
+  bool ring_rs = false;
+  for (const WindowedLoopInfo& l : report->loops) {
+    ring_rs |= l.body.find("windowed_dot_general_body_rs_ring") != std::string::npos;
+  }
+  report->fired["windowed-ring-rs"] = ring_rs;
 }
 
 std::string FormatBytes(int64_t bytes) {
@@ -741,11 +730,13 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   j["collectives_left_alone"] = left;
   json remarks = json::array();
   for (const Remark& m : r.remarks) {
-    remarks.push_back({{"pass", m.pass},
-                       {"location", m.location},
-                       {"applied", m.applied},
-                       {"kind", m.applied ? "applied" : m.analysis ? "analysis" : "missed"},
-                       {"message", m.message}});
+    json rm = {{"pass", m.pass},
+               {"location", m.location},
+               {"applied", m.applied},
+               {"kind", m.applied ? "applied" : m.analysis ? "analysis" : "missed"},
+               {"message", m.message}};
+    if (!m.about.empty()) rm["about"] = m.about;
+    remarks.push_back(rm);
   }
   j["remarks"] = remarks;
   j["fired"] = r.fired;
