@@ -277,11 +277,15 @@ int64_t QueueIdOf(const HloInstruction& instr) {
 struct Fp8Source {
   DequantMatch dq;
   std::vector<HloInstruction*> ops;  // layout ops from the dequantization down to Y
+  std::string assumed;  // unannotated parameters the scale proof took as replicated
 };
 
 // Finds Y's FP8 source; "" on success, else why the chunks travel in the wide type ("" with
-// *found false when Y does not derive from FP8 at all).
-std::string FindFp8Source(HloInstruction* y, Fp8Source* src, bool* found) {
+// *found false when Y does not derive from FP8 at all). The scale must be the same on the
+// members of each of the exchange `t`'s groups (a member dequantizes what the others sent with
+// its own scale); it may differ between groups.
+std::string FindFp8Source(HloInstruction* y, const HloInstruction* t, Fp8Source* src,
+                          bool* found) {
   *found = false;
   std::vector<HloInstruction*> down;
   HloInstruction* cur = y;
@@ -296,10 +300,20 @@ std::string FindFp8Source(HloInstruction* y, Fp8Source* src, bool* found) {
   if (!IsScalarScale(*dq)) {
     return absl::StrFormat("scale '%s' is not a scalar of the wide type", dq->scale->name());
   }
-  std::string why;
-  if (!IsSameOnAllPartitions(dq->scale, &why)) {
-    return absl::StrFormat("scale '%s' is not proven the same on every partition (%s)",
-                           dq->scale->name(), why);
+  // Cross-partition exchanges name partition ids in their groups; otherwise prove it everywhere.
+  const bool by_partition = t->channel_id.has_value() || t->use_global_device_ids;
+  const ReplicationProof proof = ProveSameWithinGroups(
+      dq->scale, by_partition && t->replica_groups ? t->replica_groups->groups
+                                                   : std::vector<std::vector<int64_t>>{});
+  if (!proof.proven) {
+    return absl::StrFormat("scale '%s' is not proven the same within each exchange group (%s)",
+                           dq->scale->name(), proof.why);
+  }
+  std::vector<std::string> assumed;
+  for (const HloInstruction* p : proof.unannotated_parameters) assumed.push_back(p->name());
+  if (!assumed.empty()) {
+    src->assumed = absl::StrCat("parameter(s) ", absl::StrJoin(assumed, ", "),
+                                " without sharding taken as replicated (XLA's SPMD semantics)");
   }
   src->dq = *dq;
   src->ops.assign(down.rbegin(), down.rend());
@@ -354,6 +368,7 @@ struct Applied {
   int64_t q0 = 0;
   std::string wire;      // element type the chunks exchange
   std::string fp8_note;  // why an FP8 operand still travels wide ("" if not applicable)
+  std::string fp8_assumed;  // what the FP8 exchange's scale proof assumed ("" if nothing)
 };
 
 // A partial all-to-all: T's attributes, a new operand and shape, split dim s, a fresh channel.
@@ -417,8 +432,9 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
   }
   Fp8Source fp8;
   bool from_fp8 = false;
-  out.fp8_note = FindFp8Source(y, &fp8, &from_fp8);
+  out.fp8_note = FindFp8Source(y, t, &fp8, &from_fp8);
   const bool exchange_fp8 = from_fp8 && out.fp8_note.empty();
+  if (exchange_fp8) out.fp8_assumed = fp8.assumed;
   HloInstruction* src = y;
   if (exchange_fp8) {
     src = fp8.dq.q;
@@ -724,6 +740,9 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
           "(%s); %d all-to-alls in %s, partial dots on operation queues %d..%d; %s",
           dot_name, c.side == 0 ? "lhs" : "rhs", chunks, c.k / chunks, desc, chunks,
           applied->wire, applied->q0, applied->q0 + chunks - 1, decision);
+      if (!applied->fp8_assumed.empty()) {
+        absl::StrAppend(&msg, "; FP8 exchange: ", applied->fp8_assumed);
+      }
       if (!applied->fp8_note.empty()) {
         absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied->fp8_note);
       }

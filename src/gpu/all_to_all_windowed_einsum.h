@@ -27,7 +27,8 @@
 // carries FP8); they commute with slicing and exchanging, so they are re-applied to each chunk
 // after its all-to-all (the layout ops still move before the exchange, re-created in T's type).
 // FP8: when Y is dequant(q, scale) (analysis/dequantize.h), reached through layout ops, with a
-// scalar scale proven the same on every partition, each chunk exchanges the FP8 slice of q (the
+// scalar scale proven the same within each of T's groups (analysis/replication.h
+// ProveSameWithinGroups), each chunk exchanges the FP8 slice of q (the
 // layout ops re-created in FP8) and is dequantized after its all-to-all, so the chunks travel in
 // FP8 and each partial dot reads dequant(fp8) operands: the fp8-gemm-rewriter turns them into
 // FP8 GEMM custom calls.

@@ -63,7 +63,9 @@ absl::StatusOr<bool> Handler::RunOnComputation(HloComputation* comp) {
   std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
   for (HloInstruction* i : order) {
     if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
-    if (i->opcode() == HloOpcode::kAllGather) gathers.push_back(i);
+    if (i->opcode() == HloOpcode::kAllGather || i->opcode() == HloOpcode::kAllGatherDone) {
+      gathers.push_back(i);
+    }
   }
   if (whiles.empty() && gathers.empty()) return false;
   rename_.clear();

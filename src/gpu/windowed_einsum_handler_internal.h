@@ -69,6 +69,11 @@ Json ParseConfig(const std::string& text, bool* ok);
 // `operation_queue_id` of a config (string or integer), 0 if absent.
 int64_t QueueIdOf(const Json& j);
 
+// The instruction holding an all-gather's attributes (operand, dimensions, replica groups,
+// channel): the all-gather itself, or for the async form all-gather-done(all-gather-start(x)) the
+// start (when the done is its only user). nullptr for anything else.
+const HloInstruction* GatherAttributes(const HloInstruction* ag);
+
 // True for a pred conditional(c, x, x) whose true branch permutes its parameter once and whose
 // false branch returns it (the rolled ring guard).
 bool IsGuardedPermute(const HloInstruction* u, const HloInstruction* x);

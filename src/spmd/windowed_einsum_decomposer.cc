@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
+#include "spmd/windowed_einsum_rs_ring.h"
 
 // The pass driver: visits every computation in post order and hands each candidate to the
 // planner (windowed_einsum_plan.cc) and the loop builders (windowed_einsum_ag_loop.cc,
@@ -44,6 +45,31 @@ bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* locati
     return false;
   }
   absl::StrAppend(note, "; ", e.Note());
+  return true;
+}
+
+// A reduce-scatter candidate: no loop (false), or the loop in XLA's layout or the ring layout
+// (*ring). With the gate, the variants the plan allows are estimated; without it, the option.
+bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
+                  windowed_einsum::RsPlan& plan, std::string what, bool* ring) {
+  std::string why_not_ring;
+  const bool ring_ok = windowed_einsum::CanBuildRsRingLoop(plan, &why_not_ring);
+  *ring = ctx.options.rs_ring && ring_ok;
+  if (gate.oracle == nullptr) return true;
+  std::vector<const HloInstruction*> seeds = {plan.dot, plan.reduce, plan.result};
+  CostQuery q = CostQuery::WithOrWithout("windowed-einsum-decomposer", location->name(),
+                                         std::move(what), seeds, "with the loop",
+                                         {{"windowed-einsum-rs-layout", "xla"}});
+  if (ring_ok) {
+    q.variants.push_back({"with the ring loop", true, {{"windowed-einsum-rs-layout", "ring"}}});
+  }
+  CostEstimate e = gate.oracle->Decide(q);
+  if (e.chosen == 0) {
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    return false;
+  }
+  *ring = e.chosen == 2;
+  absl::StrAppend(&plan.note, "; ", e.Note());
   return true;
 }
 
@@ -182,13 +208,18 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (!GateAllows(ctx, gate, instr, {plan->dot, plan->reduce, plan->result},
-                      absl::StrCat("dot '", plan->dot->name(), "' -> reduce-scatter '",
-                                   instr->name(), "'"),
-                      &plan->note)) {
+      bool ring = false;
+      if (!ChooseRsLoop(ctx, gate, instr, *plan,
+                        absl::StrCat("dot '", plan->dot->name(), "' -> reduce-scatter '",
+                                     instr->name(), "'"),
+                        &ring)) {
         continue;
       }
-      if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
+      if (absl::Status s = ring ? windowed_einsum::BuildRsRingLoop(ctx, *plan)
+                                : windowed_einsum::BuildRsLoop(ctx, *plan);
+          !s.ok()) {
+        return s;
+      }
       changed = true;
     } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
                windowed_einsum::CollectiveKind(instr->operand(0)) == HloOpcode::kAllReduce &&
@@ -201,14 +232,19 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (!GateAllows(ctx, gate, instr, {plan->dot, plan->reduce, plan->result},
-                      absl::StrCat("dot '", plan->dot->name(), "' -> all-reduce '",
-                                   plan->reduce->name(), "' -> dynamic-slice '", instr->name(),
-                                   "'"),
-                      &plan->note)) {
+      bool ring = false;
+      if (!ChooseRsLoop(ctx, gate, instr, *plan,
+                        absl::StrCat("dot '", plan->dot->name(), "' -> all-reduce '",
+                                     plan->reduce->name(), "' -> dynamic-slice '", instr->name(),
+                                     "'"),
+                        &ring)) {
         continue;
       }
-      if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
+      if (absl::Status s = ring ? windowed_einsum::BuildRsRingLoop(ctx, *plan)
+                                : windowed_einsum::BuildRsLoop(ctx, *plan);
+          !s.ok()) {
+        return s;
+      }
       changed = true;
     }
   }
@@ -237,6 +273,12 @@ absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOpt
   auto d = options.GetBool("windowed-einsum-duplicate-loops", false);
   if (!d.ok()) return d.status();
   o.duplicate_loops = *d;
+  const std::string layout = options.GetString("windowed-einsum-rs-layout", "xla");
+  if (layout != "xla" && layout != "ring") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "windowed-einsum-rs-layout must be xla or ring, got '", layout, "'"));
+  }
+  o.rs_ring = layout == "ring";
   return o;
 }
 

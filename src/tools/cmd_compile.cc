@@ -12,7 +12,8 @@
 //   weave demo [--out-dir DIR] [--system NAME] [--seed S] [-v]
 //
 // Pipeline: verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
-// windowed-einsum-handler -> collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> cse ->
+// windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> collective-quantizer ->
+// dot-merger -> fp8-gemm-rewriter -> cse ->
 // dce -> tuple-simplifier ->
 // while-loop-dead-tuple-elements -> verify.
 #include <algorithm>
@@ -78,6 +79,7 @@ constexpr Stage kStages[] = {
     {"windowed-einsum-decomposer", "decompose"},
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
+    {"windowed-einsum-consumers-in-ring", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
     {"fp8-gemm-rewriter", "fp8-gemm"},
@@ -671,7 +673,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   AddCompileFlags(cmd, opts.get());
   cmd->add_option("--require", opts->require,
                   "Comma list of rewrites that must fire (windowed, fp8-gemm, fp8-wire, cache, "
-                  "dot-merger); exit 4 otherwise");
+                  "dot-merger, windowed-in-ring, windowed-ring-rs); exit 4 otherwise");
   cmd->add_flag("--no-decompose", opts->no_decompose, "Skip windowed-einsum-decomposer");
   cmd->add_flag("--no-handler", opts->no_handler, "Skip windowed-einsum-handler");
   cmd->add_flag("--no-quantize", opts->no_quantize, "Skip collective-quantizer");

@@ -21,7 +21,15 @@ HloModule weave_demo_tp4_fp8_block, entry_computation_layout={{entry_layout}}, n
 // sequence parallelism, after SPMD partitioning. Global sizes: {T} tokens ({B} sequences of {S}),
 // model width {D}, 4 attention heads of {Hd}, MLP width {F}. Each partition holds {Tp} tokens of the
 // residual stream, one head, and a quarter of the MLP. Weights and the activations entering each
-// matmul are FP8 (f8e4m3fn) with per-tensor f32 scales; matmuls compute in f32.
+// matmul are FP8 (f8e4m3fn) with per-tensor f32 scales; matmuls compute in f32. The output
+// projection's partial sums are reduce-scattered in f32 (they feed the MLP's FP8 quantization),
+// the down projection's in bf16.
+
+sum_bf16 {
+  sum_bf16_a = bf16[] parameter(0)
+  sum_bf16_b = bf16[] parameter(1)
+  ROOT sum_bf16_ab = bf16[] add(sum_bf16_a, sum_bf16_b)
+}
 
 sum_f32 {
   sum_a = f32[] parameter(0)
@@ -189,9 +197,10 @@ ENTRY transformer_block {
   wdown_cvt = f32[{Fp},{D}]{1,0} convert(wdown_fp8)
   wdown_sb = f32[{Fp},{D}]{1,0} broadcast(wdown_scale), dimensions={}
   wdown = f32[{Fp},{D}]{1,0} multiply(wdown_cvt, wdown_sb)
-  down_partial = f32[{T},{D}]{1,0} dot(down_in, wdown), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  mlp_out = f32[{Tp},{D}]{1,0} reduce-scatter(down_partial), channel_id=4, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=sum_f32
-  out = f32[{Tp},{D}]{1,0} add(h, mlp_out)
+  down_partial = bf16[{T},{D}]{1,0} dot(down_in, wdown), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  mlp_out = bf16[{Tp},{D}]{1,0} reduce-scatter(down_partial), channel_id=4, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=sum_bf16
+  mlp_out_f32 = f32[{Tp},{D}]{1,0} convert(mlp_out)
+  out = f32[{Tp},{D}]{1,0} add(h, mlp_out_f32)
   ROOT resid_out = bf16[{Tp},{D}]{1,0} convert(out)
 }
 )hlo";

@@ -142,7 +142,8 @@ class Gen:
                 else:
                     v = self.emit("lay%d" % i, "%s %s(%s)" % (sh(w, op[2]), op[0], v))
             if a.dtype == "fp8post":
-                sc = self.param("tok_scale", "bf16", [])
+                sc = self.emit("tok_scale", "bf16[] parameter(%d), sharding={manual}" % len(self.params))
+                self.params.append("bf16[]")
                 sb = self.emit("tok_sb", "%s broadcast(%s), dimensions={}" % (sh(w, x_dims), sc))
                 v = self.emit("tok_dq", "%s multiply(%s, %s)" % (sh(w, x_dims), v, sb))
             other = self.operand("wt", rhs_dims if a.side == "lhs" else lhs_dims)

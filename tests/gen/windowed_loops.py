@@ -9,7 +9,8 @@
        --consumers K adds K more dots on an all-gather of the same operand (the handler's cache).
        --contracting: the windowed dim is the dot's contracting dim (the stationary operand is
        dynamic-sliced per block and every step adds its partial product into one accumulator;
-       --acc f32 accumulates in f32 with one convert after the loop).
+       --acc f32 accumulates in f32 with one convert after the loop; --acc-init param starts
+       the accumulator from a parameter instead of zeros).
   rs   reduce-scatter loop: the accumulator circulates; unrolled by 2 (two accumulators, permutes
        s -> s-2, an epilogue permute s -> s+1) for even N, rolled for odd N or --rolled.
 
@@ -189,10 +190,10 @@ class Gen:
                 pre = list(reversed(cur))
                 attrs = ", dimensions={%s}" % ",".join(str(i) for i in reversed(range(len(cur))))
             elif op == "reshape":
-                if len(cur) >= 2:
-                    pre = [cur[0] * cur[1]] + cur[2:]
+                if cur[0] % 2 == 0:
+                    pre = [2, cur[0] // 2] + cur[1:]  # split the leading dim
                 else:
-                    pre = [2, cur[0] // 2]
+                    pre = [cur[0] * cur[1]] + cur[2:]
                 attrs = ""
             elif op == "broadcast":
                 if len(cur) >= 2:
@@ -415,8 +416,13 @@ class Gen:
         wv = self.operand(e, params, "w", [K, c], 1, None, a.wscale)
         e += ["  fz = %s constant(0)" % self.t([], acc_t),
               "  zeros = %s broadcast(fz), dimensions={}" % O,
-              "  k0 = u32[] constant(0)",
-              "  init = %s tuple(%s, %s, zeros, zeros, k0)" % (st, x, wv),
+              "  k0 = u32[] constant(0)"]
+        acc0 = "zeros"
+        if a.acc_init == "param":  # the accumulator starts from a value (a bias), not zero
+            params.append(O)
+            e.append("  bias = %s parameter(%d), sharding={replicated}" % (O, len(params) - 1))
+            acc0 = "bias"
+        e += ["  init = %s tuple(%s, %s, %s, zeros, k0)" % (st, x, wv, acc0),
               "  loop = %s while(init), condition=windowed_dot_general_cond_ag, body=windowed_dot_general_body_ag" % st]
         outs, shapes = [], []
         if not a.unread:
@@ -553,6 +559,8 @@ def parser():
     p.add_argument("--side", choices=["lhs", "rhs"], default="lhs")
     p.add_argument("--contracting", action="store_true", help="ag: the windowed dim is contracted")
     p.add_argument("--acc", choices=["", "f32"], default="", help="ag --contracting: accumulator type")
+    p.add_argument("--acc-init", choices=["zeros", "param"], default="zeros",
+                   help="ag --contracting: the accumulator's start (zeros, or a parameter)")
     p.add_argument("--consumers", type=int, default=0)
     p.add_argument("--unread", action="store_true", help="the loop's own result is not read")
     p.add_argument("--neg", default="", choices=["", "vector-scale", "pid-scale", "unsharded-scale",
@@ -637,6 +645,7 @@ def matrix(quick):
         v.append((["--kind", "ag", "-n", str(n), "--contracting", "--acc", "f32", "--dtype", "bf16"], None))
         v.append((["--kind", "ag", "-n", str(n), "--contracting", "--fp8", "e4m3fn,e4m3fn",
                    "--consumers", "1"], None))
+        v.append((["--kind", "ag", "-n", str(n), "--contracting", "--acc-init", "param"], None))
     if quick:
         v = v[::3]
     return v
