@@ -5,6 +5,8 @@
 //                 [--no-decompose] [--no-handler] [--no-quantize] [--no-dot-merger]
 //                 [--no-fp8-gemm] [--no-cleanup] [--disable-passes=a,b]
 //                 [--windowed-einsum-threshold-mib=M | --xla_gpu_threshold_for_windowed_einsum_mib=M]
+//                 [--windowed-einsum-operand-bytes-threshold=B |
+//                  --xla_gpu_operand_bytes_threshold_for_windowed_einsum=B]
 //                 [--windowed-einsum-max-ring=R] [--windowed-einsum-duplicate-loops]
 //                 [--windowed-einsum-unroll=B | --xla_gpu_multi_streamed_windowed_einsum=B]
 //                 [--dot-merger-threshold-mb=M | --xla_gpu_dot_merger_threshold_mb=M]
@@ -105,7 +107,7 @@ struct CompileOptions {
   bool no_decompose = false, no_handler = false, no_quantize = false, no_dot_merger = false,
        no_fp8_gemm = false, no_cleanup = false;
   std::string disable_passes;
-  std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
+  std::string threshold_mib, operand_bytes, max_ring, unroll, dot_merger_mb, compute_capability;
   // --cost-gate: "" (default: on unless --windowed-einsum-threshold-mib is given), "on", "off".
   std::string cost_gate;
   // weave demo: the numerics record of a scaled copy, reported instead of running the check.
@@ -173,6 +175,9 @@ bool BuildPassOptions(const CompileOptions& o, PassOptions* opts, std::string* e
     }
   }
   if (!o.threshold_mib.empty()) opts->Set("windowed-einsum-threshold-mib", o.threshold_mib);
+  if (!o.operand_bytes.empty()) {
+    opts->Set("windowed-einsum-operand-bytes-threshold", o.operand_bytes);
+  }
   if (!o.max_ring.empty()) opts->Set("windowed-einsum-max-ring", o.max_ring);
   if (o.duplicate_loops) opts->Set("windowed-einsum-duplicate-loops", "true");
   if (!o.unroll.empty()) opts->Set("windowed-einsum-unroll", o.unroll);
@@ -384,9 +389,11 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
   // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
   std::unique_ptr<CostOracle> oracle;
-  const bool gate_on =
-      o.cost_gate == "on" || (o.cost_gate.empty() && o.threshold_mib.empty());
-  report->cost_gate.mode = gate_on ? "model" : o.threshold_mib.empty() ? "off" : "threshold";
+  // XLA's operand-bytes threshold is an explicit byte threshold too, unless it is -1 (unset).
+  const bool xla_threshold =
+      !o.threshold_mib.empty() || (!o.operand_bytes.empty() && o.operand_bytes != "-1");
+  const bool gate_on = o.cost_gate == "on" || (o.cost_gate.empty() && !xla_threshold);
+  report->cost_gate.mode = gate_on ? "model" : !xla_threshold ? "off" : "threshold";
   if (o.replay_decisions) {
     // weave demo's scaled copy: the decisions the gate took on the full-size block, by location.
     const std::map<std::string, int> decisions = *o.replay_decisions;
@@ -663,6 +670,13 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
                   opts->threshold_mib,
                   "Decompose only collectives whose gathered operand / dot output (global "
                   "shape) has at least this many MiB (default 0: every match)");
+  cmd->add_option(
+      "--windowed-einsum-operand-bytes-threshold,"
+      "--xla_gpu_operand_bytes_threshold_for_windowed_einsum",
+      opts->operand_bytes,
+      "Decompose only dots whose two operands (global sizes, FP8 at 1 byte per element) total "
+      "at least this many bytes; replaces --windowed-einsum-threshold-mib (XLA PR 18271; "
+      "default -1: unset)");
   cmd->add_option("--cost-gate", opts->cost_gate,
                   "on: rewrite a candidate only where the performance model predicts it is "
                   "faster on --system (default h100x8); off: rewrite every match. Default: on, "
