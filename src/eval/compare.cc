@@ -82,6 +82,13 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
 
 }  // namespace
 
+OutputComparison CompareOutputValues(const Value& a, const Value& b,
+                                     const CompareOptions& options) {
+  auto [rt, at] = DefaultTolerance(a.shape.element_type);
+  return CompareLeaf(a, b, options.rtol.value_or(rt), options.atol.value_or(at),
+                     options.norm_ulps.value_or(kDefaultNormUlps));
+}
+
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
                                              const CompareOptions& options, const Inputs* given) {
   if (a.entry() == nullptr || b.entry() == nullptr) {

@@ -164,4 +164,9 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
                                              const CompareOptions& options,
                                              const Inputs* given = nullptr);
 
+// One output compared under `options` (tolerances by a's element type when unset): the
+// element-wise and norm-wise tests of CompareModules. `output`/`device` are left 0.
+OutputComparison CompareOutputValues(const Value& a, const Value& b,
+                                     const CompareOptions& options);
+
 }  // namespace weave::eval
