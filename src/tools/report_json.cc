@@ -85,6 +85,8 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   j["fired"] = r.fired;
   j["cost_gate"] = CostGateToJson(r.cost_gate);
   j["numerics"] = NumericsToJson(r.numerics);
+  if (!r.input_form.empty()) j["input_form"] = r.input_form;
+  j["partitioned_from_global"] = r.partitioned_from_global;
   if (r.sim.requested) j["simulation"] = SimToJson(r.sim);
   return j;
 }

@@ -22,6 +22,7 @@ nlohmann::json NumericsToJson(const NumericsRecord& n) {
   num["estimated_bytes"] = n.estimated_bytes;
   if (!n.skipped.empty()) num["skipped"] = n.skipped;
   if (!n.scaled_copy.empty()) num["scaled_copy"] = n.scaled_copy;
+  if (!n.reference.empty()) num["reference"] = n.reference;
   return num;
 }
 
@@ -37,6 +38,9 @@ std::string NumericsToTable(const NumericsRecord& n) {
           n.max_abs_error, n.max_rel_error, n.mismatches);
       if (!n.scaled_copy.empty()) {
         absl::StrAppend(&o, "  on a scaled copy: ", n.scaled_copy, "\n");
+      }
+      if (!n.reference.empty()) {
+        absl::StrAppend(&o, "  compared with ", n.reference, "\n");
       }
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", n.skipped, "\n");

@@ -46,6 +46,10 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
                                            " partitions: not in the header, inferred from the "
                                            "device ids of its collectives")
                             : CountOf(r.num_partitions, "partition", "partitions"));
+  if (r.partitioned_from_global) {
+    absl::StrAppend(&o, "input: a global module, partitioned by Weave's SPMD pipeline first; "
+                        "'before' below is the partitioned module\n");
+  }
   if (!r.passes.empty()) {
     std::vector<std::string> names;
     for (const PassRecord& p : r.passes) names.push_back(p.changed ? p.pass : p.pass + "(-)");
