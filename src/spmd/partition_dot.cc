@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
 
@@ -124,6 +125,63 @@ Sharding Project(const Sharding& x, const std::vector<int64_t>& map, int64_t n) 
   return s ? *s : Sharding::Replicated();
 }
 
+// XLA's windowed einsum decision at this dot (spec §4 "Windowed einsum", handler step (1c)):
+// an operand all-gathered into the dot (config A/B) or partial sums reduce-scattered to a sharded
+// output (config C/D) is windowed by XLA's partitioner when the windowed value's global bytes
+// reach xla_gpu_threshold_for_windowed_einsum_mib (GPU default 100000 MiB: off). Weave emits
+// the plain form either way (the decomposer and the cost gate decide); the choice XLA would
+// make is stamped as _weave_xla_window="ag|rs|none" and said in a remark.
+void StampXlaWindow(ComputationPartitioner& cp, const HloInstruction& h, HloInstruction* local,
+                    const Sharding& ls, const Sharding& lreq, const Sharding& rs,
+                    const Sharding& rreq, const Sharding& os, bool partial_sums) {
+  const int64_t n = cp.num_partitions();
+  std::string form;
+  double bytes = 0;
+  for (int i = 0; i < 2; ++i) {
+    const Sharding& from = i == 0 ? ls : rs;
+    const Sharding& to = i == 0 ? lreq : rreq;
+    const ReshardKind k = PlanReshard(from, to, h.operand(i)->shape(), n).kind;
+    if (k == ReshardKind::kGather || k == ReshardKind::kFull) {
+      form = absl::StrCat("all-gather of ", i == 0 ? "lhs" : "rhs", " '", h.operand(i)->name(),
+                          "' into the dot");
+      bytes = std::max(bytes, static_cast<double>(h.operand(i)->shape().ByteSize()));
+    }
+  }
+  const bool rs_form = partial_sums && os.IsTiled();
+  if (rs_form && form.empty()) {
+    form = "partial sums reduced to a sharded output (reduce-scatter)";
+    bytes = static_cast<double>(h.shape().ByteSize());
+  }
+  if (form.empty()) return;
+  std::string divergence;
+  if (rs_form) {
+    for (int i = 0; i < 2; ++i) {
+      const Sharding& from = i == 0 ? ls : rs;
+      const Sharding& to = i == 0 ? lreq : rreq;
+      if (PlanReshard(from, to, h.operand(i)->shape(), n).kind == ReshardKind::kSlice) {
+        divergence = absl::StrCat("; XLA takes its reduce-scatter loop (config C) only when both "
+                                  "operands are already contracting-sharded, but '",
+                                  h.operand(i)->name(), "' is sliced here from ", from.ToString(),
+                                  ", so a Weave loop may form where XLA's would not");
+      }
+    }
+  }
+  const double mib = bytes / (1024.0 * 1024.0);
+  const double threshold = cp.ctx()->xla_windowed_threshold_mib;
+  const bool xla_windows = mib >= threshold;
+  const std::string kind = !xla_windows ? "none" : rs_form && bytes == static_cast<double>(h.shape().ByteSize()) ? "rs" : "ag";
+  local->frontend_attributes["_weave_xla_window"] = absl::StrCat("\"", kind, "\"");
+  cp.Analysis(h,
+              absl::StrCat("windowed einsum: Weave emits the plain ", form,
+                         " for windowed-einsum-decomposer and the cost gate to decide; XLA's "
+                         "partitioner would ",
+                         xla_windows ? "emit a windowed einsum loop here"
+                                     : "emit the same plain form",
+                         " (", absl::StrFormat("%.3f", mib), " MiB global vs "
+                         "xla_gpu_threshold_for_windowed_einsum_mib=",
+                         threshold, threshold == 100000 ? ", GPU default)" : ")", divergence));
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -216,6 +274,7 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
                         b.ScalarConst(rg.element_type, 0));
   }
   HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), oreq), {lhs, rhs});
+  StampXlaWindow(cp, h, local, ls, lreq, rs, rreq, os, !c_dims.empty());
   for (auto it = c_dims.rbegin(); it != c_dims.rend(); ++it) {
     local = cp.b().AllReduce(local, DeviceGroups(*best, {*it}),
                              cp.b().Reducer(HloOpcode::kAdd, h.shape().element_type));

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/propagation_rules.h"
@@ -283,6 +284,27 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
   std::optional<Sharding> s = ReplicateDims(target, affected);
   if (!s || (s->IsTiled() && s->rank() != leaf_shape.rank())) {
     return cp.Replicated(h, absl::StrCat(std::string(HloOpcodeString(op)), ": no sharding without its dims"));
+  }
+  // Tiled along an affected dim (the result's target or a data operand): that dim is computed
+  // replicated. XLA's partitioner exchanges halos for slice, pad and reduce-window; Weave has
+  // no such rule yet (spec §3), and sort always works on its whole sort dim.
+  std::vector<int64_t> tiled_affected;
+  for (int64_t d : affected) {
+    bool tiled = target.IsTiled() && d < target.rank() && target.tile(d) > 1;
+    for (int64_t i = 0; i < h.operand_count(); ++i) {
+      if (!is_data[static_cast<size_t>(i)]) continue;
+      const Sharding os = Leaf(cp.Value(h.operand(i)).sharding);
+      tiled |= os.IsTiled() && !os.HasManualSubgroup() && d < os.rank() && os.tile(d) > 1;
+    }
+    if (tiled) tiled_affected.push_back(d);
+  }
+  if (!tiled_affected.empty()) {
+    cp.Remark(h, false,
+              absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
+                           absl::StrJoin(tiled_affected, ","),
+                           ": those dims are gathered and computed replicated (no ",
+                           op == HloOpcode::kSort ? "partitioned sort" : "halo exchange",
+                           " rule; other dims stay sharded)"));
   }
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {

@@ -42,6 +42,8 @@ class ComputationPartitioner {
                                           const HloInstruction& for_instr);
   // A remark about `h` (missed = false means applied).
   void Remark(const HloInstruction& h, bool applied, std::string message);
+  // An analysis remark about `h` (a finding, neither a rewrite nor a refusal).
+  void Analysis(const HloInstruction& h, std::string message);
   // Computes `h` replicated: every operand replicated, the op cloned with global shapes; the
   // value is replicated. With a non-empty `why`, remarks an involuntary full
   // rematerialization when any operand or the result is sharded.

@@ -24,6 +24,9 @@ struct SpmdContext {
   int64_t num_partitions = 1;
   int64_t replica_count = 1;
   int64_t next_channel_id = 1;
+  // XLA's xla_gpu_threshold_for_windowed_einsum_mib (GPU default 100000), for the remarks that
+  // say what XLA's partitioner would do at each dot (partition_dot.cc).
+  double xla_windowed_threshold_mib = 100000;
   std::map<std::string, HloComputation*> reducers;  // "add.f32" -> scalar computation
 };
 

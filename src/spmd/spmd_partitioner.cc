@@ -109,6 +109,13 @@ void ComputationPartitioner::Remark(const HloInstruction& h, bool applied, std::
   if (remarks_) remarks_->push_back({"spmd-partitioner", h.name(), applied, std::move(message)});
 }
 
+void ComputationPartitioner::Analysis(const HloInstruction& h, std::string message) {
+  if (!remarks_) return;
+  weave::Remark r{"spmd-partitioner", h.name(), false, std::move(message)};
+  r.analysis = true;
+  remarks_->push_back(std::move(r));
+}
+
 HloInstruction* ComputationPartitioner::Clone(const HloInstruction& h, const Shape& shape,
                                               std::vector<HloInstruction*> operands) {
   auto c = h.CloneWithNewOperands(shape, std::move(operands));
@@ -400,6 +407,7 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   ctx.num_partitions = std::max<int64_t>(1, module->num_partitions);
   ctx.replica_count = std::max<int64_t>(1, module->replica_count);
   ctx.next_channel_id = module->NextChannelId();
+  ctx.xla_windowed_threshold_mib = xla_windowed_threshold_mib_;
   std::vector<Sharding> params;
   for (int64_t i = 0; i < entry->num_parameters(); ++i) {
     const HloInstruction* p = entry->parameter(i);
@@ -454,8 +462,11 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
 }
 
 WEAVE_REGISTER_PASS("spmd-partitioner",
-                    [](const PassOptions&) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      return std::make_unique<SpmdPartitioner>();
+                    [](const PassOptions& o) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+                      absl::StatusOr<double> t =
+                          o.GetDouble("xla_gpu_threshold_for_windowed_einsum_mib", 100000);
+                      if (!t.ok()) return t.status();
+                      return std::make_unique<SpmdPartitioner>(*t);
                     });
 
 }  // namespace weave::spmd

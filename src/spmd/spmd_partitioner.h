@@ -46,8 +46,16 @@ absl::Status CheckDeclinedCalls(const HloModule& module);
 
 class SpmdPartitioner : public HloPass {
  public:
+  // `xla_windowed_threshold_mib`: XLA's xla_gpu_threshold_for_windowed_einsum_mib, used only to
+  // say in remarks (and the _weave_xla_window stamp) what XLA's partitioner would window; Weave
+  // always emits plain collectives. Pass option `--xla_gpu_threshold_for_windowed_einsum_mib`.
+  explicit SpmdPartitioner(double xla_windowed_threshold_mib = 100000)
+      : xla_windowed_threshold_mib_(xla_windowed_threshold_mib) {}
   std::string_view name() const override { return "spmd-partitioner"; }
   absl::StatusOr<bool> Run(HloModule* module) override;
+
+ private:
+  double xla_windowed_threshold_mib_;
 };
 
 }  // namespace weave::spmd
