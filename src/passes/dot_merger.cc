@@ -209,6 +209,46 @@ const HloInstruction* SentByPermute(const HloInstruction* dot) {
   return nullptr;
 }
 
+// The collective-permute whose (received) result is added to `dot`'s result: the last step of a
+// hand-written reduce-scatter ring, add(collective-permute(partial sum), dot), through converts
+// and views on either side (at most 4 ops).
+const HloInstruction* ReceivedByPermute(const HloInstruction* dot) {
+  auto strip = [](const HloInstruction* v) {
+    for (int k = 0; k < 4; ++k) {
+      const HloOpcode op = v->opcode();
+      if ((op == HloOpcode::kConvert || op == HloOpcode::kBitcast || op == HloOpcode::kReshape ||
+           op == HloOpcode::kCopy || op == HloOpcode::kCollectivePermuteDone) &&
+          v->operand_count() == 1) {
+        v = v->operand(0);
+        continue;
+      }
+      break;
+    }
+    return v;
+  };
+  std::vector<std::pair<const HloInstruction*, int>> work{{dot, 0}};
+  while (!work.empty()) {
+    auto [v, depth] = work.back();
+    work.pop_back();
+    for (const HloInstruction* u : v->users()) {
+      if (u->opcode() == HloOpcode::kAdd && u->operand_count() == 2) {
+        for (const HloInstruction* o : u->operands()) {
+          const HloInstruction* src = strip(o);
+          if (src != v && (src->opcode() == HloOpcode::kCollectivePermute ||
+                           src->opcode() == HloOpcode::kCollectivePermuteStart)) {
+            return src;
+          }
+        }
+      }
+      if (depth < 4 && (u->opcode() == HloOpcode::kConvert || u->opcode() == HloOpcode::kBitcast ||
+                        u->opcode() == HloOpcode::kReshape || u->opcode() == HloOpcode::kCopy)) {
+        work.push_back({u, depth + 1});
+      }
+    }
+  }
+  return nullptr;
+}
+
 // For dots sharing operand `side`: the ones that are steps of a hand-written ring, with the
 // reason (for the remark).
 std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
@@ -239,20 +279,34 @@ std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
           "; merging them would run every dot after the last transfer (no overlap)");
     }
   }
-  // Reduce-scatter rings: partial dots whose results are sent on by collective-permutes.
-  std::vector<std::pair<HloInstruction*, const HloInstruction*>> sent;
+  // Reduce-scatter rings: partial dots whose results are sent on by collective-permutes, and the
+  // last step, whose result is added to the partial sum a permute received (on a ring of 2 that
+  // is the only other step).
+  struct RsStep {
+    HloInstruction* dot;
+    const HloInstruction* cp;
+    bool sent;
+  };
+  std::vector<RsStep> steps;
+  bool any_sent = false;
   for (HloInstruction* d : dots) {
-    if (const HloInstruction* cp = SentByPermute(d)) sent.push_back({d, cp});
+    if (const HloInstruction* cp = SentByPermute(d)) {
+      steps.push_back({d, cp, true});
+      any_sent = true;
+    } else if (const HloInstruction* rcp = ReceivedByPermute(d)) {
+      steps.push_back({d, rcp, false});
+    }
   }
-  if (sent.size() >= 2) {
-    for (const auto& [d, cp] : sent) {
-      if (out.count(d)) continue;
-      out[d] = absl::StrCat("'", d->name(), "' is a step of a hand-written collective matmul: its "
-                            "result is sent on by collective-permute '", cp->name(), "', like ",
-                            sent.size() - 1, " other dot", sent.size() == 2 ? "" : "s",
-                            " sharing its ", side == 0 ? "lhs" : "rhs",
-                            "; merging them would run every dot before the first transfer (no "
-                            "overlap)");
+  if (steps.size() >= 2 && any_sent) {
+    for (const RsStep& st : steps) {
+      if (out.count(st.dot)) continue;
+      out[st.dot] = absl::StrCat(
+          "'", st.dot->name(), "' is a step of a hand-written collective matmul: ",
+          st.sent ? "its result is sent on by collective-permute '"
+                  : "its result is added to what collective-permute '",
+          st.cp->name(), st.sent ? "'" : "' received", ", like ", steps.size() - 1, " other dot",
+          steps.size() == 2 ? "" : "s", " sharing its ", side == 0 ? "lhs" : "rhs",
+          "; merging them would run every dot before the first transfer (no overlap)");
     }
   }
   return out;

@@ -273,6 +273,18 @@ absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOpt
         absl::StrCat("windowed-einsum-threshold-mib must be >= 0, got ", *t));
   }
   o.threshold_mib = *t;
+  // XLA's operand-bytes threshold, under our name or XLA's (the flag's own name, as `weave opt`
+  // passes it through); -1 leaves it unset.
+  for (const char* key : {"windowed-einsum-operand-bytes-threshold",
+                          "xla_gpu_operand_bytes_threshold_for_windowed_einsum"}) {
+    if (!options.Has(key)) continue;
+    auto b = options.GetInt(key, -1);
+    if (!b.ok()) return b.status();
+    if (*b < -1) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " must be >= -1, got ", *b));
+    }
+    o.operand_bytes_threshold = *b;
+  }
   auto r = options.GetInt("windowed-einsum-max-ring", 32);
   if (!r.ok()) return r.status();
   if (*r < 1) {

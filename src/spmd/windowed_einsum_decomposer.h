@@ -32,6 +32,12 @@
 //   windowed-einsum-threshold-mib (int, default 0): only rewrite when the global bytes of the
 //     gathered operand (AG) or of the dot output (RS) are >= M * 2^20, as XLA's
 //     threshold_for_windowed_einsum_mib.
+//   windowed-einsum-operand-bytes-threshold (int, default -1 = unset), also read under XLA's name
+//     xla_gpu_operand_bytes_threshold_for_windowed_einsum: when >= 0, rewrite only when the global
+//     bytes of the dot's two operands are >= it, and ignore windowed-einsum-threshold-mib (XLA's
+//     total_bytes_windowed_einsum_threshold, PR 18271). The gathered operand counts at its
+//     gathered size, the operands sharded over the ring n times their shard; FP8 operands count
+//     1 byte per element even when the dot reads them dequantized (XLA counts the wide type).
 //   windowed-einsum-max-ring (int, default 32): XLA's max_windowed_einsum_iteration; longer rings
 //     are left alone.
 //   windowed-einsum-rs-layout (xla|ring, default xla): XLA's reduce-scatter loop layouts, or the
@@ -54,6 +60,8 @@ namespace weave {
 
 struct WindowedEinsumDecomposerOptions {
   int64_t threshold_mib = 0;   // windowed-einsum-threshold-mib
+  // windowed-einsum-operand-bytes-threshold (-1: unset); when >= 0 it replaces threshold_mib.
+  int64_t operand_bytes_threshold = -1;
   int64_t max_ring = 32;       // windowed-einsum-max-ring
   bool duplicate_loops = false;  // windowed-einsum-duplicate-loops
   // windowed-einsum-rs-layout: "xla" (default: XLA's layouts) or "ring" (reduce-scatter loops in

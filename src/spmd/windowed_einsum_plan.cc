@@ -37,9 +37,80 @@ bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std:
   return true;
 }
 
-// Size gate: bytes >= threshold_mib * 2^20. `what` names the counted value.
+// Bytes per element of `v` as stored: the FP8 type's size when `v` is FP8 or reads an FP8 value
+// through views, converts, all-gathers (either form) and a dequantization; else its own type's.
+int64_t StoredBytesPerElement(HloInstruction* v) {
+  const PrimitiveType own = v->shape().IsArray() ? v->shape().element_type : PrimitiveType::kInvalid;
+  for (int guard = 0; v != nullptr && guard < 64; ++guard) {
+    if (v->shape().IsArray() && IsFp8(v->shape().element_type)) {
+      return std::max(1, BitWidth(v->shape().element_type) / 8);
+    }
+    if (std::optional<DequantMatch> dq = MatchDequantize(v)) {
+      return std::max(1, BitWidth(dq->fp8_type) / 8);
+    }
+    switch (v->opcode()) {
+      case HloOpcode::kReshape:
+      case HloOpcode::kTranspose:
+      case HloOpcode::kCopy:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kConvert:
+      case HloOpcode::kAllGather:
+      case HloOpcode::kAllGatherStart:
+      case HloOpcode::kAllGatherDone:
+      case HloOpcode::kAsyncStart:
+      case HloOpcode::kAsyncDone:
+        v = v->operand_count() > 0 ? v->operand(0) : nullptr;
+        continue;
+      default:
+        break;
+    }
+    break;
+  }
+  return own == PrimitiveType::kInvalid ? 0 : std::max(1, BitWidth(own) / 8);
+}
+
+// XLA's operand-bytes gate (xla_gpu_operand_bytes_threshold_for_windowed_einsum, XLA PR 18271;
+// dot_handler.cc should_enable_windowed_einsum_with_threshold): the global bytes of the dot's two
+// operands >= the threshold. In the partitioned module the gathered operand (`gathered_side`) is
+// read at its global size; the other operands are shards of the ring (XLA's windowed einsums shard
+// the stationary operand of an all-gather loop, and both operands of a reduce-scatter loop, over
+// all n partitions), counted n times. FP8 operands (dequantized or not) count 1 byte per element,
+// their real size, where XLA counts the dequantized type.
+bool CheckOperandBytes(const DecomposerContext& ctx, HloInstruction* dot, int gathered_side,
+                       int64_t n, std::string* why, std::string* note) {
+  int64_t side_bytes[2] = {0, 0};
+  bool fp8 = false;
+  for (int s = 0; s < 2 && s < dot->operand_count(); ++s) {
+    HloInstruction* o = dot->operand(s);
+    if (!o->shape().IsArray()) continue;
+    const int64_t bpe = StoredBytesPerElement(o);
+    fp8 |= bpe * 8 < BitWidth(o->shape().element_type);
+    side_bytes[s] = o->shape().ElementCount() * bpe * (s == gathered_side ? 1 : n);
+  }
+  const int64_t total = side_bytes[0] + side_bytes[1];
+  const int64_t limit = ctx.options.operand_bytes_threshold;
+  const std::string figures = absl::StrCat(
+      "operands of dot '", dot->name(), "' total ", total, " bytes (lhs ", side_bytes[0],
+      " + rhs ", side_bytes[1], "; global sizes", fp8 ? ", FP8 at 1 byte per element" : "", ")");
+  if (total < limit) {
+    *why = absl::StrCat(figures, ", below xla_gpu_operand_bytes_threshold_for_windowed_einsum=",
+                        limit);
+    return false;
+  }
+  *note = absl::StrCat("; ", figures, " >= xla_gpu_operand_bytes_threshold_for_windowed_einsum=",
+                       limit);
+  return true;
+}
+
+// Size gate: with operand_bytes_threshold >= 0, XLA's operand-bytes gate (CheckOperandBytes, which
+// then replaces the MiB threshold, as in XLA); else bytes of `counted` >= threshold_mib * 2^20.
+// `what` names the counted value; `dot`, `gathered_side` (-1: none) and `n` are for the former.
 bool CheckThreshold(const DecomposerContext& ctx, const HloInstruction* counted,
-                    const std::string& what, std::string* why, std::string* note) {
+                    const std::string& what, HloInstruction* dot, int gathered_side, int64_t n,
+                    std::string* why, std::string* note) {
+  if (ctx.options.operand_bytes_threshold >= 0) {
+    return CheckOperandBytes(ctx, dot, gathered_side, n, why, note);
+  }
   int64_t bytes = counted->shape().ByteSize();
   std::string wide;
   auto dq = MatchDequantize(const_cast<HloInstruction*>(counted));
@@ -129,7 +200,7 @@ bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::strin
     return false;
   }
   std::string note;
-  if (!CheckThreshold(ctx, p.dot, "dot output", why, &note)) return false;
+  if (!CheckThreshold(ctx, p.dot, "dot output", p.dot, -1, n, why, &note)) return false;
   p.note = note;
   return true;
 }
@@ -288,7 +359,9 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
   p.acc_type =
       p.contracting && IsFloatingPoint(t) && !IsFp8(t) && BitWidth(t) < 32 ? PrimitiveType::F32 : t;
   std::string note;
-  if (!CheckThreshold(ctx, ag, "gathered operand", why, &note)) return std::nullopt;
+  if (!CheckThreshold(ctx, ag, "gathered operand", dot, p.side, n, why, &note)) {
+    return std::nullopt;
+  }
   p.note = note;
   return p;
 }

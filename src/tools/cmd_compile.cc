@@ -7,6 +7,8 @@
 //                 [--no-decompose] [--no-handler] [--no-quantize] [--no-dot-merger]
 //                 [--no-fp8-gemm] [--no-cleanup] [--disable-passes=a,b]
 //                 [--windowed-einsum-threshold-mib=M | --xla_gpu_threshold_for_windowed_einsum_mib=M]
+//                 [--windowed-einsum-operand-bytes-threshold=B |
+//                  --xla_gpu_operand_bytes_threshold_for_windowed_einsum=B]
 //                 [--windowed-einsum-max-ring=R] [--windowed-einsum-duplicate-loops]
 //                 [--windowed-einsum-unroll=B | --xla_gpu_multi_streamed_windowed_einsum=B]
 //                 [--dot-merger-threshold-mb=M | --xla_gpu_dot_merger_threshold_mb=M]
@@ -97,6 +99,13 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
                   opts->threshold_mib,
                   "Decompose only collectives whose gathered operand / dot output (global "
                   "shape) has at least this many MiB (default 0: every match)");
+  cmd->add_option(
+      "--windowed-einsum-operand-bytes-threshold,"
+      "--xla_gpu_operand_bytes_threshold_for_windowed_einsum",
+      opts->operand_bytes,
+      "Decompose only dots whose two operands (global sizes, FP8 at 1 byte per element) total "
+      "at least this many bytes; replaces --windowed-einsum-threshold-mib (XLA PR 18271; "
+      "default -1: unset)");
   cmd->add_option("--cost-gate", opts->cost_gate,
                   "on: rewrite a candidate only where the performance model predicts it is "
                   "faster on --system (default h100x8); off: rewrite every match. Default: on, "

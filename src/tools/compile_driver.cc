@@ -64,6 +64,9 @@ bool BuildPassOptions(const CompileOptions& o, PassOptions* opts, std::string* e
     }
   }
   if (!o.threshold_mib.empty()) opts->Set("windowed-einsum-threshold-mib", o.threshold_mib);
+  if (!o.operand_bytes.empty()) {
+    opts->Set("windowed-einsum-operand-bytes-threshold", o.operand_bytes);
+  }
   if (!o.max_ring.empty()) opts->Set("windowed-einsum-max-ring", o.max_ring);
   if (o.duplicate_loops) opts->Set("windowed-einsum-duplicate-loops", "true");
   if (!o.unroll.empty()) opts->Set("windowed-einsum-unroll", o.unroll);
@@ -192,9 +195,11 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
   // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
   // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
   std::unique_ptr<CostOracle> oracle;
-  const bool gate_on =
-      o.cost_gate == "on" || (o.cost_gate.empty() && o.threshold_mib.empty());
-  report->cost_gate.mode = gate_on ? "model" : o.threshold_mib.empty() ? "off" : "threshold";
+  // XLA's operand-bytes threshold is an explicit byte threshold too, unless it is -1 (unset).
+  const bool xla_threshold =
+      !o.threshold_mib.empty() || (!o.operand_bytes.empty() && o.operand_bytes != "-1");
+  const bool gate_on = o.cost_gate == "on" || (o.cost_gate.empty() && !xla_threshold);
+  report->cost_gate.mode = gate_on ? "model" : !xla_threshold ? "off" : "threshold";
   if (o.replay_decisions) {
     // weave demo's scaled copy: the decisions the gate took on the full-size block, by location.
     const std::map<std::string, int> decisions = *o.replay_decisions;

@@ -68,7 +68,7 @@ struct CompileOptions {
        no_fp8_gemm = false, no_cleanup = false;
   std::string disable_passes;
   std::string input_form;  // --input-form=global|partitioned
-  std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
+  std::string threshold_mib, operand_bytes, max_ring, unroll, dot_merger_mb, compute_capability;
   // --cost-gate: "" (default: on unless --windowed-einsum-threshold-mib is given), "on", "off".
   std::string cost_gate;
   // --partitioned-output FILE: where to write the partitioned module of a global input (before

@@ -162,6 +162,10 @@ struct NumericsRecord {
   std::string reference;
 };
 
+// report_numerics.cc: the `numerics` JSON object and the table's "Numerics:" line.
+nlohmann::json NumericsToJson(const NumericsRecord& numerics);
+std::string NumericsToTable(const NumericsRecord& numerics);
+
 struct SimRecord {
   bool requested = false;
   bool ran = false;
@@ -170,6 +174,10 @@ struct SimRecord {
   double before_us = 0, after_us = 0;
   double before_exposed_comm_us = 0, after_exposed_comm_us = 0;
 };
+
+// report_numerics.cc: the `simulation` JSON object and the table's estimated-time rows.
+nlohmann::json SimToJson(const SimRecord& sim);
+std::string SimToTable(const SimRecord& sim);
 
 // The cost gate of `weave compile` (passes/cost_oracle.h, sim/cost_gate.h): how candidates were
 // decided, and every decision with its estimates.
@@ -216,15 +224,18 @@ struct CompileReport {
   int exit_code = 0;
 };
 
+// report.cc; the pieces of the report are in report_summary.cc, report_loops.cc,
+// report_reasons.cc, report_all_to_all.cc, report_cost_gate.cc, report_numerics.cc,
+// report_json.cc and report_table.cc.
 // The known names for `--require` (keys of CompileReport::fired).
 const std::vector<std::string>& RewriteNames();
 
 // Fills loops, left_alone, before/after and fired from the two modules and the remarks.
 void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report);
 
-// The JSON object of the report (stable field names; see README "The report").
+// The JSON object of the report (stable field names; see README "The report"; report_json.cc).
 nlohmann::json ReportToJson(const CompileReport& report);
-// The readable table (what `weave compile` prints on stderr). `max_rows` limits the collectives
+// The readable table (what `weave compile` prints on stderr; report_table.cc). `max_rows` limits the collectives
 // left alone and the remarks listed (0 = all).
 std::string ReportToTable(const CompileReport& report, int max_rows = 20);
 

@@ -46,8 +46,9 @@ std::string CostGateToTable(const CostGateRecord& g, int max_rows) {
     return "\nCost gate: off (--cost-gate=off: every match is rewritten)\n";
   }
   if (g.mode == "threshold") {
-    return "\nCost gate: XLA's byte threshold (--windowed-einsum-threshold-mib given; "
-           "--cost-gate=on adds the model)\n";
+    return "\nCost gate: XLA's byte threshold (--windowed-einsum-threshold-mib or "
+           "--xla_gpu_operand_bytes_threshold_for_windowed_einsum given; --cost-gate=on adds the "
+           "model)\n";
   }
   int64_t rewritten = 0;
   for (const CostDecision& d : g.decisions) rewritten += d.estimate.chosen != 0 ? 1 : 0;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tools/report.h"
+#include "tools/report_internal.h"
 
 namespace weave::tools {
 namespace {
@@ -196,6 +197,66 @@ std::string ExplainMissingRewrite(const std::string& rewrite, const std::vector<
     none = "no two dots share an operand";
   }
   return r ? r->ToString() : none;
+}
+
+std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
+                                                const std::vector<Remark>& remarks) {
+  // Computations that belong to windowed loops.
+  std::set<const HloComputation*> in_loops;
+  std::set<const HloInstruction*> loop_shifts;  // permutes of a windowed loop's results
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      WindowedLoopInfo info;
+      if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) {
+        for (const HloInstruction* g : i->users()) {
+          if (g->opcode() != HloOpcode::kGetTupleElement) continue;
+          for (const HloInstruction* p : g->users()) {
+            if (IsPermute(*p)) loop_shifts.insert(p);
+          }
+        }
+        std::vector<const HloInstruction*> ignored;
+        CollectInline(i->while_body(), &ignored, &in_loops);
+        CollectInline(i->while_condition(), &ignored, &in_loops);
+      }
+    }
+  }
+  // The chunk exchanges of all-to-all windowed einsums are part of their window.
+  for (const HloInstruction* a : AllToAllWindowExchanges(module)) loop_shifts.insert(a);
+  // Computations an async-start wraps: their collective is listed as the async-start.
+  std::set<const HloComputation*> wrapped;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart || !i->async_sugar.empty()) continue;
+      for (const HloComputation* w : i->called_computations()) wrapped.insert(w);
+    }
+  }
+  int64_t default_group = DefaultGroup(module, 0);
+  std::vector<LeftAlone> out;
+  for (const HloComputation* c : module.MakeComputationPostOrder()) {
+    if (in_loops.count(c) || wrapped.count(c)) continue;
+    for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
+      std::string base = CollectiveBaseName(*i);
+      const HloInstruction* wrapped_root = nullptr;
+      if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty() &&
+          !i->called_computations().empty() && i->called_computations()[0]->root() != nullptr) {
+        wrapped_root = i->called_computations()[0]->root();
+        base = CollectiveBaseName(*wrapped_root);
+      }
+      if (base.empty() || loop_shifts.count(i)) continue;
+      LeftAlone la;
+      la.name = i->name();
+      la.opcode = std::string(HloOpcodeString(i->opcode()));
+      la.shape = i->shape().ToString(false);
+      la.bytes_sent = CollectiveBytesSent(wrapped_root ? *wrapped_root : *i, default_group);
+      la.reason = ReasonFromRemarks(*i, remarks);
+      if (la.reason.empty() && wrapped_root != nullptr) {
+        la.reason = ReasonFromRemarks(*wrapped_root, remarks);
+      }
+      if (la.reason.empty()) la.reason = StructuralReason(*i, base);
+      out.push_back(std::move(la));
+    }
+  }
+  return out;
 }
 
 }  // namespace weave::tools
