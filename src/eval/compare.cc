@@ -81,6 +81,45 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
 
 }  // namespace
 
+absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
+                                             const HloModule& b, const EvalResult& rb,
+                                             const CompareOptions& options) {
+  (void)a;
+  (void)b;
+  CompareReport report;
+  report.num_partitions = ra.num_partitions;
+  report.replica_count = ra.replica_count;
+  report.seed = options.eval.seed;
+  if (ra.outputs.size() != rb.outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("module A ran on ", ra.outputs.size(),
+                                                   " devices but module B on ", rb.outputs.size()));
+  }
+  for (size_t d = 0; d < ra.outputs.size(); ++d) {
+    const auto& oa = ra.outputs[d];
+    const auto& ob = rb.outputs[d];
+    if (oa.size() != ob.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("module A has ", oa.size(),
+                                                     " outputs but module B has ", ob.size()));
+    }
+    for (size_t j = 0; j < oa.size(); ++j) {
+      if (!oa[j]->shape.Compatible(ob[j]->shape)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
+            ob[j]->shape.ToString(false), " in module B"));
+      }
+      auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
+      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
+                                       options.atol.value_or(at),
+                                       options.norm_ulps.value_or(kDefaultNormUlps));
+      c.output = static_cast<int64_t>(j);
+      c.device = static_cast<int64_t>(d);
+      report.pass &= c.pass;
+      report.outputs.push_back(std::move(c));
+    }
+  }
+  return report;
+}
+
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
                                              const CompareOptions& options, const Inputs* given) {
   if (a.entry() == nullptr || b.entry() == nullptr) {
@@ -117,34 +156,9 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   if (!ra.ok()) return absl::Status(ra.status().code(), absl::StrCat("module A: ", ra.status().message()));
   auto rb = RunModule(b, eo, &inputs);
   if (!rb.ok()) return absl::Status(rb.status().code(), absl::StrCat("module B: ", rb.status().message()));
-  CompareReport report;
-  report.num_partitions = eo.num_partitions;
-  report.replica_count = eo.replica_count;
-  report.seed = eo.seed;
-  for (size_t d = 0; d < ra->outputs.size(); ++d) {
-    const auto& oa = ra->outputs[d];
-    const auto& ob = rb->outputs[d];
-    if (oa.size() != ob.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("module A has ", oa.size(),
-                                                     " outputs but module B has ", ob.size()));
-    }
-    for (size_t j = 0; j < oa.size(); ++j) {
-      if (!oa[j]->shape.Compatible(ob[j]->shape)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
-            ob[j]->shape.ToString(false), " in module B"));
-      }
-      auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
-      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
-                                       options.atol.value_or(at),
-                                       options.norm_ulps.value_or(kDefaultNormUlps));
-      c.output = static_cast<int64_t>(j);
-      c.device = static_cast<int64_t>(d);
-      report.pass &= c.pass;
-      report.outputs.push_back(std::move(c));
-    }
-  }
-  return report;
+  CompareOptions co = options;
+  co.eval = eo;
+  return CompareResults(a, *ra, b, *rb, co);
 }
 
 std::string CompareReport::ToString() const {

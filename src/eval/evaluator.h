@@ -162,4 +162,12 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
                                              const CompareOptions& options,
                                              const Inputs* given = nullptr);
 
+// Compares two results already computed on identical inputs (`ra` from module `a`, `rb` from
+// `b`), as CompareModules does after running them; lets a caller run `a` once and compare
+// several candidates against it (the differential fuzz driver). InvalidArgument when the
+// device counts, output counts or output shapes differ.
+absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
+                                             const HloModule& b, const EvalResult& rb,
+                                             const CompareOptions& options);
+
 }  // namespace weave::eval

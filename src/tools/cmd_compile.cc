@@ -43,6 +43,7 @@
 #include "spmd/windowed_einsum_decomposer.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/compile_pipeline.h"
 #include "tools/demo_module.h"
 #include "tools/report.h"
 
@@ -518,6 +519,12 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
 }
 
 }  // namespace
+
+std::vector<std::string> CompilePipelinePassNames() {
+  std::vector<std::string> names;
+  for (const Stage& s : kStages) names.push_back(s.pass);
+  return names;
+}
 
 void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   // ---- compile ----
