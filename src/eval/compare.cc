@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "eval/evaluator.h"
 #include "eval/numerics.h"
+#include "eval/output_precision.h"
 #include "nlohmann/json.hpp"
 
 namespace weave::eval {
@@ -27,7 +28,7 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 namespace {
 
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
-                             double norm_ulps) {
+                             double norm_ulps, PrimitiveType ulp_type) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -41,7 +42,7 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
       if (std::isfinite(x)) c.max_abs_value = std::max(c.max_abs_value, std::fabs(x));
     }
     c.norm_ulps = norm_ulps;
-    c.norm_atol = norm_ulps * UlpOf(c.max_abs_value, a.shape.element_type);
+    c.norm_atol = norm_ulps * UlpOf(c.max_abs_value, ulp_type);
   }
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
@@ -84,9 +85,10 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
 absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
                                              const HloModule& b, const EvalResult& rb,
                                              const CompareOptions& options) {
-  (void)a;
   (void)b;
   CompareReport report;
+  const std::vector<PathPrecision> precisions =
+      options.path_aware ? OutputPathPrecisions(a, ra.num_partitions) : std::vector<PathPrecision>{};
   report.num_partitions = ra.num_partitions;
   report.replica_count = ra.replica_count;
   report.seed = options.eval.seed;
@@ -107,10 +109,35 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
             "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
             ob[j]->shape.ToString(false), " in module B"));
       }
-      auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
+      // Path-aware: judge the output at the narrowest float type its path rounds to in module A,
+      // with the norm-wise term scaled by the roundings a correct rewrite may reorder.
+      const PrimitiveType out_type = oa[j]->shape.element_type;
+      PrimitiveType judged = out_type;
+      double factor = 1;
+      std::string path;
+      if (options.path_aware && j < precisions.size() && IsFloatingPoint(out_type)) {
+        const PathPrecision& pp = precisions[j];
+        if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) < MantissaBits(out_type)) {
+          judged = pp.type;
+          path = absl::StrCat("judged as ", std::string(PrimitiveTypeName(judged)), ": rounded at ", pp.where);
+        }
+        if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) <= MantissaBits(judged)) {
+          factor = NormUlpsFactor(pp);
+          if (path.empty() && factor > 1) {
+            path = absl::StrCat(pp.roundings, " roundings at ", std::string(PrimitiveTypeName(pp.type)),
+                                pp.ring > 1 ? absl::StrCat(", a reduction over ", pp.ring, " partitions")
+                                            : std::string());
+          }
+        }
+      }
+      auto [rt, at] = DefaultTolerance(judged);
       OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
                                        options.atol.value_or(at),
-                                       options.norm_ulps.value_or(kDefaultNormUlps));
+                                       options.norm_ulps.value_or(kDefaultNormUlps) * factor,
+                                       judged);
+      c.judged_as = judged;
+      c.norm_factor = factor;
+      c.path = path;
       c.output = static_cast<int64_t>(j);
       c.device = static_cast<int64_t>(d);
       report.pass &= c.pass;
@@ -161,6 +188,17 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   return CompareResults(a, *ra, b, *rb, co);
 }
 
+namespace {
+
+std::string JudgedText(const OutputComparison& c) {
+  if (c.path.empty()) return "";
+  std::string s = c.path;
+  if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%g", c.norm_factor);
+  return s + "; ";
+}
+
+}  // namespace
+
 std::string CompareReport::ToString() const {
   std::string s = absl::StrFormat("compare: %d partition(s)%s, seed %d\n", num_partitions,
                                   replica_count > 1 ? absl::StrCat(" x ", replica_count, " replicas") : "",
@@ -170,9 +208,9 @@ std::string CompareReport::ToString() const {
                                               : absl::StrCat("partition ", c.device);
     absl::StrAppendFormat(&s,
                           "  output %d %s %s: max_abs_err=%.4g max_rel_err=%.4g mismatches=%d/%d "
-                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s) %s\n",
+                          "nan_diffs=%d inf_diffs=%d (%srtol=%g atol=%g%s) %s\n",
                           c.output, dev, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
-                          c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
+                          c.elements, c.nan_diffs, c.inf_diffs, JudgedText(c), c.rtol, c.atol,
                           c.norm_ulps > 0
                               ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
                                                 c.norm_ulps, c.max_abs_value, c.norm_atol)
@@ -197,6 +235,8 @@ std::string CompareReport::ToJson() const {
                             {"nan_diffs", c.nan_diffs}, {"inf_diffs", c.inf_diffs},
                             {"rtol", c.rtol}, {"atol", c.atol}, {"norm_ulps", c.norm_ulps},
                             {"max_abs_value", c.max_abs_value}, {"norm_atol", c.norm_atol},
+                            {"judged_as", std::string(PrimitiveTypeName(c.judged_as))},
+                            {"norm_factor", c.norm_factor}, {"path", c.path},
                             {"pass", c.pass}});
   }
   return j.dump(2);

@@ -116,6 +116,11 @@ struct CompareOptions {
   // Numerical Algorithms", ch. 3). Unset = kDefaultNormUlps for float outputs; 0 turns it off.
   // Integer outputs are always compared exactly.
   std::optional<double> norm_ulps;
+  // Path-aware tolerance (eval/output_precision.h): judge each float output at the narrowest
+  // float type at which its path in module A rounds (its defaults and its ulp), and scale the
+  // norm-wise term by the roundings a correct rewrite may reorder (NormUlpsFactor). False judges
+  // every output at its own type.
+  bool path_aware = true;
 };
 
 // Default norm_ulps: 4 ulps of the output type at the output's largest magnitude (bf16: 1.6% to
@@ -134,7 +139,13 @@ struct OutputComparison {
   double rtol = 0, atol = 0;
   double norm_ulps = 0;      // the norm-wise term (CompareOptions::norm_ulps)
   double max_abs_value = 0;  // max |a| over A's finite elements
-  double norm_atol = 0;      // norm_ulps * UlpOf(max_abs_value, type)
+  double norm_atol = 0;      // norm_ulps * norm_factor * UlpOf(max_abs_value, judged_as)
+  // Path-aware tolerance: the type the output was judged at (its own, or the narrower type its
+  // path rounds to), the multiplier of the norm-wise term, and why, e.g. "judged as bf16:
+  // rounded at 'dq' (multiply)" ("" when neither applies).
+  PrimitiveType judged_as = PrimitiveType::kInvalid;
+  double norm_factor = 1;
+  std::string path;
   double max_abs_error = 0;  // over elements where both are finite
   double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
   int64_t mismatches = 0;    // |a-b| > max(atol + rtol*|a|, norm_atol), or differing NaN/inf

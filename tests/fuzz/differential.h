@@ -73,8 +73,11 @@ struct CheckResult {
 // Finding names:
 //  deferred-uncached        the decomposer left a dot for the handler's cache and its
 //                           all-gather is still in the output (issue 14 known bug 1)
-//  loop-not-handled         a windowed loop of the output still runs several trips: the handler
-//                           did not take it (known bugs 2 and 3)
+//  loop-not-recognised      the handler says a loop the decomposer made is not a windowed
+//                           einsum loop; ":rs-ring-2" (known bug 2: two-partition reduce-scatter
+//                           loops) and ":rs-batch" (known bug 3: reduce-scatter loops over a batch
+//                           dim) are named apart
+//  loop-not-unrolled        a recognised windowed loop of the output still runs several trips
 //  layout-unrecognised      the report's loop layout is "unrecognised" (known bug 4)
 CheckResult CheckModuleText(const std::string& text, const CheckOptions& options);
 

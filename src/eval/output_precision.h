@@ -1,0 +1,65 @@
+// Path-aware tolerances for comparing two modules (weave compare, compile --verify-numerics):
+// the precision at which a program actually computes each of its outputs.
+//
+// An f32 output may have been computed from values rounded to bf16 along the way (a dot of
+// bf16-dequantized FP8 operands with an f32 result, a bf16 reduce-scatter converted to f32).
+// Judging it at f32 precision rejects correct rewrites that round less or in another order: an
+// FP8 GEMM applies the scales to its f32 accumulator instead of rounding each dequantized
+// operand to bf16; a windowed reduce-scatter adds the partial sums in another order. So each
+// output is judged at the narrowest float type at which a value on its path (in the module the
+// user wrote, module A) is rounded, and its norm-wise term grows with the roundings that a
+// correct rewrite may reorder (Higham, "Accuracy and Stability of Numerical Algorithms", ch. 3
+// and 4: rounding errors of a sum grow with the number of terms summed at that precision).
+//
+// The analysis (linear in the module's size) walks A from the parameters:
+//  - exact ops keep the precision of their operands: parameters, constants, iota, data movement
+//    (broadcast, reshape, transpose, bitcast, copy, slice, dynamic-(update-)slice, concatenate,
+//    pad, reverse, gather, select, clamp, maximum, minimum, negate, abs, sign, tuple,
+//    get-tuple-element), collectives that move data (all-gather, all-to-all,
+//    collective-permute and their async forms), converts to a type at least as precise as the
+//    operand's (FP8 -> bf16 is exact);
+//  - every other op with a float result rounds to its result type (add, multiply, divide, dot,
+//    reduce, a narrowing convert, transcendental ops, custom calls, ...);
+//  - instructions calling computations (while, call, conditional, fusion, async-start, map,
+//    ...) take every rounding inside their callees as well.
+// Per value it keeps the narrowest rounding type T on the path, the number of roundings at T on
+// the longest such path, the largest collective reduction group at T (an all-reduce or
+// reduce-scatter of G partitions rounds G-1 partial sums, in an order a ring may change), and
+// the largest contraction length K of a dot that rounds at T (reported; the norm-wise term
+// already scales with the output's magnitude, which grows with K like the rounding errors do
+// for independent inputs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hlo/ir.h"
+
+namespace weave::eval {
+
+struct PathPrecision {
+  // Narrowest float type at which a value on the path is rounded; kInvalid when nothing on the
+  // path rounds (the output is exact data movement of the inputs).
+  PrimitiveType type = PrimitiveType::kInvalid;
+  int64_t roundings = 0;  // roundings at `type` on the longest path
+  int64_t ring = 1;       // largest group of a collective reduction at `type` (1: none)
+  int64_t k = 0;          // largest contraction length of a dot rounding at `type`
+  std::string where;      // the first instruction found rounding at `type`, e.g. "'dq' (multiply)"
+};
+
+// The path precision of every output leaf of `module`'s entry, in the order the evaluator
+// flattens the result (a tuple root yields its leaves in order). `num_partitions` is the group
+// size of collectives with empty replica_groups.
+std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t num_partitions);
+
+// The multiplier of the norm-wise term for a path: the roundings a correct rewrite may
+// reorder. 1 for at most 3 roundings and no reduction collective; a ring reduction of G
+// partitions gives (G + 1) / 2; longer chains of roundings add a third of their count.
+double NormUlpsFactor(const PathPrecision& p);
+
+// Mantissa bits (explicit) of float type t: f32 23, bf16 7, f16 10, f8e4m3fn 3, f8e5m2 2, ...;
+// -1 for non-float types.
+int MantissaBits(PrimitiveType t);
+
+}  // namespace weave::eval
