@@ -28,7 +28,7 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 namespace {
 
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
-                             double norm_ulps, PrimitiveType ulp_type) {
+                             double norm_ulps, double norm_factor, PrimitiveType ulp_type) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -42,7 +42,7 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
       if (std::isfinite(x)) c.max_abs_value = std::max(c.max_abs_value, std::fabs(x));
     }
     c.norm_ulps = norm_ulps;
-    c.norm_atol = norm_ulps * UlpOf(c.max_abs_value, ulp_type);
+    c.norm_atol = norm_ulps * norm_factor * UlpOf(c.max_abs_value, ulp_type);
   }
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
@@ -133,7 +133,7 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
       auto [rt, at] = DefaultTolerance(judged);
       OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
                                        options.atol.value_or(at),
-                                       options.norm_ulps.value_or(kDefaultNormUlps) * factor,
+                                       options.norm_ulps.value_or(kDefaultNormUlps), factor,
                                        judged);
       c.judged_as = judged;
       c.norm_factor = factor;
@@ -190,11 +190,13 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
 
 namespace {
 
+// "; judged as bf16: rounded at 'dq' (multiply), norm-wise term x3" when the path-aware
+// tolerance applies.
 std::string JudgedText(const OutputComparison& c) {
   if (c.path.empty()) return "";
-  std::string s = c.path;
-  if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%g", c.norm_factor);
-  return s + "; ";
+  std::string s = absl::StrCat("; ", c.path);
+  if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%.3g", c.norm_factor);
+  return s;
 }
 
 }  // namespace
@@ -208,14 +210,14 @@ std::string CompareReport::ToString() const {
                                               : absl::StrCat("partition ", c.device);
     absl::StrAppendFormat(&s,
                           "  output %d %s %s: max_abs_err=%.4g max_rel_err=%.4g mismatches=%d/%d "
-                          "nan_diffs=%d inf_diffs=%d (%srtol=%g atol=%g%s) %s\n",
+                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s%s) %s\n",
                           c.output, dev, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
-                          c.elements, c.nan_diffs, c.inf_diffs, JudgedText(c), c.rtol, c.atol,
+                          c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
                           c.norm_ulps > 0
                               ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
                                                 c.norm_ulps, c.max_abs_value, c.norm_atol)
                               : std::string(),
-                          c.pass ? "PASS" : "FAIL");
+                          JudgedText(c), c.pass ? "PASS" : "FAIL");
   }
   s += pass ? "PASS\n" : "FAIL\n";
   return s;

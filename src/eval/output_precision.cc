@@ -156,8 +156,16 @@ class Analysis {
         continue;
       }
       for (const HloInstruction* o : i->operands()) p = Merge(p, values_[o]);
-      // Callees: every rounding inside them, their parameters fed by the merged operands.
+      // Callees holding the op's computation (not the scalar reducers of reduce, all-reduce,
+      // sort, ..., which are the op's own rounding): every rounding inside them, their
+      // parameters fed by the merged operands.
+      const bool runs_callees =
+          i->opcode() == HloOpcode::kWhile || i->opcode() == HloOpcode::kCall ||
+          i->opcode() == HloOpcode::kConditional || i->opcode() == HloOpcode::kFusion ||
+          (i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty()) ||
+          i->opcode() == HloOpcode::kCustomCall;
       for (const HloComputation* callee : i->called_computations()) {
+        if (!runs_callees) break;
         if (callee == nullptr) continue;
         std::vector<PathPrecision> cp(static_cast<size_t>(callee->num_parameters()), p);
         RunComputation(callee, cp);

@@ -122,14 +122,15 @@ ChildResult Finish(Running& r, int status) {
 
 void RunInChildren(const std::vector<TextMaker>& jobs, const CheckOptions& options, int parallel,
                    double timeout_s,
-                   const std::function<void(size_t, const ChildResult&)>& done) {
+                   const std::function<bool(size_t, const ChildResult&)>& done) {
   if (parallel < 1) parallel = 1;
   std::vector<Running> running;
   size_t next = 0;
+  bool stop = false;
   std::fflush(stdout);
   std::fflush(stderr);
-  while (next < jobs.size() || !running.empty()) {
-    while (next < jobs.size() && static_cast<int>(running.size()) < parallel) {
+  while ((!stop && next < jobs.size()) || !running.empty()) {
+    while (!stop && next < jobs.size() && static_cast<int>(running.size()) < parallel) {
       int fds[2];
       if (pipe(fds) != 0) {
         perror("pipe");
@@ -183,14 +184,17 @@ void RunInChildren(const std::vector<TextMaker>& jobs, const CheckOptions& optio
       ChildResult res = Finish(r, status);
       const size_t index = r.index;
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
-      done(index, res);
+      if (!done(index, res)) stop = true;
     }
   }
 }
 
 ChildResult RunOneInChild(const TextMaker& job, const CheckOptions& options, double timeout_s) {
   ChildResult out;
-  RunInChildren({job}, options, 1, timeout_s, [&](size_t, const ChildResult& r) { out = r; });
+  RunInChildren({job}, options, 1, timeout_s, [&](size_t, const ChildResult& r) {
+    out = r;
+    return true;
+  });
   return out;
 }
 

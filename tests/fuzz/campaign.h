@@ -28,10 +28,10 @@ using TextMaker = std::function<std::string()>;
 
 // Runs `jobs` in child processes, at most `parallel` at a time, each given `timeout_s` seconds
 // (then SIGKILL and TIMEOUT). `done(i, result)` is called in the parent as each job finishes,
-// in completion order.
+// in completion order; when it returns false no further job is started (running ones finish).
 void RunInChildren(const std::vector<TextMaker>& jobs, const CheckOptions& options, int parallel,
                    double timeout_s,
-                   const std::function<void(size_t, const ChildResult&)>& done);
+                   const std::function<bool(size_t, const ChildResult&)>& done);
 
 // Convenience: one job, waited for.
 ChildResult RunOneInChild(const TextMaker& job, const CheckOptions& options, double timeout_s);
