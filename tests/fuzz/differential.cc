@@ -318,7 +318,7 @@ class Checker {
             absl::StrCat(l.kind, " loop '", l.name, "' (N=", l.ring_size, ", layout ", l.layout,
                          ") still runs ", l.trip_count, " trips"));
       }
-      if (l.layout == "unrecognised") {
+      if (l.layout == "unrecognised" && !unrecognised.count(l.name)) {
         r_->findings.emplace_back("layout-unrecognised",
                                   absl::StrCat(l.kind, " loop '", l.name, "' (", l.fp8_gemms,
                                                " FP8 GEMMs): report layout 'unrecognised'"));

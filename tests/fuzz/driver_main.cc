@@ -27,6 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "campaign.h"
 #include "differential.h"
 #include "tools/compile_pipeline.h"
@@ -117,19 +121,71 @@ nlohmann::json StatsJson(const Stats& s) {
 int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string& out_dir,
            const std::string& summary, bool findings_fatal, bool verbose, bool quick,
            const std::string& mutant, bool expect_failure, const std::string& allow) {
-  std::vector<std::string> allowed;
-  for (absl::string_view a : absl::StrSplit(allow, ',', absl::SkipEmpty())) allowed.emplace_back(a);
-  auto is_allowed = [&](const CheckResult& r) {
-    for (const std::string& a : allowed) {
-      if (r.check.rfind(a, 0) == 0) return true;
+  // Allowed failures: (seed or -1 for any, failed-check prefix), from --allow entries and
+  // @FILE lines "<seed|*> <check-prefix>  # reason".
+  std::vector<std::pair<int64_t, std::string>> allowed;
+  for (absl::string_view a : absl::StrSplit(allow, ',', absl::SkipEmpty())) {
+    if (!absl::StartsWith(a, "@")) {
+      allowed.emplace_back(-1, std::string(a));
+      continue;
+    }
+    bool ok = false;
+    const std::string text = ReadFile(std::string(a.substr(1)), &ok);
+    if (!ok) {
+      std::cerr << "weave-fuzz: cannot read " << a.substr(1) << "\n";
+      return 2;
+    }
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+      if (line.empty()) continue;
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (f.size() != 2) {
+        std::cerr << "weave-fuzz: bad line in " << a.substr(1) << ": " << line << "\n";
+        return 2;
+      }
+      int64_t seed = -1;
+      if (f[0] != "*" && !absl::SimpleAtoi(f[0], &seed)) {
+        std::cerr << "weave-fuzz: bad seed in " << a.substr(1) << ": " << line << "\n";
+        return 2;
+      }
+      allowed.emplace_back(seed, f[1]);
+    }
+  }
+  auto is_allowed = [&](uint64_t seed, const CheckResult& r) {
+    for (const auto& [s, prefix] : allowed) {
+      if ((s < 0 || static_cast<uint64_t>(s) == seed) && r.check.rfind(prefix, 0) == 0) return true;
     }
     return false;
   };
   int64_t allowed_failures = 0;
-  uint64_t a = 0, b = 0;
-  if (!ParseSeeds(seeds, &a, &b)) {
-    std::cerr << "weave-fuzz: --seeds wants A:B with A < B, or one seed\n";
-    return 2;
+  std::vector<uint64_t> seed_list;
+  for (absl::string_view part : absl::StrSplit(seeds, ',', absl::SkipEmpty())) {
+    uint64_t a = 0, b = 0;
+    std::string spec(part);
+    if (spec.rfind("@", 0) == 0) {  // @FILE: seeds listed one per line (# comments)
+      bool ok = false;
+      const std::string text = ReadFile(spec.substr(1), &ok);
+      if (!ok) {
+        std::cerr << "weave-fuzz: cannot read seed list " << spec.substr(1) << "\n";
+        return 2;
+      }
+      for (absl::string_view line : absl::StrSplit(text, '\n')) {
+        line = line.substr(0, line.find('#'));
+        line = absl::StripAsciiWhitespace(line);
+        if (line.empty()) continue;
+        if (!ParseSeeds(std::string(line), &a, &b)) {
+          std::cerr << "weave-fuzz: bad line in " << spec.substr(1) << ": " << line << "\n";
+          return 2;
+        }
+        for (uint64_t x = a; x < b; ++x) seed_list.push_back(x);
+      }
+      continue;
+    }
+    if (!ParseSeeds(spec, &a, &b)) {
+      std::cerr << "weave-fuzz: --seeds wants A:B (A < B), one seed, @FILE, or a comma list of those\n";
+      return 2;
+    }
+    for (uint64_t x = a; x < b; ++x) seed_list.push_back(x);
   }
   CheckOptions options;
   options.findings_fatal = findings_fatal;
@@ -148,13 +204,13 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
   int64_t first_failure = -1;
   std::vector<TextMaker> makers;
   std::vector<GeneratedProgram> programs;
-  for (uint64_t s = a; s < b; ++s) {
+  for (uint64_t s : seed_list) {
     makers.push_back([s] { return GenerateFromSeed(s).text; });
   }
   Stats st;
   const auto t0 = std::chrono::steady_clock::now();
   RunInChildren(makers, options, jobs, timeout, [&](size_t i, const ChildResult& r) {
-    const uint64_t seed = a + i;
+    const uint64_t seed = seed_list[i];
     ++st.seeds;
     ++st.verdicts[std::string(VerdictName(r.check.verdict))];
     for (const auto& [k, v] : r.check.fired) {
@@ -171,7 +227,7 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
     for (const std::string& m : p.motifs) mk.insert(m.substr(0, m.find(' ')));
     for (const std::string& m : mk) ++st.motifs[m];
     if (r.check.verdict != Verdict::kPass) ++st.checks[r.check.Signature()];
-    if (r.check.verdict != Verdict::kPass && is_allowed(r.check)) ++allowed_failures;
+    if (r.check.verdict != Verdict::kPass && is_allowed(seed, r.check)) ++allowed_failures;
     if (verbose || r.check.verdict != Verdict::kPass) {
       std::cout << "seed " << seed << ": " << VerdictName(r.check.verdict)
                 << (r.check.check.empty() ? "" : " ") << r.check.check << " ("
@@ -285,7 +341,9 @@ int main(int argc, char** argv) {
   bool findings_fatal = false, verbose = false, quick = false, expect_failure = false;
   std::string mutant, allow;
   CLI::App* run = app.add_subcommand("run", "Generate and check the programs of a seed range");
-  run->add_option("--seeds", seeds, "A:B (A inclusive, B exclusive) or one seed");
+  run->add_option("--seeds", seeds,
+                  "A:B (A inclusive, B exclusive), one seed, @FILE (one per line), or a comma "
+                  "list of those");
   run->add_option("-j,--jobs", jobs, "Programs checked at once (child processes)");
   run->add_option("--timeout", timeout, "Seconds per program before TIMEOUT");
   run->add_option("--out", out_dir, "Write failing programs to DIR/seed-<n>.hlo");
@@ -298,7 +356,8 @@ int main(int argc, char** argv) {
                   "ring-reversed, drop-last-step)");
   run->add_option("--allow", allow,
                   "Comma list of failed-check prefixes (e.g. idempotence) that do not fail the "
-                  "run: known open bugs while their fixes land");
+                  "run, or @FILE with lines '<seed|*> <check-prefix> # reason': known open "
+                  "bugs while their fixes land");
   run->add_flag("--expect-failure", expect_failure,
                 "Mutation check: stop at the first numerics MISMATCH and exit 0; exit 1 if none");
   run->callback([&] {

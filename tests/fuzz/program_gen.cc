@@ -144,6 +144,7 @@ class Gen {
     const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(o_.max_motifs)));
     for (int m = 0; m < motifs; ++m) {
       b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
+      fp8_model_ = c_.Percent(35);
       switch (c_.Weighted({40, 30, 7, 9, 6, 4, 4})) {
         case 0: MotifAllGather(); break;
         case 1: MotifReduceScatter(); break;
@@ -155,6 +156,7 @@ class Gen {
       }
     }
     b_.set_prefix("");
+    fp8_model_ = false;
     const bool tuple_root = outputs_.size() > 1 || c_.Percent(20);
     GeneratedProgram p;
     p.name = name;
@@ -348,6 +350,23 @@ class Gen {
     return r;
   }
 
+  // dequant(q, s) as FP8 models write it: E4M3FN (or E5M2) data, a replicated scalar scale
+  // (parameter or constant), any of the three forms.
+  Val ModelDequantize(const std::string& wide, const std::vector<int64_t>& dims, std::string* desc) {
+    const std::string f8 = c_.Percent(15) ? "f8e5m2" : "f8e4m3fn";
+    Val q = b_.Param(f8, dims, ParamSharding(dims), "q");
+    Val cvt = b_.Op("convert", wide, dims, {q}, "", "dq.cvt");
+    Val s = c_.Percent(80) ? b_.Param(wide, {}, "{replicated}", "scale")
+                           : b_.ScalarConstant(wide, c_.Percent(50) ? "0.5" : "2", "scale");
+    Val bc = b_.Op("broadcast", wide, dims, {s}, "dimensions={}", "dq.bcast");
+    const size_t form = c_.Weighted({50, 25, 25});
+    Val r = form == 0   ? b_.Op("multiply", wide, dims, {cvt, bc}, "", "dq")
+            : form == 1 ? b_.Op("multiply", wide, dims, {bc, cvt}, "", "dq")
+                        : b_.Op("divide", wide, dims, {cvt, bc}, "", "dq");
+    *desc = absl::StrCat(f8, form == 2 ? "/" : "*", "model");
+    return r;
+  }
+
   // A value of type `wide` and dims `dims`: a parameter, a dequantization, an unscaled convert
   // of FP8, or a convert from another wide type. *desc says which.
   Val Leaf(const std::string& wide, const std::vector<int64_t>& dims, int fp8_percent,
@@ -376,6 +395,7 @@ class Gen {
   // operand shape is derived from its result shape).
   Val Operand(const std::string& wide, const std::vector<int64_t>& dims, int fp8_percent,
               int view_percent, std::string* desc, int depth = 0) {
+    if (fp8_model_) return ModelDequantize(wide, dims, desc);
     if (depth >= 2 || !c_.Percent(view_percent)) return Leaf(wide, dims, fp8_percent, desc);
     const int64_t rank = static_cast<int64_t>(dims.size());
     switch (c_.Weighted({25, 25, 12, 10, 12, 8, 8})) {
@@ -1113,6 +1133,10 @@ class Gen {
   int64_t P_ = 4;
   std::vector<Val> outputs_;
   std::vector<Val> pool_;  // shards that were all-gathered (candidate stationary operands)
+  // "FP8 model" motifs: every operand is an FP8 dequantization with a replicated scalar scale
+  // and no view in between, as FP8 training programs write them (the handler's FP8 shift and
+  // the FP8 GEMM apply).
+  bool fp8_model_ = false;
   std::vector<std::string> motifs_;
 };
 

@@ -429,6 +429,25 @@ std::string DropRootElement(const std::string& text, int index) {
   return ModuleText(*m);
 }
 
+namespace {
+
+// The reduced text with a first line saying how it fails (the generator's motif comment no
+// longer describes it).
+std::string Annotated(const std::string& text, const std::string& signature,
+                      const std::string& origin) {
+  std::string out = absl::StrCat("// reduced by weave-fuzz from ", origin, ": ", signature, "\n");
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, "// weave-fuzz program:") || absl::StartsWith(line, "// reduced by weave-fuzz")) {
+      continue;
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  while (absl::EndsWith(out, "\n\n")) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ReduceResult> ReduceSeed(uint64_t seed, const CheckOptions& check,
                                         const ReduceOptions& options) {
   SeededChoices c(seed);
@@ -438,7 +457,7 @@ absl::StatusOr<ReduceResult> ReduceSeed(uint64_t seed, const CheckOptions& check
   std::string text = r.ReduceTrace(c.trace());
   text = r.ReduceInstructions(CleanUp(text));
   ReduceResult out;
-  out.text = text;
+  out.text = Annotated(text, r.target(), absl::StrCat("seed ", seed));
   out.signature = r.target();
   out.instructions = CountEntryInstructions(text);
   out.candidates = r.candidates();
@@ -451,7 +470,7 @@ absl::StatusOr<ReduceResult> ReduceText(const std::string& text, const CheckOpti
   if (absl::Status st = r.SetTarget(text); !st.ok()) return st;
   std::string out_text = r.ReduceInstructions(CleanUp(text));
   ReduceResult out;
-  out.text = out_text;
+  out.text = Annotated(out_text, r.target(), "a module");
   out.signature = r.target();
   out.instructions = CountEntryInstructions(out_text);
   out.candidates = r.candidates();
