@@ -194,7 +194,8 @@ OutputPlan PlanOutput(HloInstruction* dot) {
 
 class DotRewriter {
  public:
-  DotRewriter(HloComputation* comp, double cc) : comp_(comp), cc_(cc) {}
+  DotRewriter(HloComputation* comp, double cc, XlaBackendConfigVersion schema)
+      : comp_(comp), cc_(cc), schema_(schema) {}
 
   // Returns an empty string on success, else the reason for not rewriting.
   std::string TryRewrite(HloInstruction* dot, std::string* applied_message,
@@ -238,6 +239,7 @@ class DotRewriter {
 
   HloComputation* comp_;
   double cc_;
+  XlaBackendConfigVersion schema_;
   HloInstruction* one_f32_ = nullptr;
   std::map<std::tuple<HloInstruction*, std::vector<int64_t>, std::vector<int64_t>>, Prepared>
       prepared_;
@@ -411,15 +413,12 @@ ordered_json JsonNumber(double v) {
   return ordered_json(v);
 }
 
-// The GpuBackendConfig of the call: the dot's own fields kept (operation queues,
-// force_earliest_schedule, ...), gemm_backend_config set, fields in proto field-number order.
+// The GpuBackendConfig of the call in the schema of XLA version `v`: the dot's own fields kept
+// (operation_queue_id, force_earliest_schedule, ...), gemm_backend_config set with the fields of
+// GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order.
 std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
-                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride) {
-  ordered_json old = ordered_json::object();
-  if (!dot->backend_config.empty()) {
-    ordered_json parsed = ordered_json::parse(dot->backend_config, nullptr, false);
-    if (parsed.is_object()) old = std::move(parsed);
-  }
+                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
+                          XlaBackendConfigVersion v) {
   ordered_json gemm = ordered_json::object();
   gemm["alpha_real"] = JsonNumber(plan.alpha);
   gemm["beta"] = 0;
@@ -443,27 +442,22 @@ std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int
   gemm["grad_x"] = dot->GetFrontendAttribute("grad_x").value_or("") == "true";
   gemm["grad_y"] = dot->GetFrontendAttribute("grad_y").value_or("") == "true";
   gemm["damax_output"] = plan.amax_reduce != nullptr;
-  gemm["is_fp8"] = true;
 
-  ordered_json cfg = ordered_json::object();
-  cfg["operation_queue_id"] = old.contains("operation_queue_id") ? old["operation_queue_id"]
-                                                                 : ordered_json("0");
-  cfg["wait_on_operation_queues"] = old.contains("wait_on_operation_queues")
-                                        ? old["wait_on_operation_queues"]
-                                        : ordered_json::array();
-  cfg["gemm_backend_config"] = gemm;
-  cfg["force_earliest_schedule"] =
-      old.contains("force_earliest_schedule") ? old["force_earliest_schedule"] : ordered_json(false);
-  static const char* kOneof[] = {"cudnn_conv_backend_config", "gemm_backend_config",
-                                 "bitcast_backend_config",    "collective_backend_config",
-                                 "fusion_backend_config",     "cudnn_norm_backend_config",
-                                 "cudnn_fmha_backend_config", "custom_call_backend_config"};
-  for (auto it = old.begin(); it != old.end(); ++it) {
-    if (cfg.contains(it.key())) continue;
+  // A dot's config that is not JSON (never written by XLA) is replaced by a fresh one.
+  absl::StatusOr<GpuBackendConfigEditor> edit = GpuBackendConfigEditor::Of(*dot, v);
+  GpuBackendConfigEditor cfg = edit.ok() ? std::move(*edit) : GpuBackendConfigEditor(v);
+  // The dot's own backend (oneof) config does not describe the GEMM call.
+  static const char* kOneof[] = {"cudnn_conv_backend_config", "bitcast_backend_config",
+                                 "collective_backend_config", "fusion_backend_config",
+                                 "cudnn_norm_backend_config", "cudnn_fmha_backend_config",
+                                 "custom_call_backend_config"};
+  GpuBackendConfigEditor out(v);
+  for (auto it = cfg.json().begin(); it != cfg.json().end(); ++it) {
     if (std::find(std::begin(kOneof), std::end(kOneof), it.key()) != std::end(kOneof)) continue;
-    cfg[it.key()] = it.value();
+    out.SetField(it.key(), it.value());
   }
-  return cfg.dump();
+  out.SetField("gemm_backend_config", std::move(gemm));
+  return out.ToString();
 }
 
 const char* KindName(Fp8OperandMatch::Kind k) {
@@ -580,7 +574,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   call->backend_config =
       BackendConfig(dot, plan, nb, ca.contracting, cb.contracting,
                     sa.ElementCount() / std::max<int64_t>(batch, 1),
-                    sb.ElementCount() / std::max<int64_t>(batch, 1));
+                    sb.ElementCount() / std::max<int64_t>(batch, 1), schema_);
 
   HloInstruction* out = Add(HloOpcode::kGetTupleElement, d_shape, {call}, call->name() + ".d");
   out->tuple_index = 0;
@@ -642,7 +636,7 @@ int64_t CublasWorkspaceBytes(double compute_capability) {
 absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
   bool changed = false;
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    DotRewriter rewriter(comp, compute_capability_);
+    DotRewriter rewriter(comp, compute_capability_, backend_config_);
     std::vector<HloInstruction*> dead;
     for (HloInstruction* instr : comp->MakeInstructionPostOrder()) {
       if (instr->opcode() != HloOpcode::kDot) continue;
@@ -668,7 +662,9 @@ absl::StatusOr<std::unique_ptr<HloPass>> MakeFp8GemmRewriter(const PassOptions& 
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-compute-capability must be like 9.0, got ", *cc));
   }
-  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(*cc));
+  auto schema = XlaBackendConfigVersionFromOptions(options);
+  if (!schema.ok()) return schema.status();
+  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(*cc, *schema));
 }
 }  // namespace
 

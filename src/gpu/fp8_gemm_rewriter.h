@@ -24,7 +24,8 @@
 //   padding does not block these folds: the slice is applied to the folded result.
 //
 // Options (PassOptions): `gpu-compute-capability` (default 9.0; below 8.9 nothing is rewritten
-// and each FP8 dot gets a remark).
+// and each FP8 dot gets a remark); `xla-backend-config` (2024|2025|2026, default 2026: the
+// GpuBackendConfig schema of the call's backend_config).
 // Constraints (each failure is a remark on the dot): operand types E4M3FN or E5M2 but not
 // E5M2 x E5M2; scalar scales; dot output bf16/f16/f32; no matrix-vector dot; batch product
 // <= 65535; batch dims the same count on both sides.
@@ -33,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -40,8 +42,11 @@ namespace weave {
 class Fp8GemmRewriter : public HloPass {
  public:
   // compute_capability: CUDA compute capability as major.minor (8.9 = Ada, 9.0 = Hopper).
-  explicit Fp8GemmRewriter(double compute_capability = 9.0)
-      : compute_capability_(compute_capability) {}
+  // backend_config: the XLA version whose GpuBackendConfig schema the call's backend_config is
+  // written in (passes/gpu_backend_config.h; option `xla-backend-config`, default 2026).
+  explicit Fp8GemmRewriter(double compute_capability = 9.0,
+                           XlaBackendConfigVersion backend_config = kDefaultXlaBackendConfig)
+      : compute_capability_(compute_capability), backend_config_(backend_config) {}
   std::string_view name() const override { return "fp8-gemm-rewriter"; }
   // Rewrites every matching dot in every computation (entry and while bodies alike). Returns
   // whether anything changed. Errors only on internal inconsistencies (e.g. a malformed module
@@ -50,6 +55,7 @@ class Fp8GemmRewriter : public HloPass {
 
  private:
   double compute_capability_;
+  XlaBackendConfigVersion backend_config_;
 };
 
 // The custom-call target of an FP8 cuBLASLt GEMM.

@@ -23,16 +23,21 @@
 //     once and gets the frontend attribute skip-simplify-while-loops_trip-count-one="true" and
 //     backend_config known_trip_count 1; loop-carried values nobody reads after the loop become
 //     pass-through, so the dead last transfer disappears (N-1 permutes for an N-block ring).
-//  4. Streams (§4): every dot of the body gets a module-unique `operation_queue_id` > 0, its merging
-//     user (dynamic-update-slice or add) waits on it (`wait_on_operation_queues`), and each
+//  4. Streams (§4): every dot of the body gets a module-unique `operation_queue_id` > 0 (with the
+//     2024/2025 schema its merging user, dynamic-update-slice or add, also waits on it in
+//     `wait_on_operation_queues`, a field XLA removed in 2026), and each
 //     collective-permute whose operand comes straight from the loop state (ring-only) gets
 //     `force_earliest_schedule: true`. Other backend_config fields are kept.
 // Every while and every all-gather gets a remark. The pass is idempotent.
+// Implementation: the driver in windowed_einsum_handler.cc, one file per step
+// (windowed_einsum_handler_{fp8_shift,cache,unroll,streams}.cc); see
+// windowed_einsum_handler_internal.h.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -43,7 +48,11 @@ class WindowedEinsumHandler : public HloPass {
   // Option keys (PassOptions / CLI `--windowed-einsum-unroll=false`).
   static constexpr std::string_view kUnrollOption = "windowed-einsum-unroll";
 
-  explicit WindowedEinsumHandler(bool unroll = true) : unroll_(unroll) {}
+  // `backend_config`: the XLA version whose GpuBackendConfig schema the stream fields are
+  // written in (passes/gpu_backend_config.h; option `xla-backend-config`, default 2026).
+  explicit WindowedEinsumHandler(bool unroll = true,
+                                 XlaBackendConfigVersion backend_config = kDefaultXlaBackendConfig)
+      : unroll_(unroll), backend_config_(backend_config) {}
   std::string_view name() const override { return kName; }
   // Returns whether the module changed. Errors only on internal inconsistencies (the module is
   // then partly rewritten).
@@ -51,6 +60,7 @@ class WindowedEinsumHandler : public HloPass {
 
  private:
   bool unroll_;
+  XlaBackendConfigVersion backend_config_;
 };
 
 }  // namespace weave

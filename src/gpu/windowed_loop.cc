@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "analysis/dequantize.h"
 
 namespace weave {
@@ -153,6 +154,48 @@ bool IsGteOf(const HloInstruction* v, const HloInstruction* param, int64_t index
          v->tuple_index == index;
 }
 
+// Strips what fp8-gemm-rewriter puts between a loop value and a GEMM custom call's operand
+// (canonicalising reshape/bitcast/transpose/copy, zero pad, convert) and a dequantization.
+HloInstruction* StripGemmOperand(HloInstruction* v) {
+  for (int guard = 0; guard < 64 && v != nullptr; ++guard) {
+    if (auto m = MatchDequantize(v)) {
+      v = m->q;
+      continue;
+    }
+    switch (v->opcode()) {
+      case HloOpcode::kReshape:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kTranspose:
+      case HloOpcode::kCopy:
+      case HloOpcode::kConvert:
+      case HloOpcode::kPad:
+        if (v->operand_count() >= 1) {
+          v = v->operand(0);
+          continue;
+        }
+        return v;
+      default:
+        return v;
+    }
+  }
+  return v;
+}
+
+// The loop value a dot (or GEMM custom call) operand reads, before dequantization.
+HloInstruction* OperandCore(HloInstruction* op, bool gemm_call) {
+  return gemm_call ? StripGemmOperand(op) : StripDequant(op);
+}
+
+// All pairs map a partition to itself.
+bool IsIdentityPairs(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  if (pairs.empty()) return false;
+  std::set<int64_t> src;
+  for (const auto& [s, t] : pairs) {
+    if (s != t || s < 0 || !src.insert(s).second) return false;
+  }
+  return true;
+}
+
 // A permutation without fixed points: every source and every target at most once.
 bool IsRingPairs(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
   if (pairs.empty()) return false;
@@ -165,6 +208,36 @@ bool IsRingPairs(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
 }
 
 HloInstruction* MergeUser(HloInstruction* dot) {
+  if (dot->opcode() == HloOpcode::kCustomCall) {
+    // gte(call, 0), then the rewriter's unpad slice / reshape / convert / bitcast.
+    HloInstruction* v = nullptr;
+    for (HloInstruction* u : dot->users()) {
+      if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) {
+        if (v != nullptr) return nullptr;
+        v = u;
+      }
+    }
+    if (v == nullptr && dot->shape().IsArray()) v = dot;
+    for (int guard = 0; v != nullptr && guard < 16; ++guard) {
+      if (v->user_count() != 1) return nullptr;
+      HloInstruction* u = v->users()[0];
+      switch (u->opcode()) {
+        case HloOpcode::kSlice:
+        case HloOpcode::kReshape:
+        case HloOpcode::kConvert:
+        case HloOpcode::kBitcast:
+          v = u;
+          continue;
+        case HloOpcode::kDynamicUpdateSlice:
+          return u->operand_count() >= 2 && u->operand(1) == v ? u : nullptr;
+        case HloOpcode::kAdd:
+          return u;
+        default:
+          return nullptr;
+      }
+    }
+    return nullptr;
+  }
   if (dot->user_count() != 1) return nullptr;
   HloInstruction* u = dot->users()[0];
   if (u->opcode() == HloOpcode::kDynamicUpdateSlice && u->operand_count() >= 2 &&
@@ -255,7 +328,14 @@ static int64_t FindCounterIndex(const HloComputation* condition) {
   return -1;
 }
 
-std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* why_not) {
+bool IsGemmCustomCallTarget(const HloInstruction& instr) {
+  if (instr.opcode() != HloOpcode::kCustomCall || instr.operand_count() < 2) return false;
+  const std::string& t = instr.custom_call_target;
+  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
+}
+
+std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* why_not,
+                                              const WindowedLoopMatchOptions& options) {
   auto fail = [&](std::string msg) -> std::optional<WindowedLoop> {
     if (why_not) *why_not = std::move(msg);
     return std::nullopt;
@@ -303,9 +383,12 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
                                "', not only by get-tuple-element"));
     }
   }
-  if (absl::StartsWith(L.body->name(), "windowed_dot_general_body_ag")) {
+  // The handler renames unrolled bodies `unrolled_<name>`, as XLA does.
+  absl::string_view body_name = L.body->name();
+  absl::ConsumePrefix(&body_name, "unrolled_");
+  if (absl::StartsWith(body_name, "windowed_dot_general_body_ag")) {
     L.name_hint = "windowed_dot_general_body_ag";
-  } else if (absl::StartsWith(L.body->name(), "windowed_dot_general_body_rs")) {
+  } else if (absl::StartsWith(body_name, "windowed_dot_general_body_rs")) {
     L.name_hint = "windowed_dot_general_body_rs";
   }
 
@@ -337,6 +420,9 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   for (HloInstruction* i : L.body->MakeInstructionPostOrder()) {
     switch (i->opcode()) {
       case HloOpcode::kDot: dots.push_back(i); break;
+      case HloOpcode::kCustomCall:
+        if (options.gemm_custom_calls && IsGemmCustomCallTarget(*i)) dots.push_back(i);
+        break;
       case HloOpcode::kCollectivePermute: L.permutes.push_back(i); break;
       case HloOpcode::kConditional:
         L.conditionals.push_back(i);
@@ -351,8 +437,13 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   }
   if (dots.empty()) return fail("body has no dot");
   if (L.permutes.empty()) return fail("body has no collective-permute ring");
+  // XLA's unrolled reduce-scatter layout on a ring of 2 shifts its accumulators by -2 = 0: every
+  // permute of the body is the identity. Accepted below for reduce-scatter loops of 2 blocks only.
+  L.identity_permutes = std::all_of(L.permutes.begin(), L.permutes.end(), [](HloInstruction* cp) {
+    return IsIdentityPairs(cp->source_target_pairs);
+  });
   for (HloInstruction* cp : L.permutes) {
-    if (!IsRingPairs(cp->source_target_pairs)) {
+    if (!L.identity_permutes && !IsRingPairs(cp->source_target_pairs)) {
       return fail(absl::StrCat("collective-permute '", cp->name(),
                                "' does not send around a ring (source_target_pairs)"));
     }
@@ -362,7 +453,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   // All-gather: elements 0/1, one circulates, the other is passed through.
   std::string ag_why;
   bool is_ag = false;
-  for (int64_t wi = 0; wi < 2 && !is_ag; ++wi) {
+  for (int64_t wi = 0; wi < 2 && !is_ag && !L.identity_permutes; ++wi) {
     std::vector<RingStep> root_ring;
     HloInstruction* g = TraceRing(R->operand(wi), P, &root_ring);
     if (g == nullptr || g->tuple_index != wi) continue;
@@ -374,7 +465,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       WindowedDot wd;
       wd.dot = d;
       std::vector<RingStep> ring;
-      HloInstruction* win = StripDequant(d->operand(wi));
+      HloInstruction* win = OperandCore(d->operand(wi), d->opcode() == HloOpcode::kCustomCall);
       HloInstruction* g2 = TraceRing(win, P, &ring);
       if (g2 == nullptr || g2->tuple_index != wi) {
         ag_why = absl::StrCat("dot '", d->name(), "' does not read the windowed operand ", wi,
@@ -409,18 +500,32 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
                       : ag_why);
     }
     int64_t sliced = -1;
+    bool both_sliced = false;
     for (HloInstruction* d : dots) {
+      const bool call = d->opcode() == HloOpcode::kCustomCall;
       int64_t found = -1;
+      HloInstruction* other_slice = nullptr;
       for (int64_t j = 0; j < 2; ++j) {
-        HloInstruction* a = d->operand(j);
+        HloInstruction* a = call ? StripGemmOperand(d->operand(j)) : d->operand(j);
         if (a->opcode() != HloOpcode::kDynamicSlice) continue;
         HloInstruction* base = StripDequant(a->operand(0));
-        HloInstruction* other = StripDequant(d->operand(1 - j));
+        HloInstruction* other = OperandCore(d->operand(1 - j), call);
         if (IsGteOf(base, P, j) && IsGteOf(other, P, 1 - j)) {
           found = j;
           break;
         }
+        // Batch dim: both operands are sliced (on their batch dims).
+        if (j == 0 && IsGteOf(base, P, 0) && other->opcode() == HloOpcode::kDynamicSlice &&
+            IsGteOf(StripDequant(other->operand(0)), P, 1)) {
+          found = 0;
+          other_slice = StripDequant(other->operand(0));
+          break;
+        }
       }
+      if (found >= 0 && !L.dots.empty() && (other_slice != nullptr) != both_sliced) {
+        return fail("dots slice different operands");
+      }
+      both_sliced = other_slice != nullptr;
       if (found < 0) {
         return fail(absl::StrCat("dot '", d->name(),
                                  "' does not read a dynamic-slice of one loop operand and the "
@@ -432,7 +537,9 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       sliced = found;
       WindowedDot wd;
       wd.dot = d;
-      wd.window = StripDequant(d->operand(found)->operand(0));
+      HloInstruction* sl = call ? StripGemmOperand(d->operand(found)) : d->operand(found);
+      wd.window = StripDequant(sl->operand(0));
+      wd.other_slice = other_slice;
       wd.merge = MergeUser(d);
       if (wd.merge == nullptr || wd.merge->opcode() != HloOpcode::kAdd) {
         return fail(absl::StrCat("dot '", d->name(), "' is not accumulated with add"));
@@ -441,6 +548,11 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
     }
     L.kind = WindowedLoopKind::kReduceScatter;
     L.windowed_operand = sliced;
+    L.rs_both_sliced = both_sliced;
+    if (L.identity_permutes && L.trip_count * static_cast<int64_t>(L.dots.size()) != 2) {
+      return fail("the body's collective-permutes send every partition's value to itself "
+                  "(identity source_target_pairs) on a ring of more than 2 blocks");
+    }
   }
 
   // Layout.

@@ -63,6 +63,9 @@ struct WindowedDot {
   std::vector<RingStep> ring;
   // The user that merges the dot's result: dynamic-update-slice (AG non-contracting/batch) or add.
   HloInstruction* merge = nullptr;
+  // RS loops over a batch dim: the other operand's get-tuple-element, also read through a
+  // dynamic-slice (the decomposer slices both operands on their batch dims); null otherwise.
+  HloInstruction* other_slice = nullptr;
 };
 
 struct WindowedLoop {
@@ -73,8 +76,14 @@ struct WindowedLoop {
   WindowedLoopKind kind = WindowedLoopKind::kAllGather;
   WindowedLoopLayout layout = WindowedLoopLayout::kUnrolledByTwo;
   // AG: index (0 = lhs, 1 = rhs) of the operand that circulates. RS: the operand that is
-  // dynamic-sliced (the other one is read whole).
+  // dynamic-sliced (the other one is read whole, unless rs_both_sliced).
   int64_t windowed_operand = 0;
+  // RS loops over a batch dim: every dot reads dynamic-slices of both operands (then
+  // windowed_operand is 0).
+  bool rs_both_sliced = false;
+  // The body's collective-permutes all map every partition to itself (XLA's unrolled RS layout on
+  // a ring of 2 shifts by -2 = 0); accepted for reduce-scatter loops of 2 blocks only.
+  bool identity_permutes = false;
   int64_t counter_index = 4;
   int64_t init_counter = 0;
   int64_t trip_count = 0;         // iterations of the while
@@ -98,12 +107,27 @@ struct WindowedLoop {
   std::string ToString() const;
 };
 
+// What MatchWindowedLoop accepts beyond the layouts above.
+struct WindowedLoopMatchOptions {
+  // Count cuBLAS GEMM custom calls (`__cublas$lt$matmul$f8`, `__cublas$lt$matmul`,
+  // `__cublas$gemm`, as fp8-gemm-rewriter forms them) as the loop's dots: their operands are
+  // followed through the canonicalising reshape/transpose/bitcast/copy/pad/convert ops to the
+  // window, and their result through get-tuple-element(0) and slice/reshape/convert/bitcast to the
+  // merging dynamic-update-slice or add. For readers of compiled modules (the report); the
+  // handler does not set it (it never rewrites loops whose dots are already GEMM calls).
+  bool gemm_custom_calls = false;
+};
+
 // Recognises `while_instr` as a windowed einsum loop (see the file comment), in any of the
 // layouts above. Returns nullopt when it is not one; then *why_not (if non-null) receives the first
 // condition that failed, e.g. "body has no collective-permute ring". Never modifies the module.
 // Cost: linear in the size of the body (the trip count is simulated, at most 4096 iterations).
 std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* while_instr,
-                                              std::string* why_not = nullptr);
+                                              std::string* why_not = nullptr,
+                                              const WindowedLoopMatchOptions& options = {});
+
+// True for a custom call to one of the cuBLAS GEMM targets listed in WindowedLoopMatchOptions.
+bool IsGemmCustomCallTarget(const HloInstruction& instr);
 
 // Evaluates a scalar integer/pred expression of a loop body: constants, the loop counter
 // (get-tuple-element(counter_param, counter_index) reads `counter`), partition-id (reads

@@ -40,27 +40,23 @@ bool DeadCodeElimination::KeptWhenDead(const HloInstruction& instr) {
 }
 
 int64_t DeadCodeElimination::RemoveDeadChain(HloInstruction* instr) {
-  int64_t removed = 0;
-  std::vector<HloInstruction*> work = {instr};
-  while (!work.empty()) {
-    HloInstruction* x = work.back();
-    work.pop_back();
-    HloComputation* comp = x->parent();
-    if (comp == nullptr || x->user_count() != 0 || x->IsRoot() || KeptWhenDead(*x)) continue;
-    bool is_control_pred = false;
-    for (const HloInstruction* h : comp->instructions()) {
-      for (const HloInstruction* p : h->control_predecessors) is_control_pred |= (p == x);
-    }
-    if (is_control_pred) continue;
-    std::vector<HloInstruction*> ops = x->operands();
-    if (!comp->RemoveInstruction(x).ok()) continue;
-    ++removed;
-    std::unordered_set<HloInstruction*> queued;
-    for (HloInstruction* o : ops) {
-      if (queued.insert(o).second) work.push_back(o);
-    }
+  HloComputation* comp = instr == nullptr ? nullptr : instr->parent();
+  if (comp == nullptr) return 0;
+  // Instructions other instructions must wait for stay, as in RunOnComputation (one scan, not one
+  // per removal).
+  std::unordered_set<const HloInstruction*> control_preds;
+  for (const HloInstruction* h : comp->instructions()) {
+    for (const HloInstruction* p : h->control_predecessors) control_preds.insert(p);
   }
-  return removed;
+  // HloComputation::RemoveUnusedChains never touches an instruction it already freed: an
+  // operand reached twice (tuple(c, f(c)) pushes c once per user) is skipped the second time.
+  const int64_t before = comp->instruction_count();
+  absl::Status st = comp->RemoveUnusedChains({instr}, [&](const HloInstruction* x) {
+    return !KeptWhenDead(*x) && !control_preds.count(x);
+  });
+  // RemoveUnusedChains fails only on an inconsistent IR; what it removed before is counted.
+  (void)st;
+  return before - comp->instruction_count();
 }
 
 absl::StatusOr<int64_t> DeadCodeElimination::RunOnComputation(HloComputation* comp) {

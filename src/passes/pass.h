@@ -15,6 +15,8 @@
 
 namespace weave {
 
+class CostOracle;  // passes/cost_oracle.h
+
 // One decision of a pass about one place in the module: what was rewritten, or why not.
 struct Remark {
   std::string pass;      // pass name, e.g. "windowed-einsum-handler"
@@ -66,6 +68,10 @@ class HloPass {
 
   // Remarks go here when set (may be null: then they are dropped).
   void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
+  // The cost gate (passes/cost_oracle.h), or null: then the pass applies every match it finds
+  // (subject to its own options). Passes that rewrite by cost consult it per candidate.
+  void set_cost_oracle(CostOracle* oracle) { cost_oracle_ = oracle; }
+  CostOracle* cost_oracle() const { return cost_oracle_; }
 
  protected:
   void AddRemark(std::string location, bool applied, std::string message) {
@@ -80,6 +86,7 @@ class HloPass {
     }
   }
   std::vector<Remark>* remarks_ = nullptr;
+  CostOracle* cost_oracle_ = nullptr;
 };
 
 // Name -> factory. Each pass file registers itself with WEAVE_REGISTER_PASS in its .cc.

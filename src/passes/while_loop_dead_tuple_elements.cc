@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "passes/dce.h"
 
 namespace weave {
@@ -37,8 +38,25 @@ bool AllUsersAreGte(const HloInstruction* h) {
 
 struct Analysis {
   std::vector<int64_t> dead;  // ascending
+  // Loops known to run once: elements nobody reads after the loop (nor the condition) whose
+  // body value is computed for nothing; their root operand becomes a pass-through. Ascending.
+  std::vector<int64_t> passthrough;
   std::string why_not;        // set when the loop cannot be rewritten
 };
+
+// Whether the while's backend_config (XLA's WhileLoopBackendConfig) says it runs exactly once:
+// `"known_trip_count":{"n":"1"}`.
+bool KnownToRunOnce(const HloInstruction* w) {
+  if (w->backend_config.empty()) return false;
+  nlohmann::json j = nlohmann::json::parse(w->backend_config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  auto it = j.find("known_trip_count");
+  if (it == j.end() || !it->is_object()) return false;
+  auto n = it->find("n");
+  if (n == it->end()) return false;
+  return (n->is_string() && n->get<std::string>() == "1") ||
+         (n->is_number_integer() && n->get<int64_t>() == 1);
+}
 
 Analysis Analyze(const HloModule* module, const HloInstruction* w) {
   Analysis a;
@@ -88,6 +106,14 @@ Analysis Analyze(const HloModule* module, const HloInstruction* w) {
   }
   for (const HloInstruction* u : cparam->users()) {
     if (u->tuple_index >= 0 && u->tuple_index < n) live[static_cast<size_t>(u->tuple_index)] = true;
+  }
+  if (!root_is_param && KnownToRunOnce(w)) {
+    for (int64_t j = 0; j < n; ++j) {
+      const HloInstruction* op = root->operand(j);
+      const bool already = op->opcode() == HloOpcode::kGetTupleElement && op->operand(0) == bparam &&
+                           op->tuple_index == j;
+      if (!live[static_cast<size_t>(j)] && !already) a.passthrough.push_back(j);
+    }
   }
   // Forward closure of each element in the body: which root slots it reaches.
   std::vector<std::set<int64_t>> reaches(static_cast<size_t>(n));
@@ -211,6 +237,34 @@ absl::Status Rewrite(HloInstruction* w, const std::vector<int64_t>& dead) {
   return absl::OkStatus();
 }
 
+// Replaces root operand j of the body by get-tuple-element(param, j) for each j in `elements`,
+// then removes what the body no longer needs.
+absl::Status PassThrough(HloInstruction* w, const std::vector<int64_t>& elements) {
+  HloComputation* body = w->while_body();
+  HloInstruction* bparam = body->parameter(0);
+  HloInstruction* root = body->root();
+  std::vector<HloInstruction*> gte(w->shape().tuple_shapes.size(), nullptr);
+  for (HloInstruction* u : bparam->users()) {
+    if (u->tuple_index >= 0 && gte[static_cast<size_t>(u->tuple_index)] == nullptr) {
+      gte[static_cast<size_t>(u->tuple_index)] = u;
+    }
+  }
+  for (int64_t j : elements) {
+    HloInstruction*& g = gte[static_cast<size_t>(j)];
+    if (g == nullptr) {
+      g = body->AddInstruction(HloOpcode::kGetTupleElement,
+                               w->shape().tuple_shapes[static_cast<size_t>(j)], {bparam},
+                               absl::StrCat(bparam->name(), ".passthrough"));
+      g->tuple_index = j;
+    }
+    if (absl::Status st = root->ReplaceOperandWith(j, g); !st.ok()) return st;
+  }
+  if (absl::StatusOr<int64_t> r = DeadCodeElimination::RunOnComputation(body); !r.ok()) {
+    return r.status();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
@@ -226,8 +280,21 @@ absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
         AddRemark(w->name(), false, a.why_not);
         continue;
       }
+      if (!a.passthrough.empty()) {
+        if (absl::Status st = PassThrough(w, a.passthrough); !st.ok()) return st;
+        changed = true;
+        AddRemark(w->name(), true,
+                  absl::StrCat("the loop runs once (known_trip_count 1): the body no longer "
+                               "computes tuple element",
+                               a.passthrough.size() == 1 ? " " : "s ", "{",
+                               absl::StrJoin(a.passthrough, ","),
+                               "} for a next iteration or a reader after the loop (passed "
+                               "through)"));
+        a = Analyze(module, w);
+        if (!a.why_not.empty()) continue;
+      }
       if (a.dead.empty()) {
-        AddRemark(w->name(), false, "every tuple element is read");
+        if (a.passthrough.empty()) AddRemark(w->name(), false, "every tuple element is read");
         continue;
       }
       const int64_t before = static_cast<int64_t>(w->shape().tuple_shapes.size());

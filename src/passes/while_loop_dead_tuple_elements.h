@@ -8,6 +8,12 @@
 // or a counter that only increments itself), never into a side-effecting op. The dead set is the
 // largest set with these properties, so mutually dependent dead elements go together.
 //
+// A loop whose backend_config says it runs once (`known_trip_count` n=1, as windowed-einsum-handler
+// writes on fully unrolled loops) first gets its body root operand of each element that neither
+// the condition nor anything after the loop reads replaced by the element itself (pass-through):
+// that value would only feed a next iteration, so computing it is wasted (for an unrolled ring,
+// the last transfer). Elements whose value the body still needs stay in the tuple.
+//
 // Rewrite: a new init tuple, while shape, body/condition parameter shapes and body root tuple
 // without the dead elements; get-tuple-element indices in the body, condition and after the loop
 // are renumbered. Skipped (with a "missed" remark) when the body or condition is called from

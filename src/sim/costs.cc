@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "sim/all_to_all_cost.h"
 
 namespace weave::sim {
 namespace internal {
@@ -411,10 +412,11 @@ double CollectiveTimeUs(const SystemSpec& s, HloOpcode op, double bytes, int64_t
     case HloOpcode::kAllGather:
     case HloOpcode::kAllGatherStart:
     case HloOpcode::kReduceScatter:
-    case HloOpcode::kAllToAll:
-    case HloOpcode::kRaggedAllToAll:
     case HloOpcode::kCollectiveBroadcast:
       return frac * bytes / bw + (nn - 1) * s.latency_us;
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kRaggedAllToAll:
+      return AllToAllTimeUs(s, bytes, n);  // one step of G-1 concurrent transfers
     case HloOpcode::kAllReduce:
     case HloOpcode::kAllReduceStart:
       return 2 * frac * bytes / bw + 2 * (nn - 1) * s.latency_us;

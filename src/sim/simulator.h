@@ -11,8 +11,9 @@
 //    costed as one kernel).
 //  - Collectives use ring algorithms over the per-direction link bandwidth x link efficiency, plus
 //    a latency per ring step: all-gather / reduce-scatter move (N-1)/N of the full data in N-1
-//    steps, all-reduce twice that, all-to-all (N-1)/N of its operand, collective-permute one
-//    transfer of its operand in one step.
+//    steps, all-reduce twice that, collective-permute one transfer of its operand in one step;
+//    all-to-all moves (N-1)/N of its operand in ONE step (G-1 concurrent point-to-point
+//    transfers, as NCCL does it: sim/all_to_all_cost.h).
 //  - A list scheduler runs the dependency graph on a main compute stream, one compute stream per
 //    distinct backend_config `operation_queue_id`, and one communication stream. Compute streams
 //    share the GPU (concurrent kernels split its rate); compute runs (1 + contention) times slower

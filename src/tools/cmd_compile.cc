@@ -11,7 +11,8 @@
 //                 [--gpu-compute-capability=X.Y] [--<pass-option>=value ...]
 //   weave demo [--out-dir DIR] [--system NAME] [--seed S] [-v]
 //
-// Pipeline: verify -> windowed-einsum-decomposer -> windowed-einsum-handler ->
+// Pipeline: verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
+// windowed-einsum-handler ->
 // collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> dce -> tuple-simplifier ->
 // while-loop-dead-tuple-elements -> verify.
 #include <algorithm>
@@ -39,12 +40,14 @@
 #include "eval/evaluator.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
+#include "sim/cost_gate.h"
 #include "sim/simulator.h"
 #include "spmd/windowed_einsum_decomposer.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/compile_pipeline.h"
 #include "tools/demo_module.h"
+#include "tools/demo_moe_module.h"
 #include "tools/report.h"
 
 namespace weave::tools {
@@ -63,12 +66,16 @@ constexpr int kNumericsNotVerified = 5;
 // --force is given.
 constexpr int64_t kNumericsMemoryLimit = int64_t{2} << 30;
 
+// The system the cost gate estimates on when --system is not given.
+constexpr std::string_view kDefaultGateSystem = "h100x8";
+
 struct Stage {
   const char* pass;
   const char* switch_name;  // the --no-<switch> flag that disables it
 };
 constexpr Stage kStages[] = {
     {"windowed-einsum-decomposer", "decompose"},
+    {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
@@ -96,6 +103,8 @@ struct CompileOptions {
        no_fp8_gemm = false, no_cleanup = false;
   std::string disable_passes;
   std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
+  // --cost-gate: "" (default: on unless --windowed-einsum-threshold-mib is given), "on", "off".
+  std::string cost_gate;
   bool duplicate_loops = false;
   std::vector<std::string> extras;
   std::vector<std::string> flag_names;  // long names of the command's own flags (suggestions)
@@ -363,6 +372,29 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     }
   }
 
+  // The cost gate (passes/cost_oracle.h): the performance model decides every candidate on
+  // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
+  // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
+  std::unique_ptr<sim::SimCostOracle> oracle;
+  const bool gate_on =
+      o.cost_gate == "on" || (o.cost_gate.empty() && o.threshold_mib.empty());
+  report->cost_gate.mode = gate_on ? "model" : o.threshold_mib.empty() ? "off" : "threshold";
+  if (gate_on) {
+    const std::string name = o.system.empty() ? std::string(kDefaultGateSystem) : o.system;
+    absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(name);
+    if (!spec.ok()) {
+      std::cerr << o.command << ": --system: " << spec.status().message() << "\n";
+      return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+    }
+    sim::CostGateConfig config;
+    config.system = *spec;
+    config.pipeline = passes;
+    config.pass_options = options;
+    oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
+    report->cost_gate.system = oracle->SystemName();
+    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
+  }
+
   std::string why;
   if (NeedsPartitioning(*input, &why)) {
     std::cerr << "weave compile: " << o.input << ": " << why << "\n";
@@ -415,6 +447,8 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     std::cerr << "weave compile: the compiled module does not verify: " << st.message() << "\n";
     return kInvalidInput;
   }
+
+  if (oracle) report->cost_gate.decisions = oracle->decisions();
 
   std::vector<std::string> pending_notes = report->after.notes;
   AnalyzeCompile(*input, *module, report);
@@ -511,8 +545,9 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
       ->check(NonNegative());
   cmd->add_option("--report", o->report, "Write the JSON report to FILE ('-' = stdout)");
   cmd->add_option("--system", o->system,
-                  "Add the simulator's estimated time before and after (h100x8, h200x8, a100x8 "
-                  "or a system JSON file)");
+                  "Add the simulator's estimated time before and after, and the system the cost "
+                  "gate estimates on (default h100x8): h100x8, h200x8, a100x8, h800x8, a800x8 "
+                  "or a system JSON file");
   cmd->add_flag("-v,--verbose", o->verbose, "Time and changes per pass");
   cmd->add_flag("-q,--quiet", o->quiet, "Do not print the report table");
   cmd->add_flag("--verify-each", o->verify_each, "Verify the module after every pass");
@@ -532,8 +567,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "compile",
       "Windowed einsum + FP8 pipeline on a partitioned module: verify, "
-      "windowed-einsum-decomposer, windowed-einsum-handler, collective-quantizer, dot-merger, "
-      "fp8-gemm-rewriter, cleanup, verify");
+      "windowed-einsum-decomposer, all-to-all-windowed-einsum, windowed-einsum-handler, "
+      "collective-quantizer, dot-merger, fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned HLO module ('-' = stdin)")->required();
   cmd->add_option("-o,--output", opts->output, "Where to write the compiled module ('-' = stdout)");
   AddCompileFlags(cmd, opts.get());
@@ -552,6 +587,11 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
                   opts->threshold_mib,
                   "Decompose only collectives whose gathered operand / dot output (global "
                   "shape) has at least this many MiB (default 0: every match)");
+  cmd->add_option("--cost-gate", opts->cost_gate,
+                  "on: rewrite a candidate only where the performance model predicts it is "
+                  "faster on --system (default h100x8); off: rewrite every match. Default: on, "
+                  "unless --windowed-einsum-threshold-mib is given (XLA's byte threshold)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--windowed-einsum-max-ring", opts->max_ring,
                   "Longest ring to decompose (XLA's max_windowed_einsum_iteration, default 32)");
   cmd->add_flag("--windowed-einsum-duplicate-loops", opts->duplicate_loops,
@@ -598,7 +638,12 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   dcmd->add_option("--system", demo->system,
                    "Also estimate the time before and after on this system (e.g. h100x8)");
   dcmd->add_flag("-v,--verbose", demo->verbose, "Time and changes per pass");
-  dcmd->callback([demo, out_dir, seed, exit_code]() {
+  auto moe = std::make_shared<bool>(false);
+  dcmd->add_flag("--moe", *moe,
+                 "Compile the built-in expert-parallel FP8 MoE FFN block instead (dispatch "
+                 "all-to-all, FP8 expert matmuls, combine all-to-all; default out dir "
+                 "./weave-demo-moe)");
+  dcmd->callback([demo, out_dir, seed, moe, exit_code, dcmd]() {
     // Check the arguments before anything is created on disk.
     if (!demo->system.empty()) {
       if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo->system); !spec.ok()) {
@@ -608,6 +653,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       }
     }
     std::filesystem::path dir(*out_dir);
+    if (*moe && dcmd->count("--out-dir") == 0) dir = "weave-demo-moe";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) {
@@ -615,7 +661,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       *exit_code = kInvalidInput;
       return;
     }
-    std::string text(DemoModuleText());
+    std::string text(*moe ? MoeDemoModuleText() : DemoModuleText());
     absl::StatusOr<std::unique_ptr<HloModule>> module =
         ParseHloModule(text, "<weave demo module>");
     if (!module.ok()) {
@@ -631,14 +677,28 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
     o.report = (dir / "report.json").string();
     o.verify_seed = absl::StrCat(*seed);
     o.require = "windowed,fp8-gemm";
+    if (*moe) {
+      // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
+      // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
+      o.extras.push_back("--xla_gpu_experimental_enable_alltoall_windowed_einsum=true");
+      o.require = "windowed,fp8-gemm,fp8-wire";
+    }
     if (absl::Status st = WriteFileAtomically(o.input, text); !st.ok()) {
       std::cerr << "weave demo: " << st.message() << "\n";
       *exit_code = kInvalidInput;
       return;
     }
-    std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
-                 "(Q/K/V share one all-gather, gate/up share one, output and down projections "
-                 "reduce-scattered)\n\n";
+    if (*moe) {
+      std::cout << "weave demo --moe: an expert-parallel FP8 MoE FFN block on 4 partitions "
+                   "(dispatch all-to-all -> FP8 expert matmuls -> combine all-to-all), each "
+                   "exchange split into chunks that overlap the expert matmuls "
+                   "(--xla_gpu_experimental_enable_alltoall_windowed_einsum=true: at this small "
+                   "size the cost gate would keep the plain exchanges)\n\n";
+    } else {
+      std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
+                   "(Q/K/V share one all-gather, gate/up share one, output and down projections "
+                   "reduce-scattered)\n\n";
+    }
     CompileReport report;
     *exit_code = CompileModule(o, std::move(*module), std::cout, &report);
     std::cout << "\nwrote " << o.input << " (input), "

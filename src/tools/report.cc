@@ -244,7 +244,8 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   // carries XLA's name hint.
   std::string why_not;
   std::optional<WindowedLoop> matched =
-      MatchWindowedLoop(const_cast<HloInstruction*>(&w), &why_not);
+      MatchWindowedLoop(const_cast<HloInstruction*>(&w), &why_not,
+                        WindowedLoopMatchOptions{/*gemm_custom_calls=*/true});
   if (matched) {
     info->name = w.name();
     info->body = body->name();
@@ -257,7 +258,8 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     info->layout = std::string(WindowedLoopLayoutName(matched->layout));
     info->wire_type = absl::StrJoin(wire, "+");
     if (matched->cache_index) info->cache_index = *matched->cache_index;
-  } else if (body->name().rfind("windowed_dot_general", 0) != 0) {
+  } else if (body->name().rfind("windowed_dot_general", 0) != 0 &&
+             body->name().rfind("unrolled_windowed_dot_general", 0) != 0) {  // XLA's unrolled name
     return false;
   }
 
@@ -465,6 +467,7 @@ ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions) {
       if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) ++s.windowed_loops;
     }
   }
+  s.windowed_loops += static_cast<int64_t>(FindAllToAllWindowLoops(module, 1).size());
   if (!module.entry()) return s;
   TotalsCache cache(DefaultGroup(module, num_partitions));
   const Totals& t = cache.Of(module.entry());
@@ -503,6 +506,9 @@ std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module) {
       }
     }
   }
+  for (WindowedLoopInfo& info : FindAllToAllWindowLoops(module, DefaultGroup(module, 0))) {
+    out.push_back(std::move(info));
+  }
   return out;
 }
 
@@ -527,12 +533,14 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
       }
     }
   }
+  // The chunk exchanges of all-to-all windowed einsums are part of their window.
+  for (const HloInstruction* a : AllToAllWindowExchanges(module)) loop_shifts.insert(a);
   std::map<std::string, std::vector<const Remark*>> missed;
   for (const Remark& r : remarks) {
     if (r.missed()) missed[r.location].push_back(&r);
   }
   auto pass_rank = [](const std::string& p) {
-    if (p == "windowed-einsum-decomposer") return 0;
+    if (p == "windowed-einsum-decomposer" || p == "all-to-all-windowed-einsum") return 0;
     if (p == "windowed-einsum-handler") return 1;
     if (p == "collective-quantizer") return 2;
     return 3;
@@ -540,10 +548,19 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   auto find_reason = [&](const std::vector<const HloInstruction*>& around) -> std::string {
     const Remark* best = nullptr;
     for (const HloInstruction* x : around) {
-      auto it = missed.find(x->name());
-      if (it == missed.end()) continue;
-      for (const Remark* r : it->second) {
-        if (!best || pass_rank(r->pass) < pass_rank(best->pass)) best = r;
+      // collective-quantizer renames what it moves to FP8 `<name>.fp8`: remarks made before it
+      // name the original.
+      std::vector<std::string> names = {x->name()};
+      const std::string& n = x->name();
+      if (n.size() > 4 && n.compare(n.size() - 4, 4, ".fp8") == 0) {
+        names.push_back(n.substr(0, n.size() - 4));
+      }
+      for (const std::string& name : names) {
+        auto it = missed.find(name);
+        if (it == missed.end()) continue;
+        for (const Remark* r : it->second) {
+          if (!best || pass_rank(r->pass) < pass_rank(best->pass)) best = r;
+        }
       }
     }
     return best ? absl::StrCat(best->pass, ": ", best->message) : "";
@@ -634,6 +651,7 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
   };
   std::vector<WindowedLoopInfo> loops_before = FindWindowedLoops(before);
   report->fired["windowed"] = applied_by("windowed-einsum-decomposer") ||
+                              applied_by("all-to-all-windowed-einsum") ||
                               applied_by("windowed-einsum-handler") ||
                               report->after.windowed_loops > report->before.windowed_loops;
   report->fired["fp8-gemm"] = report->after.fp8_gemms > report->before.fp8_gemms;
@@ -709,6 +727,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
                      {"cache_consumers", l.cache_consumers},
                      {"cache_consumers_fp8", l.cache_consumers_fp8},
                      {"bytes_sent_per_partition", l.bytes_sent}});
+    if (l.kind == "all-to-all") loops.back()["chunks"] = l.chunks;
   }
   j["windowed_loops"] = loops;
   json left = json::array();
@@ -730,6 +749,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   }
   j["remarks"] = remarks;
   j["fired"] = r.fired;
+  j["cost_gate"] = CostGateToJson(r.cost_gate);
   json num;
   num["requested"] = r.numerics.requested;
   num["ran"] = r.numerics.ran;
@@ -786,11 +806,19 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
                                               l.cache_consumers_fp8)
                             : "0";
       absl::StrAppendFormat(&o, "  %-28s %-15s %4d %5s %-10s %4d %4d %11s %12s\n", l.name, l.kind,
-                            l.ring_size, l.trip_count < 0 ? "?" : absl::StrCat(l.trip_count),
+                            l.ring_size,
+                            l.kind == "all-to-all" ? absl::StrCat(l.chunks, "ch")
+                            : l.trip_count < 0     ? "?"
+                                                   : absl::StrCat(l.trip_count),
                             l.wire_type, l.dots, l.fp8_gemms, cache, FormatBytes(l.bytes_sent));
     }
   }
 
+  if (std::any_of(r.loops.begin(), r.loops.end(),
+                  [](const WindowedLoopInfo& l) { return l.kind == "all-to-all"; })) {
+    absl::StrAppend(&o, "  (all-to-all rows: ring = group size, trips = chunks, each one "
+                        "all-to-all and one partial GEMM on its own stream)\n");
+  }
   absl::StrAppendFormat(&o, "\nCollectives left alone: %d\n", r.left_alone.size());
   int shown = 0;
   for (const LeftAlone& l : r.left_alone) {
@@ -852,6 +880,8 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
       absl::StrAppend(&o, "  estimated time: not available: ", r.sim.error, "\n");
     }
   }
+
+  absl::StrAppend(&o, CostGateToTable(r.cost_gate, max_rows));
 
   std::vector<std::string> fired;
   for (const auto& [k, v] : r.fired) fired.push_back(absl::StrCat(k, v ? "=yes" : "=no"));

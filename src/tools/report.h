@@ -21,11 +21,13 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
+#include "passes/cost_oracle.h"
 #include "passes/pass.h"
 
 namespace weave::tools {
@@ -86,10 +88,22 @@ struct WindowedLoopInfo {
                                  // >= 5 when the matcher did not name one)
   int64_t cache_consumers_fp8 = 0;  // of which FP8 GEMM custom calls
   int64_t bytes_sent = 0;        // bytes one partition sends in one run of the loop
+  // kind "all-to-all" (all-to-all windowed einsum, gpu/all_to_all_windowed_einsum.h): the number
+  // of chunks (each one all-to-all and one partial GEMM; 0 for while loops); layout is
+  // "all-to-all->dot" (rewrite A) or "dot->all-to-all" (rewrite B), ring_size the group size,
+  // trip_count 1, name the add that sums the chunks.
+  int64_t chunks = 0;
 };
 
-// Finds the windowed loops of a module, in post order.
+// Finds the windowed loops of a module, in post order, then its all-to-all windows.
 std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module);
+
+// The all-to-all windowed einsums of a module (report_all_to_all.cc), as windowed loops of kind
+// "all-to-all"; `default_group` sizes collectives with empty replica groups.
+std::vector<WindowedLoopInfo> FindAllToAllWindowLoops(const HloModule& module,
+                                                      int64_t default_group);
+// The chunk all-to-alls of those windows (not "left alone").
+std::set<const HloInstruction*> AllToAllWindowExchanges(const HloModule& module);
 
 // A collective of the output that no rewrite took, and why.
 struct LeftAlone {
@@ -138,6 +152,19 @@ struct SimRecord {
   double before_exposed_comm_us = 0, after_exposed_comm_us = 0;
 };
 
+// The cost gate of `weave compile` (passes/cost_oracle.h, sim/cost_gate.h): how candidates were
+// decided, and every decision with its estimates.
+struct CostGateRecord {
+  // "model" (the performance model decides each candidate), "threshold" (XLA's byte threshold:
+  // --windowed-einsum-threshold-mib was given), "off" (--cost-gate=off: every match).
+  std::string mode = "off";
+  std::string system;                   // the system estimated on ("h100x8"), when mode=model
+  std::vector<CostDecision> decisions;  // in the order the passes asked
+};
+// JSON object `cost_gate` and the table's "Cost gate" section (report_cost_gate.cc).
+nlohmann::json CostGateToJson(const CostGateRecord& gate);
+std::string CostGateToTable(const CostGateRecord& gate, int max_rows);
+
 struct CompileReport {
   std::string input;
   std::string output;
@@ -154,6 +181,7 @@ struct CompileReport {
   std::vector<Remark> remarks;
   NumericsRecord numerics;
   SimRecord sim;
+  CostGateRecord cost_gate;
   // Which rewrites fired anywhere: "windowed" (a windowed loop exists in the output that the
   // pipeline created or changed), "fp8-gemm" (an FP8 GEMM custom call was formed), "fp8-wire"
   // (a collective carries FP8 that carried a wider type before), "cache" (a GEMM reads a loop's

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks the stream annotations of windowed-einsum-handler output (HLO text on argv[1]):
-every dot in a while body has a backend_config operation_queue_id > 0, the ids are unique across
-the module, and each id is listed in exactly one wait_on_operation_queues of the dot's user.
+every dot in a while body has a backend_config operation_queue_id > 0 and the ids are unique
+across the module. With --waits (XLA 2024/2025 schema, `--xla-backend-config=2024`), each id is
+also listed in exactly one wait_on_operation_queues, of the dot's user; without it (XLA 2026, the
+default) no backend_config of the module may hold wait_on_operation_queues at all.
 Prints `streams OK: <n> dots, ids <sorted ids>` or `streams BAD: <reason>` (exit 1)."""
 import json
 import re
@@ -9,7 +11,9 @@ import sys
 
 
 def main():
-    text = open(sys.argv[1]).read()
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    with_waits = "--waits" in sys.argv[1:]
+    text = open(args[0]).read()
     bodies = set(re.findall(r"while\([^)]*\),[^\n]*body=%?([\w.\-]+)", text))
     comp = None
     dots = {}      # name -> id
@@ -39,9 +43,14 @@ def main():
                 print("streams BAD: id %d used twice (%s)" % (qid, name))
                 return 1
             dots[name] = qid
+        if "wait_on_operation_queues" in cfg and not with_waits:
+            print("streams BAD: %s has wait_on_operation_queues (removed in XLA 2026)" % name)
+            return 1
         for w in cfg.get("wait_on_operation_queues", []):
             waits.setdefault(int(w), []).append((name, operands))
     for name, qid in dots.items():
+        if not with_waits:
+            continue
         ws = waits.get(qid, [])
         if len(ws) != 1 or not re.search(r"%%%s\b" % re.escape(name), ws[0][1]):
             print("streams BAD: id %d of %s is waited on by %s" % (qid, name, [w[0] for w in ws]))

@@ -10,6 +10,7 @@
 #include "gpu/fp8_gemm_rewriter.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -61,7 +62,7 @@ ENTRY main {
          R"(), custom_call_target="__cublas$lt$matmul$f8", backend_config={"operation_queue_id":"0","wait_on_operation_queues":[],"gemm_backend_config":{"alpha_real":)" +
          std::to_string(alpha) +
          R"(,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"alpha_imag":0,"precision_config":{"operand_precision":["DEFAULT","DEFAULT"],"algorithm":"ALG_UNSET"},"epilogue":"DEFAULT","lhs_stride":"6","rhs_stride":"6","grad_x":false,"grad_y":false,"damax_output":)" +
-         (damax ? "true" : "false") + R"(,"is_fp8":true},"force_earliest_schedule":false}
+         (damax ? "true" : "false") + R"(},"force_earliest_schedule":false}
   ROOT d = )" + d_type + R"([2,2]{1,0} get-tuple-element(call), index=0
 }
 )";
@@ -239,13 +240,27 @@ ENTRY main {
 }
 )");
   ASSERT_NE(m, nullptr);
+  auto m2024 = m->Clone();
   RunPass(m.get(), "fp8-gemm-rewriter");
   auto calls = Find(*m, HloOpcode::kCustomCall);
   ASSERT_EQ(calls.size(), 1u);
+  // XLA 2026 (default): the queue id and the scheduling hint stay, the removed
+  // wait_on_operation_queues goes, and GemmBackendConfig has only fields XLA knows.
   const std::string& cfg = calls[0]->backend_config;
-  EXPECT_THAT(cfg, testing::StartsWith(
-                       R"({"operation_queue_id":"7","wait_on_operation_queues":["3"],"gemm_backend_config":{)"));
-  EXPECT_THAT(cfg, testing::EndsWith(R"("is_fp8":true},"force_earliest_schedule":true})"));
+  EXPECT_THAT(cfg, testing::StartsWith(R"({"operation_queue_id":"7","gemm_backend_config":{)"));
+  EXPECT_THAT(cfg, testing::EndsWith(R"("damax_output":false},"force_earliest_schedule":true})"));
+  EXPECT_THAT(CheckBackendConfig(*calls[0], XlaBackendConfigVersion::k2026), testing::IsEmpty());
+  // XLA 2024: the waits stay.
+  PassOptions opts;
+  opts.Set("xla-backend-config", "2024");
+  RunPass(m2024.get(), "fp8-gemm-rewriter", opts);
+  auto calls2024 = Find(*m2024, HloOpcode::kCustomCall);
+  ASSERT_EQ(calls2024.size(), 1u);
+  EXPECT_THAT(calls2024[0]->backend_config,
+              testing::StartsWith(
+                  R"({"operation_queue_id":"7","wait_on_operation_queues":["3"],"gemm_backend_config":{)"));
+  EXPECT_THAT(CheckBackendConfig(*calls2024[0], XlaBackendConfigVersion::k2024),
+              testing::IsEmpty());
   // Direct FP8 operands: both scales are the shared f32 constant 1.
   EXPECT_EQ(calls[0]->operand(2), calls[0]->operand(3));
   EXPECT_EQ(calls[0]->operand(2)->opcode(), HloOpcode::kConstant);

@@ -196,7 +196,12 @@ TEST(WindowedEinsumHandlerTest, RewritesAndIsIdempotent) {
   EXPECT_EQ(L->layout, WindowedLoopLayout::kFullyUnrolled);
   EXPECT_EQ(L->trip_count, 1);
   EXPECT_EQ(L->ring_size, 4);
-  EXPECT_EQ(L->permutes.size(), 3u);
+  // Every ring step stays, the last (wasted) transfer too: removing it is the job of
+  // while-loop-dead-tuple-elements (tested below), and the loop keeps all its dots.
+  EXPECT_EQ(L->permutes.size(), 4u);
+  EXPECT_EQ(L->dots.size(), 4u);
+  EXPECT_EQ(L->body->name(), "unrolled_windowed_dot_general_body_ag");
+  EXPECT_EQ(L->condition->name(), "unrolled_windowed_dot_general_cond_ag");
   EXPECT_TRUE(L->fp8_operands);
   EXPECT_EQ(L->scale_index[0], 5);
   EXPECT_EQ(L->scale_index[1], 6);

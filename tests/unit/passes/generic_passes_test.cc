@@ -242,5 +242,71 @@ TEST(WhileLoopDeadTupleElements, SkipsTupleShardings) {
   EXPECT_THAT(remarks[0].message, HasSubstr("tuple sharding"));
 }
 
+// Regression (use-after-free): a dead value read twice on the way to the removed instruction,
+// tuple(c, f(c)), used to be queued once per reader and freed on the first visit.
+TEST(Dce, RemoveDeadChainVisitsSharedOperandOnce) {
+  auto m = Parse(R"(
+HloModule chain
+
+ENTRY main {
+  p = f32[4]{0} parameter(0)
+  c = f32[4]{0} negate(p)
+  f = f32[4]{0} add(c, p)
+  t = (f32[4]{0}, f32[4]{0}) tuple(c, f)
+  ROOT r = f32[4]{0} abs(p)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  HloInstruction* t = m->entry()->GetInstruction("t");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(DeadCodeElimination::RemoveDeadChain(t), 3);
+  EXPECT_EQ(m->entry()->GetInstruction("c"), nullptr);
+  EXPECT_EQ(m->entry()->GetInstruction("f"), nullptr);
+  EXPECT_NE(m->entry()->GetInstruction("p"), nullptr);
+  EXPECT_EQ(m->entry()->instruction_count(), 2);
+}
+
+// The same shape inside a while body, reached through the pass: dead elements 2 and 3 with
+// root operands (c, f(c)) in that order.
+TEST(WhileLoopDeadTupleElements, DeadElementsSharingAnOperand) {
+  auto m = Parse(R"(
+HloModule shared_dead
+
+body {
+  s = (f32[4]{0}, s32[], f32[4]{0}, f32[4]{0}) parameter(0)
+  x = f32[4]{0} get-tuple-element(s), index=0
+  i = s32[] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  y = f32[4]{0} get-tuple-element(s), index=2
+  c = f32[4]{0} negate(y)
+  f = f32[4]{0} multiply(c, x)
+  ROOT n = (f32[4]{0}, s32[], f32[4]{0}, f32[4]{0}) tuple(x, i1, c, f)
+}
+
+cond {
+  cs = (f32[4]{0}, s32[], f32[4]{0}, f32[4]{0}) parameter(0)
+  ci = s32[] get-tuple-element(cs), index=1
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(ci, three), direction=LT
+}
+
+ENTRY main {
+  a = f32[4]{0} parameter(0)
+  z = s32[] constant(0)
+  init = (f32[4]{0}, s32[], f32[4]{0}, f32[4]{0}) tuple(a, z, a, a)
+  w = (f32[4]{0}, s32[], f32[4]{0}, f32[4]{0}) while(init), condition=cond, body=body
+  ROOT out = f32[4]{0} get-tuple-element(w), index=0
+}
+)");
+  ASSERT_NE(m, nullptr);
+  WhileLoopDeadTupleElements pass;
+  std::vector<Remark> remarks = RunPass(pass, m.get(), true);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_THAT(remarks[0].message, HasSubstr("removed unread tuple elements {2,3} (4 -> 2"));
+  EXPECT_EQ(m->GetComputation("body")->GetInstruction("c"), nullptr);
+  EXPECT_EQ(m->GetComputation("body")->GetInstruction("f"), nullptr);
+}
+
 }  // namespace
 }  // namespace weave

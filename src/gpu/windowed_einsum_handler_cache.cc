@@ -1,0 +1,397 @@
+// windowed-einsum-handler, step 2: the activation cache (../shared/specs/windowed-einsum-handler.md
+// §3). Three parts: PlanAndAddCaches finds, for each all-gather of a computation, the loop that
+// already circulates the gathered value; MatchAllGather proves that the loop visits every gathered
+// block at the offset the all-gather puts it (by simulating the ring on every partition);
+// AddCache appends the cache element, fills it in the body and rewires the all-gathers' readers.
+#include "gpu/windowed_einsum_handler_internal.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "analysis/replication.h"
+
+namespace weave::handler_internal {
+
+// The scalar offset the loop uses for the block of windowed-operand dim `dim` read by `d`: from
+// the dynamic-update-slice that merges the dot (batch / non-contracting dims), or from the
+// dynamic-slice of the stationary operand (contracting dim). nullptr if not found.
+HloInstruction* Handler::BlockOffset(const WindowedDot& d, int64_t w, int64_t dim) {
+  const DotDims& dd = d.dot->dot_dims;
+  const auto& wb = w == 0 ? dd.lhs_batch : dd.rhs_batch;
+  const auto& wc = w == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const auto& oc = w == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  for (size_t i = 0; i < wc.size(); ++i) {
+    if (wc[i] != dim) continue;
+    HloInstruction* other = d.dot->operand(1 - w);
+    if (other->opcode() != HloOpcode::kDynamicSlice) return nullptr;
+    if (1 + oc[i] >= other->operand_count()) return nullptr;
+    return other->operand(1 + oc[i]);
+  }
+  int64_t od = -1;
+  for (size_t i = 0; i < wb.size(); ++i) {
+    if (wb[i] == dim) od = static_cast<int64_t>(i);
+  }
+  if (od < 0) {
+    auto is_in = [](const std::vector<int64_t>& v, int64_t x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    int64_t r = 0;
+    for (int64_t x = 0; x < dim; ++x) {
+      if (!is_in(wb, x) && !is_in(wc, x)) ++r;
+    }
+    const int64_t nb = static_cast<int64_t>(dd.lhs_batch.size());
+    if (w == 0) {
+      od = nb + r;
+    } else {
+      const int64_t lhs_rank = d.dot->operand(0)->shape().rank();
+      od = nb + (lhs_rank - nb - static_cast<int64_t>(dd.lhs_contracting.size())) + r;
+    }
+  }
+  HloInstruction* dus = d.merge;
+  if (dus == nullptr || dus->opcode() != HloOpcode::kDynamicUpdateSlice) return nullptr;
+  if (2 + od >= dus->operand_count()) return nullptr;
+  return dus->operand(2 + od);
+}
+
+// Checks that `ag` gathers, on every partition, exactly the shards the loop visits, at the block
+// offsets the loop uses. Returns "" when it does, else the reason.
+std::string Handler::MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use) {
+  const int64_t w = L.windowed_operand;
+  const Shape& shard = L.while_instr->shape().tuple_shapes[w];
+  if (ag->operand_count() != 1 || ag->dimensions.size() != 1) {
+    return "not a single-operand all-gather with one dimension";
+  }
+  const int64_t dim = ag->dimensions[0];
+  const Shape& out = ag->shape();
+  if (!out.IsArray() || out.rank() != shard.rank() || dim < 0 || dim >= shard.rank()) {
+    return "gathered shape does not match the loop's windowed operand";
+  }
+  if (!ag->channel_id && !ag->use_global_device_ids) {
+    return "cross-replica all-gather (no channel_id): it does not gather across partitions";
+  }
+  const int64_t np = std::max<int64_t>(module_->num_partitions, 1);
+  std::vector<std::vector<int64_t>> groups;
+  if (ag->replica_groups && !ag->replica_groups->groups.empty()) {
+    groups = ag->replica_groups->groups;
+  } else if (ag->replica_groups && ag->replica_groups->is_mesh) {
+    return "replica groups in mesh form are not supported";
+  } else {
+    groups.push_back({});
+    for (int64_t p = 0; p < np; ++p) groups.back().push_back(p);
+  }
+  std::vector<int64_t> group_of(np, -1), pos_of(np, -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      int64_t p = groups[g][i];
+      if (p < 0 || p >= np || group_of[p] >= 0) return "replica groups are not a partition of the devices";
+      group_of[p] = static_cast<int64_t>(g);
+      pos_of[p] = static_cast<int64_t>(i);
+    }
+  }
+  for (int64_t p = 0; p < np; ++p) {
+    if (group_of[p] < 0) return absl::StrCat("partition ", p, " is in no replica group");
+  }
+  const int64_t gsize = static_cast<int64_t>(groups[0].size());
+  for (const auto& g : groups) {
+    if (static_cast<int64_t>(g.size()) != gsize) return "replica groups of different sizes";
+  }
+  for (int64_t i = 0; i < shard.rank(); ++i) {
+    const int64_t want = i == dim ? shard.dims[i] * gsize : shard.dims[i];
+    if (out.dims[i] != want) {
+      return absl::StrFormat("gathered shape %s is not the windowed shard %s gathered %d-way on "
+                             "dim %d",
+                             out.ToString(false), shard.ToString(false), gsize, dim);
+    }
+  }
+  if (L.ring_size != gsize) {
+    return absl::StrFormat("the all-gather groups %d partitions, the loop's ring visits %d blocks",
+                           gsize, L.ring_size);
+  }
+  const int64_t len = shard.dims[dim];
+  std::vector<HloInstruction*> offsets;
+  for (const WindowedDot& d : L.dots) {
+    HloInstruction* off = BlockOffset(d, w, dim);
+    if (off == nullptr) {
+      return absl::StrFormat("dot '%s' does not place its block of dim %d at a block offset (no "
+                             "dynamic-update-slice / dynamic-slice on that dim)",
+                             d.dot->name(), dim);
+    }
+    offsets.push_back(off);
+  }
+  // Simulate the ring on every partition.
+  std::vector<int64_t> ks = CounterSequence(L);
+  std::vector<int64_t> holder(np);
+  for (int64_t p = 0; p < np; ++p) holder[p] = p;
+  std::vector<std::set<int64_t>> seen(np);
+  HloInstruction* P = L.body->parameter(0);
+  for (int64_t t = 0; t < L.trip_count; ++t) {
+    ScalarEnv env{P, L.counter_index, ks[t], 0};
+    for (size_t di = 0; di < L.dots.size(); ++di) {
+      auto src = ApplyRingSteps(L.dots[di].ring, holder, env);
+      if (!src) return "a guarded permute's predicate cannot be evaluated";
+      for (int64_t p = 0; p < np; ++p) {
+        const int64_t s = (*src)[p];
+        if (s < 0) {
+          return absl::StrFormat("partition %d receives no shard for dot '%s'", p,
+                                 L.dots[di].dot->name());
+        }
+        if (group_of[s] != group_of[p]) {
+          return absl::StrFormat("the ring brings partition %d's shard to partition %d, outside "
+                                 "its all-gather replica group",
+                                 s, p);
+        }
+        env.partition = p;
+        auto off = EvaluateScalar(offsets[di], env);
+        if (!off) {
+          return absl::StrFormat("block offset '%s' of dot '%s' cannot be evaluated",
+                                 offsets[di]->name(), L.dots[di].dot->name());
+        }
+        if (*off != pos_of[s] * len) {
+          return absl::StrFormat(
+              "ring order does not match the all-gather: at trip %d dot '%s' on partition %d puts "
+              "partition %d's shard at offset %d, the all-gather at %d",
+              t, L.dots[di].dot->name(), p, s, *off, pos_of[s] * len);
+        }
+        seen[p].insert(s);
+      }
+    }
+    auto next = ApplyRingSteps(L.root_ring, holder, env);
+    if (!next) return "a guarded permute's predicate cannot be evaluated";
+    holder = *next;
+  }
+  for (int64_t p = 0; p < np; ++p) {
+    if (static_cast<int64_t>(seen[p].size()) != gsize) {
+      return absl::StrFormat("partition %d sees %d of the %d shards in the loop", p,
+                             seen[p].size(), gsize);
+    }
+  }
+  use->all_gather = ag;
+  use->dim = dim;
+  return "";
+}
+
+bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
+  auto pu = position_.find(u), pw = position_.find(w);
+  if (pu != position_.end() && pw != position_.end() && pu->second > pw->second) return false;
+  absl::flat_hash_set<HloInstruction*> seen;
+  std::vector<HloInstruction*> work(w->operands().begin(), w->operands().end());
+  while (!work.empty()) {
+    HloInstruction* x = work.back();
+    work.pop_back();
+    if (x == u) return true;
+    if (!seen.insert(x).second) continue;
+    for (HloInstruction* o : x->operands()) work.push_back(o);
+  }
+  return false;
+}
+
+absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
+                                       std::string* msg) {
+  HloInstruction* w = L.while_instr;
+  HloComputation* comp = w->parent();
+  HloComputation* body = L.body;
+  HloInstruction* P = body->parameter(0);
+  HloInstruction* R = body->root();
+  const int64_t wi = L.windowed_operand;
+  const int64_t dim = uses[0].dim;
+  const PrimitiveType et = w->shape().tuple_shapes[wi].element_type;
+  const Shape cache_shape = uses[0].all_gather->shape().WithElementType(et);
+  for (const CacheUse& u : uses) {
+    if (u.dim != dim || !u.all_gather->shape().WithElementType(et).Compatible(cache_shape)) {
+      return absl::InternalError("cache uses disagree");
+    }
+  }
+  // Offsets first (before any change).
+  std::vector<HloInstruction*> offsets;
+  for (const WindowedDot& d : L.dots) offsets.push_back(BlockOffset(d, wi, dim));
+
+  // Loop state: append the cache.
+  const Shape old_state = w->shape();
+  const int64_t n = static_cast<int64_t>(old_state.tuple_shapes.size());
+  std::vector<Shape> elems = old_state.tuple_shapes;
+  elems.push_back(cache_shape);
+  Shape state = Shape::Tuple(elems);
+  HloInstruction* init = L.init;
+  HloInstruction* zeros = AddZeroBroadcast(comp, cache_shape, "cache_init");
+  std::vector<HloInstruction*> ops = init->operands();
+  ops.push_back(zeros);
+  if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
+  P->set_shape(state);
+  L.condition->parameter(0)->set_shape(state);
+
+  // Body: one dynamic-update-slice per dot, at the dot's block offset.
+  HloInstruction* cur = AddGte(body, P, n, "cache");
+  HloInstruction* zero = nullptr;
+  for (size_t i = 0; i < L.dots.size(); ++i) {
+    HloInstruction* off = offsets[i];
+    std::vector<HloInstruction*> dus_ops = {cur, L.dots[i].window};
+    for (int64_t d = 0; d < cache_shape.rank(); ++d) {
+      if (d == dim) {
+        dus_ops.push_back(off);
+      } else {
+        if (zero == nullptr) zero = AddIntConstant(body, off->shape().element_type, 0, "cache_zero");
+        dus_ops.push_back(zero);
+      }
+    }
+    cur = body->AddInstruction(HloOpcode::kDynamicUpdateSlice, cache_shape, dus_ops,
+                               "cache_update");
+  }
+  R->AppendOperand(cur);
+  R->set_shape(state);
+
+  // After the loop: the cache (dequantized in the FP8 case) replaces the all-gathers.
+  HloInstruction* cache = AddGte(comp, w, n, "cache_out");
+  std::vector<std::pair<const DequantMatch*, HloInstruction*>> dequants;
+  int64_t rewired = 0;
+  std::vector<std::string> kept;
+  for (CacheUse& u : uses) {
+    HloInstruction* value = cache;
+    if (u.dequant) {
+      HloInstruction* found = nullptr;
+      for (auto& [dm, v] : dequants) {
+        if (dm->scale == u.dequant->scale && dm->is_divide == u.dequant->is_divide &&
+            dm->wide_type == u.dequant->wide_type) {
+          found = v;
+        }
+      }
+      if (found == nullptr) {
+        found = BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
+                                u.dequant->wide_type, u.all_gather->shape(),
+                                u.dequant->broadcast->dimensions);
+        dequants.push_back({&*u.dequant, found});
+      }
+      value = found;
+    }
+    std::vector<HloInstruction*> readers;
+    for (HloInstruction* r : u.all_gather->users()) {
+      if (IsAncestorOfWhile(r, w)) {
+        kept.push_back(r->name());
+      } else {
+        readers.push_back(r);
+      }
+    }
+    rewired += static_cast<int64_t>(readers.size());
+    const bool was_root = u.all_gather->IsRoot();
+    if (!readers.empty()) {
+      if (auto s = u.all_gather->ReplaceUsesWith(readers, value); !s.ok()) return s;
+    }
+    if (was_root) comp->set_root(value);
+    const std::string& ag_name = u.all_gather->name();
+    remark_(ag_name, true,
+            absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
+                            "of loop '%s'",
+                            n, PrimitiveTypeName(et),
+                            u.dequant ? ", dequantized after the loop" : "", w->name()));
+  }
+  *msg = absl::StrFormat(
+      "activation cache added at tuple index %d (%s), filled by %d dynamic-update-slice%s, "
+      "shared by %d all-gather%s and %d consumer%s",
+      n, cache_shape.ToString(false), L.dots.size(), L.dots.size() == 1 ? "" : "s", uses.size(),
+      uses.size() == 1 ? "" : "s", rewired, rewired == 1 ? "" : "s");
+  if (!kept.empty()) {
+    absl::StrAppend(msg, "; not rewired (the loop depends on them): ", absl::StrJoin(kept, ", "));
+  }
+  return true;
+}
+
+absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
+                                                const std::vector<HloInstruction*>& loops,
+                                                const std::vector<HloInstruction*>& gathers) {
+  bool changed = false;
+  // All-gathers: which loop, if any, already circulates the gathered value.
+  absl::flat_hash_map<HloInstruction*, HloInstruction*> by_value;  // loop operand -> while
+  std::unordered_map<HloInstruction*, WindowedLoop> matched;
+  for (HloInstruction* w : loops) {
+    auto L = MatchWindowedLoop(w);
+    if (!L) return absl::InternalError("loop no longer recognised after the FP8 shift");
+    if (L->kind == WindowedLoopKind::kAllGather) {
+      by_value.emplace(L->init->operand(L->windowed_operand), w);
+    }
+    matched.emplace(w, std::move(*L));
+  }
+  std::map<int64_t, std::pair<HloInstruction*, std::vector<CacheUse>>> caches;  // by position
+  for (HloInstruction* ag : gathers) {
+    if (ag->operand_count() != 1) {
+      remark_(ag->name(), false, "not cached: not a single-operand all-gather");
+      continue;
+    }
+    HloInstruction* x = ag->operand(0);
+    CacheUse use;
+    HloInstruction* w = nullptr;
+    if (auto it = by_value.find(x); it != by_value.end()) {
+      w = it->second;
+    } else if (auto m = MatchDequantize(x)) {
+      auto it2 = by_value.find(m->q);
+      if (it2 != by_value.end()) {
+        const WindowedLoop& L = matched.at(it2->second);
+        if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
+          remark_(ag->name(), false, "not cached: gathers a dequantization of the loop's FP8 "
+                                     "operand, but the loop circulates it wide");
+          continue;
+        }
+        std::string why;
+        if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+          remark_(ag->name(), false, "not cached: its dequantization has no scalar scale or no "
+                                     "bf16/f16/f32 wide type");
+          continue;
+        }
+        if (!IsSameOnAllPartitions(m->scale, &why)) {
+          remark_(ag->name(), false,
+                  absl::StrCat("not cached: the scale '", m->scale->name(),
+                               "' of the gathered dequantization is not proven the same on every "
+                               "partition (", why, ")"));
+          continue;
+        }
+        use.dequant = *m;
+        w = it2->second;
+      }
+    }
+    if (w == nullptr) {
+      remark_(ag->name(), false,
+              absl::StrCat("not cached: no windowed einsum loop in '", comp->name(),
+                           "' circulates the gathered value '", x->name(), "'"));
+      continue;
+    }
+    const WindowedLoop& L = matched.at(w);
+    if (L.cache_index) {
+      remark_(ag->name(), false,
+              absl::StrCat("not cached: loop '", w->name(), "' already has a cache (tuple index ",
+                           *L.cache_index, ")"));
+      continue;
+    }
+    std::string why = MatchAllGather(ag, L, &use);
+    if (!why.empty()) {
+      remark_(ag->name(), false, absl::StrCat("not cached in loop '", w->name(), "': ", why));
+      continue;
+    }
+    auto& entry = caches[position_.at(w)];
+    entry.first = w;
+    if (!entry.second.empty() && entry.second[0].dim != use.dim) {
+      remark_(ag->name(), false, "not cached: another all-gather of this loop gathers on another "
+                                 "dim");
+      continue;
+    }
+    entry.second.push_back(use);
+  }
+  for (auto& [pos, entry] : caches) {
+    HloInstruction* w = entry.first;
+    std::string msg;
+    auto r = AddCache(matched.at(w), entry.second, &msg);
+    if (!r.ok()) return r.status();
+    remark_(w->name(), *r, msg);
+    changed |= *r;
+  }
+  return changed;
+}
+
+}  // namespace weave::handler_internal

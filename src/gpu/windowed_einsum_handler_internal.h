@@ -1,0 +1,147 @@
+// Internals of the windowed-einsum-handler pass (gpu/windowed_einsum_handler.h), shared by the
+// files that implement its steps; not for use elsewhere.
+//
+//   windowed_einsum_handler.cc           the pass driver: recognise the loops of a computation,
+//                                        then run the steps below on each, in this order
+//   windowed_einsum_handler_fp8_shift.cc 1. move dequantize(fp8, scale) into the loop (spec §2)
+//   windowed_einsum_handler_cache.cc     2. serve all-gathers of the windowed operand from a
+//                                           cache filled by the loop (spec §3)
+//   windowed_einsum_handler_unroll.cc    3. full unrolling (spec §5)
+//   windowed_einsum_handler_streams.cc   4. compute streams and scheduling hints (spec §4)
+//   windowed_einsum_handler_ir.cc        IR helpers and the per-run state below
+//
+// Spec: ../shared/specs/windowed-einsum-handler.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "analysis/dequantize.h"
+#include "gpu/windowed_loop.h"
+#include "hlo/ir.h"
+#include "nlohmann/json.hpp"
+#include "passes/gpu_backend_config.h"
+
+namespace weave::handler_internal {
+
+using Json = nlohmann::ordered_json;
+
+// ---- small IR helpers (windowed_einsum_handler_ir.cc) ----
+
+// get-tuple-element(tuple, index) added to `c`.
+HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
+                       std::string_view name);
+// A scalar constant `v` of type `t` (integer, pred or floating point).
+HloInstruction* AddIntConstant(HloComputation* c, PrimitiveType t, int64_t v,
+                               std::string_view name);
+// broadcast(constant 0) of `shape`.
+HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::string_view name);
+// Removes `i` if nothing reads it, then its operands that became dead (targeted, not a full DCE,
+// so that the pass stays linear in the module size). Instructions with control predecessors are
+// kept, like everything IsRemovableWhenUnused refuses.
+absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i);
+// Gives the while `w` a new init tuple of `ops` and the loop state shape `state`. The old init,
+// once unused, is left for the dead-code removal at the end of the computation (removing one
+// instruction at a time from a large computation is linear each time); the new init takes over
+// its name then (*rename).
+absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloInstruction*> ops,
+                         std::vector<std::pair<HloInstruction*, std::string>>* rename);
+// Replaces every use of `old` by `v` among the given users (snapshot), and the root.
+absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>& users,
+                         HloInstruction* v);
+// Renames computation `c` to `name`, or name.1, name.2, ... if another computation has it.
+void RenameComputation(HloComputation* c, const std::string& name);
+// XLA's prefix for the computations of a fully unrolled loop (WindowedEinsumHandler).
+inline constexpr char kUnrolledPrefix[] = "unrolled_";
+// A backend_config as a JSON object (empty text = empty object); *ok = false if not an object.
+Json ParseConfig(const std::string& text, bool* ok);
+// `operation_queue_id` of a config (string or integer), 0 if absent.
+int64_t QueueIdOf(const Json& j);
+
+// True for a pred conditional(c, x, x) whose true branch permutes its parameter once and whose
+// false branch returns it (the rolled ring guard).
+bool IsGuardedPermute(const HloInstruction* u, const HloInstruction* x);
+
+// ---- per-run state ----
+
+// One all-gather the cache (step 2) will serve.
+struct CacheUse {
+  HloInstruction* all_gather = nullptr;
+  int64_t dim = 0;
+  // FP8 cache: the all-gather read this dequantization of the loop's FP8 operand.
+  std::optional<DequantMatch> dequant;
+};
+
+// The pass on one module. Each step returns whether it changed the loop and sets *msg to the
+// remark (what was done, or the first condition that failed).
+class Handler {
+ public:
+  Handler(HloModule* m, bool unroll, XlaBackendConfigVersion backend_config,
+          std::function<void(std::string, bool, std::string)> remark,
+          std::function<void(std::string, std::string)> analysis)
+      : module_(m),
+        unroll_(unroll),
+        backend_config_(backend_config),
+        remark_(std::move(remark)),
+        analysis_(std::move(analysis)) {}
+
+  absl::StatusOr<bool> Run();
+
+ private:
+  // Driver (windowed_einsum_handler.cc).
+  absl::Status Prepare();
+  absl::StatusOr<bool> RunOnComputation(HloComputation* comp);
+  absl::StatusOr<bool> RunOnLoops(HloComputation* comp, const std::vector<HloInstruction*>& whiles,
+                                  const std::vector<HloInstruction*>& gathers,
+                                  const std::vector<HloInstruction*>& order);
+
+  // Step 1, FP8 shift (windowed_einsum_handler_fp8_shift.cc).
+  absl::StatusOr<bool> ShiftFp8(const WindowedLoop& L, std::string* msg);
+  absl::Status RetypeBranch(HloInstruction* cond, PrimitiveType t);
+
+  // Step 2, activation cache (windowed_einsum_handler_cache.cc): PlanCaches finds, for every
+  // all-gather of `gathers`, the loop that circulates the gathered value and checks that the
+  // loop visits exactly the gathered blocks (MatchAllGather); AddCache rewrites one loop.
+  absl::StatusOr<bool> PlanAndAddCaches(HloComputation* comp,
+                                        const std::vector<HloInstruction*>& loops,
+                                        const std::vector<HloInstruction*>& gathers);
+  std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
+  HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
+  bool IsAncestorOfWhile(HloInstruction* u, HloInstruction* w);
+  absl::StatusOr<bool> AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
+                                std::string* msg);
+
+  // Step 3, unrolling (windowed_einsum_handler_unroll.cc).
+  absl::StatusOr<bool> Unroll(const WindowedLoop& L, std::string* msg);
+
+  // Step 4, streams (windowed_einsum_handler_streams.cc).
+  absl::StatusOr<bool> AnnotateStreams(const WindowedLoop& L, std::string* msg);
+
+  // Shared (windowed_einsum_handler_ir.cc).
+  void EnsureUnshared(HloInstruction* w);
+  std::vector<int64_t> CounterSequence(const WindowedLoop& L);
+
+  HloModule* module_;
+  bool unroll_;
+  XlaBackendConfigVersion backend_config_;
+  std::function<void(std::string, bool, std::string)> remark_;
+  std::function<void(std::string, std::string)> analysis_;  // informational remarks
+  int64_t next_queue_id_ = 1;
+  int64_t next_channel_id_ = 1;
+  absl::flat_hash_map<const HloComputation*, int64_t> callers_;
+  std::set<HloComputation*> maybe_orphaned_;
+  absl::flat_hash_map<const HloInstruction*, int64_t> position_;  // current computation
+  // Outer computation: dead instructions are removed in one sweep at the end (linear), then
+  // these instructions get their predecessors' names.
+  std::vector<std::pair<HloInstruction*, std::string>> rename_;
+};
+
+}  // namespace weave::handler_internal

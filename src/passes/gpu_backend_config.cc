@@ -1,0 +1,269 @@
+#include "passes/gpu_backend_config.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace weave {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+// A field and the versions that accept it: first (inclusive) and last (inclusive) version whose
+// end-of-year schema has it. The schema of a version is the message at the end of that year
+// (2026: the snapshot of 2026-08-22 Weave was checked against).
+struct VersionedField {
+  ProtoField field;
+  int first = 2024;
+  int last = 2026;
+};
+
+// GpuBackendConfig, xla/service/gpu/backend_configs.proto (commit, date the field appeared):
+constexpr VersionedField kGpuFields[] = {
+    {{"operation_queue_id", 1}},                    // 3f5c73ecf5 2024-01-15
+    {{"wait_on_operation_queues", 2}, 2024, 2025},  // 3f5c73ecf5 2024-01-15; removed 1a0ef2e2b5
+                                                    // 2026-04-13 (PR #40679), field 2 reserved
+    {{"cudnn_conv_backend_config", 3}},             // 558a6010ab 2024-01-12 (3..9)
+    {{"gemm_backend_config", 4}},
+    {{"bitcast_backend_config", 5}},
+    {{"collective_backend_config", 6}},
+    {{"fusion_backend_config", 7}},
+    {{"cudnn_norm_backend_config", 8}},
+    {{"cudnn_fmha_backend_config", 9}},
+    {{"force_earliest_schedule", 10}},                      // 7fa9b6f4bb 2024-03-22
+    {{"custom_call_backend_config", 11}},                   // 40e1c61bea 2024-12-02
+    {{"reification_cost", 12}, 2025},                       // 7bf1170008 2025-04-30
+    {{"block_scaled_dot_backend_config", 13}, 2025},        // 074bfe5ce7 2025-07-23
+    {{"device_type", 14}, 2025},                            // 2f68c9d09b 2025-08-22
+    {{"native_emitter_backend_config", 15}, 2025},          // abfb719ff2 2025-08-22
+    {{"collective_metadata_backend_config", 16}, 2025},     // d2451cabf9 2025-11-18
+    {{"grouped_gemm_backend_config", 17}, 2026},            // 10881f9462 2026-03-11
+    {{"dynamic_slice_config", 18}, 2026},                   // 33073a7dd9 2026-05-08
+};
+
+// GemmBackendConfig, same file. Field 19 (reification_cost) existed only from 2025-03-31 to
+// 2025-04-30 (761a4a4669, 7bf1170008) and is left out; there never was an `is_fp8` field.
+constexpr VersionedField kGemmFields[] = {
+    {{"selected_algorithm", 1}},             // 97166051be 2019-06-21
+    {{"alpha_real", 2}},
+    {{"beta", 3}},
+    {{"dot_dimension_numbers", 7}},
+    {{"alpha_imag", 9}},
+    {{"precision_config", 12}},              // 3cdb87b122 2022-06-24
+    {{"epilogue", 13}},                      // 480c7e1ceb 2022-07-20
+    {{"lhs_stride", 14}},                    // a9fa44cdc7 2021-07-20
+    {{"rhs_stride", 15}},
+    {{"grad_x", 16}},                        // 9894515c54 2023-10-29
+    {{"grad_y", 17}},
+    {{"damax_output", 18}},                  // 8acce0832e 2024-05-21
+    {{"autotune_workspace_size", 20}, 2025}, // 907b57686a 2025-12-16
+    {{"scale_mode", 21}, 2026},              // 8bca790221 2026-03-16
+};
+
+// WhileLoopBackendConfig, xla/xla_data.proto.
+constexpr VersionedField kWhileFields[] = {
+    {{"known_trip_count", 1}},                               // 2ecc85dcee 2019-02-25
+    {{"known_init_step", 2}, 2025},                          // e2fe57d4e9 2025-03-03
+    {{"known_induction_variable", 3}, 2025},                 // e2fe57d4e9 2025-03-03
+    {{"dynamic_variable_tuple_indices", 4}, 2025, 2025},     // 479bbcc060 2025-12-16; removed
+                                                             // eb19f194ce 2026-05-27
+    {{"dynamic_variables", 5}, 2026},                        // eb19f194ce 2026-05-27
+};
+
+template <size_t N>
+std::vector<ProtoField> Select(const VersionedField (&all)[N], XlaBackendConfigVersion v) {
+  const int year = static_cast<int>(v);
+  std::vector<ProtoField> out;
+  for (const VersionedField& f : all) {
+    if (f.first <= year && year <= f.last) out.push_back(f.field);
+  }
+  return out;
+}
+
+template <size_t N>
+const std::vector<ProtoField>& Cached(const VersionedField (&all)[N], XlaBackendConfigVersion v) {
+  // One list per version, built once (the tables are constant).
+  static const std::vector<ProtoField>* lists[3] = {
+      new std::vector<ProtoField>(Select(all, XlaBackendConfigVersion::k2024)),
+      new std::vector<ProtoField>(Select(all, XlaBackendConfigVersion::k2025)),
+      new std::vector<ProtoField>(Select(all, XlaBackendConfigVersion::k2026))};
+  return *lists[static_cast<int>(v) - 2024];
+}
+
+int FieldNumber(const std::vector<ProtoField>& fields, std::string_view name) {
+  for (const ProtoField& f : fields) {
+    if (f.name == name) return f.number;
+  }
+  return -1;
+}
+
+// Fields a config may carry in one version and not another, that say nothing the target XLA
+// could use: dropped when Weave writes the config for a version without them.
+bool DroppedWhenUnknown(std::string_view name) {
+  return name == "wait_on_operation_queues" || name == "reification_cost" ||
+         name == "device_type";
+}
+
+void CheckFields(const Json& obj, const std::vector<ProtoField>& fields, std::string_view message,
+                 const HloInstruction& instr, XlaBackendConfigVersion v,
+                 std::vector<std::string>* problems) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (FieldNumber(fields, it.key()) < 0) {
+      problems->push_back(absl::StrCat("'", instr.name(), "': ", std::string(message), " (XLA ",
+                                       XlaBackendConfigVersionName(v), ") has no field '",
+                                       std::string(it.key()), "'"));
+    }
+  }
+}
+
+int64_t JsonInt(const Json& j) {
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    int64_t v = 0;
+    if (s.empty()) return 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return 0;
+      if (v > (INT64_MAX - (c - '0')) / 10) return 0;
+      v = v * 10 + (c - '0');
+    }
+    return v;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<XlaBackendConfigVersion> ParseXlaBackendConfigVersion(std::string_view text) {
+  if (text == "2024") return XlaBackendConfigVersion::k2024;
+  if (text == "2025") return XlaBackendConfigVersion::k2025;
+  if (text == "2026") return XlaBackendConfigVersion::k2026;
+  return absl::InvalidArgumentError(absl::StrCat("--", std::string(kXlaBackendConfigOption), "=", std::string(text),
+                                                 ": expected 2024, 2025 or 2026 (the XLA version "
+                                                 "whose backend_config schema to write)"));
+}
+
+absl::StatusOr<XlaBackendConfigVersion> XlaBackendConfigVersionFromOptions(
+    const PassOptions& options) {
+  if (!options.Has(kXlaBackendConfigOption)) return kDefaultXlaBackendConfig;
+  return ParseXlaBackendConfigVersion(
+      options.GetString(kXlaBackendConfigOption, XlaBackendConfigVersionName(kDefaultXlaBackendConfig)));
+}
+
+std::string XlaBackendConfigVersionName(XlaBackendConfigVersion v) {
+  return std::to_string(static_cast<int>(v));
+}
+
+const std::vector<ProtoField>& GpuBackendConfigFields(XlaBackendConfigVersion v) {
+  return Cached(kGpuFields, v);
+}
+const std::vector<ProtoField>& GemmBackendConfigFields(XlaBackendConfigVersion v) {
+  return Cached(kGemmFields, v);
+}
+const std::vector<ProtoField>& WhileLoopBackendConfigFields(XlaBackendConfigVersion v) {
+  return Cached(kWhileFields, v);
+}
+
+std::vector<std::string> CheckBackendConfig(const HloInstruction& instr,
+                                            XlaBackendConfigVersion v) {
+  std::vector<std::string> problems;
+  if (instr.backend_config.empty()) return problems;
+  Json j = Json::parse(instr.backend_config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    problems.push_back(absl::StrCat("'", instr.name(), "': backend_config is not a JSON object"));
+    return problems;
+  }
+  if (instr.opcode() == HloOpcode::kWhile) {
+    CheckFields(j, WhileLoopBackendConfigFields(v), "WhileLoopBackendConfig", instr, v, &problems);
+    return problems;
+  }
+  CheckFields(j, GpuBackendConfigFields(v), "GpuBackendConfig", instr, v, &problems);
+  auto g = j.find("gemm_backend_config");
+  if (g != j.end() && g->is_object()) {
+    CheckFields(*g, GemmBackendConfigFields(v), "GemmBackendConfig", instr, v, &problems);
+  }
+  return problems;
+}
+
+GpuBackendConfigEditor::GpuBackendConfigEditor(XlaBackendConfigVersion v)
+    : version_(v), json_(Json::object()) {}
+
+absl::StatusOr<GpuBackendConfigEditor> GpuBackendConfigEditor::Of(const HloInstruction& instr,
+                                                                  XlaBackendConfigVersion v) {
+  GpuBackendConfigEditor e(v);
+  if (instr.backend_config.empty()) return e;
+  Json j = Json::parse(instr.backend_config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend_config of '", instr.name(), "' is not a JSON object"));
+  }
+  e.json_ = std::move(j);
+  return e;
+}
+
+int64_t GpuBackendConfigEditor::operation_queue_id() const {
+  auto it = json_.find("operation_queue_id");
+  return it == json_.end() ? 0 : JsonInt(*it);
+}
+
+void GpuBackendConfigEditor::set_operation_queue_id(int64_t id) {
+  json_["operation_queue_id"] = std::to_string(id);
+}
+
+bool GpuBackendConfigEditor::force_earliest_schedule() const {
+  auto it = json_.find("force_earliest_schedule");
+  return it != json_.end() && it->is_boolean() && it->get<bool>();
+}
+
+void GpuBackendConfigEditor::set_force_earliest_schedule(bool v) {
+  json_["force_earliest_schedule"] = v;
+}
+
+bool GpuBackendConfigEditor::AddWaitOnOperationQueue(int64_t id) {
+  if (version_ == XlaBackendConfigVersion::k2026) return false;
+  Json& list = json_["wait_on_operation_queues"];
+  if (!list.is_array()) list = Json::array();
+  for (const Json& e : list) {
+    if (JsonInt(e) == id) return false;
+  }
+  list.push_back(std::to_string(id));
+  return true;
+}
+
+void GpuBackendConfigEditor::SetField(const std::string& name, Json value) {
+  json_[name] = std::move(value);
+}
+
+std::string GpuBackendConfigEditor::ToString() const {
+  const std::vector<ProtoField>& fields = GpuBackendConfigFields(version_);
+  Json out = Json::object();
+  // XLA prints the stream fields even at their defaults.
+  Json j = json_;
+  if (!j.contains("operation_queue_id")) j["operation_queue_id"] = "0";
+  if (version_ != XlaBackendConfigVersion::k2026 && !j.contains("wait_on_operation_queues")) {
+    j["wait_on_operation_queues"] = Json::array();
+  }
+  if (!j.contains("force_earliest_schedule")) j["force_earliest_schedule"] = false;
+  for (const ProtoField& f : fields) {
+    auto it = j.find(f.name);
+    if (it != j.end()) out[std::string(f.name)] = *it;
+  }
+  // Fields this version does not know: dropped when they only carry scheduling data, otherwise
+  // kept (CheckBackendConfig reports them).
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (FieldNumber(fields, it.key()) >= 0 || DroppedWhenUnknown(it.key())) continue;
+    out[it.key()] = it.value();
+  }
+  return out.dump();
+}
+
+bool GpuBackendConfigEditor::ApplyTo(HloInstruction* instr) const {
+  std::string text = ToString();
+  if (text == instr->backend_config) return false;
+  instr->backend_config = std::move(text);
+  return true;
+}
+
+}  // namespace weave

@@ -1,0 +1,223 @@
+// The cost gate's oracle on the simulator (see cost_gate.h).
+#include "sim/cost_gate.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "hlo/parser.h"
+
+namespace weave::sim {
+namespace {
+
+// Producers pulled into a region instead of becoming parameters: index arithmetic, constants,
+// layout changes and the element-wise steps of a dequantization.
+bool IsCheapProducer(const HloInstruction* i) {
+  switch (i->opcode()) {
+    case HloOpcode::kConstant:
+    case HloOpcode::kIota:
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kConvert:
+    case HloOpcode::kReshape:
+    case HloOpcode::kBitcast:
+    case HloOpcode::kCopy:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kMultiply:
+    case HloOpcode::kDivide:
+    case HloOpcode::kAdd:
+    case HloOpcode::kSubtract:
+    case HloOpcode::kClamp:
+    case HloOpcode::kCompare:
+    case HloOpcode::kSelect:
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr int kProducerDepth = 4;
+
+void CollectCalled(const HloComputation* c, absl::flat_hash_set<const HloComputation*>* out) {
+  if (c == nullptr || !out->insert(c).second) return;
+  for (const HloInstruction* i : c->instructions()) {
+    for (const HloComputation* cc : i->called_computations()) CollectCalled(cc, out);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
+    const std::vector<const HloInstruction*>& seeds) {
+  if (seeds.empty() || seeds[0] == nullptr) {
+    return absl::InvalidArgumentError("no instructions in the candidate");
+  }
+  const HloComputation* comp = seeds[0]->parent();
+  if (comp == nullptr || comp->parent() == nullptr) {
+    return absl::InvalidArgumentError("the candidate is not in a module");
+  }
+  absl::flat_hash_set<const HloInstruction*> region;
+  for (const HloInstruction* s : seeds) {
+    if (s == nullptr || s->parent() != comp) {
+      return absl::InvalidArgumentError("the candidate's instructions are not in one computation");
+    }
+    region.insert(s);
+  }
+  // Instructions on paths between seeds: reachable forward from a seed and backward from one.
+  absl::flat_hash_set<const HloInstruction*> fwd, bwd;
+  {
+    std::vector<const HloInstruction*> work(seeds.begin(), seeds.end());
+    while (!work.empty()) {
+      const HloInstruction* i = work.back();
+      work.pop_back();
+      for (const HloInstruction* u : i->users()) {
+        if (fwd.insert(u).second) work.push_back(u);
+      }
+    }
+    work.assign(seeds.begin(), seeds.end());
+    while (!work.empty()) {
+      const HloInstruction* i = work.back();
+      work.pop_back();
+      for (const HloInstruction* o : i->operands()) {
+        if (bwd.insert(o).second) work.push_back(o);
+      }
+    }
+  }
+  for (const HloInstruction* i : fwd) {
+    if (bwd.contains(i)) region.insert(i);
+  }
+  // Cheap producers of the operands.
+  {
+    std::deque<std::pair<const HloInstruction*, int>> work;
+    for (const HloInstruction* i : region) work.emplace_back(i, 0);
+    while (!work.empty()) {
+      auto [i, depth] = work.front();
+      work.pop_front();
+      if (depth >= kProducerDepth) continue;
+      for (const HloInstruction* o : i->operands()) {
+        if (region.contains(o) || !IsCheapProducer(o)) continue;
+        region.insert(o);
+        work.emplace_back(o, depth + 1);
+      }
+    }
+  }
+  // The text: called computations (callees first), then the entry.
+  const HloModule* module = comp->parent();
+  absl::flat_hash_set<const HloComputation*> called;
+  for (const HloInstruction* i : region) {
+    for (const HloComputation* c : i->called_computations()) CollectCalled(c, &called);
+  }
+  std::string text = absl::StrCat("HloModule cost_region, num_partitions=",
+                                  std::max<int64_t>(module->num_partitions, 1),
+                                  ", replica_count=", std::max<int64_t>(module->replica_count, 1),
+                                  "\n\n");
+  for (const HloComputation* c : module->MakeComputationPostOrder()) {
+    if (called.contains(c)) absl::StrAppend(&text, c->ToString(), "\n\n");
+  }
+  std::string entry_name = "cost_region";
+  while (module->GetComputation(entry_name) != nullptr) entry_name += "_";
+  absl::StrAppend(&text, "ENTRY %", entry_name, " {\n");
+  absl::flat_hash_set<const HloInstruction*> params;
+  int64_t next_param = 0;
+  std::vector<const HloInstruction*> outputs;
+  for (const HloInstruction* i : comp->MakeInstructionPostOrder()) {
+    if (!region.contains(i)) continue;
+    for (const HloInstruction* o : i->operands()) {
+      if (region.contains(o) || !params.insert(o).second) continue;
+      absl::StrAppend(&text, "  %", o->name(), " = ", o->shape().ToString(), " parameter(",
+                      next_param++, ")\n");
+    }
+    std::unique_ptr<HloInstruction> copy =
+        i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
+    absl::StrAppend(&text, "  ", copy->ToString(), "\n");
+    bool read_inside = false;
+    for (const HloInstruction* u : i->users()) read_inside |= region.contains(u);
+    if (!read_inside) outputs.push_back(i);
+  }
+  std::vector<std::string> names, shapes;
+  for (const HloInstruction* o : outputs) {
+    names.push_back(absl::StrCat("%", o->name()));
+    shapes.push_back(o->shape().ToString());
+  }
+  std::string root = "cost_region_root";
+  while (comp->GetInstruction(root) != nullptr) root += "_";
+  absl::StrAppend(&text, "  ROOT %", root, " = (", absl::StrJoin(shapes, ", "), ") tuple(",
+                  absl::StrJoin(names, ", "), ")\n}\n");
+  absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseHloModule(text, "<cost region>");
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the candidate's region does not stand alone: ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+std::string CanonicalRegionText(const HloModule& module) {
+  std::unique_ptr<HloModule> copy = module.Clone();
+  int64_t n = 0, c = 0;
+  for (HloComputation* comp : copy->MakeComputationPostOrder()) {
+    comp->set_name(absl::StrCat("c", c++));
+    for (HloInstruction* i : comp->MakeInstructionPostOrder()) i->set_name(absl::StrCat("i", n++));
+  }
+  copy->set_name("region");
+  return copy->ToString();
+}
+
+absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,
+                                                      const std::string& pass,
+                                                      const CostVariant& variant) {
+  std::unique_ptr<HloModule> m = region.Clone();
+  auto run = [&](const std::string& name, const PassOptions& options) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<bool> changed = (*p)->Run(m.get());
+    if (!changed.ok()) {
+      return absl::InternalError(absl::StrCat(name, ": ", changed.status().message()));
+    }
+    return absl::OkStatus();
+  };
+  if (variant.rewrite) {
+    PassOptions options = c_.pass_options;
+    for (const auto& [k, v] : variant.options) options.Set(k, v);
+    if (absl::Status st = run(pass, options); !st.ok()) return st;
+  }
+  auto at = std::find(c_.pipeline.begin(), c_.pipeline.end(), pass);
+  auto begin = at == c_.pipeline.end() ? c_.pipeline.begin() : at + 1;
+  for (auto it = begin; it != c_.pipeline.end(); ++it) {
+    if (*it == pass) continue;
+    if (absl::Status st = run(*it, c_.pass_options); !st.ok()) return st;
+  }
+  absl::StatusOr<SimResult> r = SimulateModule(*m, c_.system, c_.sim_options);
+  if (!r.ok()) return r.status();
+  return r->total_us;
+}
+
+absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
+  absl::StatusOr<std::unique_ptr<HloModule>> region = ExtractCostRegion(query.seeds);
+  if (!region.ok()) return region.status();
+  std::string key_base = absl::StrCat(query.pass, "\n", CanonicalRegionText(**region));
+  std::vector<double> out;
+  for (const CostVariant& v : query.variants) {
+    std::string key = absl::StrCat(v.rewrite ? "rewrite" : "leave", "\n");
+    if (v.rewrite) {
+      for (const auto& [k, val] : v.options) absl::StrAppend(&key, k, "=", val, "\n");
+    }
+    absl::StrAppend(&key, key_base);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    absl::StatusOr<double> us = EstimateVariant(**region, query.pass, v);
+    if (!us.ok()) return us.status();
+    cache_[key] = *us;
+    out.push_back(*us);
+  }
+  return out;
+}
+
+}  // namespace weave::sim

@@ -1,0 +1,69 @@
+// The cost gate's performance-model side: a CostOracle (passes/cost_oracle.h) that estimates
+// each variant of a candidate rewrite on a GPU system with the simulator (simulator.h).
+//
+// For a query it extracts the candidate's *region* (ExtractCostRegion) as a standalone module,
+// then for every variant: copies the region, runs the asking pass on it when the variant
+// rewrites (created by name from the PassRegistry with the compile's options plus the variant's,
+// and no oracle, so that it applies every match), runs the passes that follow the asking pass in
+// the pipeline (so FP8 GEMMs, the handler's streams and caches are in the estimate, exactly as
+// `weave compile` would emit them), and simulates the result: the variant's time is the region's
+// makespan on one partition. The region is the candidate alone: other work of the module that a
+// plain collective could overlap with is not in the estimate.
+//
+// Results are cached per (pass, variant options, region with canonical names): the repeated
+// layers of a model cost one estimate.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "hlo/ir.h"
+#include "passes/cost_oracle.h"
+#include "passes/pass.h"
+#include "sim/simulator.h"
+
+namespace weave::sim {
+
+// The region of a candidate: the seeds, every instruction on a path between two seeds, and the
+// cheap producers of their operands up to 4 levels back (constants, iota, partition-id,
+// broadcast, convert, reshape/bitcast/copy/transpose, slices, scalar and dequantize arithmetic),
+// in one entry computation whose parameters stand for every other operand (same names and
+// shapes), whose root is a tuple of the region's values nobody in the region reads, and which
+// keeps the computations the region calls. num_partitions and replica_count are the module's.
+// InvalidArgument when the seeds are empty or not all in one computation, or the region does
+// not parse (the message says why).
+absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
+    const std::vector<const HloInstruction*>& seeds);
+
+// Text of `module` with every instruction and computation renamed in order (i0, i1, ...; c0,
+// ...): equal for two regions that differ only in names.
+std::string CanonicalRegionText(const HloModule& module);
+
+struct CostGateConfig {
+  SystemSpec system;                   // after overrides and SimOptions
+  SimOptions sim_options;
+  std::vector<std::string> pipeline;   // the compile pipeline's pass names, in order
+  PassOptions pass_options;            // the compile's pass options
+};
+
+class SimCostOracle : public CostOracle {
+ public:
+  explicit SimCostOracle(CostGateConfig config) : c_(std::move(config)) {}
+  std::string SystemName() const override { return c_.system.name; }
+  // Estimates one variant of a region (exposed for tests and `weave simulate`): the region
+  // rewritten as described above and simulated. Errors from a pass or the simulator.
+  absl::StatusOr<double> EstimateVariant(const HloModule& region, const std::string& pass,
+                                         const CostVariant& variant);
+
+ protected:
+  absl::StatusOr<std::vector<double>> Estimate(const CostQuery& query) override;
+
+ private:
+  CostGateConfig c_;
+  absl::flat_hash_map<std::string, double> cache_;
+};
+
+}  // namespace weave::sim

@@ -1,0 +1,99 @@
+// Building blocks of the windowed einsum loops the decomposer emits
+// (../shared/specs/spmd-windowed-einsum.md §2-3, §6): a small instruction factory bound to one
+// computation, the ring values every loop body reads (in-group position, N, offset table), block
+// offsets, the guarded permute of the rolled layout and the loop condition. Internal to
+// src/spmd (windowed_einsum_*.cc); not a public API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hlo/ir.h"
+#include "spmd/partition_ring.h"
+
+namespace weave::windowed_einsum {
+
+inline constexpr char kBodyAg[] = "windowed_dot_general_body_ag";
+inline constexpr char kCondAg[] = "windowed_dot_general_cond_ag";
+inline constexpr char kBodyRs[] = "windowed_dot_general_body_rs";
+inline constexpr char kCondRs[] = "windowed_dot_general_cond_rs";
+
+// `s` with dim `dim` set to `size`.
+Shape WithDim(const Shape& s, int64_t dim, int64_t size);
+
+// Small instruction factory bound to one computation. Every method adds one instruction (or a
+// few, as documented) to the computation and returns it; names are made module-unique by the IR.
+class Emitter {
+ public:
+  explicit Emitter(HloComputation* c) : c_(c) {}
+  HloComputation* comp() const { return c_; }
+
+  HloInstruction* Add(HloOpcode op, const Shape& s, std::vector<HloInstruction*> ops,
+                      const std::string& name);
+  HloInstruction* Param(const Shape& s, const std::string& name);
+  HloInstruction* Gte(HloInstruction* t, int64_t i, const std::string& name);
+  HloInstruction* ConstInt(PrimitiveType t, int64_t v, const std::string& name);
+  HloInstruction* ConstVec(PrimitiveType t, const std::vector<int64_t>& v, const std::string& name);
+  // broadcast(constant 0) of `s`'s type and dims (two instructions).
+  HloInstruction* Zeros(const Shape& s, const std::string& name);
+  // An elementwise binary op with `a`'s shape.
+  HloInstruction* Binary(HloOpcode op, HloInstruction* a, HloInstruction* b,
+                         const std::string& name);
+  HloInstruction* Permute(HloInstruction* v, std::vector<std::pair<int64_t, int64_t>> pairs,
+                          int64_t channel, const std::string& name);
+  // reshape(dynamic-slice(table, index, sizes={1})): one element of a rank-1 table as a scalar.
+  HloInstruction* TableLookup(HloInstruction* table, HloInstruction* index,
+                              const std::string& name);
+  HloInstruction* DynamicSlice(HloInstruction* v, std::vector<HloInstruction*> offsets,
+                               std::vector<int64_t> sizes, const std::string& name);
+  HloInstruction* Dus(HloInstruction* buf, HloInstruction* upd,
+                      std::vector<HloInstruction*> offsets, const std::string& name);
+  // A dot with `proto`'s dimension numbers, precision, metadata and attributes (not its sharding).
+  HloInstruction* DotLike(const HloInstruction& proto, HloInstruction* lhs, HloInstruction* rhs,
+                          const Shape& shape, const std::string& name);
+  HloInstruction* Compare(HloInstruction* a, HloInstruction* b, ComparisonDirection dir,
+                          const std::string& name);
+  HloInstruction* Tuple(std::vector<HloInstruction*> ops, const std::string& name);
+
+ private:
+  HloComputation* c_;
+};
+
+// A new empty computation named `name` (made unique) added to `m`.
+HloComputation* NewComputation(HloModule* m, const std::string& name);
+
+// What every loop body needs: the ring position of this partition, N, the offset table.
+struct RingValues {
+  HloInstruction* position = nullptr;  // u32 in-group position i
+  HloInstruction* n = nullptr;         // u32 N
+  HloInstruction* table = nullptr;     // s32[N] {0, b, 2b, ...}
+  HloInstruction* zero = nullptr;      // s32 0
+  HloInstruction* one = nullptr;       // u32 1
+};
+
+// partition-id (or its in-group position via a u32[P] table for other groupings), N, the s32[N]
+// offset table {0, block, 2 block, ...}, s32 0 and u32 1.
+RingValues EmitRingValues(Emitter& e, const PartitionRing& ring, int64_t block);
+
+// Offset of block (k + i) % N: reshape(dynamic-slice(table, remainder(add(k, i), N))).
+HloInstruction* EmitBlockOffset(Emitter& e, const RingValues& v, HloInstruction* k,
+                                const std::string& tag);
+
+// Offsets vector of rank `rank` with `off` at `dim` and s32 0 elsewhere.
+std::vector<HloInstruction*> OffsetsAt(const RingValues& v, int64_t rank, int64_t dim,
+                                       HloInstruction* off);
+
+// `conditional(more, window, window)` whose true branch permutes the window and whose false branch
+// (the last iteration) passes it through.
+HloInstruction* EmitGuardedPermute(HloModule* m, Emitter& e, HloInstruction* more,
+                                   HloInstruction* window,
+                                   std::vector<std::pair<int64_t, int64_t>> pairs, int64_t channel,
+                                   const std::string& name);
+
+// cond: compare(get-tuple-element(param, 4), u32 trips), direction=LT.
+HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape& tuple_shape,
+                              int64_t trips);
+
+}  // namespace weave::windowed_einsum

@@ -1,0 +1,316 @@
+// Which dot owns an all-gather loop, and which dots are left for the handler's activation cache
+// (windowed_einsum_plan.h: FindCirculatingLoop, ChooseLoopOwner).
+//
+// XLA's GPU partitioner gives the first dot of a gathered activation the loop and leaves the
+// others as all-gather + dot for the GPU WindowedEinsumHandler's cache
+// (../shared/specs/spmd-windowed-einsum.md §1 "Several dots on one gathered operand"). Weave keeps
+// that split, with two differences:
+//  - a dot is left for the cache only when the handler's cache step can serve it (same gathered
+//    value, same dim, same ring, no cache yet, the dot does not feed the loop); otherwise it gets
+//    its own loop, so that no all-gather + dot stays serial (issue 14, known bug 1);
+//  - the owner is the consumer that keeps FP8 and overlap best: an FP8 dot (both operands derive
+//    from FP8, so the handler moves the dequantization in and the cache stays FP8) before a wide
+//    one, then the one with most FLOPs, then the first in post order.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "analysis/dequantize.h"
+#include "analysis/replication.h"
+#include "passes/fp8_operand.h"
+#include "spmd/windowed_einsum_plan.h"
+
+namespace weave::windowed_einsum {
+namespace {
+
+bool IsGteOf(const HloInstruction* v, const HloInstruction* param, int64_t index) {
+  return v->opcode() == HloOpcode::kGetTupleElement && v->operand_count() == 1 &&
+         v->operand(0) == param && v->tuple_index == index;
+}
+
+// Walks back from `v` over collective-permutes and guarded permutes (a pred conditional whose true
+// branch permutes its parameter) to get-tuple-element(param, index); returns the first permute on
+// the way out of the get-tuple-element (nullptr if `v` is not such a chain or has no permute).
+const HloInstruction* FirstRingPermute(const HloInstruction* v, const HloInstruction* param,
+                                       int64_t index) {
+  const HloInstruction* first = nullptr;
+  for (int guard = 0; guard < 4096 && v != nullptr; ++guard) {
+    if (IsGteOf(v, param, index)) return first;
+    if (v->opcode() == HloOpcode::kCollectivePermute && v->operand_count() == 1) {
+      first = v;
+      v = v->operand(0);
+      continue;
+    }
+    if (v->opcode() == HloOpcode::kConditional && v->operand_count() == 3 &&
+        v->called_computations().size() == 2 && v->operand(1) == v->operand(2)) {
+      const HloComputation* t = v->called_computations()[0];
+      if (t->root() == nullptr || t->root()->opcode() != HloOpcode::kCollectivePermute) {
+        return nullptr;
+      }
+      first = t->root();
+      v = v->operand(1);
+      continue;
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+// The windowed operand's dim a body dot places at a block offset: the dim of a
+// dynamic-update-slice merge whose offset is not the constant 0 (non-contracting, batch), or the
+// contracting partner of the stationary operand's dynamic-sliced dim. -1 if not found.
+int64_t PlacedDim(const HloInstruction* dot, int64_t wi) {
+  auto non_zero = [](const HloInstruction* off) {
+    if (off->opcode() != HloOpcode::kConstant || !off->literal || off->literal->elided) return true;
+    return off->literal->GetAsInt(0) != 0;
+  };
+  const DotDims& dd = dot->dot_dims;
+  const auto& wb = wi == 0 ? dd.lhs_batch : dd.rhs_batch;
+  const auto& wc = wi == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const auto& oc = wi == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  const HloInstruction* other = dot->operand(1 - wi);
+  if (other->opcode() == HloOpcode::kDynamicSlice) {
+    for (size_t i = 0; i < oc.size(); ++i) {
+      const int64_t slot = 1 + oc[i];
+      if (slot < other->operand_count() && non_zero(other->operand(slot))) return wc[i];
+    }
+  }
+  if (dot->user_count() != 1) return -1;
+  const HloInstruction* dus = dot->users()[0];
+  if (dus->opcode() != HloOpcode::kDynamicUpdateSlice || dus->operand(1) != dot) return -1;
+  int64_t od = -1;
+  for (int64_t i = 2; i < dus->operand_count(); ++i) {
+    if (non_zero(dus->operand(i))) od = i - 2;
+  }
+  if (od < 0) return -1;
+  const int64_t nb = static_cast<int64_t>(wb.size());
+  if (od < nb) return wb[static_cast<size_t>(od)];
+  // Free dims: lhs free dims come first in the output, then rhs free dims.
+  auto free_dims = [&](int64_t s) {
+    std::vector<int64_t> f;
+    const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
+    const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+    for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
+      if (std::find(bb.begin(), bb.end(), i) == bb.end() &&
+          std::find(cc.begin(), cc.end(), i) == cc.end()) {
+        f.push_back(i);
+      }
+    }
+    return f;
+  };
+  std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
+  int64_t pos = od - nb;
+  if (wi == 0) return pos < static_cast<int64_t>(lf.size()) ? lf[static_cast<size_t>(pos)] : -1;
+  pos -= static_cast<int64_t>(lf.size());
+  return pos >= 0 && pos < static_cast<int64_t>(rf.size()) ? rf[static_cast<size_t>(pos)] : -1;
+}
+
+HloInstruction* StripDequantize(HloInstruction* v) {
+  if (auto m = MatchDequantize(v)) return m->q;
+  return v;
+}
+
+// True when `a` is `b` or one of its (transitive) operands; bounded walk.
+bool DependsOn(HloInstruction* a, const HloInstruction* b) {
+  absl::flat_hash_set<const HloInstruction*> seen;
+  std::vector<HloInstruction*> work{a};
+  while (!work.empty()) {
+    HloInstruction* x = work.back();
+    work.pop_back();
+    if (x == b) return true;
+    if (!seen.insert(x).second) continue;
+    for (HloInstruction* o : x->operands()) work.push_back(o);
+  }
+  return false;
+}
+
+// The loop state must be the one XLA's partitioner writes: (lhs, rhs, out, extra, counter, ...).
+bool HasCache(const HloInstruction* w) {
+  const HloInstruction* root = w->while_body()->root();
+  const HloInstruction* p = w->while_body()->parameter(0);
+  if (root == nullptr || root->opcode() != HloOpcode::kTuple) return false;
+  for (int64_t i = 5; i < root->operand_count(); ++i) {
+    const HloInstruction* v = root->operand(i);
+    if (v->opcode() != HloOpcode::kDynamicUpdateSlice) continue;
+    while (v->opcode() == HloOpcode::kDynamicUpdateSlice) v = v->operand(0);
+    if (IsGteOf(v, p, i)) return true;
+  }
+  return false;
+}
+
+// Checks that loop `w`, whose state element `wi` is `value`, circulates it the way all-gather
+// `ag` gathers `value` (or its FP8 value): same dim, the ring s -> s-1 of the all-gather's groups,
+// no cache yet, and `dot` does not feed the loop. "" when it does, else the reason.
+std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, HloInstruction* ag,
+                        HloInstruction* dot) {
+  HloComputation* body = w->while_body();
+  const HloInstruction* p = body->parameter(0);
+  const HloInstruction* root = body->root();
+  const HloInstruction* cp = FirstRingPermute(root->operand(wi), p, wi);
+  if (cp == nullptr) {
+    return absl::StrCat("loop '", w->name(), "' does not pass its element ", wi,
+                        " through a ring of collective-permutes");
+  }
+  if (HasCache(w)) return absl::StrCat("loop '", w->name(), "' already has an activation cache");
+  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
+  if (!ring.ok()) return std::string(ring.status().message());
+  std::vector<std::pair<int64_t, int64_t>> want = ring->ShiftPairs(-1);
+  std::vector<std::pair<int64_t, int64_t>> have = cp->source_target_pairs;
+  std::sort(have.begin(), have.end());
+  if (have != want) {
+    return absl::StrCat("loop '", w->name(),
+                        "' rotates its shards over other partitions than the "
+                        "all-gather's replica_groups=",
+                        ring->groups_text);
+  }
+  int64_t dim = -1;
+  for (HloInstruction* i : body->instructions()) {
+    if (i->opcode() != HloOpcode::kDot || i->operand_count() != 2) continue;
+    if (!IsGteOf(StripDequantize(i->operand(wi)), p, wi)) continue;
+    dim = PlacedDim(i, wi);
+    if (dim >= 0) break;
+  }
+  if (dim < 0) {
+    return absl::StrCat("the dim loop '", w->name(), "' circulates cannot be read from its body");
+  }
+  if (ag->dimensions.size() != 1 || ag->dimensions[0] != dim) {
+    return absl::StrCat("loop '", w->name(), "' circulates the shards along dim ", dim,
+                        ", the all-gather gathers dim ",
+                        ag->dimensions.empty() ? -1 : ag->dimensions[0]);
+  }
+  if (DependsOn(w, dot)) {
+    return absl::StrCat("loop '", w->name(), "' depends on the dot '", dot->name(),
+                        "' (it cannot read the loop's cache)");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
+                                                   HloInstruction* dot) {
+  if (ag->operand_count() != 1) return std::nullopt;
+  HloInstruction* x = ag->operand(0);
+  // The loop's element is `x`, or (after the handler's FP8 shift) the FP8 value `x` dequantizes.
+  std::vector<HloInstruction*> values{x};
+  std::optional<DequantMatch> dq = MatchDequantize(x);
+  if (dq) values.push_back(dq->q);
+  for (HloInstruction* v : values) {
+    for (HloInstruction* t : v->users()) {
+      if (t->opcode() != HloOpcode::kTuple || t->operand_count() < 5) continue;
+      for (HloInstruction* w : t->users()) {
+        if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() != 2 ||
+            w->operand(0) != t || w->parent() != ag->parent()) {
+          continue;
+        }
+        const HloInstruction* root = w->while_body()->root();
+        const HloInstruction* p = w->while_body()->parameter(0);
+        if (root == nullptr || root->opcode() != HloOpcode::kTuple ||
+            root->operand_count() != t->operand_count()) {
+          continue;
+        }
+        for (int64_t wi = 0; wi < 2; ++wi) {
+          if (t->operand(wi) != v || !IsGteOf(root->operand(1 - wi), p, 1 - wi)) continue;
+          if (FirstRingPermute(root->operand(wi), p, wi) == nullptr) continue;
+          CirculatingLoop c;
+          c.loop = w;
+          c.why_not = CheckServes(ctx, w, wi, ag, dot);
+          if (c.why_not.empty() && v != x) {
+            // The handler dequantizes its FP8 cache with the all-gather's scale.
+            std::string why;
+            if (!IsScalarScale(*dq) || !IsDequantWideType(dq->wide_type)) {
+              c.why_not = "the gathered dequantization has no scalar scale of type bf16/f16/f32";
+            } else if (!IsSameOnAllPartitions(dq->scale, &why)) {
+              c.why_not = absl::StrCat("the scale '", dq->scale->name(),
+                                       "' of the gathered dequantization is not proven the same "
+                                       "on every partition (",
+                                       why, ")");
+            }
+          }
+          return c;
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                const std::vector<HloInstruction*>& post_order, int* owner_side,
+                                std::string* note) {
+  *owner_side = side;
+  HloInstruction* ag = dot->operand(side);
+  HloInstruction* x = ag->operand(0);
+  // Every dot of this computation reading an all-gather of `x` with the same dims and groups.
+  std::vector<std::pair<HloInstruction*, int>> consumers;
+  for (HloInstruction* g : x->users()) {
+    if (g->opcode() != HloOpcode::kAllGather || g->dimensions != ag->dimensions ||
+        g->shape() != ag->shape()) {
+      continue;
+    }
+    if (g != ag && (!g->replica_groups.has_value() || !ag->replica_groups.has_value() ||
+                    g->replica_groups->ToString() != ag->replica_groups->ToString())) {
+      continue;
+    }
+    for (HloInstruction* u : g->users()) {
+      if (u->opcode() != HloOpcode::kDot || u->operand_count() != 2 || ctx.removed.contains(u)) {
+        continue;
+      }
+      if (u->operand(0) == u->operand(1)) continue;
+      consumers.push_back({u, u->operand(0) == g ? 0 : 1});
+    }
+  }
+  if (consumers.size() < 2) return dot;
+  absl::flat_hash_map<const HloInstruction*, int64_t> order;
+  for (size_t i = 0; i < post_order.size(); ++i) order[post_order[i]] = static_cast<int64_t>(i);
+  struct Rank {
+    HloInstruction* dot;
+    int side;
+    bool fp8;
+    double flops;
+    int64_t order;
+  };
+  std::vector<Rank> ranks;
+  for (auto [u, s] : consumers) {
+    // A consumer that depends on another consumer cannot own the loop the other one would read.
+    bool depends = false;
+    for (auto [v, t] : consumers) depends = depends || (v != u && DependsOn(u, v));
+    if (depends) continue;
+    Rank r{u, s, ReachesFp8(u->operand(1 - s)) && ReachesFp8(u->operand(s)->operand(0)),
+           static_cast<double>(u->shape().ElementCount()), order.count(u) ? order[u] : 0};
+    // FLOPs: 2 x output elements x contracted size.
+    for (int64_t c : u->dot_dims.lhs_contracting) {
+      r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);
+    }
+    ranks.push_back(r);
+  }
+  if (ranks.empty()) return dot;
+  std::stable_sort(ranks.begin(), ranks.end(), [](const Rank& a, const Rank& b) {
+    if (a.fp8 != b.fp8) return a.fp8;
+    if (a.flops != b.flops) return a.flops > b.flops;
+    return a.order < b.order;
+  });
+  const Rank& best = ranks[0];
+  *owner_side = best.side;
+  if (best.dot != dot) {
+    const Rank* first = nullptr;
+    for (const Rank& r : ranks) {
+      if (first == nullptr || r.order < first->order) first = &r;
+    }
+    std::string why = best.fp8 && (first == nullptr || !first->fp8)
+                          ? "both of its operands derive from FP8 (the ring and the cache stay "
+                            "FP8)"
+                          : absl::StrCat("it has the most FLOPs (", best.flops * 2, ")");
+    *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
+                         " consumers): ", why);
+  } else {
+    *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
+                         " consumers)");
+  }
+  return best.dot;
+}
+
+}  // namespace weave::windowed_einsum

@@ -1,0 +1,387 @@
+#include "spmd/windowed_einsum_plan.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "analysis/dequantize.h"
+#include "spmd/windowed_einsum_emitter.h"
+
+namespace weave::windowed_einsum {
+namespace {
+
+bool IsSumComputation(const HloComputation* c) {
+  if (c == nullptr || c->num_parameters() != 2 || c->root() == nullptr) return false;
+  const HloInstruction* r = c->root();
+  if (r->opcode() != HloOpcode::kAdd || r->operand_count() != 2) return false;
+  const HloInstruction* a = r->operand(0);
+  const HloInstruction* b = r->operand(1);
+  return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
+}
+
+
+// Common ring checks: N > 1, N <= max ring. Returns false with *why set.
+bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std::string* why) {
+  if (ring.size() < 2) {
+    *why = absl::StrCat("replica_groups=", ring.groups_text,
+                        " form rings of one partition: nothing to window");
+    return false;
+  }
+  if (ring.size() > ctx.options.max_ring) {
+    *why = absl::StrCat("ring of ", ring.size(), " partitions (replica_groups=", ring.groups_text,
+                        ") exceeds windowed-einsum-max-ring=", ctx.options.max_ring,
+                        " (XLA's max_windowed_einsum_iteration)");
+    return false;
+  }
+  return true;
+}
+
+// Size gate: bytes >= threshold_mib * 2^20. `what` names the counted value.
+bool CheckThreshold(const DecomposerContext& ctx, const HloInstruction* counted,
+                    const std::string& what, std::string* why, std::string* note) {
+  int64_t bytes = counted->shape().ByteSize();
+  std::string wide;
+  auto dq = MatchDequantize(const_cast<HloInstruction*>(counted));
+  if (!dq && counted->operand_count() == 1 && counted->opcode() == HloOpcode::kAllGather) {
+    dq = MatchDequantize(counted->operand(0));
+  }
+  if (dq) {
+    wide = absl::StrCat(" (dequantized ", std::string(PrimitiveTypeName(dq->fp8_type)),
+                        " operand: the wide ", std::string(PrimitiveTypeName(dq->wide_type)),
+                        " size was counted, as XLA does)");
+  }
+  int64_t limit = ctx.options.threshold_mib * (int64_t{1} << 20);
+  if (bytes < limit) {
+    *why = absl::StrCat(what, " '", counted->name(), "' ", counted->shape().ToString(false), " is ",
+                        bytes,
+                        " bytes, below windowed-einsum-threshold-mib=", ctx.options.threshold_mib,
+                        " (", limit, " bytes)", wide);
+    return false;
+  }
+  if (ctx.options.threshold_mib > 0) {
+    *note = absl::StrCat("; ", what, " ", bytes, " bytes >= ", limit, " bytes threshold", wide);
+  }
+  return true;
+}
+
+// Maps scattered output dim `d` of `dot` to (side, operand dim). A batch dim maps to both
+// operands: side 2, *dim the lhs batch dim, *dim2 the rhs one.
+bool MapOutputDim(const HloInstruction* dot, int64_t d, int* side, int64_t* dim, int64_t* dim2) {
+  const DotDims& dd = dot->dot_dims;
+  int64_t nb = static_cast<int64_t>(dd.lhs_batch.size());
+  if (d < nb) {
+    if (dd.rhs_batch.size() != dd.lhs_batch.size()) return false;
+    *side = 2;
+    *dim = dd.lhs_batch[static_cast<size_t>(d)];
+    *dim2 = dd.rhs_batch[static_cast<size_t>(d)];
+    return true;
+  }
+  int64_t pos = d - nb;
+  for (int s = 0; s < 2; ++s) {
+    const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
+    const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+    for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
+      bool used = false;
+      for (int64_t x : bb) used |= x == i;
+      for (int64_t x : cc) used |= x == i;
+      if (used) continue;
+      if (pos == 0) {
+        *side = s;
+        *dim = i;
+        return true;
+      }
+      --pos;
+    }
+  }
+  return false;
+}
+
+// Shared RS checks once `dot`, `reduce`, ring and the scattered dim are known.
+bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::string* why) {
+  if (p.dot->operand_count() != 2 || !p.dot->shape().IsArray()) {
+    *why = absl::StrCat("dot '", p.dot->name(), "' is malformed");
+    return false;
+  }
+  if (!CheckRingSize(ctx, p.ring, why)) return false;
+  const int64_t n = p.ring.size();
+  const Shape& os = p.dot->shape();
+  if (d < 0 || d >= os.rank() || os.dims[static_cast<size_t>(d)] % n != 0 ||
+      p.result->shape().dims.size() != os.dims.size() ||
+      p.result->shape().dims[static_cast<size_t>(d)] * n != os.dims[static_cast<size_t>(d)]) {
+    *why = absl::StrCat("scattered dim ", d, " of dot '", p.dot->name(), "' is not split in ", n,
+                        " blocks: inconsistent shapes");
+    return false;
+  }
+  p.out_dim = d;
+  p.block = os.dims[static_cast<size_t>(d)] / n;
+  if (!MapOutputDim(p.dot, d, &p.sliced_side, &p.sliced_dim, &p.sliced_dim2)) {
+    *why = absl::StrCat("scattered dim ", d, " of dot '", p.dot->name(),
+                        "' does not map to an operand dim");
+    return false;
+  }
+  if (p.dot->user_count() != 1) {
+    *why = absl::StrCat("dot '", p.dot->name(), "' has users besides '", p.reduce->name(),
+                        "': the full dot must stay");
+    return false;
+  }
+  std::string note;
+  if (!CheckThreshold(ctx, p.dot, "dot output", why, &note)) return false;
+  p.note = note;
+  return true;
+}
+}  // namespace
+
+// Text describing how an operand is carried, for remarks.
+std::string CarriedText(HloInstruction* v) {
+  if (IsFp8(v->shape().element_type)) {
+    return absl::StrCat("'", v->name(), "' is ",
+                        std::string(PrimitiveTypeName(v->shape().element_type)),
+                        ": carried as FP8");
+  }
+  if (auto dq = MatchDequantize(v)) {
+    return absl::StrCat("'", v->name(), "' is dequantized from ",
+                        std::string(PrimitiveTypeName(dq->fp8_type)),
+                        ": kept in the init tuple for the handler");
+  }
+  return "";
+}
+
+std::string RingText(const PartitionRing& ring) {
+  return absl::StrCat(
+      ring.groups.size() == 1 ? "a ring" : absl::StrCat(ring.groups.size(), " rings"), " of ",
+      ring.size(), " partitions (replica_groups=", ring.groups_text, ")");
+}
+
+std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                       std::string* why) {
+  HloInstruction* ag = dot->operand(side);
+  AgPlan p;
+  p.dot = dot;
+  p.ag = ag;
+  p.side = side;
+  if (dot->operand(0) == dot->operand(1)) {
+    *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
+    return std::nullopt;
+  }
+  if (ag->operand_count() != 1) {
+    *why = absl::StrCat("all-gather '", ag->name(),
+                        "' does not have exactly one operand: "
+                        "unsupported");
+    return std::nullopt;
+  }
+  if (ag->operand_count() != 1 || !ag->shape().IsArray() || ag->dimensions.size() != 1) {
+    *why = absl::StrCat("all-gather '", ag->name(),
+                        "' is not a single-operand array all-gather along one dim: unsupported");
+    return std::nullopt;
+  }
+  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
+  if (!ring.ok()) {
+    *why = std::string(ring.status().message());
+    return std::nullopt;
+  }
+  p.ring = *std::move(ring);
+  if (!CheckRingSize(ctx, p.ring, why)) return std::nullopt;
+  const int64_t n = p.ring.size();
+  const int64_t d = ag->dimensions[0];
+  const Shape& xs = ag->operand(0)->shape();
+  if (d < 0 || d >= xs.rank() ||
+      xs.dims[static_cast<size_t>(d)] * n != ag->shape().dims[static_cast<size_t>(d)]) {
+    *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d, " is not ", n,
+                        " shards of its operand: inconsistent shapes");
+    return std::nullopt;
+  }
+  p.block = xs.dims[static_cast<size_t>(d)];
+  const DotDims& dd = dot->dot_dims;
+  const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
+  const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
+  if (batch.size() != other_batch.size() || contr.size() != other_contr.size()) {
+    *why = absl::StrCat("dot '", dot->name(), "' has mismatched dimension numbers");
+    return std::nullopt;
+  }
+  for (size_t j = 0; j < batch.size(); ++j) {
+    if (batch[j] == d) {
+      // Batch: the stationary operand is sliced on its matching batch dim, the block written
+      // to output dim j (batch dims lead the dot output).
+      p.batch = true;
+      p.stat_dim = other_batch[j];
+      p.out_dim = static_cast<int64_t>(j);
+    }
+  }
+  for (size_t j = 0; j < contr.size(); ++j) {
+    if (contr[j] == d) {
+      p.contracting = true;
+      p.stat_dim = other_contr[j];
+    }
+  }
+  if (p.batch) {
+    const Shape& st = dot->operand(1 - side)->shape();
+    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
+        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block ||
+        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(),
+                          "' batch dims do not match the gathered "
+                          "dim: inconsistent shapes");
+      return std::nullopt;
+    }
+  } else if (!p.contracting) {
+    // Output dim: batch dims, then lhs free dims, then rhs free dims.
+    auto free_dims = [&](int s) {
+      std::vector<int64_t> f;
+      const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
+      const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+      for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
+        bool used = false;
+        for (int64_t x : bb) used |= x == i;
+        for (int64_t x : cc) used |= x == i;
+        if (!used) f.push_back(i);
+      }
+      return f;
+    };
+    std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
+    const auto& mine = side == 0 ? lf : rf;
+    int64_t pos = -1;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i] == d) pos = static_cast<int64_t>(i);
+    }
+    if (pos < 0) {
+      *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d,
+                          " does not map to a dim of the dot output");
+      return std::nullopt;
+    }
+    p.out_dim = static_cast<int64_t>(dd.lhs_batch.size()) +
+                (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + pos;
+    if (p.out_dim >= dot->shape().rank() ||
+        dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(), "' output dim ", p.out_dim,
+                          " does not match the gathered dim: inconsistent shapes");
+      return std::nullopt;
+    }
+  } else {
+    const Shape& st = dot->operand(1 - side)->shape();
+    if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
+        st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block) {
+      *why = absl::StrCat("dot '", dot->name(),
+                          "' contracting dims do not match the gathered "
+                          "dim: inconsistent shapes");
+      return std::nullopt;
+    }
+  }
+  std::string note;
+  if (!CheckThreshold(ctx, ag, "gathered operand", why, &note)) return std::nullopt;
+  p.note = note;
+  return p;
+}
+
+std::optional<RsPlan> PlanReduceScatter(DecomposerContext& ctx, HloInstruction* rs,
+                                        std::string* why) {
+  RsPlan p;
+  p.result = rs;
+  p.reduce = rs;
+  if (rs->operand_count() != 1 || rs->operand(0)->opcode() != HloOpcode::kDot) {
+    *why = absl::StrCat("reduce-scatter operand '",
+                        rs->operand_count() > 0 ? rs->operand(0)->name() : std::string("?"),
+                        "' is not a dot");
+    return std::nullopt;
+  }
+  p.dot = rs->operand(0);
+  if (rs->called_computations().empty() || !IsSumComputation(rs->to_apply())) {
+    *why = "reduce-scatter reduction is not a sum";
+    return std::nullopt;
+  }
+  if (!rs->shape().IsArray() || rs->dimensions.size() != 1) {
+    *why = "reduce-scatter is not an array scatter along one dim: unsupported";
+    return std::nullopt;
+  }
+  auto ring = AnalyzePartitionRing(*rs, ctx.num_partitions, ctx.module->replica_count);
+  if (!ring.ok()) {
+    *why = std::string(ring.status().message());
+    return std::nullopt;
+  }
+  p.ring = *std::move(ring);
+  if (!FinishRsPlan(ctx, p, rs->dimensions[0], why)) return std::nullopt;
+  return p;
+}
+
+std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction* ds,
+                                         std::string* why) {
+  RsPlan p;
+  p.result = ds;
+  p.reduce = ds->operand(0);
+  p.dot = p.reduce->operand(0);
+  HloInstruction* ar = p.reduce;
+  if (ar->called_computations().empty() || !IsSumComputation(ar->to_apply())) {
+    *why = absl::StrCat("all-reduce '", ar->name(), "' reduction is not a sum");
+    return std::nullopt;
+  }
+  if (ar->user_count() != 1) {
+    *why = absl::StrCat("all-reduce '", ar->name(), "' has users besides this dynamic-slice");
+    return std::nullopt;
+  }
+  auto ring = AnalyzePartitionRing(*ar, ctx.num_partitions, ctx.module->replica_count);
+  if (!ring.ok()) {
+    *why = std::string(ring.status().message());
+    return std::nullopt;
+  }
+  p.ring = *std::move(ring);
+  const Shape& fs = ar->shape();
+  const Shape& ss = ds->shape();
+  if (!fs.IsArray() || ss.rank() != fs.rank() || ds->operand_count() != 1 + fs.rank()) {
+    *why = "dynamic-slice of the all-reduce has an unexpected form";
+    return std::nullopt;
+  }
+  int64_t d = -1;
+  for (int64_t i = 0; i < fs.rank(); ++i) {
+    if (ss.dims[static_cast<size_t>(i)] != fs.dims[static_cast<size_t>(i)]) {
+      if (d >= 0) {
+        *why = "dynamic-slice of the all-reduce slices several dims: not a reduce-scatter";
+        return std::nullopt;
+      }
+      d = i;
+    }
+  }
+  if (d < 0) {
+    *why = "dynamic-slice of the all-reduce takes the whole value: not a reduce-scatter";
+    return std::nullopt;
+  }
+  const int64_t n = p.ring.size();
+  if (n < 1 || ss.dims[static_cast<size_t>(d)] * n != fs.dims[static_cast<size_t>(d)]) {
+    *why = absl::StrCat("dynamic-slice takes ", ss.dims[static_cast<size_t>(d)], " of ",
+                        fs.dims[static_cast<size_t>(d)], " on dim ", d,
+                        ", not one block per partition of ", RingText(p.ring));
+    return std::nullopt;
+  }
+  const int64_t b = ss.dims[static_cast<size_t>(d)];
+  for (int64_t pid = 0; pid < ctx.num_partitions; ++pid) {
+    for (int64_t i = 0; i < fs.rank(); ++i) {
+      auto val = EvaluateForPartition(ds->operand(1 + i), pid);
+      int64_t want = i == d ? p.ring.index_in_group[static_cast<size_t>(pid)] * b : 0;
+      if (!val) {
+        *why = absl::StrCat("dynamic-slice offset '", ds->operand(1 + i)->name(),
+                            "' is not a function of partition-id and constants");
+        return std::nullopt;
+      }
+      int64_t clamped = std::clamp<int64_t>(
+          *val, 0, fs.dims[static_cast<size_t>(i)] - ss.dims[static_cast<size_t>(i)]);
+      if (clamped != want) {
+        *why = absl::StrCat("dynamic-slice offset on dim ", i, " is ", clamped, " on partition ",
+                            pid, ", not ", want, ": not the partition's reduce-scatter block");
+        return std::nullopt;
+      }
+    }
+  }
+  if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
+  return p;
+}
+
+absl::Status FinishReplace(DecomposerContext& ctx, HloInstruction* old, HloInstruction* repl) {
+  if (old->sharding) repl->sharding = old->sharding;
+  if (absl::Status s = old->ReplaceAllUsesWith(repl); !s.ok()) return s;
+  ctx.removed.insert(old);
+  return old->parent()->RemoveInstruction(old);
+}
+
+}  // namespace weave::windowed_einsum
