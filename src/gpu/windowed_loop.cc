@@ -143,12 +143,6 @@ std::optional<int64_t> Eval(const HloInstruction* v, const ScalarEnv& env, int d
   }
 }
 
-// Strips a dequantization: dequant(q, s) -> q.
-HloInstruction* StripDequant(HloInstruction* v) {
-  if (auto m = MatchDequantize(v)) return m->q;
-  return v;
-}
-
 bool IsGteOf(const HloInstruction* v, const HloInstruction* param, int64_t index) {
   return v->opcode() == HloOpcode::kGetTupleElement && v->operand(0) == param &&
          v->tuple_index == index;
@@ -181,9 +175,46 @@ HloInstruction* StripGemmOperand(HloInstruction* v) {
   return v;
 }
 
+// Strips what rebuilds a dot operand from a loop value (the decomposer's FP8 layouts): a
+// dequantization, a convert, a multiply/divide by a broadcast (per-row or per-channel scales).
+HloInstruction* StripRebuild(HloInstruction* v) {
+  for (int guard = 0; guard < 16 && v != nullptr; ++guard) {
+    if (auto m = MatchDequantize(v)) {
+      v = m->q;
+      continue;
+    }
+    if (v->opcode() == HloOpcode::kConvert && v->operand_count() == 1) {
+      v = v->operand(0);
+      continue;
+    }
+    if ((v->opcode() == HloOpcode::kMultiply || v->opcode() == HloOpcode::kDivide) &&
+        v->operand_count() == 2) {
+      if (v->operand(1)->opcode() == HloOpcode::kBroadcast) {
+        v = v->operand(0);
+        continue;
+      }
+      if (v->opcode() == HloOpcode::kMultiply && v->operand(0)->opcode() == HloOpcode::kBroadcast) {
+        v = v->operand(1);
+        continue;
+      }
+    }
+    return v;
+  }
+  return v;
+}
+
+// The dynamic-slice a reduce-scatter loop's dot operand reads: the operand itself (XLA's layout:
+// the slice of a dequantization), or under the dequantization of the slice (the decomposer's
+// per-row / per-channel FP8 layout), or under a GEMM call's canonicalising ops.
+HloInstruction* SlicedOperand(HloInstruction* op, bool gemm_call) {
+  if (gemm_call) return StripGemmOperand(op);
+  if (op->opcode() == HloOpcode::kDynamicSlice) return op;
+  return StripRebuild(op);
+}
+
 // The loop value a dot (or GEMM custom call) operand reads, before dequantization.
 HloInstruction* OperandCore(HloInstruction* op, bool gemm_call) {
-  return gemm_call ? StripGemmOperand(op) : StripDequant(op);
+  return gemm_call ? StripGemmOperand(op) : StripRebuild(op);
 }
 
 // All pairs map a partition to itself.
@@ -506,9 +537,9 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       int64_t found = -1;
       HloInstruction* other_slice = nullptr;
       for (int64_t j = 0; j < 2; ++j) {
-        HloInstruction* a = call ? StripGemmOperand(d->operand(j)) : d->operand(j);
+        HloInstruction* a = SlicedOperand(d->operand(j), call);
         if (a->opcode() != HloOpcode::kDynamicSlice) continue;
-        HloInstruction* base = StripDequant(a->operand(0));
+        HloInstruction* base = StripRebuild(a->operand(0));
         HloInstruction* other = OperandCore(d->operand(1 - j), call);
         if (IsGteOf(base, P, j) && IsGteOf(other, P, 1 - j)) {
           found = j;
@@ -516,9 +547,9 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
         }
         // Batch dim: both operands are sliced (on their batch dims).
         if (j == 0 && IsGteOf(base, P, 0) && other->opcode() == HloOpcode::kDynamicSlice &&
-            IsGteOf(StripDequant(other->operand(0)), P, 1)) {
+            IsGteOf(StripRebuild(other->operand(0)), P, 1)) {
           found = 0;
-          other_slice = StripDequant(other->operand(0));
+          other_slice = StripRebuild(other->operand(0));
           break;
         }
       }
@@ -537,8 +568,8 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       sliced = found;
       WindowedDot wd;
       wd.dot = d;
-      HloInstruction* sl = call ? StripGemmOperand(d->operand(found)) : d->operand(found);
-      wd.window = StripDequant(sl->operand(0));
+      HloInstruction* sl = SlicedOperand(d->operand(found), call);
+      wd.window = StripRebuild(sl->operand(0));
       wd.other_slice = other_slice;
       wd.merge = MergeUser(d);
       if (wd.merge == nullptr || wd.merge->opcode() != HloOpcode::kAdd) {

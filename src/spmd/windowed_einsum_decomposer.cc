@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "spmd/windowed_einsum_plan.h"
 
@@ -22,10 +23,11 @@ using windowed_einsum::DecomposerContext;
 // Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
 // remark when it does not. Returns whether it built the loop.
 absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                  const windowed_einsum::GatheredChain& chain,
                                   const std::string& note) {
   std::string why;
   std::optional<windowed_einsum::AgPlan> plan =
-      windowed_einsum::PlanAllGatherDot(ctx, dot, side, &why);
+      windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
   if (!plan) {
     ctx.remark(dot->name(), false, why);
     return false;
@@ -41,28 +43,31 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, i
 // are then left for the cache, or get their own loops. Returns whether `dot` was decomposed or
 // left for the cache (then its other operand is not tried); sets *changed when the module changed.
 absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                           const windowed_einsum::GatheredChain& chain,
                                            const std::vector<HloInstruction*>& order,
                                            bool* changed) {
-  HloInstruction* ag = dot->operand(side);
+  HloInstruction* ag = chain.ag;
   if (ctx.options.duplicate_loops) {
-    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, "");
+    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, "");
     if (r.ok()) *changed |= *r;
     return r;
   }
   std::optional<windowed_einsum::CirculatingLoop> c =
       windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
   if (!c) {
+    windowed_einsum::GatheredChain owner_chain;
     int owner_side = side;
     std::string owner_note;
-    HloInstruction* owner =
-        windowed_einsum::ChooseLoopOwner(ctx, dot, side, order, &owner_side, &owner_note);
+    HloInstruction* owner = windowed_einsum::ChooseLoopOwner(
+        ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note);
     if (owner != dot) {
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, owner, owner_side, absl::StrCat("; ", owner_note));
+      absl::StatusOr<bool> r =
+          PlanAndBuild(ctx, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
       if (!r.ok()) return r.status();
       *changed |= *r;
       if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
     } else if (!owner_note.empty()) {
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, absl::StrCat("; ", owner_note));
+      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, absl::StrCat("; ", owner_note));
       if (r.ok()) *changed |= *r;
       return r;
     }
@@ -79,12 +84,12 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
       return true;
     }
     note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
-                        ag->operand(0)->name(),
+                        windowed_einsum::CollectiveInput(ag)->name(),
                         "' but the handler's cache cannot serve this "
                         "all-gather (",
                         c->why_not, ")");
   }
-  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, note);
+  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, note);
   if (r.ok()) *changed |= *r;
   return r;
 }
@@ -97,35 +102,20 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
-        const HloInstruction* op = instr->operand(side);
-        if (op->opcode() != HloOpcode::kAllGather) {
-          // An all-gather reaching the dot through a layout/type change is a candidate this
-          // pass does not handle (XLA peels one reshape/bitcast/transpose).
-          switch (op->opcode()) {
-            case HloOpcode::kReshape:
-            case HloOpcode::kBitcast:
-            case HloOpcode::kTranspose:
-            case HloOpcode::kCopy:
-            case HloOpcode::kConvert:
-              if (op->operand_count() == 1 && op->operand(0)->opcode() == HloOpcode::kAllGather) {
-                ctx.remark(instr->name(), false,
-                           absl::StrCat(
-                               "all-gather '", op->operand(0)->name(), "' reaches the dot through ",
-                               std::string(HloOpcodeString(op->opcode())), " '", op->name(),
-                               "': unsupported pattern (the dot must read the "
-                               "all-gather directly)"));
-              }
-              break;
-            default:
-              break;
-          }
+        std::string why;
+        std::optional<windowed_einsum::GatheredChain> chain =
+            windowed_einsum::TraceGatheredOperand(instr, side, &why);
+        if (!chain) {
+          if (!why.empty()) ctx.remark(instr->name(), false, why);
           continue;
         }
-        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, order, &changed);
+        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, *chain, order, &changed);
         if (!r.ok()) return r.status();
         if (*r) break;
       }
-    } else if (instr->opcode() == HloOpcode::kReduceScatter) {
+    } else if (instr->opcode() == HloOpcode::kReduceScatter ||
+               (instr->opcode() == HloOpcode::kAsyncDone &&
+                windowed_einsum::CollectiveKind(instr) == HloOpcode::kReduceScatter)) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
@@ -136,9 +126,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
       if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
       changed = true;
     } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
-               instr->operand(0)->opcode() == HloOpcode::kAllReduce &&
-               instr->operand(0)->operand_count() == 1 &&
-               instr->operand(0)->operand(0)->opcode() == HloOpcode::kDot) {
+               windowed_einsum::CollectiveKind(instr->operand(0)) == HloOpcode::kAllReduce &&
+               windowed_einsum::CollectiveInput(instr->operand(0)) != nullptr &&
+               windowed_einsum::CollectiveInput(instr->operand(0))->opcode() == HloOpcode::kDot) {
       std::string why;
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
@@ -206,10 +196,34 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
     ctx.num_partitions = inferred;
   }
   bool changed = false;
+  // The computations async-starts wrap hold the collective itself: it is decomposed (or not)
+  // from the async pair in the caller, never inside the wrapper.
+  absl::flat_hash_set<const HloComputation*> wrapped;
+  for (HloComputation* c : module->computations()) {
+    for (HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart) continue;
+      for (HloComputation* callee : i->called_computations()) wrapped.insert(callee);
+    }
+  }
   for (HloComputation* c : module->MakeComputationPostOrder()) {
+    if (wrapped.contains(c)) continue;
     absl::StatusOr<bool> r = RunOnComputation(ctx, c);
     if (!r.ok()) return r.status();
     changed |= *r;
+  }
+  if (!ctx.maybe_unused.empty()) {
+    // Wrapped computations of async collectives the loops replaced.
+    absl::flat_hash_set<const HloComputation*> called;
+    for (HloComputation* c : module->computations()) {
+      for (HloInstruction* i : c->instructions()) {
+        for (HloComputation* callee : i->called_computations()) called.insert(callee);
+      }
+    }
+    absl::flat_hash_set<const HloComputation*> done;
+    for (HloComputation* c : ctx.maybe_unused) {
+      if (called.contains(c) || !done.insert(c).second) continue;
+      if (absl::Status s = module->RemoveComputation(c); !s.ok()) return s;
+    }
   }
   if (changed && ctx.num_partitions != module->num_partitions) {
     // The loops read partition-id: the header must say how many partitions there are.

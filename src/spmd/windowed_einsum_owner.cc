@@ -155,7 +155,8 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
                         " through a ring of collective-permutes");
   }
   if (HasCache(w)) return absl::StrCat("loop '", w->name(), "' already has an activation cache");
-  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) return std::string(ring.status().message());
   std::vector<std::pair<int64_t, int64_t>> want = ring->ShiftPairs(-1);
   std::vector<std::pair<int64_t, int64_t>> have = cp->source_target_pairs;
@@ -176,10 +177,10 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
   if (dim < 0) {
     return absl::StrCat("the dim loop '", w->name(), "' circulates cannot be read from its body");
   }
-  if (ag->dimensions.size() != 1 || ag->dimensions[0] != dim) {
+  if (attrs->dimensions.size() != 1 || attrs->dimensions[0] != dim) {
     return absl::StrCat("loop '", w->name(), "' circulates the shards along dim ", dim,
                         ", the all-gather gathers dim ",
-                        ag->dimensions.empty() ? -1 : ag->dimensions[0]);
+                        attrs->dimensions.empty() ? -1 : attrs->dimensions[0]);
   }
   if (DependsOn(w, dot)) {
     return absl::StrCat("loop '", w->name(), "' depends on the dot '", dot->name(),
@@ -192,8 +193,8 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
 
 std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
                                                    HloInstruction* dot) {
-  if (ag->operand_count() != 1) return std::nullopt;
-  HloInstruction* x = ag->operand(0);
+  HloInstruction* x = CollectiveInput(ag);
+  if (x == nullptr || CollectiveAttributes(ag) == nullptr) return std::nullopt;
   // The loop's element is `x`, or (after the handler's FP8 shift) the FP8 value `x` dequantizes.
   std::vector<HloInstruction*> values{x};
   std::optional<DequantMatch> dq = MatchDequantize(x);
@@ -239,47 +240,78 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
 }
 
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                const GatheredChain& chain,
                                 const std::vector<HloInstruction*>& post_order, int* owner_side,
-                                std::string* note) {
+                                GatheredChain* owner_chain, std::string* note) {
   *owner_side = side;
-  HloInstruction* ag = dot->operand(side);
-  HloInstruction* x = ag->operand(0);
-  // Every dot of this computation reading an all-gather of `x` with the same dims and groups.
-  std::vector<std::pair<HloInstruction*, int>> consumers;
-  for (HloInstruction* g : x->users()) {
-    if (g->opcode() != HloOpcode::kAllGather || g->dimensions != ag->dimensions ||
-        g->shape() != ag->shape()) {
+  *owner_chain = chain;
+  HloInstruction* ag = chain.ag;
+  HloInstruction* x = CollectiveInput(ag);
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  // Every dot of this computation reading an all-gather of `x` with the same dims and groups,
+  // directly or through the ops an AG loop carries (views, convert, scaling).
+  struct Consumer {
+    HloInstruction* dot;
+    int side;
+    GatheredChain chain;
+  };
+  std::vector<Consumer> consumers;
+  absl::flat_hash_set<const HloInstruction*> seen_dots;
+  for (HloInstruction* gu : x->users()) {
+    // The all-gather's result: the all-gather, or the -done of an all-gather-start.
+    HloInstruction* g = gu;
+    if (gu->opcode() == HloOpcode::kAllGatherStart && gu->user_count() == 1) g = gu->users()[0];
+    const HloInstruction* ga = CollectiveAttributes(g);
+    if (CollectiveKind(g) != HloOpcode::kAllGather || ga == nullptr || CollectiveInput(g) != x ||
+        ga->dimensions != attrs->dimensions || g->shape() != ag->shape()) {
       continue;
     }
-    if (g != ag && (!g->replica_groups.has_value() || !ag->replica_groups.has_value() ||
-                    g->replica_groups->ToString() != ag->replica_groups->ToString())) {
+    if (g != ag && (!ga->replica_groups.has_value() || !attrs->replica_groups.has_value() ||
+                    ga->replica_groups->ToString() != attrs->replica_groups->ToString())) {
       continue;
     }
-    for (HloInstruction* u : g->users()) {
-      if (u->opcode() != HloOpcode::kDot || u->operand_count() != 2 || ctx.removed.contains(u)) {
-        continue;
+    std::vector<std::pair<HloInstruction*, int>> work{{g, 0}};
+    absl::flat_hash_set<const HloInstruction*> visited;
+    while (!work.empty()) {
+      auto [v, depth] = work.back();
+      work.pop_back();
+      if (!visited.insert(v).second) continue;
+      for (HloInstruction* u : v->users()) {
+        if (u->opcode() == HloOpcode::kDot) {
+          if (ctx.removed.contains(u) || u->operand_count() != 2 || !seen_dots.insert(u).second) {
+            continue;
+          }
+          for (int s = 0; s < 2; ++s) {
+            std::string why;
+            std::optional<GatheredChain> c = TraceGatheredOperand(u, s, &why);
+            if (c && c->ag == g) {
+              consumers.push_back({u, s, *c});
+              break;
+            }
+          }
+        } else if (depth < 8) {
+          work.push_back({u, depth + 1});
+        }
       }
-      if (u->operand(0) == u->operand(1)) continue;
-      consumers.push_back({u, u->operand(0) == g ? 0 : 1});
     }
   }
   if (consumers.size() < 2) return dot;
   absl::flat_hash_map<const HloInstruction*, int64_t> order;
   for (size_t i = 0; i < post_order.size(); ++i) order[post_order[i]] = static_cast<int64_t>(i);
   struct Rank {
-    HloInstruction* dot;
-    int side;
+    const Consumer* c;
     bool fp8;
     double flops;
     int64_t order;
   };
   std::vector<Rank> ranks;
-  for (auto [u, s] : consumers) {
+  for (const Consumer& c : consumers) {
+    HloInstruction* u = c.dot;
     // A consumer that depends on another consumer cannot own the loop the other one would read.
     bool depends = false;
-    for (auto [v, t] : consumers) depends = depends || (v != u && DependsOn(u, v));
+    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(u, o.dot));
     if (depends) continue;
-    Rank r{u, s, ReachesFp8(u->operand(1 - s)) && ReachesFp8(u->operand(s)->operand(0)),
+    Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
            static_cast<double>(u->shape().ElementCount()), order.count(u) ? order[u] : 0};
     // FLOPs: 2 x output elements x contracted size.
     for (int64_t c : u->dot_dims.lhs_contracting) {
@@ -294,8 +326,9 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     return a.order < b.order;
   });
   const Rank& best = ranks[0];
-  *owner_side = best.side;
-  if (best.dot != dot) {
+  *owner_side = best.c->side;
+  *owner_chain = best.c->chain;
+  if (best.c->dot != dot) {
     const Rank* first = nullptr;
     for (const Rank& r : ranks) {
       if (first == nullptr || r.order < first->order) first = &r;
@@ -310,7 +343,7 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
                          " consumers)");
   }
-  return best.dot;
+  return best.c->dot;
 }
 
 }  // namespace weave::windowed_einsum

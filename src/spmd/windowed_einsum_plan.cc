@@ -21,7 +21,6 @@ bool IsSumComputation(const HloComputation* c) {
   return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
 }
 
-
 // Common ring checks: N > 1, N <= max ring. Returns false with *why set.
 bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std::string* why) {
   if (ring.size() < 2) {
@@ -44,8 +43,9 @@ bool CheckThreshold(const DecomposerContext& ctx, const HloInstruction* counted,
   int64_t bytes = counted->shape().ByteSize();
   std::string wide;
   auto dq = MatchDequantize(const_cast<HloInstruction*>(counted));
-  if (!dq && counted->operand_count() == 1 && counted->opcode() == HloOpcode::kAllGather) {
-    dq = MatchDequantize(counted->operand(0));
+  if (!dq && CollectiveKind(counted) == HloOpcode::kAllGather &&
+      CollectiveInput(const_cast<HloInstruction*>(counted)) != nullptr) {
+    dq = MatchDequantize(CollectiveInput(const_cast<HloInstruction*>(counted)));
   }
   if (dq) {
     wide = absl::StrCat(" (dequantized ", std::string(PrimitiveTypeName(dq->fp8_type)),
@@ -108,8 +108,9 @@ bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::strin
   const int64_t n = p.ring.size();
   const Shape& os = p.dot->shape();
   if (d < 0 || d >= os.rank() || os.dims[static_cast<size_t>(d)] % n != 0 ||
-      p.result->shape().dims.size() != os.dims.size() ||
-      p.result->shape().dims[static_cast<size_t>(d)] * n != os.dims[static_cast<size_t>(d)]) {
+      (p.result_views.empty() &&
+       (p.result->shape().dims.size() != os.dims.size() ||
+        p.result->shape().dims[static_cast<size_t>(d)] * n != os.dims[static_cast<size_t>(d)]))) {
     *why = absl::StrCat("scattered dim ", d, " of dot '", p.dot->name(), "' is not split in ", n,
                         " blocks: inconsistent shapes");
     return false;
@@ -122,7 +123,8 @@ bool FinishRsPlan(const DecomposerContext& ctx, RsPlan& p, int64_t d, std::strin
     return false;
   }
   if (p.dot->user_count() != 1) {
-    *why = absl::StrCat("dot '", p.dot->name(), "' has users besides '", p.reduce->name(),
+    *why = absl::StrCat("dot '", p.dot->name(), "' has users besides '",
+                        p.result_views.empty() ? p.reduce->name() : p.result_views[0].instr->name(),
                         "': the full dot must stay");
     return false;
   }
@@ -154,45 +156,11 @@ std::string RingText(const PartitionRing& ring) {
       ring.size(), " partitions (replica_groups=", ring.groups_text, ")");
 }
 
-std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
-                                       std::string* why) {
-  HloInstruction* ag = dot->operand(side);
-  AgPlan p;
-  p.dot = dot;
-  p.ag = ag;
-  p.side = side;
-  if (dot->operand(0) == dot->operand(1)) {
-    *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
-    return std::nullopt;
-  }
-  if (ag->operand_count() != 1) {
-    *why = absl::StrCat("all-gather '", ag->name(),
-                        "' does not have exactly one operand: "
-                        "unsupported");
-    return std::nullopt;
-  }
-  if (ag->operand_count() != 1 || !ag->shape().IsArray() || ag->dimensions.size() != 1) {
-    *why = absl::StrCat("all-gather '", ag->name(),
-                        "' is not a single-operand array all-gather along one dim: unsupported");
-    return std::nullopt;
-  }
-  auto ring = AnalyzePartitionRing(*ag, ctx.num_partitions, ctx.module->replica_count);
-  if (!ring.ok()) {
-    *why = std::string(ring.status().message());
-    return std::nullopt;
-  }
-  p.ring = *std::move(ring);
-  if (!CheckRingSize(ctx, p.ring, why)) return std::nullopt;
+bool ClassifyGatheredDim(AgPlan& p, std::string* why) {
+  HloInstruction* dot = p.dot;
+  const int side = p.side;
   const int64_t n = p.ring.size();
-  const int64_t d = ag->dimensions[0];
-  const Shape& xs = ag->operand(0)->shape();
-  if (d < 0 || d >= xs.rank() ||
-      xs.dims[static_cast<size_t>(d)] * n != ag->shape().dims[static_cast<size_t>(d)]) {
-    *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d, " is not ", n,
-                        " shards of its operand: inconsistent shapes");
-    return std::nullopt;
-  }
-  p.block = xs.dims[static_cast<size_t>(d)];
+  const int64_t d = p.gathered_dim;
   const DotDims& dd = dot->dot_dims;
   const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
   const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
@@ -200,7 +168,7 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
   const auto& other_batch = side == 0 ? dd.rhs_batch : dd.lhs_batch;
   if (batch.size() != other_batch.size() || contr.size() != other_contr.size()) {
     *why = absl::StrCat("dot '", dot->name(), "' has mismatched dimension numbers");
-    return std::nullopt;
+    return false;
   }
   for (size_t j = 0; j < batch.size(); ++j) {
     if (batch[j] == d) {
@@ -223,9 +191,8 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
         st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block ||
         dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
       *why = absl::StrCat("dot '", dot->name(),
-                          "' batch dims do not match the gathered "
-                          "dim: inconsistent shapes");
-      return std::nullopt;
+                          "' batch dims do not match the gathered dim: inconsistent shapes");
+      return false;
     }
   } else if (!p.contracting) {
     // Output dim: batch dims, then lhs free dims, then rhs free dims.
@@ -248,9 +215,9 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
       if (mine[i] == d) pos = static_cast<int64_t>(i);
     }
     if (pos < 0) {
-      *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d,
+      *why = absl::StrCat("all-gather '", p.ag->name(), "' dim ", d,
                           " does not map to a dim of the dot output");
-      return std::nullopt;
+      return false;
     }
     p.out_dim = static_cast<int64_t>(dd.lhs_batch.size()) +
                 (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + pos;
@@ -258,18 +225,68 @@ std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* d
         dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
       *why = absl::StrCat("dot '", dot->name(), "' output dim ", p.out_dim,
                           " does not match the gathered dim: inconsistent shapes");
-      return std::nullopt;
+      return false;
     }
   } else {
     const Shape& st = dot->operand(1 - side)->shape();
     if (p.stat_dim < 0 || p.stat_dim >= st.rank() ||
         st.dims[static_cast<size_t>(p.stat_dim)] != n * p.block) {
       *why = absl::StrCat("dot '", dot->name(),
-                          "' contracting dims do not match the gathered "
-                          "dim: inconsistent shapes");
+                          "' contracting dims do not match the gathered dim: inconsistent shapes");
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
+                                       const GatheredChain& chain, std::string* why) {
+  HloInstruction* ag = chain.ag;
+  AgPlan p;
+  p.dot = dot;
+  p.ag = ag;
+  p.side = side;
+  if (dot->operand(0) == dot->operand(1)) {
+    *why = absl::StrCat("both dot operands read all-gather '", ag->name(), "': unsupported");
+    return std::nullopt;
+  }
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  HloInstruction* x = CollectiveInput(ag);
+  if (attrs == nullptr || x == nullptr || !ag->shape().IsArray() || attrs->dimensions.size() != 1) {
+    *why = absl::StrCat(CollectiveText(ag),
+                        " is not a single-operand array all-gather along one dim: unsupported");
+    return std::nullopt;
+  }
+  if (AsyncStartOf(ag) != nullptr) {
+    // The async pair goes away only if the loop replaces every reader of its result.
+    std::string reader = NonWindowedReader(ag);
+    if (!reader.empty()) {
+      *why = absl::StrCat(CollectiveText(ag), ": its result is also read by ", reader,
+                          ", which needs the whole gathered value; windowing the dot would keep "
+                          "the async all-gather as well, so it stays as it is");
       return std::nullopt;
     }
   }
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
+  if (!ring.ok()) {
+    *why = std::string(ring.status().message());
+    return std::nullopt;
+  }
+  p.ring = *std::move(ring);
+  if (!CheckRingSize(ctx, p.ring, why)) return std::nullopt;
+  const int64_t n = p.ring.size();
+  const int64_t d = attrs->dimensions[0];
+  const Shape& xs = x->shape();
+  if (d < 0 || d >= xs.rank() ||
+      xs.dims[static_cast<size_t>(d)] * n != ag->shape().dims[static_cast<size_t>(d)]) {
+    *why = absl::StrCat("all-gather '", ag->name(), "' dim ", d, " is not ", n,
+                        " shards of its operand: inconsistent shapes");
+    return std::nullopt;
+  }
+  if (!PlanAgOperands(ctx, chain, p, why)) return std::nullopt;
+  const PrimitiveType t = dot->shape().element_type;
+  p.acc_type =
+      p.contracting && IsFloatingPoint(t) && !IsFp8(t) && BitWidth(t) < 32 ? PrimitiveType::F32 : t;
   std::string note;
   if (!CheckThreshold(ctx, ag, "gathered operand", why, &note)) return std::nullopt;
   p.note = note;
@@ -281,28 +298,91 @@ std::optional<RsPlan> PlanReduceScatter(DecomposerContext& ctx, HloInstruction* 
   RsPlan p;
   p.result = rs;
   p.reduce = rs;
-  if (rs->operand_count() != 1 || rs->operand(0)->opcode() != HloOpcode::kDot) {
-    *why = absl::StrCat("reduce-scatter operand '",
-                        rs->operand_count() > 0 ? rs->operand(0)->name() : std::string("?"),
-                        "' is not a dot");
+  const HloInstruction* attrs = CollectiveAttributes(rs);
+  if (attrs == nullptr) {
+    *why = "not a reduce-scatter in a form this pass reads";
     return std::nullopt;
   }
-  p.dot = rs->operand(0);
-  if (rs->called_computations().empty() || !IsSumComputation(rs->to_apply())) {
+  // The dot, through views (each read only by the next one): vLLM's bmm + view.
+  std::vector<HloInstruction*> views;
+  HloInstruction* v = CollectiveInput(rs);
+  while (v != nullptr && v->opcode() != HloOpcode::kDot && views.size() < 8 &&
+         v->operand_count() == 1 &&
+         (v->opcode() == HloOpcode::kReshape || v->opcode() == HloOpcode::kTranspose ||
+          v->opcode() == HloOpcode::kCopy ||
+          (v->opcode() == HloOpcode::kBitcast &&
+           v->shape().element_type == v->operand(0)->shape().element_type))) {
+    if (v->user_count() != 1) {
+      *why = absl::StrCat("the view '", v->name(),
+                          "' between the dot and the reduce-scatter has "
+                          "other users: the full value must stay");
+      return std::nullopt;
+    }
+    views.push_back(v);
+    v = v->operand(0);
+  }
+  if (v == nullptr || v->opcode() != HloOpcode::kDot) {
+    *why = absl::StrCat("reduce-scatter operand '", v != nullptr ? v->name() : std::string("?"),
+                        "' is not a dot", views.empty() ? "" : " (nor views of a dot)");
+    return std::nullopt;
+  }
+  p.dot = v;
+  if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = "reduce-scatter reduction is not a sum";
     return std::nullopt;
   }
-  if (!rs->shape().IsArray() || rs->dimensions.size() != 1) {
+  if (!rs->shape().IsArray() || attrs->dimensions.size() != 1) {
     *why = "reduce-scatter is not an array scatter along one dim: unsupported";
     return std::nullopt;
   }
-  auto ring = AnalyzePartitionRing(*rs, ctx.num_partitions, ctx.module->replica_count);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) {
     *why = std::string(ring.status().message());
     return std::nullopt;
   }
   p.ring = *std::move(ring);
-  if (!FinishRsPlan(ctx, p, rs->dimensions[0], why)) return std::nullopt;
+  const int64_t n = p.ring.size();
+  // Map the scattered dim back to the dot's output, then the dot's blocks forward again.
+  int64_t d = attrs->dimensions[0];
+  if (n >= 2 && !views.empty()) {
+    for (HloInstruction* view : views) {  // from the reduce-scatter's operand down
+      int64_t in_dim = -1;
+      std::string w;
+      if (!MapViewBackward(view, d, n, &in_dim, &w)) {
+        *why = absl::StrCat(
+            "the dot reaches the reduce-scatter through a view that breaks the "
+            "scattered dim: ",
+            w, "; the reduce-scatter stays");
+        return std::nullopt;
+      }
+      d = in_dim;
+    }
+    int64_t cur = d;
+    for (auto it = views.rbegin(); it != views.rend(); ++it) {
+      int64_t out_dim = -1;
+      std::string w;
+      if (!MapViewForward(*it, cur, n, &out_dim, &w)) {
+        *why = absl::StrCat(
+            "the dot reaches the reduce-scatter through a view that breaks the "
+            "scattered dim: ",
+            w, "; the reduce-scatter stays");
+        return std::nullopt;
+      }
+      Shape s = (*it)->shape();
+      s.dims[static_cast<size_t>(out_dim)] /= n;
+      p.result_views.push_back({*it, s});
+      cur = out_dim;
+    }
+    if (cur != attrs->dimensions[0] || p.result_views.back().shape.dims != rs->shape().dims) {
+      *why = absl::StrCat("the views between dot '", p.dot->name(),
+                          "' and the reduce-scatter do "
+                          "not carry the scattered blocks to its dim ",
+                          attrs->dimensions[0]);
+      return std::nullopt;
+    }
+  }
+  if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
+  PlanRsOperands(p);
   return p;
 }
 
@@ -311,9 +391,14 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
   RsPlan p;
   p.result = ds;
   p.reduce = ds->operand(0);
-  p.dot = p.reduce->operand(0);
+  p.dot = CollectiveInput(p.reduce);
   HloInstruction* ar = p.reduce;
-  if (ar->called_computations().empty() || !IsSumComputation(ar->to_apply())) {
+  const HloInstruction* attrs = CollectiveAttributes(ar);
+  if (attrs == nullptr || p.dot == nullptr || p.dot->opcode() != HloOpcode::kDot) {
+    *why = absl::StrCat("'", ar->name(), "' is not an all-reduce of a dot");
+    return std::nullopt;
+  }
+  if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = absl::StrCat("all-reduce '", ar->name(), "' reduction is not a sum");
     return std::nullopt;
   }
@@ -321,7 +406,7 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
     *why = absl::StrCat("all-reduce '", ar->name(), "' has users besides this dynamic-slice");
     return std::nullopt;
   }
-  auto ring = AnalyzePartitionRing(*ar, ctx.num_partitions, ctx.module->replica_count);
+  auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) {
     *why = std::string(ring.status().message());
     return std::nullopt;
@@ -374,7 +459,30 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
     }
   }
   if (!FinishRsPlan(ctx, p, d, why)) return std::nullopt;
+  PlanRsOperands(p);
   return p;
+}
+
+absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstruction*>& seeds) {
+  std::vector<HloInstruction*> work(seeds.begin(), seeds.end());
+  while (!work.empty()) {
+    HloInstruction* i = work.back();
+    work.pop_back();
+    if (ctx.removed.contains(i) || i->user_count() != 0 || i->IsRoot() ||
+        !i->IsRemovableWhenUnused()) {
+      continue;
+    }
+    std::vector<HloInstruction*> ops(i->operands().begin(), i->operands().end());
+    if (i->opcode() == HloOpcode::kAsyncStart) {
+      for (HloComputation* c : i->called_computations()) ctx.maybe_unused.push_back(c);
+    }
+    ctx.removed.insert(i);
+    if (absl::Status s = i->parent()->RemoveInstruction(i); !s.ok()) return s;
+    for (HloInstruction* o : ops) {
+      if (!ctx.removed.contains(o)) work.push_back(o);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FinishReplace(DecomposerContext& ctx, HloInstruction* old, HloInstruction* repl) {
