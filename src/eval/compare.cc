@@ -27,8 +27,11 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 
 namespace {
 
+// `ring_ulps` ulps of `ring_magnitude` (the largest |partial sum| a ring adds, from the ring
+// magnitude run) join the norm-wise term.
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
-                             double norm_ulps, double norm_factor, PrimitiveType ulp_type) {
+                             double norm_ulps, double norm_factor, PrimitiveType ulp_type,
+                             double ring_ulps = 0, const Value* ring_magnitude = nullptr) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -43,6 +46,14 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
     }
     c.norm_ulps = norm_ulps;
     c.norm_atol = norm_ulps * norm_factor * UlpOf(c.max_abs_value, ulp_type);
+    if (ring_ulps > 0 && ring_magnitude != nullptr && ring_magnitude->size() == n) {
+      for (int64_t k = 0; k < n; ++k) {
+        const double x = ring_magnitude->GetDouble(k);
+        if (std::isfinite(x)) c.ring_magnitude = std::max(c.ring_magnitude, std::fabs(x));
+      }
+      c.ring_ulps = ring_ulps;
+      c.norm_atol += ring_ulps * UlpOf(c.ring_magnitude, ulp_type);
+    }
   }
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
@@ -84,7 +95,8 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
 
 absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
                                              const HloModule& b, const EvalResult& rb,
-                                             const CompareOptions& options) {
+                                             const CompareOptions& options,
+                                             const EvalResult* ring_magnitudes) {
   (void)b;
   CompareReport report;
   const std::vector<PathPrecision> precisions =
@@ -113,7 +125,7 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
       // with the norm-wise term scaled by the roundings a correct rewrite may reorder.
       const PrimitiveType out_type = oa[j]->shape.element_type;
       PrimitiveType judged = out_type;
-      double factor = 1;
+      double factor = 1, ring_ulps = 0;
       std::string path;
       if (options.path_aware && j < precisions.size() && IsFloatingPoint(out_type)) {
         const PathPrecision& pp = precisions[j];
@@ -123,7 +135,8 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
         }
         if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) <= MantissaBits(judged)) {
           factor = NormUlpsFactor(pp);
-          if (path.empty() && factor > 1) {
+          ring_ulps = RingUlpsFactor(pp);
+          if (path.empty() && (factor > 1 || ring_ulps > 0)) {
             path = absl::StrCat(pp.roundings, " roundings at ", std::string(PrimitiveTypeName(pp.type)),
                                 pp.ring > 1 ? absl::StrCat(", a reduction over ", pp.ring, " partitions")
                                             : std::string());
@@ -131,10 +144,15 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
         }
       }
       auto [rt, at] = DefaultTolerance(judged);
+      const Value* ring_magnitude = nullptr;
+      if (ring_ulps > 0 && ring_magnitudes != nullptr && d < ring_magnitudes->outputs.size() &&
+          j < ring_magnitudes->outputs[d].size()) {
+        ring_magnitude = ring_magnitudes->outputs[d][j].get();
+      }
       OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
                                        options.atol.value_or(at),
                                        options.norm_ulps.value_or(kDefaultNormUlps), factor,
-                                       judged);
+                                       judged, ring_ulps, ring_magnitude);
       c.judged_as = judged;
       c.norm_factor = factor;
       c.path = path;
@@ -145,6 +163,19 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
     }
   }
   return report;
+}
+
+absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
+                                          const Inputs& inputs, const CompareOptions& options) {
+  if (!options.path_aware) return EvalResult{};
+  std::unique_ptr<HloModule> m = RingMagnitudeModule(a);
+  if (m == nullptr) return EvalResult{};
+  auto r = RunModule(*m, eval, &inputs);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(),
+                        absl::StrCat("module A (ring magnitude run): ", r.status().message()));
+  }
+  return r;
 }
 
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
@@ -185,7 +216,9 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   if (!rb.ok()) return absl::Status(rb.status().code(), absl::StrCat("module B: ", rb.status().message()));
   CompareOptions co = options;
   co.eval = eo;
-  return CompareResults(a, *ra, b, *rb, co);
+  absl::StatusOr<EvalResult> magnitudes = RingMagnitudes(a, eo, inputs, options);
+  if (!magnitudes.ok()) return magnitudes.status();
+  return CompareResults(a, *ra, b, *rb, co, magnitudes->outputs.empty() ? nullptr : &*magnitudes);
 }
 
 namespace {
@@ -196,6 +229,10 @@ std::string JudgedText(const OutputComparison& c) {
   if (c.path.empty()) return "";
   std::string s = absl::StrCat("; ", c.path);
   if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%.3g", c.norm_factor);
+  if (c.ring_ulps > 0) {
+    absl::StrAppendFormat(&s, ", + %.3g ulps at the ring's partial sums %.4g", c.ring_ulps,
+                          c.ring_magnitude);
+  }
   return s;
 }
 
@@ -239,6 +276,7 @@ std::string CompareReport::ToJson() const {
                             {"max_abs_value", c.max_abs_value}, {"norm_atol", c.norm_atol},
                             {"judged_as", std::string(PrimitiveTypeName(c.judged_as))},
                             {"norm_factor", c.norm_factor}, {"path", c.path},
+                            {"ring_ulps", c.ring_ulps}, {"ring_magnitude", c.ring_magnitude},
                             {"pass", c.pass}});
   }
   return j.dump(2);

@@ -140,12 +140,17 @@ struct OutputComparison {
   double norm_ulps = 0;      // the norm-wise term (CompareOptions::norm_ulps)
   double max_abs_value = 0;  // max |a| over A's finite elements
   double norm_atol = 0;      // norm_ulps * norm_factor * UlpOf(max_abs_value, judged_as)
+                             // + ring_ulps * UlpOf(ring_magnitude, judged_as)
   // Path-aware tolerance: the type the output was judged at (its own, or the narrower type its
   // path rounds to), the multiplier of the norm-wise term, and why, e.g. "judged as bf16:
   // rounded at 'dq' (multiply)" ("" when neither applies).
   PrimitiveType judged_as = PrimitiveType::kInvalid;
   double norm_factor = 1;
   std::string path;
+  // The ring term: ring_ulps (RingUlpsFactor) ulps of ring_magnitude, the largest |partial sum|
+  // of a collective reduction on the path (0 when there is none), added to norm_atol.
+  double ring_ulps = 0;
+  double ring_magnitude = 0;
   double max_abs_error = 0;  // over elements where both are finite
   double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
   int64_t mismatches = 0;    // |a-b| > max(atol + rtol*|a|, norm_atol), or differing NaN/inf
@@ -177,8 +182,17 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
 // `b`), as CompareModules does after running them; lets a caller run `a` once and compare
 // several candidates against it (the differential fuzz driver). InvalidArgument when the
 // device counts, output counts or output shapes differ.
+// `ring_magnitudes` (may be null) is RingMagnitudes(a, ...): the ring term of the path-aware
+// tolerance.
 absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
                                              const HloModule& b, const EvalResult& rb,
-                                             const CompareOptions& options);
+                                             const CompareOptions& options,
+                                             const EvalResult* ring_magnitudes = nullptr);
+
+// The outputs of module A's ring magnitude module (eval/output_precision.h) on `inputs`, for
+// the path-aware tolerance; an empty result when it is off or A has no sum reduction
+// collective. Errors from the run are returned prefixed "module A (ring magnitude run):".
+absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
+                                          const Inputs& inputs, const CompareOptions& options);
 
 }  // namespace weave::eval

@@ -237,11 +237,39 @@ std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t
   return out;
 }
 
+std::unique_ptr<HloModule> RingMagnitudeModule(const HloModule& module) {
+  std::unique_ptr<HloModule> m = module.Clone();
+  bool changed = false;
+  for (HloComputation* c : m->computations()) {
+    for (HloInstruction* i : c->MakeInstructionPostOrder()) {
+      const HloOpcode op = EffectiveOpcode(*i);
+      if (!IsReductionCollective(op)) continue;
+      // A sum reducer is what a reduction collective must hold for |.| to bound it.
+      if (!i->called_computations().empty()) {
+        const HloComputation* r = i->called_computations()[0];
+        if (r == nullptr || r->root() == nullptr || r->root()->opcode() != HloOpcode::kAdd) continue;
+      }
+      for (int64_t k = 0; k < i->operand_count(); ++k) {
+        HloInstruction* o = i->operand(k);
+        if (!o->shape().IsArray() || !IsFloatingPoint(o->shape().element_type)) continue;
+        HloInstruction* a = c->AddInstruction(HloOpcode::kAbs, o->shape(), {o},
+                                              absl::StrCat(o->name(), ".magnitude"));
+        if (!i->ReplaceOperandWith(k, a).ok()) return nullptr;
+        changed = true;
+      }
+    }
+  }
+  return changed ? std::move(m) : nullptr;
+}
+
 double NormUlpsFactor(const PathPrecision& p) {
   double f = 1;
-  if (p.ring > 1) f = std::max(f, (static_cast<double>(p.ring) + 1) / 2);
   if (p.roundings > 3) f += static_cast<double>(p.roundings - 3) / 3;
   return f;
+}
+
+double RingUlpsFactor(const PathPrecision& p) {
+  return p.ring > 1 ? (static_cast<double>(p.ring) + 1) / 2 : 0;
 }
 
 }  // namespace weave::eval

@@ -25,14 +25,24 @@
 // Per value it keeps the narrowest rounding type T on the path, the number of roundings at T on
 // the longest such path, the largest collective reduction group at T (an all-reduce or
 // reduce-scatter of G partitions rounds G-1 partial sums, in an order a ring may change), and
-// the largest contraction length K of a dot that rounds at T (reported; the norm-wise term
-// already scales with the output's magnitude, which grows with K like the rounding errors do
-// for independent inputs).
+// the largest contraction length K of a dot that rounds at T.
+//
+// The tolerance built from it (eval::CompareResults): an element passes when
+//   |a - b| <= atol + rtol |a|                                  (defaults of type T), or
+//   |a - b| <= U * chain * ulp_T(max |A|) + ring * ulp_T(M_ring)
+// where U is the norm-wise ulps (default 4), chain = NormUlpsFactor, ring = RingUlpsFactor and
+// M_ring the output's largest magnitude in the ring magnitude module below (the partial sums a
+// ring adds). K-awareness: the rounding errors of a K-term dot (input rounding, summation
+// order, scales applied to the accumulator) grow like sqrt(K) times the terms for independent
+// inputs, as the result's magnitude does, so a few ulps of max |A| hold for any K; where the
+// accumulator travels, the ring term follows the partial sums instead.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <memory>
 
 #include "hlo/ir.h"
 
@@ -54,9 +64,23 @@ struct PathPrecision {
 std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t num_partitions);
 
 // The multiplier of the norm-wise term for a path: the roundings a correct rewrite may
-// reorder. 1 for at most 3 roundings and no reduction collective; a ring reduction of G
-// partitions gives (G + 1) / 2; longer chains of roundings add a third of their count.
+// reorder or drop along a chain. 1 for at most 3 roundings; longer chains add a third of their
+// count. (Ring reductions have their own term: RingUlpsFactor.)
 double NormUlpsFactor(const PathPrecision& p);
+
+// The ring magnitude module of `module`: a clone in which the float operand of every sum
+// reduction collective (all-reduce, reduce-scatter and their async forms) is replaced by its
+// absolute value. Run on the same inputs, its outputs bound the running partial sums a ring
+// adds (sum of |partial_i| over the group): a windowed reduce-scatter that adds the partials in
+// another order changes the result by at most (G-1)/2 ulps of that magnitude, which can be far
+// above the ulp of a result that cancels (Higham, "Accuracy and Stability of Numerical
+// Algorithms", §4.2: the error of a recursive sum is bounded by (n-1) u sum |x_i|). nullptr when
+// the module has no such collective.
+std::unique_ptr<HloModule> RingMagnitudeModule(const HloModule& module);
+
+// The ring term's multiplier: (G + 1) / 2 for a collective reduction of G partitions on the
+// path at its narrowest type, 0 without one.
+double RingUlpsFactor(const PathPrecision& p);
 
 // Mantissa bits (explicit) of float type t: f32 23, bf16 7, f16 10, f8e4m3fn 3, f8e5m2 2, ...;
 // -1 for non-float types.

@@ -109,6 +109,13 @@ class Checker {
     auto ra = eval::RunModule(*input_, eo_, &inputs_);
     if (!ra.ok()) return Fail(Verdict::kInvalid, "evaluate", std::string(ra.status().message()));
     reference_ = *std::move(ra);
+    {
+      eval::CompareOptions co;
+      co.eval = eo_;
+      auto mag = eval::RingMagnitudes(*input_, eo_, inputs_, co);
+      if (!mag.ok()) return Fail(Verdict::kInvalid, "evaluate", std::string(mag.status().message()));
+      magnitudes_ = *std::move(mag);
+    }
 
     std::vector<std::string> names =
         o_.pipeline.empty() ? tools::CompilePipelinePassNames() : o_.pipeline;
@@ -230,7 +237,8 @@ class Checker {
     }
     eval::CompareOptions co;
     co.eval = eo_;
-    auto report = eval::CompareResults(*input_, reference_, b, *rb, co);
+    auto report = eval::CompareResults(*input_, reference_, b, *rb, co,
+                                       magnitudes_.outputs.empty() ? nullptr : &magnitudes_);
     if (!report.ok()) {
       Fail(Verdict::kMismatch, check, std::string(report.status().message()));
       return false;
@@ -332,6 +340,7 @@ class Checker {
   eval::EvalOptions eo_;
   eval::Inputs inputs_;
   eval::EvalResult reference_;
+  eval::EvalResult magnitudes_;  // the ring magnitude run of the input
   std::vector<Remark> remarks_;
   bool changed_ = false;
 };

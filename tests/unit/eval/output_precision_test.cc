@@ -65,8 +65,9 @@ ENTRY e {
   EXPECT_EQ(p[0].ring, 4);  // the sugared async reduce-scatter over 4 partitions
   EXPECT_EQ(p[0].roundings, 2);
   EXPECT_EQ(p[1].ring, 2);
-  EXPECT_DOUBLE_EQ(NormUlpsFactor(p[0]), 2.5);
-  EXPECT_DOUBLE_EQ(NormUlpsFactor(p[1]), 1.5);
+  EXPECT_DOUBLE_EQ(RingUlpsFactor(p[0]), 2.5);
+  EXPECT_DOUBLE_EQ(RingUlpsFactor(p[1]), 1.5);
+  EXPECT_DOUBLE_EQ(NormUlpsFactor(p[0]), 1);
 }
 
 TEST(OutputPrecision, CalleesRoundToo) {
@@ -174,6 +175,57 @@ ENTRY e {
     EXPECT_FALSE(bad->pass) << bad->ToString();
   }
   EXPECT_TRUE(some_seed_needs_the_path);
+}
+
+// A windowed reduce-scatter adds the partial sums in another order: where they cancel, the
+// difference is a few ulps of the partials, not of the (small) result. The ring magnitude run
+// measures the partials; a wrong block still fails.
+TEST(OutputPrecision, RingTermFollowsThePartialSums) {
+  const std::string a_text = R"(
+HloModule m, num_partitions=4
+sum {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] add(a, b)
+}
+ENTRY e {
+  p = bf16[8] parameter(0)
+  ROOT rs = bf16[2] reduce-scatter(p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=sum
+})";
+  auto a = testing::ParseOrDie(a_text);
+  ASSERT_NE(a, nullptr);
+  auto mag = RingMagnitudeModule(*a);
+  ASSERT_NE(mag, nullptr);
+  EXPECT_NE(mag->ToString().find("abs("), std::string::npos);
+  // Partials 100, -100, 0.5, 0.25 on the four partitions (block 0): the sum is 0.75; a ring
+  // that adds (0.5 + 100) first rounds to 100.5 in bf16, then -100 gives 0.5: 1 ulp of 100
+  // (0.5) off, 4 ulps' worth at 0.75 would be 0.016.
+  EvalOptions eo;
+  eo.num_partitions = 4;
+  Inputs in;
+  for (double v : {100.0, -100.0, 0.5, 0.25}) {
+    in.per_device.push_back({testing::Arr(PrimitiveType::BF16, {8}, {v, v, v, v, v, v, v, v})});
+  }
+  auto ra = RunModule(*a, eo, &in);
+  ASSERT_TRUE(ra.ok());
+  EvalResult rb = *ra;
+  rb.outputs[0][0] = testing::Arr(PrimitiveType::BF16, {2}, {0.5, 0.5});
+  CompareOptions co;
+  co.eval = eo;
+  auto no_ring = CompareResults(*a, *ra, *a, rb, co);
+  ASSERT_TRUE(no_ring.ok());
+  EXPECT_FALSE(no_ring->pass);
+  auto m = RingMagnitudes(*a, eo, in, co);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto with_ring = CompareResults(*a, *ra, *a, rb, co, &*m);
+  ASSERT_TRUE(with_ring.ok());
+  EXPECT_TRUE(with_ring->pass) << with_ring->ToString();
+  EXPECT_DOUBLE_EQ(with_ring->outputs[0].ring_magnitude, 200);  // 200.75 rounded to bf16
+  // A missing partial (-100 dropped: 100.75) still fails.
+  rb.outputs[0][0] = testing::Arr(PrimitiveType::BF16, {2}, {100.75, 100.75});
+  auto wrong = CompareResults(*a, *ra, *a, rb, co, &*m);
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_FALSE(wrong->pass);
 }
 
 }  // namespace
