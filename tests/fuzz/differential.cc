@@ -283,7 +283,8 @@ class Checker {
       for (const HloComputation* c : out.computations()) {
         const HloInstruction* i = c->GetInstruction(ag);
         if (i != nullptr && (i->opcode() == HloOpcode::kAllGather ||
-                             i->opcode() == HloOpcode::kAllGatherStart)) {
+                             i->opcode() == HloOpcode::kAllGatherStart ||
+                             i->opcode() == HloOpcode::kAllGatherDone)) {
           r_->findings.emplace_back("deferred-uncached",
                                     absl::StrCat("dot '", rm.location, "' was left for the cache of a loop, but all-gather '",
                                                  ag, "' is still in the output"));

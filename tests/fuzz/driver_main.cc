@@ -120,7 +120,8 @@ nlohmann::json StatsJson(const Stats& s) {
 
 int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string& out_dir,
            const std::string& summary, bool findings_fatal, bool verbose, bool quick,
-           const std::string& mutant, bool expect_failure, const std::string& allow) {
+           const std::string& mutant, bool expect_failure, const std::string& allow,
+           const GenOptions& gen) {
   // Allowed failures: (seed or -1 for any, failed-check prefix), from --allow entries and
   // @FILE lines "<seed|*> <check-prefix>  # reason".
   std::vector<std::pair<int64_t, std::string>> allowed;
@@ -205,7 +206,7 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
   std::vector<TextMaker> makers;
   std::vector<GeneratedProgram> programs;
   for (uint64_t s : seed_list) {
-    makers.push_back([s] { return GenerateFromSeed(s).text; });
+    makers.push_back([s, gen] { return GenerateFromSeed(s, gen).text; });
   }
   Stats st;
   const auto t0 = std::chrono::steady_clock::now();
@@ -222,7 +223,7 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
       kinds.insert(k);
     }
     for (const std::string& k : kinds) ++st.finding_seeds[k];
-    GeneratedProgram p = GenerateFromSeed(seed);
+    GeneratedProgram p = GenerateFromSeed(seed, gen);
     std::set<std::string> mk;
     for (const std::string& m : p.motifs) mk.insert(m.substr(0, m.find(' ')));
     for (const std::string& m : mk) ++st.motifs[m];
@@ -292,7 +293,7 @@ int CmdCheck(const std::string& path, double timeout, bool findings_fatal) {
 }
 
 int CmdReduce(const std::string& input, int64_t seed, bool have_seed, const std::string& output,
-              double timeout, bool findings_fatal) {
+              double timeout, bool findings_fatal, const GenOptions& gen) {
   CheckOptions options;
   options.findings_fatal = findings_fatal;
   ReduceOptions ro;
@@ -300,7 +301,7 @@ int CmdReduce(const std::string& input, int64_t seed, bool have_seed, const std:
   ro.log = [](const std::string& s) { std::cerr << s << "\n"; };
   absl::StatusOr<ReduceResult> r;
   if (have_seed) {
-    r = ReduceSeed(static_cast<uint64_t>(seed), options, ro);
+    r = ReduceSeed(static_cast<uint64_t>(seed), options, ro, gen);
   } else {
     bool ok = false;
     const std::string text = ReadFile(input, &ok);
@@ -340,6 +341,9 @@ int main(int argc, char** argv) {
   double timeout = 30;
   bool findings_fatal = false, verbose = false, quick = false, expect_failure = false;
   std::string mutant, allow;
+  GenOptions gen;
+  bool no_async = false;
+  app.add_flag("--no-async", no_async, "Generate synchronous collectives only (every command)");
   CLI::App* run = app.add_subcommand("run", "Generate and check the programs of a seed range");
   run->add_option("--seeds", seeds,
                   "A:B (A inclusive, B exclusive), one seed, @FILE (one per line), or a comma "
@@ -362,14 +366,14 @@ int main(int argc, char** argv) {
                 "Mutation check: stop at the first numerics MISMATCH and exit 0; exit 1 if none");
   run->callback([&] {
     code = CmdRun(seeds, jobs, timeout, out_dir, summary, findings_fatal, verbose, quick, mutant,
-                  expect_failure, allow);
+                  expect_failure, allow, gen);
   });
 
   uint64_t print_seed = 0;
   CLI::App* print = app.add_subcommand("print", "Print the program of a seed");
   print->add_option("seed", print_seed)->required();
   print->callback([&] {
-    GeneratedProgram p = GenerateFromSeed(print_seed);
+    GeneratedProgram p = GenerateFromSeed(print_seed, gen);
     std::cout << p.text;
   });
 
@@ -389,9 +393,10 @@ int main(int argc, char** argv) {
   reduce->add_option("--timeout", timeout, "Seconds per candidate before TIMEOUT");
   reduce->add_flag("--findings-fatal", findings_fatal, "Missed-rewrite findings count as failures");
   reduce->callback([&] {
-    code = CmdReduce(path, reduce_seed, reduce_seed >= 0, output, timeout, findings_fatal);
+    code = CmdReduce(path, reduce_seed, reduce_seed >= 0, output, timeout, findings_fatal, gen);
   });
 
+  app.parse_complete_callback([&] { gen.async_forms = !no_async; });
   CLI11_PARSE(app, argc, argv);
   return code;
 }

@@ -787,7 +787,7 @@ class Gen {
 
   Val AllGather(const Val& x, const Groups& g, int64_t gd, const std::vector<int64_t>& global) {
     const std::string attrs = CollectiveAttrs(g, absl::StrCat("dimensions={", gd, "}"));
-    if (c_.Percent(12)) {
+    if (c_.Percent(12) && o_.async_forms) {
       const std::string shape = absl::StrCat("(", x.Shape(), ", ", ShapeText(x.type, global), ")");
       std::string s = b_.OpRaw("all-gather-start", shape, {x.name}, attrs, "ags");
       return b_.Op("all-gather-done", x.type, global, {Val{s, x.type, {}}}, "", "ag");
@@ -875,7 +875,7 @@ class Gen {
     const std::string red = b_.Reducer(sum ? "add" : "maximum", rt);
     Val r;
     std::string form;
-    switch (c_.Weighted({62, 22, 8, 8})) {
+    switch (c_.Weighted({62, 22, o_.async_forms ? 8 : 0, o_.async_forms ? 8 : 0})) {
       case 0:
         form = "reduce-scatter";
         r = b_.Op("reduce-scatter", rt, scattered, {src},
@@ -970,7 +970,7 @@ class Gen {
     }
     const std::string attrs = absl::StrCat(CollectiveAttrs(g, ""), ", to_apply=", b_.Reducer("add", v.type));
     Val r;
-    const bool async = c_.Percent(25);
+    const bool async = c_.Percent(25) && o_.async_forms;
     if (async) {
       Val s = b_.Op("all-reduce-start", v.type, v.dims, {v}, attrs, "ars");
       r = b_.Op("all-reduce-done", v.type, v.dims, {s}, "", "ar");
@@ -991,7 +991,7 @@ class Gen {
     auto a2a = [&](const Val& v, int64_t s) {
       std::string attrs = absl::StrCat("channel_id=", b_.NextChannel(), ", replica_groups=",
                                        GroupsListText(g.groups), ", dimensions={", s, "}");
-      if (c_.Percent(12)) {
+      if (c_.Percent(12) && o_.async_forms) {
         form = "async";
         const std::string shape = absl::StrCat("((", v.Shape(), "), ", v.Shape(), ")");
         std::string st = b_.OpRaw("all-to-all-start", shape, {v.name}, attrs, "a2as");
@@ -1080,7 +1080,7 @@ class Gen {
     const std::string attrs = absl::StrCat("channel_id=", b_.NextChannel(), ", source_target_pairs={",
                                            absl::StrJoin(pairs, ","), "}");
     Val r;
-    const bool async = c_.Percent(25);
+    const bool async = c_.Percent(25) && o_.async_forms;
     if (async) {
       const std::string shape = absl::StrCat("(", v.Shape(), ", ", v.Shape(), ")");
       std::string s = b_.OpRaw("collective-permute-start", shape, {v.name}, attrs, "cps");

@@ -45,6 +45,9 @@ struct GenOptions {
   Mode mode = Mode::kPartitioned;
   int max_motifs = 3;
   int64_t max_elements = 2048;  // per array, global shapes included
+  // false: only synchronous collectives (to look past a known bug in the async forms; the
+  // decisions drawn stay the same, so seeds keep their other choices).
+  bool async_forms = true;
 };
 
 struct GeneratedProgram {

@@ -225,7 +225,8 @@ Inst* Find(Module& m, const std::string& name) {
 
 class Reducer {
  public:
-  Reducer(const CheckOptions& check, const ReduceOptions& o) : check_(check), o_(o) {}
+  Reducer(const CheckOptions& check, const ReduceOptions& o, const GenOptions& gen = {})
+      : check_(check), o_(o), gen_(gen) {}
 
   // Checks `text` in a child; true when it fails with the target signature.
   bool Fails(const std::string& text) {
@@ -249,9 +250,9 @@ class Reducer {
   }
 
   std::string ReduceTrace(std::vector<uint64_t> trace) {
-    auto text_of = [](const std::vector<uint64_t>& t) {
+    auto text_of = [this](const std::vector<uint64_t>& t) {
       ReplayChoices c(t);
-      return GenerateProgram(c, GenOptions{}, "fuzz_reduced").text;
+      return GenerateProgram(c, gen_, "fuzz_reduced").text;
     };
     auto try_trace = [&](const std::vector<uint64_t>& t) { return Budget() && Fails(text_of(t)); };
     // Delete chunks, halving the chunk size.
@@ -348,6 +349,7 @@ class Reducer {
  private:
   const CheckOptions& check_;
   const ReduceOptions& o_;
+  GenOptions gen_;
   std::string target_;
   int64_t candidates_ = 0;
 };
@@ -449,10 +451,10 @@ std::string Annotated(const std::string& text, const std::string& signature,
 }  // namespace
 
 absl::StatusOr<ReduceResult> ReduceSeed(uint64_t seed, const CheckOptions& check,
-                                        const ReduceOptions& options) {
+                                        const ReduceOptions& options, const GenOptions& gen) {
   SeededChoices c(seed);
-  GeneratedProgram p = GenerateProgram(c, GenOptions{}, absl::StrCat("fuzz_", seed));
-  Reducer r(check, options);
+  GeneratedProgram p = GenerateProgram(c, gen, absl::StrCat("fuzz_", seed));
+  Reducer r(check, options, gen);
   if (absl::Status st = r.SetTarget(p.text); !st.ok()) return st;
   std::string text = r.ReduceTrace(c.trace());
   text = r.ReduceInstructions(CleanUp(text));

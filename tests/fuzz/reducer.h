@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "differential.h"
+#include "program_gen.h"
 
 namespace weave::fuzz {
 
@@ -40,7 +41,8 @@ struct ReduceResult {
 
 // Reduces the program of generator seed `seed`. FailedPrecondition if it passes.
 absl::StatusOr<ReduceResult> ReduceSeed(uint64_t seed, const CheckOptions& check,
-                                        const ReduceOptions& options);
+                                        const ReduceOptions& options,
+                                        const GenOptions& gen = {});
 // Reduces a failing module (stage 2 only). FailedPrecondition if it passes.
 absl::StatusOr<ReduceResult> ReduceText(const std::string& text, const CheckOptions& check,
                                         const ReduceOptions& options);
