@@ -11,6 +11,8 @@
 #include "eval/evaluator.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
+#include "sim/cost_gate.h"
+#include "sim/simulator.h"
 #include "tools/compile_pipeline.h"
 #include "tools/report.h"
 
@@ -69,10 +71,11 @@ std::string FirstDifference(const std::string& a, const std::string& b) {
 struct Pipeline {
   std::vector<std::unique_ptr<HloPass>> passes;
   std::vector<std::string> names;
+  std::unique_ptr<sim::SimCostOracle> oracle;
 };
 
 absl::StatusOr<Pipeline> MakePipeline(const CheckOptions& o,
-                                      const std::vector<std::string>& names) {
+                                      const std::vector<std::string>& names, bool gate) {
   PassOptions opts;
   for (const auto& [k, v] : o.pass_options) opts.Set(k, v);
   Pipeline p;
@@ -81,6 +84,16 @@ absl::StatusOr<Pipeline> MakePipeline(const CheckOptions& o,
     if (!pass.ok()) return pass.status();
     p.passes.push_back(*std::move(pass));
     p.names.push_back(n);
+  }
+  if (gate && !o.cost_gate_system.empty()) {
+    absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.cost_gate_system);
+    if (!spec.ok()) return spec.status();
+    sim::CostGateConfig config;
+    config.system = *spec;
+    config.pipeline = names;
+    config.pass_options = opts;
+    p.oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
+    for (auto& pass : p.passes) pass->set_cost_oracle(p.oracle.get());
   }
   return p;
 }
@@ -120,14 +133,14 @@ class Checker {
     std::vector<std::string> names =
         o_.pipeline.empty() ? tools::CompilePipelinePassNames() : o_.pipeline;
     // 2. The pipeline, comparing each changed intermediate module.
-    auto compiled = RunPipeline(*input_, names, "", o_.after_each_pass, &remarks_);
+    auto compiled = RunPipeline(*input_, names, "", o_.after_each_pass, &remarks_, true);
     if (!compiled) return;
     if (!Compare(**compiled, "numerics:pipeline")) return;
     Analyze(**compiled);
     // 3. Each pass alone.
     if (o_.each_pass_alone) {
       for (const std::string& p : names) {
-        auto alone = RunPipeline(*input_, {p}, absl::StrCat(":alone"), false, nullptr);
+        auto alone = RunPipeline(*input_, {p}, absl::StrCat(":alone"), false, nullptr, false);
         if (!alone) return;
         if (changed_ && !Compare(**alone, absl::StrCat("numerics:alone:", p))) return;
       }
@@ -135,7 +148,7 @@ class Checker {
     const std::string out_text = (*compiled)->ToString();
     // 4. Idempotence.
     if (o_.idempotence) {
-      auto again = RunPipeline(**compiled, names, ":again", false, nullptr);
+      auto again = RunPipeline(**compiled, names, ":again", false, nullptr, true);
       if (!again) return;
       const std::string again_text = (*again)->ToString();
       if (again_text != out_text) {
@@ -193,8 +206,8 @@ class Checker {
                                                         const std::vector<std::string>& names,
                                                         const std::string& tag,
                                                         bool compare_each,
-                                                        std::vector<Remark>* remarks) {
-    auto pipeline = MakePipeline(o_, names);
+                                                        std::vector<Remark>* remarks, bool gate) {
+    auto pipeline = MakePipeline(o_, names, gate);
     if (!pipeline.ok()) {
       Fail(Verdict::kInvalid, "pipeline", std::string(pipeline.status().message()));
       return std::nullopt;
@@ -273,6 +286,9 @@ class Checker {
       }
     }
     r_->fired["fp8-shift"] = shift;
+    bool a2a = false;
+    for (const Remark& rm : remarks_) a2a |= rm.applied && rm.pass == "all-to-all-windowed-einsum";
+    r_->fired["a2a-window"] = a2a;
     // Known bug 1: a dot left "for the handler's cache" whose all-gather stays in the output.
     static const std::regex kDeferred("all-gather '([^']+)' already feeds windowed loop");
     for (const Remark& rm : remarks_) {

@@ -50,6 +50,9 @@ struct CheckOptions {
   bool round_trip = true;
   uint64_t numerics_seed = 0;
   bool findings_fatal = false;
+  // The cost gate of `weave compile` (sim/cost_gate.h) on this system for the pipeline and the
+  // idempotence run ("" = no gate: every pass applies every match, the most rewrites).
+  std::string cost_gate_system;
   // Called with a short label before each step ("pass windowed-einsum-handler", ...), so that a
   // parent process can say where a child crashed.
   std::function<void(const std::string&)> progress;

@@ -121,7 +121,7 @@ nlohmann::json StatsJson(const Stats& s) {
 int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string& out_dir,
            const std::string& summary, bool findings_fatal, bool verbose, bool quick,
            const std::string& mutant, bool expect_failure, const std::string& allow,
-           const GenOptions& gen) {
+           const GenOptions& gen, const std::string& cost_gate) {
   // Allowed failures: (seed or -1 for any, failed-check prefix), from --allow entries and
   // @FILE lines "<seed|*> <check-prefix>  # reason".
   std::vector<std::pair<int64_t, std::string>> allowed;
@@ -190,6 +190,7 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
   }
   CheckOptions options;
   options.findings_fatal = findings_fatal;
+  options.cost_gate_system = cost_gate;
   if (quick) {
     options.each_pass_alone = false;
   }
@@ -340,7 +341,7 @@ int main(int argc, char** argv) {
   int jobs = 1;
   double timeout = 30;
   bool findings_fatal = false, verbose = false, quick = false, expect_failure = false;
-  std::string mutant, allow;
+  std::string mutant, allow, cost_gate;
   GenOptions gen;
   bool no_async = false;
   app.add_flag("--no-async", no_async, "Generate synchronous collectives only (every command)");
@@ -362,11 +363,14 @@ int main(int argc, char** argv) {
                   "Comma list of failed-check prefixes (e.g. idempotence) that do not fail the "
                   "run, or @FILE with lines '<seed|*> <check-prefix> # reason': known open "
                   "bugs while their fixes land");
+  run->add_option("--cost-gate", cost_gate,
+                  "Run the pipeline with weave compile's cost gate on this system (e.g. h100x8); "
+                  "default: no gate, every rewrite applies");
   run->add_flag("--expect-failure", expect_failure,
                 "Mutation check: stop at the first numerics MISMATCH and exit 0; exit 1 if none");
   run->callback([&] {
     code = CmdRun(seeds, jobs, timeout, out_dir, summary, findings_fatal, verbose, quick, mutant,
-                  expect_failure, allow, gen);
+                  expect_failure, allow, gen, cost_gate);
   });
 
   uint64_t print_seed = 0;
