@@ -27,8 +27,8 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 
 namespace {
 
-// `ring_ulps` ulps of `ring_magnitude` (the largest |partial sum| a ring adds, from the ring
-// magnitude run) join the norm-wise term.
+// `ring_ulps` ulps of `ring_magnitude` (the largest magnitude of the terms the output sums,
+// from the magnitude run) join the norm-wise term.
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
                              double norm_ulps, double norm_factor, PrimitiveType ulp_type,
                              double ring_ulps = 0, const Value* ring_magnitude = nullptr) {
@@ -135,8 +135,8 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
         }
         if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) <= MantissaBits(judged)) {
           factor = NormUlpsFactor(pp);
-          ring_ulps = RingUlpsFactor(pp);
-          if (path.empty() && (factor > 1 || ring_ulps > 0)) {
+          ring_ulps = MagnitudeUlpsFactor(pp);
+          if (path.empty() && (factor > 1 || pp.ring > 1)) {
             path = absl::StrCat(pp.roundings, " roundings at ", std::string(PrimitiveTypeName(pp.type)),
                                 pp.ring > 1 ? absl::StrCat(", a reduction over ", pp.ring, " partitions")
                                             : std::string());
@@ -168,12 +168,12 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
 absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
                                           const Inputs& inputs, const CompareOptions& options) {
   if (!options.path_aware) return EvalResult{};
-  std::unique_ptr<HloModule> m = RingMagnitudeModule(a);
+  std::unique_ptr<HloModule> m = MagnitudeModule(a);
   if (m == nullptr) return EvalResult{};
   auto r = RunModule(*m, eval, &inputs);
   if (!r.ok()) {
     return absl::Status(r.status().code(),
-                        absl::StrCat("module A (ring magnitude run): ", r.status().message()));
+                        absl::StrCat("module A (magnitude run): ", r.status().message()));
   }
   return r;
 }
@@ -230,8 +230,8 @@ std::string JudgedText(const OutputComparison& c) {
   std::string s = absl::StrCat("; ", c.path);
   if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%.3g", c.norm_factor);
   if (c.ring_ulps > 0) {
-    absl::StrAppendFormat(&s, ", + %.3g ulps at the ring's partial sums %.4g", c.ring_ulps,
-                          c.ring_magnitude);
+    absl::StrAppendFormat(&s, ", + %.3g ulps at the magnitude of the terms summed %.4g",
+                          c.ring_ulps, c.ring_magnitude);
   }
   return s;
 }

@@ -147,8 +147,9 @@ struct OutputComparison {
   PrimitiveType judged_as = PrimitiveType::kInvalid;
   double norm_factor = 1;
   std::string path;
-  // The ring term: ring_ulps (RingUlpsFactor) ulps of ring_magnitude, the largest |partial sum|
-  // of a collective reduction on the path (0 when there is none), added to norm_atol.
+  // The magnitude term: ring_ulps (MagnitudeUlpsFactor) ulps of ring_magnitude, the largest
+  // value of the output in the magnitude run (the terms its dots and ring reductions sum; 0
+  // when there are none), added to norm_atol.
   double ring_ulps = 0;
   double ring_magnitude = 0;
   double max_abs_error = 0;  // over elements where both are finite
@@ -182,16 +183,17 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
 // `b`), as CompareModules does after running them; lets a caller run `a` once and compare
 // several candidates against it (the differential fuzz driver). InvalidArgument when the
 // device counts, output counts or output shapes differ.
-// `ring_magnitudes` (may be null) is RingMagnitudes(a, ...): the ring term of the path-aware
-// tolerance.
+// `ring_magnitudes` (may be null) is RingMagnitudes(a, ...): the magnitude term of the
+// path-aware tolerance.
 absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
                                              const HloModule& b, const EvalResult& rb,
                                              const CompareOptions& options,
                                              const EvalResult* ring_magnitudes = nullptr);
 
-// The outputs of module A's ring magnitude module (eval/output_precision.h) on `inputs`, for
-// the path-aware tolerance; an empty result when it is off or A has no sum reduction
-// collective. Errors from the run are returned prefixed "module A (ring magnitude run):".
+// The outputs of module A's magnitude module (eval/output_precision.h: |operands| at dots,
+// FP8 GEMMs and sum collectives) on `inputs`, for the path-aware tolerance; an empty result when
+// it is off or A has none of those. Errors from the run are returned prefixed "module A
+// (magnitude run):".
 absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
                                           const Inputs& inputs, const CompareOptions& options);
 

@@ -237,15 +237,17 @@ std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t
   return out;
 }
 
-std::unique_ptr<HloModule> RingMagnitudeModule(const HloModule& module) {
+std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
   std::unique_ptr<HloModule> m = module.Clone();
   bool changed = false;
   for (HloComputation* c : m->computations()) {
     for (HloInstruction* i : c->MakeInstructionPostOrder()) {
       const HloOpcode op = EffectiveOpcode(*i);
-      if (!IsReductionCollective(op)) continue;
+      const bool gemm = op == HloOpcode::kCustomCall &&
+                        i->custom_call_target.find("__cublas$lt$matmul") == 0;
+      if (op != HloOpcode::kDot && !gemm && !IsReductionCollective(op)) continue;
       // A sum reducer is what a reduction collective must hold for |.| to bound it.
-      if (!i->called_computations().empty()) {
+      if (IsReductionCollective(op) && !i->called_computations().empty()) {
         const HloComputation* r = i->called_computations()[0];
         if (r == nullptr || r->root() == nullptr || r->root()->opcode() != HloOpcode::kAdd) continue;
       }
@@ -268,8 +270,8 @@ double NormUlpsFactor(const PathPrecision& p) {
   return f;
 }
 
-double RingUlpsFactor(const PathPrecision& p) {
-  return p.ring > 1 ? (static_cast<double>(p.ring) + 1) / 2 : 0;
+double MagnitudeUlpsFactor(const PathPrecision& p) {
+  return 1 + (p.ring > 1 ? (static_cast<double>(p.ring) + 1) / 2 : 0);
 }
 
 }  // namespace weave::eval

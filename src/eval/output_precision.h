@@ -29,13 +29,12 @@
 //
 // The tolerance built from it (eval::CompareResults): an element passes when
 //   |a - b| <= atol + rtol |a|                                  (defaults of type T), or
-//   |a - b| <= U * chain * ulp_T(max |A|) + ring * ulp_T(M_ring)
-// where U is the norm-wise ulps (default 4), chain = NormUlpsFactor, ring = RingUlpsFactor and
-// M_ring the output's largest magnitude in the ring magnitude module below (the partial sums a
-// ring adds). K-awareness: the rounding errors of a K-term dot (input rounding, summation
-// order, scales applied to the accumulator) grow like sqrt(K) times the terms for independent
-// inputs, as the result's magnitude does, so a few ulps of max |A| hold for any K; where the
-// accumulator travels, the ring term follows the partial sums instead.
+//   |a - b| <= U * chain * ulp_T(max |A|) + mag * ulp_T(M)
+// where U is the norm-wise ulps (default 4), chain = NormUlpsFactor, mag = MagnitudeUlpsFactor
+// and M the output's largest value in the magnitude module below: K-aware (a dot's rounding
+// differences scale with sum |x||w| over its K terms, which cancellation can make far larger
+// than the result) and ring-aware (a ring reduction or an accumulating loop adds partials in
+// another order: their sum of magnitudes).
 #pragma once
 
 #include <cstdint>
@@ -65,22 +64,23 @@ std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t
 
 // The multiplier of the norm-wise term for a path: the roundings a correct rewrite may
 // reorder or drop along a chain. 1 for at most 3 roundings; longer chains add a third of their
-// count. (Ring reductions have their own term: RingUlpsFactor.)
+// count. (Sums and ring reductions have their own term: MagnitudeUlpsFactor.)
 double NormUlpsFactor(const PathPrecision& p);
 
-// The ring magnitude module of `module`: a clone in which the float operand of every sum
-// reduction collective (all-reduce, reduce-scatter and their async forms) is replaced by its
-// absolute value. Run on the same inputs, its outputs bound the running partial sums a ring
-// adds (sum of |partial_i| over the group): a windowed reduce-scatter that adds the partials in
-// another order changes the result by at most (G-1)/2 ulps of that magnitude, which can be far
-// above the ulp of a result that cancels (Higham, "Accuracy and Stability of Numerical
-// Algorithms", §4.2: the error of a recursive sum is bounded by (n-1) u sum |x_i|). nullptr when
-// the module has no such collective.
-std::unique_ptr<HloModule> RingMagnitudeModule(const HloModule& module);
+// The magnitude module of `module` (the K-aware term): a clone in which every float operand of
+// a dot, of an FP8 GEMM custom call and of a sum reduction collective (all-reduce,
+// reduce-scatter and their async forms) is replaced by its absolute value. Run on the same
+// inputs, its outputs bound the magnitudes a correct rewrite's rounding differences scale with:
+// sum_k |x_k| |w_k| for a dot of K terms (input rounding skipped by an FP8 GEMM, summation
+// order: |x^T y - fl(x^T y)| <= gamma_K |x|^T |y|), and the sum of |partials| for a ring
+// reduction or a loop that accumulates partial dots (a recursive sum in another order: (n-1) u
+// sum |x_i|) (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1, §4.2). nullptr
+// when the module has none of these.
+std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module);
 
-// The ring term's multiplier: (G + 1) / 2 for a collective reduction of G partitions on the
-// path at its narrowest type, 0 without one.
-double RingUlpsFactor(const PathPrecision& p);
+// The magnitude term's multiplier: 1 ulp of the magnitude (covers the 2u |x|.|w| of two rounded
+// operands), plus (G + 1) / 2 for a collective reduction of G partitions on the path.
+double MagnitudeUlpsFactor(const PathPrecision& p);
 
 // Mantissa bits (explicit) of float type t: f32 23, bf16 7, f16 10, f8e4m3fn 3, f8e5m2 2, ...;
 // -1 for non-float types.

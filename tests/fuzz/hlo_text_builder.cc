@@ -95,6 +95,10 @@ std::string HloTextBuilder::AddComputation(const std::string& hint, const std::s
   return name;
 }
 
+void HloTextBuilder::AddNamedComputation(const std::string& name, const std::string& body_lines) {
+  computations_.push_back(absl::StrCat(name, " {\n", body_lines, "}\n"));
+}
+
 std::string HloTextBuilder::Module(const std::string& name, int64_t num_partitions,
                                    const std::vector<Val>& outputs, bool tuple_root,
                                    const std::string& comment) const {

@@ -51,6 +51,8 @@ class HloTextBuilder {
   // A whole extra computation (e.g. an async wrapper); `text` is its full text.
   std::string AddComputation(const std::string& hint, const std::string& body_lines,
                              const std::string& root_line_name);
+  // The same under a name already made by FreshName.
+  void AddNamedComputation(const std::string& name, const std::string& body_lines);
   std::string FreshName(const std::string& hint);
   int64_t NextChannel() { return next_channel_++; }
   int64_t num_params() const { return num_params_; }

@@ -8,20 +8,44 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo_text_builder.h"
+#include "program_gen_internal.h"
 
 namespace weave::fuzz {
+
+std::string GroupsListText(const std::vector<std::vector<int64_t>>& groups) {
+  std::vector<std::string> parts;
+  for (const auto& g : groups) parts.push_back(absl::StrCat("{", IntList(g), "}"));
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
+std::string Groups::ShiftPairs(int64_t shift) const {
+  std::vector<std::string> pairs;
+  for (const auto& g : groups) {
+    const int64_t m = static_cast<int64_t>(g.size());
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t j = ((i + shift) % m + m) % m;
+      pairs.push_back(absl::StrCat("{", g[static_cast<size_t>(i)], ",", g[static_cast<size_t>(j)], "}"));
+    }
+  }
+  return absl::StrCat("{", absl::StrJoin(pairs, ","), "}");
+}
+
+std::string Groups::PositionTable(int64_t num_partitions) const {
+  std::vector<int64_t> pos(static_cast<size_t>(num_partitions), 0);
+  bool identity = groups.size() == 1;
+  for (const auto& g : groups) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      pos[static_cast<size_t>(g[i])] = static_cast<int64_t>(i);
+      identity &= g[i] == static_cast<int64_t>(i);
+    }
+  }
+  return identity ? "" : absl::StrCat("{", IntList(pos), "}");
+}
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Replica groups.
-
-struct Groups {
-  int64_t n = 1;                              // group size (the ring)
-  std::vector<std::vector<int64_t>> groups;   // partition ids, in group order
-  std::string text;                           // the replica_groups value
-  bool global_ids = true;                     // use_global_device_ids=true (else channel only)
-  std::string form;                           // for the motif line
-};
 
 // iota(prod(dims)) reshaped to dims, transposed by perm, flattened.
 std::vector<int64_t> IotaTransposed(const std::vector<int64_t>& dims,
@@ -44,12 +68,6 @@ std::vector<int64_t> IotaTransposed(const std::vector<int64_t>& dims,
     }
   }
   return out;
-}
-
-std::string GroupsListText(const std::vector<std::vector<int64_t>>& groups) {
-  std::vector<std::string> parts;
-  for (const auto& g : groups) parts.push_back(absl::StrCat("{", IntList(g), "}"));
-  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -133,9 +151,21 @@ int64_t Product(const std::vector<int64_t>& d) {
 // ---------------------------------------------------------------------------------------------
 // The generator.
 
-class Gen {
+class Gen : public MotifContext {
  public:
   Gen(ChoiceSource& c, const GenOptions& o) : c_(c), o_(o) {}
+
+  // MotifContext.
+  ChoiceSource& choices() override { return c_; }
+  HloTextBuilder& builder() override { return b_; }
+  const GenOptions& options() const override { return o_; }
+  int64_t num_partitions() const override { return P_; }
+  Val Operand(const std::string& wide, const std::vector<int64_t>& dims, int fp8_percent,
+              int view_percent, std::string* desc) override {
+    return Operand(wide, dims, fp8_percent, view_percent, desc, 0);
+  }
+  void AddOutput(const Val& v) override { outputs_.push_back(v); }
+  void AddMotif(const std::string& line) override { motifs_.push_back(line); }
 
   GeneratedProgram Run(const std::string& name) {
     // P: rings of 2, 3, 4, 5 and 8, and 6 for sub-groups of 2 and 3.
@@ -145,14 +175,15 @@ class Gen {
     for (int m = 0; m < motifs; ++m) {
       b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
       fp8_model_ = c_.Percent(35);
-      switch (c_.Weighted({40, 30, 7, 9, 6, 4, 4})) {
+      switch (c_.Weighted({36, 27, 6, 9, 5, 4, 3, o_.xla_loops ? 14 : 0})) {
         case 0: MotifAllGather(); break;
         case 1: MotifReduceScatter(); break;
         case 2: MotifAllReduce(); break;
         case 3: MotifAllToAll(); break;
         case 4: MotifPermute(); break;
         case 5: MotifDotMerger(); break;
-        default: MotifElementwise(); break;
+        case 6: MotifElementwise(); break;
+        default: MotifXlaLoop(*this); break;
       }
     }
     b_.set_prefix("");
@@ -169,27 +200,27 @@ class Gen {
 
  private:
   // ---- sizes and types ----
-  int64_t Size() {
+  int64_t Size() override {
     static const int64_t kSizes[] = {4, 2, 8, 3, 1, 6, 16, 5, 12};
     return kSizes[c_.Weighted({20, 16, 16, 10, 6, 10, 8, 6, 8})];
   }
-  int64_t Block() {
+  int64_t Block() override {
     static const int64_t kBlocks[] = {2, 1, 4, 3, 8};
     return kBlocks[c_.Weighted({30, 15, 30, 15, 10})];
   }
-  std::string Wide() {
+  std::string Wide() override {
     static const char* kWide[] = {"bf16", "f32", "f16"};
     return kWide[c_.Weighted({55, 30, 15})];
   }
   std::string Fp8() { return c_.Weighted({70, 30}) == 0 ? "f8e4m3fn" : "f8e5m2"; }
   // The dot result type for operands of type `wide`.
-  std::string ResultType(const std::string& wide) {
+  std::string ResultType(const std::string& wide) override {
     if (wide == "f32") return "f32";
     return c_.Weighted({70, 30}) == 0 ? wide : "f32";
   }
 
   // A ring size dividing P: P itself most of the time.
-  int64_t Ring() {
+  int64_t Ring() override {
     std::vector<int64_t> divs;
     for (int64_t d = 2; d < P_; ++d) {
       if (P_ % d == 0) divs.push_back(d);
@@ -198,7 +229,7 @@ class Gen {
     return c_.Pick(divs);
   }
 
-  Groups MakeGroups(int64_t n, bool allow_empty = true, bool allow_channel_only = true) {
+  Groups MakeGroups(int64_t n, bool allow_empty, bool allow_channel_only) override {
     Groups g;
     g.n = n;
     const int64_t G = P_ / n;
@@ -394,7 +425,7 @@ class Gen {
   // A value of `dims`, built from a Leaf through 0-2 views chosen backwards (each view's
   // operand shape is derived from its result shape).
   Val Operand(const std::string& wide, const std::vector<int64_t>& dims, int fp8_percent,
-              int view_percent, std::string* desc, int depth = 0) {
+              int view_percent, std::string* desc, int depth) {
     if (fp8_model_) return ModelDequantize(wide, dims, desc);
     if (depth >= 2 || !c_.Percent(view_percent)) return Leaf(wide, dims, fp8_percent, desc);
     const int64_t rank = static_cast<int64_t>(dims.size());
@@ -657,7 +688,7 @@ class Gen {
 
   // ---- epilogues ----
 
-  Val Epilogue(Val d) {
+  Val Epilogue(Val d) override {
     const std::vector<int64_t> dims = d.dims;
     const int64_t rank = static_cast<int64_t>(dims.size());
     switch (c_.Weighted({45, 10, 8, 8, 7, 10, 7, 5})) {
@@ -723,7 +754,7 @@ class Gen {
   // dot(all-gather(x), w) with 1-3 dots on the gathered value.
   void MotifAllGather() {
     const int64_t n = Ring();
-    Groups g = MakeGroups(n);
+    Groups g = MakeGroups(n, true, true);
     const std::string wide = Wide();
     // The gathered operand (global dims): rank 2-3, one dim N blocks long.
     const int64_t rank = 2 + static_cast<int64_t>(c_.Weighted({55, 35, 10}));
@@ -771,7 +802,7 @@ class Gen {
     if (c_.Percent(12)) {  // the same shard gathered again, on another dim or other groups
       const int64_t gd2 = static_cast<int64_t>(c_.Below(static_cast<uint64_t>(rank)));
       const int64_t n2 = c_.Percent(50) ? n : Ring();
-      Groups g2 = MakeGroups(n2);
+      Groups g2 = MakeGroups(n2, true, true);
       std::vector<int64_t> global2 = local;
       global2[static_cast<size_t>(gd2)] *= n2;
       if (Product(global2) <= o_.max_elements) {
@@ -828,7 +859,7 @@ class Gen {
   // reduce-scatter(dot(a, b)) on any output dim, or dynamic-slice(all-reduce(dot)).
   void MotifReduceScatter() {
     const int64_t n = Ring();
-    Groups g = MakeGroups(n);
+    Groups g = MakeGroups(n, true, true);
     const std::string wide = Wide();
     const int64_t rank = 1 + static_cast<int64_t>(c_.Weighted({40, 45, 15}));
     std::vector<int64_t> x;
@@ -953,7 +984,7 @@ class Gen {
 
   void MotifAllReduce() {
     const int64_t n = Ring();
-    Groups g = MakeGroups(n);
+    Groups g = MakeGroups(n, true, true);
     const std::string wide = Wide();
     std::string desc;
     Val v;
@@ -1067,7 +1098,7 @@ class Gen {
     Val v = Operand(wide, dims, 60, 30, &desc);
     // Pairs: a shift by k inside groups of n, sometimes with one pair dropped.
     const int64_t n = Ring();
-    Groups g = MakeGroups(n);
+    Groups g = MakeGroups(n, true, true);
     const int64_t k = 1 + static_cast<int64_t>(c_.Below(static_cast<uint64_t>(n - 1)));
     std::vector<std::string> pairs;
     const bool drop = c_.Percent(20);

@@ -16,6 +16,12 @@
 //    emits);
 //  - all-reduce, all-to-all (before or after a dot, through a layout chain), collective-permute,
 //    each sync or async; elementwise-only values;
+//  - windowed einsum loops as XLA's SPMD partitioner writes them (motif_xla_loops.cc):
+//    all-gather loops (non-contracting, contracting, batch; unrolled by 2 or rolled with a
+//    guarded permute) and reduce-scatter loops (unrolled with the shift-and-add after the loop,
+//    or rolled), over full and sub-group rings, with FP8 dequantized operands in the init tuple,
+//    a second all-gather of the windowed operand for the handler's cache, and sometimes no
+//    reader of the loop's result;
 // with views (reshape, transpose, bitcast, broadcast, slice, copy, convert) before collectives
 // and, rarely, between a collective and its dot; epilogues after dots (bias, ReLU, alpha,
 // converts, FP8 output with clamp and amax). Dequantizations: multiply(convert(q),
@@ -48,6 +54,12 @@ struct GenOptions {
   // false: only synchronous collectives (to look past a known bug in the async forms; the
   // decisions drawn stay the same, so seeds keep their other choices).
   bool async_forms = true;
+  // Windowed einsum loops as XLA's SPMD partitioner emits them (the handler's input).
+  bool xla_loops = true;
+  // Validation of the loop motif: emit each loop's plain equivalent (all-gather + dot, dot +
+  // reduce-scatter) instead, from the same decisions; `weave compare` of the two programs of a
+  // seed checks the generator's loops.
+  bool xla_loops_as_plain = false;
 };
 
 struct GeneratedProgram {
