@@ -57,13 +57,14 @@ fuzz-build: deps
 	cmake --build build-fuzz -j $(JOBS)
 
 # FUZZ_SECONDS of each libFuzzer target.
-fuzz-smoke: fuzz-build
-	@mkdir -p build-fuzz/corpus build-fuzz/pipeline-corpus && cp -f tests/lit/*.hlo build-fuzz/corpus/ 2>/dev/null; \
+fuzz-smoke: fuzz-build build
+	@set -o pipefail; mkdir -p build-fuzz/corpus build-fuzz/pipeline-corpus && cp -f tests/lit/*.hlo build-fuzz/corpus/ 2>/dev/null; \
+	  $(BUILD)/weave-fuzz corpus --seeds 0:8 build-fuzz/pipeline-corpus; \
 	  build-fuzz/parser_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	  build-fuzz/corpus ../shared/examples 2>&1 | tail -3
-	@WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
+	@set -o pipefail; WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
-	  build-fuzz/pipeline-corpus 2>&1 | tail -3
+	  -artifact_prefix=build-fuzz/ build-fuzz/pipeline-corpus 2>&1 | tail -3
 
 # The differential driver on the CI seed set (with $(BUILD): build-asan under SANITIZE=1), then
 # the mutation check: each deliberately wrong pass must be caught within the same seeds.
@@ -79,6 +80,7 @@ fuzz-diff: build
 # many seeds (SANITIZE=1: the driver built with ASan + UBSan).
 fuzz: fuzz-build build
 	@mkdir -p build-fuzz/corpus build-fuzz/pipeline-corpus $(FUZZ_OUT)
+	$(BUILD)/weave-fuzz corpus --seeds 0:256 build-fuzz/pipeline-corpus
 	build-fuzz/parser_fuzzer -max_total_time=$${FUZZ_SECONDS:-300} -timeout=10 build-fuzz/corpus ../shared/examples
 	WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$${FUZZ_SECONDS:-300} -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
@@ -92,7 +94,8 @@ fuzz: fuzz-build build
 fuzz-long: fuzz-build
 	$(MAKE) --no-print-directory build SANITIZE=1
 	@mkdir -p build-fuzz/pipeline-corpus $(FUZZ_OUT)
-	WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 nice build-fuzz/pipeline_fuzzer \
+	build-asan/weave-fuzz corpus --seeds 0:256 build-fuzz/pipeline-corpus
+	set -o pipefail; WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 nice build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$(FUZZ_LONG_SECONDS) -max_len=1024 -timeout=60 -rss_limit_mb=4096 \
 	  -print_final_stats=1 -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus 2>&1 | tee build-fuzz/fuzz-long-libfuzzer.txt | tail -25
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 nice build-asan/weave-fuzz run --seeds $(FUZZ_LONG_SEEDS) -j $(JOBS) --timeout 120 \

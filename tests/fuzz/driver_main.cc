@@ -13,6 +13,8 @@
 //   weave-fuzz print SEED           the program of SEED (HLO text) on stdout
 //   weave-fuzz check FILE.hlo       the checks on a module file; prints the verdict; exit 0 on
 //                                   PASS, 1 otherwise
+//   weave-fuzz corpus --seeds A:B DIR    writes each seed's decisions as libFuzzer input bytes
+//                                        (the pipeline fuzzer's seed corpus)
 //   weave-fuzz reduce (--seed S | FILE.hlo) -o OUT.hlo [--timeout S]
 //       shrinks a failing program while it fails the same way (reducer.h)
 #include <cstdio>
@@ -392,6 +394,38 @@ int main(int argc, char** argv) {
   check->add_option("--timeout", timeout, "Seconds before TIMEOUT");
   check->add_flag("--findings-fatal", findings_fatal, "Missed-rewrite findings count as MISMATCH");
   check->callback([&] { code = CmdCheck(path, timeout, findings_fatal); });
+
+  std::string corpus_seeds = "0:64", corpus_dir;
+  CLI::App* corpus = app.add_subcommand("corpus", "Write seeds' decisions as libFuzzer inputs");
+  corpus->add_option("--seeds", corpus_seeds, "A:B");
+  corpus->add_option("dir", corpus_dir)->required();
+  corpus->callback([&] {
+    uint64_t a = 0, b = 0;
+    if (!ParseSeeds(corpus_seeds, &a, &b)) {
+      std::cerr << "weave-fuzz: --seeds wants A:B\n";
+      code = 2;
+      return;
+    }
+    for (uint64_t s = a; s < b; ++s) {
+      SeededChoices c(s);
+      GenerateProgram(c, gen, "corpus");
+      // ByteChoices reads ceil(log256(n)) little-endian bytes per draw of bound n; the trace
+      // keeps the values, not the bounds, so each value is written in the fewest bytes that
+      // hold it and padded to 1: exact for bounds up to 256, the common case.
+      std::string bytes;
+      for (uint64_t v : c.trace()) {
+        do {
+          bytes += static_cast<char>(v & 0xff);
+          v >>= 8;
+        } while (v > 0);
+      }
+      if (!WriteFile(absl::StrCat(corpus_dir, "/seed-", s), bytes)) {
+        std::cerr << "weave-fuzz: cannot write to " << corpus_dir << "\n";
+        code = 1;
+        return;
+      }
+    }
+  });
 
   std::string output;
   int64_t reduce_seed = -1;
