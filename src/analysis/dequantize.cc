@@ -5,7 +5,8 @@
 namespace weave {
 
 bool IsDequantizableFp8(PrimitiveType t) {
-  return t == PrimitiveType::F8E4M3FN || t == PrimitiveType::F8E5M2;
+  return t == PrimitiveType::F8E4M3FN || t == PrimitiveType::F8E5M2 ||
+         t == PrimitiveType::F8E4M3FNUZ || t == PrimitiveType::F8E5M2FNUZ;
 }
 
 bool IsDequantWideType(PrimitiveType t) {

@@ -5,7 +5,8 @@
 //   dequant(q, s) := multiply(convert(q), broadcast(s))   (either operand order)
 //                  | divide(convert(q), broadcast(s))     (convert must be the dividend)
 //
-// where q is f8e4m3fn or f8e5m2 and convert/broadcast/multiply all have the wide type.
+// where q is f8e4m3fn or f8e5m2 (or, for ROCm, f8e4m3fnuz or f8e5m2fnuz) and
+// convert/broadcast/multiply all have the wide type.
 #pragma once
 
 #include <optional>
@@ -28,14 +29,16 @@ struct DequantMatch {
   PrimitiveType wide_type = PrimitiveType::kInvalid;  // element type of root/convert/broadcast
 };
 
-// True for the FP8 types a dequantization may start from: f8e4m3fn and f8e5m2.
+// True for the FP8 types a dequantization may start from: f8e4m3fn and f8e5m2, and the FNUZ
+// types f8e4m3fnuz and f8e5m2fnuz (AMD MI300; the types XLA's windowed einsum handler and GEMM
+// rewriter accept).
 bool IsDequantizableFp8(PrimitiveType t);
 // True for the wide types XLA's handler accepts for a dequantization: bf16, f16, f32.
 bool IsDequantWideType(PrimitiveType t);
 
 // Matches `instr` against dequant(q, s) (see the file comment). Checks: opcode multiply (either
-// operand order) or divide (convert first); convert's operand has element type f8e4m3fn or
-// f8e5m2; convert, broadcast and root are arrays of one element type and of the root's dims.
+// operand order) or divide (convert first); convert's operand's element type passes
+// IsDequantizableFp8; convert, broadcast and root are arrays of one element type and of the root's dims.
 // Does not require the scale to be a scalar or the wide type to be bf16/f16/f32: callers check
 // that with IsScalarScale / IsDequantWideType so that they can give a precise remark. Use counts
 // are not checked either. nullopt when the pattern does not match (or instr is null).

@@ -1,10 +1,12 @@
 #include "analysis/replication.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace weave {
@@ -16,7 +18,6 @@ using Index = std::vector<int64_t>;
 bool IsPartitionVariant(HloOpcode op) {
   switch (op) {
     case HloOpcode::kPartitionId:
-    case HloOpcode::kReplicaId:
     case HloOpcode::kRng:
     case HloOpcode::kRngBitGenerator:
     case HloOpcode::kRngGetAndUpdateState:
@@ -48,48 +49,33 @@ bool IsPartitionVariant(HloOpcode op) {
   }
 }
 
-// Number of array/token leaves of a shape.
+// Which partitions hold equal values: cls[p] is p's class, numbered in order of first
+// appearance; empty `cls` means one class (equal everywhere). `reason` names the source of the
+// first split (empty when equal everywhere).
+struct Eq {
+  std::vector<int32_t> cls;
+  std::string reason;
+  bool AllEqual() const { return cls.empty(); }
+};
+
+// Canonical classes of `keys` (partitions with equal keys share a class).
+template <typename Key>
+std::vector<int32_t> Canon(const std::vector<Key>& keys) {
+  std::map<Key, int32_t> ids;
+  std::vector<int32_t> cls(keys.size());
+  for (size_t p = 0; p < keys.size(); ++p) {
+    auto it = ids.emplace(keys[p], static_cast<int32_t>(ids.size())).first;
+    cls[p] = it->second;
+  }
+  if (ids.size() <= 1) cls.clear();
+  return cls;
+}
+
 int64_t LeafCount(const Shape& s) {
   if (!s.IsTuple()) return 1;
   int64_t n = 0;
   for (const Shape& e : s.tuple_shapes) n += LeafCount(e);
   return n;
-}
-
-// A single (non-tuple) sharding that keeps the whole value on every device.
-bool IsFullyReplicated(const HloSharding& s) {
-  if (s.kind == HloSharding::Kind::kReplicated) return true;
-  if (s.kind != HloSharding::Kind::kTiled) return false;
-  if (!s.last_tile_dims.empty()) return false;  // manual subgroups
-  const int64_t data_rank = s.DataRank();
-  for (int64_t i = 0; i < data_rank && i < static_cast<int64_t>(s.tile_dims.size()); ++i) {
-    if (s.tile_dims[static_cast<size_t>(i)] != 1) return false;
-  }
-  return true;
-}
-
-// Whether every leaf under `index` of a value of `shape` with sharding `s` is replicated.
-bool LeavesReplicated(const HloSharding& s, const Shape& shape, const Index& index) {
-  if (s.kind != HloSharding::Kind::kTuple) return IsFullyReplicated(s);
-  // Tuple sharding: one entry per leaf in flattened order. Find the leaf range of `index`.
-  int64_t offset = 0;
-  const Shape* cur = &shape;
-  for (int64_t i : index) {
-    if (!cur->IsTuple() || i < 0 || i >= static_cast<int64_t>(cur->tuple_shapes.size())) {
-      return false;
-    }
-    for (int64_t j = 0; j < i; ++j) offset += LeafCount(cur->tuple_shapes[static_cast<size_t>(j)]);
-    cur = &cur->tuple_shapes[static_cast<size_t>(i)];
-  }
-  const int64_t count = LeafCount(*cur);
-  if (offset + count > static_cast<int64_t>(s.tuple.size())) {
-    // A single entry for a whole tuple is applied to every leaf.
-    return s.tuple.size() == 1 && IsFullyReplicated(s.tuple[0]);
-  }
-  for (int64_t j = offset; j < offset + count; ++j) {
-    if (!IsFullyReplicated(s.tuple[static_cast<size_t>(j)])) return false;
-  }
-  return true;
 }
 
 std::string IndexText(const Index& index) {
@@ -101,99 +87,198 @@ std::string IndexText(const Index& index) {
 
 class Analyzer {
  public:
-  explicit Analyzer(const HloModule* module) : module_(module) {}
-
-  bool Same(const HloInstruction* h, const Index& index) {
-    auto key = std::make_pair(h, index);
-    auto it = memo_.find(key);
-    if (it != memo_.end()) return it->second;
-    if (!visiting_.insert(key).second) {
-      // HLO is acyclic except through while back edges, which LoopState handles by induction:
-      // a revisit inside an induction step relies on the hypothesis.
-      return !assumed_.empty() ? true : Fail(h, "is part of a cycle");
+  Analyzer(const HloModule* module, std::vector<std::vector<int64_t>> groups)
+      : module_(module),
+        n_(std::max<int64_t>(module->num_partitions, 1)),
+        groups_(std::move(groups)) {
+    if (groups_.empty()) {
+      groups_.emplace_back();
+      for (int64_t p = 0; p < n_; ++p) groups_.back().push_back(p);
     }
-    bool r = Compute(h, index);
+  }
+
+  Eq Value(const HloInstruction* h, const Index& index) {
+    auto key = std::make_pair(h, index);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    const bool conditional = !hypotheses_.empty();
+    if (conditional) {
+      if (auto it = hyp_memo_.find(key); it != hyp_memo_.end()) return it->second;
+    }
+    if (++steps_ > kMaxSteps) return Own(h, "is too deep for the replication analysis");
+    if (!visiting_.insert(key).second) return Own(h, "is part of a cycle");
+    Eq r = Compute(h, index);
     visiting_.erase(key);
-    memo_[key] = r;
+    // Results that rest on an induction hypothesis hold only while it does.
+    (conditional ? hyp_memo_ : memo_)[key] = r;
     return r;
   }
 
-  std::string why;
-
- private:
-  bool Fail(const HloInstruction* h, const std::string& reason) {
-    if (why.empty()) {
-      why = absl::StrCat("'", h->name(), "'");
-      if (h->parent() != nullptr) absl::StrAppend(&why, " in computation '", h->parent()->name(), "'");
-      absl::StrAppend(&why, " ", reason);
+  // Whether `e` gives two partitions of one target group different classes.
+  bool Splits(const Eq& e) const {
+    if (e.AllEqual()) return false;
+    for (const auto& g : groups_) {
+      int32_t c = -1;
+      for (int64_t p : g) {
+        if (p < 0 || p >= n_) continue;
+        const int32_t cp = e.cls[static_cast<size_t>(p)];
+        if (c >= 0 && cp != c) return true;
+        c = cp;
+      }
     }
     return false;
   }
 
-  bool Compute(const HloInstruction* h, const Index& index) {
+  std::vector<const HloInstruction*> unannotated;
+
+ private:
+  static constexpr int64_t kMaxSteps = 1000000;
+
+  Eq All() const { return Eq{}; }
+
+  // Every partition its own value.
+  Eq Own(const HloInstruction* h, const std::string& reason) const {
+    Eq e;
+    if (n_ > 1) {
+      e.cls.resize(static_cast<size_t>(n_));
+      for (int64_t p = 0; p < n_; ++p) e.cls[static_cast<size_t>(p)] = static_cast<int32_t>(p);
+    }
+    e.reason = Reason(h, reason);
+    return e;
+  }
+
+  static std::string Reason(const HloInstruction* h, const std::string& reason) {
+    std::string s = absl::StrCat("'", h->name(), "'");
+    if (h->parent() != nullptr) absl::StrAppend(&s, " in computation '", h->parent()->name(), "'");
+    absl::StrAppend(&s, " ", reason);
+    return s;
+  }
+
+  // The common refinement: equal where both are.
+  Eq Meet(const Eq& a, const Eq& b) const {
+    if (a.AllEqual()) return b;
+    if (b.AllEqual()) return a;
+    std::vector<std::pair<int32_t, int32_t>> keys(a.cls.size());
+    for (size_t p = 0; p < keys.size(); ++p) keys[p] = {a.cls[p], b.cls[p]};
+    Eq e;
+    e.cls = Canon(keys);
+    e.reason = Splits(a) || !Splits(b) ? a.reason : b.reason;
+    return e;
+  }
+
+  // a refines b: partitions equal under a are equal under b.
+  static bool Refines(const Eq& a, const Eq& b) {
+    if (b.AllEqual()) return true;
+    if (a.AllEqual()) return false;
+    std::map<int32_t, int32_t> to;
+    for (size_t p = 0; p < a.cls.size(); ++p) {
+      auto [it, fresh] = to.emplace(a.cls[p], b.cls[p]);
+      if (!fresh && it->second != b.cls[p]) return false;
+    }
+    return true;
+  }
+
+  Eq Compute(const HloInstruction* h, const Index& index) {
     const HloOpcode op = h->opcode();
     switch (op) {
       case HloOpcode::kConstant:
       case HloOpcode::kIota:
-        return true;
+      case HloOpcode::kReplicaId:  // the replica's id: the same on all its partitions
+        return All();
       case HloOpcode::kParameter:
         return Parameter(h, index);
       case HloOpcode::kTuple: {
         if (index.empty()) {
-          for (const HloInstruction* o : h->operands()) {
-            if (!Same(o, {})) return false;
-          }
-          return true;
+          Eq e = All();
+          for (const HloInstruction* o : h->operands()) e = Meet(e, Value(o, {}));
+          return e;
         }
-        if (index[0] < 0 || index[0] >= h->operand_count()) return Fail(h, "has no such element");
-        return Same(h->operand(index[0]), Index(index.begin() + 1, index.end()));
+        if (index[0] < 0 || index[0] >= h->operand_count()) return Own(h, "has no such element");
+        return Value(h->operand(index[0]), Index(index.begin() + 1, index.end()));
       }
       case HloOpcode::kGetTupleElement: {
         Index sub = {h->tuple_index};
         sub.insert(sub.end(), index.begin(), index.end());
-        return Same(h->operand(0), sub);
+        return Value(h->operand(0), sub);
       }
       case HloOpcode::kWhile:
         return LoopState(h, index);
       case HloOpcode::kCall:
-        if (h->called_computations().empty()) return Fail(h, "calls nothing");
-        return Same(h->to_apply()->root(), index);
+        if (h->called_computations().empty()) return Own(h, "calls nothing");
+        return Value(h->to_apply()->root(), index);
       case HloOpcode::kConditional: {
-        if (!Same(h->operand(0), {})) return false;
-        for (const HloComputation* c : h->called_computations()) {
-          if (!Same(c->root(), index)) return false;
-        }
-        return true;
+        Eq e = Value(h->operand(0), {});
+        for (const HloComputation* c : h->called_computations()) e = Meet(e, Value(c->root(), index));
+        return e;
       }
       case HloOpcode::kAllReduce:
       case HloOpcode::kAllReduceStart:
-      case HloOpcode::kAllGather:
-        if (CoversAllDevices(h)) return CalledPure(h);
-        return Fail(h, absl::StrCat("is a ", std::string(HloOpcodeString(op)),
-                                    " whose replica groups do not span every partition"));
+      case HloOpcode::kAllGather: {
+        if (!CalledPure(h)) return Own(h, "calls a computation that holds a partition-dependent op");
+        if (h->channel_id.has_value() || h->use_global_device_ids) return CollectiveGroups(h);
+        // Across replicas only: each partition combines its own values.
+        Eq e = All();
+        for (const HloInstruction* o : h->operands()) e = Meet(e, Value(o, {}));
+        return e;
+      }
       case HloOpcode::kAllReduceDone:
       case HloOpcode::kCopyDone:
-        return Same(h->operand(0), index);
+        return Value(h->operand(0), index);
       default:
         break;
     }
     if (IsPartitionVariant(op)) {
-      return Fail(h, absl::StrCat("is ", std::string(HloOpcodeString(op)),
-                                  " (may differ between partitions)"));
+      return Own(h, absl::StrCat("is ", std::string(HloOpcodeString(op)),
+                                 " (may differ between partitions)"));
     }
-    for (const HloInstruction* o : h->operands()) {
-      if (!Same(o, {})) return false;
+    Eq e = All();
+    for (const HloInstruction* o : h->operands()) e = Meet(e, Value(o, {}));
+    if (!CalledPure(h)) {
+      return Own(h, "calls a computation that holds a partition-dependent op");
     }
-    return CalledPure(h);
+    return e;
+  }
+
+  // A cross-partition all-reduce / all-gather: equal within each replica group.
+  Eq CollectiveGroups(const HloInstruction* h) {
+    const int64_t replicas = std::max<int64_t>(module_->replica_count, 1);
+    if (!h->replica_groups.has_value() || h->replica_groups->is_mesh) {
+      if (h->replica_groups.has_value()) return Own(h, "has replica groups in mesh form");
+      return All();  // no groups: every device
+    }
+    const auto& groups = h->replica_groups->groups;
+    if (groups.empty()) return All();
+    // Group of each id: partition ids, or global device ids (replica * N + partition).
+    const int64_t ids = h->use_global_device_ids ? replicas * n_ : n_;
+    std::vector<int64_t> group_of(static_cast<size_t>(ids), -1);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int64_t id : groups[g]) {
+        if (id >= 0 && id < ids) group_of[static_cast<size_t>(id)] = static_cast<int64_t>(g);
+      }
+    }
+    // Partitions p and q agree when, on every replica, they are in the same group.
+    std::vector<std::vector<int64_t>> keys(static_cast<size_t>(n_));
+    for (int64_t p = 0; p < n_; ++p) {
+      const int64_t reps = h->use_global_device_ids ? replicas : 1;
+      for (int64_t r = 0; r < reps; ++r) {
+        const int64_t g = group_of[static_cast<size_t>(r * n_ + p)];
+        keys[static_cast<size_t>(p)].push_back(g >= 0 ? g : -1 - p);  // absent: its own
+      }
+    }
+    Eq e;
+    e.cls = Canon(keys);
+    if (!e.AllEqual()) {
+      e.reason = Reason(h, absl::StrCat("is an ", std::string(HloOpcodeString(h->opcode())),
+                                        " over replica groups ",
+                                        h->replica_groups->ToString(),
+                                        ": equal only within each group"));
+    }
+    return e;
   }
 
   // Whether the computations `h` calls (fusion, reduce's to_apply, ...) are pure.
   bool CalledPure(const HloInstruction* h) {
     for (const HloComputation* c : h->called_computations()) {
-      if (!Pure(c)) {
-        return Fail(h, absl::StrCat("calls computation '", c->name(),
-                                    "' which holds a partition-dependent op"));
-      }
+      if (!Pure(c)) return false;
     }
     return true;
   }
@@ -218,94 +303,161 @@ class Analyzer {
     return ok;
   }
 
-  // A cross-partition all-reduce/all-gather whose single group holds every device.
-  bool CoversAllDevices(const HloInstruction* h) {
-    if (!h->channel_id.has_value()) return false;  // cross-replica only
-    const int64_t needed = h->use_global_device_ids
-                               ? module_->num_partitions * module_->replica_count
-                               : module_->num_partitions;
-    if (!h->replica_groups.has_value() || h->replica_groups->groups.empty()) {
-      return h->replica_groups.has_value() && !h->replica_groups->is_mesh;
+  // Which partitions hold the same value of a parameter with (non-tuple) sharding `s`.
+  Eq ShardingEq(const HloInstruction* h, const HloSharding& s, const Index& index) {
+    switch (s.kind) {
+      case HloSharding::Kind::kReplicated:
+        return All();
+      case HloSharding::Kind::kTiled: {
+        // Partitions holding the same tile (same index on every data and non-replicated
+        // subgroup dim) hold the same value.
+        std::vector<bool> replicated_dim(s.tile_dims.size(), false);
+        const int64_t data_rank = s.DataRank();
+        if (s.last_tile_dim_replicate && !s.tile_dims.empty()) replicated_dim.back() = true;
+        for (size_t k = 0; k < s.last_tile_dims.size(); ++k) {
+          const size_t dim = static_cast<size_t>(data_rank) + k;
+          if (dim < replicated_dim.size() && s.last_tile_dims[k] == "replicated") {
+            replicated_dim[dim] = true;
+          }
+        }
+        absl::flat_hash_map<int64_t, int64_t> pos;
+        for (size_t i = 0; i < s.devices.size(); ++i) pos.emplace(s.devices[i], i);
+        std::vector<std::vector<int64_t>> keys(static_cast<size_t>(n_));
+        for (int64_t p = 0; p < n_; ++p) {
+          auto it = pos.find(p);
+          if (it == pos.end()) {
+            keys[static_cast<size_t>(p)] = {-1 - p};  // not in the assignment: its own
+            continue;
+          }
+          int64_t flat = it->second;
+          std::vector<int64_t> idx(s.tile_dims.size(), 0);
+          for (size_t k = s.tile_dims.size(); k-- > 0;) {
+            const int64_t d = std::max<int64_t>(s.tile_dims[k], 1);
+            idx[k] = flat % d;
+            flat /= d;
+          }
+          for (size_t k = 0; k < idx.size(); ++k) {
+            if (!replicated_dim[k]) keys[static_cast<size_t>(p)].push_back(idx[k]);
+          }
+        }
+        Eq e;
+        e.cls = Canon(keys);
+        if (!e.AllEqual()) {
+          e.reason = Reason(h, absl::StrCat("is an entry parameter whose sharding ", s.ToString(),
+                                            " is not replicated", IndexText(index)));
+        }
+        return e;
+      }
+      default:
+        return Own(h, absl::StrCat("is an entry parameter whose sharding ", s.ToString(),
+                                   " gives each partition its own value", IndexText(index)));
     }
-    if (h->replica_groups->groups.size() != 1) return false;
-    const std::vector<int64_t>& g = h->replica_groups->groups[0];
-    std::set<int64_t> ids(g.begin(), g.end());
-    if (static_cast<int64_t>(ids.size()) < needed) return false;
-    for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) {
-      if (!ids.count(i)) return false;
-    }
-    return true;
   }
 
-  bool Parameter(const HloInstruction* h, const Index& index) {
+  Eq Parameter(const HloInstruction* h, const Index& index) {
     const HloComputation* comp = h->parent();
-    if (comp == nullptr) return Fail(h, "is a parameter outside any computation");
+    if (comp == nullptr) return Own(h, "is a parameter outside any computation");
     if (comp->IsEntry()) {
       if (!h->sharding.has_value()) {
-        return Fail(h, "is an entry parameter without sharding={replicated}");
+        // XLA's SpmdPartitioner: an instruction without a sharding is replicated.
+        if (std::find(unannotated.begin(), unannotated.end(), h) == unannotated.end()) {
+          unannotated.push_back(h);
+        }
+        return All();
       }
-      if (!LeavesReplicated(*h->sharding, h->shape(), index)) {
-        return Fail(h, absl::StrCat("is an entry parameter whose sharding ",
-                                    h->sharding->ToString(), " is not replicated",
-                                    IndexText(index)));
+      const HloSharding& s = *h->sharding;
+      if (s.kind != HloSharding::Kind::kTuple) return ShardingEq(h, s, index);
+      // Tuple sharding: one entry per leaf in flattened order; the leaves under `index`.
+      int64_t offset = 0;
+      const Shape* cur = &h->shape();
+      for (int64_t i : index) {
+        if (!cur->IsTuple() || i < 0 || i >= static_cast<int64_t>(cur->tuple_shapes.size())) {
+          return Own(h, "has no such tuple element");
+        }
+        for (int64_t j = 0; j < i; ++j) offset += LeafCount(cur->tuple_shapes[static_cast<size_t>(j)]);
+        cur = &cur->tuple_shapes[static_cast<size_t>(i)];
       }
-      return true;
+      const int64_t count = LeafCount(*cur);
+      if (offset + count > static_cast<int64_t>(s.tuple.size())) {
+        // A single entry for a whole tuple applies to every leaf.
+        if (s.tuple.size() == 1) return ShardingEq(h, s.tuple[0], index);
+        return Own(h, "has a tuple sharding with too few entries");
+      }
+      Eq e = All();
+      for (int64_t j = offset; j < offset + count; ++j) {
+        e = Meet(e, ShardingEq(h, s.tuple[static_cast<size_t>(j)], index));
+      }
+      return e;
     }
     const std::vector<const HloInstruction*>& callers = Callers(comp);
-    if (callers.empty()) return Fail(h, "is a parameter of a computation nobody calls");
+    if (callers.empty()) return Own(h, "is a parameter of a computation nobody calls");
+    Eq e = All();
     for (const HloInstruction* caller : callers) {
       switch (caller->opcode()) {
         case HloOpcode::kWhile:
-          if (!LoopState(caller, index)) return false;
+          e = Meet(e, LoopState(caller, index));
           break;
         case HloOpcode::kCall:
         case HloOpcode::kFusion:
-          if (h->parameter_number >= caller->operand_count()) return Fail(h, "has no argument");
-          if (!Same(caller->operand(h->parameter_number), index)) return false;
+          if (h->parameter_number >= caller->operand_count()) return Own(h, "has no argument");
+          e = Meet(e, Value(caller->operand(h->parameter_number), index));
           break;
         case HloOpcode::kConditional: {
           const auto& called = caller->called_computations();
           for (size_t b = 0; b < called.size(); ++b) {
             if (called[b] != comp) continue;
             if (static_cast<int64_t>(b) + 1 >= caller->operand_count()) {
-              return Fail(h, "has no branch operand");
+              return Own(h, "has no branch operand");
             }
-            if (!Same(caller->operand(static_cast<int64_t>(b) + 1), index)) return false;
+            e = Meet(e, Value(caller->operand(static_cast<int64_t>(b) + 1), index));
           }
           break;
         }
         default:
-          return Fail(h, absl::StrCat("is a parameter of a computation called by ",
-                                      std::string(HloOpcodeString(caller->opcode())), " '", caller->name(),
-                                      "'"));
+          return Own(h, absl::StrCat("is a parameter of a computation called by ",
+                                     std::string(HloOpcodeString(caller->opcode())), " '",
+                                     caller->name(), "'"));
       }
     }
-    return true;
+    return e;
   }
 
   // The loop-carried state of while `w` at `index` (= the body's and condition's parameter, and
-  // the while's result): proven when the init is proven and either the body passes the element
-  // through unchanged, or (by induction) the body root element and the loop condition are proven
-  // assuming the element is.
-  bool LoopState(const HloInstruction* w, const Index& index) {
+  // the while's result). Induction: assume the state has the init's equivalence H; if the body
+  // root and the condition keep it (H refines both), it holds at every iteration; otherwise
+  // refine H by them and try again (at most N times: each refinement splits a class).
+  Eq LoopState(const HloInstruction* w, const Index& index) {
     if (w->called_computations().size() < 2 || w->operand_count() != 1) {
-      return Fail(w, "is a malformed while");
+      return Own(w, "is a malformed while");
     }
     auto key = std::make_pair(w, index);
-    if (assumed_.count(key)) return true;  // induction hypothesis
-    if (!Same(w->operand(0), index)) return false;
+    if (auto it = hypotheses_.find(key); it != hypotheses_.end()) return it->second;
+    Eq h = Value(w->operand(0), index);
     const HloComputation* body = w->while_body();
-    if (IsPassThrough(body, index)) return true;
+    if (IsPassThrough(body, index)) return h;
     if (index.empty() && w->shape().IsTuple()) {
+      Eq e = All();
       for (int64_t i = 0; i < static_cast<int64_t>(w->shape().tuple_shapes.size()); ++i) {
-        if (!LoopState(w, {i})) return false;
+        e = Meet(e, LoopState(w, {i}));
       }
-      return true;
+      return e;
     }
-    assumed_.insert(key);
-    bool ok = Same(body->root(), index) && Same(w->while_condition()->root(), {});
-    assumed_.erase(key);
-    return ok;
+    for (int64_t round = 0; round <= n_; ++round) {
+      hypotheses_[key] = h;
+      hyp_memo_.clear();
+      // Under the hypothesis the loop's back edge is cut: values being computed outside it (the
+      // query may start inside the body) are computed afresh, not cycles.
+      std::set<std::pair<const HloInstruction*, Index>> outer;
+      outer.swap(visiting_);
+      Eq root = Value(body->root(), index);
+      Eq cond = Value(w->while_condition()->root(), {});
+      visiting_.swap(outer);
+      hypotheses_.erase(key);
+      hyp_memo_.clear();
+      if (Refines(h, root) && Refines(h, cond)) return h;
+      h = Meet(h, Meet(root, cond));
+    }
+    return Own(w, "loop state does not settle");
   }
 
   // Whether body root at `index` is the body parameter at `index` (through tuple/GTE).
@@ -344,9 +496,13 @@ class Analyzer {
   }
 
   const HloModule* module_;
-  std::map<std::pair<const HloInstruction*, Index>, bool> memo_;
+  const int64_t n_;
+  std::vector<std::vector<int64_t>> groups_;
+  int64_t steps_ = 0;
+  std::map<std::pair<const HloInstruction*, Index>, Eq> memo_;      // unconditional results
+  std::map<std::pair<const HloInstruction*, Index>, Eq> hyp_memo_;  // under the hypotheses
   std::set<std::pair<const HloInstruction*, Index>> visiting_;
-  std::set<std::pair<const HloInstruction*, Index>> assumed_;
+  std::map<std::pair<const HloInstruction*, Index>, Eq> hypotheses_;
   std::map<const HloComputation*, bool> pure_;
   std::map<const HloComputation*, std::vector<const HloInstruction*>> callers_;
   bool callers_built_ = false;
@@ -354,19 +510,29 @@ class Analyzer {
 
 }  // namespace
 
-bool IsSameOnAllPartitions(const HloInstruction* instr, std::string* why) {
+ReplicationProof ProveSameWithinGroups(const HloInstruction* instr,
+                                       const std::vector<std::vector<int64_t>>& groups) {
+  ReplicationProof proof;
   if (instr == nullptr) {
-    if (why) *why = "no instruction";
-    return false;
+    proof.why = "no instruction";
+    return proof;
   }
   if (instr->parent() == nullptr || instr->parent()->parent() == nullptr) {
-    if (why) *why = absl::StrCat("'", instr->name(), "' is not in a module");
-    return false;
+    proof.why = absl::StrCat("'", instr->name(), "' is not in a module");
+    return proof;
   }
-  Analyzer a(instr->parent()->parent());
-  bool r = a.Same(instr, {});
-  if (!r && why) *why = a.why.empty() ? "not proven" : a.why;
-  return r;
+  Analyzer a(instr->parent()->parent(), groups);
+  Eq e = a.Value(instr, {});
+  proof.proven = !a.Splits(e);
+  if (!proof.proven) proof.why = e.reason.empty() ? "not proven" : e.reason;
+  proof.unannotated_parameters = std::move(a.unannotated);
+  return proof;
+}
+
+bool IsSameOnAllPartitions(const HloInstruction* instr, std::string* why) {
+  ReplicationProof p = ProveSameWithinGroups(instr, {});
+  if (!p.proven && why) *why = p.why;
+  return p.proven;
 }
 
 }  // namespace weave

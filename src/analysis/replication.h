@@ -1,37 +1,57 @@
-// "Is this value the same on every partition?" — a small, conservative version of XLA's
-// HloReplicationAnalysis (across partitions), used to prove that an FP8 scale is equal on every
-// partition of a windowed einsum ring (../shared/specs/windowed-einsum-handler.md §2: otherwise a
-// partition would dequantize a neighbour's shard with its own scale).
+// "Is this value the same on every partition (of a group)?" — a small, conservative version of
+// XLA's HloReplicationAnalysis across partitions, used to prove that an FP8 scale agrees wherever
+// a value travels (../shared/specs/windowed-einsum-handler.md §2: a partition must never
+// dequantize a neighbour's shard with its own scale).
 //
-// A value is proven the same on all partitions when it is:
-//  - a constant or an iota;
-//  - an entry parameter (or one of its tuple leaves) whose sharding is `{replicated}` (tuple
-//    shardings are followed per element);
-//  - a parameter of a non-entry computation whose every caller passes a proven value (call,
-//    conditional branches, while body/condition: the init element, and for loop-carried elements
-//    the body's root element, proven by induction, with a proven loop condition unless the element
-//    is passed through unchanged);
-//  - the result of a while/call/conditional whose relevant roots are proven (conditional: its
-//    selector too);
-//  - an all-reduce or all-gather whose replica groups are a single group holding every device
-//    (or empty groups);
-//  - any other side-effect-free op (elementwise, broadcast, reshape, dot, reduce, fusion, ...)
-//    whose operands are all proven and whose called computations hold no partition-id,
-//    replica-id, rng, collective or side-effecting op.
-// Everything else (partition-id, replica-id, collective-permute, all-to-all, reduce-scatter, rng,
-// custom-call, infeed/recv, parameters without a replicated sharding) is not proven.
+// The analysis computes, for each value, which partitions are guaranteed to hold equal values
+// (an equivalence of partition ids 0..N-1, N = the module's num_partitions):
+//  - a constant, an iota or replica-id: equal everywhere;
+//  - an entry parameter (or one of its tuple leaves, tuple shardings followed per element):
+//    `{replicated}` or no sharding at all is equal everywhere (in an SPMD module XLA's
+//    SpmdPartitioner gives every unannotated instruction a replicated sharding; such parameters
+//    are listed in ReplicationProof::unannotated_parameters so that callers can say so); a tiled
+//    sharding is equal on the partitions that hold the same tile (its replicated dims, e.g.
+//    last_tile_dim_replicate, group them), also across manual subgroups; `{manual}` and
+//    `{maximal}` are equal nowhere;
+//  - an all-reduce or all-gather across partitions (channel_id or use_global_device_ids): equal
+//    within each of its replica groups (all partitions when the groups are empty); across
+//    replicas only: as its operand;
+//  - partition-id, rng, custom-call, collective-permute, all-to-all, reduce-scatter, infeed,
+//    recv and other ops whose value may differ per partition: equal nowhere;
+//  - any other side-effect-free op (elementwise, broadcast, reshape, dot, reduce, fusion, ...):
+//    equal where all its operands are, if its called computations hold no partition-dependent op;
+//  - a parameter of a called computation: equal where every caller's argument is; loop-carried
+//    while state by induction (the init's equivalence, refined by the body root and the
+//    condition until it holds); the result of a while/call/conditional from its roots.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hlo/ir.h"
 
 namespace weave {
 
-// True when `instr`'s value (every leaf of it, for tuples) is proven equal on all partitions (see
-// the file comment). Conservative: false means "not proven". When false and `why` is non-null,
-// *why receives a one-line reason naming the first unproven instruction, e.g.
-// "'pid' is partition-id". Linear in the size of the computations involved.
+struct ReplicationProof {
+  bool proven = false;
+  // When not proven: one line naming the first instruction that makes two partitions of a group
+  // differ, e.g. "'pid' is partition-id (may differ between partitions)".
+  std::string why;
+  // Entry parameters without any sharding that the proof took as replicated (XLA's SPMD
+  // semantics), in the order met.
+  std::vector<const HloInstruction*> unannotated_parameters;
+};
+
+// Proves that `instr`'s value (every leaf of it, for tuples) is the same on all partitions of
+// each group in `groups` (partition ids; values may differ between groups). An empty `groups`
+// means one group of every partition. Conservative: not proven means "may differ". Linear in the
+// size of the computations involved (loops: times the refinements of their state, at most N).
+ReplicationProof ProveSameWithinGroups(const HloInstruction* instr,
+                                       const std::vector<std::vector<int64_t>>& groups);
+
+// ProveSameWithinGroups(instr, {}): the same on every partition. When false and `why` is
+// non-null, *why receives the reason.
 bool IsSameOnAllPartitions(const HloInstruction* instr, std::string* why = nullptr);
 
 }  // namespace weave

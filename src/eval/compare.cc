@@ -17,8 +17,9 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
     case PrimitiveType::F32: return {1e-4, 1e-5};
     case PrimitiveType::BF16: return {2e-2, 1e-2};
     case PrimitiveType::F16: return {5e-3, 1e-3};
-    case PrimitiveType::F8E4M3FN: case PrimitiveType::F8E4M3: return {1.25e-1, 1.6e-2};
-    case PrimitiveType::F8E5M2: return {2.5e-1, 3.1e-2};
+    case PrimitiveType::F8E4M3FN: case PrimitiveType::F8E4M3: case PrimitiveType::F8E4M3FNUZ:
+      return {1.25e-1, 1.6e-2};
+    case PrimitiveType::F8E5M2: case PrimitiveType::F8E5M2FNUZ: return {2.5e-1, 3.1e-2};
     default:
       if (IsFloatingPoint(t)) return {2.5e-1, 3.1e-2};
       return {0, 0};

@@ -38,7 +38,20 @@ absl::StatusOr<Value> Identity(const HloInstruction& instr, const std::vector<Va
   return v;
 }
 
+// "AllocateBuffer": XLA's buffer of the result shape, no operands, contents unspecified (the
+// program writes it before reading it); the evaluator gives zeros so that runs are deterministic.
+absl::StatusOr<Value> AllocateBuffer(const HloInstruction& instr,
+                                     const std::vector<ValuePtr>& ops) {
+  if (!ops.empty() || !instr.shape().IsArray()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "custom-call ", instr.name(),
+        " (target \"AllocateBuffer\") takes no operands and returns an array"));
+  }
+  return Value::Zeros(instr.shape());
+}
+
 void RegisterBuiltins() {
+  RegisterCustomCallEvaluator("AllocateBuffer", AllocateBuffer);
   RegisterCustomCallEvaluator("Sharding", Identity);
   RegisterCustomCallEvaluator("SPMDFullToShardShape", Identity);
   RegisterCustomCallEvaluator("SPMDShardToFullShape", Identity);

@@ -5,6 +5,7 @@
 //  - "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape": identities (operand 0), which is
 //    their meaning on an already partitioned module where the shapes agree; when the result shape
 //    differs from the operand shape an error is returned.
+//  - "AllocateBuffer": XLA's uninitialized buffer of the result shape (no operands); zeros here.
 //  - "__cublas$lt$matmul$f8": registered by RegisterFp8GemmCustomCall(), defined in
 //    src/eval/fp8_gemm_custom_call.cc (FP8 GEMM owner).
 // Any other target fails with an error naming the target and the instruction.

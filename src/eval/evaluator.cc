@@ -1706,7 +1706,8 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
         return InvalidArgumentError(absl::StrCat("parameter ", i, " is a tuple: give it per leaf is not supported"));
       }
       for (int64_t d = 0; d < devices; ++d) {
-        const bool same = options.replicate_unsharded || IsReplicatedLike(sh);
+        // Only parameters without any sharding follow replicate_unsharded ({manual} differs).
+        const bool same = (options.replicate_unsharded && !sh.has_value()) || IsReplicatedLike(sh);
         std::function<Value(const Shape&, uint64_t)> gen = [&](const Shape& s, uint64_t st) {
           if (!s.IsTuple()) return RandomArray(s, st);
           Value t;
@@ -1751,8 +1752,8 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
         in.per_device[static_cast<size_t>(d)][static_cast<size_t>(i)] = Share(std::move(*tile));
       }
     } else {
-      const bool same = options.replicate_unsharded || IsReplicatedLike(sh) ||
-                        global_override != nullptr;
+      const bool same = (options.replicate_unsharded && !sh.has_value()) ||
+                        IsReplicatedLike(sh) || global_override != nullptr;
       ValuePtr shared;
       if (global_override != nullptr) {
         absl::Status s = check(*global_override->value, local, "local array");

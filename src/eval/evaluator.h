@@ -41,8 +41,10 @@ struct EvalOptions {
   int64_t replica_count = 0;
   // Seed of the generated inputs.
   uint64_t seed = 0;
-  // Parameters without sharding get the same values on every device (default: independent).
-  bool replicate_unsharded = false;
+  // Parameters without sharding get the same values on every device (default), as XLA's SPMD
+  // partitioner treats an unannotated instruction as replicated; false gives them independent
+  // values per device (Weave's behaviour before 2026-12).
+  bool replicate_unsharded = true;
   // Refuse modules whose estimated memory (EstimateMemoryBytes) exceeds this many bytes.
   int64_t max_memory_bytes = int64_t{8} << 30;
 };
@@ -87,7 +89,7 @@ int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
 // Generates inputs from options.seed, respecting parameter shardings: a sharded parameter draws
 // one global array (the local shape scaled by the tile counts) and each device gets its tile per
 // the tile assignment; `{replicated}` gives equal values everywhere; unsharded parameters are
-// independent per device unless replicate_unsharded. Floats uniform in [-1, 1) rounded to the
+// equal everywhere too unless replicate_unsharded is false (then independent per device). Floats uniform in [-1, 1) rounded to the
 // type, integers in [0, 8) (pred: 0/1 at random). `overrides` replace generated values; errors
 // (InvalidArgument) for a wrong parameter index, device, shape or element type;
 // ResourceExhausted, naming the instruction, when any value of the module (one array, or one

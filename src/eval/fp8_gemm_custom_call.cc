@@ -130,7 +130,8 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   const Shape d_shape = rs.IsTuple() ? (rs.tuple_shapes.empty() ? Shape() : rs.tuple_shapes[0]) : rs;
   if (!d_shape.IsArray()) return Error(instr, "result has no array D");
   const PrimitiveType dt = d_shape.element_type;
-  const bool fp8_out = dt == PrimitiveType::F8E4M3FN || dt == PrimitiveType::F8E5M2;
+  const bool fp8_out = dt == PrimitiveType::F8E4M3FN || dt == PrimitiveType::F8E5M2 ||
+                       dt == PrimitiveType::F8E4M3FNUZ || dt == PrimitiveType::F8E5M2FNUZ;
   if (damax && (!rs.IsTuple() || rs.tuple_shapes.size() < 2 ||
                 rs.tuple_shapes[1].element_type != PrimitiveType::F32 ||
                 rs.tuple_shapes[1].rank() != 0)) {

@@ -10,7 +10,11 @@ namespace weave::eval {
 namespace {
 
 // A binary float format: explicit mantissa bits, minimum normal exponent (unbiased), largest
-// finite value, infinities, negative zero.
+// finite value, infinities, exponent width and bias. `nuz` marks the FNUZ formats (AMD's
+// "NANOO" FP8, Graphcore's proposal; XLA's f8e4m3fnuz, f8e5m2fnuz, f8e4m3b11fnuz): finite only,
+// no negative zero, and the single NaN encoding 0x80 (the code negative zero would have). Their
+// bias is one more than IEEE's for the exponent width (8 for E4M3, 16 for E5M2), so every
+// exponent-field value 1..max is a normal number.
 struct FloatFormat {
   int mantissa_bits;
   int min_exponent;
@@ -19,6 +23,7 @@ struct FloatFormat {
   int exponent_bits;
   int bias;
   bool valid;
+  bool nuz = false;
 };
 
 FloatFormat FormatOf(PrimitiveType t) {
@@ -30,6 +35,10 @@ FloatFormat FormatOf(PrimitiveType t) {
     case PrimitiveType::F8E5M2: return {2, -14, 57344.0, true, 5, 15, true};
     case PrimitiveType::F8E4M3: return {3, -6, 240.0, true, 4, 7, true};
     case PrimitiveType::F8E3M4: return {4, -2, 15.5, true, 3, 3, true};
+    // FNUZ: max = 1.111b x 2^(15-8) = 240; 1.11b x 2^(31-16) = 57344; 1.111b x 2^(15-11) = 30.
+    case PrimitiveType::F8E4M3FNUZ: return {3, -7, 240.0, false, 4, 8, true, true};
+    case PrimitiveType::F8E5M2FNUZ: return {2, -15, 57344.0, false, 5, 16, true, true};
+    case PrimitiveType::F8E4M3B11FNUZ: return {3, -10, 30.0, false, 4, 11, true, true};
     default: return {0, 0, 0, false, 0, 0, false};
   }
 }
@@ -68,7 +77,7 @@ double RoundToType(double x, PrimitiveType t) {
   if (!f.valid) return x;
   if (std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
   if (std::isinf(x)) return f.has_inf ? x : std::numeric_limits<double>::quiet_NaN();
-  if (x == 0) return x;
+  if (x == 0) return f.nuz ? 0.0 : x;  // FNUZ: no negative zero
   const double ax = std::fabs(x);
   int e = 0;
   std::frexp(ax, &e);  // ax = m * 2^e, m in [0.5, 1): leading bit has exponent e - 1
@@ -82,6 +91,7 @@ double RoundToType(double x, PrimitiveType t) {
     return f.has_inf ? std::copysign(std::numeric_limits<double>::infinity(), x)
                      : std::numeric_limits<double>::quiet_NaN();
   }
+  if (res == 0 && f.nuz) return 0.0;  // a negative value that underflows becomes +0
   return std::copysign(res, x);
 }
 
@@ -125,13 +135,14 @@ uint32_t EncodeFloat(double x, PrimitiveType t) {
   const int total_bits = 1 + f.exponent_bits + f.mantissa_bits;
   const uint32_t sign = std::signbit(x) ? (1u << (total_bits - 1)) : 0u;
   const uint32_t exp_all_ones = ((1u << f.exponent_bits) - 1u) << f.mantissa_bits;
-  if (std::isnan(x)) {
+  if (std::isnan(x) || (f.nuz && std::isinf(x))) {
+    if (f.nuz) return 1u << (total_bits - 1);  // 0x80: the only NaN
     if (t == PrimitiveType::F8E4M3FN) return 0x7f;
     return exp_all_ones | (1u << (f.mantissa_bits - 1));
   }
   if (std::isinf(x)) return sign | exp_all_ones;
   const double ax = std::fabs(x);
-  if (ax == 0) return sign;
+  if (ax == 0) return f.nuz ? 0u : sign;
   int e = 0;
   std::frexp(ax, &e);
   int exponent = e - 1;
@@ -159,7 +170,10 @@ double DecodeFloat(uint32_t bits, PrimitiveType t) {
   const uint32_t mant = bits & ((1u << f.mantissa_bits) - 1u);
   const uint32_t exp_max = (1u << f.exponent_bits) - 1u;
   double v;
-  if (t == PrimitiveType::F8E4M3FN) {
+  if (f.nuz) {
+    // Sign bit with everything else zero is the NaN; no infinities, every other code is finite.
+    if (neg && exp_field == 0 && mant == 0) return std::numeric_limits<double>::quiet_NaN();
+  } else if (t == PrimitiveType::F8E4M3FN) {
     // No infinities; only S.1111.111 is NaN, the other exponent-15 codes are normal numbers.
     if (exp_field == exp_max && mant == ((1u << f.mantissa_bits) - 1u)) {
       return std::numeric_limits<double>::quiet_NaN();

@@ -6,7 +6,9 @@
 // Overflow (a value that rounds past the largest finite magnitude) follows XLA's non-saturating
 // `convert`: +-inf for types with infinities (f16, bf16, f32, f8e5m2), NaN for types without
 // (f8e4m3fn, and the other *fn/*fnuz formats). NaN stays NaN, +-inf becomes NaN for types without
-// infinities. Negative zero is kept where the type has it.
+// infinities. Negative zero is kept where the type has it; the FNUZ formats (f8e4m3fnuz: exponent
+// bias 8, max 240; f8e5m2fnuz: bias 16, max 57344; f8e4m3b11fnuz: bias 11, max 30) have none: a
+// result that rounds to zero is +0, and their only NaN is the code 0x80.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +35,10 @@ double MaxFinite(PrimitiveType t);
 bool HasInfinity(PrimitiveType t);
 
 // Encoding helpers for 8/16-bit float types: the bit pattern of the (already representable)
-// value `x`, and the value of a bit pattern. Supported for f16, bf16, f8e4m3fn, f8e5m2 (and f32
-// with 32-bit codes). NaN decodes to a quiet NaN; NaN encodes to the type's canonical NaN
-// (0x7F for f8e4m3fn, 0x7E for f8e5m2, 0x7E00 f16, 0x7FC0 bf16).
+// value `x`, and the value of a bit pattern. Supported for f16, bf16, the FP8 formats (f8e4m3fn,
+// f8e5m2, f8e4m3, f8e3m4 and the FNUZ ones) and f32 (32-bit codes). NaN decodes to a quiet NaN;
+// NaN encodes to the type's canonical NaN (0x7F for f8e4m3fn, 0x7E for f8e5m2, 0x80 for the FNUZ
+// formats, 0x7E00 f16, 0x7FC0 bf16); FNUZ encodes zero of either sign as 0x00.
 uint32_t EncodeFloat(double x, PrimitiveType t);
 double DecodeFloat(uint32_t bits, PrimitiveType t);
 

@@ -1,14 +1,11 @@
 #include "gpu/all_to_all_windowed_einsum.h"
 
 #include <algorithm>
-#include <limits>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,7 +14,6 @@
 #include "analysis/replication.h"
 #include "passes/cost_oracle.h"
 #include "passes/gpu_backend_config.h"
-#include "passes/fp8_operand.h"
 
 namespace weave {
 namespace {
@@ -96,8 +92,12 @@ struct Candidate {
   HloInstruction* a2a = nullptr;       // T
   HloInstruction* dot = nullptr;       // D (A) or M (B)
   // Layout ops in data-flow order: A: chain[0] reads T, the last is D's operand; B: chain[0]
-  // reads M, the last is T's operand.
+  // reads M, the last is T's operand. For A the chain may also hold element-wise steps applied
+  // after the exchange (per_chunk[i] true): a convert, or a multiply/divide by a scalar
+  // broadcast, i.e. a dequantization of the exchanged FP8 value; those are re-applied to each
+  // chunk after its all-to-all instead of moving before it.
   std::vector<HloInstruction*> chain;
+  std::vector<bool> per_chunk;
   int64_t split = 0;   // split dim at the dot side: A on D's exchanged operand, B on M
   int64_t side = 0;    // A: index of the exchanged operand of D
   int64_t group_size = 0;
@@ -106,13 +106,34 @@ struct Candidate {
 };
 
 std::string Describe(const Candidate& c) {
-  std::vector<const HloInstruction*> chain(c.chain.begin(), c.chain.end());
+  std::vector<const HloInstruction*> chain, elementwise;
+  for (size_t i = 0; i < c.chain.size(); ++i) {
+    (i < c.per_chunk.size() && c.per_chunk[i] ? elementwise : chain).push_back(c.chain[i]);
+  }
   std::string moved = chain.empty() ? ""
                                     : absl::StrCat("; ", DimsText(chain), " moved ",
                                                    c.exchange_first ? "before" : "after",
                                                    " the exchange");
+  if (!elementwise.empty()) {
+    absl::StrAppend(&moved, "; ", DimsText(elementwise), " applied to each chunk after its exchange");
+  }
   return absl::StrFormat("G=%d, K=%d, split dim %d at the dot%s", c.group_size, c.k, c.split,
                          moved);
+}
+
+// A step after the exchange that commutes with slicing and exchanging because it is element-wise
+// with nothing but scalars: convert, or multiply/divide (the chain value the dividend) by a
+// broadcast of a rank-0 value. Its operand `cur` is the chain value.
+bool IsPerChunkElementwise(const HloInstruction* u, const HloInstruction* cur) {
+  if (!u->shape().IsArray()) return false;
+  if (u->opcode() == HloOpcode::kConvert) return u->operand_count() == 1;
+  if (u->opcode() != HloOpcode::kMultiply && u->opcode() != HloOpcode::kDivide) return false;
+  if (u->operand_count() != 2 || u->operand(0) == u->operand(1)) return false;
+  if (u->opcode() == HloOpcode::kDivide && u->operand(0) != cur) return false;
+  const HloInstruction* b = u->operand(0) == cur ? u->operand(1) : u->operand(0);
+  return b->opcode() == HloOpcode::kBroadcast && b->operand_count() == 1 &&
+         b->dimensions.empty() && b->operand(0)->shape().IsArray() &&
+         b->operand(0)->shape().rank() == 0;
 }
 
 // Rewrite A's candidate starting from all-to-all `t`; "" and *c filled, or the reason.
@@ -135,9 +156,16 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
       c->dot = u;
       break;
     }
+    if (IsPerChunkElementwise(u, cur)) {
+      c->chain.push_back(u);
+      c->per_chunk.push_back(true);
+      cur = u;
+      continue;
+    }
     if (!IsLayoutOp(u)) {
-      return absl::StrFormat("its user '%s' (%s) is not a dot, transpose, reshape or copy",
-                             u->name(), OpName(u));
+      return absl::StrFormat(
+          "its user '%s' (%s) is not a dot, transpose, reshape, copy or a dequantization step",
+          u->name(), OpName(u));
     }
     if (u->opcode() == HloOpcode::kTranspose) {
       int64_t j = -1;
@@ -155,6 +183,7 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
       s = *kept;
     }
     c->chain.push_back(u);
+    c->per_chunk.push_back(false);
     cur = u;
   }
   HloInstruction* d = c->dot;
@@ -248,11 +277,15 @@ int64_t QueueIdOf(const HloInstruction& instr) {
 struct Fp8Source {
   DequantMatch dq;
   std::vector<HloInstruction*> ops;  // layout ops from the dequantization down to Y
+  std::string assumed;  // unannotated parameters the scale proof took as replicated
 };
 
 // Finds Y's FP8 source; "" on success, else why the chunks travel in the wide type ("" with
-// *found false when Y does not derive from FP8 at all).
-std::string FindFp8Source(HloInstruction* y, Fp8Source* src, bool* found) {
+// *found false when Y does not derive from FP8 at all). The scale must be the same on the
+// members of each of the exchange `t`'s groups (a member dequantizes what the others sent with
+// its own scale); it may differ between groups.
+std::string FindFp8Source(HloInstruction* y, const HloInstruction* t, Fp8Source* src,
+                          bool* found) {
   *found = false;
   std::vector<HloInstruction*> down;
   HloInstruction* cur = y;
@@ -267,10 +300,20 @@ std::string FindFp8Source(HloInstruction* y, Fp8Source* src, bool* found) {
   if (!IsScalarScale(*dq)) {
     return absl::StrFormat("scale '%s' is not a scalar of the wide type", dq->scale->name());
   }
-  std::string why;
-  if (!IsSameOnAllPartitions(dq->scale, &why)) {
-    return absl::StrFormat("scale '%s' is not proven the same on every partition (%s)",
-                           dq->scale->name(), why);
+  // Cross-partition exchanges name partition ids in their groups; otherwise prove it everywhere.
+  const bool by_partition = t->channel_id.has_value() || t->use_global_device_ids;
+  const ReplicationProof proof = ProveSameWithinGroups(
+      dq->scale, by_partition && t->replica_groups ? t->replica_groups->groups
+                                                   : std::vector<std::vector<int64_t>>{});
+  if (!proof.proven) {
+    return absl::StrFormat("scale '%s' is not proven the same within each exchange group (%s)",
+                           dq->scale->name(), proof.why);
+  }
+  std::vector<std::string> assumed;
+  for (const HloInstruction* p : proof.unannotated_parameters) assumed.push_back(p->name());
+  if (!assumed.empty()) {
+    src->assumed = absl::StrCat("parameter(s) ", absl::StrJoin(assumed, ", "),
+                                " without sharding taken as replicated (XLA's SPMD semantics)");
   }
   src->dq = *dq;
   src->ops.assign(down.rbegin(), down.rend());
@@ -325,6 +368,7 @@ struct Applied {
   int64_t q0 = 0;
   std::string wire;      // element type the chunks exchange
   std::string fp8_note;  // why an FP8 operand still travels wide ("" if not applicable)
+  std::string fp8_assumed;  // what the FP8 exchange's scale proof assumed ("" if nothing)
 };
 
 // A partial all-to-all: T's attributes, a new operand and shape, split dim s, a fresh channel.
@@ -360,16 +404,37 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
   HloComputation* comp = d->parent();
   const std::string d_name = d->name(), t_name = t->name();
   Applied out;
-  // Move the layout chain before the exchange: it now runs on the un-exchanged data.
+  // Move the layout chain before the exchange: it now runs on the un-exchanged data. Element-wise
+  // steps are re-applied to each chunk after its exchange (they commute with both).
   HloInstruction* y = t->operand(0);
-  if (!c.chain.empty()) {
-    if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, y); !st.ok()) return st;
-    y = c.chain.back();
+  const bool has_elementwise =
+      std::find(c.per_chunk.begin(), c.per_chunk.end(), true) != c.per_chunk.end();
+  // (op, index of the chain value among its operands)
+  std::vector<std::pair<HloInstruction*, int64_t>> elementwise;
+  if (!has_elementwise) {
+    if (!c.chain.empty()) {
+      if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, y); !st.ok()) return st;
+      y = c.chain.back();
+    }
+  } else {
+    // The layout ops, re-created in order on T's operand in T's element type; the originals
+    // die with the dot.
+    const PrimitiveType tt = t->shape().element_type;
+    for (size_t i = 0; i < c.chain.size(); ++i) {
+      HloInstruction* op = c.chain[i];
+      if (c.per_chunk[i]) {
+        const HloInstruction* prev = i == 0 ? t : c.chain[i - 1];
+        elementwise.push_back({op, op->operand(0) == prev ? 0 : 1});
+        continue;
+      }
+      y = comp->AddInstruction(op->CloneWithNewOperands(op->shape().WithElementType(tt), {y}));
+    }
   }
   Fp8Source fp8;
   bool from_fp8 = false;
-  out.fp8_note = FindFp8Source(y, &fp8, &from_fp8);
+  out.fp8_note = FindFp8Source(y, t, &fp8, &from_fp8);
   const bool exchange_fp8 = from_fp8 && out.fp8_note.empty();
+  if (exchange_fp8) out.fp8_assumed = fp8.assumed;
   HloInstruction* src = y;
   if (exchange_fp8) {
     src = fp8.dq.q;
@@ -392,6 +457,19 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
     HloInstruction* av = a;
     if (exchange_fp8) {
       av = BuildDequantize(comp, a, fp8.dq.scale, fp8.dq.is_divide, fp8.dq.wide_type, a->shape());
+    }
+    for (const auto& [op, at] : elementwise) {
+      const Shape out = av->shape().WithElementType(op->shape().element_type);
+      if (op->opcode() == HloOpcode::kConvert) {
+        av = comp->AddInstruction(op->CloneWithNewOperands(out, {av}));
+        continue;
+      }
+      const HloInstruction* b = op->operand(1 - at);
+      HloInstruction* nb = comp->AddInstruction(b->CloneWithNewOperands(
+          out.WithElementType(b->shape().element_type), {b->operand(0)}));
+      av = comp->AddInstruction(
+          op->CloneWithNewOperands(out, at == 0 ? std::vector<HloInstruction*>{av, nb}
+                                                : std::vector<HloInstruction*>{nb, av}));
     }
     HloInstruction* rs = SliceDimRange(comp, r, cr, i * step, (i + 1) * step, t,
                                        absl::StrCat(r->name(), ".k", i));
@@ -602,7 +680,12 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
       q.pass = std::string(kName);
       q.location = loc;
       q.what = absl::StrCat("all-to-all '", loc, "'");
-      std::set<const HloInstruction*> seeds;
+      // The candidate's instructions, in a stable order (the all-to-all first).
+      std::vector<const HloInstruction*> seeds;
+      absl::flat_hash_set<const HloInstruction*> seen;
+      auto seed = [&](const HloInstruction* i) {
+        if (seen.insert(i).second) seeds.push_back(i);
+      };
       q.variants.push_back({"without", false, {}});
       std::vector<std::pair<const Candidate*, int64_t>> plan = {{nullptr, 0}};
       std::vector<std::string> nothing;
@@ -610,9 +693,9 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
         const char* tag = c->exchange_first ? "A" : "B";
         absl::StrAppend(&q.what, c->exchange_first ? " -> dot '" : " <- dot '", c->dot->name(),
                         "'");
-        seeds.insert(c->a2a);
-        seeds.insert(c->dot);
-        seeds.insert(c->chain.begin(), c->chain.end());
+        seed(c->a2a);
+        for (const HloInstruction* op : c->chain) seed(op);
+        seed(c->dot);
         std::vector<int64_t> counts = ChunkCounts(c->k, options_.max_chunks);
         if (counts.empty()) {
           nothing.push_back(absl::StrFormat("%s: no chunk count in [2, %d] divides K=%d", tag,
@@ -632,7 +715,7 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
         continue;
       }
       if (q.fallback < 0) q.fallback = 0;
-      q.seeds.assign(seeds.begin(), seeds.end());
+      q.seeds = std::move(seeds);
       CostEstimate e = oracle->Decide(q);
       const int pick = e.chosen >= 0 && e.chosen < static_cast<int>(plan.size()) ? e.chosen : 0;
       if (pick == 0) {
@@ -657,6 +740,9 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
           "(%s); %d all-to-alls in %s, partial dots on operation queues %d..%d; %s",
           dot_name, c.side == 0 ? "lhs" : "rhs", chunks, c.k / chunks, desc, chunks,
           applied->wire, applied->q0, applied->q0 + chunks - 1, decision);
+      if (!applied->fp8_assumed.empty()) {
+        absl::StrAppend(&msg, "; FP8 exchange: ", applied->fp8_assumed);
+      }
       if (!applied->fp8_note.empty()) {
         absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied->fp8_note);
       }
@@ -671,117 +757,6 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
     AddRemark(loc, true, msg);
   }
   return changed;
-}
-
-// ---- finding the structure again ----
-namespace {
-
-bool IsGemmLike(const HloInstruction* i) {
-  if (i->opcode() == HloOpcode::kDot) return true;
-  if (i->opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = i->custom_call_target;
-  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
-}
-
-// The GEMM `x` is the (possibly unpadded / reshaped) result of, or null.
-const HloInstruction* GemmOfResult(const HloInstruction* x) {
-  for (int step = 0; step < 6 && x != nullptr; ++step) {
-    if (IsGemmLike(x)) return x;
-    switch (x->opcode()) {
-      case HloOpcode::kGetTupleElement:
-      case HloOpcode::kSlice:
-      case HloOpcode::kReshape:
-      case HloOpcode::kBitcast:
-      case HloOpcode::kCopy:
-        x = x->operand_count() > 0 ? x->operand(0) : nullptr;
-        break;
-      default:
-        return nullptr;
-    }
-  }
-  return nullptr;
-}
-
-// An all-to-all a GEMM operand reads through layout / dequantization ops (bounded walk).
-const HloInstruction* ExchangeAbove(const HloInstruction* gemm) {
-  std::vector<std::pair<const HloInstruction*, int>> stack;
-  for (const HloInstruction* o : gemm->operands()) stack.push_back({o, 0});
-  while (!stack.empty()) {
-    auto [x, depth] = stack.back();
-    stack.pop_back();
-    if (x->opcode() == HloOpcode::kAllToAll) return x;
-    if (depth >= 8) continue;
-    switch (x->opcode()) {
-      case HloOpcode::kConvert:
-      case HloOpcode::kMultiply:
-      case HloOpcode::kDivide:
-      case HloOpcode::kTranspose:
-      case HloOpcode::kReshape:
-      case HloOpcode::kCopy:
-      case HloOpcode::kBitcast:
-      case HloOpcode::kSlice:
-      case HloOpcode::kPad:
-        for (const HloInstruction* o : x->operands()) stack.push_back({o, depth + 1});
-        break;
-      default:
-        break;
-    }
-  }
-  return nullptr;
-}
-
-int64_t GroupSizeOf(const HloInstruction* a) {
-  if (a->replica_groups && !a->replica_groups->groups.empty()) {
-    return static_cast<int64_t>(a->replica_groups->groups[0].size());
-  }
-  return 0;
-}
-
-}  // namespace
-
-std::vector<AllToAllWindow> FindAllToAllWindows(const HloComputation& computation) {
-  std::vector<AllToAllWindow> out;
-  for (HloInstruction* z : computation.MakeInstructionPostOrder()) {
-    if (!IsBroadcastOfConstant(z, 0.0) || z->opcode() != HloOpcode::kBroadcast) continue;
-    for (HloInstruction* first : z->users()) {
-      if (first->opcode() != HloOpcode::kAdd || first->operand_count() != 2) continue;
-      AllToAllWindow w;
-      int kind = -1;  // 1 = A, 0 = B
-      const HloInstruction* prev = z;
-      const HloInstruction* cur = first;
-      while (true) {
-        const HloInstruction* x = cur->operand(0) == prev ? cur->operand(1) : cur->operand(0);
-        int k = -1;
-        const HloInstruction* a2a = nullptr;
-        const HloInstruction* gemm = nullptr;
-        if (x->opcode() == HloOpcode::kAllToAll && x->operand_count() == 1) {
-          gemm = GemmOfResult(x->operand(0));
-          if (gemm) {
-            k = 0;
-            a2a = x;
-          }
-        } else if ((gemm = GemmOfResult(x)) != nullptr) {
-          a2a = ExchangeAbove(gemm);
-          if (a2a) k = 1;
-        }
-        if (k < 0 || (kind >= 0 && k != kind)) break;
-        kind = k;
-        w.all_to_alls.push_back(a2a);
-        w.gemms.push_back(gemm);
-        w.result = cur;
-        if (cur->user_count() != 1 || cur->IsRoot()) break;
-        const HloInstruction* next = cur->users()[0];
-        if (next->opcode() != HloOpcode::kAdd || next->operand_count() != 2) break;
-        prev = cur;
-        cur = next;
-      }
-      if (w.all_to_alls.size() < 2) continue;
-      w.exchange_first = kind == 1;
-      w.group_size = GroupSizeOf(w.all_to_alls[0]);
-      out.push_back(std::move(w));
-    }
-  }
-  return out;
 }
 
 WEAVE_REGISTER_PASS("all-to-all-windowed-einsum",

@@ -22,8 +22,13 @@
 // extent and c = K / C. The exchanged operand may be either side of the dot (XLA: lhs only).
 // Refused (remark) when s' == cl: chunking the exchanged dim along the contraction pairs blocks
 // of different partitions, so the result would be wrong (XLA does not check this).
+// The walk from T to D may also pass element-wise steps that only involve scalars (convert, and
+// multiply/divide by a broadcast rank-0 value: the dequantization of an exchange that already
+// carries FP8); they commute with slicing and exchanging, so they are re-applied to each chunk
+// after its all-to-all (the layout ops still move before the exchange, re-created in T's type).
 // FP8: when Y is dequant(q, scale) (analysis/dequantize.h), reached through layout ops, with a
-// scalar scale proven the same on every partition, each chunk exchanges the FP8 slice of q (the
+// scalar scale proven the same within each of T's groups (analysis/replication.h
+// ProveSameWithinGroups), each chunk exchanges the FP8 slice of q (the
 // layout ops re-created in FP8) and is dequantized after its all-to-all, so the chunks travel in
 // FP8 and each partial dot reads dequant(fp8) operands: the fp8-gemm-rewriter turns them into
 // FP8 GEMM custom calls.
@@ -106,20 +111,6 @@ class AllToAllWindowedEinsum : public HloPass {
  private:
   AllToAllWindowedEinsumOptions options_;
 };
-
-// The structure the rewrite leaves, found again in any module (ours or XLA's handler output):
-// an add chain `add(X_{C-1}, ... add(X_0, broadcast(0)))` of C >= 2 chunks where every X_i is an
-// all-to-all of a GEMM (B) or a GEMM (dot or cuBLAS custom call, through get-tuple-element /
-// slice / reshape / bitcast / copy) reading an all-to-all through layout and dequantization ops
-// (A). Used by the compile report ("windowed_loops", kind all-to-all).
-struct AllToAllWindow {
-  bool exchange_first = true;  // A: all-to-all -> dot; B: dot -> all-to-all
-  const HloInstruction* result = nullptr;           // the last add
-  std::vector<const HloInstruction*> all_to_alls;   // one per chunk, in chain order
-  std::vector<const HloInstruction*> gemms;         // one per chunk
-  int64_t group_size = 0;
-};
-std::vector<AllToAllWindow> FindAllToAllWindows(const HloComputation& computation);
 
 // Dimension of `to` that a reshape from `from` leaves intact when it keeps dimension `dim` of
 // `from` whole (same extent, not merged with or split into other non-degenerate dims, as XLA's

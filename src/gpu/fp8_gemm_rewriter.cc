@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,8 +29,91 @@ constexpr int64_t kPadMultiple = 16;      // cuBLASLt FP8: M, N and K multiples 
 constexpr int64_t kMaxBatchProduct = 65535;
 
 double Fp8MaxFinite(PrimitiveType t) {
-  return t == PrimitiveType::F8E4M3FN ? 448.0 : t == PrimitiveType::F8E5M2 ? 57344.0 : 0.0;
+  switch (t) {
+    case PrimitiveType::F8E4M3FN: return 448.0;
+    case PrimitiveType::F8E5M2: return 57344.0;
+    case PrimitiveType::F8E4M3FNUZ: return 240.0;
+    case PrimitiveType::F8E5M2FNUZ: return 57344.0;
+    default: return 0.0;
+  }
 }
+
+bool IsFnuzFp8(PrimitiveType t) {
+  return t == PrimitiveType::F8E4M3FNUZ || t == PrimitiveType::F8E5M2FNUZ;
+}
+bool IsOcpFp8(PrimitiveType t) {
+  return t == PrimitiveType::F8E4M3FN || t == PrimitiveType::F8E5M2;
+}
+
+// The operand pair XLA's GemmRewriter takes on `target`; "" when allowed, else why not.
+std::string Fp8PairRule(const GpuTarget& target, PrimitiveType ta, PrimitiveType tb) {
+  const std::string a(PrimitiveTypeName(ta)), b(PrimitiveTypeName(tb));
+  if (target.HasFnuzFp8()) {
+    if (!IsFnuzFp8(ta) || !IsFnuzFp8(tb)) {
+      return absl::StrCat(a, " x ", b, ": on ", target.Name(),
+                          " (MI300) FP8 GEMMs take f8e4m3fnuz and f8e5m2fnuz operands");
+    }
+    if (ta == PrimitiveType::F8E5M2FNUZ && tb == PrimitiveType::F8E5M2FNUZ) {
+      return "f8e5m2fnuz x f8e5m2fnuz is not supported by hipBLASLt (one operand must be "
+             "f8e4m3fnuz)";
+    }
+    return "";
+  }
+  if (IsFnuzFp8(ta) || IsFnuzFp8(tb)) {
+    return absl::StrCat(a, " x ", b, ": the FNUZ types are ROCm MI300 (gfx942) FP8 formats; ",
+                        target.Name(), " takes f8e4m3fn and f8e5m2 (--gpu-compute-capability=gfx942 "
+                        "targets MI300)");
+  }
+  if (ta == PrimitiveType::F8E5M2 && tb == PrimitiveType::F8E5M2) {
+    return target.rocm ? "f8e5m2 x f8e5m2 is not supported by hipBLASLt"
+                       : "f8e5m2 x f8e5m2 is not supported by cuBLASLt";
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<GpuTarget> GpuTarget::Parse(std::string_view text) {
+  GpuTarget t;
+  if (text.size() > 3 && text.substr(0, 3) == "gfx") {
+    for (char c : text.substr(3)) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) {
+        return absl::InvalidArgumentError(absl::StrCat("bad ROCm arch '", std::string(text), "'"));
+      }
+    }
+    t.rocm = true;
+    t.gfx = std::string(text);
+    return t;
+  }
+  double cc = 0;
+  if (!absl::SimpleAtod(std::string(text), &cc) || !(cc > 0 && cc < 100)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-compute-capability must be like 9.0 (CUDA) or gfx942 (ROCm), got '",
+                     std::string(text), "'"));
+  }
+  t.cuda_cc = cc;
+  return t;
+}
+
+std::string GpuTarget::Name() const {
+  return rocm ? gfx : absl::StrFormat("compute capability %.1f", cuda_cc);
+}
+
+bool GpuTarget::HasFnuzFp8() const { return rocm && gfx == "gfx942"; }
+
+bool GpuTarget::HasOcpFp8() const {
+  if (!rocm) return cuda_cc >= 8.9;
+  return gfx == "gfx950" || gfx == "gfx1200" || gfx == "gfx1201" || gfx == "gfx1250";
+}
+
+int64_t GpuTarget::WorkspaceBytes() const {
+  if (!rocm) return CublasWorkspaceBytes(cuda_cc);
+  if (gfx == "gfx942") return int64_t{76} << 20;
+  if (gfx == "gfx950") return int64_t{64} << 20;
+  return int64_t{4} << 20;
+}
+
+namespace {
 
 int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
   int64_t p = 1;
@@ -194,8 +279,8 @@ OutputPlan PlanOutput(HloInstruction* dot) {
 
 class DotRewriter {
  public:
-  DotRewriter(HloComputation* comp, double cc, XlaBackendConfigVersion schema)
-      : comp_(comp), cc_(cc), schema_(schema) {}
+  DotRewriter(HloComputation* comp, const GpuTarget& target, XlaBackendConfigVersion schema)
+      : comp_(comp), target_(target), schema_(schema) {}
 
   // Returns an empty string on success, else the reason for not rewriting.
   std::string TryRewrite(HloInstruction* dot, std::string* applied_message,
@@ -238,7 +323,7 @@ class DotRewriter {
                    int64_t nb);
 
   HloComputation* comp_;
-  double cc_;
+  const GpuTarget& target_;
   XlaBackendConfigVersion schema_;
   HloInstruction* one_f32_ = nullptr;
   std::map<std::tuple<HloInstruction*, std::vector<int64_t>, std::vector<int64_t>>, Prepared>
@@ -478,13 +563,14 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   if (!MatchFp8Operand(dot->operand(1), &mb, &why)) return "rhs: " + why;
   const PrimitiveType ta = ma.fp8->shape().element_type;
   const PrimitiveType tb = mb.fp8->shape().element_type;
-  if (cc_ < 8.9) {
-    return absl::StrCat("compute capability ", absl::StrFormat("%.1f", cc_),
-                        " is below 8.9: no FP8 GEMM");
+  if (!target_.HasFnuzFp8() && !target_.HasOcpFp8()) {
+    if (!target_.rocm) {
+      return absl::StrCat(target_.Name(), " is below 8.9: no FP8 GEMM");
+    }
+    return absl::StrCat(target_.Name(), " has no FP8 GEMM (XLA: gfx942 for the FNUZ types, "
+                                        "gfx950 and gfx12 for f8e4m3fn/f8e5m2)");
   }
-  if (ta == PrimitiveType::F8E5M2 && tb == PrimitiveType::F8E5M2) {
-    return "f8e5m2 x f8e5m2 is not supported by cuBLASLt";
-  }
+  if (std::string why = Fp8PairRule(target_, ta, tb); !why.empty()) return why;
   for (const Fp8OperandMatch* m : {&ma, &mb}) {
     if (m->kind == Fp8OperandMatch::Kind::kScaled &&
         !(m->scale->shape().IsArray() && m->scale->shape().rank() == 0)) {
@@ -519,6 +605,20 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   const int64_t nb = dd.lhs_batch.empty() ? 0 : 1;
 
   OutputPlan plan = PlanOutput(dot);
+  // An FP8 output the target cannot write stays a convert after the GEMM (XLA: OCP outputs on
+  // CUDA/gfx950/gfx12, FNUZ outputs on gfx942).
+  if (plan.fp8_convert != nullptr &&
+      (target_.HasFnuzFp8() ? !IsFnuzFp8(plan.fp8_type) : !IsOcpFp8(plan.fp8_type))) {
+    plan.fp8_convert = nullptr;
+    plan.fp8_type = PrimitiveType::kInvalid;
+    plan.d_scale = nullptr;
+    plan.amax_reduce = nullptr;
+    plan.folds.erase(std::remove_if(plan.folds.begin(), plan.folds.end(),
+                                    [](const std::string& f) {
+                                      return f == "fp8-output" || f == "amax";
+                                    }),
+                     plan.folds.end());
+  }
 
   // ---- operands: FP8 value, movable ops, canonical TN form, padding.
   const Prepared pa = Prepare(dot->operand(0), ma, dd.lhs_batch, dd.lhs_contracting, nb);
@@ -563,7 +663,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   }
   std::vector<Shape> results = {d_shape};
   if (plan.amax_reduce != nullptr) results.push_back(Shape::Scalar(PrimitiveType::F32));
-  Shape ws(PrimitiveType::S8, {CublasWorkspaceBytes(cc_)});
+  Shape ws(PrimitiveType::S8, {target_.WorkspaceBytes()});
   ws.SetDefaultLayout();
   results.push_back(ws);
   HloInstruction* call = Add(HloOpcode::kCustomCall, Shape::Tuple(results), operands,
@@ -636,7 +736,7 @@ int64_t CublasWorkspaceBytes(double compute_capability) {
 absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
   bool changed = false;
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    DotRewriter rewriter(comp, compute_capability_, backend_config_);
+    DotRewriter rewriter(comp, target_, backend_config_);
     std::vector<HloInstruction*> dead;
     for (HloInstruction* instr : comp->MakeInstructionPostOrder()) {
       if (instr->opcode() != HloOpcode::kDot) continue;
@@ -656,15 +756,11 @@ absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
 
 namespace {
 absl::StatusOr<std::unique_ptr<HloPass>> MakeFp8GemmRewriter(const PassOptions& options) {
-  absl::StatusOr<double> cc = options.GetDouble("gpu-compute-capability", 9.0);
-  if (!cc.ok()) return cc.status();
-  if (!(*cc > 0 && *cc < 100)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu-compute-capability must be like 9.0, got ", *cc));
-  }
+  auto target = GpuTarget::Parse(options.GetString("gpu-compute-capability", "9.0"));
+  if (!target.ok()) return target.status();
   auto schema = XlaBackendConfigVersionFromOptions(options);
   if (!schema.ok()) return schema.status();
-  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(*cc, *schema));
+  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(*target, *schema));
 }
 }  // namespace
 

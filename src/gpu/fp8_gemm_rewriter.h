@@ -24,20 +24,43 @@
 //   padding does not block these folds: the slice is applied to the folded result.
 //
 // Options (PassOptions): `gpu-compute-capability` (default 9.0; below 8.9 nothing is rewritten
-// and each FP8 dot gets a remark); `xla-backend-config` (2024|2025|2026, default 2026: the
+// and each FP8 dot gets a remark; a ROCm arch such as gfx942 selects the ROCm rules, GpuTarget); `xla-backend-config` (2024|2025|2026, default 2026: the
 // GpuBackendConfig schema of the call's backend_config).
 // Constraints (each failure is a remark on the dot): operand types E4M3FN or E5M2 but not
-// E5M2 x E5M2; scalar scales; dot output bf16/f16/f32; no matrix-vector dot; batch product
+// E5M2 x E5M2 (CUDA, ROCm gfx950/gfx12), or E4M3FNUZ or E5M2FNUZ but not E5M2FNUZ x E5M2FNUZ
+// (ROCm gfx942), as XLA allows them; scalar scales; dot output bf16/f16/f32; no matrix-vector dot; batch product
 // <= 65535; batch dims the same count on both sides.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "absl/status/statusor.h"
 #include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
+
+// The GPU the FP8 GEMMs are for, as XLA's GemmRewriter distinguishes them: a CUDA compute
+// capability major.minor (FP8 from 8.9 = Ada; E4M3FN and E5M2 operands), or a ROCm gfx arch
+// (gfx942 = MI300: the FNUZ types f8e4m3fnuz and f8e5m2fnuz; gfx950, gfx1200, gfx1201, gfx1250:
+// E4M3FN and E5M2; others: no FP8 GEMM). Source: XLA gemm_rewriter.cc and
+// rocm_compute_capability.h (has_nanoo_fp8_support / has_ocp_fp8_support).
+struct GpuTarget {
+  bool rocm = false;
+  double cuda_cc = 9.0;  // CUDA only
+  std::string gfx;       // ROCm only, e.g. "gfx942"
+
+  // "9.0" (CUDA) or "gfx942" (ROCm); InvalidArgument otherwise.
+  static absl::StatusOr<GpuTarget> Parse(std::string_view text);
+  std::string Name() const;  // "compute capability 9.0" / "gfx942"
+  bool HasFnuzFp8() const;   // FNUZ FP8 GEMMs (MI300)
+  bool HasOcpFp8() const;    // E4M3FN / E5M2 FP8 GEMMs
+  // Workspace XLA gives a cuBLASLt/hipBLASLt call: 32 MiB from Hopper, 76 MiB gfx942,
+  // 64 MiB gfx950, else 4 MiB (XLA GemmConfig::k*Workspace).
+  int64_t WorkspaceBytes() const;
+};
 
 class Fp8GemmRewriter : public HloPass {
  public:
@@ -46,7 +69,11 @@ class Fp8GemmRewriter : public HloPass {
   // written in (passes/gpu_backend_config.h; option `xla-backend-config`, default 2026).
   explicit Fp8GemmRewriter(double compute_capability = 9.0,
                            XlaBackendConfigVersion backend_config = kDefaultXlaBackendConfig)
-      : compute_capability_(compute_capability), backend_config_(backend_config) {}
+      : backend_config_(backend_config) {
+    target_.cuda_cc = compute_capability;
+  }
+  Fp8GemmRewriter(GpuTarget target, XlaBackendConfigVersion backend_config)
+      : target_(std::move(target)), backend_config_(backend_config) {}
   std::string_view name() const override { return "fp8-gemm-rewriter"; }
   // Rewrites every matching dot in every computation (entry and while bodies alike). Returns
   // whether anything changed. Errors only on internal inconsistencies (e.g. a malformed module
@@ -54,7 +81,7 @@ class Fp8GemmRewriter : public HloPass {
   absl::StatusOr<bool> Run(HloModule* module) override;
 
  private:
-  double compute_capability_;
+  GpuTarget target_;
   XlaBackendConfigVersion backend_config_;
 };
 

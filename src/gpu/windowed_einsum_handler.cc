@@ -1,10 +1,12 @@
 #include "gpu/windowed_einsum_handler.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "gpu/windowed_einsum_handler_internal.h"
 
 namespace weave {
@@ -61,10 +63,13 @@ absl::StatusOr<bool> Handler::RunOnComputation(HloComputation* comp) {
   std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
   for (HloInstruction* i : order) {
     if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
-    if (i->opcode() == HloOpcode::kAllGather) gathers.push_back(i);
+    if (i->opcode() == HloOpcode::kAllGather || i->opcode() == HloOpcode::kAllGatherDone) {
+      gathers.push_back(i);
+    }
   }
   if (whiles.empty() && gathers.empty()) return false;
   rename_.clear();
+  shifted_.clear();
   auto changed_or = RunOnLoops(comp, whiles, gathers, order);
   if (!changed_or.ok()) return changed_or.status();
   if (*changed_or) {
@@ -84,6 +89,21 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
   for (size_t i = 0; i < order.size(); ++i) position_[order[i]] = static_cast<int64_t>(i);
 
   bool changed = false;
+  // Each step leaves a valid loop; if a later step no longer recognises it (a form the matcher
+  // does not know), the loop keeps what was done so far and a remark says which steps were left
+  // out, never an internal error: the pass does not stop half way.
+  auto rematch = [&](HloInstruction* w, const char* after,
+                     const char* left_out) -> std::optional<WindowedLoop> {
+    std::string why;
+    auto L = MatchWindowedLoop(w, &why);
+    if (!L) {
+      remark_(w->name(), false,
+              absl::StrCat("loop no longer recognised after ", after, " (", why, "); ", left_out,
+                           " left out for this loop"));
+    }
+    return L;
+  };
+
   std::vector<HloInstruction*> loops;  // recognised
   for (HloInstruction* w : whiles) {
     std::string why;
@@ -93,8 +113,8 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
       continue;
     }
     EnsureUnshared(w);
-    L = MatchWindowedLoop(w, &why);
-    if (!L) return absl::InternalError("loop changed while unsharing its computations");
+    L = rematch(w, "unsharing its computations", "every step");
+    if (!L) continue;
     analysis_(w->name(), "recognised: " + L->ToString());
     std::string msg;
     auto r = ShiftFp8(*L, &msg);
@@ -110,17 +130,27 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
   changed |= *cached;
 
   for (HloInstruction* w : loops) {
-    auto L = MatchWindowedLoop(w);
-    if (!L) return absl::InternalError("loop no longer recognised after caching");
+    auto L = rematch(w, "the FP8 shift and the cache", "unrolling and streams");
+    if (!L) continue;
     if (unroll_ && L->layout != WindowedLoopLayout::kFullyUnrolled) {
       std::string msg;
       auto r = Unroll(*L, &msg);
       if (!r.ok()) return r.status();
       remark_(w->name(), *r, msg);
       changed |= *r;
-      std::string why;
-      L = MatchWindowedLoop(w, &why);
-      if (!L) return absl::InternalError("loop no longer recognised after unrolling: " + why);
+      L = rematch(w, "unrolling", "streams");
+      if (!L) continue;
+    }
+    {
+      std::string msg;
+      auto r = CollectPartials(*L, &msg);
+      if (!r.ok()) return r.status();
+      if (!msg.empty()) remark_(w->name(), *r, msg);
+      if (*r) {
+        changed = true;
+        L = rematch(w, "collecting the partial products", "streams");
+        if (!L) continue;
+      }
     }
     std::string msg;
     auto r = AnnotateStreams(*L, &msg);

@@ -65,14 +65,16 @@ HloInstruction* Handler::BlockOffset(const WindowedDot& d, int64_t w, int64_t di
 
 // Checks that `ag` gathers, on every partition, exactly the shards the loop visits, at the block
 // offsets the loop uses. Returns "" when it does, else the reason.
-std::string Handler::MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use) {
+std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& L,
+                                    CacheUse* use) {
   const int64_t w = L.windowed_operand;
   const Shape& shard = L.while_instr->shape().tuple_shapes[w];
-  if (ag->operand_count() != 1 || ag->dimensions.size() != 1) {
+  const HloInstruction* ag = GatherAttributes(result);  // all-gather, or all-gather-start
+  if (ag == nullptr || ag->operand_count() != 1 || ag->dimensions.size() != 1) {
     return "not a single-operand all-gather with one dimension";
   }
   const int64_t dim = ag->dimensions[0];
-  const Shape& out = ag->shape();
+  const Shape& out = result->shape();
   if (!out.IsArray() || out.rank() != shard.rank() || dim < 0 || dim >= shard.rank()) {
     return "gathered shape does not match the loop's windowed operand";
   }
@@ -175,7 +177,7 @@ std::string Handler::MatchAllGather(HloInstruction* ag, const WindowedLoop& L, C
                              seen[p].size(), gsize);
     }
   }
-  use->all_gather = ag;
+  use->all_gather = result;
   use->dim = dim;
   return "";
 }
@@ -251,27 +253,9 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
 
   // After the loop: the cache (dequantized in the FP8 case) replaces the all-gathers.
   HloInstruction* cache = AddGte(comp, w, n, "cache_out");
-  std::vector<std::pair<const DequantMatch*, HloInstruction*>> dequants;
   int64_t rewired = 0;
   std::vector<std::string> kept;
   for (CacheUse& u : uses) {
-    HloInstruction* value = cache;
-    if (u.dequant) {
-      HloInstruction* found = nullptr;
-      for (auto& [dm, v] : dequants) {
-        if (dm->scale == u.dequant->scale && dm->is_divide == u.dequant->is_divide &&
-            dm->wide_type == u.dequant->wide_type) {
-          found = v;
-        }
-      }
-      if (found == nullptr) {
-        found = BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
-                                u.dequant->wide_type, u.all_gather->shape(),
-                                u.dequant->broadcast->dimensions);
-        dequants.push_back({&*u.dequant, found});
-      }
-      value = found;
-    }
     std::vector<HloInstruction*> readers;
     for (HloInstruction* r : u.all_gather->users()) {
       if (IsAncestorOfWhile(r, w)) {
@@ -282,10 +266,18 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     }
     rewired += static_cast<int64_t>(readers.size());
     const bool was_root = u.all_gather->IsRoot();
-    if (!readers.empty()) {
-      if (auto s = u.all_gather->ReplaceUsesWith(readers, value); !s.ok()) return s;
+    // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
+    // that the FP8 GEMM rewriter folds it into that reader's GEMM.
+    auto value_for = [&]() {
+      if (!u.dequant) return cache;
+      return BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
+                             u.dequant->wide_type, u.all_gather->shape(),
+                             u.dequant->broadcast->dimensions);
+    };
+    for (HloInstruction* r : readers) {
+      if (auto s = u.all_gather->ReplaceUsesWith({r}, value_for()); !s.ok()) return s;
     }
-    if (was_root) comp->set_root(value);
+    if (was_root) comp->set_root(value_for());
     const std::string& ag_name = u.all_gather->name();
     remark_(ag_name, true,
             absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
@@ -308,81 +300,124 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
                                                 const std::vector<HloInstruction*>& loops,
                                                 const std::vector<HloInstruction*>& gathers) {
   bool changed = false;
-  // All-gathers: which loop, if any, already circulates the gathered value.
-  absl::flat_hash_map<HloInstruction*, HloInstruction*> by_value;  // loop operand -> while
+  // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
+  //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
+  struct Circulated {
+    HloInstruction* loop = nullptr;
+    std::optional<DequantMatch> dequant;  // set: the all-gather reads the value dequantized
+  };
+  // A value may circulate in several loops (e.g. gathered on two dims): all are candidates.
+  absl::flat_hash_map<HloInstruction*, std::vector<Circulated>> by_value;
   std::unordered_map<HloInstruction*, WindowedLoop> matched;
   for (HloInstruction* w : loops) {
     auto L = MatchWindowedLoop(w);
-    if (!L) return absl::InternalError("loop no longer recognised after the FP8 shift");
+    if (!L) continue;  // the driver says so when it matches the loop again
     if (L->kind == WindowedLoopKind::kAllGather) {
-      by_value.emplace(L->init->operand(L->windowed_operand), w);
+      by_value[L->init->operand(L->windowed_operand)].push_back(Circulated{w, std::nullopt});
+      if (auto it = shifted_.find(w); it != shifted_.end()) {
+        const int64_t j = L->windowed_operand;
+        by_value[it->second.wide[j]].push_back(Circulated{w, it->second.dq[j]});
+      }
     }
     matched.emplace(w, std::move(*L));
   }
+
+  // 2. Each all-gather (also the async all-gather-start/-done pair): the loops that circulate its
+  //    value, then, for the first that fits, the proof that the loop visits exactly the gathered
+  //    blocks (MatchAllGather) and that a dequantization after the loop gives what each
+  //    partition gathered.
   std::map<int64_t, std::pair<HloInstruction*, std::vector<CacheUse>>> caches;  // by position
   for (HloInstruction* ag : gathers) {
-    if (ag->operand_count() != 1) {
+    const HloInstruction* attrs = GatherAttributes(ag);
+    if (attrs == nullptr || attrs->operand_count() != 1) {
       remark_(ag->name(), false, "not cached: not a single-operand all-gather");
       continue;
     }
-    HloInstruction* x = ag->operand(0);
-    CacheUse use;
-    HloInstruction* w = nullptr;
-    if (auto it = by_value.find(x); it != by_value.end()) {
-      w = it->second;
-    } else if (auto m = MatchDequantize(x)) {
-      auto it2 = by_value.find(m->q);
-      if (it2 != by_value.end()) {
-        const WindowedLoop& L = matched.at(it2->second);
-        if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
-          remark_(ag->name(), false, "not cached: gathers a dequantization of the loop's FP8 "
-                                     "operand, but the loop circulates it wide");
-          continue;
+    HloInstruction* x = attrs->operand(0);
+    // Candidates: (loop, dequantization the all-gather reads, if any).
+    std::vector<Circulated> candidates;
+    std::vector<std::string> reasons;
+    if (auto it = by_value.find(x); it != by_value.end()) candidates = it->second;
+    if (auto m = MatchDequantize(x)) {
+      if (auto it2 = by_value.find(m->q); it2 != by_value.end()) {
+        for (const Circulated& c : it2->second) {
+          if (c.dequant) continue;
+          const WindowedLoop& L = matched.at(c.loop);
+          if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
+            reasons.push_back("not cached: gathers a dequantization of the loop's FP8 operand, "
+                              "but the loop circulates it wide");
+            continue;
+          }
+          if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+            reasons.push_back("not cached: its dequantization has no scalar scale or no "
+                              "bf16/f16/f32 wide type");
+            continue;
+          }
+          candidates.push_back(Circulated{c.loop, *m});
         }
-        std::string why;
-        if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
-          remark_(ag->name(), false, "not cached: its dequantization has no scalar scale or no "
-                                     "bf16/f16/f32 wide type");
-          continue;
-        }
-        if (!IsSameOnAllPartitions(m->scale, &why)) {
-          remark_(ag->name(), false,
-                  absl::StrCat("not cached: the scale '", m->scale->name(),
-                               "' of the gathered dequantization is not proven the same on every "
-                               "partition (", why, ")"));
-          continue;
-        }
-        use.dequant = *m;
-        w = it2->second;
       }
     }
-    if (w == nullptr) {
+    if (candidates.empty() && reasons.empty()) {
       remark_(ag->name(), false,
               absl::StrCat("not cached: no windowed einsum loop in '", comp->name(),
                            "' circulates the gathered value '", x->name(), "'"));
       continue;
     }
-    const WindowedLoop& L = matched.at(w);
-    if (L.cache_index) {
-      remark_(ag->name(), false,
-              absl::StrCat("not cached: loop '", w->name(), "' already has a cache (tuple index ",
-                           *L.cache_index, ")"));
-      continue;
+    HloInstruction* w = nullptr;
+    CacheUse use;
+    for (const Circulated& c : candidates) {
+      const WindowedLoop& L = matched.at(c.loop);
+      CacheUse trial;
+      trial.dequant = c.dequant;
+      if (L.cache_index) {
+        reasons.push_back(absl::StrCat("not cached: loop '", c.loop->name(),
+                                       "' already has a cache (tuple index ", *L.cache_index, ")"));
+        continue;
+      }
+      if (std::string why = MatchAllGather(ag, L, &trial); !why.empty()) {
+        reasons.push_back(absl::StrCat("not cached in loop '", c.loop->name(), "': ", why));
+        continue;
+      }
+      auto planned = caches.find(position_.at(c.loop));
+      if (planned != caches.end() && !planned->second.second.empty() &&
+          planned->second.second[0].dim != trial.dim) {
+        reasons.push_back(absl::StrCat("not cached: loop '", c.loop->name(),
+                                       "' already serves an all-gather on another dim"));
+        continue;
+      }
+      if (trial.dequant) {
+        // Each partition gathered its neighbours' shards dequantized with their own scales;
+        // the cache is dequantized after the loop with the local one: they must agree within
+        // each group of the all-gather (the ring's groups, checked above).
+        ReplicationProof proof = ProveSameWithinGroups(trial.dequant->scale, GatherGroups(attrs));
+        if (!proof.proven) {
+          reasons.push_back(absl::StrCat("not cached: the scale '", trial.dequant->scale->name(),
+                                         "' of the gathered dequantization is not proven the "
+                                         "same on every partition of the all-gather's groups (",
+                                         proof.why, ")"));
+          continue;
+        }
+        if (std::string note = UnannotatedNote(proof); !note.empty()) {
+          analysis_(ag->name(), absl::StrCat("the scale '", trial.dequant->scale->name(),
+                                             "' of the gathered dequantization agrees within "
+                                             "each all-gather group: ",
+                                             note));
+        }
+      }
+      w = c.loop;
+      use = trial;
+      break;
     }
-    std::string why = MatchAllGather(ag, L, &use);
-    if (!why.empty()) {
-      remark_(ag->name(), false, absl::StrCat("not cached in loop '", w->name(), "': ", why));
+    if (w == nullptr) {
+      remark_(ag->name(), false, absl::StrJoin(reasons, "; "));
       continue;
     }
     auto& entry = caches[position_.at(w)];
     entry.first = w;
-    if (!entry.second.empty() && entry.second[0].dim != use.dim) {
-      remark_(ag->name(), false, "not cached: another all-gather of this loop gathers on another "
-                                 "dim");
-      continue;
-    }
     entry.second.push_back(use);
   }
+
+  // 3. One cache per loop, shared by its all-gathers.
   for (auto& [pos, entry] : caches) {
     HloInstruction* w = entry.first;
     std::string msg;
@@ -392,6 +427,21 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     changed |= *r;
   }
   return changed;
+}
+
+const HloInstruction* GatherAttributes(const HloInstruction* ag) {
+  if (ag->opcode() == HloOpcode::kAllGather) return ag;
+  if (ag->opcode() == HloOpcode::kAllGatherDone && ag->operand_count() == 1 &&
+      ag->operand(0)->opcode() == HloOpcode::kAllGatherStart &&
+      ag->operand(0)->user_count() == 1) {
+    return ag->operand(0);
+  }
+  return nullptr;
+}
+
+std::vector<std::vector<int64_t>> Handler::GatherGroups(const HloInstruction* ag) const {
+  if (ag->replica_groups && !ag->replica_groups->groups.empty()) return ag->replica_groups->groups;
+  return {};  // one group of every partition
 }
 
 }  // namespace weave::handler_internal

@@ -3,23 +3,34 @@
 // while`; the ring carries FP8 and every other reader inside the body reads a fresh dequantization.
 #include "gpu/windowed_einsum_handler_internal.h"
 
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "analysis/replication.h"
 
 namespace weave::handler_internal {
 
 namespace {
 
+// XLA's AreValidF8InputTypes (windowed_einsum_handler.cc): the pairs its GEMM rewriter turns into
+// an FP8 GEMM, at most one E5M2 operand, OCP and FNUZ (ROCm) types not mixed.
+constexpr char kAllowedFp8Pairs[] =
+    "E4M3FNxE4M3FN, E4M3FNxE5M2, E5M2xE4M3FN, E4M3FNUZxE4M3FNUZ, E4M3FNUZxE5M2FNUZ, E5M2FNUZxE4M3FNUZ";
 bool AllowedFp8Pair(PrimitiveType a, PrimitiveType b) {
-  auto ok = [](PrimitiveType t) {
-    return t == PrimitiveType::F8E4M3FN || t == PrimitiveType::F8E5M2;
-  };
-  return ok(a) && ok(b) && !(a == PrimitiveType::F8E5M2 && b == PrimitiveType::F8E5M2);
+  using T = PrimitiveType;
+  return (a == T::F8E4M3FN && (b == T::F8E4M3FN || b == T::F8E5M2)) ||
+         (a == T::F8E5M2 && b == T::F8E4M3FN) ||
+         (a == T::F8E4M3FNUZ && (b == T::F8E4M3FNUZ || b == T::F8E5M2FNUZ)) ||
+         (a == T::F8E5M2FNUZ && b == T::F8E4M3FNUZ);
 }
 
 // Why `v` (a loop operand) is not dequant(fp8, scale), in a few words for a remark.
@@ -43,7 +54,93 @@ std::string WhyNotDequantize(HloInstruction* v) {
                       ", not convert(FP8) scaled by a broadcast scale");
 }
 
+// The data-movement ops the shift looks through between a dequantization and the loop: XLA's
+// handler takes bitcast, broadcast, copy, reshape and transpose (XLA PR 16893); Weave also takes
+// slice. They move elements without arithmetic, so they commute with a scalar scaling:
+// view(dequant(q, s)) == dequant(view(q), s).
+bool IsLookThroughView(const HloInstruction* v) {
+  switch (v->opcode()) {
+    case HloOpcode::kBitcast:
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kCopy:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+      return v->operand_count() == 1 && v->shape().IsArray() && v->operand(0)->shape().IsArray() &&
+             v->shape().element_type == v->operand(0)->shape().element_type;
+    default:
+      return false;
+  }
+}
+
+// dequant(q, s) seen through views: `views` lists them from the dequantization outwards.
+struct ViewedDequant {
+  DequantMatch dq;
+  std::vector<HloInstruction*> views;
+};
+
+std::optional<ViewedDequant> MatchViewedDequant(HloInstruction* v, HloInstruction** stop) {
+  ViewedDequant r;
+  while (IsLookThroughView(v)) {
+    r.views.push_back(v);
+    v = v->operand(0);
+  }
+  *stop = v;
+  auto m = MatchDequantize(v);
+  if (!m) return std::nullopt;
+  r.dq = *m;
+  std::reverse(r.views.begin(), r.views.end());
+  return r;
+}
+
+std::string ViewNames(const std::vector<HloInstruction*>& views) {
+  std::vector<std::string> names;
+  for (const HloInstruction* v : views) {
+    names.push_back(absl::StrCat(std::string(HloOpcodeString(v->opcode())), " '", v->name(), "'"));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+// The partitions each ring of `pairs` connects (its cycles); a partition no pair names is a
+// group of its own.
+std::vector<std::vector<int64_t>> RingGroups(const std::vector<std::pair<int64_t, int64_t>>& pairs,
+                                             int64_t num_partitions) {
+  std::vector<int64_t> parent(static_cast<size_t>(std::max<int64_t>(num_partitions, 1)));
+  for (size_t i = 0; i < parent.size(); ++i) parent[i] = static_cast<int64_t>(i);
+  std::function<int64_t(int64_t)> find = [&](int64_t x) {
+    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    return x;
+  };
+  for (const auto& [a, b] : pairs) {
+    if (a < 0 || b < 0 || a >= static_cast<int64_t>(parent.size()) ||
+        b >= static_cast<int64_t>(parent.size())) {
+      continue;
+    }
+    parent[static_cast<size_t>(find(a))] = find(b);
+  }
+  std::map<int64_t, std::vector<int64_t>> by_root;
+  for (int64_t p = 0; p < static_cast<int64_t>(parent.size()); ++p) by_root[find(p)].push_back(p);
+  std::vector<std::vector<int64_t>> groups;
+  for (auto& [root, g] : by_root) groups.push_back(std::move(g));
+  return groups;
+}
+
 }  // namespace
+
+std::string UnannotatedNote(const ReplicationProof& proof) {
+  std::vector<std::string> names;
+  for (const HloInstruction* p : proof.unannotated_parameters) names.push_back("'" + p->name() + "'");
+  if (names.empty()) return "";
+  return absl::StrCat("entry parameter", names.size() == 1 ? " " : "s ", absl::StrJoin(names, ", "),
+                      names.size() == 1 ? " has" : " have",
+                      " no sharding and count", names.size() == 1 ? "s" : "",
+                      " as replicated (XLA's SPMD partitioner gives every unannotated instruction "
+                      "a replicated sharding)");
+}
+
+std::vector<std::vector<int64_t>> Handler::LoopRingGroups(const WindowedLoop& L) const {
+  return RingGroups(L.source_target_pairs, module_->num_partitions);
+}
 
 absl::Status Handler::RetypeBranch(HloInstruction* cond, PrimitiveType t) {
   auto& called = *cond->mutable_called_computations();
@@ -72,22 +169,37 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
            (L.scale_index[1] ? std::to_string(*L.scale_index[1]) : std::string("?")) + ")";
     return false;
   }
-  std::optional<DequantMatch> m[2] = {MatchDequantize(init->operand(0)),
-                                      MatchDequantize(init->operand(1))};
-  if (!m[0] && !m[1]) {
+  // Each operand: dequant(q, s), possibly seen through views (§7).
+  std::optional<ViewedDequant> vd[2];
+  HloInstruction* stop[2] = {nullptr, nullptr};
+  for (int j = 0; j < 2; ++j) vd[j] = MatchViewedDequant(init->operand(j), &stop[j]);
+  auto why_not = [&](int j) {
+    std::string s = WhyNotDequantize(stop[j]);
+    if (stop[j] != init->operand(j)) {
+      absl::StrAppend(&s, " (looked through ", ViewNames([&] {
+                        std::vector<HloInstruction*> views;
+                        for (HloInstruction* v = init->operand(j); v != stop[j]; v = v->operand(0)) {
+                          views.push_back(v);
+                        }
+                        return views;
+                      }()),
+                      ")");
+    }
+    return s;
+  };
+  if (!vd[0] && !vd[1]) {
     *msg = absl::StrCat("FP8 shift: operands are not dequantized FP8 values (wide loop): ",
-                        WhyNotDequantize(init->operand(0)), "; ",
-                        WhyNotDequantize(init->operand(1)));
+                        why_not(0), "; ", why_not(1));
     return false;
   }
   for (int j = 0; j < 2; ++j) {
-    if (!m[j]) {
+    if (!vd[j]) {
       *msg = absl::StrCat("FP8 shift not applied: operand ", j, " ('", init->operand(j)->name(),
-                          "') is not a dequantization of an FP8 value: ",
-                          WhyNotDequantize(init->operand(j)));
+                          "') is not a dequantization of an FP8 value: ", why_not(j));
       return false;
     }
   }
+  const DequantMatch* m[2] = {&vd[0]->dq, &vd[1]->dq};
   if (init->user_count() != 1) {
     *msg = absl::StrCat("FP8 shift not applied: the init tuple '", init->name(), "' has ",
                         init->user_count(), " users, not only the while");
@@ -96,8 +208,7 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   if (!AllowedFp8Pair(m[0]->fp8_type, m[1]->fp8_type)) {
     *msg = absl::StrCat("FP8 shift not applied: ", std::string(PrimitiveTypeName(m[0]->fp8_type)),
                         " x ", std::string(PrimitiveTypeName(m[1]->fp8_type)),
-                        " is not a supported FP8 GEMM pair (E4M3FNxE4M3FN, E4M3FNxE5M2, "
-                        "E5M2xE4M3FN)");
+                        " is not a supported FP8 GEMM pair (", kAllowedFp8Pairs, ")");
     return false;
   }
   for (int j = 0; j < 2; ++j) {
@@ -114,14 +225,26 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
       return false;
     }
   }
-  for (int j = 0; j < 2; ++j) {
-    std::string why;
-    if (!IsSameOnAllPartitions(m[j]->scale, &why)) {
+  // Only a scale whose shards travel needs to agree: the windowed operand of an all-gather loop
+  // goes round the ring, and each partition dequantizes its neighbours' shards with its own
+  // scale, so that scale must be the same within each ring group. The stationary operand of an
+  // AG loop and both operands of an RS loop never leave their partition (the RS accumulator
+  // travels already dequantized).
+  std::vector<std::string> notes;
+  if (L.kind == WindowedLoopKind::kAllGather) {
+    const int j = static_cast<int>(L.windowed_operand);
+    ReplicationProof proof = ProveSameWithinGroups(m[j]->scale, LoopRingGroups(L));
+    if (!proof.proven) {
       *msg = absl::StrCat("FP8 shift not applied: the scale of operand ", j, " ('",
                           m[j]->scale->name(),
-                          "') is not proven the same on every partition of the ring (", why,
-                          "); a partition would dequantize a neighbour's shard with its own scale");
+                          "') is not proven the same on every partition of the ring (", proof.why,
+                          "); a partition would dequantize a neighbour's shard with its own scale "
+                          "(the windowed operand's scale travels round the ring with its shards)");
       return false;
+    }
+    if (std::string note = UnannotatedNote(proof); !note.empty()) {
+      analysis_(w->name(), absl::StrCat("the scale '", m[j]->scale->name(), "' of the windowed operand ",
+                                        j, " agrees within each ring group: ", note));
     }
   }
   for (HloInstruction* u : w->users()) {
@@ -177,9 +300,22 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   elems.push_back(m[1]->scale->shape());
   Shape state = Shape::Tuple(elems);
 
+  // The FP8 values the loop receives: q, with the views rebuilt on it in FP8.
+  HloInstruction* fp8_value[2];
+  for (int j = 0; j < 2; ++j) {
+    HloInstruction* cur = m[j]->q;
+    for (HloInstruction* v : vd[j]->views) {
+      std::unique_ptr<HloInstruction> c =
+          v->CloneWithNewOperands(v->shape().WithElementType(fp8[j]), {cur});
+      c->set_name(absl::StrCat(v->name(), ".fp8"));
+      cur = comp->AddInstruction(std::move(c));
+    }
+    fp8_value[j] = cur;
+  }
+  shifted_[w] = ShiftedOperands{init->operand(0), init->operand(1), *m[0], *m[1]};
   std::vector<HloInstruction*> ops = init->operands();
-  ops[0] = m[0]->q;
-  ops[1] = m[1]->q;
+  ops[0] = fp8_value[0];
+  ops[1] = fp8_value[1];
   ops.push_back(m[0]->scale);
   ops.push_back(m[1]->scale);
   if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
@@ -248,6 +384,12 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
       "scales appended at tuple indices %d and %d, ",
       PrimitiveTypeName(fp8[0]), PrimitiveTypeName(fp8[1]), PrimitiveTypeName(m[0]->wide_type),
       PrimitiveTypeName(m[1]->wide_type), n, n + 1);
+  for (int j = 0; j < 2; ++j) {
+    if (!vd[j]->views.empty()) {
+      absl::StrAppend(msg, "operand ", j, " seen through ", ViewNames(vd[j]->views),
+                      " (rebuilt on the FP8 value before the loop), ");
+    }
+  }
   if (L.kind == WindowedLoopKind::kAllGather) {
     absl::StrAppend(msg, permutes, " ring transfer", permutes == 1 ? "" : "s", " now in FP8");
   } else {

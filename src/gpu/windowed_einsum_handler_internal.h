@@ -7,6 +7,8 @@
 //   windowed_einsum_handler_cache.cc     2. serve all-gathers of the windowed operand from a
 //                                           cache filled by the loop (spec §3)
 //   windowed_einsum_handler_unroll.cc    3. full unrolling (spec §5)
+//   windowed_einsum_handler_partials.cc  3b. contracting-dim loops: partial products collected
+//                                           outside the add chain (spec §8)
 //   windowed_einsum_handler_streams.cc   4. compute streams and scheduling hints (spec §4)
 //   windowed_einsum_handler_ir.cc        IR helpers and the per-run state below
 //
@@ -25,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "analysis/dequantize.h"
+#include "analysis/replication.h"
 #include "gpu/windowed_loop.h"
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
@@ -66,11 +69,28 @@ Json ParseConfig(const std::string& text, bool* ok);
 // `operation_queue_id` of a config (string or integer), 0 if absent.
 int64_t QueueIdOf(const Json& j);
 
+// The instruction holding an all-gather's attributes (operand, dimensions, replica groups,
+// channel): the all-gather itself, or for the async form all-gather-done(all-gather-start(x)) the
+// start (when the done is its only user). nullptr for anything else.
+const HloInstruction* GatherAttributes(const HloInstruction* ag);
+
 // True for a pred conditional(c, x, x) whose true branch permutes its parameter once and whose
 // false branch returns it (the rolled ring guard).
 bool IsGuardedPermute(const HloInstruction* u, const HloInstruction* x);
 
 // ---- per-run state ----
+
+// What the FP8 shift replaced in a loop's init tuple: the wide operands (the dequantizations, or
+// views of them) and their dequantizations. All-gathers of those wide values can still be served
+// by the loop's FP8 cache.
+struct ShiftedOperands {
+  HloInstruction* wide[2] = {nullptr, nullptr};
+  DequantMatch dq[2];
+};
+
+// "entry parameters 'x' have no sharding and count as replicated (...)" for the unannotated
+// parameters a replication proof relied on; empty when there are none.
+std::string UnannotatedNote(const ReplicationProof& proof);
 
 // One all-gather the cache (step 2) will serve.
 struct CacheUse {
@@ -106,6 +126,8 @@ class Handler {
   // Step 1, FP8 shift (windowed_einsum_handler_fp8_shift.cc).
   absl::StatusOr<bool> ShiftFp8(const WindowedLoop& L, std::string* msg);
   absl::Status RetypeBranch(HloInstruction* cond, PrimitiveType t);
+  // The groups of partitions the loop's ring connects.
+  std::vector<std::vector<int64_t>> LoopRingGroups(const WindowedLoop& L) const;
 
   // Step 2, activation cache (windowed_einsum_handler_cache.cc): PlanCaches finds, for every
   // all-gather of `gathers`, the loop that circulates the gathered value and checks that the
@@ -116,11 +138,19 @@ class Handler {
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
   HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
   bool IsAncestorOfWhile(HloInstruction* u, HloInstruction* w);
+  // The partition groups of an all-gather (empty: one group of every partition).
+  std::vector<std::vector<int64_t>> GatherGroups(const HloInstruction* ag) const;
   absl::StatusOr<bool> AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
                                 std::string* msg);
 
   // Step 3, unrolling (windowed_einsum_handler_unroll.cc).
   absl::StatusOr<bool> Unroll(const WindowedLoop& L, std::string* msg);
+
+  // Step 3b, contracting-dim loops (windowed_einsum_handler_partials.cc): the partial products
+  // of a fully unrolled AG loop that accumulates into one element are collected in a buffer and
+  // reduced after the loop.
+  absl::StatusOr<bool> CollectPartials(const WindowedLoop& L, std::string* msg);
+  HloComputation* ScalarAddComputation(PrimitiveType t);
 
   // Step 4, streams (windowed_einsum_handler_streams.cc).
   absl::StatusOr<bool> AnnotateStreams(const WindowedLoop& L, std::string* msg);
@@ -142,6 +172,10 @@ class Handler {
   // Outer computation: dead instructions are removed in one sweep at the end (linear), then
   // these instructions get their predecessors' names.
   std::vector<std::pair<HloInstruction*, std::string>> rename_;
+  // Loops the FP8 shift rewrote, with what it replaced (current computation).
+  absl::flat_hash_map<const HloInstruction*, ShiftedOperands> shifted_;
+  // Scalar add computations made for reductions, by type (shared by the whole module).
+  absl::flat_hash_map<PrimitiveType, HloComputation*> add_computations_;
 };
 
 }  // namespace weave::handler_internal

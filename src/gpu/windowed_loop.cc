@@ -598,7 +598,19 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   } else {
     L.layout = WindowedLoopLayout::kOther;
   }
-  L.ring_size = L.trip_count * per_trip;
+  // Blocks visited per trip: one per dot, except when several dots read the same window (every
+  // consumer of an all-gather computed in the ring: windowed-einsum-consumers-in-ring).
+  int64_t steps = per_trip;
+  if (L.kind == WindowedLoopKind::kAllGather) {
+    std::vector<const HloInstruction*> windows;
+    for (const WindowedDot& wd : L.dots) {
+      if (std::find(windows.begin(), windows.end(), wd.window) == windows.end()) {
+        windows.push_back(wd.window);
+      }
+    }
+    steps = static_cast<int64_t>(windows.size());
+  }
+  L.ring_size = L.trip_count * steps;
 
   // Handler layout: FP8 operands with their scales, cache element.
   const PrimitiveType t0 = st.tuple_shapes[0].element_type, t1 = st.tuple_shapes[1].element_type;
@@ -622,7 +634,24 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       if (i == L.scale_index[0] || i == L.scale_index[1]) continue;
       HloInstruction* v = R->operand(i);
       if (v->opcode() != HloOpcode::kDynamicUpdateSlice) continue;
-      while (v->opcode() == HloOpcode::kDynamicUpdateSlice) v = v->operand(0);
+      // A cache stores shards; an element whose updates are GEMM results is an output (e.g. a
+      // consumer computed in the ring by windowed-einsum-consumers-in-ring).
+      bool gemm_results = false;
+      while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
+        const HloInstruction* u = v->operand(1);
+        for (int guard = 0; guard < 8; ++guard) {
+          if (u->opcode() == HloOpcode::kGetTupleElement || u->opcode() == HloOpcode::kBitcast ||
+              u->opcode() == HloOpcode::kReshape || u->opcode() == HloOpcode::kSlice ||
+              u->opcode() == HloOpcode::kConvert) {
+            u = u->operand(0);
+            continue;
+          }
+          break;
+        }
+        gemm_results |= u->opcode() == HloOpcode::kDot || IsGemmCustomCallTarget(*u);
+        v = v->operand(0);
+      }
+      if (gemm_results) continue;
       if (IsGteOf(v, P, i)) {
         L.cache_index = i;
         break;

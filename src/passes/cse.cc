@@ -21,6 +21,19 @@ std::string Key(const HloInstruction* h) {
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       return key;
+    case HloOpcode::kTranspose:
+    case HloOpcode::kCopy:
+    case HloOpcode::kBitcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kConvert:
+    case HloOpcode::kBroadcast: {
+      // The same layout or type change of the same value (e.g. the FP8 GEMM rewriter's
+      // transpose of a loop-invariant weight, once per GEMM of an unrolled loop).
+      if (h->operand_count() != 1) return "";
+      absl::StrAppend(&key, "op:", h->operand(0)->unique_id(), "|dims:");
+      for (int64_t d : h->dimensions) absl::StrAppend(&key, d, ",");
+      return key;
+    }
     case HloOpcode::kConstant: {
       if (!h->literal.has_value() || h->literal->elided) return "";
       const Literal& lit = *h->literal;
@@ -50,7 +63,7 @@ absl::StatusOr<bool> ConstantAndIdCse::Run(HloModule* module) {
   bool changed = false;
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     std::map<std::string, HloInstruction*> first;
-    int64_t constants = 0, ids = 0;
+    int64_t constants = 0, ids = 0, layout = 0;
     const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
     std::set<const HloInstruction*> control_sources;  // someone's control predecessor
     for (const HloInstruction* h : order) {
@@ -63,16 +76,23 @@ absl::StatusOr<bool> ConstantAndIdCse::Run(HloModule* module) {
       auto [it, inserted] = first.emplace(key, h);
       if (inserted) continue;
       const bool is_constant = h->opcode() == HloOpcode::kConstant;
+      const bool is_id = h->opcode() == HloOpcode::kPartitionId ||
+                         h->opcode() == HloOpcode::kReplicaId;
       if (absl::Status st = h->ReplaceAllUsesWith(it->second); !st.ok()) return st;
       if (absl::Status st = comp->RemoveInstruction(h); !st.ok()) return st;
-      (is_constant ? constants : ids) += 1;
+      (is_constant ? constants : is_id ? ids : layout) += 1;
     }
-    if (constants + ids > 0) {
+    if (constants + ids + layout > 0) {
       changed = true;
       AddRemark(comp->name(), true,
                 absl::StrCat("merged ", constants, " duplicate constant",
                              constants == 1 ? "" : "s", " and ", ids,
-                             " duplicate partition-id/replica-id"));
+                             " duplicate partition-id/replica-id",
+                             layout > 0 ? absl::StrCat(" and ", layout,
+                                                       " duplicate layout/type changes of one "
+                                                       "value (transpose, copy, bitcast, reshape, "
+                                                       "convert, broadcast)")
+                                        : ""));
     }
   }
   return changed;

@@ -132,7 +132,8 @@ bool MatchFp8Operand(HloInstruction* operand, Fp8OperandMatch* match, std::strin
   if (!IsDequantizableFp8(t)) {
     if (why) {
       *why = absl::StrCat("'", m.fp8->name(), "' has type ", std::string(PrimitiveTypeName(t)),
-                          "; only f8e4m3fn and f8e5m2 are supported on CUDA");
+                          "; only f8e4m3fn and f8e5m2 (CUDA) and f8e4m3fnuz and f8e5m2fnuz "
+                          "(ROCm) are supported");
     }
     return false;
   }

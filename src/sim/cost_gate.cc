@@ -2,11 +2,15 @@
 #include "sim/cost_gate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "analysis/replication.h"
 #include "hlo/parser.h"
 
 namespace weave::sim {
@@ -129,8 +133,11 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     if (!region.contains(i)) continue;
     for (const HloInstruction* o : i->operands()) {
       if (region.contains(o) || !params.insert(o).second) continue;
+      // A value proven equal on every partition stays so (an FP8 scale must be, for the
+      // quantizer and the FP8 GEMM rewriter to fire on the region as on the module).
       absl::StrAppend(&text, "  %", o->name(), " = ", o->shape().ToString(), " parameter(",
-                      next_param++, ")\n");
+                      next_param++, ")",
+                      IsSameOnAllPartitions(o) ? ", sharding={replicated}" : "", "\n");
     }
     std::unique_ptr<HloInstruction> copy =
         i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
@@ -191,6 +198,10 @@ absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,
     if (*it == pass) continue;
     if (absl::Status st = run(*it, c_.pass_options); !st.ok()) return st;
   }
+  if (!c_.dump_dir.empty() && !dump_name_.empty()) {
+    std::ofstream out(std::filesystem::path(c_.dump_dir) / (dump_name_ + ".hlo"));
+    out << m->ToString();
+  }
   absl::StatusOr<SimResult> r = SimulateModule(*m, c_.system, c_.sim_options);
   if (!r.ok()) return r.status();
   return r->total_us;
@@ -211,6 +222,13 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
     if (it != cache_.end()) {
       out.push_back(it->second);
       continue;
+    }
+    if (!c_.dump_dir.empty()) {
+      std::string label = v.label;
+      for (char& ch : label) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      dump_name_ = absl::StrCat(dumped_++, ".", query.location, ".", label);
     }
     absl::StatusOr<double> us = EstimateVariant(**region, query.pass, v);
     if (!us.ok()) return us.status();

@@ -47,6 +47,9 @@ struct CostGateConfig {
   SimOptions sim_options;
   std::vector<std::string> pipeline;   // the compile pipeline's pass names, in order
   PassOptions pass_options;            // the compile's pass options
+  // When set, every estimated variant is written there as HLO text after the passes
+  // (<n>.<location>.<variant>.hlo, n counting estimates), for `weave simulate` to explain it.
+  std::string dump_dir;
 };
 
 class SimCostOracle : public CostOracle {
@@ -64,6 +67,8 @@ class SimCostOracle : public CostOracle {
  private:
   CostGateConfig c_;
   absl::flat_hash_map<std::string, double> cache_;
+  int64_t dumped_ = 0;
+  std::string dump_name_;  // file name stem of the variant being estimated
 };
 
 }  // namespace weave::sim

@@ -88,16 +88,6 @@ PrimitiveType WiderType(const HloInstruction& instr, int count) {
   return t;
 }
 
-InstrCost GemmCost(const SystemSpec& s, PrimitiveType t, const GemmDims& d) {
-  InstrCost c;
-  c.kind = CostKind::kGemm;
-  c.flops = 2.0 * static_cast<double>(d.batch) * static_cast<double>(d.m) *
-            static_cast<double>(d.n) * static_cast<double>(d.k);
-  c.us = GemmTimeUs(s, t, d.batch, d.m, d.n, d.k);
-  c.fp8 = IsFp8(t);
-  return c;
-}
-
 const HloInstruction* FindInComputation(const HloComputation* comp, HloOpcode op) {
   if (comp == nullptr) return nullptr;
   for (const HloInstruction* i : comp->instructions()) {
@@ -105,6 +95,79 @@ const HloInstruction* FindInComputation(const HloComputation* comp, HloOpcode op
   }
   return nullptr;
 }
+
+// A GEMM reading its operands and writing its result (`bytes`), plus the accumulator when an add
+// is folded into its epilogue (`value` is the instruction holding its result).
+InstrCost GemmCost(const SystemSpec& s, PrimitiveType t, const GemmDims& d, double bytes,
+                   const HloInstruction* value) {
+  InstrCost c;
+  c.kind = CostKind::kGemm;
+  c.flops = 2.0 * static_cast<double>(d.batch) * static_cast<double>(d.m) *
+            static_cast<double>(d.n) * static_cast<double>(d.k);
+  if (value != nullptr && FoldingAdd(value) != nullptr && value->shape().IsArray()) {
+    bytes += ArrayBytes(value->shape());  // beta = 1: the accumulator is read
+  }
+  c.bytes = bytes;
+  c.phases = GemmPhases(s, t, d.batch, d.m, d.n, d.k, bytes);
+  for (const Phase& p : c.phases) c.us += p.work;
+  c.fp8 = IsFp8(t);
+  return c;
+}
+
+// Bytes one SM's share of an element-wise kernel moves before the kernel needs another SM: a
+// kernel smaller than sm_count x this runs on fewer SMs (a scalar index computation on one).
+constexpr double kBytesPerSm = 1 << 20;
+
+// A bandwidth-bound kernel moving `bytes`: it asks for the whole HBM bandwidth and as many SMs
+// as its size fills.
+InstrCost MemoryCost(const SystemSpec& s, double bytes) {
+  InstrCost c;
+  c.kind = CostKind::kMemory;
+  c.bytes = bytes;
+  c.us = MemoryTimeUs(s, bytes);
+  const double sms = static_cast<double>(std::max<int64_t>(s.sm_count, 1));
+  const double sm = std::clamp(std::ceil(bytes / kBytesPerSm) / sms, 1.0 / sms, 1.0);
+  if (c.us > 0) c.phases.push_back({c.us, sm, 1.0});
+  return c;
+}
+
+bool IsGemmValue(const HloInstruction* v, const HloInstruction** gemm) {
+  if (v->opcode() == HloOpcode::kDot) {
+    *gemm = v;
+    return true;
+  }
+  if (v->opcode() == HloOpcode::kFusion && !v->called_computations().empty() &&
+      FindInComputation(v->called_computations()[0], HloOpcode::kDot) != nullptr) {
+    *gemm = v;
+    return true;
+  }
+  if (IsGemmCustomCall(*v) && v->shape().IsArray()) {
+    *gemm = v;
+    return true;
+  }
+  if (v->opcode() == HloOpcode::kGetTupleElement && v->tuple_index == 0 &&
+      v->operand_count() == 1 && IsGemmCustomCall(*v->operand(0))) {
+    *gemm = v->operand(0);
+    return true;
+  }
+  return false;
+}
+
+// Whether `b` is a broadcast of a constant whose every user is an add folding a GEMM (beta = 0:
+// the zero init costs nothing).
+bool IsFoldedZeroInit(const HloInstruction& b) {
+  if (b.opcode() != HloOpcode::kBroadcast || b.operand_count() != 1 ||
+      b.operand(0)->opcode() != HloOpcode::kConstant || b.users().empty()) {
+    return false;
+  }
+  for (const HloInstruction* u : b.users()) {
+    if (u->opcode() != HloOpcode::kAdd || u->operand_count() != 2) return false;
+    const HloInstruction* other = u->operand(0) == &b ? u->operand(1) : u->operand(0);
+    if (FoldingAdd(other) != u) return false;
+  }
+  return true;
+}
+
 
 bool IsFreeCustomCall(std::string_view target) {
   return target == "Sharding" || target == "SPMDFullToShardShape" ||
@@ -201,8 +264,25 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
       if (instr.operand_count() < 2) break;
       GemmDims d = DimsFrom(instr.operand(0)->shape(), out, instr.dot_dims.lhs_batch,
                             instr.dot_dims.lhs_contracting);
-      return GemmCost(s, WiderType(instr, 2), d);
+      return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(out), &instr);
     }
+    case HloOpcode::kAdd:
+      // Folded into the epilogue of the GEMM producing one operand (beta = 1).
+      if (instr.operand_count() == 2 &&
+          (FoldingAdd(instr.operand(0)) == &instr || FoldingAdd(instr.operand(1)) == &instr)) {
+        c.kind = CostKind::kFree;
+        return c;
+      }
+      break;
+    case HloOpcode::kBroadcast:
+      if (instr.operand_count() == 1 && instr.operand(0)->opcode() == HloOpcode::kConstant) {
+        if (IsFoldedZeroInit(instr)) {
+          c.kind = CostKind::kFree;
+          return c;
+        }
+        return MemoryCost(s, out.IsArray() ? ArrayBytes(out) : 0);  // a fill: written only
+      }
+      break;
     case HloOpcode::kCustomCall: {
       if (IsGemmCustomCall(instr) && instr.operand_count() >= 2) {
         const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0]
@@ -227,7 +307,14 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         PrimitiveType t = instr.custom_call_target == "__cublas$lt$matmul$f8"
                               ? PrimitiveType::F8E4M3FN
                               : WiderType(instr, 2);
-        return GemmCost(s, t, d);
+        const HloInstruction* value = &instr;
+        if (out.IsTuple()) {
+          value = nullptr;
+          for (const HloInstruction* u : instr.users()) {
+            if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
+          }
+        }
+        return GemmCost(s, t, d, OperandBytes(instr) + ArrayBytes(result), value);
       }
       if (IsFreeCustomCall(instr.custom_call_target)) {
         c.kind = CostKind::kPassThrough;
@@ -238,16 +325,15 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
     case HloOpcode::kFusion: {
       const HloComputation* fused =
           instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
-      c.kind = CostKind::kMemory;
-      c.bytes = OperandBytes(instr) + ArrayBytes(out);
-      c.us = MemoryTimeUs(s, c.bytes);
+      const double bytes = OperandBytes(instr) + ArrayBytes(out);
       if (const HloInstruction* dot = FindInComputation(fused, HloOpcode::kDot)) {
-        InstrCost g = CostOf(*dot, s, num_partitions, replica_count);
-        g.us = std::max(g.us, c.us);
-        g.bytes = c.bytes;
-        return g;
+        if (dot->operand_count() >= 2) {
+          GemmDims d = DimsFrom(dot->operand(0)->shape(), dot->shape(), dot->dot_dims.lhs_batch,
+                                dot->dot_dims.lhs_contracting);
+          return GemmCost(s, WiderType(*dot, 2), d, bytes, &instr);
+        }
       }
-      return c;
+      return MemoryCost(s, bytes);
     }
     case HloOpcode::kAllGather:
     case HloOpcode::kAllGatherStart:
@@ -331,76 +417,134 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         InstrCost ic = CostOf(*i, s, num_partitions, replica_count);
         if (ic.kind == CostKind::kComm) return ic;
         if (ic.kind == CostKind::kGemm) total.kind = CostKind::kGemm;
+        total.phases.insert(total.phases.end(), ic.phases.begin(), ic.phases.end());
         total.us += ic.us;
         total.flops += ic.flops;
         total.bytes += ic.bytes;
       }
       return total;
     }
-    case HloOpcode::kDynamicUpdateSlice:
-      c.kind = CostKind::kMemory;  // in place: read and write the update
-      c.bytes = instr.operand_count() > 1 ? 2 * ArrayBytes(instr.operand(1)->shape()) : 0;
-      c.us = MemoryTimeUs(s, c.bytes);
-      return c;
+    case HloOpcode::kDynamicUpdateSlice: {
+      // In place: a GEMM's result (its only use) is written by the GEMM into its block of the
+      // buffer (cuBLAS output at an offset, XLA's dynamic-slice fusion); any other update is
+      // read and written once (XLA's in-place dynamic-update-slice fusion).
+      if (instr.operand_count() < 2) break;
+      const HloInstruction* update = instr.operand(1);
+      const HloInstruction* gemm = nullptr;
+      if (update->user_count() == 1 && IsGemmValue(update, &gemm)) {
+        c.kind = CostKind::kFree;
+        return c;
+      }
+      return MemoryCost(s, 2 * ArrayBytes(update->shape()));
+    }
     case HloOpcode::kDynamicSlice:
     case HloOpcode::kSlice:
     case HloOpcode::kGather:
-      c.kind = CostKind::kMemory;
-      c.bytes = 2 * ArrayBytes(out);
-      c.us = MemoryTimeUs(s, c.bytes);
-      return c;
+      return MemoryCost(s, 2 * ArrayBytes(out));
     case HloOpcode::kIota:
-      c.kind = CostKind::kMemory;
-      c.bytes = ArrayBytes(out);
-      c.us = MemoryTimeUs(s, c.bytes);
-      return c;
+      return MemoryCost(s, ArrayBytes(out));
     default:
       break;
   }
   // Every other kernel: bytes of its operands and result over HBM.
-  c.kind = CostKind::kMemory;
-  c.bytes = OperandBytes(instr) + (out.IsArray() ? ArrayBytes(out) : 0);
+  double bytes = OperandBytes(instr) + (out.IsArray() ? ArrayBytes(out) : 0);
   if (out.IsTuple()) {
-    for (const Shape& e : out.tuple_shapes) c.bytes += ArrayBytes(e);
+    for (const Shape& e : out.tuple_shapes) bytes += ArrayBytes(e);
   }
-  c.us = MemoryTimeUs(s, c.bytes);
-  return c;
+  return MemoryCost(s, bytes);
+}
+
+const HloInstruction* FoldingAdd(const HloInstruction* v) {
+  const HloInstruction* gemm = nullptr;
+  if (v == nullptr || !IsGemmValue(v, &gemm) || v->user_count() != 1) return nullptr;
+  const HloInstruction* add = v->users()[0];
+  if (add->opcode() != HloOpcode::kAdd || add->operand_count() != 2 ||
+      add->operand(0) == add->operand(1) || !(add->shape() == v->shape())) {
+    return nullptr;
+  }
+  const HloInstruction* acc = add->operand(0) == v ? add->operand(1) : add->operand(0);
+  if (!(acc->shape() == v->shape())) return nullptr;
+  // add(gemm0, gemm1): the first one folds (its epilogue reads the second's result).
+  const HloInstruction* other_gemm = nullptr;
+  if (add->operand(1) == v && IsGemmValue(acc, &other_gemm) && acc->user_count() == 1) {
+    return nullptr;
+  }
+  return add;
+}
+
+const HloInstruction* FoldingAddOfGemm(const HloInstruction* gemm) {
+  if (gemm->shape().IsTuple()) {
+    for (const HloInstruction* u : gemm->users()) {
+      if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) return FoldingAdd(u);
+    }
+    return nullptr;
+  }
+  return FoldingAdd(gemm);
+}
+
+}  // namespace internal
+
+namespace internal {
+
+std::vector<Phase> GemmPhases(const SystemSpec& s, PrimitiveType t, int64_t batch, int64_t m,
+                              int64_t n, int64_t k, double bytes) {
+  std::vector<Phase> phases;
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return phases;
+  const double rate = s.MatmulTflops(t) * 1e6 * s.gemm.efficiency;  // FLOP per microsecond
+  if (!(rate > 0)) return phases;
+  const double bw = s.hbm_gbps * 1e3 * s.hbm_efficiency;  // bytes per microsecond
+  auto mem_us = [&](double b) { return bw > 0 && b > 0 ? b / bw : 0.0; };
+  const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) *
+                       static_cast<double>(n) * static_cast<double>(k);
+  if (!s.gemm.tiled) {
+    // The closed-form roofline of performance-model.md: FLOPs at the GEMM rate, nothing else.
+    phases.push_back({flops / rate, 1.0, 0.0});
+    return phases;
+  }
+  if (s.gemm.overhead_us > 0) phases.push_back({s.gemm.overhead_us, 0, 0});
+  // One phase of `compute` microseconds on `sm` of the SMs that moves `b` bytes: it takes at
+  // least the memory time, during which it asks for the whole HBM bandwidth.
+  auto add = [&](double compute, double sm, double b) {
+    double mem = mem_us(b);
+    double work = std::max(compute, mem);
+    if (work > 0) phases.push_back({work, sm, work > 0 ? mem / work : 0});
+  };
+  // Output tiles, each dim padded to the 16-element MMA granule when smaller than the tile;
+  // K padded to whole k-blocks.
+  auto tile = [](int64_t dim, int64_t t) {
+    int64_t r = (dim + 15) / 16 * 16;
+    return std::max<int64_t>(1, std::min(t, r));
+  };
+  const int64_t tm = tile(m, s.gemm.tile_m), tn = tile(n, s.gemm.tile_n);
+  const int64_t tk = std::max<int64_t>(1, s.gemm.tile_k);
+  const double kp = std::ceil(static_cast<double>(k) / static_cast<double>(tk)) *
+                    static_cast<double>(tk);
+  const double tiles = static_cast<double>(batch) *
+                       std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
+                       std::ceil(static_cast<double>(n) / static_cast<double>(tn));
+  const double sms = static_cast<double>(std::max<int64_t>(s.sm_count, 1));
+  // One tile on one SM: the SM's share of the GPU's rate.
+  const double tau = 2.0 * static_cast<double>(tm) * static_cast<double>(tn) * kp / (rate / sms);
+  const double full = std::floor(tiles / sms);
+  const double last = tiles - full * sms;
+  const double bytes_per_tile = bytes / tiles;
+  if (full > 0) add(full * tau, 1.0, full * sms * bytes_per_tile);
+  if (last > 0) add(tau, last / sms, last * bytes_per_tile);
+  return phases;
 }
 
 }  // namespace internal
 
 double GemmTimeUs(const SystemSpec& s, PrimitiveType t, int64_t batch, int64_t m, int64_t n,
-                  int64_t k) {
-  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
-  double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) *
-                 static_cast<double>(n) * static_cast<double>(k);
-  double rate = s.MatmulTflops(t) * 1e6 * s.gemm.efficiency;  // FLOP per microsecond
-  if (!(rate > 0)) return 0;
-  if (!s.gemm.tiled) return flops / rate;
-  // Tile padding: a dim smaller than the tile uses a tile rounded up to 16 (the MMA granule).
-  auto tile = [](int64_t dim, int64_t t) {
-    int64_t r = (dim + 15) / 16 * 16;
-    return std::max<int64_t>(1, std::min(t, r));
-  };
-  int64_t tm = tile(m, s.gemm.tile_m), tn = tile(n, s.gemm.tile_n), tk = tile(k, s.gemm.tile_k);
-  double mt = std::ceil(static_cast<double>(m) / static_cast<double>(tm));
-  double nt = std::ceil(static_cast<double>(n) / static_cast<double>(tn));
-  double kt = std::ceil(static_cast<double>(k) / static_cast<double>(tk));
-  double padded = mt * static_cast<double>(tm) * nt * static_cast<double>(tn) * kt *
-                  static_cast<double>(tk);
-  double pad_eff = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
-                   padded;
-  // Work units (output tile x k-block) spread over the SMs in whole waves.
-  double units = static_cast<double>(batch) * mt * nt * kt;
-  double sms = static_cast<double>(s.sm_count);
-  double waves = std::ceil(units / sms);
-  double wave_eff = units / (waves * sms);
-  return flops / (rate * pad_eff * wave_eff) + s.gemm.overhead_us;
+                  int64_t k, double bytes) {
+  double us = 0;
+  for (const internal::Phase& p : internal::GemmPhases(s, t, batch, m, n, k, bytes)) us += p.work;
+  return us;
 }
 
 double MemoryTimeUs(const SystemSpec& s, double bytes) {
   if (!(s.hbm_gbps > 0) || bytes <= 0) return 0;
-  return bytes / (s.hbm_gbps * 1e3);  // GB/s = 1e3 bytes per microsecond
+  return bytes / (s.hbm_gbps * 1e3 * s.hbm_efficiency);  // GB/s = 1e3 bytes per microsecond
 }
 
 double CollectiveTimeUs(const SystemSpec& s, HloOpcode op, double bytes, int64_t n) {

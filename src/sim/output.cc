@@ -8,8 +8,9 @@ namespace weave::sim {
 
 namespace {
 constexpr const char* kFusionNote =
-    "no fusion modelled: every non-GEMM instruction is its own kernel costed by the bytes it "
-    "reads and writes over HBM";
+    "no fusion modelled beyond XLA's loop glue: every non-GEMM instruction is its own kernel "
+    "costed by the bytes it reads and writes over HBM, except adds folded into a GEMM's "
+    "epilogue, the zero fills they replace, and dynamic-update-slices a GEMM writes in place";
 }  // namespace
 
 std::string SimResultToText(const SimResult& r) {
@@ -60,7 +61,12 @@ std::string SimResultToJson(const SimResult& r) {
       {"link_gbps", s.link_gbps},
       {"latency_us", s.latency_us},
       {"link_efficiency", s.link_efficiency},
+      {"hbm_efficiency", s.hbm_efficiency},
+      {"collective_engine", s.collective_engine},
       {"contention", s.contention},
+      {"contention_by_engine",
+       {{"sm", s.contention_sm}, {"copy_engine", s.contention_copy_engine}}},
+      {"sources", s.sources},
       {"gemm",
        {{"efficiency", s.gemm.efficiency}, {"tiled", s.gemm.tiled}, {"tile_m", s.gemm.tile_m},
         {"tile_n", s.gemm.tile_n}, {"tile_k", s.gemm.tile_k},

@@ -42,6 +42,7 @@ struct Task {
   int32_t stream = 0;
   bool force_earliest = false;
   uint32_t dep_begin = 0, dep_count = 0;
+  uint32_t phase_begin = 0, phase_count = 0;  // compute kernels: into Expander::phases
 };
 
 // Static per-instruction information, computed once.
@@ -76,6 +77,7 @@ class Expander {
 
   std::vector<Task> tasks;
   std::vector<int32_t> deps;
+  std::vector<internal::Phase> phases;
   std::vector<LoopInstance> loops;
   std::vector<std::string> warnings;
   const std::vector<std::string>& stream_names() const { return stream_names_; }
@@ -201,7 +203,8 @@ class Expander {
 
   // Appends a kernel depending on `*dep_ids` (modified) and on the innermost loop gate.
   int32_t AddTask(const HloInstruction* instr, CostKind kind, double work, int32_t stream,
-                  bool force_earliest, std::vector<int32_t>* dep_ids) {
+                  bool force_earliest, std::vector<int32_t>* dep_ids,
+                  const std::vector<internal::Phase>* task_phases = nullptr) {
     if (!gates_.empty()) dep_ids->push_back(gates_.back());
     std::sort(dep_ids->begin(), dep_ids->end());
     dep_ids->erase(std::unique(dep_ids->begin(), dep_ids->end()), dep_ids->end());
@@ -214,6 +217,15 @@ class Expander {
     task.dep_begin = static_cast<uint32_t>(deps.size());
     task.dep_count = static_cast<uint32_t>(dep_ids->size());
     deps.insert(deps.end(), dep_ids->begin(), dep_ids->end());
+    task.phase_begin = static_cast<uint32_t>(phases.size());
+    if (kind == CostKind::kGemm || kind == CostKind::kMemory) {
+      if (task_phases != nullptr && !task_phases->empty()) {
+        phases.insert(phases.end(), task_phases->begin(), task_phases->end());
+      } else {
+        phases.push_back({work, 1.0, 1.0});
+      }
+    }
+    task.phase_count = static_cast<uint32_t>(phases.size()) - task.phase_begin;
     tasks.push_back(task);
     return static_cast<int32_t>(tasks.size() - 1);
   }
@@ -252,7 +264,16 @@ class Expander {
     return r;
   }
 
+  // A GEMM whose add is folded into its epilogue, waiting for that add (see CostOf).
+  struct Deferred {
+    const HloInstruction* gemm = nullptr;
+    const HloInstruction* value = nullptr;  // the GEMM's result as the add reads it
+    std::vector<int32_t> deps;
+    int32_t stream = 0;
+  };
+
   absl::StatusOr<Value> ExpandBody(const HloComputation* comp, const std::vector<Value>& args) {
+    absl::flat_hash_map<const HloInstruction*, Deferred> deferred;  // by the folding add
     absl::flat_hash_map<const HloInstruction*, Value> vals;
     vals.reserve(static_cast<size_t>(comp->instruction_count()));
     auto get = [&](const HloInstruction* op) -> Value {
@@ -400,6 +421,21 @@ class Expander {
               break;
             case CostKind::kFree:
             case CostKind::kStructural:
+              if (auto it = deferred.find(instr); it != deferred.end()) {
+                // The add folded into a GEMM's epilogue: the GEMM runs now, once the
+                // accumulator (the add's other operand) is ready too.
+                Deferred d = std::move(it->second);
+                deferred.erase(it);
+                for (const HloInstruction* op : instr->operands()) {
+                  if (op != d.value) CollectLeaves(get(op), &d.deps);
+                }
+                const InstrInfo& gi = Info(d.gemm);
+                int32_t id = AddTask(d.gemm, gi.cost.kind, gi.cost.us, d.stream,
+                                     gi.force_earliest, &d.deps, &gi.cost.phases);
+                last_on_stream_[static_cast<size_t>(d.stream)] = id;
+                v = Leaf(id);
+                break;
+              }
               v = Join(operand_values(instr));
               break;
             default: {
@@ -442,8 +478,24 @@ class Expander {
               }
               int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream
                                                                  : StreamForQueue(info.queue);
+              if (info.cost.kind == CostKind::kGemm) {
+                if (const HloInstruction* add = internal::FoldingAddOfGemm(instr)) {
+                  // beta = 1: issued at its add (below), which supplies the accumulator.
+                  const HloInstruction* value = instr;
+                  if (instr->shape().IsTuple()) {
+                    for (const HloInstruction* u : instr->users()) {
+                      if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) {
+                        value = u;
+                      }
+                    }
+                  }
+                  deferred[add] = Deferred{instr, value, scratch_, stream};
+                  v = ready_;
+                  break;
+                }
+              }
               int32_t id = AddTask(instr, info.cost.kind, info.cost.us, stream,
-                                   info.force_earliest, &scratch_);
+                                   info.force_earliest, &scratch_, &info.cost.phases);
               last_on_stream_[static_cast<size_t>(stream)] = id;
               v = Leaf(id);
             }
@@ -484,11 +536,14 @@ struct Schedule {
 
 // List scheduler with fluid rates. Each stream runs one kernel at a time, picking among its ready
 // kernels the force_earliest ones first, then the one with the longest path to the end (critical
-// path), then program order. Compute kernels running at the same
-// time share the GPU equally; while a collective runs they slow down by (1 + contention).
+// path), then program order. Running compute kernels share the GPU in issue order (the order they
+// started): each takes, for its current phase, the SM and HBM fractions it asks for out of what
+// the earlier ones left, and runs at the rate that allows. While a collective runs, compute has
+// 1 / (1 + contention) of the GPU. Collectives run at full rate on their own stream.
 absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
-                                     const std::vector<int32_t>& deps, size_t num_streams,
-                                     double contention) {
+                                     const std::vector<int32_t>& deps,
+                                     const std::vector<internal::Phase>& phases,
+                                     size_t num_streams, double contention) {
   const size_t n = tasks.size();
   Schedule sch;
   sch.start.assign(n, 0);
@@ -526,9 +581,12 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
   using Key = std::tuple<int, double, int32_t>;
   std::vector<std::priority_queue<Key, std::vector<Key>, std::greater<Key>>> queues(num_streams);
   std::vector<int32_t> running(num_streams, -1);
-  std::vector<double> remaining(n, 0);
-  std::vector<int32_t> active;  // streams with a running kernel
-  std::vector<int32_t> dirty;   // streams that may be able to start a kernel
+  std::vector<double> remaining(n, 0);   // work left in the current phase (comm: in the task)
+  std::vector<uint32_t> phase(n, 0);     // current phase (compute kernels)
+  std::vector<double> rate(n, 0);
+  std::vector<int32_t> compute;  // running compute kernels, in issue order
+  std::vector<int32_t> comm;     // running collectives
+  std::vector<int32_t> dirty;    // streams that may be able to start a kernel
   std::vector<char> is_dirty(num_streams, 0);
   auto mark = [&](int32_t s) {
     if (!is_dirty[static_cast<size_t>(s)]) {
@@ -537,6 +595,7 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
     }
   };
   std::vector<int32_t> instant;  // ready zero-work kernels: finish as soon as they are ready
+  std::vector<int32_t> empty;    // started compute kernels without any phase work
   auto make_ready = [&](int32_t t) {
     const Task& task = tasks[static_cast<size_t>(t)];
     if (task.kind == CostKind::kFree) {
@@ -562,6 +621,18 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
       if (--pending[static_cast<size_t>(user)] == 0) make_ready(user);
     }
   };
+  // Moves a compute kernel to its next phase with work; false when it has none left.
+  auto next_phase = [&](int32_t t) {
+    const Task& task = tasks[static_cast<size_t>(t)];
+    uint32_t& p = phase[static_cast<size_t>(t)];
+    while (p < task.phase_count && !(phases[task.phase_begin + p].work > 0)) ++p;
+    if (p >= task.phase_count) return false;
+    remaining[static_cast<size_t>(t)] = phases[task.phase_begin + p].work;
+    return true;
+  };
+  auto tolerance = [&](int32_t t) {
+    return 1e-9 * std::max(1.0, tasks[static_cast<size_t>(t)].work);
+  };
   while (finished < n) {
     while (!instant.empty()) {
       int32_t t = instant.back();
@@ -573,53 +644,96 @@ absl::StatusOr<Schedule> RunSchedule(const std::vector<Task>& tasks,
     for (int32_t s : dirty) {
       is_dirty[static_cast<size_t>(s)] = 0;
       auto& q = queues[static_cast<size_t>(s)];
-      if (running[static_cast<size_t>(s)] >= 0 || q.empty()) continue;
-      int32_t t = std::get<2>(q.top());
-      q.pop();
-      running[static_cast<size_t>(s)] = t;
-      remaining[static_cast<size_t>(t)] = tasks[static_cast<size_t>(t)].work;
-      sch.start[static_cast<size_t>(t)] = now;
-      active.push_back(s);
+      while (running[static_cast<size_t>(s)] < 0 && !q.empty()) {
+        int32_t t = std::get<2>(q.top());
+        q.pop();
+        sch.start[static_cast<size_t>(t)] = now;
+        const Task& task = tasks[static_cast<size_t>(t)];
+        if (task.kind == CostKind::kComm) {
+          remaining[static_cast<size_t>(t)] = task.work;
+          running[static_cast<size_t>(s)] = t;
+          comm.push_back(t);
+        } else {
+          phase[static_cast<size_t>(t)] = 0;
+          if (!next_phase(t)) {  // no work at all: finished once the streams are served
+            empty.push_back(t);
+            continue;
+          }
+          running[static_cast<size_t>(s)] = t;
+          compute.push_back(t);
+        }
+      }
     }
     dirty.clear();
-    if (active.empty()) {
+    for (int32_t t : empty) finish(t);
+    const bool served = !empty.empty();
+    empty.clear();
+    if (!instant.empty() || served) continue;
+    if (compute.empty() && comm.empty()) {
       return absl::InternalError(absl::StrFormat(
           "scheduler stalled with %d of %d kernels unfinished (dependency cycle?)", n - finished,
           n));
     }
-    int compute = 0;
-    bool comm = false;
-    for (int32_t s : active) {
-      if (tasks[static_cast<size_t>(running[static_cast<size_t>(s)])].kind == CostKind::kComm) {
-        comm = true;
-      } else {
-        ++compute;
+    // Rates: issue order over the compute capacity.
+    const double capacity = comm.empty() ? 1.0 : 1.0 / (1.0 + contention);
+    double sm_left = capacity, hbm_left = capacity;
+    bool computing = false;
+    for (int32_t t : compute) {
+      const Task& task = tasks[static_cast<size_t>(t)];
+      const internal::Phase& ph = phases[task.phase_begin + phase[static_cast<size_t>(t)]];
+      double f = 1.0;
+      if (ph.sm > 0) f = std::min(f, sm_left / ph.sm);
+      if (ph.hbm > 0) f = std::min(f, hbm_left / ph.hbm);
+      f = std::max(f, 0.0);
+      sm_left = std::max(0.0, sm_left - f * ph.sm);
+      hbm_left = std::max(0.0, hbm_left - f * ph.hbm);
+      rate[static_cast<size_t>(t)] = f;
+      computing |= f > 0;
+    }
+    for (int32_t t : comm) rate[static_cast<size_t>(t)] = 1.0;
+    double dt = -1;
+    for (const std::vector<int32_t>* list : {&compute, &comm}) {
+      for (int32_t t : *list) {
+        double r = rate[static_cast<size_t>(t)];
+        if (!(r > 0)) continue;
+        double d = remaining[static_cast<size_t>(t)] / r;
+        if (dt < 0 || d < dt) dt = d;
       }
     }
-    double compute_rate = compute > 0 ? 1.0 / compute / (comm ? 1.0 + contention : 1.0) : 0;
-    auto rate_of = [&](int32_t t) {
-      return tasks[static_cast<size_t>(t)].kind == CostKind::kComm ? 1.0 : compute_rate;
-    };
-    double dt = -1;
-    for (int32_t s : active) {
-      int32_t t = running[static_cast<size_t>(s)];
-      double d = remaining[static_cast<size_t>(t)] / rate_of(t);
-      if (dt < 0 || d < dt) dt = d;
+    if (dt < 0) {
+      return absl::InternalError("scheduler: no running kernel makes progress");
     }
-    if (comm && compute == 0) sch.exposed_comm += dt;
+    if (!comm.empty() && !computing) sch.exposed_comm += dt;
     now += dt;
     done.clear();
-    for (size_t a = 0; a < active.size();) {
-      int32_t s = active[a];
-      int32_t t = running[static_cast<size_t>(s)];
+    for (size_t a = 0; a < compute.size();) {
+      int32_t t = compute[a];
       double& rem = remaining[static_cast<size_t>(t)];
-      rem -= rate_of(t) * dt;
-      if (rem <= 1e-9 * std::max(1.0, tasks[static_cast<size_t>(t)].work)) {
+      rem -= rate[static_cast<size_t>(t)] * dt;
+      if (rem <= tolerance(t)) {
+        ++phase[static_cast<size_t>(t)];
+        if (!next_phase(t)) {
+          done.push_back(t);
+          const int32_t s = tasks[static_cast<size_t>(t)].stream;
+          running[static_cast<size_t>(s)] = -1;
+          mark(s);
+          compute.erase(compute.begin() + static_cast<std::ptrdiff_t>(a));  // keeps issue order
+          continue;
+        }
+      }
+      ++a;
+    }
+    for (size_t a = 0; a < comm.size();) {
+      int32_t t = comm[a];
+      double& rem = remaining[static_cast<size_t>(t)];
+      rem -= dt;
+      if (rem <= tolerance(t)) {
         done.push_back(t);
+        const int32_t s = tasks[static_cast<size_t>(t)].stream;
         running[static_cast<size_t>(s)] = -1;
         mark(s);
-        active[a] = active.back();
-        active.pop_back();
+        comm[a] = comm.back();
+        comm.pop_back();
       } else {
         ++a;
       }
@@ -650,7 +764,7 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
   absl::StatusOr<Value> root = ex.Run();
   if (!root.ok()) return root.status();
   absl::StatusOr<Schedule> sch =
-      RunSchedule(ex.tasks, ex.deps, ex.stream_names().size(), r.system.contention);
+      RunSchedule(ex.tasks, ex.deps, ex.phases, ex.stream_names().size(), r.system.contention);
   if (!sch.ok()) return sch.status();
   r.total_us = sch->makespan;
   r.exposed_comm_us = sch->exposed_comm;

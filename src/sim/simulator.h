@@ -1,23 +1,39 @@
 // Weave's performance model: estimates the execution time of one partition of a partitioned HLO
-// module on a GPU system (H100/H200/A100 x8), before and after windowed-einsum rewrites.
+// module on a GPU system (H100/H200/A100/H800/A800 x8), before and after windowed-einsum rewrites.
 //
-// Facts and formulas: ../shared/specs/performance-model.md. The model, in short:
+// Facts, formulas and the published measurements it is calibrated against (rows C1-C5):
+// ../shared/specs/performance-model.md; `weave simulate --calibration` prints the comparison
+// (calibration.h). The model, in short:
 //  - GEMMs (`dot`, cuBLAS custom calls `__cublas$lt$matmul$f8`, `__cublas$lt$matmul`,
-//    `__cublas$gemm`) cost FLOPs / (peak rate of their type x efficiency), with a tiled
-//    efficiency model (wave quantization of output-tile x k-block work units over the SMs, tile
-//    padding of small dims) and a fixed per-GEMM overhead (the small-GEMM penalty).
-//  - Every other instruction costs the bytes it reads and writes over HBM bandwidth. No fusion is
-//    modelled: each instruction is its own kernel (fusion instructions already in the module are
-//    costed as one kernel).
+//    `__cublas$gemm`, fusions holding a dot) are cut into output tiles (tile_m x tile_n); one tile
+//    takes tau = 2 tile_m tile_n K / (peak / SMs x efficiency) on one SM. A GEMM alone runs its
+//    full waves of tiles on every SM, then its last partial wave of r tiles on r SMs for one more
+//    tau: alone it takes ceil(tiles / SMs) tau (wave quantization), and its last wave leaves
+//    SMs idle that a concurrent kernel may use. Each phase also moves its share of the GEMM's
+//    bytes (operands, result, and the accumulator it adds into) over HBM: a phase takes at least
+//    its bytes / (HBM bandwidth x hbm_efficiency) (the roofline's memory floor; this is why a
+//    GEMM chunked to small M re-reads its weights and loses). A fixed overhead is added per GEMM.
+//    The "roofline" GEMM model (gemm.tiled=false) is the closed form of performance-model.md
+//    instead: FLOPs / (peak x efficiency), no waves, no memory floor, no overhead.
+//  - Every other instruction costs the bytes it reads and writes over HBM, except the loop glue
+//    XLA folds away: an `add` of a GEMM's result (its only use) into an accumulator is folded into
+//    the GEMM's epilogue (beta = 1: the GEMM reads the accumulator instead), a broadcast of a
+//    constant feeding only such adds is free (beta = 0), and a dynamic-update-slice writes its
+//    update in place (update bytes read and written). Fusion instructions already in the module
+//    are costed as one kernel; nothing else is fused.
 //  - Collectives use ring algorithms over the per-direction link bandwidth x link efficiency, plus
 //    a latency per ring step: all-gather / reduce-scatter move (N-1)/N of the full data in N-1
 //    steps, all-reduce twice that, collective-permute one transfer of its operand in one step;
 //    all-to-all moves (N-1)/N of its operand in ONE step (G-1 concurrent point-to-point
 //    transfers, as NCCL does it: sim/all_to_all_cost.h).
 //  - A list scheduler runs the dependency graph on a main compute stream, one compute stream per
-//    distinct backend_config `operation_queue_id`, and one communication stream. Compute streams
-//    share the GPU (concurrent kernels split its rate); compute runs (1 + contention) times slower
-//    while communication runs. Each stream runs one kernel at a time; among its ready kernels
+//    distinct backend_config `operation_queue_id`, and one communication stream. Each stream runs
+//    one kernel at a time. Concurrent compute kernels share the GPU in *issue order*: the kernel
+//    that started first takes the SMs and HBM bandwidth it can use, later ones get what is left
+//    (so a GEMM that fills the SMs runs at full rate, and a kernel issued behind it runs in its
+//    last wave). While a collective runs, compute gets 1 / (1 + contention) of the GPU, where the
+//    contention depends on how the system moves data (`collective_engine`: "sm" for NCCL's
+//    SM-driven kernels, "copy_engine" for copy-engine transfers). Among a stream's ready kernels
 //    `force_earliest_schedule` ones issue first, then the one on the longest remaining path
 //    (critical path), then program order. `wait_on_operation_queues` waits for the latest work
 //    issued (in program order) on those queues.
@@ -26,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,8 +84,19 @@ struct SystemSpec {
   double link_gbps = 0;        // NVLink bandwidth per direction per GPU, GB/s
   double latency_us = 0;       // latency per collective ring step, microseconds
   double link_efficiency = 1;  // fraction of link bandwidth collectives reach (0 < e <= 1)
-  double contention = 0;       // compute slowdown while communication runs: time x (1 + c)
+  double hbm_efficiency = 1;   // fraction of HBM bandwidth kernels reach (0 < e <= 1)
+  // How collectives move data: "sm" (NCCL kernels on the SMs) or "copy_engine".
+  std::string collective_engine = "sm";
+  // Compute slowdown while communication runs, per engine (JSON "contention": {"sm": x,
+  // "copy_engine": y}, or one number for both): compute gets 1 / (1 + c) of the GPU.
+  double contention_sm = 0, contention_copy_engine = 0;
+  // The value in effect: contention_sm or contention_copy_engine by collective_engine (or the
+  // --contention override).
+  double contention = 0;
   GemmModel gemm;
+  // Where each constant comes from (JSON "sources": key -> text, e.g. "hbm_gbps" -> the
+  // datasheet line), for the built-in systems every key of the file.
+  std::map<std::string, std::string> sources;
   std::string json;  // the JSON text the spec was parsed from (after overrides)
 
   // Dense GEMM peak for operands of type `t` in TFLOP/s (fp8 types -> fp8 rate, or f16 rate
@@ -78,7 +106,7 @@ struct SystemSpec {
   std::string Summary() const;
 };
 
-// Names of the built-in systems ("a100x8", "h100x8", "h200x8").
+// Names of the built-in systems ("a100x8", "a800x8", "h100x8", "h200x8", "h800x8").
 std::vector<std::string> BuiltinSystemNames();
 // JSON text of a built-in system (identical to systems/<name>.json in the repository), or
 // nullopt for an unknown name.
@@ -98,6 +126,7 @@ absl::StatusOr<SystemSpec> OverrideSystemValue(const SystemSpec& spec, std::stri
 struct SimOptions {
   std::optional<double> gemm_efficiency;  // --gemm-efficiency
   std::optional<double> link_efficiency;  // --link-efficiency
+  std::optional<double> hbm_efficiency;   // --hbm-efficiency
   std::optional<double> latency_us;       // --latency-us
   std::optional<double> contention;       // --contention
   std::optional<bool> gemm_tiled;         // --gemm-model=tiled|roofline
@@ -155,10 +184,12 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
                                          const SimOptions& options);
 
 // ---- Cost functions (exposed for tests and for other tools) ----
-// GEMM time in microseconds for batch x [m,k] x [k,n] with operands of type `t`.
+// GEMM time alone on the GPU in microseconds for batch x [m,k] x [k,n] with operands of type
+// `t` moving `bytes` over HBM (0: no memory floor): the tiled phases above, summed.
 double GemmTimeUs(const SystemSpec& s, PrimitiveType t, int64_t batch, int64_t m, int64_t n,
-                  int64_t k);
-// Time of a memory-bound kernel moving `bytes` (read + written), microseconds.
+                  int64_t k, double bytes = 0);
+// Time of a memory-bound kernel moving `bytes` (read + written) at hbm_gbps x hbm_efficiency,
+// microseconds.
 double MemoryTimeUs(const SystemSpec& s, double bytes);
 // Ring collective time in microseconds. `bytes` is the full (gathered / unreduced) data for
 // all-gather, reduce-scatter and all-reduce, the operand for all-to-all and collective-permute;

@@ -69,12 +69,14 @@ double SystemSpec::MatmulTflops(PrimitiveType t) const {
 std::string SystemSpec::Summary() const {
   return absl::StrFormat(
       "%s (%s): %d GPUs, %d SMs; dense matmul TFLOP/s bf16 %g, f16 %g, f32(tf32) %g, fp8 %s, "
-      "f64 %g; HBM %g GB/s; link %g GB/s per direction x link efficiency %g; latency %g us per "
-      "ring step; contention %g; GEMM efficiency %g, model %s (tile %dx%dx%d, overhead %g us)",
+      "f64 %g; HBM %g GB/s x efficiency %g; link %g GB/s per direction x link efficiency %g; "
+      "latency %g us per ring step; collectives on %s, contention %g; GEMM efficiency %g, "
+      "model %s (tile %dx%d, overhead %g us)",
       name, origin, num_gpus, sm_count, bf16_tflops, f16_tflops, f32_tflops,
       fp8_tflops > 0 ? absl::StrFormat("%g", fp8_tflops) : std::string("none (f16 rate)"),
-      f64_tflops, hbm_gbps, link_gbps, link_efficiency, latency_us, contention,
-      gemm.efficiency, gemm.tiled ? "tiled" : "roofline", gemm.tile_m, gemm.tile_n, gemm.tile_k,
+      f64_tflops, hbm_gbps, hbm_efficiency, link_gbps, link_efficiency, latency_us,
+      collective_engine == "sm" ? "SM-driven NCCL kernels" : "copy engines", contention,
+      gemm.efficiency, gemm.tiled ? "tiled" : "roofline", gemm.tile_m, gemm.tile_n,
       gemm.overhead_us);
 }
 
@@ -136,7 +138,43 @@ absl::StatusOr<SystemSpec> ParseSystemJson(std::string_view json_text, std::stri
   WEAVE_NUM(link_gbps, j, "", "link_gbps", std::nullopt, false);
   WEAVE_NUM(latency_us, j, "", "latency_us", 0.0, true);
   WEAVE_NUM(link_efficiency, j, "", "link_efficiency", 1.0, false);
-  WEAVE_NUM(contention, j, "", "contention", 0.0, true);
+  WEAVE_NUM(hbm_efficiency, j, "", "hbm_efficiency", 1.0, false);
+  {
+    std::string engine = str("collective_engine");
+    if (j.contains("collective_engine") && engine.empty()) {
+      return Bad(origin, "\"collective_engine\" must be \"sm\" or \"copy_engine\"");
+    }
+    if (!engine.empty()) {
+      if (engine != "sm" && engine != "copy_engine") {
+        return Bad(origin, absl::StrCat("\"collective_engine\" must be \"sm\" or "
+                                        "\"copy_engine\", got \"", engine, "\""));
+      }
+      s.collective_engine = engine;
+    }
+  }
+  if (auto c = j.find("contention"); c != j.end() && c->is_object()) {
+    WEAVE_NUM(contention_sm, *c, "contention.", "sm", 0.0, true);
+    WEAVE_NUM(contention_copy_engine, *c, "contention.", "copy_engine", 0.0, true);
+    for (auto it = c->begin(); it != c->end(); ++it) {
+      if (it.key() != "sm" && it.key() != "copy_engine") {
+        return Bad(origin, absl::StrCat("\"contention\" has an unknown engine \"", it.key(),
+                                        "\" (sm, copy_engine)"));
+      }
+    }
+  } else {
+    WEAVE_NUM(contention_sm, j, "", "contention", 0.0, true);
+    s.contention_copy_engine = s.contention_sm;
+  }
+  s.contention = s.collective_engine == "sm" ? s.contention_sm : s.contention_copy_engine;
+  if (auto src = j.find("sources"); src != j.end()) {
+    if (!src->is_object()) return Bad(origin, "\"sources\" must be an object of strings");
+    for (auto it = src->begin(); it != src->end(); ++it) {
+      if (!it->is_string()) {
+        return Bad(origin, absl::StrCat("\"sources.", it.key(), "\" must be a string"));
+      }
+      s.sources[it.key()] = it->get<std::string>();
+    }
+  }
   auto g = j.find("gemm");
   if (g != j.end()) {
     if (!g->is_object()) return Bad(origin, "\"gemm\" must be an object");
@@ -168,6 +206,7 @@ absl::StatusOr<SystemSpec> ParseSystemJson(std::string_view json_text, std::stri
   }
   if (auto st = CheckFraction(origin, "link_efficiency", s.link_efficiency); !st.ok()) return st;
   if (auto st = CheckFraction(origin, "gemm.efficiency", s.gemm.efficiency); !st.ok()) return st;
+  if (auto st = CheckFraction(origin, "hbm_efficiency", s.hbm_efficiency); !st.ok()) return st;
   return s;
 }
 
@@ -239,6 +278,10 @@ absl::StatusOr<SystemSpec> ApplySimOptions(const SystemSpec& spec, const SimOpti
     if (auto st = frac("--link-efficiency", *o.link_efficiency); !st.ok()) return st;
     s.link_efficiency = *o.link_efficiency;
   }
+  if (o.hbm_efficiency) {
+    if (auto st = frac("--hbm-efficiency", *o.hbm_efficiency); !st.ok()) return st;
+    s.hbm_efficiency = *o.hbm_efficiency;
+  }
   if (o.latency_us) {
     if (!(*o.latency_us >= 0)) {
       return absl::InvalidArgumentError(
@@ -251,7 +294,7 @@ absl::StatusOr<SystemSpec> ApplySimOptions(const SystemSpec& spec, const SimOpti
       return absl::InvalidArgumentError(
           absl::StrFormat("--contention must be >= 0, got %g", *o.contention));
     }
-    s.contention = *o.contention;
+    s.contention = s.contention_sm = s.contention_copy_engine = *o.contention;
   }
   if (o.gemm_tiled) s.gemm.tiled = *o.gemm_tiled;
   return s;

@@ -7,9 +7,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
+#include "spmd/windowed_einsum_rs_ring.h"
 
 // The pass driver: visits every computation in post order and hands each candidate to the
 // planner (windowed_einsum_plan.cc) and the loop builders (windowed_einsum_ag_loop.cc,
@@ -20,10 +24,59 @@ namespace {
 
 using windowed_einsum::DecomposerContext;
 
+// The cost gate (passes/cost_oracle.h): one decision per candidate, asked once every structural
+// check passed. An all-gather is decided once for every dot that reads it (Q/K/V share one loop,
+// whose GEMMs hide its transfers together); `left` remembers the all-gathers the gate left alone,
+// with the dot whose remark says why, for the other dots' remarks.
+struct Gate {
+  CostOracle* oracle = nullptr;
+  absl::flat_hash_map<const HloInstruction*, std::string> left;
+};
+
+// Asks the gate about one candidate. True when it is to be rewritten (or there is no gate); on
+// false the missed remark is given. The estimate is appended to `note` for the applied remark.
+bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
+                std::vector<const HloInstruction*> seeds, std::string what, std::string* note) {
+  if (gate.oracle == nullptr) return true;
+  CostEstimate e = gate.oracle->Decide(CostQuery::WithOrWithout(
+      "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
+  if (e.chosen == 0) {
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    return false;
+  }
+  absl::StrAppend(note, "; ", e.Note());
+  return true;
+}
+
+// A reduce-scatter candidate: no loop (false), or the loop in XLA's layout or the ring layout
+// (*ring). With the gate, the variants the plan allows are estimated; without it, the option.
+bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
+                  windowed_einsum::RsPlan& plan, std::string what, bool* ring) {
+  std::string why_not_ring;
+  const bool ring_ok = windowed_einsum::CanBuildRsRingLoop(plan, &why_not_ring);
+  *ring = ctx.options.rs_ring && ring_ok;
+  if (gate.oracle == nullptr) return true;
+  std::vector<const HloInstruction*> seeds = {plan.dot, plan.reduce, plan.result};
+  CostQuery q = CostQuery::WithOrWithout("windowed-einsum-decomposer", location->name(),
+                                         std::move(what), seeds, "with the loop",
+                                         {{"windowed-einsum-rs-layout", "xla"}});
+  if (ring_ok) {
+    q.variants.push_back({"with the ring loop", true, {{"windowed-einsum-rs-layout", "ring"}}});
+  }
+  CostEstimate e = gate.oracle->Decide(q);
+  if (e.chosen == 0) {
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    return false;
+  }
+  *ring = e.chosen == 2;
+  absl::StrAppend(&plan.note, "; ", e.Note());
+  return true;
+}
+
 // Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
 // remark when it does not. Returns whether it built the loop.
-absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, int side,
-                                  const windowed_einsum::GatheredChain& chain,
+absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruction* dot,
+                                  int side, const windowed_einsum::GatheredChain& chain,
                                   const std::string& note) {
   std::string why;
   std::optional<windowed_einsum::AgPlan> plan =
@@ -33,6 +86,28 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, i
     return false;
   }
   absl::StrAppend(&plan->note, note);
+  if (gate.oracle != nullptr) {
+    // The candidate: the all-gather, the views between it and the dot, and every dot reading
+    // the gathered value directly.
+    std::vector<const HloInstruction*> seeds = {chain.ag};
+    seeds.insert(seeds.end(), chain.ops.begin(), chain.ops.end());
+    std::vector<std::string> dots;
+    auto add_dot = [&](const HloInstruction* d) {
+      if (std::find(seeds.begin(), seeds.end(), d) == seeds.end()) seeds.push_back(d);
+      dots.push_back(absl::StrCat("'", d->name(), "'"));
+    };
+    add_dot(dot);
+    for (const HloInstruction* u : chain.ag->users()) {
+      if (u->opcode() == HloOpcode::kDot && u != dot) add_dot(u);
+    }
+    if (!GateAllows(ctx, gate, dot, seeds,
+                    absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
+                                 dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
+                    &plan->note)) {
+      gate.left[chain.ag] = dot->name();
+      return false;
+    }
+  }
   if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
   return true;
 }
@@ -42,13 +117,21 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, HloInstruction* dot, i
 // consumer of the all-gather (windowed_einsum_owner.cc), which may be another dot; the others
 // are then left for the cache, or get their own loops. Returns whether `dot` was decomposed or
 // left for the cache (then its other operand is not tried); sets *changed when the module changed.
-absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
-                                           const windowed_einsum::GatheredChain& chain,
+absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, HloInstruction* dot,
+                                           int side, const windowed_einsum::GatheredChain& chain,
                                            const std::vector<HloInstruction*>& order,
                                            bool* changed) {
   HloInstruction* ag = chain.ag;
+  if (auto it = gate.left.find(ag); it != gate.left.end()) {
+    if (it->second != dot->name()) {
+      ctx.remark(dot->name(), false,
+                 absl::StrCat("not decomposed: the cost gate left all-gather '", ag->name(),
+                              "' alone (see '", it->second, "')"));
+    }
+    return true;
+  }
   if (ctx.options.duplicate_loops) {
-    absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, "");
+    absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, dot, side, chain, "");
     if (r.ok()) *changed |= *r;
     return r;
   }
@@ -62,12 +145,13 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
         ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note);
     if (owner != dot) {
       absl::StatusOr<bool> r =
-          PlanAndBuild(ctx, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
+          PlanAndBuild(ctx, gate, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
       if (!r.ok()) return r.status();
       *changed |= *r;
       if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
     } else if (!owner_note.empty()) {
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, absl::StrCat("; ", owner_note));
+      absl::StatusOr<bool> r =
+          PlanAndBuild(ctx, gate, dot, side, chain, absl::StrCat("; ", owner_note));
       if (r.ok()) *changed |= *r;
       return r;
     }
@@ -89,12 +173,12 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, HloInstructio
                         "all-gather (",
                         c->why_not, ")");
   }
-  absl::StatusOr<bool> r = PlanAndBuild(ctx, dot, side, chain, note);
+  absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, dot, side, chain, note);
   if (r.ok()) *changed |= *r;
   return r;
 }
 
-absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* comp) {
+absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloComputation* comp) {
   bool changed = false;
   ctx.removed.clear();
   const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
@@ -109,7 +193,8 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
           if (!why.empty()) ctx.remark(instr->name(), false, why);
           continue;
         }
-        absl::StatusOr<bool> r = DecomposeAllGatherDot(ctx, instr, side, *chain, order, &changed);
+        absl::StatusOr<bool> r =
+            DecomposeAllGatherDot(ctx, gate, instr, side, *chain, order, &changed);
         if (!r.ok()) return r.status();
         if (*r) break;
       }
@@ -123,7 +208,18 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
+      bool ring = false;
+      if (!ChooseRsLoop(ctx, gate, instr, *plan,
+                        absl::StrCat("dot '", plan->dot->name(), "' -> reduce-scatter '",
+                                     instr->name(), "'"),
+                        &ring)) {
+        continue;
+      }
+      if (absl::Status s = ring ? windowed_einsum::BuildRsRingLoop(ctx, *plan)
+                                : windowed_einsum::BuildRsLoop(ctx, *plan);
+          !s.ok()) {
+        return s;
+      }
       changed = true;
     } else if (instr->opcode() == HloOpcode::kDynamicSlice && instr->operand_count() >= 1 &&
                windowed_einsum::CollectiveKind(instr->operand(0)) == HloOpcode::kAllReduce &&
@@ -136,7 +232,19 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, HloComputation* co
         ctx.remark(instr->name(), false, why);
         continue;
       }
-      if (absl::Status s = windowed_einsum::BuildRsLoop(ctx, *plan); !s.ok()) return s;
+      bool ring = false;
+      if (!ChooseRsLoop(ctx, gate, instr, *plan,
+                        absl::StrCat("dot '", plan->dot->name(), "' -> all-reduce '",
+                                     plan->reduce->name(), "' -> dynamic-slice '", instr->name(),
+                                     "'"),
+                        &ring)) {
+        continue;
+      }
+      if (absl::Status s = ring ? windowed_einsum::BuildRsRingLoop(ctx, *plan)
+                                : windowed_einsum::BuildRsLoop(ctx, *plan);
+          !s.ok()) {
+        return s;
+      }
       changed = true;
     }
   }
@@ -165,6 +273,12 @@ absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOpt
   auto d = options.GetBool("windowed-einsum-duplicate-loops", false);
   if (!d.ok()) return d.status();
   o.duplicate_loops = *d;
+  const std::string layout = options.GetString("windowed-einsum-rs-layout", "xla");
+  if (layout != "xla" && layout != "ring") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "windowed-einsum-rs-layout must be xla or ring, got '", layout, "'"));
+  }
+  o.rs_ring = layout == "ring";
   return o;
 }
 
@@ -205,9 +319,11 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
       for (HloComputation* callee : i->called_computations()) wrapped.insert(callee);
     }
   }
+  Gate gate;
+  gate.oracle = cost_oracle();
   for (HloComputation* c : module->MakeComputationPostOrder()) {
     if (wrapped.contains(c)) continue;
-    absl::StatusOr<bool> r = RunOnComputation(ctx, c);
+    absl::StatusOr<bool> r = RunOnComputation(ctx, gate, c);
     if (!r.ok()) return r.status();
     changed |= *r;
   }

@@ -34,6 +34,9 @@
 //     threshold_for_windowed_einsum_mib.
 //   windowed-einsum-max-ring (int, default 32): XLA's max_windowed_einsum_iteration; longer rings
 //     are left alone.
+//   windowed-einsum-rs-layout (xla|ring, default xla): XLA's reduce-scatter loop layouts, or the
+//     ring layout (N-1 transfers of one block; spmd/windowed_einsum_rs_ring.h). With the cost gate
+//     each reduce-scatter is decided among no loop, XLA's layout and the ring layout.
 //   windowed-einsum-duplicate-loops (bool, default false): several dots reading one all-gather:
 //     false gives the first in post order the loop and leaves the others (the handler's cache
 //     serves them); true gives each dot its own loop.
@@ -53,6 +56,10 @@ struct WindowedEinsumDecomposerOptions {
   int64_t threshold_mib = 0;   // windowed-einsum-threshold-mib
   int64_t max_ring = 32;       // windowed-einsum-max-ring
   bool duplicate_loops = false;  // windowed-einsum-duplicate-loops
+  // windowed-einsum-rs-layout: "xla" (default: XLA's layouts) or "ring" (reduce-scatter loops in
+  // the ring layout of spmd/windowed_einsum_rs_ring.h: N-1 transfers of one block). With the cost
+  // gate, the layout is the gate's choice.
+  bool rs_ring = false;
 };
 
 // Reads the options above from `options`; InvalidArgument naming the option on a bad value

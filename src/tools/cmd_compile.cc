@@ -12,8 +12,9 @@
 //   weave demo [--out-dir DIR] [--system NAME] [--seed S] [-v]
 //
 // Pipeline: verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
-// windowed-einsum-handler ->
-// collective-quantizer -> dot-merger -> fp8-gemm-rewriter -> dce -> tuple-simplifier ->
+// windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> collective-quantizer ->
+// dot-merger -> fp8-gemm-rewriter -> cse ->
+// dce -> tuple-simplifier ->
 // while-loop-dead-tuple-elements -> verify.
 #include <algorithm>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -77,9 +79,11 @@ constexpr Stage kStages[] = {
     {"windowed-einsum-decomposer", "decompose"},
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
+    {"windowed-einsum-consumers-in-ring", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
     {"fp8-gemm-rewriter", "fp8-gemm"},
+    {"cse", "cleanup"},
     {"dce", "cleanup"},
     {"tuple-simplifier", "cleanup"},
     {"while-loop-dead-tuple-elements", "cleanup"},
@@ -105,6 +109,11 @@ struct CompileOptions {
   std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
   // --cost-gate: "" (default: on unless --windowed-einsum-threshold-mib is given), "on", "off".
   std::string cost_gate;
+  // weave demo: the numerics record of a scaled copy, reported instead of running the check.
+  std::optional<NumericsRecord> numerics_from_copy;
+  std::string cost_gate_dump;  // --cost-gate-dump DIR
+  // weave demo: instead of the model, replay these decisions (location -> chosen variant).
+  std::optional<std::map<std::string, int>> replay_decisions;
   bool duplicate_loops = false;
   std::vector<std::string> extras;
   std::vector<std::string> flag_names;  // long names of the command's own flags (suggestions)
@@ -375,11 +384,30 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   // The cost gate (passes/cost_oracle.h): the performance model decides every candidate on
   // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
   // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
-  std::unique_ptr<sim::SimCostOracle> oracle;
+  std::unique_ptr<CostOracle> oracle;
   const bool gate_on =
       o.cost_gate == "on" || (o.cost_gate.empty() && o.threshold_mib.empty());
   report->cost_gate.mode = gate_on ? "model" : o.threshold_mib.empty() ? "off" : "threshold";
-  if (gate_on) {
+  if (o.replay_decisions) {
+    // weave demo's scaled copy: the decisions the gate took on the full-size block, by location.
+    const std::map<std::string, int> decisions = *o.replay_decisions;
+    oracle = std::make_unique<FunctionCostOracle>(
+        [decisions](const CostQuery& q) -> absl::StatusOr<std::vector<double>> {
+          auto it = decisions.find(q.location);
+          if (it == decisions.end()) {
+            return absl::NotFoundError(absl::StrCat("no decision for '", q.location, "' to replay"));
+          }
+          std::vector<double> us(q.variants.size(), 1.0);
+          if (it->second >= 0 && it->second < static_cast<int>(us.size())) {
+            us[static_cast<size_t>(it->second)] = 0.0;
+          }
+          return us;
+        },
+        "the full-size block's decisions");
+    report->cost_gate.mode = "replay";
+    report->cost_gate.system = oracle->SystemName();
+    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
+  } else if (gate_on) {
     const std::string name = o.system.empty() ? std::string(kDefaultGateSystem) : o.system;
     absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(name);
     if (!spec.ok()) {
@@ -390,6 +418,16 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     config.system = *spec;
     config.pipeline = passes;
     config.pass_options = options;
+    config.dump_dir = o.cost_gate_dump;
+    if (!o.cost_gate_dump.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.cost_gate_dump, ec);
+      if (ec) {
+        std::cerr << o.command << ": --cost-gate-dump: cannot create " << o.cost_gate_dump << ": "
+                  << ec.message() << "\n";
+        return kInvalidInput;
+      }
+    }
     oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
     report->cost_gate.system = oracle->SystemName();
     for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
@@ -454,7 +492,11 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   AnalyzeCompile(*input, *module, report);
   for (const std::string& n : pending_notes) report->after.notes.push_back(n);
 
-  if (!o.verify_seed.empty()) RunNumerics(o, *input, *module, report);
+  if (!o.verify_seed.empty()) {
+    RunNumerics(o, *input, *module, report);
+  } else if (o.numerics_from_copy) {
+    report->numerics = *o.numerics_from_copy;
+  }
   if (!o.system.empty()) RunSimulation(o.system, *input, *module, report);
 
   int code = kOk;
@@ -523,6 +565,47 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   return kOk;
 }
 
+// `weave demo --moe`: the expert-parallel FP8 MoE FFN block, compiled once with its numerics
+// verified (the all-to-all windowed einsum forced with XLA's flag: at this size the cost gate
+// keeps the plain exchanges).
+int RunMoeDemo(const CompileOptions& demo, const std::filesystem::path& dir, uint64_t seed) {
+  std::string text(MoeDemoModuleText());
+  absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModule(text, "<weave demo module>");
+  if (!module.ok()) {
+    std::cerr << "weave demo: the built-in module does not parse: " << module.status().message()
+              << "\n";
+    return kInvalidInput;
+  }
+  CompileOptions o = demo;
+  o.command = "weave demo";
+  o.input = (dir / "input.hlo").string();
+  o.output = (dir / "output.hlo").string();
+  o.report = (dir / "report.json").string();
+  o.verify_seed = absl::StrCat(seed);
+  // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
+  // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
+  o.extras.push_back("--xla_gpu_experimental_enable_alltoall_windowed_einsum=true");
+  o.require = "windowed,fp8-gemm,fp8-wire";
+  if (absl::Status st = WriteFileAtomically(o.input, text); !st.ok()) {
+    std::cerr << "weave demo: " << st.message() << "\n";
+    return kInvalidInput;
+  }
+  std::cout << "weave demo --moe: an expert-parallel FP8 MoE FFN block on 4 partitions "
+               "(dispatch all-to-all -> FP8 expert matmuls -> combine all-to-all), each "
+               "exchange split into chunks that overlap the expert matmuls "
+               "(--xla_gpu_experimental_enable_alltoall_windowed_einsum=true: at this small "
+               "size the cost gate would keep the plain exchanges)\n\n";
+  CompileReport report;
+  int code = CompileModule(o, std::move(*module), std::cout, &report);
+  std::cout << "\nwrote " << o.input << " (input), "
+            << (code == kOk ? o.output + " (compiled), " : std::string()) << o.report
+            << " (report)\n";
+  if (code == kOk) {
+    std::cout << "try: weave compare " << o.input << " " << o.output << " --num-partitions 4\n";
+  }
+  return code;
+}
+
 void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_flag("--verify-numerics{0}", o->verify_seed,
                 "Run input and output on the reference evaluator with the same inputs (seed "
@@ -574,7 +657,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   AddCompileFlags(cmd, opts.get());
   cmd->add_option("--require", opts->require,
                   "Comma list of rewrites that must fire (windowed, fp8-gemm, fp8-wire, cache, "
-                  "dot-merger); exit 4 otherwise");
+                  "dot-merger, windowed-in-ring, windowed-ring-rs); exit 4 otherwise");
   cmd->add_flag("--no-decompose", opts->no_decompose, "Skip windowed-einsum-decomposer");
   cmd->add_flag("--no-handler", opts->no_handler, "Skip windowed-einsum-handler");
   cmd->add_flag("--no-quantize", opts->no_quantize, "Skip collective-quantizer");
@@ -592,6 +675,9 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
                   "faster on --system (default h100x8); off: rewrite every match. Default: on, "
                   "unless --windowed-einsum-threshold-mib is given (XLA's byte threshold)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--cost-gate-dump", opts->cost_gate_dump,
+                  "Write every region the cost gate estimated, per variant and after the passes, "
+                  "to DIR (for weave simulate)");
   cmd->add_option("--windowed-einsum-max-ring", opts->max_ring,
                   "Longest ring to decompose (XLA's max_windowed_einsum_iteration, default 32)");
   cmd->add_flag("--windowed-einsum-duplicate-loops", opts->duplicate_loops,
@@ -601,7 +687,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--dot-merger-threshold-mb,--xla_gpu_dot_merger_threshold_mb",
                   opts->dot_merger_mb, "dot-merger size limit in MB");
   cmd->add_option("--gpu-compute-capability", opts->compute_capability,
-                  "Target compute capability for FP8 GEMMs (default 9.0; below 8.9 no FP8 GEMM)");
+                  "Target GPU for FP8 GEMMs: CUDA compute capability (default 9.0; below 8.9 no "
+                  "FP8 GEMM) or a ROCm arch (gfx942: FNUZ FP8, gfx950/gfx12: E4M3FN/E5M2)");
   cmd->allow_extras();
   cmd->callback([opts, cmd, exit_code]() {
     opts->extras = cmd->remaining();
@@ -631,12 +718,13 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   auto seed = std::make_shared<uint64_t>(0);
   CLI::App* dcmd = app.add_subcommand(
       "demo",
-      "Compile the built-in tensor-parallel FP8 transformer block (4 partitions), verify its "
-      "numerics, print the report and write input.hlo, output.hlo and report.json");
+      "Compile the built-in tensor-parallel FP8 transformer block (4 partitions) with the cost "
+      "gate, verify its numerics on a scaled copy, print the report and write input.hlo, "
+      "output.hlo, report.json and the scaled copy's scaled_input.hlo, scaled_output.hlo");
   dcmd->add_option("--out-dir", *out_dir, "Directory for the files (default ./weave-demo)");
   dcmd->add_option("--seed", *seed, "Seed of the numerics check (default 0)");
   dcmd->add_option("--system", demo->system,
-                   "Also estimate the time before and after on this system (e.g. h100x8)");
+                   "The system the cost gate and the estimated times are for (default h100x8)");
   dcmd->add_flag("-v,--verbose", demo->verbose, "Time and changes per pass");
   auto moe = std::make_shared<bool>(false);
   dcmd->add_flag("--moe", *moe,
@@ -661,12 +749,22 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       *exit_code = kInvalidInput;
       return;
     }
-    std::string text(*moe ? MoeDemoModuleText() : DemoModuleText());
+    if (*moe) {
+      *exit_code = RunMoeDemo(*demo, dir, *seed);
+      return;
+    }
+    // The block at two sizes: the full one is compiled with the cost gate (the performance
+    // model decides every loop on the system); its numerics are verified on a scaled copy that
+    // takes the same decisions (replayed by location) and must fire the same rewrites.
+    const DemoSize full = DemoSize::Full(), small = DemoSize::Small();
+    const std::string text = DemoModuleText(full), small_text = DemoModuleText(small);
     absl::StatusOr<std::unique_ptr<HloModule>> module =
         ParseHloModule(text, "<weave demo module>");
-    if (!module.ok()) {
-      std::cerr << "weave demo: the built-in module does not parse: " << module.status().message()
-                << "\n";
+    absl::StatusOr<std::unique_ptr<HloModule>> small_module =
+        ParseHloModule(small_text, "<weave demo module, scaled copy>");
+    if (!module.ok() || !small_module.ok()) {
+      std::cerr << "weave demo: the built-in module does not parse: "
+                << (!module.ok() ? module.status() : small_module.status()).message() << "\n";
       *exit_code = kInvalidInput;
       return;
     }
@@ -675,37 +773,80 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
     o.input = (dir / "input.hlo").string();
     o.output = (dir / "output.hlo").string();
     o.report = (dir / "report.json").string();
-    o.verify_seed = absl::StrCat(*seed);
     o.require = "windowed,fp8-gemm";
-    if (*moe) {
-      // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
-      // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
-      o.extras.push_back("--xla_gpu_experimental_enable_alltoall_windowed_einsum=true");
-      o.require = "windowed,fp8-gemm,fp8-wire";
+    if (o.system.empty()) o.system = std::string(kDefaultGateSystem);
+    CompileOptions c = *demo;
+    c.command = "weave demo";
+    c.input = (dir / "scaled_input.hlo").string();
+    c.output = (dir / "scaled_output.hlo").string();
+    c.verify_seed = absl::StrCat(*seed);
+    c.quiet = true;
+    c.system.clear();
+    for (const auto& [file, body] : {std::pair<std::string, std::string>{o.input, text},
+                                     std::pair<std::string, std::string>{c.input, small_text}}) {
+      if (absl::Status st = WriteFileAtomically(file, body); !st.ok()) {
+        std::cerr << "weave demo: " << st.message() << "\n";
+        *exit_code = kInvalidInput;
+        return;
+      }
     }
-    if (absl::Status st = WriteFileAtomically(o.input, text); !st.ok()) {
-      std::cerr << "weave demo: " << st.message() << "\n";
-      *exit_code = kInvalidInput;
+    std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
+                 "(Q/K/V share one all-gather, gate/up share one, output and down projections "
+                 "reduce-scattered), "
+              << full.ToString() << "; every loop decided by the cost gate on " << o.system
+              << "\n\n";
+    // The gate's decisions on the full block, replayed on the copy.
+    CompileOptions probe = o;
+    probe.output.clear();
+    probe.report.clear();
+    probe.require.clear();
+    probe.quiet = true;
+    probe.system = o.system;
+    CompileReport probe_report;
+    if (int code = CompileModule(probe, (*module)->Clone(), std::cout, &probe_report);
+        code != kOk) {
+      *exit_code = code;
       return;
     }
-    if (*moe) {
-      std::cout << "weave demo --moe: an expert-parallel FP8 MoE FFN block on 4 partitions "
-                   "(dispatch all-to-all -> FP8 expert matmuls -> combine all-to-all), each "
-                   "exchange split into chunks that overlap the expert matmuls "
-                   "(--xla_gpu_experimental_enable_alltoall_windowed_einsum=true: at this small "
-                   "size the cost gate would keep the plain exchanges)\n\n";
-    } else {
-      std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
-                   "(Q/K/V share one all-gather, gate/up share one, output and down projections "
-                   "reduce-scattered)\n\n";
+    std::map<std::string, int> decisions;
+    for (const CostDecision& d : probe_report.cost_gate.decisions) {
+      decisions[d.location] = d.estimate.chosen;
     }
+    c.replay_decisions = decisions;
+    c.cost_gate.clear();
+    CompileReport copy_report;
+    const int copy_code = CompileModule(c, std::move(*small_module), std::cout, &copy_report);
+    if (copy_code != kOk && copy_code != kNumericsMismatch) {
+      std::cerr << "weave demo: the scaled copy (" << small.ToString()
+                << ") did not compile (exit " << copy_code << ")\n";
+      *exit_code = copy_code;
+      return;
+    }
+    o.numerics_from_copy = copy_report.numerics;
+    o.numerics_from_copy->scaled_copy = absl::StrCat(
+        small.ToString(), ", compiled with the cost gate's decisions for the full block (",
+        copy_report.loops.size(), " windowed loops), files ", c.input, " and ", c.output);
     CompileReport report;
     *exit_code = CompileModule(o, std::move(*module), std::cout, &report);
+    // The copy verifies the rewrites the full block got only if it got the same ones.
+    auto kinds = [](const CompileReport& r) {
+      std::map<std::string, int> k;
+      for (const WindowedLoopInfo& l : r.loops) ++k[l.kind];
+      return k;
+    };
+    if (*exit_code == kOk && (kinds(report) != kinds(copy_report) ||
+                              report.fired != copy_report.fired)) {
+      std::cerr << "weave demo: the scaled copy's rewrites differ from the full block's, so its "
+                   "numerics do not verify them\n";
+      *exit_code = kNumericsNotVerified;
+    }
     std::cout << "\nwrote " << o.input << " (input), "
               << (*exit_code == kOk ? o.output + " (compiled), " : std::string()) << o.report
-              << " (report)\n";
+              << " (report), " << c.input << " and " << c.output << " (the scaled copy)\n";
     if (*exit_code == kOk) {
-      std::cout << "try: weave compare " << o.input << " " << o.output << " --num-partitions 4\n";
+      std::cout << "try: weave compare " << c.input << " " << c.output
+                << " --num-partitions 4; weave simulate " << o.output << " --system " << o.system
+                << "\n";
     }
   });
 }

@@ -27,7 +27,8 @@ struct RunArgs {
   uint64_t seed = 0;
   std::string save_inputs, save_outputs;
   std::vector<std::string> inputs;
-  bool replicate_unsharded = false;
+  bool replicate_unsharded = false;  // the default now; kept as a no-op flag
+  bool vary_unsharded = false;
   bool json = false;
   double max_memory_gib = 8.0;
   double rtol = -1, atol = -1, norm_ulps = -1;
@@ -41,8 +42,13 @@ void AddCommonOptions(CLI::App* cmd, RunArgs* a) {
                   "Replicas to simulate (default: the module's replica_count, else 1)")
       ->check(Positive());
   cmd->add_option("--seed", a->seed, "Seed of the generated inputs");
-  cmd->add_flag("--replicate-unsharded", a->replicate_unsharded,
-                "Give parameters without sharding the same values on every partition");
+  CLI::Option* same = cmd->add_flag("--replicate-unsharded", a->replicate_unsharded,
+                "Give parameters without sharding the same values on every partition (the "
+                "default: XLA's SPMD partitioner treats unannotated instructions as replicated)");
+  cmd->add_flag("--vary-unsharded", a->vary_unsharded,
+                "Give parameters without sharding independent values on each partition (the "
+                "behaviour before 2026-12)")
+      ->excludes(same);
   cmd->add_flag("--json", a->json, "Print a JSON report");
   cmd->add_option("--max-memory-gib", a->max_memory_gib,
                   "Refuse modules whose estimated memory exceeds this (GiB)");
@@ -147,7 +153,7 @@ eval::EvalOptions MakeOptions(const RunArgs& a) {
   o.num_partitions = a.num_partitions;
   o.replica_count = a.replica_count;
   o.seed = a.seed;
-  o.replicate_unsharded = a.replicate_unsharded;
+  o.replicate_unsharded = !a.vary_unsharded;
   o.max_memory_bytes = static_cast<int64_t>(a.max_memory_gib * (1 << 30));
   return o;
 }

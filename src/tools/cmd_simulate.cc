@@ -1,5 +1,6 @@
 // `weave simulate MODULE.hlo --system=h100x8|h200x8|a100x8|FILE.json [...]`: the performance
 // model (src/sim/simulator.h) on one partitioned module.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -9,7 +10,9 @@
 
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
+#include "sim/calibration.h"
 #include "sim/simulator.h"
+#include "tools/report.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
@@ -24,9 +27,81 @@ struct SimulateArgs {
   std::vector<std::string> overrides;
   bool json = false;
   std::string trace;
+  std::optional<double> hbm_efficiency;
+  bool calibration = false;
+  std::string write_modules;  // --write-modules DIR (with --calibration)
 };
 
+// `weave simulate --calibration`: the rows C1-C5 (sim/calibration.h).
+int RunCalibrationCommand(const SimulateArgs& a) {
+  if (!a.write_modules.empty()) {
+    std::filesystem::path dir(a.write_modules);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "weave simulate: cannot create " << dir.string() << ": " << ec.message()
+                << "\n";
+      return 1;
+    }
+    for (const sim::CalibrationRow& row : sim::CalibrationRows()) {
+      for (const sim::TpMatmul& seg : row.segments) {
+        for (int which = 0; which < 2; ++which) {
+          std::string text = which == 0 ? sim::TpMatmulBaseModule(seg)
+                                        : sim::TpMatmulDecomposedModule(seg, row.streams);
+          std::string file = (dir / (seg.name + (which == 0 ? "_base.hlo" : "_decomposed.hlo")))
+                                 .string();
+          if (absl::Status st = WriteFileAtomically(file, text); !st.ok()) {
+            std::cerr << "weave simulate: " << st.message() << "\n";
+            return 1;
+          }
+        }
+      }
+    }
+  }
+  absl::StatusOr<std::vector<sim::CalibrationResult>> results = sim::RunCalibration();
+  if (!results.ok()) {
+    std::cerr << "weave simulate: --calibration: " << results.status().message() << "\n";
+    return 1;
+  }
+  if (a.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const sim::CalibrationResult& r : *results) {
+      nlohmann::json j = {{"id", r.row->id},
+                          {"source", r.row->source},
+                          {"hardware", r.row->hardware},
+                          {"shape", r.row->shape},
+                          {"system", r.row->system},
+                          {"overrides", r.row->overrides},
+                          {"implementation", r.row->implementation},
+                          {"published_base_us", r.row->published_base_us},
+                          {"published_overlapped_us", r.row->published_overlapped_us},
+                          {"published_speedup", r.row->published_speedup},
+                          {"predicted_overlapped_us", r.predicted_overlapped_us},
+                          {"predicted_speedup", r.predicted_speedup},
+                          {"speedup_ratio", r.speedup_ratio},
+                          {"weave_us", r.weave_us},
+                          {"weave_speedup", r.weave_speedup}};
+      if (r.predicted_base_us) j["predicted_base_us"] = *r.predicted_base_us;
+      if (r.base_ratio) j["base_ratio"] = *r.base_ratio;
+      if (r.row->layers > 0) {
+        j["layers"] = r.row->layers;
+        j["saving_per_layer_us"] = r.saving_per_layer_us;
+      }
+      rows.push_back(j);
+    }
+    std::cout << nlohmann::json{{"calibration", rows}}.dump(2) << "\n";
+  } else {
+    std::cout << sim::CalibrationTable(*results);
+  }
+  return 0;
+}
+
 int RunSimulate(const SimulateArgs& a) {
+  if (a.calibration) return RunCalibrationCommand(a);
+  if (a.module.empty() || a.system.empty()) {
+    std::cerr << "weave simulate: a module and --system are required (or --calibration)\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModuleFile(a.module);
   if (!module.ok()) {
     std::cerr << "weave simulate: " << module.status().message() << "\n";
@@ -48,6 +123,7 @@ int RunSimulate(const SimulateArgs& a) {
   sim::SimOptions options;
   options.gemm_efficiency = a.gemm_efficiency;
   options.link_efficiency = a.link_efficiency;
+  options.hbm_efficiency = a.hbm_efficiency;
   options.latency_us = a.latency_us;
   options.contention = a.contention;
   if (!a.gemm_model.empty()) options.gemm_tiled = a.gemm_model == "tiled";
@@ -93,10 +169,17 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code) {
       "Estimate the execution time of one partition of a partitioned module on a GPU system "
       "(performance model: GEMMs by FLOPs, other instructions by HBM bytes, collectives by ring "
       "bytes over NVLink; no fusion modelled)");
-  sub->add_option("module", args->module, "HLO text module (- for stdin)")->required();
+  sub->add_option("module", args->module, "HLO text module (- for stdin)");
   sub->add_option("--system", args->system,
-                  "h100x8, h200x8, a100x8 (built in) or a system JSON file")
-      ->required();
+                  "h100x8, h200x8, a100x8, h800x8, a800x8 (built in) or a system JSON file");
+  sub->add_flag("--calibration", args->calibration,
+                "Print the model against the published measurements C1-C5 "
+                "(performance-model.md): published, predicted, ratio");
+  sub->add_option("--write-modules", args->write_modules,
+                  "With --calibration: write the rows' modules (base and decomposed) to DIR");
+  sub->add_option("--hbm-efficiency", args->hbm_efficiency,
+                  "fraction of HBM bandwidth kernels reach")
+      ->check(CLI::Range(1e-6, 1.0));
   sub->add_option("--gemm-efficiency", args->gemm_efficiency,
                   "fraction of peak a large GEMM reaches (overrides the system file)")
       ->check(CLI::Range(1e-6, 1.0));

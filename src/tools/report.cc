@@ -354,6 +354,18 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     if (info->cache_index >= 0 ? u->tuple_index != info->cache_index : u->tuple_index < 5) {
       continue;
     }
+    if (info->cache_index < 0 && root && root->opcode() == HloOpcode::kTuple &&
+        u->tuple_index < root->operand_count()) {
+      // An output the body fills with GEMM results (e.g. a consumer computed in the ring,
+      // windowed-einsum-consumers-in-ring) is not a cache.
+      const HloInstruction* x = root->operand(u->tuple_index);
+      bool from_gemm = false;
+      while (x->opcode() == HloOpcode::kDynamicUpdateSlice && x->operand_count() >= 2) {
+        from_gemm = from_gemm || dep_gemm[x->operand(1)];
+        x = x->operand(0);
+      }
+      if (from_gemm) continue;
+    }
     if (!u->shape().IsArray() || u->shape().rank() == 0) continue;
     std::vector<std::pair<const HloInstruction*, int>> stack{{u, 0}};
     std::set<const HloInstruction*> visited;
@@ -622,7 +634,8 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
 
 const std::vector<std::string>& RewriteNames() {
   static const std::vector<std::string> names = {"windowed", "fp8-gemm", "fp8-wire", "cache",
-                                                 "dot-merger"};
+                                                 "dot-merger", "windowed-in-ring",
+                                                 "windowed-ring-rs"};
   return names;
 }
 
@@ -659,8 +672,23 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
   double share_b = report->before.bytes_sent ? double(fb) / double(report->before.bytes_sent) : 0;
   double share_a = report->after.bytes_sent ? double(fa) / double(report->after.bytes_sent) : 0;
   report->fired["fp8-wire"] = applied_by("collective-quantizer") || share_a > share_b;
-  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before);
+  // Also when the loop whose cache serves the all-gathers lost its dots to the cleanup (its own
+  // result unread: only the ring and the cache remain, no longer a windowed loop in the table).
+  const bool cache_remark = std::any_of(
+      report->remarks.begin(), report->remarks.end(), [](const Remark& r) {
+        return r.applied && r.pass == "windowed-einsum-handler" &&
+               r.message.rfind("all-gather replaced by the activation cache", 0) == 0;
+      });
+  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before) || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
+  // Every consumer of an all-gather computed in the ring (windowed-einsum-consumers-in-ring), and
+  // reduce-scatter loops in the ring layout (N-1 transfers; spmd/windowed_einsum_rs_ring.h).
+  report->fired["windowed-in-ring"] = applied_by("windowed-einsum-consumers-in-ring");
+  bool ring_rs = false;
+  for (const WindowedLoopInfo& l : report->loops) {
+    ring_rs |= l.body.find("windowed_dot_general_body_rs_ring") != std::string::npos;
+  }
+  report->fired["windowed-ring-rs"] = ring_rs;
 }
 
 std::string FormatBytes(int64_t bytes) {
@@ -763,6 +791,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   num["num_partitions"] = r.numerics.num_partitions;
   num["estimated_bytes"] = r.numerics.estimated_bytes;
   if (!r.numerics.skipped.empty()) num["skipped"] = r.numerics.skipped;
+  if (!r.numerics.scaled_copy.empty()) num["scaled_copy"] = r.numerics.scaled_copy;
   j["numerics"] = num;
   if (r.sim.requested) {
     json s;
@@ -895,6 +924,9 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
           r.numerics.pass ? "PASS" : "FAIL",
           CountOf(r.numerics.num_partitions, "partition", "partitions"), r.numerics.seed,
           r.numerics.max_abs_error, r.numerics.max_rel_error, r.numerics.mismatches);
+      if (!r.numerics.scaled_copy.empty()) {
+        absl::StrAppend(&o, "  on a scaled copy: ", r.numerics.scaled_copy, "\n");
+      }
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", r.numerics.skipped, "\n");
     }

@@ -141,6 +141,8 @@ struct NumericsRecord {
   std::string summary;   // the comparison table
   double max_abs_error = 0, max_rel_error = 0;
   int64_t mismatches = 0;
+  // Set when the check ran on a scaled copy of the module (weave demo): what was verified.
+  std::string scaled_copy;
 };
 
 struct SimRecord {
@@ -185,7 +187,8 @@ struct CompileReport {
   // Which rewrites fired anywhere: "windowed" (a windowed loop exists in the output that the
   // pipeline created or changed), "fp8-gemm" (an FP8 GEMM custom call was formed), "fp8-wire"
   // (a collective carries FP8 that carried a wider type before), "cache" (a GEMM reads a loop's
-  // all-gather cache), "dot-merger" (dots were merged).
+  // all-gather cache), "dot-merger" (dots were merged), "windowed-in-ring" (the consumers of an all-gather
+  // compute inside its loop), "windowed-ring-rs" (a reduce-scatter loop in the ring layout).
   std::map<std::string, bool> fired;
   std::string status = "ok";           // "ok", "numerics-mismatch", "required-missing", ...
   int exit_code = 0;

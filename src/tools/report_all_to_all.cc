@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "gpu/all_to_all_windowed_einsum.h"
+#include "gpu/all_to_all_window.h"
 #include "tools/report.h"
 
 namespace weave::tools {

@@ -14,7 +14,9 @@ dim in two when it is not the split dim, else adds a leading 1) and copy, in dat
 for P=8, G=4; one group of all when G=P); --iota writes them in iota form. Extents: every dim that
 may be split is a multiple of G; K = 4G.
 --dtype bf16|f32 gives wide operands; fp8 gives dequant(f8e4m3fn, scale) operands (bf16 wide,
-scalar scales with sharding={replicated}), fp8e5m2 the same with f8e5m2.
+scalar scales with sharding={replicated}), fp8e5m2 the same with f8e5m2; fp8post (A only)
+exchanges the f8e4m3fn value itself and dequantizes after the exchange (convert right after it,
+the multiply by a per-partition scale after the layout chain).
 
 --run-matrix runs the acceptance matrix: for G = 2, 4, 8, groups {{0..G-1},...} over 8
 partitions and one group of all, bf16 and FP8, every allowed split position of A (lhs and rhs
@@ -23,7 +25,8 @@ side) and B, each look-through op alone and all three, iota groups and chunk cou
 --all-to-all-windowed-einsum-chunks), a check of the structure (an applied remark, one
 all-to-all and one operation_queue_id per chunk, FP8 on the wire for A with FP8 operands) and
 `weave compare` before vs after. One line per variant, `ALL <n> PASS` at the
-end (exit 1 if any failed).
+end (exit 1 if any failed). --run-matrix --random N --seed S runs N random variants instead
+(every option drawn from its allowed values, chunk counts any divisor of K up to 16).
 
 Python 3 standard library only. Writes the module to stdout or -o FILE.
 """
@@ -72,6 +75,8 @@ class Gen:
         a = self.a
         if a.dtype in ("bf16", "f32"):
             return self.param(name, a.dtype, dims)
+        if a.dtype == "fp8post" and name != "wt":
+            raise SystemExit("--dtype fp8post is for rewrite A (FP8 exchanged, dequantized after)")
         f8 = "f8e4m3fn" if a.dtype == "fp8" else "f8e5m2"
         q = self.param(name + "_q", f8, dims)
         s = self.param(name + "_scale", "bf16", [], replicated=True)
@@ -119,15 +124,28 @@ class Gen:
                 else:
                     raise SystemExit("unknown chain op " + op)
             ops.reverse()
-            src = self.operand("tok", dims)
-            v = self.emit("exchanged", "%s all-to-all(%s), channel_id=1, replica_groups=%s, dimensions={%d}"
-                          % (sh(w, dims), src, groups, s))
+            if a.dtype == "fp8post":
+                # FP8 on the wire already: the exchange carries f8e4m3fn, the dequantization
+                # (convert first, scale last, a per-partition scale) comes after it.
+                q = self.param("tok_q", "f8e4m3fn", dims)
+                v = self.emit("exchanged", "%s all-to-all(%s), channel_id=1, replica_groups=%s, dimensions={%d}"
+                              % (sh("f8e4m3fn", dims), q, groups, s))
+                v = self.emit("exchanged_cvt", "%s convert(%s)" % (sh(w, dims), v))
+            else:
+                src = self.operand("tok", dims)
+                v = self.emit("exchanged", "%s all-to-all(%s), channel_id=1, replica_groups=%s, dimensions={%d}"
+                              % (sh(w, dims), src, groups, s))
             for i, op in enumerate(ops):
                 if op[0] == "transpose":
                     v = self.emit("lay%d" % i, "%s transpose(%s), dimensions={%s}"
                                   % (sh(w, op[2]), v, ",".join(map(str, op[3]))))
                 else:
                     v = self.emit("lay%d" % i, "%s %s(%s)" % (sh(w, op[2]), op[0], v))
+            if a.dtype == "fp8post":
+                sc = self.emit("tok_scale", "bf16[] parameter(%d), sharding={manual}" % len(self.params))
+                self.params.append("bf16[]")
+                sb = self.emit("tok_sb", "%s broadcast(%s), dimensions={}" % (sh(w, x_dims), sc))
+                v = self.emit("tok_dq", "%s multiply(%s, %s)" % (sh(w, x_dims), v, sb))
             other = self.operand("wt", rhs_dims if a.side == "lhs" else lhs_dims)
             l, r = (v, other) if a.side == "lhs" else (other, v)
             root = self.emit("ROOT out", "%s dot(%s, %s), %s" % (sh(w, out_dims), l, r, dot_attrs))
@@ -171,7 +189,7 @@ def parser():
     p.add_argument("--partitions", "-n", type=int, default=4)
     p.add_argument("--group-size", "-g", type=int, default=0, help="default: all partitions")
     p.add_argument("--iota", action="store_true")
-    p.add_argument("--dtype", choices=["bf16", "f32", "fp8", "fp8e5m2"], default="bf16")
+    p.add_argument("--dtype", choices=["bf16", "f32", "fp8", "fp8e5m2", "fp8post"], default="bf16")
     p.add_argument("--side", choices=["lhs", "rhs"], default="lhs")
     p.add_argument("--split", type=int, default=1)
     p.add_argument("--split-e", action="store_true", help="make E a multiple of G as well")
@@ -180,6 +198,9 @@ def parser():
     p.add_argument("-o", "--output", default="")
     p.add_argument("--run-matrix", action="store_true")
     p.add_argument("--weave", default="weave")
+    p.add_argument("--random", type=int, default=0,
+                   help="with --run-matrix: N random variants instead of the matrix")
+    p.add_argument("--seed", type=int, default=1, help="with --random")
     return p
 
 
@@ -202,6 +223,10 @@ def matrix():
                 v.append((["--rewrite", rw, "--chain", chain, "--dtype", dt, "-n", "8", "-g", "4",
                            "--split", "1"], [], 4))
     v.append((["--rewrite", "A", "--iota", "-n", "8", "-g", "4", "--dtype", "fp8e5m2"], [], 4))
+    for chain in ("", "transpose,reshape,copy"):
+        for g in (2, 4):
+            v.append((["--rewrite", "A", "--chain", chain, "--dtype", "fp8post", "-n", "8", "-g", str(g),
+                       "--split", "1"], [], g))
     v.append((["--rewrite", "B", "--iota", "-n", "8", "-g", "2", "--dtype", "f32"], [], 2))
     for c in (2, 8):
         v.append((["--rewrite", "A", "-n", "8", "-g", "4", "--dtype", "fp8"],
@@ -211,9 +236,38 @@ def matrix():
     return v
 
 
+def random_variants(n, seed):
+    """n random variants: rewrite, side, split, groups, dtype, layout chain and chunk count drawn
+    from every allowed combination."""
+    import random
+    rng = random.Random(seed)
+    v = []
+    for _ in range(n):
+        rw = rng.choice(["A", "B"])
+        g = rng.choice([2, 4, 8])
+        p = rng.choice(sorted({g, 8}))
+        args = ["--rewrite", rw, "-n", str(p), "-g", str(g)]
+        dtypes = ["bf16", "f32", "fp8", "fp8e5m2"] + (["fp8post"] if rw == "A" else [])
+        args += ["--dtype", rng.choice(dtypes)]
+        if rw == "A":
+            side = rng.choice(["lhs", "rhs"])
+            args += ["--side", side, "--split", str(rng.choice([0, 1] if side == "lhs" else [0, 2]))]
+        else:
+            args += ["--split", str(rng.choice([0, 1, 2]))]
+        chain = [rng.choice(["transpose", "reshape", "copy"]) for _ in range(rng.randint(0, 4))]
+        if chain:
+            args += ["--chain", ",".join(chain)]
+        if rng.random() < 0.3:
+            args.append("--iota")
+        k = 4 * g
+        chunks = rng.choice([d for d in range(2, k + 1) if k % d == 0 and d <= 16])
+        v.append((args, ["--all-to-all-windowed-einsum-chunks=%d" % chunks], chunks))
+    return v
+
+
 def run_matrix(a):
     failures = 0
-    variants = matrix()
+    variants = matrix() if not a.random else random_variants(a.random, a.seed)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (args, extra, chunks) in enumerate(variants):
             g = parser().parse_args(args + ["--name", "v%d" % i])
@@ -234,7 +288,8 @@ def run_matrix(a):
             n_a2a = len(re.findall(r" all-to-all\(", out))
             queues = set(re.findall(r'"operation_queue_id":"(\d+)"', out))
             wire = set(re.findall(r"= (\w+)\[[^\]]*\]\S* all-to-all\(", out))
-            want = {"f8e4m3fn"} if g.dtype == "fp8" else {"f8e5m2"} if g.dtype == "fp8e5m2" else None
+            want = ({"f8e4m3fn"} if g.dtype in ("fp8", "fp8post")
+                    else {"f8e5m2"} if g.dtype == "fp8e5m2" else None)
             if g.rewrite == "A" and want is not None and wire != want:
                 print("FAIL wire %s: the chunks exchange %s, not FP8" % (desc, sorted(wire)))
                 failures += 1

@@ -103,7 +103,11 @@ TEST(Dequantize, BuildRoundTripsThroughMatch) {
 TEST(Dequantize, TypePredicates) {
   EXPECT_TRUE(IsDequantizableFp8(PrimitiveType::F8E4M3FN));
   EXPECT_TRUE(IsDequantizableFp8(PrimitiveType::F8E5M2));
-  EXPECT_FALSE(IsDequantizableFp8(PrimitiveType::F8E4M3FNUZ));
+  // ROCm's FNUZ pair, as XLA's handler and GEMM rewriter accept it; not the other FP8 formats.
+  EXPECT_TRUE(IsDequantizableFp8(PrimitiveType::F8E4M3FNUZ));
+  EXPECT_TRUE(IsDequantizableFp8(PrimitiveType::F8E5M2FNUZ));
+  EXPECT_FALSE(IsDequantizableFp8(PrimitiveType::F8E4M3B11FNUZ));
+  EXPECT_FALSE(IsDequantizableFp8(PrimitiveType::F8E4M3));
   EXPECT_FALSE(IsDequantizableFp8(PrimitiveType::BF16));
   EXPECT_TRUE(IsDequantWideType(PrimitiveType::F16));
   EXPECT_FALSE(IsDequantWideType(PrimitiveType::F64));

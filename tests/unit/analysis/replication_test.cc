@@ -82,8 +82,60 @@ TEST(Replication, LeavesAndParameters) {
   std::string why;
   EXPECT_FALSE(Same(*m, "tiled", &why));
   EXPECT_NE(why.find("tiled"), std::string::npos) << why;
-  EXPECT_FALSE(Same(*m, "nosh", &why));
-  EXPECT_NE(why.find("nosh"), std::string::npos) << why;
+  // No sharding: replicated, as XLA's SpmdPartitioner treats unannotated instructions; the proof
+  // lists the parameter so that passes can say so.
+  EXPECT_TRUE(Same(*m, "nosh"));
+  ReplicationProof p = ProveSameWithinGroups(Find(*m, "nosh"), {});
+  EXPECT_TRUE(p.proven);
+  ASSERT_EQ(p.unannotated_parameters.size(), 1u);
+  EXPECT_EQ(p.unannotated_parameters[0]->name(), "nosh");
+  EXPECT_TRUE(ProveSameWithinGroups(Find(*m, "scaled"), {}).unannotated_parameters.empty());
+}
+
+// Equal within each group is enough when the value only travels inside its group.
+TEST(Replication, GroupWise) {
+  auto m = ParseOrDie(R"(
+HloModule groups, num_partitions=8
+
+sum {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = f32[] add(x, y)
+}
+
+ENTRY main {
+  local = f32[] parameter(0), sharding={devices=[8]<=[8]}
+  amax = f32[] all-reduce(local), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=sum
+  amax_iota = f32[] all-reduce(local), channel_id=2, replica_groups=[2,4]<=[8], use_global_device_ids=true, to_apply=sum
+  scale = f32[] multiply(amax, amax_iota)
+  manual = f32[] parameter(1), sharding={devices=[2,4]<=[8] last_tile_dims={manual, replicated}}
+  halves = f32[2]{0} parameter(2), sharding={devices=[2,4]<=[8] last_tile_dim_replicate}
+  pid = u32[] partition-id()
+  pidf = f32[] convert(pid)
+  mixed = f32[] add(scale, pidf)
+  ROOT r = (f32[], f32[], f32[2]{0}, f32[]) tuple(scale, manual, halves, mixed)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  const std::vector<std::vector<int64_t>> rings = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  const std::vector<std::vector<int64_t>> across = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  for (const char* name : {"amax", "amax_iota", "scale", "manual", "halves"}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(ProveSameWithinGroups(Find(*m, name), rings).proven);
+    ReplicationProof across_groups = ProveSameWithinGroups(Find(*m, name), across);
+    EXPECT_FALSE(across_groups.proven);
+    EXPECT_FALSE(IsSameOnAllPartitions(Find(*m, name)));
+  }
+  ReplicationProof p = ProveSameWithinGroups(Find(*m, "amax"), across);
+  EXPECT_NE(p.why.find("'amax' in computation 'main' is an all-reduce over replica groups"),
+            std::string::npos)
+      << p.why;
+  // Tiles differ within a group of 4 here: the local parameter itself.
+  EXPECT_FALSE(ProveSameWithinGroups(Find(*m, "local"), rings).proven);
+  // Values from partition-id stay refused, whatever the groups.
+  ReplicationProof mixed = ProveSameWithinGroups(Find(*m, "mixed"), rings);
+  EXPECT_FALSE(mixed.proven);
+  EXPECT_NE(mixed.why.find("partition-id"), std::string::npos) << mixed.why;
 }
 
 TEST(Replication, PartitionIdTaints) {

@@ -194,10 +194,11 @@ ENTRY e {
   auto in = MakeInputs(*m, o);
   ASSERT_TRUE(in.ok()) << in.status().message();
   // Global array of a is [2,12]; reassemble it from the tiles and check each tile is distinct.
+  // c has no sharding: replicated, as XLA's SPMD partitioner treats it (the default).
   for (int d = 1; d < 4; ++d) {
     EXPECT_TRUE(BitwiseEqual(*in->per_device[0][1], *in->per_device[d][1]));
     EXPECT_FALSE(BitwiseEqual(*in->per_device[0][0], *in->per_device[d][0]));
-    EXPECT_FALSE(BitwiseEqual(*in->per_device[0][2], *in->per_device[d][2]));
+    EXPECT_TRUE(BitwiseEqual(*in->per_device[0][2], *in->per_device[d][2]));
   }
   // The global array given explicitly: partition p gets columns [3p, 3p+3).
   Value g = Value::Zeros(Shape(PrimitiveType::F32, {2, 12}));
@@ -209,11 +210,14 @@ ENTRY e {
   // A wrongly shaped global array is an error.
   auto bad = MakeInputs(*m, o, {InputOverride{0, -1, Share(Value::Zeros(Shape(PrimitiveType::F32, {2, 3})))}});
   EXPECT_FALSE(bad.ok());
-  // --replicate-unsharded makes c equal everywhere.
-  o.replicate_unsharded = true;
+  // --vary-unsharded (replicate_unsharded = false) gives c independent values per partition.
+  o.replicate_unsharded = false;
   auto in3 = MakeInputs(*m, o);
   ASSERT_TRUE(in3.ok());
-  EXPECT_TRUE(BitwiseEqual(*in3->per_device[0][2], *in3->per_device[3][2]));
+  for (int d = 1; d < 4; ++d) {
+    EXPECT_FALSE(BitwiseEqual(*in3->per_device[0][2], *in3->per_device[d][2]));
+  }
+  o.replicate_unsharded = true;
   // Generated floats are in [-1, 1).
   for (double v : testing::Doubles(*in->per_device[0][0])) {
     EXPECT_GE(v, -1);

@@ -122,6 +122,76 @@ TEST(Fp8, E5M2RoundingBoundaries) {
   EXPECT_EQ(RoundToType(std::ldexp(1.0, -17), t), 0.0);  // half the smallest subnormal 2^-16
 }
 
+// Independent decoding of an FNUZ code (e.g. f8e4m3fnuz: bias 8): 0x80 is the only NaN, there
+// are no infinities and no negative zero; every other code is a finite number.
+double DecodeFnuzRef(uint32_t code, int e_bits, int m_bits, int bias) {
+  if (code == 0x80) return NAN;
+  const bool neg = (code >> 7) & 1;
+  const uint32_t e = (code >> m_bits) & ((1u << e_bits) - 1);
+  const uint32_t m = code & ((1u << m_bits) - 1);
+  const double v = e == 0 ? m * std::pow(2.0, 1 - bias - m_bits)
+                          : (1.0 + m / std::pow(2.0, m_bits)) * std::pow(2.0, static_cast<int>(e) - bias);
+  return neg ? -v : v;
+}
+
+void CheckFnuzAllCodes(PrimitiveType t, int e_bits, int m_bits, int bias, double max) {
+  int nans = 0;
+  for (uint32_t c = 0; c < 256; ++c) {
+    const double ref = DecodeFnuzRef(c, e_bits, m_bits, bias);
+    const double got = DecodeFloat(c, t);
+    if (std::isnan(ref)) {
+      ++nans;
+      EXPECT_TRUE(std::isnan(got)) << c;
+      EXPECT_EQ(EncodeFloat(NAN, t), 0x80u);
+      continue;
+    }
+    EXPECT_EQ(got, ref) << "code " << c;
+    EXPECT_FALSE(std::signbit(got) && got == 0) << "negative zero from code " << c;
+    EXPECT_EQ(RoundToType(ref, t), ref) << "code " << c;
+    EXPECT_EQ(EncodeFloat(ref, t), c) << "value " << ref;
+  }
+  EXPECT_EQ(nans, 1);
+  EXPECT_EQ(MaxFinite(t), max);
+  EXPECT_EQ(DecodeFloat(0x7F, t), max);
+  EXPECT_EQ(DecodeFloat(0xFF, t), -max);
+  EXPECT_FALSE(HasInfinity(t));
+  // No negative zero: -0 and negative values that round to zero give +0 (code 0x00).
+  EXPECT_FALSE(std::signbit(RoundToType(-0.0, t)));
+  EXPECT_FALSE(std::signbit(RoundToType(-std::ldexp(1.0, -40), t)));
+  EXPECT_EQ(EncodeFloat(-0.0, t), 0u);
+  // Non-saturating convert: past the largest value, and infinities, become the NaN.
+  EXPECT_TRUE(std::isnan(RoundToType(2 * max, t)));
+  EXPECT_TRUE(std::isnan(RoundToType(-INFINITY, t)));
+  EXPECT_TRUE(std::isnan(RoundToType(NAN, t)));
+}
+
+TEST(Fp8, FnuzAllCodes) {
+  CheckFnuzAllCodes(PrimitiveType::F8E4M3FNUZ, 4, 3, 8, 240.0);
+  CheckFnuzAllCodes(PrimitiveType::F8E5M2FNUZ, 5, 2, 16, 57344.0);
+  CheckFnuzAllCodes(PrimitiveType::F8E4M3B11FNUZ, 4, 3, 11, 30.0);
+  // Smallest subnormals: 2^-10 (E4M3FNUZ) and 2^-17 (E5M2FNUZ), one binade below the FN types.
+  EXPECT_EQ(DecodeFloat(0x01, PrimitiveType::F8E4M3FNUZ), std::ldexp(1.0, -10));
+  EXPECT_EQ(DecodeFloat(0x01, PrimitiveType::F8E5M2FNUZ), std::ldexp(1.0, -17));
+}
+
+TEST(Fp8, FnuzRoundingBoundaries) {
+  for (auto [t, e, m, bias] : {std::tuple{PrimitiveType::F8E4M3FNUZ, 4, 3, 8},
+                               std::tuple{PrimitiveType::F8E5M2FNUZ, 5, 2, 16}}) {
+    std::vector<std::pair<double, uint32_t>> pos;
+    for (uint32_t c = 0; c < 128; ++c) pos.push_back({DecodeFnuzRef(c, e, m, bias), c});
+    for (size_t k = 0; k + 1 < pos.size(); ++k) {
+      const double lo = pos[k].first, hi = pos[k + 1].first;
+      const double mid = (lo + hi) / 2;
+      const double expect_mid = (pos[k].second % 2 == 0) ? lo : hi;
+      EXPECT_EQ(RoundToType(mid, t), expect_mid) << "between " << lo << " and " << hi;
+      EXPECT_EQ(RoundToType(-mid, t), expect_mid == 0 ? 0.0 : -expect_mid);
+    }
+  }
+  // E4M3FNUZ: 240 is the largest; 248 is the tie with 256 (even mantissa: 256) -> overflow -> NaN.
+  EXPECT_EQ(RoundToType(247.0, PrimitiveType::F8E4M3FNUZ), 240.0);
+  EXPECT_TRUE(std::isnan(RoundToType(248.0, PrimitiveType::F8E4M3FNUZ)));
+}
+
 double DecodeHalfLike(uint32_t c, int e_bits, int m_bits, int bias) {
   return DecodeRef(c, e_bits, m_bits, bias, false);
 }
@@ -198,10 +268,14 @@ TEST(Integers, WrapAndConvert) {
 // Both directions through the evaluator's convert: f32 -> f8 -> f32 for every code's value.
 TEST(Fp8, ConvertThroughEvaluator) {
   for (auto [t, name, e, m, bias, fn] :
-       {std::tuple{PrimitiveType::F8E4M3FN, "f8e4m3fn", 4, 3, 7, true},
-        std::tuple{PrimitiveType::F8E5M2, "f8e5m2", 5, 2, 15, false}}) {
+       {std::tuple{PrimitiveType::F8E4M3FN, "f8e4m3fn", 4, 3, 7, 1},
+        std::tuple{PrimitiveType::F8E5M2, "f8e5m2", 5, 2, 15, 0},
+        std::tuple{PrimitiveType::F8E4M3FNUZ, "f8e4m3fnuz", 4, 3, 8, 2},
+        std::tuple{PrimitiveType::F8E5M2FNUZ, "f8e5m2fnuz", 5, 2, 16, 2}}) {
     std::vector<double> vals;
-    for (uint32_t c = 0; c < 256; ++c) vals.push_back(DecodeRef(c, e, m, bias, fn));
+    for (uint32_t c = 0; c < 256; ++c) {
+      vals.push_back(fn == 2 ? DecodeFnuzRef(c, e, m, bias) : DecodeRef(c, e, m, bias, fn == 1));
+    }
     const std::string text = absl::StrCat(R"(
 HloModule cvt
 ENTRY e {

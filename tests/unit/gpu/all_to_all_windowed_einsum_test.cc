@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpu/all_to_all_window.h"
 #include "gpu/all_to_all_windowed_einsum.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
@@ -273,6 +274,62 @@ TEST(AllToAllWindowedEinsum, BackendConfigsLoadInEachXlaVersion) {
           << i->backend_config;
     }
     EXPECT_EQ(with_queue, 8) << version;
+  }
+}
+
+// XLA's handler output for rewrite B over 2 chunks, written by hand in its form (the partial
+// all-to-alls read the partial dots; add(all-to-all, acc) from a zero broadcast), and an FP8
+// GEMM custom call as a chunk's GEMM in rewrite A.
+TEST(FindAllToAllWindows, FindsXlaFormAndGemmCalls) {
+  auto m = Parse(R"(HloModule xla_form, num_partitions=2
+ENTRY e {
+  h = bf16[4,16]{1,0} parameter(0)
+  w = bf16[16,8]{1,0} parameter(1)
+  zero = bf16[] constant(0)
+  buf = bf16[4,8]{1,0} broadcast(zero), dimensions={}
+  h0 = bf16[4,8]{1,0} slice(h), slice={[0:4], [0:8]}
+  w0 = bf16[8,8]{1,0} slice(w), slice={[0:8], [0:8]}
+  d0 = bf16[4,8]{1,0} dot(h0, w0), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":"3","force_earliest_schedule":false}
+  x0 = bf16[4,8]{1,0} all-to-all(d0), channel_id=3, replica_groups={{0,1}}, dimensions={0}
+  s0 = bf16[4,8]{1,0} add(x0, buf)
+  h1 = bf16[4,8]{1,0} slice(h), slice={[0:4], [8:16]}
+  w1 = bf16[8,8]{1,0} slice(w), slice={[8:16], [0:8]}
+  d1 = bf16[4,8]{1,0} dot(h1, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":"4","force_earliest_schedule":false}
+  x1 = bf16[4,8]{1,0} all-to-all(d1), channel_id=4, replica_groups={{0,1}}, dimensions={0}
+  s1 = bf16[4,8]{1,0} add(x1, s0)
+  q = f8e4m3fn[4,16]{1,0} parameter(2)
+  v = f8e4m3fn[16,16]{1,0} parameter(3)
+  one = f32[] constant(1)
+  z2 = bf16[4,16]{1,0} broadcast(zero), dimensions={}
+  q0 = f8e4m3fn[4,8]{1,0} slice(q), slice={[0:4], [0:8]}
+  a0 = f8e4m3fn[4,8]{1,0} all-to-all(q0), channel_id=5, replica_groups={{0,1}}, dimensions={0}
+  v0 = f8e4m3fn[16,8]{1,0} slice(v), slice={[0:16], [0:8]}
+  g0 = (bf16[4,16]{1,0}, s8[4194304]{0}) custom-call(a0, v0, one, one), custom_call_target="__cublas$lt$matmul$f8"
+  r0 = bf16[4,16]{1,0} get-tuple-element(g0), index=0
+  t0 = bf16[4,16]{1,0} add(r0, z2)
+  q1 = f8e4m3fn[4,8]{1,0} slice(q), slice={[0:4], [8:16]}
+  a1 = f8e4m3fn[4,8]{1,0} all-to-all(q1), channel_id=6, replica_groups={{0,1}}, dimensions={0}
+  v1 = f8e4m3fn[16,8]{1,0} slice(v), slice={[0:16], [8:16]}
+  g1 = (bf16[4,16]{1,0}, s8[4194304]{0}) custom-call(a1, v1, one, one), custom_call_target="__cublas$lt$matmul$f8"
+  r1 = bf16[4,16]{1,0} get-tuple-element(g1), index=0
+  t1 = bf16[4,16]{1,0} add(r1, t0)
+  ROOT out = (bf16[4,8]{1,0}, bf16[4,16]{1,0}) tuple(s1, t1)
+}
+)");
+  ASSERT_TRUE(m);
+  std::vector<AllToAllWindow> w = FindAllToAllWindows(*m->entry());
+  ASSERT_EQ(w.size(), 2u);
+  for (const AllToAllWindow& x : w) {
+    EXPECT_EQ(x.all_to_alls.size(), 2u);
+    EXPECT_EQ(x.group_size, 2);
+    if (x.exchange_first) {
+      EXPECT_EQ(x.result->name(), "t1");
+      EXPECT_EQ(x.gemms[1]->name(), "g1");
+      EXPECT_EQ(x.all_to_alls[0]->name(), "a0");
+    } else {
+      EXPECT_EQ(x.result->name(), "s1");
+      EXPECT_EQ(x.gemms[0]->name(), "d0");
+    }
   }
 }
 

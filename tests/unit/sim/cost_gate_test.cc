@@ -131,9 +131,17 @@ TEST(SimCostOracle, EstimatesBothVariantsThroughThePipeline) {
   // The same region again is answered from the cache with the same figures.
   CostEstimate again = oracle.Decide(q);
   EXPECT_EQ(again.us, e.us);
-  // The "without" figure is the plain region's simulated time after the later passes.
+  // The "without" figure is the plain region's simulated time after the later passes (the
+  // collective-quantizer moves the unannotated, hence replicated, scale after the all-gather).
   auto region = ExtractCostRegion(q.seeds);
   ASSERT_TRUE(region.ok());
+  HloPassPipeline later;
+  ASSERT_TRUE(later
+                  .AddPassesByName("windowed-einsum-handler,collective-quantizer,"
+                                   "fp8-gemm-rewriter,dce",
+                                   PassOptions())
+                  .ok());
+  ASSERT_TRUE(later.Run(region->get()).ok());
   auto plain = SimulateModule(**region, Config("h100x8").system, {});
   ASSERT_TRUE(plain.ok());
   EXPECT_NEAR(e.us[0], plain->total_us, 1e-9 + 1e-6 * plain->total_us);

@@ -17,7 +17,7 @@ std::string ReadFile(const std::string& path) {
 
 TEST(SystemTest, BuiltinsAreByteIdenticalToSystemFiles) {
   std::vector<std::string> names = BuiltinSystemNames();
-  ASSERT_EQ(names.size(), 3u);
+  ASSERT_EQ(names, (std::vector<std::string>{"a100x8", "a800x8", "h100x8", "h200x8", "h800x8"}));
   for (const std::string& name : names) {
     std::optional<std::string_view> embedded = BuiltinSystemJson(name);
     ASSERT_TRUE(embedded.has_value()) << name;
@@ -115,6 +115,74 @@ TEST(SystemTest, OverridesAndOptions) {
   opts.gemm_efficiency.reset();
   opts.latency_us = -1;
   EXPECT_FALSE(ApplySimOptions(*h100, opts).ok());
+}
+
+}  // namespace
+}  // namespace weave::sim
+
+namespace weave::sim {
+namespace {
+
+// Every constant of a built-in system names its source: each numeric field (and the engine) of
+// the file has an entry in "sources" (matmul_tflops, contention and the GEMM tile as one entry
+// each).
+TEST(SystemTest, EveryBuiltinConstantNamesItsSource) {
+  for (const std::string& name : BuiltinSystemNames()) {
+    absl::StatusOr<SystemSpec> s = LoadSystem(name);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const char* key : {"num_gpus", "sm_count", "matmul_tflops", "hbm_gbps",
+                            "hbm_efficiency", "link_gbps", "link_efficiency", "latency_us",
+                            "collective_engine", "contention", "gemm.efficiency", "gemm.tile",
+                            "gemm.overhead_us"}) {
+      auto it = s->sources.find(key);
+      ASSERT_NE(it, s->sources.end()) << name << ": no source for " << key;
+      EXPECT_GT(it->second.size(), 20u) << name << ": " << key;
+    }
+  }
+}
+
+TEST(SystemTest, CalibrationHardware) {
+  absl::StatusOr<SystemSpec> h800 = LoadSystem("h800x8");
+  absl::StatusOr<SystemSpec> h100 = LoadSystem("h100x8");
+  absl::StatusOr<SystemSpec> a800 = LoadSystem("a800x8");
+  absl::StatusOr<SystemSpec> a100 = LoadSystem("a100x8");
+  ASSERT_TRUE(h800.ok() && h100.ok() && a800.ok() && a100.ok());
+  // NVLink 200 GB/s per direction; compute and HBM as H100 / A100.
+  EXPECT_DOUBLE_EQ(h800->link_gbps, 200);
+  EXPECT_DOUBLE_EQ(a800->link_gbps, 200);
+  EXPECT_DOUBLE_EQ(h800->bf16_tflops, h100->bf16_tflops);
+  EXPECT_DOUBLE_EQ(h800->fp8_tflops, h100->fp8_tflops);
+  EXPECT_DOUBLE_EQ(h800->hbm_gbps, h100->hbm_gbps);
+  EXPECT_EQ(h800->sm_count, h100->sm_count);
+  EXPECT_DOUBLE_EQ(a800->bf16_tflops, a100->bf16_tflops);
+  EXPECT_DOUBLE_EQ(a800->hbm_gbps, a100->hbm_gbps);
+  EXPECT_EQ(a800->sm_count, a100->sm_count);
+  EXPECT_DOUBLE_EQ(a800->fp8_tflops, 0);
+}
+
+TEST(SystemTest, ContentionDependsOnTheCollectiveEngine) {
+  absl::StatusOr<SystemSpec> h100 = LoadSystem("h100x8");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_EQ(h100->collective_engine, "sm");  // XLA's collectives are NCCL kernels
+  EXPECT_DOUBLE_EQ(h100->contention, h100->contention_sm);
+  EXPECT_GT(h100->contention_sm, h100->contention_copy_engine);
+  absl::StatusOr<SystemSpec> ce = OverrideSystemValue(*h100, "collective_engine=copy_engine");
+  ASSERT_TRUE(ce.ok()) << ce.status();
+  EXPECT_DOUBLE_EQ(ce->contention, h100->contention_copy_engine);
+  absl::StatusOr<SystemSpec> sm = OverrideSystemValue(*h100, "contention.sm=0.25");
+  ASSERT_TRUE(sm.ok()) << sm.status();
+  EXPECT_DOUBLE_EQ(sm->contention, 0.25);
+  EXPECT_FALSE(OverrideSystemValue(*h100, "collective_engine=dma").ok());
+  // One number for both engines (older files).
+  absl::StatusOr<SystemSpec> one = ParseSystemJson(
+      R"({"name": "x", "source": "test", "sm_count": 1, "matmul_tflops": {"bf16": 1},
+          "hbm_gbps": 1, "link_gbps": 1, "contention": 0.4, "collective_engine": "copy_engine"})",
+      "test");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_DOUBLE_EQ(one->contention, 0.4);
+  EXPECT_FALSE(ParseSystemJson(
+      R"({"name": "x", "source": "test", "sm_count": 1, "matmul_tflops": {"bf16": 1},
+          "hbm_gbps": 1, "link_gbps": 1, "contention": {"nvlink": 0.4}})", "test").ok());
 }
 
 }  // namespace
