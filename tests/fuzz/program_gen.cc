@@ -301,10 +301,15 @@ class Gen : public MotifContext {
     return s;
   }
 
+  // A data parameter's sharding. Per-partition data ({manual}, or a tile of a tiled sharding)
+  // most of the time: an unannotated or {replicated} parameter holds the same value on every
+  // partition (XLA's SPMD convention, which the evaluator and the replication analysis follow),
+  // which would hide ring-order and block-offset bugs.
   std::string ParamSharding(const std::vector<int64_t>& dims) {
-    switch (c_.Weighted({50, 15, 35})) {
-      case 0: return "";
-      case 1: return "{replicated}";
+    switch (c_.Weighted({45, 10, 10, 35})) {
+      case 0: return "{manual}";
+      case 1: return "";
+      case 2: return "{replicated}";
       default: {
         if (dims.empty()) return "{replicated}";
         std::vector<int64_t> tiles(dims.size(), 1);
@@ -323,8 +328,8 @@ class Gen : public MotifContext {
         *replicated = true;
         return b_.Param(wide, {}, "{replicated}", "scale");
       case 1:
-        *replicated = false;  // unsharded: the evaluator draws it per partition
-        return b_.Param(wide, {}, "", "scale");
+        *replicated = false;  // {manual}: one value per partition
+        return b_.Param(wide, {}, "{manual}", "scale");
       case 2: {
         *replicated = true;
         static const char* kLits[] = {"0.5", "2", "1.5", "0.125", "3"};
@@ -360,7 +365,7 @@ class Gen : public MotifContext {
     if (rowwise) {
       const int64_t k = static_cast<int64_t>(c_.Below(dims.size()));
       replicated = c_.Percent(70);
-      Val s = b_.Param(wide, {dims[static_cast<size_t>(k)]}, replicated ? "{replicated}" : "",
+      Val s = b_.Param(wide, {dims[static_cast<size_t>(k)]}, replicated ? "{replicated}" : "{manual}",
                        "scale");
       bc = b_.Op("broadcast", wide, dims, {s}, absl::StrCat("dimensions={", k, "}"), "dq.bcast");
     } else {
@@ -696,7 +701,7 @@ class Gen : public MotifContext {
         return d;
       case 1: {  // bias along the last dim
         if (rank == 0) return d;
-        Val bias = b_.Param(d.type, {dims.back()}, c_.Percent(50) ? "{replicated}" : "", "bias");
+        Val bias = b_.Param(d.type, {dims.back()}, c_.Percent(50) ? "{replicated}" : "{manual}", "bias");
         Val bb = b_.Op("broadcast", d.type, dims, {bias}, absl::StrCat("dimensions={", rank - 1, "}"));
         return b_.Op("add", d.type, dims, {d, bb}, "", "biased");
       }

@@ -27,8 +27,9 @@
 // converts, FP8 output with clamp and amax). Dequantizations: multiply(convert(q),
 // broadcast(s)) in either operand order or divide(convert(q), broadcast(s)), scalar or row-wise
 // scales, scales replicated (sharding={replicated}, constants) or partition-dependent
-// (unsharded parameters, which the evaluator draws per partition, or values computed from
-// partition-id).
+// (sharding={manual} parameters, which the evaluator draws per partition, or values computed
+// from partition-id). Data parameters are mostly per-partition ({manual} or tiled): an
+// unannotated parameter is replicated, as in XLA's SPMD modules.
 //
 // Every generated module must pass `weave verify`; the driver classifies one that does not as
 // INVALID (a generator bug). Shapes are small (at most `max_elements` per array) so that the
