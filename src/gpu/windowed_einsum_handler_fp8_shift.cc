@@ -149,6 +149,7 @@ absl::Status Handler::RetypeBranch(HloInstruction* cond, PrimitiveType t) {
       --callers_[comp];
       maybe_orphaned_.insert(comp);
       comp = module_->CloneComputation(comp, comp->name());
+      NoteComputation(comp);
       callers_[comp] = 1;
     }
     for (HloInstruction* i : comp->instructions()) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
@@ -60,8 +61,6 @@ absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloI
 // Replaces every use of `old` by `v` among the given users (snapshot), and the root.
 absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>& users,
                          HloInstruction* v);
-// Renames computation `c` to `name`, or name.1, name.2, ... if another computation has it.
-void RenameComputation(HloComputation* c, const std::string& name);
 // XLA's prefix for the computations of a fully unrolled loop (WindowedEinsumHandler).
 inline constexpr char kUnrolledPrefix[] = "unrolled_";
 // A backend_config as a JSON object (empty text = empty object); *ok = false if not an object.
@@ -157,6 +156,10 @@ class Handler {
 
   // Shared (windowed_einsum_handler_ir.cc).
   void EnsureUnshared(HloInstruction* w);
+  // Renames computation `c` to `name`, or name.1, name.2, ... if another computation has it.
+  void RenameComputation(HloComputation* c, const std::string& name);
+  // Records a computation the handler added (for RenameComputation's name set).
+  void NoteComputation(const HloComputation* c);
   std::vector<int64_t> CounterSequence(const WindowedLoop& L);
 
   HloModule* module_;
@@ -176,6 +179,9 @@ class Handler {
   absl::flat_hash_map<const HloInstruction*, ShiftedOperands> shifted_;
   // Scalar add computations made for reductions, by type (shared by the whole module).
   absl::flat_hash_map<PrimitiveType, HloComputation*> add_computations_;
+  // Names of the module's computations, built on the first rename.
+  absl::flat_hash_set<std::string> computation_names_;
+  bool names_built_ = false;
 };
 
 }  // namespace weave::handler_internal

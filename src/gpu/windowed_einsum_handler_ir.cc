@@ -80,14 +80,24 @@ absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>
   return absl::OkStatus();
 }
 
-void RenameComputation(HloComputation* c, const std::string& name) {
+void Handler::RenameComputation(HloComputation* c, const std::string& name) {
+  // One scan of the module's names per run, then the set follows every computation the handler
+  // adds or renames (a scan per rename would make the pass quadratic in the loop count).
+  if (!names_built_) {
+    names_built_ = true;
+    for (const HloComputation* k : module_->computations()) computation_names_.insert(k->name());
+  }
   std::string candidate = name;
-  for (int64_t k = 1;; ++k) {
-    const HloComputation* other = c->parent()->GetComputation(candidate);
-    if (other == nullptr || other == c) break;
+  for (int64_t k = 1; candidate != c->name() && computation_names_.count(candidate); ++k) {
     candidate = absl::StrCat(name, ".", k);
   }
+  computation_names_.erase(c->name());
   c->set_name(candidate);
+  computation_names_.insert(candidate);
+}
+
+void Handler::NoteComputation(const HloComputation* c) {
+  if (names_built_) computation_names_.insert(c->name());
 }
 
 Json ParseConfig(const std::string& text, bool* ok) {
@@ -138,6 +148,7 @@ void Handler::EnsureUnshared(HloInstruction* w) {
     if (callers_[called[i]] > 1) {
       --callers_[called[i]];
       HloComputation* copy = module_->CloneComputation(called[i], called[i]->name());
+      NoteComputation(copy);
       callers_[copy] = 1;
       // The callees of the copy gain a caller.
       for (HloInstruction* j : copy->instructions()) {

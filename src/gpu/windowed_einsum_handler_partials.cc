@@ -72,6 +72,7 @@ HloComputation* Handler::ScalarAddComputation(PrimitiveType t) {
   auto c = std::make_unique<HloComputation>(
       absl::StrCat("add_", std::string(PrimitiveTypeName(t))));
   HloComputation* add = module_->AddComputation(std::move(c));
+  NoteComputation(add);
   HloInstruction* x = add->AddParameter(Shape::Scalar(t), "x");
   HloInstruction* y = add->AddParameter(Shape::Scalar(t), "y");
   add->set_root(add->AddInstruction(HloOpcode::kAdd, Shape::Scalar(t), {x, y}, "sum"));
