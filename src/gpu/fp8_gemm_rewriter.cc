@@ -176,6 +176,8 @@ struct OutputPlan {
   // amax: reduce(abs(D), init<=0) with a maximum body.
   HloInstruction* amax_reduce = nullptr;
   std::vector<std::string> folds;
+  // Epilogues the program writes but that were not folded, with the reason (for [missed] remarks).
+  std::vector<std::string> skipped;
 };
 
 // Is `comp` the computation maximum(p0, p1)?
@@ -238,6 +240,113 @@ bool MatchFp8Output(HloInstruction* u, HloInstruction* value, OutputPlan* plan) 
   return true;
 }
 
+// Why the epilogue the program writes after `value` (a GEMM result) was not folded: an FP8 output
+// (scaling, clamp to the FP8 range, convert to FP8) or an amax (reduce-max of abs). Empty when
+// nothing there looks like one. `fp8_folded` / `amax_folded` say what PlanOutput did fold.
+std::vector<std::string> DiagnoseEpilogue(HloInstruction* value, bool fp8_folded,
+                                          bool amax_folded) {
+  std::vector<std::string> out;
+  auto name = [](const HloInstruction* i) { return absl::StrCat("'", i->name(), "'"); };
+  bool attempt_fp8 = false, attempt_amax = false;
+  std::string fp8_why, amax_why;
+  std::vector<std::string> others;
+  for (HloInstruction* u : value->users()) {
+    HloInstruction* x = value;
+    HloInstruction* v = u;
+    if ((v->opcode() == HloOpcode::kMultiply || v->opcode() == HloOpcode::kDivide) &&
+        v->user_count() == 1 &&
+        (v->users()[0]->opcode() == HloOpcode::kClamp ||
+         (v->users()[0]->opcode() == HloOpcode::kConvert &&
+          IsFp8(v->users()[0]->shape().element_type)))) {
+      HloInstruction* other = v->operand(0) == value ? v->operand(1) : v->operand(0);
+      attempt_fp8 = true;
+      if (ScalarUnderBroadcast(other) == nullptr && fp8_why.empty()) {
+        fp8_why = absl::StrCat(name(v), " scales the result by ", name(other),
+                               ", not a broadcast scalar (cuBLASLt takes one scalar d scale)");
+      }
+      x = v;
+      v = v->users()[0];
+    }
+    if (v->opcode() == HloOpcode::kClamp && v->operand_count() == 3 && v->operand(1) == x) {
+      attempt_fp8 = true;
+      HloInstruction* cvt = v->user_count() == 1 ? v->users()[0] : nullptr;
+      if (cvt == nullptr || cvt->opcode() != HloOpcode::kConvert ||
+          !IsFp8(cvt->shape().element_type)) {
+        if (fp8_why.empty()) {
+          fp8_why = absl::StrCat("clamp ", name(v), " is not read by one convert to an FP8 type");
+        }
+        continue;
+      }
+      const double max = Fp8MaxFinite(cvt->shape().element_type);
+      std::optional<double> lo = ScalarConstantValue(ScalarUnderBroadcast(v->operand(0)));
+      std::optional<double> hi = ScalarConstantValue(ScalarUnderBroadcast(v->operand(2)));
+      if (fp8_why.empty() && (!lo || !hi)) {
+        fp8_why = absl::StrCat("the bounds of clamp ", name(v), " are not constants");
+      } else if (fp8_why.empty() && (*lo != -max || *hi != max)) {
+        fp8_why = absl::StrCat("clamp ", name(v), " bounds [", *lo, ", ", *hi, "] are not [", -max,
+                               ", ", max, "], the ",
+                               std::string(PrimitiveTypeName(cvt->shape().element_type)),
+                               " range cuBLASLt saturates to");
+      } else if (fp8_why.empty() && max == 0) {
+        fp8_why = absl::StrCat("convert ", name(cvt), " is to ",
+                               std::string(PrimitiveTypeName(cvt->shape().element_type)),
+                               ", which cuBLASLt does not write");
+      }
+      continue;
+    }
+    if (v->opcode() == HloOpcode::kConvert && IsFp8(v->shape().element_type)) {
+      attempt_fp8 = true;
+      if (fp8_why.empty()) {
+        fp8_why = absl::StrCat("convert ", name(v), " to ",
+                               std::string(PrimitiveTypeName(v->shape().element_type)),
+                               " is not preceded by a clamp to the FP8 range (XLA's GemmRewriter "
+                               "folds clamp + convert only)");
+      }
+      continue;
+    }
+    if (v->opcode() == HloOpcode::kAbs && v->operand(0) == value) {
+      HloInstruction* r = v->user_count() == 1 ? v->users()[0] : nullptr;
+      if (r != nullptr && r->opcode() == HloOpcode::kReduce) {
+        attempt_amax = true;
+        std::optional<double> init =
+            r->operand_count() == 2 ? ScalarConstantValue(r->operand(1)) : std::nullopt;
+        if (r->called_computations().size() != 1 || !IsMaximumComputation(r->to_apply())) {
+          amax_why = absl::StrCat("reduce ", name(r), " of abs ", name(v), " is not a maximum");
+        } else if (!r->shape().IsArray() || r->shape().rank() != 0) {
+          amax_why = absl::StrCat("reduce ", name(r), " keeps dims (", r->shape().ToString(false),
+                                  "): cuBLASLt writes one scalar amax");
+        } else if (!init || !(*init <= 0)) {
+          amax_why = absl::StrCat("reduce ", name(r), " starts from a value that is not a "
+                                  "constant <= 0");
+        }
+        continue;
+      }
+    }
+    others.push_back(name(u));
+  }
+  if (attempt_fp8 && !fp8_folded) {
+    if (fp8_why.empty() && !others.empty()) {
+      fp8_why = absl::StrCat("the GEMM result is also read by ", absl::StrJoin(others, ", "),
+                             " (only the FP8 output chain and an amax may read it)");
+    }
+    if (fp8_why.empty() && !amax_why.empty()) {
+      fp8_why = "the GEMM result is also read by an amax that cannot be folded (see the amax "
+                "remark)";
+    }
+    if (fp8_why.empty() && value->IsRoot()) fp8_why = "the GEMM result is the computation's root";
+    if (fp8_why.empty()) fp8_why = "the pattern did not match";
+    out.push_back(absl::StrCat("FP8 output not folded: ", fp8_why));
+  }
+  if (attempt_amax && !amax_folded) {
+    if (amax_why.empty() && !fp8_folded) {
+      amax_why = "cuBLASLt writes amax only together with an FP8 output, which is not folded";
+    }
+    if (amax_why.empty()) amax_why = "the pattern did not match";
+    out.push_back(absl::StrCat("amax not folded: ", amax_why));
+  }
+  return out;
+}
+
 OutputPlan PlanOutput(HloInstruction* dot) {
   OutputPlan plan;
   HloInstruction* cur = dot;
@@ -256,7 +365,11 @@ OutputPlan PlanOutput(HloInstruction* dot) {
     }
   }
   // FP8 output (+ optional amax): every user of `cur` belongs to one of the two chains.
-  if (cur->IsRoot() || cur->user_count() < 1 || cur->user_count() > 2) return plan;
+  auto done = [&](OutputPlan p) {
+    p.skipped = DiagnoseEpilogue(cur, p.fp8_convert != nullptr, p.amax_reduce != nullptr);
+    return p;
+  };
+  if (cur->IsRoot() || cur->user_count() < 1 || cur->user_count() > 2) return done(plan);
   OutputPlan trial = plan;
   HloInstruction* amax = nullptr;
   bool fp8 = false;
@@ -265,14 +378,14 @@ OutputPlan PlanOutput(HloInstruction* dot) {
       fp8 = true;
     } else if (amax == nullptr && (amax = MatchAmax(u, cur)) != nullptr) {
     } else {
-      return plan;
+      return done(plan);
     }
   }
-  if (!fp8) return plan;
+  if (!fp8) return done(plan);
   trial.amax_reduce = amax;
   trial.folds.push_back("fp8-output");
   if (amax != nullptr) trial.folds.push_back("amax");
-  return trial;
+  return done(trial);
 }
 
 // ------------------------------------------------------------------------ the rewrite
@@ -285,6 +398,8 @@ class DotRewriter {
   // Returns an empty string on success, else the reason for not rewriting.
   std::string TryRewrite(HloInstruction* dot, std::string* applied_message,
                          std::vector<HloInstruction*>* dead);
+  // The epilogues the last successful TryRewrite did not fold, with the reasons.
+  const std::vector<std::string>& skipped_epilogues() const { return skipped_; }
 
  private:
   struct Canon {
@@ -325,6 +440,7 @@ class DotRewriter {
   HloComputation* comp_;
   const GpuTarget& target_;
   XlaBackendConfigVersion schema_;
+  std::vector<std::string> skipped_;  // see skipped_epilogues()
   HloInstruction* one_f32_ = nullptr;
   std::map<std::tuple<HloInstruction*, std::vector<int64_t>, std::vector<int64_t>>, Prepared>
       prepared_;
@@ -575,7 +691,9 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     if (m->kind == Fp8OperandMatch::Kind::kScaled &&
         !(m->scale->shape().IsArray() && m->scale->shape().rank() == 0)) {
       return absl::StrCat("scale '", m->scale->name(), "' of '", m->fp8->name(),
-                          "' is not a scalar (", m->scale->shape().ToString(false), ")");
+                          "' is not a scalar (", m->scale->shape().ToString(false),
+                          "): a per-row/per-channel scale, which cuBLASLt's FP8 GEMM (one scalar "
+                          "scale per operand) cannot take; the dot stays dequantize + dot");
     }
   }
   const PrimitiveType out_t = dot->shape().element_type;
@@ -609,6 +727,11 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   // CUDA/gfx950/gfx12, FNUZ outputs on gfx942).
   if (plan.fp8_convert != nullptr &&
       (target_.HasFnuzFp8() ? !IsFnuzFp8(plan.fp8_type) : !IsOcpFp8(plan.fp8_type))) {
+    plan.skipped.push_back(absl::StrCat(
+        "FP8 output not folded: the target writes no ",
+        std::string(PrimitiveTypeName(plan.fp8_type)), " GEMM output (",
+        target_.HasFnuzFp8() ? "FNUZ types only" : "OCP types only",
+        "); the convert stays after the GEMM"));
     plan.fp8_convert = nullptr;
     plan.fp8_type = PrimitiveType::kInvalid;
     plan.d_scale = nullptr;
@@ -619,6 +742,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
                                     }),
                      plan.folds.end());
   }
+  skipped_ = plan.skipped;
 
   // ---- operands: FP8 value, movable ops, canonical TN form, padding.
   const Prepared pa = Prepare(dot->operand(0), ma, dd.lhs_batch, dd.lhs_contracting, nb);
@@ -745,6 +869,9 @@ absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
       if (reason.empty()) {
         changed = true;
         AddRemark(instr->name(), true, applied);
+        for (const std::string& s : rewriter.skipped_epilogues()) {
+          AddRemark(instr->name(), false, "epilogue: " + s);
+        }
       } else {
         AddRemark(instr->name(), false, "not rewritten: " + reason);
       }

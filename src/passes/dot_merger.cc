@@ -140,6 +140,124 @@ std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body) {
   return "";
 }
 
+// Hand-written collective matmuls (XLA issues 10640, 19555): the steps of a ring written out
+// without a while loop. An all-gather ring: dot(x, w), dot(cp(x), w), dot(cp(cp(x)), w), ...
+// A reduce-scatter ring: each partial dot is added into an accumulator that a collective-permute
+// sends on. Merging such dots puts every dot after (or before) every transfer: no overlap.
+
+bool IsPermuteOp(const HloInstruction* i) {
+  return i->opcode() == HloOpcode::kCollectivePermute ||
+         i->opcode() == HloOpcode::kCollectivePermuteDone;
+}
+
+// Strips views, converts and dequantizations between a ring value and a dot operand.
+HloInstruction* StripOperandOps(HloInstruction* v) {
+  for (int guard = 0; guard < 16; ++guard) {
+    if (auto m = MatchDequantize(v)) {
+      v = m->q;
+      continue;
+    }
+    switch (v->opcode()) {
+      case HloOpcode::kConvert:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kReshape:
+      case HloOpcode::kCopy:
+      case HloOpcode::kTranspose:
+        v = v->operand(0);
+        continue;
+      default:
+        return v;
+    }
+  }
+  return v;
+}
+
+// The value a chain of collective-permutes starts from (`v` itself if it is not a permute) and
+// the number of permutes on the way; the first permute in *first (null if none).
+const HloInstruction* RingOrigin(HloInstruction* v, int* steps, const HloInstruction** first) {
+  *steps = 0;
+  *first = nullptr;
+  v = StripOperandOps(v);
+  for (int guard = 0; guard < 4096 && IsPermuteOp(v); ++guard) {
+    HloInstruction* next = v->operand(0);
+    if (next->opcode() == HloOpcode::kCollectivePermuteStart) next = next->operand(0);
+    ++*steps;
+    *first = v;
+    v = StripOperandOps(next);
+  }
+  return v;
+}
+
+// The collective-permute a dot's result reaches through add / convert / views (at most 4 ops).
+const HloInstruction* SentByPermute(const HloInstruction* dot) {
+  std::vector<std::pair<const HloInstruction*, int>> work{{dot, 0}};
+  while (!work.empty()) {
+    auto [v, depth] = work.back();
+    work.pop_back();
+    for (const HloInstruction* u : v->users()) {
+      if (u->opcode() == HloOpcode::kCollectivePermute ||
+          u->opcode() == HloOpcode::kCollectivePermuteStart) {
+        return u;
+      }
+      if (depth < 4 && (u->opcode() == HloOpcode::kAdd || u->opcode() == HloOpcode::kConvert ||
+                        u->opcode() == HloOpcode::kBitcast || u->opcode() == HloOpcode::kReshape ||
+                        u->opcode() == HloOpcode::kCopy)) {
+        work.push_back({u, depth + 1});
+      }
+    }
+  }
+  return nullptr;
+}
+
+// For dots sharing operand `side`: the ones that are steps of a hand-written ring, with the
+// reason (for the remark).
+std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
+    const std::vector<HloInstruction*>& dots, int64_t side) {
+  std::map<const HloInstruction*, std::string> out;
+  // All-gather rings: other operands that come from one value through 0, 1, 2, ... permutes.
+  std::map<const HloInstruction*, std::vector<std::pair<HloInstruction*, int>>> by_origin;
+  std::map<const HloInstruction*, const HloInstruction*> first_permute;
+  for (HloInstruction* d : dots) {
+    int steps = 0;
+    const HloInstruction* first = nullptr;
+    const HloInstruction* origin = RingOrigin(d->operand(1 - side), &steps, &first);
+    by_origin[origin].push_back({d, steps});
+    if (first != nullptr) first_permute[d] = first;
+  }
+  for (const auto& [origin, members] : by_origin) {
+    if (members.size() < 2) continue;
+    bool any_permuted = false;
+    for (const auto& [d, steps] : members) any_permuted |= steps > 0;
+    if (!any_permuted) continue;
+    for (const auto& [d, steps] : members) {
+      out[d] = absl::StrCat(
+          "'", d->name(), "' is step ", steps, " of a hand-written collective matmul: it reads '",
+          origin->name(), "' after ", steps, " collective-permute", steps == 1 ? "" : "s",
+          first_permute.count(d) ? absl::StrCat(" ('", first_permute[d]->name(), "', ...)") : "",
+          ", like ", members.size() - 1, " other dot", members.size() == 2 ? "" : "s",
+          " sharing its ", side == 0 ? "lhs" : "rhs",
+          "; merging them would run every dot after the last transfer (no overlap)");
+    }
+  }
+  // Reduce-scatter rings: partial dots whose results are sent on by collective-permutes.
+  std::vector<std::pair<HloInstruction*, const HloInstruction*>> sent;
+  for (HloInstruction* d : dots) {
+    if (const HloInstruction* cp = SentByPermute(d)) sent.push_back({d, cp});
+  }
+  if (sent.size() >= 2) {
+    for (const auto& [d, cp] : sent) {
+      if (out.count(d)) continue;
+      out[d] = absl::StrCat("'", d->name(), "' is a step of a hand-written collective matmul: its "
+                            "result is sent on by collective-permute '", cp->name(), "', like ",
+                            sent.size() - 1, " other dot", sent.size() == 2 ? "" : "s",
+                            " sharing its ", side == 0 ? "lhs" : "rhs",
+                            "; merging them would run every dot before the first transfer (no "
+                            "overlap)");
+    }
+  }
+  return out;
+}
+
 // True when `target` is reachable from `from` through operands / control predecessors.
 bool DependsOn(const HloInstruction* from, const HloInstruction* target) {
   std::vector<const HloInstruction*> work = {from};
@@ -271,8 +389,13 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
         return x->unique_id() < y->unique_id();
       });
       // Guard and size first, one remark per refused dot.
+      const std::map<const HloInstruction*, std::string> ring_steps =
+          HandWrittenRingSteps(dots, side);
       for (HloInstruction*& d : dots) {
         std::string reason = GuardReason(d, ring_body);
+        if (auto it = ring_steps.find(d); reason.empty() && it != ring_steps.end()) {
+          reason = it->second;
+        }
         if (reason.empty() && DotBytes(d) > threshold_bytes_) {
           reason = absl::StrCat(DotBytes(d), " bytes exceed --dot-merger-threshold-mb (",
                                 threshold_bytes_, " bytes)");

@@ -25,6 +25,10 @@
 //    other instructions' "wait_on_operation_queues" name those queues, so the dot must stay;
 //  - a dot in a while-loop body (or a computation it calls) whose computations also hold a
 //    collective-permute(-start): a step of a windowed einsum ring, annotated or not.
+//  - the steps of a hand-written collective matmul outside any loop (XLA issues 10640, 19555):
+//    dots sharing an operand whose other operands come from one value through 0, 1, 2, ...
+//    collective-permutes (views, converts and dequantizations looked through), or whose results
+//    are sent on by collective-permutes (through add/convert/views: a reduce-scatter ring).
 // Each refusal and each merge gets a remark.
 #pragma once
 

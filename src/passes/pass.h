@@ -26,6 +26,10 @@ struct Remark {
   // A finding reported for information, neither a rewrite nor a refusal (what LLVM calls an
   // analysis remark, -Rpass-analysis): e.g. "recognised: all-gather loop ...". `applied` is false.
   bool analysis = false;
+  // The instructions the decision is about when they are not `location`: e.g. the all-gather a
+  // decomposer remark at a dot decided on (and both halves of an async pair). The compile report
+  // takes a collective's reason only from remarks located at it or about it.
+  std::vector<std::string> about = {};
   bool missed() const { return !applied && !analysis; }
   std::string ToString() const;  // "pass: location: [applied|missed|analysis] message"
 };
@@ -75,15 +79,28 @@ class HloPass {
 
  protected:
   void AddRemark(std::string location, bool applied, std::string message) {
-    if (remarks_) remarks_->push_back({std::string(name()), std::move(location), applied,
-                                       std::move(message)});
+    Push(std::move(location), applied, std::move(message), false, {});
+  }
+  // The same, naming what the decision is about (Remark::about).
+  void AddRemark(std::string location, bool applied, std::string message,
+                 std::vector<std::string> about) {
+    Push(std::move(location), applied, std::move(message), false, std::move(about));
   }
   // An analysis remark (see Remark::analysis).
   void AddAnalysisRemark(std::string location, std::string message) {
-    if (remarks_) {
-      remarks_->push_back({std::string(name()), std::move(location), false, std::move(message),
-                           /*analysis=*/true});
-    }
+    Push(std::move(location), false, std::move(message), true, {});
+  }
+  void Push(std::string location, bool applied, std::string message, bool analysis,
+            std::vector<std::string> about) {
+    if (remarks_ == nullptr) return;
+    Remark r;
+    r.pass = std::string(name());
+    r.location = std::move(location);
+    r.applied = applied;
+    r.message = std::move(message);
+    r.analysis = analysis;
+    r.about = std::move(about);
+    remarks_->push_back(std::move(r));
   }
   std::vector<Remark>* remarks_ = nullptr;
   CostOracle* cost_oracle_ = nullptr;

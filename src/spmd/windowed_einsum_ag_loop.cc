@@ -250,7 +250,7 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
     if (!carried_stat.empty()) absl::StrAppend(&msg, "; stationary ", carried_stat);
   }
   absl::StrAppend(&msg, p.note);
-  ctx.remark(dot->name(), true, msg);
+  ctx.remark(dot->name(), true, msg, CollectiveNames(p.ag));
 
   std::vector<HloInstruction*> seeds(dot->operands().begin(), dot->operands().end());
   if (absl::Status s = FinishReplace(ctx, dot, res); !s.ok()) return s;

@@ -87,6 +87,15 @@ HloInstruction* CollectiveInput(HloInstruction* v) {
   return c->operand_count() == 1 ? c->operand(0) : nullptr;
 }
 
+std::vector<std::string> CollectiveNames(const HloInstruction* v) {
+  std::vector<std::string> out = {v->name()};
+  HloInstruction* s = AsyncStartOf(const_cast<HloInstruction*>(v));
+  if (s != nullptr) out.push_back(s->name());
+  const HloInstruction* a = CollectiveAttributes(v);
+  if (a != nullptr && a != v && a != s) out.push_back(a->name());
+  return out;
+}
+
 std::string CollectiveText(const HloInstruction* v) {
   HloInstruction* s = AsyncStartOf(const_cast<HloInstruction*>(v));
   std::string kind(HloOpcodeString(CollectiveKind(v)));

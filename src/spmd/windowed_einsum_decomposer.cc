@@ -36,12 +36,14 @@ struct Gate {
 // Asks the gate about one candidate. True when it is to be rewritten (or there is no gate); on
 // false the missed remark is given. The estimate is appended to `note` for the applied remark.
 bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
-                std::vector<const HloInstruction*> seeds, std::string what, std::string* note) {
+                const HloInstruction* about, std::vector<const HloInstruction*> seeds,
+                std::string what, std::string* note) {
   if (gate.oracle == nullptr) return true;
   CostEstimate e = gate.oracle->Decide(CostQuery::WithOrWithout(
       "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
   if (e.chosen == 0) {
-    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
+               windowed_einsum::CollectiveNames(about));
     return false;
   }
   absl::StrAppend(note, "; ", e.Note());
@@ -65,7 +67,8 @@ bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* loca
   }
   CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
-    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()));
+    ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
+               windowed_einsum::CollectiveNames(plan.reduce));
     return false;
   }
   *ring = e.chosen == 2;
@@ -82,7 +85,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
   std::optional<windowed_einsum::AgPlan> plan =
       windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
   if (!plan) {
-    ctx.remark(dot->name(), false, why);
+    ctx.remark(dot->name(), false, why, windowed_einsum::CollectiveNames(chain.ag));
     return false;
   }
   absl::StrAppend(&plan->note, note);
@@ -100,7 +103,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
     for (const HloInstruction* u : chain.ag->users()) {
       if (u->opcode() == HloOpcode::kDot && u != dot) add_dot(u);
     }
-    if (!GateAllows(ctx, gate, dot, seeds,
+    if (!GateAllows(ctx, gate, dot, chain.ag, seeds,
                     absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
                                  dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
                     &plan->note)) {
@@ -126,7 +129,8 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
     if (it->second != dot->name()) {
       ctx.remark(dot->name(), false,
                  absl::StrCat("not decomposed: the cost gate left all-gather '", ag->name(),
-                              "' alone (see '", it->second, "')"));
+                              "' alone (see '", it->second, "')"),
+                 windowed_einsum::CollectiveNames(ag));
     }
     return true;
   }
@@ -164,7 +168,8 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
                               c->loop->name(),
                               "' (same value, dim and ring): left for the "
                               "handler's cache (--windowed-einsum-duplicate-loops=true gives "
-                              "each dot its own loop)"));
+                              "each dot its own loop)"),
+                 windowed_einsum::CollectiveNames(ag));
       return true;
     }
     note = absl::StrCat("; its own loop: loop '", c->loop->name(), "' circulates '",
@@ -187,10 +192,15 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {
       for (int side = 0; side < 2; ++side) {
         std::string why;
+        HloInstruction* stuck = nullptr;
         std::optional<windowed_einsum::GatheredChain> chain =
-            windowed_einsum::TraceGatheredOperand(instr, side, &why);
+            windowed_einsum::TraceGatheredOperand(instr, side, &why, &stuck);
         if (!chain) {
-          if (!why.empty()) ctx.remark(instr->name(), false, why);
+          if (!why.empty()) {
+            ctx.remark(
+                instr->name(), false, why,
+                stuck ? windowed_einsum::CollectiveNames(stuck) : std::vector<std::string>{});
+          }
           continue;
         }
         absl::StatusOr<bool> r =
@@ -205,7 +215,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanReduceScatter(ctx, instr, &why);
       if (!plan) {
-        ctx.remark(instr->name(), false, why);
+        ctx.remark(instr->name(), false, why, windowed_einsum::CollectiveNames(instr));
         continue;
       }
       bool ring = false;
@@ -229,7 +239,7 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
       std::optional<windowed_einsum::RsPlan> plan =
           windowed_einsum::PlanAllReduceSlice(ctx, instr, &why);
       if (!plan) {
-        ctx.remark(instr->name(), false, why);
+        ctx.remark(instr->name(), false, why, windowed_einsum::CollectiveNames(instr->operand(0)));
         continue;
       }
       bool ring = false;
@@ -299,8 +309,13 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
   DecomposerContext ctx;
   ctx.module = module;
   ctx.options = options_;
-  ctx.remark = [this](const std::string& loc, bool applied, const std::string& msg) {
-    AddRemark(loc, applied, msg);
+  ctx.sink = [this](const std::string& loc, bool applied, const std::string& msg,
+                    const std::vector<std::string>& about) {
+    if (about.empty()) {
+      AddRemark(loc, applied, msg);
+    } else {
+      AddRemark(loc, applied, msg, about);
+    }
   };
   ctx.next_channel = module->NextChannelId();
   ctx.num_partitions = module->num_partitions;

@@ -243,7 +243,8 @@ bool MapViewBackward(const HloInstruction* view, int64_t dim, int64_t n, int64_t
   return false;
 }
 
-std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side, std::string* why) {
+std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side, std::string* why,
+                                                  HloInstruction** stuck) {
   GatheredChain c;
   HloInstruction* v = dot->operand(side);
   std::vector<HloInstruction*> ops;
@@ -269,6 +270,7 @@ std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side,
   // Not a chain this pass follows: say so only when an all-gather sits right below.
   for (HloInstruction* o : v->operands()) {
     if (CollectiveKind(o) == HloOpcode::kAllGather && v != dot) {
+      if (stuck != nullptr) *stuck = o;
       *why = absl::StrCat("all-gather '", o->name(), "' reaches the dot through ", OpText(v),
                           ": only reshape, transpose, copy, bitcast, convert and a scaling by a "
                           "broadcast scale are moved into the loop; the all-gather stays");
@@ -480,7 +482,9 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
   if (pre.q != nullptr) {
     const bool scalar_pre = pre.steps.size() == 2 && !pre_vector;
     carry_fp8 = true;
-    if (scalar_pre && post_steps.empty()) {
+    // (Only without views: the handler does not look through views between the dequantization
+    // and the loop, so with views the decomposer carries the FP8 value itself.)
+    if (scalar_pre && post_steps.empty() && pre.views.empty() && post_views.empty()) {
       // XLA's layout, which the handler shifts itself: leave it to the handler when it will.
       std::optional<DequantMatch> wm = MatchDequantize(pre.steps[1].instr);
       HloInstruction* sv = stat;

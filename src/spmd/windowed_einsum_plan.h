@@ -24,8 +24,10 @@ namespace weave::windowed_einsum {
 struct DecomposerContext {
   HloModule* module = nullptr;
   WindowedEinsumDecomposerOptions options;
-  // remark(location, applied, message)
-  std::function<void(const std::string&, bool, const std::string&)> remark;
+  // sink(location, applied, message, about): the pass's AddRemark.
+  std::function<void(const std::string&, bool, const std::string&,
+                     const std::vector<std::string>&)>
+      sink;
   int64_t next_channel = 1;
   int64_t num_partitions = 1;  // the header's, or inferred when the header has none
   // Instructions removed by a rewrite during the current sweep (never visited again).
@@ -35,6 +37,11 @@ struct DecomposerContext {
   std::vector<HloComputation*> maybe_unused;
 
   int64_t NextChannel() { return next_channel++; }
+  // A remark at `location`; `about` names the collective(s) the decision is about.
+  void remark(const std::string& location, bool applied, const std::string& message,
+              const std::vector<std::string>& about = {}) {
+    if (sink) sink(location, applied, message, about);
+  }
 };
 
 // A data-movement op (reshape, transpose, copy, bitcast) re-created on a shard: `instr`'s
@@ -126,7 +133,9 @@ struct GatheredChain {
 };
 // nullopt when `dot`'s operand `side` is not such a chain; then *why is set (for a remark) only
 // when an all-gather sits right below an op the chain cannot cross.
-std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side, std::string* why);
+// *stuck (if non-null) receives that all-gather.
+std::optional<GatheredChain> TraceGatheredOperand(HloInstruction* dot, int side, std::string* why,
+                                                  HloInstruction** stuck = nullptr);
 
 // Maps dim `dim` of a view's operand, split in n blocks, to the dim of its result that holds the
 // same blocks (reshape, bitcast, transpose, copy). False with *why (naming the view and the dim
@@ -217,6 +226,9 @@ const HloInstruction* CollectiveAttributes(const HloInstruction* v);
 HloOpcode CollectiveKind(const HloInstruction* v);
 // The data operand (of the collective or of its -start); nullptr unless there is exactly one.
 HloInstruction* CollectiveInput(HloInstruction* v);
+// The names a collective goes by (Remark::about): `v`, the -start of its async pair, the
+// collective an async-start wraps.
+std::vector<std::string> CollectiveNames(const HloInstruction* v);
 // "all-gather 'xg'" or "async all-gather 'ags'/'agd'", for remarks.
 std::string CollectiveText(const HloInstruction* v);
 

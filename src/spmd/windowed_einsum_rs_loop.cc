@@ -156,7 +156,7 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
     if (!carried.empty()) absl::StrAppend(&msg, s == 0 ? "; lhs " : "; rhs ", carried);
   }
   absl::StrAppend(&msg, p.note);
-  ctx.remark(p.result->name(), true, msg);
+  ctx.remark(p.result->name(), true, msg, CollectiveNames(p.reduce));
 
   std::vector<HloInstruction*> seeds(p.result->operands().begin(), p.result->operands().end());
   if (absl::Status s = FinishReplace(ctx, p.result, res); !s.ok()) return s;

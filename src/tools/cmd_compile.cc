@@ -544,10 +544,10 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
   }
   if (code == kRequiredMissing) {
     std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
-              << " did not fire anywhere in " << o.input
-              << (o.quiet ? "; run without -q to see the remarks that say why"
-                          : "; the remarks above say why")
-              << ". The output was not written\n";
+              << " did not fire anywhere in " << o.input << ". The output was not written\n";
+    for (const std::string& m : missing) {
+      std::cerr << "  " << m << ": " << ExplainMissingRewrite(m, report->remarks) << "\n";
+    }
     return code;
   }
   if (code == kNumericsNotVerified) {

@@ -41,6 +41,15 @@ std::string CollectiveBaseName(const HloInstruction& instr) {
       return "collective-permute";
     case HloOpcode::kCollectiveBroadcast:
       return "collective-broadcast";
+    case HloOpcode::kAsyncStart:
+      // The sugared form (reduce-scatter-start, all-to-all-start) is the collective itself; an
+      // unsugared async-start is counted through the computation it wraps.
+      for (const char* base : {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                               "ragged-all-to-all", "collective-permute",
+                               "collective-broadcast"}) {
+        if (instr.async_sugar == base) return base;
+      }
+      return "";
     default:
       return "";
   }
@@ -547,85 +556,37 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   }
   // The chunk exchanges of all-to-all windowed einsums are part of their window.
   for (const HloInstruction* a : AllToAllWindowExchanges(module)) loop_shifts.insert(a);
-  std::map<std::string, std::vector<const Remark*>> missed;
-  for (const Remark& r : remarks) {
-    if (r.missed()) missed[r.location].push_back(&r);
-  }
-  auto pass_rank = [](const std::string& p) {
-    if (p == "windowed-einsum-decomposer" || p == "all-to-all-windowed-einsum") return 0;
-    if (p == "windowed-einsum-handler") return 1;
-    if (p == "collective-quantizer") return 2;
-    return 3;
-  };
-  auto find_reason = [&](const std::vector<const HloInstruction*>& around) -> std::string {
-    const Remark* best = nullptr;
-    for (const HloInstruction* x : around) {
-      // collective-quantizer renames what it moves to FP8 `<name>.fp8`: remarks made before it
-      // name the original.
-      std::vector<std::string> names = {x->name()};
-      const std::string& n = x->name();
-      if (n.size() > 4 && n.compare(n.size() - 4, 4, ".fp8") == 0) {
-        names.push_back(n.substr(0, n.size() - 4));
-      }
-      for (const std::string& name : names) {
-        auto it = missed.find(name);
-        if (it == missed.end()) continue;
-        for (const Remark* r : it->second) {
-          if (!best || pass_rank(r->pass) < pass_rank(best->pass)) best = r;
-        }
-      }
+  // Computations an async-start wraps: their collective is listed as the async-start.
+  std::set<const HloComputation*> wrapped;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->opcode() != HloOpcode::kAsyncStart || !i->async_sugar.empty()) continue;
+      for (const HloComputation* w : i->called_computations()) wrapped.insert(w);
     }
-    return best ? absl::StrCat(best->pass, ": ", best->message) : "";
-  };
-
+  }
   int64_t default_group = DefaultGroup(module, 0);
   std::vector<LeftAlone> out;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
-    if (in_loops.count(c)) continue;
+    if (in_loops.count(c) || wrapped.count(c)) continue;
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
       std::string base = CollectiveBaseName(*i);
+      const HloInstruction* wrapped_root = nullptr;
+      if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty() &&
+          !i->called_computations().empty() && i->called_computations()[0]->root() != nullptr) {
+        wrapped_root = i->called_computations()[0]->root();
+        base = CollectiveBaseName(*wrapped_root);
+      }
       if (base.empty() || loop_shifts.count(i)) continue;
       LeftAlone la;
       la.name = i->name();
       la.opcode = std::string(HloOpcodeString(i->opcode()));
       la.shape = i->shape().ToString(false);
-      la.bytes_sent = CollectiveBytesSent(*i, default_group);
-      std::vector<const HloInstruction*> around{i};
-      for (const HloInstruction* u : i->users()) {
-        around.push_back(u);
-        for (const HloInstruction* uu : u->users()) around.push_back(uu);
+      la.bytes_sent = CollectiveBytesSent(wrapped_root ? *wrapped_root : *i, default_group);
+      la.reason = ReasonFromRemarks(*i, remarks);
+      if (la.reason.empty() && wrapped_root != nullptr) {
+        la.reason = ReasonFromRemarks(*wrapped_root, remarks);
       }
-      for (const HloInstruction* o : i->operands()) {
-        around.push_back(o);
-        for (const HloInstruction* oo : o->operands()) around.push_back(oo);
-      }
-      la.reason = find_reason(around);
-      if (la.reason.empty()) {
-        bool feeds_gemm = false, fed_by_gemm = false;
-        for (const HloInstruction* u : i->users()) {
-          if (IsGemm(*u)) feeds_gemm = true;
-          for (const HloInstruction* uu : u->users()) feeds_gemm = feeds_gemm || IsGemm(*uu);
-        }
-        for (const HloInstruction* o : i->operands()) {
-          if (IsGemm(*o)) fed_by_gemm = true;
-          for (const HloInstruction* oo : o->operands()) fed_by_gemm = fed_by_gemm || IsGemm(*oo);
-        }
-        if (base == "all-gather") {
-          la.reason = feeds_gemm ? "no pass reported a candidate here"
-                                 : "no dot consumes the gathered value";
-        } else if (base == "reduce-scatter") {
-          la.reason = fed_by_gemm ? "no pass reported a candidate here"
-                                  : "its operand is not produced by a dot";
-        } else if (base == "all-reduce") {
-          la.reason = fed_by_gemm ? "all-reduce of a dot's result: not followed by a "
-                                    "dynamic-slice at partition-id (no reduce-scatter form)"
-                                  : "all-reduce not fed by a dot: nothing to window";
-        } else if (base == "collective-permute") {
-          la.reason = "collective-permute outside a windowed loop: kept as is";
-        } else {
-          la.reason = absl::StrCat(base, ": Weave has no windowed form for it");
-        }
-      }
+      if (la.reason.empty()) la.reason = StructuralReason(*i, base);
       out.push_back(std::move(la));
     }
   }
@@ -769,11 +730,13 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   j["collectives_left_alone"] = left;
   json remarks = json::array();
   for (const Remark& m : r.remarks) {
-    remarks.push_back({{"pass", m.pass},
-                       {"location", m.location},
-                       {"applied", m.applied},
-                       {"kind", m.applied ? "applied" : m.analysis ? "analysis" : "missed"},
-                       {"message", m.message}});
+    json rm = {{"pass", m.pass},
+               {"location", m.location},
+               {"applied", m.applied},
+               {"kind", m.applied ? "applied" : m.analysis ? "analysis" : "missed"},
+               {"message", m.message}};
+    if (!m.about.empty()) rm["about"] = m.about;
+    remarks.push_back(rm);
   }
   j["remarks"] = remarks;
   j["fired"] = r.fired;

@@ -114,11 +114,25 @@ struct LeftAlone {
   std::string reason;      // the pass remark that declined it, or a structural reason
 };
 
-// Collectives of `module` outside windowed loops, each with the reason taken from the remarks
-// (a missed remark whose location is the collective, one of its users or its operand), or a
-// structural reason when no pass reported on it.
+// Collectives of `module` outside windowed loops (async pairs listed once, by their -start), each
+// with the reason from the remarks of a pass that considered it (ReasonFromRemarks), or a
+// structural reason when no pass did (StructuralReason).
 std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
                                                 const std::vector<Remark>& remarks);
+
+// report_reasons.cc. The reason a collective was left alone, from the missed remarks located at it
+// (or at the -done of its async pair) or naming it in Remark::about, never from a remark about a
+// neighbour: the decomposer's decision first, then the handler's, then the decomposer's deferral
+// to the handler's cache, then the collective quantizer's, then any other pass's. "" when no pass
+// considered it.
+std::string ReasonFromRemarks(const HloInstruction& collective, const std::vector<Remark>& remarks);
+// A structural reason for a collective no pass considered (`base`: "all-gather", ...): what reads
+// it, what feeds it.
+std::string StructuralReason(const HloInstruction& collective, const std::string& base);
+// For `compile --require`: the missed remark ("pass: location: [missed] message") that best
+// explains why `rewrite` (a RewriteNames() entry) fired nowhere, or a sentence saying there was
+// no candidate.
+std::string ExplainMissingRewrite(const std::string& rewrite, const std::vector<Remark>& remarks);
 
 // Per pass of the pipeline (for -v and the report).
 struct PassRecord {

@@ -138,5 +138,35 @@ ENTRY main {
   EXPECT_EQ(OfOpcode(**m, HloOpcode::kDot).size(), 1u);
 }
 
+constexpr char kBrokenView[] = R"(HloModule views, num_partitions=4
+
+ENTRY main {
+  x = bf16[2,3,16]{2,1,0} parameter(0)
+  xs = (bf16[2,3,16]{2,1,0}, bf16[2,12,16]{2,1,0}) all-gather-start(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true
+  xg = bf16[2,12,16]{2,1,0} all-gather-done(xs)
+  xr = bf16[24,16]{1,0} reshape(xg)
+  w = bf16[16,8]{1,0} parameter(1)
+  ROOT y = bf16[24,8]{1,0} dot(xr, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})";
+
+// A remark at the dot names the collective it decided on (both halves of an async pair), so that
+// the compile report can give the collective that reason and no other pass's.
+TEST(WindowedEinsumDecomposerTest, RemarksNameTheCollectiveTheyAreAbout) {
+  auto m = ParseHloModule(kBrokenView);
+  ASSERT_TRUE(m.ok()) << m.status();
+  WindowedEinsumDecomposer pass;
+  std::vector<Remark> remarks;
+  pass.set_remarks(&remarks);
+  auto changed = pass.Run(m->get());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(*changed);
+  ASSERT_EQ(remarks.size(), 1u);
+  EXPECT_TRUE(remarks[0].missed());
+  EXPECT_EQ(remarks[0].location, "y");
+  EXPECT_THAT(remarks[0].about, ::testing::UnorderedElementsAre("xg", "xs"));
+  EXPECT_THAT(remarks[0].message, HasSubstr("merges gathered dim 1 (split in 4 blocks) under the "
+                                            "more major dim 0 (size 2)"));
+}
+
 }  // namespace
 }  // namespace weave

@@ -1,0 +1,130 @@
+// The verifier's per-instruction shape checker (analysis/verifier.h), shared by its pieces, one
+// per op group:
+//   verifier.cc                the dispatch by opcode, the shared checks and error text, and the
+//                              module's structure (VerifyModule)
+//   verifier_elementwise.cc    constant, iota, partition-id/replica-id, elementwise unary and
+//                              binary ops, select, clamp
+//   verifier_data_movement.cc  broadcast, reshape, transpose, slice, dynamic-slice,
+//                              dynamic-update-slice, pad, concatenate
+//   verifier_dot_reduce.cc     dot, reduce, reduce-window and their reducer computations
+//   verifier_control_flow.cc   while, conditional, call, tuple, get-tuple-element, custom-call
+//   verifier_collectives.cc    replica groups, all-gather, reduce-scatter, all-reduce, all-to-all,
+//                              collective-permute
+// Only these files include it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "hlo/ir.h"
+
+namespace weave::verifier_internal {
+
+inline std::string Dims(const std::vector<int64_t>& v) { return absl::StrCat("{", absl::StrJoin(v, ","), "}"); }
+
+inline std::string ShapeText(const Shape& s) { return s.ToString(false); }
+
+// Equal dims, where an unbounded dynamic dimension (-1) matches anything.
+inline bool DimsEqual(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i] && a[i] >= 0 && b[i] >= 0) return false;
+  }
+  return true;
+}
+
+// Compatible shapes (element types and dims, recursively), with dynamic dims as wildcards.
+inline bool ShapesMatch(const Shape& a, const Shape& b) {
+  if (a.element_type != b.element_type) return false;
+  if (a.IsTuple()) {
+    if (a.tuple_shapes.size() != b.tuple_shapes.size()) return false;
+    for (size_t i = 0; i < a.tuple_shapes.size(); ++i) {
+      if (!ShapesMatch(a.tuple_shapes[i], b.tuple_shapes[i])) return false;
+    }
+    return true;
+  }
+  return DimsEqual(a.dims, b.dims);
+}
+
+inline bool HasDynamicDim(const Shape& s) {
+  return std::any_of(s.dims.begin(), s.dims.end(), [](int64_t d) { return d < 0; });
+}
+
+// Checks one instruction's result shape against its operands and attributes (XLA's shape
+// inference); errors name the instruction and its computation (Err).
+class Checker {
+ public:
+  explicit Checker(const HloInstruction& h) : h_(h) {}
+  absl::Status Check();
+
+ private:
+  // verifier.cc: which opcodes the generic checks model, and the shared checks.
+  static bool IsUnaryModelled(HloOpcode op);
+  static bool IsBinaryModelled(HloOpcode op);
+  absl::Status Err(const std::string& msg) const;
+  absl::Status OperandCount(int64_t n) const;
+  absl::Status ArrayResult() const;
+  absl::Status ArrayOperand(int64_t i) const;
+  absl::Status ResultIs(const Shape& expected, const std::string& what = "") const;
+  const Shape& Op(int64_t i) const { return h_.operand(i)->shape(); }
+
+  // verifier_elementwise.cc
+  absl::Status Constant();
+  absl::Status Iota();
+  absl::Status IdOp();
+  absl::Status Unary();
+  absl::Status Binary();
+  absl::Status Select();
+  absl::Status Clamp();
+
+  // verifier_data_movement.cc
+  absl::Status Broadcast();
+  absl::Status Reshape();
+  absl::Status Transpose();
+  absl::Status SameElementType(int64_t operand) const;
+  absl::Status Slice();
+  absl::Status ScalarIndices(int64_t first, int64_t rank) const;
+  absl::Status DynamicSlice();
+  absl::Status DynamicUpdateSlice();
+  absl::Status Pad();
+  absl::Status Concatenate();
+
+  // verifier_dot_reduce.cc
+  absl::Status Dot();
+  // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
+  absl::Status Reducer(const std::vector<PrimitiveType>& acc_types) const;
+  absl::Status Reduce();
+  absl::Status ReduceWindow();
+
+  // verifier_control_flow.cc
+  absl::Status OneParamComputation(const HloComputation* c, const char* role) const;
+  absl::Status While();
+  absl::Status Conditional();
+  absl::Status Call();
+  absl::Status Tuple();
+  absl::Status GetTupleElement();
+  absl::Status CustomCall();
+
+  // verifier_collectives.cc
+  // Replica groups: every id at most once over all groups, groups of one size.
+  absl::Status Groups() const;
+  // Group size when known from explicit groups, else 0.
+  int64_t KnownGroupSize() const;
+  // Shapes of the result leaves (one per operand for multi-operand collectives).
+  absl::Status PerOperandResults(std::vector<const Shape*>* out) const;
+  absl::Status ScatterGather(bool gather);
+  absl::Status AllGather() { return ScatterGather(true); }
+  absl::Status ReduceScatter();
+  absl::Status AllReduce();
+  absl::Status AllToAll();
+  absl::Status CollectivePermute();
+
+  const HloInstruction& h_;
+};
+
+}  // namespace weave::verifier_internal

@@ -1,0 +1,182 @@
+// Shape checks of the collectives: replica groups, all-gather, reduce-scatter, all-reduce,
+// all-to-all, collective-permute (analysis/verifier_checker.h), after XLA's ShapeInference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "analysis/verifier_checker.h"
+
+namespace weave::verifier_internal {
+
+// Replica groups: every id at most once over all groups, groups of one size.
+absl::Status Checker::Groups() const {
+  if (!h_.replica_groups.has_value() || h_.replica_groups->is_mesh) return absl::OkStatus();
+  std::set<int64_t> seen;
+  size_t size = 0;
+  for (const auto& g : h_.replica_groups->groups) {
+    if (size == 0) size = g.size();
+    if (g.size() != size) {
+      return Err(absl::StrCat("replica_groups=", h_.replica_groups->ToString(),
+                              " has groups of different sizes"));
+    }
+    for (int64_t id : g) {
+      if (id < 0 || !seen.insert(id).second) {
+        return Err(absl::StrCat("replica_groups=", h_.replica_groups->ToString(), ": id ", id,
+                                id < 0 ? " is negative" : " appears more than once"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Group size when known from explicit groups, else 0.
+int64_t Checker::KnownGroupSize() const {
+  if (h_.replica_groups.has_value() && !h_.replica_groups->groups.empty()) {
+    return static_cast<int64_t>(h_.replica_groups->groups[0].size());
+  }
+  return 0;
+}
+
+// Shapes of the result leaves (one per operand for multi-operand collectives).
+absl::Status Checker::PerOperandResults(std::vector<const Shape*>* out) const {
+  if (h_.operand_count() == 1 && !h_.shape().IsTuple()) {
+    out->push_back(&h_.shape());
+    return absl::OkStatus();
+  }
+  if (!h_.shape().IsTuple() ||
+      static_cast<int64_t>(h_.shape().tuple_shapes.size()) != h_.operand_count()) {
+    return Err(absl::StrCat("result ", ShapeText(h_.shape()), " must be a tuple of ",
+                            h_.operand_count(), " arrays, one per operand"));
+  }
+  for (const Shape& s : h_.shape().tuple_shapes) out->push_back(&s);
+  return absl::OkStatus();
+}
+
+absl::Status Checker::ScatterGather(bool gather) {
+  if (h_.operand_count() < 1) return Err("expects at least one operand");
+  if (auto st = Groups(); !st.ok()) return st;
+  if (h_.dimensions.size() != 1) {
+    return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
+  }
+  const int64_t d = h_.dimensions[0];
+  std::vector<const Shape*> results;
+  if (auto st = PerOperandResults(&results); !st.ok()) return st;
+  const int64_t n = KnownGroupSize();
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    const Shape& in = Op(i);
+    const Shape& out = *results[static_cast<size_t>(i)];
+    if (d < 0 || d >= in.rank()) {
+      return Err(absl::StrCat("dimension ", d, " is out of range for operand ", ShapeText(in)));
+    }
+    if (out.element_type != in.element_type || out.rank() != in.rank()) {
+      return Err(absl::StrCat("result ", ShapeText(out), " does not match operand ",
+                              ShapeText(in), " in element type or rank"));
+    }
+    for (int64_t k = 0; k < in.rank(); ++k) {
+      const int64_t a = in.dims[static_cast<size_t>(k)], b = out.dims[static_cast<size_t>(k)];
+      if (a < 0 || b < 0) continue;
+      if (k != d) {
+        if (a != b) {
+          return Err(absl::StrCat("result ", ShapeText(out), " differs from operand ",
+                                  ShapeText(in), " in dimension ", k));
+        }
+        continue;
+      }
+      if (gather) {
+        if (n > 0 ? b != a * n : (a == 0 ? b != 0 : b % a != 0)) {
+          return Err(absl::StrCat("result dimension ", d, " has size ", b, ", expected ", a,
+                                  " x group size", n > 0 ? absl::StrCat(" ", n) : "", ""));
+        }
+      } else {
+        if (n > 0 ? (a != b * n) : (b == 0 ? a != 0 : a % b != 0)) {
+          return Err(absl::StrCat("operand dimension ", d, " has size ", a,
+                                  ", expected result size ", b, " x group size",
+                                  n > 0 ? absl::StrCat(" ", n) : ""));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::ReduceScatter() {
+  if (auto st = ScatterGather(false); !st.ok()) return st;
+  std::vector<PrimitiveType> acc;
+  for (const HloInstruction* o : h_.operands()) acc.push_back(o->shape().element_type);
+  return Reducer({acc.empty() ? PrimitiveType::kInvalid : acc[0]});
+}
+
+absl::Status Checker::AllReduce() {
+  if (h_.operand_count() < 1) return Err("expects at least one operand");
+  if (auto st = Groups(); !st.ok()) return st;
+  std::vector<const Shape*> results;
+  if (auto st = PerOperandResults(&results); !st.ok()) return st;
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (!ShapesMatch(*results[static_cast<size_t>(i)], Op(i))) {
+      return Err(absl::StrCat("result ", ShapeText(*results[static_cast<size_t>(i)]),
+                              " differs from operand ", i, " ", ShapeText(Op(i))));
+    }
+  }
+  return Reducer({Op(0).element_type});
+}
+
+absl::Status Checker::AllToAll() {
+  if (h_.operand_count() < 1) return Err("expects at least one operand");
+  if (auto st = Groups(); !st.ok()) return st;
+  if (h_.dimensions.empty()) {
+    std::vector<const Shape*> results;
+    if (auto st = PerOperandResults(&results); !st.ok()) return st;
+    for (int64_t i = 0; i < h_.operand_count(); ++i) {
+      if (!ShapesMatch(*results[static_cast<size_t>(i)], Op(i))) {
+        return Err(absl::StrCat("result ", ShapeText(*results[static_cast<size_t>(i)]),
+                                " differs from operand ", i, " ", ShapeText(Op(i))));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (h_.dimensions.size() != 1) {
+    return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
+  }
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  const int64_t d = h_.dimensions[0];
+  if (d < 0 || d >= Op(0).rank()) {
+    return Err(absl::StrCat("split dimension ", d, " is out of range for ", ShapeText(Op(0))));
+  }
+  const int64_t n = KnownGroupSize();
+  const int64_t size = Op(0).dims[static_cast<size_t>(d)];
+  if (n > 0 && size >= 0 && size % n != 0) {
+    return Err(absl::StrCat("split dimension ", d, " of size ", size,
+                            " is not divisible by the group size ", n));
+  }
+  return ResultIs(Op(0), "operand shape");
+}
+
+absl::Status Checker::CollectivePermute() {
+  if (h_.operand_count() != 1 && h_.operand_count() != 4) {
+    return Err(absl::StrCat("expects 1 operand (or 4 in the in-place form), got ",
+                            h_.operand_count()));
+  }
+  std::set<int64_t> sources, targets;
+  for (const auto& [s, t] : h_.source_target_pairs) {
+    if (s < 0 || t < 0) {
+      return Err(absl::StrCat("source_target_pairs has a negative id in {", s, ",", t, "}"));
+    }
+    if (!sources.insert(s).second) {
+      return Err(absl::StrCat("source_target_pairs: source ", s, " appears more than once"));
+    }
+    if (!targets.insert(t).second) {
+      return Err(absl::StrCat("source_target_pairs: target ", t, " appears more than once"));
+    }
+  }
+  if (h_.opcode() == HloOpcode::kCollectivePermute && h_.operand_count() == 1) {
+    return ResultIs(Op(0), "operand shape");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weave::verifier_internal

@@ -1,0 +1,148 @@
+// Shape checks of control flow and calls: while, conditional, call, tuple, get-tuple-element,
+// custom-call (analysis/verifier_checker.h), after XLA's ShapeInference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "analysis/verifier_checker.h"
+
+namespace weave::verifier_internal {
+
+absl::Status Checker::OneParamComputation(const HloComputation* c, const char* role) const {
+  if (c == nullptr) return Err(absl::StrCat("missing ", role, " computation"));
+  if (c->num_parameters() != 1) {
+    return Err(absl::StrCat(role, " computation '", c->name(), "' has ", c->num_parameters(),
+                            " parameters, expected 1"));
+  }
+  if (c->root() == nullptr) return Err(absl::StrCat(role, " computation '", c->name(), "' has no root"));
+  return absl::OkStatus();
+}
+
+absl::Status Checker::While() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (h_.called_computations().size() != 2) return Err("needs condition= and body=");
+  const HloComputation* cond = h_.while_condition();
+  const HloComputation* body = h_.while_body();
+  if (auto st = OneParamComputation(cond, "condition"); !st.ok()) return st;
+  if (auto st = OneParamComputation(body, "body"); !st.ok()) return st;
+  const Shape& init = Op(0);
+  if (!ShapesMatch(cond->root()->shape(), Shape::Scalar(PrimitiveType::PRED))) {
+    return Err(absl::StrCat("condition '", cond->name(), "' returns ",
+                            ShapeText(cond->root()->shape()), ", expected pred[]"));
+  }
+  if (!ShapesMatch(cond->parameter(0)->shape(), init)) {
+    return Err(absl::StrCat("condition '", cond->name(), "' parameter ",
+                            ShapeText(cond->parameter(0)->shape()), " differs from init ",
+                            ShapeText(init)));
+  }
+  if (!ShapesMatch(body->parameter(0)->shape(), init)) {
+    return Err(absl::StrCat("body '", body->name(), "' parameter ",
+                            ShapeText(body->parameter(0)->shape()), " differs from init ",
+                            ShapeText(init)));
+  }
+  if (!ShapesMatch(body->root()->shape(), init)) {
+    return Err(absl::StrCat("body '", body->name(), "' root ", ShapeText(body->root()->shape()),
+                            " differs from init ", ShapeText(init)));
+  }
+  return ResultIs(init, "init shape");
+}
+
+absl::Status Checker::Conditional() {
+  const auto& branches = h_.called_computations();
+  if (branches.empty()) return Err("has no branch computations");
+  if (h_.operand_count() != static_cast<int64_t>(branches.size()) + 1) {
+    return Err(absl::StrCat("has ", branches.size(), " branches but ", h_.operand_count(),
+                            " operands (expected the selector plus one per branch)"));
+  }
+  const Shape& sel = Op(0);
+  const bool pred_ok = ShapesMatch(sel, Shape::Scalar(PrimitiveType::PRED)) && branches.size() == 2;
+  const bool index_ok = ShapesMatch(sel, Shape::Scalar(PrimitiveType::S32));
+  if (!pred_ok && !index_ok) {
+    return Err(absl::StrCat("selector ", ShapeText(sel),
+                            " must be pred[] (two branches) or s32[]"));
+  }
+  for (size_t b = 0; b < branches.size(); ++b) {
+    const HloComputation* c = branches[b];
+    if (auto st = OneParamComputation(c, "branch"); !st.ok()) return st;
+    const Shape& arg = Op(static_cast<int64_t>(b) + 1);
+    if (!ShapesMatch(c->parameter(0)->shape(), arg)) {
+      return Err(absl::StrCat("branch ", b, " '", c->name(), "' parameter ",
+                              ShapeText(c->parameter(0)->shape()), " differs from operand ",
+                              b + 1, " ", ShapeText(arg)));
+    }
+    if (!ShapesMatch(c->root()->shape(), h_.shape())) {
+      return Err(absl::StrCat("branch ", b, " '", c->name(), "' returns ",
+                              ShapeText(c->root()->shape()), " but the result is ",
+                              ShapeText(h_.shape())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Call() {
+  if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
+    return Err("needs one to_apply computation");
+  }
+  const HloComputation* c = h_.called_computations()[0];
+  if (c->num_parameters() != h_.operand_count()) {
+    return Err(absl::StrCat("computation '", c->name(), "' has ", c->num_parameters(),
+                            " parameters but the call has ", h_.operand_count(), " operands"));
+  }
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (!ShapesMatch(c->parameter(i)->shape(), Op(i))) {
+      return Err(absl::StrCat("operand ", i, " ", ShapeText(Op(i)), " differs from parameter ",
+                              i, " of '", c->name(), "' ",
+                              ShapeText(c->parameter(i)->shape())));
+    }
+  }
+  if (c->root() == nullptr) return Err(absl::StrCat("computation '", c->name(), "' has no root"));
+  return ResultIs(c->root()->shape(), absl::StrCat("root shape of '", c->name(), "'"));
+}
+
+absl::Status Checker::Tuple() {
+  std::vector<Shape> elems;
+  for (const HloInstruction* o : h_.operands()) elems.push_back(o->shape());
+  return ResultIs(Shape::Tuple(elems), "tuple of the operand shapes");
+}
+
+absl::Status Checker::GetTupleElement() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  const Shape& t = Op(0);
+  if (!t.IsTuple()) {
+    return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' has non-tuple shape ",
+                            ShapeText(t)));
+  }
+  const int64_t n = static_cast<int64_t>(t.tuple_shapes.size());
+  if (h_.tuple_index < 0 || h_.tuple_index >= n) {
+    return Err(absl::StrCat("index=", h_.tuple_index, " is out of range for operand '",
+                            h_.operand(0)->name(), "' with ", n, " elements ", ShapeText(t)));
+  }
+  return ResultIs(t.tuple_shapes[static_cast<size_t>(h_.tuple_index)], "tuple element shape");
+}
+
+absl::Status Checker::CustomCall() {
+  const std::string& t = h_.custom_call_target;
+  if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||
+      t == "MoveToHost" || t == "MoveToDevice") {
+    if (auto st = OperandCount(1); !st.ok()) return st;
+    if (t == "Sharding" || t == "MoveToHost" || t == "MoveToDevice") {
+      return ResultIs(Op(0), "operand shape");
+    }
+    if (Op(0).element_type != h_.shape().element_type || Op(0).rank() != h_.shape().rank()) {
+      return Err(absl::StrCat("custom_call_target=\"", t, "\": result ", ShapeText(h_.shape()),
+                              " must keep the operand's element type and rank ",
+                              ShapeText(Op(0))));
+    }
+    return absl::OkStatus();
+  }
+  if (t.rfind("__cublas$", 0) == 0 && h_.operand_count() < 2) {
+    return Err(absl::StrCat("custom_call_target=\"", t, "\" needs at least 2 operands, got ",
+                            h_.operand_count()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weave::verifier_internal

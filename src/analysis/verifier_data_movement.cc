@@ -1,0 +1,245 @@
+// Shape checks of the data-movement ops: broadcast, reshape, transpose, slice, dynamic-slice,
+// dynamic-update-slice, pad, concatenate (analysis/verifier_checker.h), after XLA's ShapeInference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "analysis/verifier_checker.h"
+
+namespace weave::verifier_internal {
+
+absl::Status Checker::Broadcast() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape& in = Op(0);
+  const Shape& out = h_.shape();
+  if (in.element_type != out.element_type) {
+    return Err(absl::StrCat("operand ", ShapeText(in), " and result ", ShapeText(out),
+                            " have different element types"));
+  }
+  if (static_cast<int64_t>(h_.dimensions.size()) != in.rank()) {
+    return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " has ", h_.dimensions.size(),
+                            " entries but the operand ", ShapeText(in), " has rank ", in.rank()));
+  }
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < h_.dimensions.size(); ++i) {
+    const int64_t d = h_.dimensions[i];
+    if (d < 0 || d >= out.rank()) {
+      return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), ": ", d,
+                              " is out of range for result ", ShapeText(out)));
+    }
+    if (!seen.insert(d).second) {
+      return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " repeats ", d));
+    }
+    const int64_t a = in.dims[i], b = out.dims[static_cast<size_t>(d)];
+    if (a != b && a >= 0 && b >= 0) {
+      return Err(absl::StrCat("operand dimension ", i, " has size ", a,
+                              " but result dimension ", d, " has size ", b));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Reshape() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (Op(0).element_type != h_.shape().element_type) {
+    return Err(absl::StrCat("operand ", ShapeText(Op(0)), " and result ", ShapeText(h_.shape()),
+                            " have different element types"));
+  }
+  if (!HasDynamicDim(Op(0)) && !HasDynamicDim(h_.shape()) &&
+      Op(0).ElementCount() != h_.shape().ElementCount()) {
+    return Err(absl::StrCat("operand ", ShapeText(Op(0)), " has ", Op(0).ElementCount(),
+                            " elements but result ", ShapeText(h_.shape()), " has ",
+                            h_.shape().ElementCount()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Transpose() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape& in = Op(0);
+  const int64_t rank = in.rank();
+  std::vector<int64_t> perm = h_.dimensions;
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool is_perm = static_cast<int64_t>(perm.size()) == rank;
+  for (int64_t i = 0; is_perm && i < rank; ++i) is_perm = sorted[static_cast<size_t>(i)] == i;
+  if (!is_perm) {
+    return Err(absl::StrCat("dimensions=", Dims(perm), " is not a permutation of the operand's ",
+                            rank, " dimensions"));
+  }
+  Shape expected(in.element_type, {});
+  for (int64_t p : perm) expected.dims.push_back(in.dims[static_cast<size_t>(p)]);
+  return ResultIs(expected, "transposed operand shape");
+}
+
+absl::Status Checker::SameElementType(int64_t operand) const {
+  if (Op(operand).element_type != h_.shape().element_type) {
+    return Err(absl::StrCat("result ", ShapeText(h_.shape()), " and operand ", operand, " ",
+                            ShapeText(Op(operand)), " have different element types"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Slice() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (auto st = SameElementType(0); !st.ok()) return st;
+  const Shape& in = Op(0);
+  if (static_cast<int64_t>(h_.slice.size()) != in.rank()) {
+    return Err(absl::StrCat("slice has ", h_.slice.size(), " ranges but the operand ",
+                            ShapeText(in), " has rank ", in.rank()));
+  }
+  Shape expected(in.element_type, {});
+  for (size_t i = 0; i < h_.slice.size(); ++i) {
+    const SliceDim& s = h_.slice[i];
+    if (s.stride < 1 || s.start < 0 || s.start > s.limit ||
+        (in.dims[i] >= 0 && s.limit > in.dims[i])) {
+      return Err(absl::StrCat("slice range [", s.start, ":", s.limit, ":", s.stride,
+                              "] of dimension ", i, " is invalid for operand ", ShapeText(in)));
+    }
+    expected.dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+  }
+  return ResultIs(expected, "sliced shape");
+}
+
+absl::Status Checker::ScalarIndices(int64_t first, int64_t rank) const {
+  if (h_.operand_count() == first + 1 && Op(first).IsArray() && Op(first).rank() == 1 &&
+      rank != 1) {
+    // Old single-vector index form.
+    if (!IsInteger(Op(first).element_type) || Op(first).dims[0] != rank) {
+      return Err(absl::StrCat("index vector ", ShapeText(Op(first)), " must be an integer vector of ",
+                              rank, " elements"));
+    }
+    return absl::OkStatus();
+  }
+  if (h_.operand_count() != first + rank) {
+    return Err(absl::StrCat("expects ", rank, " start indices (one per dimension), got ",
+                            h_.operand_count() - first));
+  }
+  for (int64_t i = first; i < h_.operand_count(); ++i) {
+    if (!Op(i).IsArray() || Op(i).rank() != 0 || !IsInteger(Op(i).element_type)) {
+      return Err(absl::StrCat("start index operand ", i, " ('", h_.operand(i)->name(),
+                              "') must be an integer scalar, got ", ShapeText(Op(i))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::DynamicSlice() {
+  if (h_.operand_count() < 1) return Err("expects an operand");
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (auto st = SameElementType(0); !st.ok()) return st;
+  const Shape& in = Op(0);
+  if (auto st = ScalarIndices(1, in.rank()); !st.ok()) return st;
+  if (static_cast<int64_t>(h_.dynamic_slice_sizes.size()) != in.rank()) {
+    return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes), " has ",
+                            h_.dynamic_slice_sizes.size(), " entries but the operand ",
+                            ShapeText(in), " has rank ", in.rank()));
+  }
+  for (size_t i = 0; i < h_.dynamic_slice_sizes.size(); ++i) {
+    const int64_t s = h_.dynamic_slice_sizes[i];
+    if (s < 0 || (in.dims[i] >= 0 && s > in.dims[i])) {
+      return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes),
+                              ": size ", s, " of dimension ", i, " exceeds operand ",
+                              ShapeText(in)));
+    }
+  }
+  return ResultIs(Shape(in.element_type, h_.dynamic_slice_sizes), "slice shape");
+}
+
+absl::Status Checker::DynamicUpdateSlice() {
+  if (h_.operand_count() < 2) return Err("expects an operand and an update");
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayOperand(1); !st.ok()) return st;
+  const Shape &in = Op(0), &upd = Op(1);
+  if (upd.rank() != in.rank()) {
+    return Err(absl::StrCat("update ", ShapeText(upd), " and operand ", ShapeText(in),
+                            " have different ranks"));
+  }
+  if (upd.element_type != in.element_type) {
+    return Err(absl::StrCat("update ", ShapeText(upd), " and operand ", ShapeText(in),
+                            " have different element types"));
+  }
+  for (int64_t i = 0; i < in.rank(); ++i) {
+    const int64_t u = upd.dims[static_cast<size_t>(i)], o = in.dims[static_cast<size_t>(i)];
+    if (u >= 0 && o >= 0 && u > o) {
+      return Err(absl::StrCat("update ", ShapeText(upd), " is larger than operand ",
+                              ShapeText(in), " in dimension ", i));
+    }
+  }
+  if (auto st = ScalarIndices(2, in.rank()); !st.ok()) return st;
+  return ResultIs(in, "operand shape");
+}
+
+absl::Status Checker::Pad() {
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape &in = Op(0), &pv = Op(1);
+  if (!pv.IsArray() || pv.rank() != 0 || pv.element_type != in.element_type) {
+    return Err(absl::StrCat("padding value ", ShapeText(pv), " must be a scalar of type ",
+                            std::string(PrimitiveTypeName(in.element_type))));
+  }
+  if (static_cast<int64_t>(h_.padding.size()) != in.rank()) {
+    return Err(absl::StrCat("padding has ", h_.padding.size(), " dimensions but the operand ",
+                            ShapeText(in), " has rank ", in.rank()));
+  }
+  Shape expected(in.element_type, {});
+  for (size_t i = 0; i < h_.padding.size(); ++i) {
+    const PadDim& p = h_.padding[i];
+    const int64_t d = in.dims[i];
+    if (p.interior < 0) return Err(absl::StrCat("negative interior padding in dimension ", i));
+    const int64_t out = d + p.lo + p.hi + std::max<int64_t>(d - 1, 0) * p.interior;
+    if (out < 0) return Err(absl::StrCat("padding makes dimension ", i, " negative"));
+    expected.dims.push_back(out);
+  }
+  return ResultIs(expected, "padded shape");
+}
+
+absl::Status Checker::Concatenate() {
+  if (h_.operand_count() < 1) return Err("expects at least one operand");
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (h_.dimensions.size() != 1) {
+    return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
+  }
+  const int64_t d = h_.dimensions[0];
+  const Shape& first = Op(0);
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+  }
+  if (d < 0 || d >= first.rank()) {
+    return Err(absl::StrCat("dimension ", d, " is out of range for ", ShapeText(first)));
+  }
+  Shape expected = Shape(first.element_type, first.dims);
+  for (int64_t i = 1; i < h_.operand_count(); ++i) {
+    const Shape& s = Op(i);
+    if (s.rank() != first.rank() || s.element_type != first.element_type) {
+      return Err(absl::StrCat("operand ", i, " ", ShapeText(s), " does not match operand 0 ",
+                              ShapeText(first), " in rank or element type"));
+    }
+    for (int64_t k = 0; k < s.rank(); ++k) {
+      const size_t kk = static_cast<size_t>(k);
+      if (k == d) {
+        expected.dims[kk] += s.dims[kk];
+      } else if (s.dims[kk] != first.dims[kk]) {
+        return Err(absl::StrCat("operand ", i, " ", ShapeText(s), " differs from operand 0 ",
+                                ShapeText(first), " in dimension ", k,
+                                " (only dimension ", d, " may differ)"));
+      }
+    }
+  }
+  return ResultIs(expected, "concatenated shape");
+}
+
+}  // namespace weave::verifier_internal

@@ -1,0 +1,255 @@
+// Shape checks of dot, reduce and reduce-window, and of their reducer computations
+// (analysis/verifier_checker.h), after XLA's ShapeInference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "analysis/verifier_checker.h"
+
+namespace weave::verifier_internal {
+
+absl::Status Checker::Dot() {
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayOperand(1); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape &lhs = Op(0), &rhs = Op(1);
+  const DotDims& dn = h_.dot_dims;
+  if (dn.lhs_batch.size() != dn.rhs_batch.size()) {
+    return Err(absl::StrCat("lhs_batch_dims=", Dims(dn.lhs_batch), " and rhs_batch_dims=",
+                            Dims(dn.rhs_batch), " have different lengths"));
+  }
+  if (dn.lhs_contracting.size() != dn.rhs_contracting.size()) {
+    return Err(absl::StrCat("lhs_contracting_dims=", Dims(dn.lhs_contracting),
+                            " and rhs_contracting_dims=", Dims(dn.rhs_contracting),
+                            " have different lengths"));
+  }
+  auto check_side = [&](const char* side, const Shape& s, const std::vector<int64_t>& batch,
+                        const std::vector<int64_t>& contracting) -> absl::Status {
+    std::set<int64_t> seen;
+    for (const std::vector<int64_t>* v : {&batch, &contracting}) {
+      for (int64_t d : *v) {
+        if (d < 0 || d >= s.rank()) {
+          return Err(absl::StrCat(side, " dimension ", d, " (in ",
+                                  v == &batch ? "batch" : "contracting",
+                                  " dims) is out of range for ", side, " shape ", ShapeText(s)));
+        }
+        if (!seen.insert(d).second) {
+          return Err(absl::StrCat(side, " dimension ", d,
+                                  " appears more than once in the batch and contracting dims"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (auto st = check_side("lhs", lhs, dn.lhs_batch, dn.lhs_contracting); !st.ok()) return st;
+  if (auto st = check_side("rhs", rhs, dn.rhs_batch, dn.rhs_contracting); !st.ok()) return st;
+  auto size = [](const Shape& s, int64_t d) { return s.dims[static_cast<size_t>(d)]; };
+  for (size_t i = 0; i < dn.lhs_batch.size(); ++i) {
+    const int64_t a = size(lhs, dn.lhs_batch[i]), b = size(rhs, dn.rhs_batch[i]);
+    if (a != b && a >= 0 && b >= 0) {
+      return Err(absl::StrCat("lhs batch dimension ", dn.lhs_batch[i], " has size ", a,
+                              " but rhs batch dimension ", dn.rhs_batch[i], " has size ", b));
+    }
+  }
+  for (size_t i = 0; i < dn.lhs_contracting.size(); ++i) {
+    const int64_t a = size(lhs, dn.lhs_contracting[i]), b = size(rhs, dn.rhs_contracting[i]);
+    if (a != b && a >= 0 && b >= 0) {
+      return Err(absl::StrCat("lhs contracting dimension ", dn.lhs_contracting[i], " has size ",
+                              a, " but rhs contracting dimension ", dn.rhs_contracting[i],
+                              " has size ", b));
+    }
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d : dn.lhs_batch) dims.push_back(size(lhs, d));
+  auto free_dims = [&](const Shape& s, const std::vector<int64_t>& batch,
+                       const std::vector<int64_t>& contracting) {
+    for (int64_t d = 0; d < s.rank(); ++d) {
+      if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+          std::find(contracting.begin(), contracting.end(), d) == contracting.end()) {
+        dims.push_back(size(s, d));
+      }
+    }
+  };
+  free_dims(lhs, dn.lhs_batch, dn.lhs_contracting);
+  free_dims(rhs, dn.rhs_batch, dn.rhs_contracting);
+  if (!DimsEqual(h_.shape().dims, dims)) {
+    return Err(absl::StrCat("result dims ", Dims(h_.shape().dims),
+                            " differ from the dims implied by the operands ", ShapeText(lhs),
+                            ", ", ShapeText(rhs), " and dimension numbers: ", Dims(dims),
+                            " (batch, lhs free, rhs free)"));
+  }
+  return absl::OkStatus();
+}
+
+// to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
+absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types) const {
+  if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
+    return Err("needs exactly one to_apply computation");
+  }
+  const HloComputation* f = h_.called_computations()[0];
+  const size_t n = acc_types.size();
+  const std::string name = absl::StrCat("to_apply computation '", f->name(), "'");
+  if (static_cast<size_t>(f->num_parameters()) != 2 * n) {
+    return Err(absl::StrCat(name, " has ", f->num_parameters(), " parameters, expected ", 2 * n));
+  }
+  for (size_t i = 0; i < 2 * n; ++i) {
+    const Shape& p = f->parameter(static_cast<int64_t>(i))->shape();
+    if (!p.IsArray() || p.rank() != 0) {
+      return Err(absl::StrCat(name, ": parameter ", i, " has shape ", ShapeText(p),
+                              ", expected a scalar"));
+    }
+    if (i < n && p.element_type != acc_types[i]) {
+      return Err(absl::StrCat(name, ": parameter ", i, " has type ", ShapeText(p),
+                              ", expected ", std::string(PrimitiveTypeName(acc_types[i]))));
+    }
+  }
+  if (f->root() == nullptr) return Err(absl::StrCat(name, " has no root"));
+  const Shape& r = f->root()->shape();
+  Shape expected;
+  if (n == 1) {
+    expected = Shape::Scalar(acc_types[0]);
+  } else {
+    std::vector<Shape> elems;
+    for (PrimitiveType t : acc_types) elems.push_back(Shape::Scalar(t));
+    expected = Shape::Tuple(elems);
+  }
+  if (!ShapesMatch(r, expected)) {
+    return Err(absl::StrCat(name, " returns ", ShapeText(r), ", expected ",
+                            ShapeText(expected)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Reduce() {
+  const int64_t n2 = h_.operand_count();
+  if (n2 < 2 || n2 % 2 != 0) {
+    return Err(absl::StrCat("expects inputs followed by as many init values, got ", n2,
+                            " operands"));
+  }
+  const int64_t n = n2 / 2;
+  const Shape& in0 = Op(0);
+  std::vector<PrimitiveType> acc;
+  for (int64_t i = 0; i < n; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    if (!DimsEqual(Op(i).dims, in0.dims)) {
+      return Err(absl::StrCat("input ", i, " ", ShapeText(Op(i)), " differs in dims from input 0 ",
+                              ShapeText(in0)));
+    }
+    const Shape& init = Op(n + i);
+    if (!init.IsArray() || init.rank() != 0) {
+      return Err(absl::StrCat("init value ", i, " ('", h_.operand(n + i)->name(),
+                              "') must be a scalar, got ", ShapeText(init)));
+    }
+    acc.push_back(init.element_type);
+  }
+  std::set<int64_t> reduced;
+  for (int64_t d : h_.dimensions) {
+    if (d < 0 || d >= in0.rank()) {
+      return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), ": ", d,
+                              " is out of range for input ", ShapeText(in0)));
+    }
+    if (!reduced.insert(d).second) {
+      return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " repeats ", d));
+    }
+  }
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < in0.rank(); ++d) {
+    if (!reduced.count(d)) kept.push_back(in0.dims[static_cast<size_t>(d)]);
+  }
+  Shape expected;
+  if (n == 1) {
+    expected = Shape(acc[0], kept);
+  } else {
+    std::vector<Shape> elems;
+    for (PrimitiveType t : acc) elems.push_back(Shape(t, kept));
+    expected = Shape::Tuple(elems);
+  }
+  if (auto st = ResultIs(expected, "reduced shape"); !st.ok()) return st;
+  return Reducer(acc);
+}
+
+absl::Status Checker::ReduceWindow() {
+  const int64_t n2 = h_.operand_count();
+  if (n2 < 2 || n2 % 2 != 0) {
+    return Err(absl::StrCat("expects inputs followed by as many init values, got ", n2,
+                            " operands"));
+  }
+  const int64_t n = n2 / 2;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  const Shape& in0 = Op(0);
+  std::vector<PrimitiveType> acc;
+  for (int64_t i = 0; i < n; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    const Shape& init = Op(n + i);
+    if (!init.IsArray() || init.rank() != 0) {
+      return Err(absl::StrCat("init value ", i, " must be a scalar, got ", ShapeText(init)));
+    }
+    acc.push_back(init.element_type);
+  }
+  // window={size=AxB stride=.. pad=lo_hixlo_hi lhs_dilate=.. rhs_dilate=..}
+  const size_t rank = static_cast<size_t>(in0.rank());
+  std::vector<int64_t> size(rank, 1), stride(rank, 1), lo(rank, 0), hi(rank, 0),
+      base_dil(rank, 1), win_dil(rank, 1);
+  if (const std::string* w = h_.GetRawAttribute("window")) {
+    std::string text = *w;
+    if (!text.empty() && text.front() == '{') text = text.substr(1);
+    if (!text.empty() && text.back() == '}') text.pop_back();
+    for (absl::string_view field : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+      const size_t eq = field.find('=');
+      if (eq == absl::string_view::npos) continue;
+      const std::string key(field.substr(0, eq));
+      const std::vector<std::string> parts = absl::StrSplit(field.substr(eq + 1), 'x');
+      if (parts.size() != rank) {
+        return Err(absl::StrCat("window ", key, " has ", parts.size(),
+                                " dimensions but the input has rank ", rank));
+      }
+      for (size_t i = 0; i < rank; ++i) {
+        if (key == "pad") {
+          const std::vector<std::string> lh = absl::StrSplit(parts[i], '_');
+          if (lh.size() != 2 || !absl::SimpleAtoi(lh[0], &lo[i]) ||
+              !absl::SimpleAtoi(lh[1], &hi[i])) {
+            return Err(absl::StrCat("cannot read window pad '", parts[i], "'"));
+          }
+          continue;
+        }
+        std::vector<int64_t>* target = key == "size"          ? &size
+                                       : key == "stride"      ? &stride
+                                       : key == "lhs_dilate"  ? &base_dil
+                                       : key == "rhs_dilate"  ? &win_dil
+                                                              : nullptr;
+        if (target == nullptr) break;  // rhs_reversal etc.
+        if (!absl::SimpleAtoi(parts[i], &(*target)[i]) || (*target)[i] < 1) {
+          return Err(absl::StrCat("bad window ", key, " value '", parts[i], "'"));
+        }
+      }
+    }
+  } else if (rank != 0) {
+    return Err("missing window=");
+  }
+  std::vector<int64_t> out_dims;
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t d = in0.dims[i];
+    const int64_t base = d <= 0 ? 0 : (d - 1) * base_dil[i] + 1;
+    const int64_t padded = base + lo[i] + hi[i];
+    const int64_t win = (size[i] - 1) * win_dil[i] + 1;
+    out_dims.push_back(padded < win ? 0 : (padded - win) / stride[i] + 1);
+  }
+  Shape expected;
+  if (n == 1) {
+    expected = Shape(acc[0], out_dims);
+  } else {
+    std::vector<Shape> elems;
+    for (PrimitiveType t : acc) elems.push_back(Shape(t, out_dims));
+    expected = Shape::Tuple(elems);
+  }
+  if (auto st = ResultIs(expected, "windowed shape"); !st.ok()) return st;
+  return Reducer(acc);
+}
+
+}  // namespace weave::verifier_internal

@@ -1,0 +1,150 @@
+// Shape checks of constants, iota, partition-id/replica-id, elementwise unary and binary ops,
+// select and clamp (analysis/verifier_checker.h), after XLA's ShapeInference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "analysis/verifier_checker.h"
+
+namespace weave::verifier_internal {
+
+absl::Status Checker::Constant() {
+  if (!h_.literal.has_value()) return Err("has no literal");
+  const Literal& lit = *h_.literal;
+  if (!lit.shape.Compatible(h_.shape()) && !ShapesMatch(lit.shape, h_.shape())) {
+    return Err(absl::StrCat("literal shape ", ShapeText(lit.shape), " differs from result ",
+                            ShapeText(h_.shape())));
+  }
+  if (!lit.elided && h_.shape().IsArray() && !HasDynamicDim(h_.shape())) {
+    const int64_t n = h_.shape().ElementCount();
+    const int64_t have = static_cast<int64_t>(IsComplex(h_.shape().element_type)
+                                                  ? lit.f.size() / 2
+                                                  : lit.f.size() + lit.i.size());
+    if (have != n) {
+      return Err(absl::StrCat("literal has ", have, " values but shape ",
+                              ShapeText(h_.shape()), " has ", n, " elements"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Iota() {
+  if (auto st = OperandCount(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (h_.iota_dimension < 0 || h_.iota_dimension >= std::max<int64_t>(h_.shape().rank(), 1)) {
+    return Err(absl::StrCat("iota_dimension=", h_.iota_dimension, " is out of range for ",
+                            ShapeText(h_.shape())));
+  }
+  if (h_.shape().rank() == 0) return Err("iota needs a result of rank at least 1");
+  return absl::OkStatus();
+}
+
+absl::Status Checker::IdOp() {
+  if (auto st = OperandCount(0); !st.ok()) return st;
+  if (!ShapesMatch(h_.shape(), Shape::Scalar(PrimitiveType::U32))) {
+    return Err(absl::StrCat("result must be u32[], got ", ShapeText(h_.shape())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Unary() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  if (!DimsEqual(h_.shape().dims, Op(0).dims)) {
+    return Err(absl::StrCat("result dims ", Dims(h_.shape().dims), " differ from operand dims ",
+                            Dims(Op(0).dims)));
+  }
+  const HloOpcode op = h_.opcode();
+  const PrimitiveType in = Op(0).element_type, out = h_.shape().element_type;
+  if (op == HloOpcode::kConvert) return absl::OkStatus();
+  if (op == HloOpcode::kIsFinite) {
+    if (out != PrimitiveType::PRED) return Err("result must have element type pred");
+    return absl::OkStatus();
+  }
+  if (IsComplex(in) && (op == HloOpcode::kAbs || op == HloOpcode::kReal ||
+                        op == HloOpcode::kImag)) {
+    return absl::OkStatus();
+  }
+  if (in != out) {
+    return Err(absl::StrCat("result element type ", std::string(PrimitiveTypeName(out)),
+                            " differs from operand element type ",
+                            std::string(PrimitiveTypeName(in))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Binary() {
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayOperand(1); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape &a = Op(0), &b = Op(1);
+  if (!DimsEqual(a.dims, b.dims)) {
+    return Err(absl::StrCat("operand shapes ", ShapeText(a), " and ", ShapeText(b),
+                            " have different dimensions"));
+  }
+  if (!DimsEqual(h_.shape().dims, a.dims)) {
+    return Err(absl::StrCat("result dims ", Dims(h_.shape().dims), " differ from operand dims ",
+                            Dims(a.dims)));
+  }
+  if (a.element_type != b.element_type) {
+    return Err(absl::StrCat("operand element types differ: ", ShapeText(a), " vs ",
+                            ShapeText(b)));
+  }
+  const PrimitiveType out = h_.shape().element_type;
+  switch (h_.opcode()) {
+    case HloOpcode::kCompare:
+      if (out != PrimitiveType::PRED) {
+        return Err(absl::StrCat("result must be pred, got ", ShapeText(h_.shape())));
+      }
+      if (!h_.comparison_direction.has_value()) return Err("missing direction=");
+      return absl::OkStatus();
+    case HloOpcode::kComplex:
+      return absl::OkStatus();
+    default:
+      if (out != a.element_type) {
+        return Err(absl::StrCat("result element type ", std::string(PrimitiveTypeName(out)),
+                                " differs from operand element type ",
+                                std::string(PrimitiveTypeName(a.element_type))));
+      }
+      return absl::OkStatus();
+  }
+}
+
+absl::Status Checker::Select() {
+  if (auto st = OperandCount(3); !st.ok()) return st;
+  const Shape &p = Op(0), &t = Op(1), &f = Op(2);
+  if (!p.IsArray() || p.element_type != PrimitiveType::PRED) {
+    return Err(absl::StrCat("predicate ", ShapeText(p), " must have element type pred"));
+  }
+  if (!ShapesMatch(t, f)) {
+    return Err(absl::StrCat("on_true ", ShapeText(t), " and on_false ", ShapeText(f),
+                            " have different shapes"));
+  }
+  if (t.IsArray() && p.rank() != 0 && !DimsEqual(p.dims, t.dims)) {
+    return Err(absl::StrCat("predicate ", ShapeText(p), " must be a scalar or have the dims of ",
+                            ShapeText(t)));
+  }
+  return ResultIs(t, "operand shape");
+}
+
+absl::Status Checker::Clamp() {
+  if (auto st = OperandCount(3); !st.ok()) return st;
+  for (int64_t i = 0; i < 3; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+  }
+  const Shape &lo = Op(0), &x = Op(1), &hi = Op(2);
+  for (const Shape* b : {&lo, &hi}) {
+    if (b->element_type != x.element_type || (b->rank() != 0 && !DimsEqual(b->dims, x.dims))) {
+      return Err(absl::StrCat("bound ", ShapeText(*b),
+                              " must be a scalar or match the operand ", ShapeText(x)));
+    }
+  }
+  return ResultIs(x, "operand shape");
+}
+
+}  // namespace weave::verifier_internal

@@ -1,0 +1,328 @@
+// The evaluator's collectives (eval/evaluator_internal.h): replica groups resolved to device ids
+// (XLA's cross-replica / cross-partition / flattened modes), and each collective's per-device
+// result computed once all devices meet (all-gather, all-reduce, reduce-scatter, all-to-all,
+// collective-permute, collective-broadcast).
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "eval/evaluator_internal.h"
+#include "eval/numerics.h"
+#include "eval/ops.h"
+
+namespace weave::eval::internal {
+
+using absl::InvalidArgumentError;
+
+namespace {
+
+// Groups of device ids (device = replica * N + partition) for a collective.
+absl::StatusOr<std::vector<std::vector<int64_t>>> DeviceGroups(const HloInstruction& instr,
+                                                               HloOpcode kind, int64_t n,
+                                                               int64_t r) {
+  std::vector<std::vector<int64_t>> groups;
+  if (instr.replica_groups.has_value()) {
+    if (instr.replica_groups->is_mesh) {
+      return InvalidArgumentError("replica_groups in mesh form are not supported");
+    }
+    groups = instr.replica_groups->groups;
+  }
+  const bool has_channel = instr.channel_id.has_value();
+  const bool has_global_attr = kind == HloOpcode::kAllReduce || kind == HloOpcode::kAllGather ||
+                               kind == HloOpcode::kReduceScatter;
+  enum Mode { kCrossReplica, kCrossPartition, kCrossReplicaAndPartition, kFlattened } mode;
+  if (!has_channel) {
+    mode = kCrossReplica;
+  } else if (!has_global_attr) {
+    mode = kCrossPartition;
+  } else {
+    mode = instr.use_global_device_ids ? kFlattened : kCrossReplicaAndPartition;
+  }
+  if (r == 1) {
+    // Single replica: members are partition ids. A group list naming only replica 0 keeps XLA's
+    // meaning (cross-replica: each partition alone; cross-replica-and-partition: all partitions).
+    bool only_zero = !groups.empty();
+    for (const auto& g : groups) {
+      for (int64_t id : g) only_zero &= id == 0;
+    }
+    std::vector<std::vector<int64_t>> out;
+    if (groups.empty() || (only_zero && mode == kCrossReplicaAndPartition)) {
+      out.emplace_back();
+      for (int64_t p = 0; p < n; ++p) out.back().push_back(p);
+      return out;
+    }
+    if (only_zero && mode == kCrossReplica) {
+      for (int64_t p = 0; p < n; ++p) out.push_back({p});
+      return out;
+    }
+    for (const auto& g : groups) {
+      for (int64_t id : g) {
+        if (id < 0 || id >= n) {
+          return InvalidArgumentError(absl::StrCat("replica group member ", id,
+                                                   " is not a partition id (num_partitions=", n,
+                                                   ")"));
+        }
+      }
+    }
+    return groups;
+  }
+  std::vector<std::vector<int64_t>> out;
+  const int64_t limit = mode == kFlattened ? n * r
+                        : (mode == kCrossPartition ? n : r);
+  if (groups.empty()) {
+    groups.emplace_back();
+    for (int64_t k = 0; k < limit; ++k) groups.back().push_back(k);
+  }
+  for (const auto& g : groups) {
+    for (int64_t id : g) {
+      if (id < 0 || id >= limit) {
+        return InvalidArgumentError(absl::StrCat("replica group member ", id, " out of range"));
+      }
+    }
+  }
+  switch (mode) {
+    case kCrossReplica:
+      for (int64_t p = 0; p < n; ++p) {
+        for (const auto& g : groups) {
+          out.emplace_back();
+          for (int64_t id : g) out.back().push_back(id * n + p);
+        }
+      }
+      break;
+    case kCrossPartition:
+      for (int64_t rep = 0; rep < r; ++rep) {
+        for (const auto& g : groups) {
+          out.emplace_back();
+          for (int64_t id : g) out.back().push_back(rep * n + id);
+        }
+      }
+      break;
+    case kCrossReplicaAndPartition:
+      for (const auto& g : groups) {
+        out.emplace_back();
+        for (int64_t id : g) {
+          for (int64_t p = 0; p < n; ++p) out.back().push_back(id * n + p);
+        }
+      }
+      break;
+    case kFlattened: out = groups; break;
+  }
+  return out;
+}
+
+// For each device: (group index, position) or (-1, -1) when absent.
+struct GroupIndex {
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<std::pair<int64_t, int64_t>> where;
+};
+
+absl::StatusOr<GroupIndex> IndexGroups(std::vector<std::vector<int64_t>> groups, int64_t devices,
+                                       bool require_all) {
+  GroupIndex gi;
+  gi.where.assign(static_cast<size_t>(devices), {-1, -1});
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t k = 0; k < groups[g].size(); ++k) {
+      const int64_t d = groups[g][k];
+      if (gi.where[static_cast<size_t>(d)].first >= 0) {
+        return InvalidArgumentError(absl::StrCat("device ", d, " appears in two replica groups"));
+      }
+      gi.where[static_cast<size_t>(d)] = {static_cast<int64_t>(g), static_cast<int64_t>(k)};
+    }
+  }
+  if (require_all) {
+    for (int64_t d = 0; d < devices; ++d) {
+      if (gi.where[static_cast<size_t>(d)].first < 0) {
+        return InvalidArgumentError(absl::StrCat("device ", d, " is in no replica group"));
+      }
+    }
+  }
+  gi.groups = std::move(groups);
+  return gi;
+}
+
+}  // namespace
+
+// Shapes of a collective's operands -> its per-device result (without the async wrapping).
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* instr,
+                                                         HloOpcode kind, const Shape& result_shape,
+                                                         const std::vector<ValuePtr>& ops) {
+  const int64_t devices = n_ * r_;
+  const int64_t count = exec_count_[instr]++;
+  std::vector<ValuePtr> contribution = ops;
+  const HloInstruction* in = instr;
+  CollectiveFn fn = [this, in, kind, result_shape, devices](
+                        const std::vector<std::vector<ValuePtr>>& contrib)
+      -> absl::StatusOr<std::vector<ValuePtr>> {
+    std::vector<ValuePtr> results(static_cast<size_t>(devices));
+    const size_t n_ops = contrib[0].size();
+    auto leaf_shape = [&](size_t j) -> const Shape& {
+      return result_shape.IsTuple() ? result_shape.tuple_shapes.at(j) : result_shape;
+    };
+    auto wrap = [&](std::vector<Value> leaves) -> ValuePtr {
+      if (!result_shape.IsTuple()) return Share(std::move(leaves.at(0)));
+      Value t;
+      t.shape = result_shape;
+      for (Value& v : leaves) t.elements.push_back(Share(std::move(v)));
+      return Share(std::move(t));
+    };
+    if (kind == HloOpcode::kCollectivePermute) {
+      // Pairs name partition ids (with channel_id or a single replica), else replica ids.
+      const bool by_partition = in->channel_id.has_value() || r_ == 1;
+      std::vector<int64_t> source_of(static_cast<size_t>(devices), -1);
+      for (const auto& [src, dst] : in->source_target_pairs) {
+        const int64_t limit = by_partition ? n_ : r_;
+        if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
+          return InvalidArgumentError(absl::StrCat("source_target_pairs entry {", src, ",", dst,
+                                                   "} is out of range"));
+        }
+        if (by_partition) {
+          for (int64_t rep = 0; rep < r_; ++rep) source_of[rep * n_ + dst] = rep * n_ + src;
+        } else {
+          for (int64_t p = 0; p < n_; ++p) source_of[dst * n_ + p] = src * n_ + p;
+        }
+      }
+      for (int64_t d = 0; d < devices; ++d) {
+        std::vector<Value> leaves;
+        for (size_t j = 0; j < n_ops; ++j) {
+          const int64_t s = source_of[static_cast<size_t>(d)];
+          if (s < 0) {
+            leaves.push_back(Value::Zeros(leaf_shape(j)));
+          } else {
+            Value v = *contrib[static_cast<size_t>(s)][j];
+            v.shape = leaf_shape(j);
+            leaves.push_back(std::move(v));
+          }
+        }
+        results[static_cast<size_t>(d)] = wrap(std::move(leaves));
+      }
+      return results;
+    }
+    auto groups = DeviceGroups(*in, kind, n_, r_);
+    if (!groups.ok()) return groups.status();
+    auto gi = IndexGroups(std::move(*groups), devices, /*require_all=*/true);
+    if (!gi.ok()) return gi.status();
+    for (size_t g = 0; g < gi->groups.size(); ++g) {
+      const std::vector<int64_t>& members = gi->groups[g];
+      const int64_t gsize = static_cast<int64_t>(members.size());
+      switch (kind) {
+        case HloOpcode::kAllGather: {
+          if (in->dimensions.size() != 1) return InvalidArgumentError("all-gather needs dimensions={d}");
+          for (int64_t pos = 0; pos < gsize; ++pos) {
+            std::vector<Value> leaves;
+            for (size_t j = 0; j < n_ops; ++j) {
+              std::vector<const Value*> parts;
+              for (int64_t m : members) parts.push_back(contrib[static_cast<size_t>(m)][j].get());
+              leaves.push_back(ops::Concatenate(parts, leaf_shape(j), in->dimensions[0]));
+            }
+            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+          }
+          break;
+        }
+        case HloOpcode::kAllReduce:
+        case HloOpcode::kReduceScatter: {
+          std::vector<Value> sums;
+          for (size_t j = 0; j < n_ops; ++j) {
+            Value acc = *contrib[static_cast<size_t>(members[0])][j];
+            for (int64_t k = 1; k < gsize; ++k) {
+              auto next = ApplyBinaryComputation(in->to_apply(), acc,
+                                                 *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][j]);
+              if (!next.ok()) return next.status();
+              acc = std::move(*next);
+            }
+            sums.push_back(std::move(acc));
+          }
+          for (int64_t pos = 0; pos < gsize; ++pos) {
+            std::vector<Value> leaves;
+            for (size_t j = 0; j < n_ops; ++j) {
+              if (kind == HloOpcode::kAllReduce) {
+                Value v = sums[j];
+                v.shape = leaf_shape(j);
+                leaves.push_back(std::move(v));
+              } else {
+                if (in->dimensions.size() != 1) return InvalidArgumentError("reduce-scatter needs dimensions={d}");
+                const int64_t dim = in->dimensions[0];
+                const Shape& ls = leaf_shape(j);
+                std::vector<SliceDim> sl(ls.dims.size());
+                for (size_t q = 0; q < ls.dims.size(); ++q) {
+                  sl[q].start = 0;
+                  sl[q].limit = ls.dims[q];
+                }
+                sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
+                sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
+                if (sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
+                  return InvalidArgumentError("reduce-scatter result does not tile its operand");
+                }
+                leaves.push_back(ops::Slice(sums[j], ls, sl));
+              }
+            }
+            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+          }
+          break;
+        }
+        case HloOpcode::kAllToAll: {
+          if (!in->dimensions.empty()) {
+            if (n_ops != 1) return InvalidArgumentError("array all-to-all takes one operand");
+            const int64_t dim = in->dimensions[0];
+            const Shape& os = contrib[static_cast<size_t>(members[0])][0]->shape;
+            const int64_t extent = os.dims[static_cast<size_t>(dim)];
+            if (extent % gsize != 0) return InvalidArgumentError("all-to-all split dimension is not divisible by the group size");
+            const int64_t chunk = extent / gsize;
+            for (int64_t pos = 0; pos < gsize; ++pos) {
+              std::vector<Value> pieces;
+              Shape cs = os;
+              cs.layout.reset();
+              cs.dims[static_cast<size_t>(dim)] = chunk;
+              for (int64_t m : members) {
+                std::vector<SliceDim> sl(os.dims.size());
+                for (size_t q = 0; q < os.dims.size(); ++q) sl[q].limit = os.dims[q];
+                sl[static_cast<size_t>(dim)].start = pos * chunk;
+                sl[static_cast<size_t>(dim)].limit = (pos + 1) * chunk;
+                pieces.push_back(ops::Slice(*contrib[static_cast<size_t>(m)][0], cs, sl));
+              }
+              std::vector<const Value*> parts;
+              for (const Value& p : pieces) parts.push_back(&p);
+              std::vector<Value> leaves;
+              leaves.push_back(ops::Concatenate(parts, leaf_shape(0), dim));
+              results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+            }
+          } else {
+            if (static_cast<int64_t>(n_ops) != gsize) {
+              return InvalidArgumentError("tuple all-to-all needs one operand per group member");
+            }
+            for (int64_t pos = 0; pos < gsize; ++pos) {
+              std::vector<Value> leaves;
+              for (int64_t k = 0; k < gsize; ++k) {
+                Value v = *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][static_cast<size_t>(pos)];
+                v.shape = leaf_shape(static_cast<size_t>(k));
+                leaves.push_back(std::move(v));
+              }
+              results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+            }
+          }
+          break;
+        }
+        case HloOpcode::kCollectiveBroadcast: {
+          for (int64_t pos = 0; pos < gsize; ++pos) {
+            std::vector<Value> leaves;
+            for (size_t j = 0; j < n_ops; ++j) {
+              Value v = *contrib[static_cast<size_t>(members[0])][j];
+              v.shape = leaf_shape(j);
+              leaves.push_back(std::move(v));
+            }
+            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+          }
+          break;
+        }
+        default:
+          return InvalidArgumentError(absl::StrCat("collective ", OpName(kind), " is not supported"));
+      }
+    }
+    return results;
+  };
+  return coord_->Exchange(device_, instr, count, std::move(contribution), fn);
+}
+
+}  // namespace weave::eval::internal

@@ -1,0 +1,254 @@
+// The evaluator's gather and scatter (eval/evaluator_internal.h), with XLA's semantics: start
+// indices clamped so each slice fits, batching dims, scatter combining with its computation.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "eval/evaluator_internal.h"
+#include "eval/numerics.h"
+#include "eval/ops.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
+namespace weave::eval::internal {
+
+using absl::InvalidArgumentError;
+
+namespace {
+
+// `{1,2}` or `3` attribute text -> integers.
+absl::StatusOr<std::vector<int64_t>> IntListAttr(const HloInstruction& instr, const char* key,
+                                                 bool required) {
+  const std::string* text = instr.GetRawAttribute(key);
+  std::vector<int64_t> out;
+  if (text == nullptr) {
+    if (required) return InvalidArgumentError(absl::StrCat("missing attribute ", key));
+    return out;
+  }
+  std::string body = *text;
+  body.erase(std::remove(body.begin(), body.end(), '{'), body.end());
+  body.erase(std::remove(body.begin(), body.end(), '}'), body.end());
+  for (absl::string_view item : absl::StrSplit(body, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(item, &v)) {
+      return InvalidArgumentError(absl::StrCat("bad ", key, " attribute '", *text, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+// XLA gather: for every output index, the batch dims select a start-index vector (clamped so the
+// slice fits), the offset dims index inside the slice.
+absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
+                             const Value& indices) {
+  auto offset_dims = IntListAttr(instr, "offset_dims", true);
+  auto collapsed = IntListAttr(instr, "collapsed_slice_dims", false);
+  auto start_map = IntListAttr(instr, "start_index_map", true);
+  auto ivd = IntListAttr(instr, "index_vector_dim", true);
+  auto sizes = IntListAttr(instr, "slice_sizes", true);
+  auto op_batch = IntListAttr(instr, "operand_batching_dims", false);
+  auto idx_batch = IntListAttr(instr, "start_indices_batching_dims", false);
+  for (const auto* s : {&offset_dims, &collapsed, &start_map, &ivd, &sizes, &op_batch, &idx_batch}) {
+    if (!s->ok()) return s->status();
+  }
+  if (ivd->size() != 1) return InvalidArgumentError("bad index_vector_dim");
+  const int64_t index_vector_dim = (*ivd)[0];
+  const Shape& out_shape = instr.shape();
+  const size_t orank = operand.shape.dims.size();
+  const size_t out_rank = out_shape.dims.size();
+  if (sizes->size() != orank) return InvalidArgumentError("slice_sizes rank mismatch");
+  std::vector<bool> is_offset(out_rank, false);
+  for (int64_t d : *offset_dims) is_offset.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> batch_out_dims;
+  for (size_t d = 0; d < out_rank; ++d) {
+    if (!is_offset[d]) batch_out_dims.push_back(static_cast<int64_t>(d));
+  }
+  // Operand dims that the offset dims map to (not collapsed, not batching), in order.
+  std::vector<bool> skip(orank, false);
+  for (int64_t d : *collapsed) skip.at(static_cast<size_t>(d)) = true;
+  for (int64_t d : *op_batch) skip.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> window_operand_dims;
+  for (size_t d = 0; d < orank; ++d) {
+    if (!skip[d]) window_operand_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (window_operand_dims.size() != offset_dims->size()) {
+    return InvalidArgumentError("offset_dims do not match the uncollapsed operand dims");
+  }
+  // Indices dims other than index_vector_dim, in order: they correspond to batch_out_dims.
+  const size_t irank = indices.shape.dims.size();
+  std::vector<int64_t> idx_batch_dims;
+  for (size_t d = 0; d < irank; ++d) {
+    if (static_cast<int64_t>(d) != index_vector_dim) idx_batch_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (idx_batch_dims.size() != batch_out_dims.size()) {
+    return InvalidArgumentError("gather batch dims do not match the indices");
+  }
+  const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
+  const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
+  Value out = Value::Zeros(out_shape);
+  const int64_t n = out_shape.ElementCount();
+  std::vector<int64_t> oidx(out_rank), start(orank);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = k;
+    for (size_t d = out_rank; d-- > 0;) {
+      oidx[d] = rem % out_shape.dims[d];
+      rem /= out_shape.dims[d];
+    }
+    // Flat offset into indices of the batch position (index_vector_dim at 0).
+    int64_t ibase = 0;
+    for (size_t j = 0; j < batch_out_dims.size(); ++j) {
+      ibase += oidx[static_cast<size_t>(batch_out_dims[j])] * is[static_cast<size_t>(idx_batch_dims[j])];
+    }
+    std::fill(start.begin(), start.end(), 0);
+    for (size_t j = 0; j < start_map->size(); ++j) {
+      int64_t flat = ibase;
+      if (index_vector_dim < static_cast<int64_t>(irank)) {
+        flat += static_cast<int64_t>(j) * is[static_cast<size_t>(index_vector_dim)];
+      }
+      start.at(static_cast<size_t>((*start_map)[j])) = indices.GetInt(flat);
+    }
+    for (size_t j = 0; j < op_batch->size() && j < idx_batch->size(); ++j) {
+      // The batch coordinate is the output coordinate of that indices dim.
+      const int64_t idim = (*idx_batch)[j];
+      for (size_t q = 0; q < idx_batch_dims.size(); ++q) {
+        if (idx_batch_dims[q] == idim) {
+          start[static_cast<size_t>((*op_batch)[j])] = oidx[static_cast<size_t>(batch_out_dims[q])];
+        }
+      }
+    }
+    int64_t src = 0;
+    for (size_t d = 0; d < orank; ++d) {
+      start[d] = std::clamp<int64_t>(start[d], 0, operand.shape.dims[d] - (*sizes)[d]);
+      src += start[d] * os[d];
+    }
+    for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+      src += oidx[static_cast<size_t>((*offset_dims)[j])] * os[static_cast<size_t>(window_operand_dims[j])];
+    }
+    switch (out.storage()) {
+      case Storage::kFloat: out.f[static_cast<size_t>(k)] = operand.f[static_cast<size_t>(src)]; break;
+      case Storage::kDouble: out.d[static_cast<size_t>(k)] = operand.d[static_cast<size_t>(src)]; break;
+      case Storage::kInt: out.i[static_cast<size_t>(k)] = operand.i[static_cast<size_t>(src)]; break;
+      default: return InvalidArgumentError("gather of an unsupported type");
+    }
+  }
+  return out;
+}
+
+// XLA scatter (one operand): every update element goes to operand position start + window index,
+// combined with the current value by `to_apply`; update windows that do not fit the operand are
+// skipped (as XLA's evaluator does).
+absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
+                                               const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 3) return InvalidArgumentError("only single-operand scatter is supported");
+  const Value& operand = *ops[0];
+  const Value& indices = *ops[1];
+  const Value& updates = *ops[2];
+  auto window_dims = IntListAttr(instr, "update_window_dims", true);
+  auto inserted = IntListAttr(instr, "inserted_window_dims", false);
+  auto to_operand = IntListAttr(instr, "scatter_dims_to_operand_dims", true);
+  auto ivd = IntListAttr(instr, "index_vector_dim", true);
+  auto in_batch = IntListAttr(instr, "input_batching_dims", false);
+  auto idx_batch = IntListAttr(instr, "scatter_indices_batching_dims", false);
+  for (const auto* a : {&window_dims, &inserted, &to_operand, &ivd, &in_batch, &idx_batch}) {
+    if (!a->ok()) return a->status();
+  }
+  if (ivd->size() != 1) return InvalidArgumentError("bad index_vector_dim");
+  const int64_t index_vector_dim = (*ivd)[0];
+  const size_t orank = operand.shape.dims.size(), urank = updates.shape.dims.size();
+  const size_t irank = indices.shape.dims.size();
+  std::vector<bool> is_window(urank, false);
+  for (int64_t d : *window_dims) is_window.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> scatter_update_dims;
+  for (size_t d = 0; d < urank; ++d) {
+    if (!is_window[d]) scatter_update_dims.push_back(static_cast<int64_t>(d));
+  }
+  std::vector<bool> skip(orank, false);
+  for (int64_t d : *inserted) skip.at(static_cast<size_t>(d)) = true;
+  for (int64_t d : *in_batch) skip.at(static_cast<size_t>(d)) = true;
+  std::vector<int64_t> window_operand_dims;
+  for (size_t d = 0; d < orank; ++d) {
+    if (!skip[d]) window_operand_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (window_operand_dims.size() != window_dims->size()) {
+    return InvalidArgumentError("update_window_dims do not match the operand's window dims");
+  }
+  std::vector<int64_t> idx_dims;
+  for (size_t d = 0; d < irank; ++d) {
+    if (static_cast<int64_t>(d) != index_vector_dim) idx_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (idx_dims.size() != scatter_update_dims.size()) {
+    return InvalidArgumentError("scatter dims do not match the indices");
+  }
+  std::vector<int64_t> wsize(orank, 1);
+  for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+    wsize[static_cast<size_t>(window_operand_dims[j])] =
+        updates.shape.dims[static_cast<size_t>((*window_dims)[j])];
+  }
+  const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
+  const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
+  Value out = operand;
+  out.shape = instr.shape();
+  const HloComputation* c = instr.to_apply();
+  auto simple = program_.simple_binary.find(c);
+  const bool fast = simple != program_.simple_binary.end() && simple->second.has_value();
+  const PrimitiveType t = operand.shape.element_type;
+  const int64_t n = updates.shape.ElementCount();
+  std::vector<int64_t> uidx(urank), start(orank);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = k;
+    for (size_t d = urank; d-- > 0;) {
+      uidx[d] = rem % updates.shape.dims[d];
+      rem /= updates.shape.dims[d];
+    }
+    int64_t ibase = 0;
+    for (size_t j = 0; j < scatter_update_dims.size(); ++j) {
+      ibase += uidx[static_cast<size_t>(scatter_update_dims[j])] * is[static_cast<size_t>(idx_dims[j])];
+    }
+    std::fill(start.begin(), start.end(), 0);
+    for (size_t j = 0; j < to_operand->size(); ++j) {
+      int64_t flat = ibase;
+      if (index_vector_dim < static_cast<int64_t>(irank)) {
+        flat += static_cast<int64_t>(j) * is[static_cast<size_t>(index_vector_dim)];
+      }
+      start.at(static_cast<size_t>((*to_operand)[j])) = indices.GetInt(flat);
+    }
+    for (size_t j = 0; j < in_batch->size() && j < idx_batch->size(); ++j) {
+      for (size_t q = 0; q < idx_dims.size(); ++q) {
+        if (idx_dims[q] == (*idx_batch)[j]) {
+          start[static_cast<size_t>((*in_batch)[j])] = uidx[static_cast<size_t>(scatter_update_dims[q])];
+        }
+      }
+    }
+    bool fits = true;
+    int64_t dst = 0;
+    for (size_t d = 0; d < orank; ++d) {
+      if (start[d] < 0 || start[d] + wsize[d] > operand.shape.dims[d]) fits = false;
+      dst += start[d] * os[d];
+    }
+    if (!fits) continue;
+    for (size_t j = 0; j < window_operand_dims.size(); ++j) {
+      dst += uidx[static_cast<size_t>((*window_dims)[j])] * os[static_cast<size_t>(window_operand_dims[j])];
+    }
+    if (fast) {
+      if (out.storage() == Storage::kInt) {
+        out.i[static_cast<size_t>(dst)] = ops::CombineInt(*simple->second, out.i[static_cast<size_t>(dst)],
+                                                          updates.i[static_cast<size_t>(k)], t);
+      } else {
+        out.SetDouble(dst, ops::CombineFloat(*simple->second, out.GetDouble(dst), updates.GetDouble(k), t));
+      }
+    } else {
+      auto r = CallScalar(c, {ScalarAt(out, dst), ScalarAt(updates, k)});
+      if (!r.ok()) return r.status();
+      StoreScalar(**r, &out, dst);
+    }
+  }
+  return out;
+}
+
+}  // namespace weave::eval::internal

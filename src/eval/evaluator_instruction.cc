@@ -1,0 +1,350 @@
+// The evaluator's instruction dispatch (eval/evaluator_internal.h): one instruction on one device
+// from its operands' values: elementwise ops, data movement (slices, pads, concatenation...),
+// dots, control flow (call, while, conditional), custom calls, async and -start/-done forms;
+// the op families with more to them are in the other evaluator_*.cc files.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "eval/evaluator_internal.h"
+#include "eval/numerics.h"
+#include "eval/ops.h"
+#include "eval/custom_calls.h"
+
+namespace weave::eval::internal {
+
+using absl::InvalidArgumentError;
+
+namespace {
+
+// The base collective of a native -start opcode.
+std::optional<HloOpcode> StartBase(HloOpcode op) {
+  switch (op) {
+    case HloOpcode::kAllGatherStart: return HloOpcode::kAllGather;
+    case HloOpcode::kAllReduceStart: return HloOpcode::kAllReduce;
+    case HloOpcode::kCollectivePermuteStart: return HloOpcode::kCollectivePermute;
+    default: return std::nullopt;
+  }
+}
+
+bool IsPlainCollective(HloOpcode op) {
+  switch (op) {
+    case HloOpcode::kAllGather: case HloOpcode::kAllReduce: case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll: case HloOpcode::kCollectivePermute:
+    case HloOpcode::kCollectiveBroadcast:
+      return true;
+    default: return false;
+  }
+}
+
+// Value of an async "start" tuple: ((operands) or operand, result, zero-filled context...).
+ValuePtr WrapStart(const Shape& shape, const std::vector<ValuePtr>& ops, const ValuePtr& result) {
+  Value t;
+  t.shape = shape;
+  for (size_t k = 0; k < shape.tuple_shapes.size(); ++k) {
+    const Shape& es = shape.tuple_shapes[k];
+    if (k == 1) {
+      t.elements.push_back(result);
+    } else if (k == 0 && ops.size() == 1 && !es.IsTuple()) {
+      t.elements.push_back(ops[0]);
+    } else if (k == 0 && es.IsTuple() && es.tuple_shapes.size() == ops.size()) {
+      Value o;
+      o.shape = es;
+      o.elements = ops;
+      t.elements.push_back(Share(std::move(o)));
+    } else {
+      t.elements.push_back(Share(Value::Zeros(es)));
+    }
+  }
+  return Share(std::move(t));
+}
+
+absl::StatusOr<std::vector<int64_t>> StartIndices(const std::vector<ValuePtr>& ops, size_t first) {
+  std::vector<int64_t> starts;
+  for (size_t k = first; k < ops.size(); ++k) {
+    if (ops[k]->size() != 1) return InvalidArgumentError("start indices must be scalars");
+    starts.push_back(ops[k]->GetInt(0));
+  }
+  return starts;
+}
+
+}  // namespace
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* instr,
+                                                          const std::vector<ValuePtr>& ops,
+                                                          const std::vector<ValuePtr>& args) {
+  const HloOpcode op = instr->opcode();
+  const Shape& shape = instr->shape();
+  auto fail = [&](const absl::Status& s) -> absl::Status {
+    return absl::Status(s.code(), absl::StrCat(Describe(instr), ": ", s.message()));
+  };
+  auto done = [&](absl::StatusOr<Value> v) -> absl::StatusOr<ValuePtr> {
+    if (!v.ok()) return fail(v.status());
+    return Share(std::move(*v));
+  };
+  if (shape.IsArray() && StorageFor(shape.element_type) == Storage::kNone &&
+      op != HloOpcode::kBitcastConvert) {
+    return fail(InvalidArgumentError(absl::StrCat("element type ",
+                                                  std::string(PrimitiveTypeName(shape.element_type)),
+                                                  " is not supported by the evaluator")));
+  }
+  if (IsElementwiseBinary(op) && op != HloOpcode::kCompare && ops.size() == 2) {
+    return done(ops::Binary(op, *ops[0], *ops[1], shape));
+  }
+  switch (op) {
+    case HloOpcode::kParameter:
+      if (instr->parameter_number < 0 ||
+          instr->parameter_number >= static_cast<int64_t>(args.size())) {
+        return fail(InvalidArgumentError("parameter number out of range"));
+      }
+      return args[static_cast<size_t>(instr->parameter_number)];
+    case HloOpcode::kConstant:
+      if (!instr->literal.has_value()) return fail(InvalidArgumentError("constant without literal"));
+      if (shape.IsTuple()) return fail(InvalidArgumentError("tuple constants are not supported"));
+      return done(ops::FromLiteral(*instr->literal, shape));
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId: {
+      Value v = Value::Zeros(shape);
+      v.SetInt(0, op == HloOpcode::kPartitionId ? device_ % n_ : device_ / n_);
+      return Share(std::move(v));
+    }
+    case HloOpcode::kTuple: {
+      Value t;
+      t.shape = shape;
+      t.elements = ops;
+      return Share(std::move(t));
+    }
+    case HloOpcode::kGetTupleElement: {
+      const Value& t = *ops[0];
+      if (!t.shape.IsTuple() || instr->tuple_index < 0 ||
+          instr->tuple_index >= static_cast<int64_t>(t.elements.size())) {
+        return fail(InvalidArgumentError("tuple index out of range"));
+      }
+      return t.elements[static_cast<size_t>(instr->tuple_index)];
+    }
+    case HloOpcode::kCopy:
+    case HloOpcode::kOptimizationBarrier:
+    case HloOpcode::kDomain:
+    case HloOpcode::kAddDependency:
+    case HloOpcode::kAsyncUpdate:
+      if (ops.empty()) return fail(InvalidArgumentError("missing operand"));
+      return ops[0];
+    case HloOpcode::kCopyStart: {
+      Value t;
+      t.shape = shape;
+      for (size_t k = 0; k < shape.tuple_shapes.size(); ++k) {
+        t.elements.push_back(k < 2 ? ops[0] : Share(Value::Zeros(shape.tuple_shapes[k])));
+      }
+      return Share(std::move(t));
+    }
+    case HloOpcode::kCopyDone:
+      if (ops[0]->shape.IsTuple()) return ops[0]->elements.at(0);
+      return ops[0];
+    case HloOpcode::kAfterAll: {
+      Value v;
+      v.shape = shape;
+      return Share(std::move(v));
+    }
+    case HloOpcode::kGetDimensionSize: {
+      Value v = Value::Zeros(shape);
+      if (instr->dimensions.size() != 1) return fail(InvalidArgumentError("needs dimensions={d}"));
+      v.SetInt(0, ops[0]->shape.dims.at(static_cast<size_t>(instr->dimensions[0])));
+      return Share(std::move(v));
+    }
+    case HloOpcode::kCompare:
+      return done(ops::Compare(instr->comparison_direction.value_or(ComparisonDirection::kEq),
+                               instr->comparison_type == "TOTALORDER", *ops[0], *ops[1], shape));
+    case HloOpcode::kConvert: return done(ops::Convert(*ops[0], shape));
+    case HloOpcode::kBitcastConvert: return done(ops::BitcastConvert(*ops[0], shape));
+    case HloOpcode::kSelect: return done(ops::Select(*ops[0], *ops[1], *ops[2], shape));
+    case HloOpcode::kClamp: return done(ops::Clamp(*ops[0], *ops[1], *ops[2], shape));
+    case HloOpcode::kBroadcast:
+      return Share(ops::Broadcast(*ops[0], shape, instr->dimensions));
+    case HloOpcode::kTranspose:
+      return Share(ops::Transpose(*ops[0], shape, instr->dimensions));
+    case HloOpcode::kReshape:
+      if (ops[0]->size() != shape.ElementCount()) return fail(InvalidArgumentError("reshape changes the element count"));
+      return Share(ops::Reshape(*ops[0], shape));
+    case HloOpcode::kBitcast:
+      if (ops[0]->size() != shape.ElementCount() ||
+          ops[0]->shape.element_type != shape.element_type) {
+        return fail(InvalidArgumentError("bitcast must keep the element type and count"));
+      }
+      return Share(ops::Bitcast(*ops[0], instr->operand(0)->shape(), shape));
+    case HloOpcode::kSlice:
+      if (instr->slice.size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("slice rank mismatch"));
+      return Share(ops::Slice(*ops[0], shape, instr->slice));
+    case HloOpcode::kDynamicSlice: {
+      auto starts = StartIndices(ops, 1);
+      if (!starts.ok()) return fail(starts.status());
+      if (starts->size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("wrong number of start indices"));
+      return Share(ops::DynamicSlice(*ops[0], shape, *starts));
+    }
+    case HloOpcode::kDynamicUpdateSlice: {
+      auto starts = StartIndices(ops, 2);
+      if (!starts.ok()) return fail(starts.status());
+      if (starts->size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("wrong number of start indices"));
+      if (ops[1]->shape.element_type != ops[0]->shape.element_type) return fail(InvalidArgumentError("update element type differs"));
+      return Share(ops::DynamicUpdateSlice(*ops[0], *ops[1], *starts));
+    }
+    case HloOpcode::kPad:
+      if (instr->padding.size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("padding rank mismatch"));
+      return Share(ops::Pad(*ops[0], *ops[1], shape, instr->padding));
+    case HloOpcode::kConcatenate: {
+      std::vector<const Value*> parts;
+      for (const ValuePtr& v : ops) parts.push_back(v.get());
+      if (instr->dimensions.size() != 1) return fail(InvalidArgumentError("needs dimensions={d}"));
+      return Share(ops::Concatenate(parts, shape, instr->dimensions[0]));
+    }
+    case HloOpcode::kReverse: {
+      Value v = ops::Reverse(*ops[0], instr->dimensions);
+      return Share(std::move(v));
+    }
+    case HloOpcode::kIota:
+      return Share(ops::Iota(shape, instr->iota_dimension));
+    case HloOpcode::kDot:
+      return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims));
+    case HloOpcode::kGather:
+      return done(Gather(*instr, *ops[0], *ops[1]));
+    case HloOpcode::kScatter:
+      return done(Scatter(*instr, ops));
+    case HloOpcode::kReduce: {
+      auto r = EvalReduce(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
+    case HloOpcode::kReduceWindow: {
+      auto r = EvalReduceWindow(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
+    case HloOpcode::kSort: {
+      auto r = EvalSort(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
+    case HloOpcode::kMap: {
+      const int64_t n = shape.ElementCount();
+      Value out = Value::Zeros(shape);
+      for (int64_t k = 0; k < n; ++k) {
+        std::vector<ValuePtr> a;
+        for (const ValuePtr& v : ops) a.push_back(ScalarAt(*v, k));
+        auto r = CallScalar(instr->to_apply(), a);
+        if (!r.ok()) return r.status();
+        StoreScalar(**r, &out, k);
+      }
+      return Share(std::move(out));
+    }
+    case HloOpcode::kCall:
+    case HloOpcode::kFusion:
+      if (instr->called_computations().empty()) return fail(InvalidArgumentError("no called computation"));
+      return EvalComputation(instr->called_computations()[0], ops);
+    case HloOpcode::kWhile: {
+      ValuePtr state = ops.at(0);
+      for (int64_t iter = 0;; ++iter) {
+        auto cond = EvalComputation(instr->while_condition(), {state});
+        if (!cond.ok()) return cond.status();
+        if ((*cond)->storage() != Storage::kInt || (*cond)->i.empty()) {
+          return fail(InvalidArgumentError("while condition must return pred[]"));
+        }
+        if ((*cond)->i[0] == 0) break;
+        auto next = EvalComputation(instr->while_body(), {state});
+        if (!next.ok()) return next.status();
+        state = std::move(*next);
+        if ((iter & 255) == 255 && coord_->failed()) {
+          return absl::AbortedError("aborted because another device failed");
+        }
+      }
+      return state;
+    }
+    case HloOpcode::kConditional: {
+      const auto& branches = instr->called_computations();
+      int64_t index;
+      if (ops[0]->shape.element_type == PrimitiveType::PRED) {
+        index = ops[0]->i.at(0) ? 0 : 1;
+      } else {
+        index = ops[0]->GetInt(0);
+        if (index < 0 || index >= static_cast<int64_t>(branches.size())) {
+          index = static_cast<int64_t>(branches.size()) - 1;  // XLA: out of range -> last
+        }
+      }
+      if (index >= static_cast<int64_t>(branches.size()) || index + 1 >= static_cast<int64_t>(ops.size())) {
+        return fail(InvalidArgumentError("conditional branch/operand count mismatch"));
+      }
+      return EvalComputation(branches[static_cast<size_t>(index)], {ops[static_cast<size_t>(index + 1)]});
+    }
+    case HloOpcode::kCustomCall: {
+      const CustomCallEvaluator* fn = FindCustomCallEvaluator(instr->custom_call_target);
+      if (fn == nullptr) {
+        return fail(InvalidArgumentError(absl::StrCat("custom-call target \"",
+                                                      instr->custom_call_target,
+                                                      "\" is not supported by the evaluator")));
+      }
+      auto v = (*fn)(*instr, ops);
+      if (!v.ok()) return fail(v.status());
+      return Share(std::move(*v));
+    }
+    case HloOpcode::kAllGatherStart:
+    case HloOpcode::kAllReduceStart:
+    case HloOpcode::kCollectivePermuteStart: {
+      const HloOpcode base = *StartBase(op);
+      const bool tuple_wrapped = op != HloOpcode::kAllReduceStart && shape.IsTuple() &&
+                                 shape.tuple_shapes.size() >= 2;
+      const Shape& rs = tuple_wrapped ? shape.tuple_shapes[1] : shape;
+      auto r = EvalCollective(instr, base, rs, ops);
+      if (!r.ok()) return r.status();
+      if (!tuple_wrapped) return r;
+      return WrapStart(shape, ops, *r);
+    }
+    case HloOpcode::kAllGatherDone:
+    case HloOpcode::kAllReduceDone:
+    case HloOpcode::kCollectivePermuteDone:
+      if (op != HloOpcode::kAllReduceDone && ops[0]->shape.IsTuple() &&
+          ops[0]->elements.size() >= 2) {
+        return ops[0]->elements[1];
+      }
+      return ops[0];
+    case HloOpcode::kAsyncStart: {
+      if (!shape.IsTuple() || shape.tuple_shapes.size() < 2) {
+        return fail(InvalidArgumentError("async-start must have a tuple shape ((operands), result, ...)"));
+      }
+      ValuePtr result;
+      if (!instr->async_sugar.empty()) {
+        auto base = ParseHloOpcode(instr->async_sugar);
+        if (!base) return fail(InvalidArgumentError("unknown async wrapped opcode"));
+        if (IsPlainCollective(*base)) {
+          auto r = EvalCollective(instr, *base, shape.tuple_shapes[1], ops);
+          if (!r.ok()) return r.status();
+          result = *r;
+        } else {
+          return fail(InvalidArgumentError(absl::StrCat("async ", instr->async_sugar,
+                                                        " is not supported by the evaluator")));
+        }
+      } else {
+        if (instr->called_computations().empty()) return fail(InvalidArgumentError("async-start without calls="));
+        auto r = EvalComputation(instr->called_computations()[0], ops);
+        if (!r.ok()) return r.status();
+        result = *r;
+      }
+      return WrapStart(shape, ops, result);
+    }
+    case HloOpcode::kAsyncDone:
+      if (!ops[0]->shape.IsTuple() || ops[0]->elements.size() < 2) {
+        return fail(InvalidArgumentError("async-done operand is not an async-start tuple"));
+      }
+      return ops[0]->elements[1];
+    default:
+      break;
+  }
+  if (IsPlainCollective(op)) return EvalCollective(instr, op, shape, ops);
+  if (IsElementwiseUnary(op) || op == HloOpcode::kIsFinite || op == HloOpcode::kNot) {
+    return done(ops::Unary(op, *ops[0], shape));
+  }
+  return fail(InvalidArgumentError(absl::StrCat("opcode ", OpName(op),
+                                                " is not supported by the evaluator")));
+}
+
+}  // namespace weave::eval::internal

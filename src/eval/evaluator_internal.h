@@ -1,0 +1,105 @@
+// Internals of the reference evaluator (eval/evaluator.h), shared by its pieces:
+//   evaluator.cc                 evaluation plans, interpreting a computation, memory bounds, the
+//                                run (one thread per device)
+//   evaluator_rendezvous.{h,cc}  the devices' rendezvous at collectives, deadlock detection
+//   evaluator_instruction.cc     one instruction: opcode dispatch, data movement, control flow,
+//                                custom calls, async wrappers
+//   evaluator_reduce_sort.cc     reduce, reduce-window, sort (a computation applied per element)
+//   evaluator_gather_scatter.cc  gather, scatter
+//   evaluator_collectives.cc     replica groups and each collective's per-device result
+//   evaluator_inputs.cc          generated and given inputs (sharded parameters tiled from one
+//                                global array)
+// Only these files include it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "eval/evaluator.h"
+#include "eval/evaluator_rendezvous.h"
+#include "eval/value.h"
+#include "hlo/ir.h"
+
+namespace weave::eval::internal {
+
+inline std::string OpName(HloOpcode op) { return std::string(HloOpcodeString(op)); }
+
+// "opcode 'name' in computation 'c'", the prefix of the evaluator's errors.
+inline std::string Describe(const HloInstruction* instr) {
+  std::string s = absl::StrCat(OpName(instr->opcode()), " '", instr->name(), "'");
+  if (instr->parent() != nullptr) absl::StrAppend(&s, " in computation '", instr->parent()->name(), "'");
+  return s;
+}
+
+// Program: per-computation evaluation plans, built once per run and shared by all devices.
+
+struct CompPlan {
+  std::vector<const HloInstruction*> order;     // reachable from the root, operands first
+  std::vector<std::vector<int32_t>> operands;   // slot of each operand
+  std::vector<std::vector<int32_t>> release;    // slots whose last use is this step
+  int32_t root = -1;
+};
+
+struct Program {
+  const HloModule* module = nullptr;
+  absl::flat_hash_map<const HloComputation*, CompPlan> plans;
+  absl::flat_hash_map<const HloComputation*, std::optional<HloOpcode>> simple_binary;
+};
+
+// The per-device interpreter.
+
+class DeviceEvaluator {
+ public:
+  DeviceEvaluator(const Program& program, Coordinator* coord, int64_t device, int64_t n,
+                  int64_t r)
+      : program_(program), coord_(coord), device_(device), n_(n), r_(r) {}
+
+  absl::StatusOr<ValuePtr> EvalComputation(const HloComputation* c,
+                                           const std::vector<ValuePtr>& args);
+
+ private:
+  absl::StatusOr<ValuePtr> EvalInstruction(const HloInstruction* instr,
+                                           const std::vector<ValuePtr>& ops,
+                                           const std::vector<ValuePtr>& args);
+  absl::StatusOr<ValuePtr> EvalReduce(const HloInstruction* instr,
+                                      const std::vector<ValuePtr>& ops);
+  absl::StatusOr<ValuePtr> EvalReduceWindow(const HloInstruction* instr,
+                                            const std::vector<ValuePtr>& ops);
+  absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  absl::StatusOr<Value> Scatter(const HloInstruction& instr, const std::vector<ValuePtr>& ops);
+  absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
+                                          const Shape& result_shape,
+                                          const std::vector<ValuePtr>& ops);
+  // Applies a binary computation elementwise to two arrays of the same shape.
+  absl::StatusOr<Value> ApplyBinaryComputation(const HloComputation* c, const Value& a,
+                                               const Value& b);
+  absl::StatusOr<ValuePtr> CallScalar(const HloComputation* c, const std::vector<ValuePtr>& args) {
+    return EvalComputation(c, args);
+  }
+
+  const Program& program_;
+  Coordinator* coord_;
+  const int64_t device_, n_, r_;
+  absl::flat_hash_map<const HloInstruction*, int64_t> exec_count_;
+};
+
+// Scalar element `k` of array `v` as a new rank-0 value.
+ValuePtr ScalarAt(const Value& v, int64_t k);
+// Stores the rank-0 value `s` as element `k` of `dst` (same storage).
+void StoreScalar(const Value& s, Value* dst, int64_t k);
+
+// XLA gather of `operand` at `indices` (evaluator_gather_scatter.cc).
+absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
+                             const Value& indices);
+
+// ResourceExhausted naming the first instruction whose result (or one tuple element of it) is
+// larger than the evaluator's 64 GiB per-value limit or whose size overflows int64; OK otherwise.
+absl::Status CheckValueSizes(const HloModule& module);
+
+}  // namespace weave::eval::internal

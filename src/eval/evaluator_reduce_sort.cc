@@ -1,0 +1,296 @@
+// The evaluator's reductions and sort (eval/evaluator_internal.h): reduce (K operands, a
+// reducer computation applied per element, XLA's order), reduce-window (window, strides,
+// padding, dilations), sort (a comparator computation, stable when asked).
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "eval/evaluator_internal.h"
+#include "eval/numerics.h"
+#include "eval/ops.h"
+
+namespace weave::eval::internal {
+
+using absl::InvalidArgumentError;
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr,
+                                                     const std::vector<ValuePtr>& ops) {
+  const size_t k_ops = ops.size() / 2;
+  if (k_ops == 0 || ops.size() != 2 * k_ops) return InvalidArgumentError("reduce needs 2K operands");
+  const HloComputation* c = instr->to_apply();
+  std::vector<Value> moved(k_ops);
+  int64_t outer = 1, inner = 1;
+  for (size_t j = 0; j < k_ops; ++j) {
+    moved[j] = ops::MoveReducedDimsLast(*ops[j], instr->dimensions, &outer, &inner);
+  }
+  std::vector<Shape> out_shapes;
+  if (instr->shape().IsTuple()) {
+    out_shapes = instr->shape().tuple_shapes;
+  } else {
+    out_shapes = {instr->shape()};
+  }
+  if (out_shapes.size() != k_ops) return InvalidArgumentError("reduce result count mismatch");
+  std::vector<Value> outs;
+  for (const Shape& s : out_shapes) outs.push_back(Value::Zeros(s));
+  auto simple = program_.simple_binary.find(c);
+  if (k_ops == 1 && simple != program_.simple_binary.end() && simple->second.has_value() &&
+      outs[0].storage() == moved[0].storage()) {
+    const HloOpcode op = *simple->second;
+    const PrimitiveType t = out_shapes[0].element_type;
+    const Value& in = moved[0];
+    Value& out = outs[0];
+    switch (in.storage()) {
+      case Storage::kFloat: {
+        const float init = ops[1]->f[0];
+        const bool f32_add = op == HloOpcode::kAdd && t == PrimitiveType::F32;
+        for (int64_t o = 0; o < outer; ++o) {
+          const float* row = in.f.data() + o * inner;
+          if (f32_add) {
+            float acc = init;
+            for (int64_t q = 0; q < inner; ++q) acc += row[q];
+            out.f[static_cast<size_t>(o)] = acc;
+          } else {
+            double acc = init;
+            for (int64_t q = 0; q < inner; ++q) acc = ops::CombineFloat(op, acc, row[q], t);
+            out.f[static_cast<size_t>(o)] = static_cast<float>(acc);
+          }
+        }
+        break;
+      }
+      case Storage::kDouble: {
+        const double init = ops[1]->d[0];
+        for (int64_t o = 0; o < outer; ++o) {
+          double acc = init;
+          for (int64_t q = 0; q < inner; ++q) {
+            acc = ops::CombineFloat(op, acc, in.d[static_cast<size_t>(o * inner + q)], t);
+          }
+          out.d[static_cast<size_t>(o)] = acc;
+        }
+        break;
+      }
+      case Storage::kInt: {
+        const int64_t init = ops[1]->i[0];
+        for (int64_t o = 0; o < outer; ++o) {
+          int64_t acc = init;
+          for (int64_t q = 0; q < inner; ++q) {
+            acc = ops::CombineInt(op, acc, in.i[static_cast<size_t>(o * inner + q)], t);
+          }
+          out.i[static_cast<size_t>(o)] = acc;
+        }
+        break;
+      }
+      default: return InvalidArgumentError("reduce of an unsupported element type");
+    }
+    return Share(std::move(outs[0]));
+  }
+  // General path: call the computation per element.
+  for (int64_t o = 0; o < outer; ++o) {
+    std::vector<ValuePtr> acc(k_ops);
+    for (size_t j = 0; j < k_ops; ++j) acc[j] = ops[k_ops + j];
+    for (int64_t q = 0; q < inner; ++q) {
+      std::vector<ValuePtr> args = acc;
+      for (size_t j = 0; j < k_ops; ++j) args.push_back(ScalarAt(moved[j], o * inner + q));
+      auto res = CallScalar(c, args);
+      if (!res.ok()) return res.status();
+      if (k_ops == 1) {
+        acc[0] = *res;
+      } else {
+        for (size_t j = 0; j < k_ops; ++j) acc[j] = (*res)->elements.at(j);
+      }
+    }
+    for (size_t j = 0; j < k_ops; ++j) StoreScalar(*acc[j], &outs[j], o);
+  }
+  if (k_ops == 1) return Share(std::move(outs[0]));
+  Value t;
+  t.shape = instr->shape();
+  for (Value& v : outs) t.elements.push_back(Share(std::move(v)));
+  return Share(std::move(t));
+}
+
+namespace {
+
+// Parses `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=..}`.
+struct WindowDim {
+  int64_t size = 1, stride = 1, lo = 0, hi = 0, lhs_dilate = 1, rhs_dilate = 1;
+};
+
+absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank) {
+  std::vector<WindowDim> w(rank);
+  const std::string* text = instr.GetRawAttribute("window");
+  if (text == nullptr) return w;
+  std::string body = *text;
+  body.erase(std::remove(body.begin(), body.end(), '{'), body.end());
+  body.erase(std::remove(body.begin(), body.end(), '}'), body.end());
+  for (absl::string_view item : absl::StrSplit(body, ' ', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(item, '=');
+    if (kv.size() != 2) continue;
+    std::vector<std::string> parts = absl::StrSplit(kv[1], 'x');
+    if (parts.size() != rank) return InvalidArgumentError(absl::StrCat("bad window attribute '", *text, "'"));
+    for (size_t d = 0; d < rank; ++d) {
+      try {
+        if (kv[0] == "pad") {
+          std::vector<std::string> lh = absl::StrSplit(parts[d], '_');
+          if (lh.size() != 2) return InvalidArgumentError("bad window padding");
+          w[d].lo = std::stoll(lh[0]);
+          w[d].hi = std::stoll(lh[1]);
+        } else {
+          const int64_t v = std::stoll(parts[d]);
+          if (kv[0] == "size") w[d].size = v;
+          else if (kv[0] == "stride") w[d].stride = v;
+          else if (kv[0] == "lhs_dilate") w[d].lhs_dilate = v;
+          else if (kv[0] == "rhs_dilate") w[d].rhs_dilate = v;
+          else return InvalidArgumentError(absl::StrCat("window field '", kv[0], "' is not supported"));
+        }
+      } catch (...) {
+        return InvalidArgumentError(absl::StrCat("bad window attribute '", *text, "'"));
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction* instr,
+                                                           const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 2 || instr->shape().IsTuple()) {
+    return InvalidArgumentError("only single-operand reduce-window is supported");
+  }
+  const Value& in = *ops[0];
+  const size_t rank = in.shape.dims.size();
+  auto w = ParseWindow(*instr, rank);
+  if (!w.ok()) return w.status();
+  const Shape& out_shape = instr->shape();
+  Value out = Value::Zeros(out_shape);
+  const std::vector<int64_t> is = ops::Strides(in.shape.dims);
+  const int64_t n_out = out_shape.ElementCount();
+  std::vector<int64_t> oidx(rank, 0), widx(rank, 0);
+  const HloComputation* c = instr->to_apply();
+  auto simple = program_.simple_binary.find(c);
+  const bool fast = simple != program_.simple_binary.end() && simple->second.has_value();
+  const PrimitiveType t = out_shape.element_type;
+  int64_t wcount = 1;
+  for (const WindowDim& wd : *w) wcount *= wd.size;
+  for (int64_t o = 0; o < n_out; ++o) {
+    // Decode o into oidx.
+    int64_t rem = o;
+    for (size_t d = rank; d-- > 0;) {
+      oidx[d] = rem % out_shape.dims[d];
+      rem /= out_shape.dims[d];
+    }
+    ValuePtr acc = ops[1];
+    double facc = ops[1]->GetDouble(0);
+    int64_t iacc = ops[1]->storage() == Storage::kInt ? ops[1]->i[0] : 0;
+    for (int64_t q = 0; q < wcount; ++q) {
+      int64_t wr = q;
+      for (size_t d = rank; d-- > 0;) {
+        widx[d] = wr % (*w)[d].size;
+        wr /= (*w)[d].size;
+      }
+      int64_t flat = 0;
+      bool inside = true;
+      for (size_t d = 0; d < rank && inside; ++d) {
+        const WindowDim& wd = (*w)[d];
+        int64_t pos = oidx[d] * wd.stride + widx[d] * wd.rhs_dilate - wd.lo;
+        if (pos < 0 || pos % wd.lhs_dilate != 0) { inside = false; break; }
+        pos /= wd.lhs_dilate;
+        if (pos >= in.shape.dims[d]) { inside = false; break; }
+        flat += pos * is[d];
+      }
+      if (!inside) continue;  // padding holds the init value: combining with it is a no-op
+      if (fast) {
+        if (in.storage() == Storage::kInt) {
+          iacc = ops::CombineInt(*simple->second, iacc, in.i[static_cast<size_t>(flat)], t);
+        } else {
+          facc = ops::CombineFloat(*simple->second, facc, in.GetDouble(flat), t);
+        }
+      } else {
+        auto res = CallScalar(c, {acc, ScalarAt(in, flat)});
+        if (!res.ok()) return res.status();
+        acc = *res;
+      }
+    }
+    if (fast) {
+      if (out.storage() == Storage::kInt) out.i[static_cast<size_t>(o)] = iacc;
+      else out.SetDouble(o, facc);
+    } else {
+      StoreScalar(*acc, &out, o);
+    }
+  }
+  return Share(std::move(out));
+}
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
+                                                   const std::vector<ValuePtr>& ops) {
+  if (ops.empty() || instr->dimensions.size() != 1) return InvalidArgumentError("sort needs one dimension");
+  const Shape& s = ops[0]->shape;
+  const int64_t dim = instr->dimensions[0];
+  const int64_t extent = s.dims[static_cast<size_t>(dim)];
+  const std::vector<int64_t> st = ops::Strides(s.dims);
+  const int64_t stride = st[static_cast<size_t>(dim)];
+  const int64_t n = s.ElementCount();
+  std::vector<Value> outs;
+  for (const ValuePtr& v : ops) outs.push_back(*v);
+  const HloComputation* c = instr->to_apply();
+  // Fast comparator: compare(p0, p1) LT/GT on the first operand.
+  std::optional<ComparisonDirection> fast_dir;
+  const HloInstruction* root = c->root();
+  if (ops.size() == 1 && root->opcode() == HloOpcode::kCompare &&
+      root->operand(0)->opcode() == HloOpcode::kParameter &&
+      root->operand(1)->opcode() == HloOpcode::kParameter &&
+      root->operand(0)->parameter_number == 0 && root->operand(1)->parameter_number == 1 &&
+      root->comparison_direction.has_value() && root->comparison_type != "TOTALORDER" &&
+      (*root->comparison_direction == ComparisonDirection::kLt ||
+       *root->comparison_direction == ComparisonDirection::kGt)) {
+    fast_dir = root->comparison_direction;
+  }
+  absl::Status error;
+  for (int64_t base = 0; base < n; ++base) {
+    if ((base / stride) % extent != 0) continue;  // visit each line once (its first element)
+    std::vector<int64_t> perm(static_cast<size_t>(extent));
+    for (int64_t q = 0; q < extent; ++q) perm[static_cast<size_t>(q)] = q;
+    auto at = [&](int64_t q) { return base + q * stride; };
+    auto less = [&](int64_t x, int64_t y) -> bool {
+      if (!error.ok()) return false;
+      if (fast_dir) {
+        const double a = ops[0]->GetDouble(at(x)), b = ops[0]->GetDouble(at(y));
+        return *fast_dir == ComparisonDirection::kLt ? a < b : a > b;
+      }
+      std::vector<ValuePtr> args;
+      for (const ValuePtr& v : ops) {
+        args.push_back(ScalarAt(*v, at(x)));
+        args.push_back(ScalarAt(*v, at(y)));
+      }
+      auto res = CallScalar(c, args);
+      if (!res.ok()) {
+        error = res.status();
+        return false;
+      }
+      return (*res)->i.at(0) != 0;
+    };
+    std::stable_sort(perm.begin(), perm.end(), less);
+    if (!error.ok()) return error;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      for (int64_t q = 0; q < extent; ++q) {
+        const int64_t src = at(perm[static_cast<size_t>(q)]), dst = at(q);
+        switch (outs[j].storage()) {
+          case Storage::kFloat: outs[j].f[dst] = ops[j]->f[src]; break;
+          case Storage::kDouble: outs[j].d[dst] = ops[j]->d[src]; break;
+          case Storage::kInt: outs[j].i[dst] = ops[j]->i[src]; break;
+          default: break;
+        }
+      }
+    }
+  }
+  if (ops.size() == 1) return Share(std::move(outs[0]));
+  Value t;
+  t.shape = instr->shape();
+  for (Value& v : outs) t.elements.push_back(Share(std::move(v)));
+  return Share(std::move(t));
+}
+
+}  // namespace weave::eval::internal

@@ -1,0 +1,446 @@
+// The simulator's kernel graph (sim/kernel_graph.h): expansion of a module into kernels.
+#include "sim/kernel_graph.h"
+
+#include <algorithm>
+#include <memory>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpu/windowed_loop.h"
+
+namespace weave::sim::internal {
+
+Expander::Expander(const HloModule& m, const SystemSpec& s, const SimOptions& o)
+    : module_(m), sys_(s), opts_(o) {
+  stream_names_ = {"compute", "comm"};
+  last_on_stream_ = {-1, -1};
+  ready_ = std::make_shared<ValueNode>();
+}
+
+absl::StatusOr<Value> Expander::Run() {
+  const HloComputation* entry = module_.entry();
+  if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
+  std::vector<Value> args(static_cast<size_t>(entry->num_parameters()), ready_);
+  return Expand(entry, args);
+}
+
+bool Expander::IsWindowedBody(const HloComputation* comp) {
+  auto [gemm, permute] = Contents(comp);
+  return gemm && permute;
+}
+
+const InstrInfo& Expander::Info(const HloInstruction* instr) {
+  auto it = info_.find(instr);
+  if (it != info_.end()) return it->second;
+  InstrInfo info;
+  info.cost = internal::CostOf(*instr, sys_, module_.num_partitions, module_.replica_count);
+  nlohmann::json cfg = internal::BackendConfig(*instr);
+  info.queue = internal::OperationQueueId(cfg);
+  info.waits = internal::WaitOnOperationQueues(cfg);
+  info.force_earliest = internal::ForceEarliestSchedule(cfg);
+  return info_.emplace(instr, std::move(info)).first->second;
+}
+
+const std::vector<HloInstruction*>& Expander::PostOrder(const HloComputation* comp) {
+  auto it = post_order_.find(comp);
+  if (it != post_order_.end()) return it->second;
+  return post_order_.emplace(comp, comp->MakeInstructionPostOrder()).first->second;
+}
+
+int32_t Expander::StreamForQueue(int64_t queue) {
+  if (queue == 0) return kMainStream;
+  auto it = queue_stream_.find(queue);
+  if (it != queue_stream_.end()) return it->second;
+  int32_t id = static_cast<int32_t>(stream_names_.size());
+  stream_names_.push_back(absl::StrCat("compute:queue", queue));
+  last_on_stream_.push_back(-1);
+  queue_stream_[queue] = id;
+  return id;
+}
+
+std::optional<int64_t> Expander::TripCount(const HloInstruction* w) {
+  auto it = trips_.find(w);
+  if (it != trips_.end()) return it->second;
+  std::optional<int64_t> t = WhileTripCount(*w);
+  trips_[w] = t;
+  return t;
+}
+
+// (has GEMM, has collective-permute), through callees.
+std::pair<bool, bool> Expander::Contents(const HloComputation* comp) {
+  auto it = contents_.find(comp);
+  if (it != contents_.end()) return it->second;
+  contents_[comp] = {false, false};  // cycle guard
+  bool gemm = false, permute = false;
+  for (const HloInstruction* i : comp->instructions()) {
+    HloOpcode op = i->opcode();
+    if (op == HloOpcode::kDot || internal::IsGemmCustomCall(*i)) gemm = true;
+    if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
+      permute = true;
+    }
+    if (op == HloOpcode::kFusion) {
+      if (Info(i).cost.kind == CostKind::kGemm) gemm = true;
+      continue;
+    }
+    for (const HloComputation* c : i->called_computations()) {
+      if (c == nullptr) continue;
+      auto [g, p] = Contents(c);
+      gemm |= g;
+      permute |= p;
+    }
+  }
+  contents_[comp] = {gemm, permute};
+  return {gemm, permute};
+}
+
+// Estimated cost (sum of kernel times) and kernel count of one execution of `comp`.
+std::pair<double, double> Expander::Estimate(const HloComputation* comp) {
+  auto it = estimate_.find(comp);
+  if (it != estimate_.end()) return it->second;
+  estimate_[comp] = {0, 0};  // cycle guard
+  double us = 0, count = 0;
+  for (const HloInstruction* i : comp->instructions()) {
+    switch (i->opcode()) {
+      case HloOpcode::kCall:
+        if (!i->called_computations().empty() && i->to_apply() != nullptr) {
+          auto [u, c] = Estimate(i->to_apply());
+          us += u;
+          count += c;
+        }
+        break;
+      case HloOpcode::kConditional: {
+        double best = 0, best_count = 0;
+        for (const HloComputation* b : i->called_computations()) {
+          if (b == nullptr) continue;
+          auto [u, c] = Estimate(b);
+          if (u > best) best = u;
+          best_count = std::max(best_count, c);
+        }
+        us += best;
+        count += best_count;
+        break;
+      }
+      case HloOpcode::kWhile: {
+        if (i->called_computations().size() < 2 || i->while_body() == nullptr) break;
+        double trips = static_cast<double>(TripCount(i).value_or(1));
+        auto [u, c] = Estimate(i->while_body());
+        us += trips * u;
+        count += trips * c;
+        break;
+      }
+      default: {
+        const InstrInfo& info = Info(i);
+        if (info.cost.kind == CostKind::kGemm || info.cost.kind == CostKind::kMemory ||
+            info.cost.kind == CostKind::kComm) {
+          us += info.cost.us;
+          count += 1;
+        }
+      }
+    }
+  }
+  estimate_[comp] = {us, count};
+  return {us, count};
+}
+
+// Appends a kernel depending on `*dep_ids` (modified) and on the innermost loop gate.
+int32_t Expander::AddTask(const HloInstruction* instr, CostKind kind, double work, int32_t stream,
+                          bool force_earliest, std::vector<int32_t>* dep_ids,
+                          const std::vector<internal::Phase>* task_phases) {
+  if (!gates_.empty()) dep_ids->push_back(gates_.back());
+  std::sort(dep_ids->begin(), dep_ids->end());
+  dep_ids->erase(std::unique(dep_ids->begin(), dep_ids->end()), dep_ids->end());
+  Task task;
+  task.instr = instr;
+  task.work = work;
+  task.kind = kind;
+  task.stream = stream;
+  task.force_earliest = force_earliest;
+  task.dep_begin = static_cast<uint32_t>(deps.size());
+  task.dep_count = static_cast<uint32_t>(dep_ids->size());
+  deps.insert(deps.end(), dep_ids->begin(), dep_ids->end());
+  task.phase_begin = static_cast<uint32_t>(phases.size());
+  if (kind == CostKind::kGemm || kind == CostKind::kMemory) {
+    if (task_phases != nullptr && !task_phases->empty()) {
+      phases.insert(phases.end(), task_phases->begin(), task_phases->end());
+    } else {
+      phases.push_back({work, 1.0, 1.0});
+    }
+  }
+  task.phase_count = static_cast<uint32_t>(phases.size()) - task.phase_begin;
+  tasks.push_back(task);
+  return static_cast<int32_t>(tasks.size() - 1);
+}
+
+Value Expander::Leaf(int32_t task) {
+  auto n = std::make_shared<ValueNode>();
+  n->task = task;
+  return n;
+}
+
+Value Expander::Join(std::vector<Value> parts) {
+  parts.erase(std::remove_if(parts.begin(), parts.end(),
+                             [&](const Value& v) { return v == nullptr || v == ready_; }),
+              parts.end());
+  if (parts.empty()) return ready_;
+  if (parts.size() == 1) return parts[0];
+  auto n = std::make_shared<ValueNode>();
+  n->elems = std::move(parts);
+  return n;
+}
+
+void Expander::CollectLeaves(const Value& v, std::vector<int32_t>* out) {
+  if (v == nullptr) return;
+  if (v->task >= 0) out->push_back(v->task);
+  for (const Value& e : v->elems) CollectLeaves(e, out);
+}
+
+absl::StatusOr<Value> Expander::Expand(const HloComputation* comp, const std::vector<Value>& args) {
+  if (active_.contains(comp)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("computation ", comp->name(), " calls itself: cannot simulate"));
+  }
+  active_.insert(comp);
+  absl::StatusOr<Value> r = ExpandBody(comp, args);
+  active_.erase(comp);
+  return r;
+}
+
+absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
+                                           const std::vector<Value>& args) {
+  absl::flat_hash_map<const HloInstruction*, Deferred> deferred;  // by the folding add
+  absl::flat_hash_map<const HloInstruction*, Value> vals;
+  vals.reserve(static_cast<size_t>(comp->instruction_count()));
+  auto get = [&](const HloInstruction* op) -> Value {
+    auto it = vals.find(op);
+    return it == vals.end() ? ready_ : it->second;
+  };
+  auto operand_values = [&](const HloInstruction* i) {
+    std::vector<Value> v;
+    v.reserve(i->operands().size());
+    for (const HloInstruction* op : i->operands()) v.push_back(get(op));
+    return v;
+  };
+  for (const HloInstruction* instr : PostOrder(comp)) {
+    Value v;
+    switch (instr->opcode()) {
+      case HloOpcode::kParameter: {
+        int64_t n = instr->parameter_number;
+        v = n >= 0 && n < static_cast<int64_t>(args.size()) ? args[static_cast<size_t>(n)]
+                                                            : ready_;
+        break;
+      }
+      case HloOpcode::kGetTupleElement: {
+        Value t = instr->operand_count() > 0 ? get(instr->operand(0)) : ready_;
+        int64_t idx = instr->tuple_index;
+        v = t->tuple && idx >= 0 && idx < static_cast<int64_t>(t->elems.size())
+                ? t->elems[static_cast<size_t>(idx)]
+                : t;
+        break;
+      }
+      case HloOpcode::kTuple: {
+        auto n = std::make_shared<ValueNode>();
+        n->tuple = true;
+        n->elems = operand_values(instr);
+        v = n;
+        break;
+      }
+      case HloOpcode::kCall: {
+        if (instr->called_computations().empty() || instr->to_apply() == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("call ", instr->name(), " has no computation"));
+        }
+        auto r = Expand(instr->to_apply(), operand_values(instr));
+        if (!r.ok()) return r.status();
+        v = *r;
+        break;
+      }
+      case HloOpcode::kConditional: {
+        const auto& branches = instr->called_computations();
+        if (branches.empty() || instr->operand_count() != static_cast<int64_t>(branches.size()) + 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "conditional ", instr->name(), ": expected one operand per branch plus the "
+              "selector"));
+        }
+        size_t best = 0;
+        double best_us = -1;
+        for (size_t b = 0; b < branches.size(); ++b) {
+          double us = branches[b] == nullptr ? 0 : Estimate(branches[b]).first;
+          if (us > best_us) {
+            best_us = us;
+            best = b;
+          }
+        }
+        if (branches[best] == nullptr) {
+          v = ready_;
+          break;
+        }
+        Value arg = get(instr->operand(static_cast<int64_t>(best) + 1));
+        Value pred = get(instr->operand(0));
+        if (!arg->tuple) arg = Join({pred, arg});
+        auto r = Expand(branches[best], {arg});
+        if (!r.ok()) return r.status();
+        v = *r;
+        break;
+      }
+      case HloOpcode::kWhile: {
+        if (instr->called_computations().size() < 2 || instr->while_body() == nullptr ||
+            instr->operand_count() != 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("while ", instr->name(), ": needs one operand, condition and body"));
+        }
+        std::optional<int64_t> trips = TripCount(instr);
+        if (!trips) {
+          if (!warned_.contains(instr)) {
+            warned_.insert(instr);
+            warnings.push_back(absl::StrCat(
+                "while ", instr->name(),
+                ": trip count unknown (no known_trip_count, condition not a counter "
+                "compare); assumed 1"));
+          }
+          trips = 1;
+        }
+        double per_iter = Estimate(instr->while_body()).second;
+        double total = static_cast<double>(tasks.size()) + per_iter * static_cast<double>(*trips);
+        if (total > static_cast<double>(opts_.max_tasks)) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "while %s: %d iterations of %g kernels exceed the simulation limit of %d "
+              "kernels",
+              instr->name(), *trips, per_iter, opts_.max_tasks));
+        }
+        LoopInstance inst;
+        inst.loop = instr;
+        inst.trips = *trips;
+        inst.begin = static_cast<int32_t>(tasks.size());
+        Value state = get(instr->operand(0));
+        // Iterations run one after the other, as XLA's while thunk does: a zero-work gate
+        // starts each iteration once the previous one has finished (the first once the
+        // initial state is ready), and every kernel of the iteration depends on it. The
+        // loop's result is a last gate after the last iteration.
+        scratch_.clear();
+        CollectLeaves(state, &scratch_);
+        int32_t gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
+        for (int64_t t = 0; t < *trips; ++t) {
+          int32_t iter_begin = static_cast<int32_t>(tasks.size());
+          gates_.push_back(gate);
+          auto r = Expand(instr->while_body(), {state});
+          gates_.pop_back();
+          if (!r.ok()) return r.status();
+          state = *r;
+          scratch_.clear();
+          CollectLeaves(state, &scratch_);
+          scratch_.push_back(gate);
+          for (int32_t i = iter_begin; i < static_cast<int32_t>(tasks.size()); ++i) {
+            scratch_.push_back(i);
+          }
+          gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
+        }
+        if (*trips > 0) state = Leaf(gate);
+        inst.end = static_cast<int32_t>(tasks.size());
+        if (IsWindowedBody(instr->while_body())) loops.push_back(inst);
+        v = state;
+        break;
+      }
+      default: {
+        const InstrInfo& info = Info(instr);
+        switch (info.cost.kind) {
+          case CostKind::kPassThrough:
+            if (instr->operand_count() == 0) {
+              v = ready_;
+            } else if (instr->operand_count() == 1 ||
+                       instr->opcode() == HloOpcode::kOptimizationBarrier) {
+              v = get(instr->operand(0));
+            } else {
+              v = Join(operand_values(instr));
+            }
+            break;
+          case CostKind::kFree:
+          case CostKind::kStructural:
+            if (auto it = deferred.find(instr); it != deferred.end()) {
+              // The add folded into a GEMM's epilogue: the GEMM runs now, once the
+              // accumulator (the add's other operand) is ready too.
+              Deferred d = std::move(it->second);
+              deferred.erase(it);
+              for (const HloInstruction* op : instr->operands()) {
+                if (op != d.value) CollectLeaves(get(op), &d.deps);
+              }
+              const InstrInfo& gi = Info(d.gemm);
+              int32_t id = AddTask(d.gemm, gi.cost.kind, gi.cost.us, d.stream,
+                                   gi.force_earliest, &d.deps, &gi.cost.phases);
+              last_on_stream_[static_cast<size_t>(d.stream)] = id;
+              v = Leaf(id);
+              break;
+            }
+            v = Join(operand_values(instr));
+            break;
+          default: {
+            if (!(info.cost.us > 0)) {
+              v = Join(operand_values(instr));
+              break;
+            }
+            if (static_cast<int64_t>(tasks.size()) >= opts_.max_tasks) {
+              return absl::ResourceExhaustedError(absl::StrFormat(
+                  "module expands to more than %d kernels", opts_.max_tasks));
+            }
+            if (info.cost.kind == CostKind::kComm && info.cost.group > sys_.num_gpus &&
+                !warned_group_) {
+              warned_group_ = true;
+              warnings.push_back(absl::StrFormat(
+                  "%s: collective over %d devices but %s has %d GPUs; every collective is "
+                  "modelled at its NVLink rate (no inter-node network)",
+                  instr->name(), info.cost.group, sys_.name, sys_.num_gpus));
+            }
+            if (info.cost.fp8 && !(sys_.fp8_tflops > 0) && !warned_fp8_) {
+              warned_fp8_ = true;
+              warnings.push_back(absl::StrFormat(
+                  "%s: FP8 GEMM but %s has no FP8 tensor cores; FP8 GEMMs run at the f16 rate",
+                  instr->name(), sys_.name));
+            }
+            scratch_.clear();
+            for (const HloInstruction* op : instr->operands()) CollectLeaves(get(op), &scratch_);
+            for (int64_t q : info.waits) {
+              if (q == 0) {
+                if (last_on_stream_[kMainStream] >= 0) {
+                  scratch_.push_back(last_on_stream_[kMainStream]);
+                }
+                continue;
+              }
+              auto it = queue_stream_.find(q);
+              if (it != queue_stream_.end() &&
+                  last_on_stream_[static_cast<size_t>(it->second)] >= 0) {
+                scratch_.push_back(last_on_stream_[static_cast<size_t>(it->second)]);
+              }
+            }
+            int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream
+                                                               : StreamForQueue(info.queue);
+            if (info.cost.kind == CostKind::kGemm) {
+              if (const HloInstruction* add = internal::FoldingAddOfGemm(instr)) {
+                // beta = 1: issued at its add (below), which supplies the accumulator.
+                const HloInstruction* value = instr;
+                if (instr->shape().IsTuple()) {
+                  for (const HloInstruction* u : instr->users()) {
+                    if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) {
+                      value = u;
+                    }
+                  }
+                }
+                deferred[add] = Deferred{instr, value, scratch_, stream};
+                v = ready_;
+                break;
+              }
+            }
+            int32_t id = AddTask(instr, info.cost.kind, info.cost.us, stream,
+                                 info.force_earliest, &scratch_, &info.cost.phases);
+            last_on_stream_[static_cast<size_t>(stream)] = id;
+            v = Leaf(id);
+          }
+        }
+      }
+    }
+    vals[instr] = v;
+  }
+  if (comp->root() == nullptr) return ready_;
+  return get(comp->root());
+}
+
+}  // namespace weave::sim::internal
