@@ -48,23 +48,35 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	WEAVE_BUILD=$(abspath $(BUILD)) $(LIT) -s tests/lit
 	$(MAKE) --no-print-directory fuzz-diff
-	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE="$(FUZZ_TEST_SMOKE)"
 	@echo "make test: all suites passed"
 
-# libFuzzer targets (parser, pipeline), built with clang-14 under ASan + UBSan.
+# libFuzzer targets (parser, pipeline), built with clang-14 under ASan + UBSan. FUZZ_SMOKE names
+# the targets `make fuzz-smoke` builds and runs (parser: src/hlo only; pipeline: every src/*.cc
+# instrumented, about 75 files). `make test` runs FUZZ_TEST_SMOKE: the parser target only while
+# the 2 shared cores cannot afford the pipeline target's instrumented build in every worktree's
+# make test (the same checks run uninstrumented in fuzz-diff); `make test FUZZ_TEST_SMOKE="parser
+# pipeline"` runs both, as `make fuzz-smoke`, `make fuzz` and `make fuzz-long` do.
+FUZZ_SMOKE ?= parser pipeline
+FUZZ_TEST_SMOKE ?= parser
 fuzz-build: deps
 	cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) $(foreach t,$(FUZZ_SMOKE),--target $(t)_fuzzer)
 
-# FUZZ_SECONDS of each libFuzzer target.
+# FUZZ_SECONDS of each libFuzzer target in FUZZ_SMOKE.
 fuzz-smoke: fuzz-build build
-	@set -o pipefail; mkdir -p build-fuzz/corpus build-fuzz/pipeline-corpus && cp -f tests/lit/*.hlo build-fuzz/corpus/ 2>/dev/null; \
-	  $(BUILD)/weave-fuzz corpus --seeds 0:8 build-fuzz/pipeline-corpus; \
+ifneq ($(filter parser,$(FUZZ_SMOKE)),)
+	@set -o pipefail; mkdir -p build-fuzz/corpus && cp -f tests/lit/*.hlo build-fuzz/corpus/ 2>/dev/null; \
 	  build-fuzz/parser_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	  build-fuzz/corpus ../shared/examples 2>&1 | tail -3
-	@set -o pipefail; WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
+endif
+ifneq ($(filter pipeline,$(FUZZ_SMOKE)),)
+	@set -o pipefail; mkdir -p build-fuzz/pipeline-corpus && \
+	  $(BUILD)/weave-fuzz corpus --seeds 0:8 build-fuzz/pipeline-corpus && \
+	  WEAVE_FUZZ_ALLOW=$(FUZZ_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/pipeline-corpus 2>&1 | tail -3
+endif
 
 # The differential driver on the CI seed set (with $(BUILD): build-asan under SANITIZE=1), then
 # the mutation check: each deliberately wrong pass must be caught within the same seeds.
