@@ -241,10 +241,8 @@ class Analyzer {
   // A cross-partition all-reduce / all-gather: equal within each replica group.
   Eq CollectiveGroups(const HloInstruction* h) {
     const int64_t replicas = std::max<int64_t>(module_->replica_count, 1);
-    if (!h->replica_groups.has_value() || h->replica_groups->is_mesh) {
-      if (h->replica_groups.has_value()) return Own(h, "has replica groups in mesh form");
-      return All();  // no groups: every device
-    }
+    // Mesh-form groups are expanded by the parser: read like the others.
+    if (!h->replica_groups.has_value()) return All();  // no groups: every device
     const auto& groups = h->replica_groups->groups;
     if (groups.empty()) return All();
     // Group of each id: partition ids, or global device ids (replica * N + partition).

@@ -13,7 +13,7 @@ namespace weave::verifier_internal {
 
 // Replica groups: every id at most once over all groups, groups of one size.
 absl::Status Checker::Groups() const {
-  if (!h_.replica_groups.has_value() || h_.replica_groups->is_mesh) return absl::OkStatus();
+  if (!h_.replica_groups.has_value()) return absl::OkStatus();
   std::set<int64_t> seen;
   size_t size = 0;
   for (const auto& g : h_.replica_groups->groups) {

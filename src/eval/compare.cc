@@ -179,6 +179,14 @@ absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions&
   return r;
 }
 
+OutputComparison CompareOutputValues(const Value& a, const Value& b,
+                                     const CompareOptions& options) {
+  auto [rt, at] = DefaultTolerance(a.shape.element_type);
+  return CompareLeaf(a, b, options.rtol.value_or(rt), options.atol.value_or(at),
+                     options.norm_ulps.value_or(kDefaultNormUlps), 1,
+                     a.shape.element_type);
+}
+
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
                                              const CompareOptions& options, const Inputs* given) {
   if (a.entry() == nullptr || b.entry() == nullptr) {

@@ -55,6 +55,12 @@ void RegisterBuiltins() {
   RegisterCustomCallEvaluator("Sharding", Identity);
   RegisterCustomCallEvaluator("SPMDFullToShardShape", Identity);
   RegisterCustomCallEvaluator("SPMDShardToFullShape", Identity);
+  // Identities of global modules (../shared/specs/spmd-partitioner.md §6): Shardy's root
+  // shardings and barriers, host-offloading placement annotations.
+  for (const char* t : {"xla.sdy.FuncResultSharding", "xla.sdy.PropagationBarrier",
+                        "annotate_device_placement", "MoveToHost", "MoveToDevice"}) {
+    RegisterCustomCallEvaluator(t, Identity);
+  }
   RegisterFp8GemmCustomCall();
 }
 

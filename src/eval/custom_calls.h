@@ -4,7 +4,8 @@
 // targets (registered on first use):
 //  - "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape": identities (operand 0), which is
 //    their meaning on an already partitioned module where the shapes agree; when the result shape
-//    differs from the operand shape an error is returned.
+//    differs from the operand shape an error is returned. Likewise "xla.sdy.FuncResultSharding",
+//    "xla.sdy.PropagationBarrier", "annotate_device_placement", "MoveToHost", "MoveToDevice".
 //  - "AllocateBuffer": XLA's uninitialized buffer of the result shape (no operands); zeros here.
 //  - "__cublas$lt$matmul$f8": registered by RegisterFp8GemmCustomCall(), defined in
 //    src/eval/fp8_gemm_custom_call.cc (FP8 GEMM owner).

@@ -199,4 +199,9 @@ absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResul
 absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
                                           const Inputs& inputs, const CompareOptions& options);
 
+// One output compared under `options` (tolerances by a's element type when unset): the
+// element-wise and norm-wise tests of CompareModules. `output`/`device` are left 0.
+OutputComparison CompareOutputValues(const Value& a, const Value& b,
+                                     const CompareOptions& options);
+
 }  // namespace weave::eval

@@ -25,9 +25,6 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> DeviceGroups(const HloInstruct
                                                                int64_t r) {
   std::vector<std::vector<int64_t>> groups;
   if (instr.replica_groups.has_value()) {
-    if (instr.replica_groups->is_mesh) {
-      return InvalidArgumentError("replica_groups in mesh form are not supported");
-    }
     groups = instr.replica_groups->groups;
   }
   const bool has_channel = instr.channel_id.has_value();

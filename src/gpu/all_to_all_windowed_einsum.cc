@@ -65,7 +65,7 @@ std::string QualifyAllToAll(const HloInstruction* t, int64_t* group_size) {
   }
   if (t->dimensions.size() != 1) return "no split dimension";
   if (t->constrain_layout) return "constrain_layout=true";
-  if (!t->replica_groups || t->replica_groups->is_mesh || t->replica_groups->groups.empty()) {
+  if (!t->replica_groups || t->replica_groups->groups.empty()) {
     return "no explicit replica groups (XLA requires a non-empty list)";
   }
   const auto& groups = t->replica_groups->groups;

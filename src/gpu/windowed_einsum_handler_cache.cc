@@ -85,8 +85,6 @@ std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& 
   std::vector<std::vector<int64_t>> groups;
   if (ag->replica_groups && !ag->replica_groups->groups.empty()) {
     groups = ag->replica_groups->groups;
-  } else if (ag->replica_groups && ag->replica_groups->is_mesh) {
-    return "replica groups in mesh form are not supported";
   } else {
     groups.push_back({});
     for (int64_t p = 0; p < np; ++p) groups.back().push_back(p);

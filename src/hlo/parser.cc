@@ -1184,12 +1184,21 @@ class Parser {
         ++pos_;
         if (!skip_group('(', ')')) return Error(b, "malformed iota replica groups transpose");
       }
-    } else if (PeekIdent() == "mesh") {
-      pos_ += 4;
+    } else if (PeekIdent() == "mesh" || PeekIdent() == "maximal_mesh") {
+      pos_ += PeekIdent().size();
       if (Peek() != '[') return Expected("'[' after mesh");
       size_t e = src_.find(']', pos_);
       if (e == std::string_view::npos) return Error(b, "malformed mesh replica groups");
       pos_ = e + 1;
+      // Optional `, device_ids=(...)` (XLA's Mesh::ToString for a non-iota mesh).
+      const size_t save = pos_;
+      if (Consume(',') && PeekIdent() == "device_ids") {
+        size_t close = src_.find(')', pos_);
+        if (close == std::string_view::npos) return Error(b, "malformed mesh device_ids");
+        pos_ = close + 1;
+      } else {
+        pos_ = save;
+      }
       if (Peek() == '{') {
         std::string_view v;
         if (!ScanBraces(&v)) return false;

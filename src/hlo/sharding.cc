@@ -9,6 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hlo/mesh.h"
+#include "hlo/text_cursor.h"
 
 namespace weave {
 namespace {
@@ -32,113 +34,7 @@ absl::Status Bad(std::string_view what, std::string_view text) {
   return absl::InvalidArgumentError(Cat(what, " in '", text, "'"));
 }
 
-// A tiny cursor over the attribute text.
-class Cursor {
- public:
-  explicit Cursor(std::string_view s) : s_(s) {}
-  void SkipWs() {
-    while (pos_ < s_.size()) {
-      char c = s_[pos_];
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-        ++pos_;
-      } else if (c == '/' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '*') {
-        size_t e = s_.find("*/", pos_ + 2);
-        pos_ = e == std::string_view::npos ? s_.size() : e + 2;
-      } else {
-        break;
-      }
-    }
-  }
-  bool AtEnd() {
-    SkipWs();
-    return pos_ >= s_.size();
-  }
-  char Peek() {
-    SkipWs();
-    return pos_ < s_.size() ? s_[pos_] : '\0';
-  }
-  bool Consume(char c) {
-    if (Peek() == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool ConsumeStr(std::string_view w) {
-    SkipWs();
-    if (s_.substr(pos_, w.size()) == w) {
-      pos_ += w.size();
-      return true;
-    }
-    return false;
-  }
-  // Identifier made of [A-Za-z0-9_.-]; empty if none.
-  std::string_view Word() {
-    SkipWs();
-    size_t b = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) ||
-                                s_[pos_] == '_' || s_[pos_] == '.' || s_[pos_] == '-')) {
-      ++pos_;
-    }
-    return s_.substr(b, pos_ - b);
-  }
-  bool Int(int64_t* v) {
-    SkipWs();
-    size_t p = pos_;
-    bool neg = false;
-    if (p < s_.size() && s_[p] == '-') {
-      neg = true;
-      ++p;
-    }
-    if (p >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[p]))) return false;
-    uint64_t acc = 0;
-    while (p < s_.size() && std::isdigit(static_cast<unsigned char>(s_[p]))) {
-      uint64_t d = static_cast<uint64_t>(s_[p] - '0');
-      if (acc > (static_cast<uint64_t>(INT64_MAX) - d) / 10) return false;
-      acc = acc * 10 + d;
-      ++p;
-    }
-    pos_ = p;
-    *v = neg ? -static_cast<int64_t>(acc) : static_cast<int64_t>(acc);
-    return true;
-  }
-  // `[a,b,c]` (possibly empty).
-  bool IntList(char open, char close, std::vector<int64_t>* out) {
-    if (!Consume(open)) return false;
-    out->clear();
-    if (Consume(close)) return true;
-    do {
-      int64_t v;
-      if (!Int(&v)) return false;
-      out->push_back(v);
-    } while (Consume(','));
-    return Consume(close);
-  }
-  // Skips a brace-balanced `{...}` group (strings respected).
-  bool SkipBraces() {
-    if (Peek() != '{') return false;
-    int depth = 0;
-    while (pos_ < s_.size()) {
-      char c = s_[pos_++];
-      if (c == '"' || c == '\'') {
-        while (pos_ < s_.size() && s_[pos_] != c) pos_ += s_[pos_] == '\\' ? 2 : 1;
-        ++pos_;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}') {
-        if (--depth == 0) return true;
-      }
-    }
-    return false;
-  }
-  size_t pos() const { return pos_; }
-  void set_pos(size_t p) { pos_ = p; }
-  std::string_view rest() const { return s_.substr(std::min(pos_, s_.size())); }
-
- private:
-  std::string_view s_;
-  size_t pos_ = 0;
-};
+using Cursor = hlo_internal::TextCursor;
 
 // Product of dims with overflow and size checks.
 bool CheckedProduct(const std::vector<int64_t>& dims, int64_t* out) {
@@ -267,8 +163,13 @@ absl::StatusOr<HloSharding> ParseSingle(std::string_view inner) {
       if (!c.Int(&id)) return Bad("expected a group id", inner);
     } else if (w == "metadata") {
       if (!c.Consume('=') || !c.SkipBraces()) return Bad("malformed sharding metadata", inner);
+    } else if ((w == "mesh" || w == "maximal_mesh") && !have_kind) {
+      // XLA's named (v3) form, converted to the tile-assignment form (text kept verbatim).
+      absl::StatusOr<MeshSharding> named = ParseNamedSharding(inner);
+      if (!named.ok()) return named.status();
+      return MeshShardingToHlo(*named, s.text);
     } else {
-      // Named (mesh) forms and anything newer: keep verbatim.
+      // Anything newer: keep verbatim.
       s.kind = HloSharding::Kind::kOther;
       return s;
     }
@@ -411,7 +312,14 @@ absl::StatusOr<ReplicaGroups> ParseReplicaGroups(std::string_view text) {
       rg.groups[static_cast<size_t>(i)].assign(ids.begin() + i * sz, ids.begin() + (i + 1) * sz);
     }
     rg.iota = std::move(iota);
-  } else if (c.ConsumeStr("mesh")) {
+  } else if (c.ConsumeStr("mesh") || c.ConsumeStr("maximal_mesh")) {
+    // Mesh form: expanded here (each group runs over the listed axes); printed back verbatim.
+    absl::StatusOr<std::pair<Mesh, std::vector<AxisRef>>> mesh = ParseMeshReplicaGroups(text);
+    if (!mesh.ok()) return mesh.status();
+    absl::StatusOr<std::vector<std::vector<int64_t>>> groups =
+        MeshAxesReplicaGroups(mesh->first, mesh->second);
+    if (!groups.ok()) return Bad(std::string(groups.status().message()), text);
+    rg.groups = *std::move(groups);
     rg.is_mesh = true;
     return rg;
   } else {

@@ -23,23 +23,27 @@ struct IotaList {
   std::vector<int64_t> Expand() const;
 };
 
-// `replica_groups=` in list form `{{0,1},{2,3}}` or iota form `[G,S]<=[..]T(..)`, or the 2026
-// mesh form (kept raw, `groups` empty, `is_mesh` true).
+// `replica_groups=` in list form `{{0,1},{2,3}}`, iota form `[G,S]<=[..]T(..)`, or the 2026
+// mesh form `mesh['a'=2,'b'=2] {'b'}` (hlo/mesh.h: each group runs over the listed axes).
+// `groups` is always the expanded list; the text is printed back as written.
 struct ReplicaGroups {
-  std::vector<std::vector<int64_t>> groups;  // always filled (expanded) except for mesh form
+  std::vector<std::vector<int64_t>> groups;  // expanded groups (empty = one group of all)
   std::optional<IotaList> iota;              // set when written in iota form
-  bool is_mesh = false;
+  bool is_mesh = false;                      // written in mesh form (groups expanded)
   std::string text;  // the text as written (printed back verbatim when non-empty)
 
   // Text in XLA's form: the iota form if `iota` is set, else the list form.
   std::string ToString() const;
   static ReplicaGroups FromList(std::vector<std::vector<int64_t>> groups);
 };
-// Parses `{{0,1},{2,3}}`, `{}`, or `[2,4]<=[8]`, `[4,2]<=[2,4]T(1,0)`.
+// Parses `{{0,1},{2,3}}`, `{}`, `[2,4]<=[8]`, `[4,2]<=[2,4]T(1,0)`, or
+// `mesh['a'=2,'b'=2] {'b'}` (optionally `mesh[...], device_ids=(...) {...}`).
 absl::StatusOr<ReplicaGroups> ParseReplicaGroups(std::string_view text);
 
 // One (non-tuple) sharding.
 struct HloSharding {
+  // kOther: a form this version does not know (kept verbatim). XLA's named (v3) form
+  // `{mesh['x'=2], [{'x'}, {}]}` is parsed into the kinds above (hlo/mesh.h), text kept.
   enum class Kind { kReplicated, kManual, kMaximal, kTiled, kUnknown, kUnreduced, kTuple, kOther };
   Kind kind = Kind::kReplicated;
   // kTiled: tile assignment dims (one per data dim, plus a trailing replication dim when

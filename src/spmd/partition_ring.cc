@@ -49,10 +49,6 @@ absl::StatusOr<PartitionRing> AnalyzePartitionRing(const HloInstruction& collect
   ring.num_partitions = num_partitions;
   if (collective.replica_groups.has_value()) {
     const ReplicaGroups& rg = *collective.replica_groups;
-    if (rg.is_mesh) {
-      return fail(absl::StrCat("'", collective.name(),
-                               "' uses mesh-form replica_groups, which are not supported"));
-    }
     ring.groups = rg.groups;
     ring.groups_text = rg.ToString();
   }

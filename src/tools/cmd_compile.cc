@@ -44,6 +44,7 @@
 #include "passes/pass.h"
 #include "sim/cost_gate.h"
 #include "sim/simulator.h"
+#include "spmd/input_form.h"
 #include "spmd/windowed_einsum_decomposer.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -106,6 +107,7 @@ struct CompileOptions {
   bool no_decompose = false, no_handler = false, no_quantize = false, no_dot_merger = false,
        no_fp8_gemm = false, no_cleanup = false;
   std::string disable_passes;
+  std::string input_form;  // --input-form=global|partitioned
   std::string threshold_mib, max_ring, unroll, dot_merger_mb, compute_capability;
   // --cost-gate: "" (default: on unless --windowed-einsum-threshold-mib is given), "on", "off".
   std::string cost_gate;
@@ -433,9 +435,27 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> input,
     for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
   }
 
-  std::string why;
-  if (NeedsPartitioning(*input, &why)) {
-    std::cerr << "weave compile: " << o.input << ": " << why << "\n";
+  // Input form (spec §0): a global module still needs SPMD partitioning (`weave partition`);
+  // one that does not say which it is needs --input-form.
+  const spmd::InputFormReport form = spmd::DetectInputForm(*input);
+  spmd::InputForm input_form = form.form;
+  if (!o.input_form.empty() && !spmd::ParseInputForm(o.input_form, &input_form)) {
+    std::cerr << o.command << ": --input-form must be 'global' or 'partitioned', not '"
+              << o.input_form << "'\n";
+    return kUsage;
+  }
+  if (input_form == spmd::InputForm::kAmbiguous) {
+    std::cerr << "weave compile: " << o.input << ": " << form.Describe() << "\n";
+    return kUsage;
+  }
+  if (input_form == spmd::InputForm::kGlobal) {
+    std::string why;
+    if (!NeedsPartitioning(*input, &why)) {
+      why = absl::StrCat("module '", input->name(), "' is a ", form.Describe(),
+                         ": it still needs SPMD partitioning");
+    }
+    std::cerr << "weave compile: " << o.input << ": " << why
+              << "; partition it first: weave partition " << o.input << " -o OUT.hlo\n";
     return kInvalidInput;
   }
   if (absl::Status st = VerifyModule(*input); !st.ok()) {
@@ -615,6 +635,9 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_option("--num-partitions", o->num_partitions,
                   "Partitions for --verify-numerics (default: the module's num_partitions)")
       ->check(Positive());
+  cmd->add_option("--input-form", o->input_form,
+                  "global|partitioned, when the module does not say which it is (a module with "
+                  "shardings only on parameters and root, and no collectives)");
   cmd->add_option("--rtol", o->rtol,
                   "Relative tolerance of --verify-numerics (default: per output type)")
       ->check(NonNegative());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "eval/evaluator.h"
+#include "eval/global_compare.h"
 #include "eval/npy.h"
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
@@ -241,6 +242,16 @@ int DoCompare(const RunArgs& a) {
           m->name(), static_cast<double>(est) / (1 << 30),
           CountOf(n * r, "partition", "partitions"), a.max_memory_gib)));
     }
+  }
+  // A global module and its partitioned form: the global program on one device against the
+  // partitioned one on N (src/eval/global_compare.h).
+  if (eval::IsGlobalPartitionedPair(**ma, **mb)) {
+    eval::CompareOptions gco = co;
+    gco.eval.num_partitions = a.num_partitions;
+    auto grep = eval::CompareGlobalWithPartitioned(**ma, **mb, gco);
+    if (!grep.ok()) return Fail(grep.status());
+    std::cout << (a.json ? grep->ToJson() + "\n" : grep->ToString());
+    return grep->pass ? 0 : 3;
   }
   auto rep = eval::CompareModules(**ma, **mb, co);
   if (!rep.ok()) return Fail(rep.status());

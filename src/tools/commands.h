@@ -14,5 +14,6 @@ void RegisterOptCommand(CLI::App& app, int* exit_code);       // opt, verify, st
 void RegisterRunCommands(CLI::App& app, int* exit_code);      // run, compare (cmd_run.cc)
 void RegisterCompileCommands(CLI::App& app, int* exit_code);  // compile, demo (cmd_compile.cc)
 void RegisterSimulateCommand(CLI::App& app, int* exit_code);  // simulate (cmd_simulate.cc)
+void RegisterPartitionCommand(CLI::App& app, int* exit_code); // partition (cmd_partition.cc)
 
 }  // namespace weave::tools

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   weave::tools::RegisterRunCommands(app, &exit_code);
   weave::tools::RegisterCompileCommands(app, &exit_code);
   weave::tools::RegisterSimulateCommand(app, &exit_code);
+  weave::tools::RegisterPartitionCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,355 @@
+// Global vs partitioned check (see global_compare.h).
+#include "eval/global_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "spmd/sharding.h"
+
+namespace weave::eval {
+namespace {
+
+using spmd::Sharding;
+
+void FlattenShapes(const Shape& s, std::vector<Shape>* out) {
+  if (s.IsTuple()) {
+    for (const Shape& e : s.tuple_shapes) FlattenShapes(e, out);
+  } else {
+    out->push_back(s);
+  }
+}
+
+std::vector<Sharding> LeafShardings(const Sharding& s, int64_t leaves) {
+  if (s.IsTuple()) return s.leaves();
+  return std::vector<Sharding>(static_cast<size_t>(leaves), s);
+}
+
+absl::StatusOr<Sharding> ShardingOf(const HloInstruction* h, const Shape& global) {
+  if (!h->sharding) return Sharding::Broadcast(Sharding::Replicated(), global);
+  return Sharding::FromHlo(*h->sharding, global);
+}
+
+void Poison(Value* v, int64_t k) {
+  switch (v->storage()) {
+    case Storage::kFloat: v->f[static_cast<size_t>(k)] = std::nanf(""); break;
+    case Storage::kDouble: v->d[static_cast<size_t>(k)] = std::nan(""); break;
+    case Storage::kInt:
+      if (v->shape.element_type == PrimitiveType::PRED) {
+        v->i[static_cast<size_t>(k)] = 1;
+      } else {
+        v->SetInt(k, static_cast<int64_t>(0x5A5A5A5A5A5A5A5Aull));
+      }
+      break;
+    default: break;
+  }
+}
+
+void CopyElement(const Value& from, int64_t i, Value* to, int64_t j) {
+  switch (from.storage()) {
+    case Storage::kFloat: to->f[static_cast<size_t>(j)] = from.f[static_cast<size_t>(i)]; break;
+    case Storage::kDouble: to->d[static_cast<size_t>(j)] = from.d[static_cast<size_t>(i)]; break;
+    case Storage::kInt: to->i[static_cast<size_t>(j)] = from.i[static_cast<size_t>(i)]; break;
+    default: break;
+  }
+}
+
+bool SameBits(const Value& a, int64_t i, const Value& b, int64_t j) {
+  switch (a.storage()) {
+    case Storage::kFloat: {
+      uint32_t x, y;
+      std::memcpy(&x, &a.f[static_cast<size_t>(i)], 4);
+      std::memcpy(&y, &b.f[static_cast<size_t>(j)], 4);
+      return x == y || (std::isnan(a.f[static_cast<size_t>(i)]) && std::isnan(b.f[static_cast<size_t>(j)]));
+    }
+    case Storage::kDouble: {
+      uint64_t x, y;
+      std::memcpy(&x, &a.d[static_cast<size_t>(i)], 8);
+      std::memcpy(&y, &b.d[static_cast<size_t>(j)], 8);
+      return x == y || (std::isnan(a.d[static_cast<size_t>(i)]) && std::isnan(b.d[static_cast<size_t>(j)]));
+    }
+    case Storage::kInt: return a.i[static_cast<size_t>(i)] == b.i[static_cast<size_t>(j)];
+    default: return true;
+  }
+}
+
+// Calls f(local_flat, global_flat) for every element of a tile of `local` dims at `offsets` of
+// a `global` array; global_flat = -1 for padding.
+template <typename F>
+void ForEachTileElement(const std::vector<int64_t>& local, const std::vector<int64_t>& global,
+                        const std::vector<int64_t>& offsets, F f) {
+  const size_t rank = local.size();
+  int64_t count = 1;
+  for (int64_t d : local) count *= d;
+  if (count == 0) return;
+  std::vector<int64_t> gstride(rank, 1);
+  for (size_t d = rank; d-- > 1;) gstride[d - 1] = gstride[d] * global[d];
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t g = 0;
+    bool in = true;
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t gi = offsets[d] + idx[d];
+      if (gi >= global[d]) {
+        in = false;
+        break;
+      }
+      g += gi * gstride[d];
+    }
+    f(k, in ? g : -1);
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < local[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+std::vector<int64_t> Offsets(const Sharding& s, int64_t p, const Shape& global) {
+  std::vector<int64_t> o(static_cast<size_t>(global.rank()), 0);
+  for (int64_t d = 0; d < global.rank(); ++d) o[static_cast<size_t>(d)] = spmd::TileOffset(s, p, d, global.dims[static_cast<size_t>(d)]);
+  return o;
+}
+
+// The local input of partition p: its tile of `g`, padding poisoned.
+Value TileOf(const Value& g, const Sharding& s, int64_t p) {
+  const Shape local = spmd::LocalShape(g.shape, s);
+  Value v = Value::Zeros(local);
+  if (s.IsMaximal() && s.maximal_device() != p) {
+    for (int64_t k = 0; k < v.size(); ++k) Poison(&v, k);
+    return v;
+  }
+  ForEachTileElement(local.dims, g.shape.dims, Offsets(s, p, g.shape), [&](int64_t k, int64_t gi) {
+    if (gi < 0) {
+      Poison(&v, k);
+    } else {
+      CopyElement(g, gi, &v, k);
+    }
+  });
+  return v;
+}
+
+int64_t LargestReductionGroup(const HloModule& m) {
+  int64_t g = 1;
+  for (const HloComputation* c : m.computations()) {
+    for (const HloInstruction* h : c->instructions()) {
+      if ((h->opcode() == HloOpcode::kAllReduce || h->opcode() == HloOpcode::kReduceScatter) &&
+          h->replica_groups) {
+        for (const auto& grp : h->replica_groups->groups) g = std::max<int64_t>(g, static_cast<int64_t>(grp.size()));
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partitioned,
+                             std::string* why) {
+  auto fail = [&](std::string m) {
+    if (why) *why = std::move(m);
+    return false;
+  };
+  const HloComputation* ge = global.entry();
+  const HloComputation* pe = partitioned.entry();
+  if (ge == nullptr || pe == nullptr) return fail("a module has no entry");
+  if (ge->num_parameters() != pe->num_parameters()) return fail("parameter counts differ");
+  bool differs = false;
+  for (int64_t i = 0; i < ge->num_parameters(); ++i) {
+    const Shape& gs = ge->parameter(i)->shape();
+    absl::StatusOr<Sharding> s = ShardingOf(pe->parameter(i), gs);
+    if (!s.ok()) return fail(absl::StrCat("parameter ", i, ": ", s.status().message()));
+    const Shape local = spmd::LocalShape(gs, *s);
+    if (!local.Compatible(pe->parameter(i)->shape())) {
+      return fail(absl::StrCat("parameter ", i, " is ", pe->parameter(i)->shape().ToString(false),
+                               ", not the local shape ", local.ToString(false), " of ",
+                               gs.ToString(false), " under ", s->ToString()));
+    }
+    differs |= !gs.Compatible(local);
+  }
+  const Shape& gr = ge->root()->shape();
+  absl::StatusOr<Sharding> rs = ShardingOf(pe->root(), gr);
+  if (!rs.ok()) return fail(absl::StrCat("root: ", rs.status().message()));
+  const Shape local_root = spmd::LocalShape(gr, *rs);
+  if (!local_root.Compatible(pe->root()->shape())) {
+    return fail(absl::StrCat("the root is ", pe->root()->shape().ToString(false),
+                             ", not the local shape ", local_root.ToString(false)));
+  }
+  differs |= !gr.Compatible(local_root);
+  if (!differs) return fail("every parameter and output has the same shape in both");
+  return true;
+}
+
+absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
+                                                                 const HloModule& partitioned,
+                                                                 const CompareOptions& options) {
+  std::string why;
+  if (!IsGlobalPartitionedPair(global, partitioned, &why) &&
+      why != "every parameter and output has the same shape in both") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the modules are not a global/partitioned pair: ", why));
+  }
+  for (const HloComputation* c : global.computations()) {
+    for (const HloInstruction* h : c->instructions()) {
+      if (h->opcode() == HloOpcode::kCustomCall &&
+          (h->custom_call_target == "SPMDFullToShardShape" ||
+           h->custom_call_target == "SPMDShardToFullShape")) {
+        return absl::UnimplementedError(absl::StrCat(
+            "the global module has manual regions ('", h->name(),
+            "'): the global-view reference is not implemented yet"));
+      }
+    }
+  }
+  // 1./2. Global inputs and the reference on one device.
+  std::unique_ptr<HloModule> ref = global.Clone();
+  for (HloInstruction* p : ref->entry()->parameters()) p->sharding.reset();
+  EvalOptions ge = options.eval;
+  ge.num_partitions = 1;
+  ge.replica_count = 1;
+  ge.replicate_unsharded = true;
+  absl::StatusOr<Inputs> gin = MakeInputs(*ref, ge);
+  if (!gin.ok()) return absl::Status(gin.status().code(), absl::StrCat("global module: ", gin.status().message()));
+  absl::StatusOr<EvalResult> gr = RunModule(*ref, ge, &*gin);
+  if (!gr.ok()) return absl::Status(gr.status().code(), absl::StrCat("global module: ", gr.status().message()));
+  // 3. Tiles with poisoned padding.
+  EvalOptions pe = options.eval;
+  pe.num_partitions = ResolvedNumPartitions(partitioned, options.eval);
+  pe.replica_count = ResolvedReplicaCount(partitioned, options.eval);
+  const int64_t n = pe.num_partitions, devices = n * pe.replica_count;
+  const HloComputation* pentry = partitioned.entry();
+  Inputs pin;
+  pin.per_device.assign(static_cast<size_t>(devices), {});
+  for (int64_t i = 0; i < pentry->num_parameters(); ++i) {
+    const ValuePtr& g = gin->per_device[0][static_cast<size_t>(i)];
+    absl::StatusOr<Sharding> s = ShardingOf(pentry->parameter(i), g->shape);
+    if (!s.ok()) return s.status();
+    if (g->shape.IsTuple()) {
+      return absl::UnimplementedError(absl::StrCat("parameter ", i, " is a tuple: not supported"));
+    }
+    for (int64_t d = 0; d < devices; ++d) {
+      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(*g, *s, d % n)));
+    }
+  }
+  absl::StatusOr<EvalResult> pr = RunModule(partitioned, pe, &pin);
+  if (!pr.ok()) {
+    return absl::Status(pr.status().code(), absl::StrCat("partitioned module: ", pr.status().message()));
+  }
+  // 4. Reassembly.
+  GlobalCompareReport report;
+  report.num_partitions = n;
+  report.compare.num_partitions = n;
+  report.compare.replica_count = pe.replica_count;
+  report.compare.seed = options.eval.seed;
+  std::vector<Shape> leaf_shapes;
+  FlattenShapes(global.entry()->root()->shape(), &leaf_shapes);
+  absl::StatusOr<Sharding> root_sharding = ShardingOf(pentry->root(), global.entry()->root()->shape());
+  if (!root_sharding.ok()) return root_sharding.status();
+  const std::vector<Sharding> leaves =
+      LeafShardings(*root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  const std::vector<ValuePtr>& ref_out = gr->outputs[0];
+  if (ref_out.size() != leaf_shapes.size() || leaves.size() != leaf_shapes.size()) {
+    return absl::InvalidArgumentError("output counts differ between the modules");
+  }
+  CompareOptions co = options;
+  if (!co.norm_ulps) {
+    co.norm_ulps = std::max<double>(kDefaultNormUlps, 2.0 * static_cast<double>(LargestReductionGroup(partitioned)));
+  }
+  for (size_t k = 0; k < leaf_shapes.size(); ++k) {
+    const Sharding& s = leaves[k];
+    const Shape& gs = leaf_shapes[k];
+    if (s.IsManual() || s.IsUnreduced() || s.HasManualSubgroup()) {
+      return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
+                                                   ": cannot be reassembled"));
+    }
+    Value assembled = Value::Zeros(gs);
+    // Holders of each tile in device-array order (replicated: every partition, in id order).
+    std::map<std::vector<int64_t>, std::vector<int64_t>> holders;
+    std::vector<std::vector<int64_t>> order;
+    std::vector<int64_t> partitions;
+    if (s.IsTiled()) {
+      partitions = s.devices();
+    } else if (s.IsMaximal()) {
+      partitions = {s.maximal_device()};
+    } else {
+      for (int64_t p = 0; p < n; ++p) partitions.push_back(p);
+    }
+    for (int64_t p : partitions) {
+      const std::vector<int64_t> t = *s.TileIndex(p, gs.rank());
+      if (!holders.count(t)) order.push_back(t);
+      for (int64_t r = 0; r < pe.replica_count; ++r) holders[t].push_back(r * n + p);
+    }
+    for (const std::vector<int64_t>& t : order) {
+      const std::vector<int64_t>& hs = holders[t];
+      const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
+      const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
+      if (first.shape.dims != spmd::LocalShape(gs, s).dims) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", k, " of device ", hs[0], " is ", first.shape.ToString(false),
+            ", expected ", spmd::LocalShape(gs, s).ToString(false)));
+      }
+      ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+        if (gi >= 0) CopyElement(first, lk, &assembled, gi);
+      });
+      for (size_t h = 1; h < hs.size(); ++h) {
+        const Value& other = *pr->outputs[static_cast<size_t>(hs[h])][k];
+        int64_t bad = -1;
+        ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+          if (gi >= 0 && bad < 0 && !SameBits(first, lk, other, lk)) bad = lk;
+        });
+        if (bad >= 0) {
+          report.pass = false;
+          report.copy_mismatches.push_back(absl::StrFormat(
+              "output %d tile (%s): device %d differs from device %d at local element %d (%g vs "
+              "%g): copies that must be identical are not (a replica-group or offset bug)",
+              k, absl::StrJoin(t, ","), hs[h], hs[0], bad, other.GetDouble(bad),
+              first.GetDouble(bad)));
+        }
+      }
+    }
+    OutputComparison c = CompareOutputValues(*ref_out[k], assembled, co);
+    c.output = static_cast<int64_t>(k);
+    c.device = -1;
+    report.compare.pass &= c.pass;
+    report.compare.outputs.push_back(std::move(c));
+  }
+  report.pass &= report.compare.pass;
+  return report;
+}
+
+std::string GlobalCompareReport::ToString() const {
+  std::string s = absl::StrFormat(
+      "compare: global module on 1 device vs partitioned module on %d partition(s)%s, seed %d\n",
+      num_partitions,
+      compare.replica_count > 1 ? absl::StrCat(" x ", compare.replica_count, " replicas") : "",
+      compare.seed);
+  for (const std::string& m : copy_mismatches) absl::StrAppend(&s, "  ", m, "\n");
+  for (const OutputComparison& c : compare.outputs) {
+    absl::StrAppendFormat(&s,
+                          "  output %d %s (reassembled): max_abs_err=%.4g max_rel_err=%.4g "
+                          "mismatches=%d/%d nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s) %s\n",
+                          c.output, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
+                          c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
+                          c.norm_ulps > 0
+                              ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
+                                                c.norm_ulps, c.max_abs_value, c.norm_atol)
+                              : std::string(),
+                          c.pass ? "PASS" : "FAIL");
+  }
+  s += pass ? "PASS\n" : "FAIL\n";
+  return s;
+}
+
+std::string GlobalCompareReport::ToJson() const {
+  nlohmann::json j = nlohmann::json::parse(compare.ToJson());
+  j["pass"] = pass;
+  j["mode"] = "global-vs-partitioned";
+  j["copy_mismatches"] = copy_mismatches;
+  return j.dump(2);
+}
+
+}  // namespace weave::eval

@@ -1,0 +1,53 @@
+// The check of a partitioned module against the global program it came from
+// (../shared/specs/spmd-partitioner.md §6):
+//  1. global inputs from the seed (every parameter as its global shape);
+//  2. reference: the global module on one device (`Sharding`, FuncResultSharding, placement
+//     and barrier calls are identities);
+//  3. the partitioned module on P·R devices, each fed its tiles of the same inputs per the
+//     partitioned module's parameter shardings, padding poisoned (NaN for floats, 0x5A.. for
+//     integers, true for pred) so that any read of padding shows; a maximal parameter reaches
+//     only its device (the others get poison);
+//  4. each root leaf reassembled from the partitioned module's root sharding: each tile from its
+//     first holder in the device array, every other copy of it (its replication group, or every
+//     device for a replicated output) bit-identical on the valid region before any tolerance
+//     (this catches replica-group and tile-offset bugs), padding stripped; maximal: device d;
+//  5. compared with `weave compare`'s tolerances, the norm-wise floor max(4, 2·G) ulps with G the
+//     largest all-reduce/reduce-scatter group (bf16 partial sums round before the all-reduce, the
+//     reference rounds once).
+// Manual or unreduced root leaves and manual regions are declined (Unimplemented).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "eval/evaluator.h"
+#include "hlo/ir.h"
+
+namespace weave::eval {
+
+struct GlobalCompareReport {
+  CompareReport compare;  // one OutputComparison per root leaf (device = -1: reassembled)
+  // Copies that should be identical but are not: "output 0 tile (1,0): device 3 differs from
+  // device 1 at element 17 (0.25 vs nan)".
+  std::vector<std::string> copy_mismatches;
+  int64_t num_partitions = 1;
+  bool pass = true;
+  std::string ToString() const;
+  std::string ToJson() const;
+};
+
+// Whether `partitioned` looks like `global` partitioned: same parameter count, and each of its
+// parameter shapes is the local shape of the global one under its sharding, with at least one
+// shape (parameter or root leaf) differing. On false, *why (optional) says what differs.
+bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partitioned,
+                             std::string* why = nullptr);
+
+// Runs the check. options.eval.num_partitions / replica_count: the partitioned module's counts
+// (default: its header). Errors: InvalidArgument for modules that are not such a pair,
+// evaluator errors prefixed "global module:" / "partitioned module:".
+absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
+                                                                 const HloModule& partitioned,
+                                                                 const CompareOptions& options);
+
+}  // namespace weave::eval

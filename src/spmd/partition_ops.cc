@@ -1,0 +1,355 @@
+// spmd-partitioner rules for everything but dot (see spmd_partitioner.h for the table).
+#include <algorithm>
+#include <numeric>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "spmd/partitioner_internal.h"
+#include "spmd/propagation_rules.h"
+#include "spmd/sharding_util.h"
+
+namespace weave::spmd {
+namespace {
+
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The leaf sharding of a (possibly tuple) target.
+Sharding Leaf(const Sharding& s) {
+  if (s.IsTuple()) return s.leaves().empty() ? Sharding::Replicated() : s.leaves()[0];
+  return s;
+}
+
+// Dims a reduce-window's window touches (size, stride, padding or dilation not trivial).
+std::vector<int64_t> WindowDims(const HloInstruction& h) {
+  std::vector<int64_t> out;
+  const std::string* w = h.GetRawAttribute("window");
+  if (w == nullptr) return out;
+  const int64_t rank = h.operand(0)->shape().rank();
+  std::vector<bool> touched(static_cast<size_t>(rank), false);
+  for (absl::string_view field : absl::StrSplit(*w, absl::ByAnyChar("{} "), absl::SkipEmpty())) {
+    const size_t eq = field.find('=');
+    if (eq == absl::string_view::npos) continue;
+    const absl::string_view key = field.substr(0, eq);
+    std::vector<std::string> parts = absl::StrSplit(field.substr(eq + 1), 'x');
+    for (size_t d = 0; d < parts.size() && d < touched.size(); ++d) {
+      const std::string& p = parts[d];
+      const bool trivial = key == "pad" ? (p == "0_0") : (p == "1");
+      if (key == "rhs_reversal") continue;
+      if (!trivial) touched[d] = true;
+    }
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    if (touched[static_cast<size_t>(d)]) out.push_back(d);
+  }
+  return out;
+}
+
+bool UniformLiteral(const Literal& l) {
+  if (l.elided) return false;
+  if (!l.f.empty()) {
+    return std::all_of(l.f.begin(), l.f.end(), [&](double v) {
+      return v == l.f[0] || (v != v && l.f[0] != l.f[0]);
+    });
+  }
+  return std::all_of(l.i.begin(), l.i.end(), [&](int64_t v) { return v == l.i[0]; });
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  // Operands that already agree among themselves: compute in their sharding.
+  std::optional<Sharding> common;
+  bool agree = true;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    if (h.operand(i)->shape().rank() != h.shape().rank()) continue;
+    const Sharding& s = cp.Value(h.operand(i)).sharding;
+    if (!common) {
+      common = s;
+    } else if (*common != s) {
+      agree = false;
+    }
+  }
+  Sharding in = target;
+  if (agree && common && (common->IsTiled() || common->IsReplicated()) && !common->HasManualSubgroup() &&
+      h.operand_count() > 0) {
+    in = *common;
+  }
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    const bool same_rank = h.operand(i)->shape().rank() == h.shape().rank();
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, same_rank ? in : Sharding::Replicated());
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  return PValue{cp.Clone(h, LocalShape(h.shape(), in), std::move(ops)), in, h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionBroadcast(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  std::vector<int64_t> added;
+  for (int64_t d = 0; d < h.shape().rank(); ++d) {
+    if (!Contains(h.dimensions, d)) added.push_back(d);
+  }
+  std::optional<Sharding> result = ReplicateDims(target, added);
+  std::optional<Sharding> op = result ? RemoveDims(*result, added) : std::nullopt;
+  if (op && op->IsTiled()) {
+    // Operand dim k is result dim dimensions[k]: order the kept result dims by operand dim.
+    std::vector<int64_t> order(h.dimensions.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return h.dimensions[static_cast<size_t>(x)] < h.dimensions[static_cast<size_t>(y)];
+    });
+    std::vector<int64_t> inv(order.size());
+    for (size_t k = 0; k < order.size(); ++k) inv[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+    op = TransposeSharding(*op, inv);
+  }
+  if (!result || !op) return cp.Replicated(h, "broadcast: the operand cannot follow the result's sharding");
+  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
+  if (!x.ok()) return x.status();
+  // Along the added dims the value does not depend on the index: broadcast straight into the
+  // local tile.
+  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionTranspose(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  std::vector<int64_t> inv(h.dimensions.size());
+  for (size_t k = 0; k < inv.size(); ++k) inv[static_cast<size_t>(h.dimensions[k])] = static_cast<int64_t>(k);
+  std::optional<Sharding> op = TransposeSharding(target, inv);
+  if (!op) return cp.Replicated(h, "transpose: the operand cannot follow the result's sharding");
+  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
+  if (!x.ok()) return x.status();
+  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  const Shape& in = h.operand(0)->shape();
+  auto local_ok = [&](const Sharding& os, const Sharding& rs) {
+    return LocalShape(in, os).ElementCount() == LocalShape(h.shape(), rs).ElementCount();
+  };
+  // The operand in the sharding the target maps back to.
+  std::optional<Sharding> op = target.IsTiled()
+                                   ? ReshapeSharding(target, h.shape().dims, in.dims)
+                                   : std::optional<Sharding>(target);
+  if (op && local_ok(*op, target)) {
+    absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
+    if (!x.ok()) return x.status();
+    return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+  }
+  // Else the operand's own sharding carried forward.
+  const PValue& v = cp.Value(h.operand(0));
+  std::optional<Sharding> fwd = v.sharding.IsTiled()
+                                    ? ReshapeSharding(v.sharding, in.dims, h.shape().dims)
+                                    : std::nullopt;
+  if (fwd && local_ok(v.sharding, *fwd)) {
+    return PValue{cp.Clone(h, LocalShape(h.shape(), *fwd), {v.hlo}), *fwd, h.shape()};
+  }
+  return cp.Replicated(h, "reshape: the sharding cannot follow the reshape");
+}
+
+absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInstruction& h) {
+  const int64_t n = h.operand_count() / 2;
+  const Sharding target = Leaf(cp.Target(&h));
+  const Shape& in_shape = h.operand(0)->shape();
+  std::vector<int64_t> reduced = h.dimensions;
+  std::sort(reduced.begin(), reduced.end());
+  const Sharding& in = cp.Value(h.operand(0)).sharding;
+  bool tiled_reduced = false;
+  if (in.IsTiled()) {
+    for (int64_t d : reduced) tiled_reduced |= in.tile(d) > 1;
+  }
+  std::vector<HloInstruction*> inits;
+  for (int64_t i = n; i < h.operand_count(); ++i) {
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, Sharding::Replicated());
+    if (!o.ok()) return o.status();
+    inits.push_back(*o);
+  }
+  if (n == 1 && tiled_reduced && !in.HasManualSubgroup()) {
+    // Keep the reduced dims sharded: masked local reduce, then all-reduce per tiled dim.
+    const PValue& v = cp.Value(h.operand(0));
+    HloInstruction* x = cp.b().MaskPadding(v.hlo, in, in_shape, reduced, inits[0]);
+    std::optional<Sharding> r = ReplicateDims(in, reduced);
+    if (r) r = RemoveDims(*r, reduced);
+    if (r) {
+      HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), *r), {x, inits[0]});
+      for (auto it = reduced.rbegin(); it != reduced.rend(); ++it) {
+        if (in.tile(*it) == 1) continue;
+        local = cp.b().AllReduce(local, DeviceGroups(in, {*it}), h.to_apply());
+      }
+      return PValue{local, *r, h.shape()};
+    }
+  }
+  // Reduced dims untiled: the inputs follow the result's sharding.
+  std::optional<Sharding> op = target.IsTiled() ? InsertDims(target, reduced)
+                                                : std::optional<Sharding>(target);
+  if (!op) return cp.Replicated(h, "reduce: the operand cannot follow the result's sharding");
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < n; ++i) {
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, *op);
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  ops.insert(ops.end(), inits.begin(), inits.end());
+  const Sharding result = Sharding::Broadcast(target, h.shape());
+  return PValue{cp.Clone(h, LocalShape(h.shape(), result), std::move(ops)), result, h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionConstant(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  if (!target.IsTiled() || h.shape().IsTuple() || !h.literal) {
+    return PValue{cp.Clone(h, h.shape(), {}), Sharding::Broadcast(Sharding::Replicated(), h.shape()),
+                  h.shape()};
+  }
+  const Shape local = LocalShape(h.shape(), target);
+  if (UniformLiteral(*h.literal) && h.literal->shape.ElementCount() > 0) {
+    Literal lit;
+    lit.shape = local;
+    const int64_t count = local.ElementCount();
+    if (!h.literal->f.empty()) {
+      lit.f.assign(static_cast<size_t>(count), h.literal->f[0]);
+    } else {
+      lit.i.assign(static_cast<size_t>(count), h.literal->i[0]);
+    }
+    HloInstruction* c = cp.Clone(h, local, {});
+    c->literal = std::move(lit);
+    return PValue{c, target, h.shape()};
+  }
+  // Non-uniform: replicated, then sliced (the driver reshards to the target).
+  return PValue{cp.Clone(h, h.shape(), {}), Sharding::Replicated(), h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding& target = cp.Target(&h);
+  const Shape local = LocalShape(h.shape(), target);
+  HloInstruction* iota = cp.Clone(h, local, {});
+  const int64_t d = h.iota_dimension;
+  if (!target.IsTiled() || d < 0 || d >= target.rank() || target.tile(d) == 1) {
+    return PValue{iota, target, h.shape()};
+  }
+  SpmdBuilder& b = cp.b();
+  HloInstruction* offset = b.TableLookup(b.OffsetTable(target, h.shape(), d));
+  if (h.shape().element_type != PrimitiveType::S32) {
+    offset = b.Add(HloOpcode::kConvert, Shape::Scalar(h.shape().element_type), {offset}, "convert");
+  }
+  HloInstruction* sum = b.Add(HloOpcode::kAdd, local, {iota, b.Splat(offset, local)}, "iota_offset");
+  return PValue{sum, target, h.shape()};
+}
+
+absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
+                                                 const HloInstruction& h) {
+  const HloOpcode op = h.opcode();
+  const Shape& out = h.shape();
+  const Shape& leaf_shape = out.IsTuple() ? out.tuple_shapes.at(0) : out;
+  std::vector<int64_t> affected;
+  std::vector<bool> is_data(static_cast<size_t>(h.operand_count()), true);
+  switch (op) {
+    case HloOpcode::kSlice:
+      for (size_t d = 0; d < h.slice.size(); ++d) {
+        const SliceDim& s = h.slice[d];
+        if (s.start != 0 || s.stride != 1 || s.limit != h.operand(0)->shape().dims[d]) {
+          affected.push_back(static_cast<int64_t>(d));
+        }
+      }
+      break;
+    case HloOpcode::kPad:
+      for (size_t d = 0; d < h.padding.size(); ++d) {
+        const PadDim& p = h.padding[d];
+        if (p.lo != 0 || p.hi != 0 || p.interior != 0) affected.push_back(static_cast<int64_t>(d));
+      }
+      is_data[1] = false;
+      break;
+    case HloOpcode::kConcatenate:
+      affected = h.dimensions;
+      break;
+    case HloOpcode::kReverse:
+    case HloOpcode::kSort:
+      affected = h.dimensions;
+      break;
+    case HloOpcode::kReduceWindow:
+      affected = WindowDims(h);
+      for (int64_t i = h.operand_count() / 2; i < h.operand_count(); ++i) {
+        is_data[static_cast<size_t>(i)] = false;
+      }
+      break;
+    default:
+      return cp.Replicated(h, "no partitioning rule");
+  }
+  const Sharding target = Leaf(cp.Target(&h));
+  std::optional<Sharding> s = ReplicateDims(target, affected);
+  if (!s || (s->IsTiled() && s->rank() != leaf_shape.rank())) {
+    return cp.Replicated(h, absl::StrCat(std::string(HloOpcodeString(op)), ": no sharding without its dims"));
+  }
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    absl::StatusOr<HloInstruction*> o =
+        cp.Operand(h, i, is_data[static_cast<size_t>(i)] ? *s : Sharding::Replicated());
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  const Sharding result = Sharding::Broadcast(*s, out);
+  HloInstruction* local = cp.Clone(h, LocalShape(out, result), ops);
+  if (op == HloOpcode::kSlice) {
+    // Full slices of tiled dims cover the local extent.
+    for (size_t d = 0; d < local->slice.size(); ++d) {
+      if (!Contains(affected, static_cast<int64_t>(d))) {
+        local->slice[d] = SliceDim{0, local->shape().dims[d], 1};
+      }
+    }
+  }
+  return PValue{local, result, out};
+}
+
+namespace {
+
+// Dynamic slice / update: dims where `part` is smaller than `full` are sliced.
+absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloInstruction& h,
+                                        bool update) {
+  const Shape& full = update ? h.shape() : h.operand(0)->shape();
+  const std::vector<int64_t>& part = update ? h.operand(1)->shape().dims : h.dynamic_slice_sizes;
+  std::vector<int64_t> sliced;
+  for (size_t d = 0; d < full.dims.size() && d < part.size(); ++d) {
+    if (part[d] < full.dims[d]) sliced.push_back(static_cast<int64_t>(d));
+  }
+  std::optional<Sharding> s = ReplicateDims(cp.Target(&h), sliced);
+  if (!s) return cp.Replicated(h, "dynamic slice: no sharding without the sliced dims");
+  const int64_t first_index = update ? 2 : 1;
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < first_index; ++i) {
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, *s);
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  for (int64_t i = first_index; i < h.operand_count(); ++i) {
+    const int64_t d = i - first_index;
+    if (Contains(sliced, d)) {
+      absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, Sharding::Replicated());
+      if (!o.ok()) return o.status();
+      ops.push_back(*o);
+    } else {
+      // A full-size dim: index 0 (the local extent is the whole tile).
+      ops.push_back(cp.b().ScalarConst(h.operand(i)->shape().element_type, 0));
+    }
+  }
+  const Shape local = LocalShape(h.shape(), *s);
+  HloInstruction* x = cp.Clone(h, local, std::move(ops));
+  if (!update) x->dynamic_slice_sizes = local.dims;
+  return PValue{x, *s, h.shape()};
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionDynamicSlice(ComputationPartitioner& cp, const HloInstruction& h) {
+  return PartitionDynamic(cp, h, /*update=*/false);
+}
+
+absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
+                                                   const HloInstruction& h) {
+  return PartitionDynamic(cp, h, /*update=*/true);
+}
+
+}  // namespace weave::spmd

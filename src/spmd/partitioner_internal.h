@@ -1,0 +1,90 @@
+// Internals shared by the spmd-partitioner's files (spmd_partitioner.cc, partition_ops.cc,
+// partition_dot.cc). Not a public interface.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "passes/pass.h"
+#include "spmd/reshard.h"
+#include "spmd/spmd_builder.h"
+
+namespace weave::spmd {
+
+// Partitions one computation into a fresh one.
+class ComputationPartitioner {
+ public:
+  ComputationPartitioner(const HloComputation* old, HloComputation* fresh, SpmdContext* ctx,
+                         std::vector<Remark>* remarks)
+      : old_(old), fresh_(fresh), b_(fresh, ctx), ctx_(ctx), remarks_(remarks) {}
+
+  // Partitions the computation; parameters take `params` (one per parameter; their global
+  // shapes are the old parameters'), the root is resharded to `root` when given.
+  absl::Status Run(const std::vector<Sharding>& params, const Sharding* root);
+
+  SpmdBuilder& b() { return b_; }
+  SpmdContext* ctx() { return ctx_; }
+  int64_t num_partitions() const { return ctx_->num_partitions; }
+  // The sharding the old instruction must end up in (its `sharding=`; replicated if none).
+  const Sharding& Target(const HloInstruction* old) const;
+  // The partitioned value of an already partitioned old instruction.
+  const PValue& Value(const HloInstruction* old) const;
+  // Operand `i` of `h` resharded to `s` (cached per (operand, s)).
+  absl::StatusOr<HloInstruction*> Operand(const HloInstruction& h, int64_t i, const Sharding& s);
+  // Any old instruction's value resharded to `s` (cached).
+  absl::StatusOr<HloInstruction*> ValueIn(const HloInstruction* old, const Sharding& s);
+  // Reshard of an intermediate value (not cached).
+  absl::StatusOr<HloInstruction*> Reshard(const PValue& v, const Sharding& s,
+                                          const HloInstruction& for_instr);
+  // A remark about `h` (missed = false means applied).
+  void Remark(const HloInstruction& h, bool applied, std::string message);
+  // Computes `h` replicated: every operand replicated, the op cloned with global shapes; the
+  // value is replicated. With a non-empty `why`, remarks an involuntary full
+  // rematerialization when any operand or the result is sharded.
+  absl::StatusOr<PValue> Replicated(const HloInstruction& h, const std::string& why);
+  // Clones `h` with new operands and shape into the fresh computation (attributes, metadata and
+  // called computations kept, sharding dropped).
+  HloInstruction* Clone(const HloInstruction& h, const Shape& shape,
+                        std::vector<HloInstruction*> operands);
+  // Partitions a called computation (loop body/condition, branch) into a new one.
+  absl::StatusOr<HloComputation*> PartitionCallee(const HloComputation* callee,
+                                                  const std::vector<Sharding>& params,
+                                                  const Sharding* root);
+  int64_t remat_count() const { return remat_count_; }
+
+ private:
+  absl::StatusOr<PValue> Partition(const HloInstruction& h);
+  const HloComputation* old_;
+  HloComputation* fresh_;
+  SpmdBuilder b_;
+  SpmdContext* ctx_;
+  std::vector<weave::Remark>* remarks_;
+  absl::flat_hash_map<const HloInstruction*, Sharding> targets_;
+  absl::flat_hash_map<const HloInstruction*, PValue> values_;
+  std::map<std::pair<const HloInstruction*, std::string>, HloInstruction*> cache_;
+  int64_t remat_count_ = 0;
+};
+
+// Per-op handlers: return the value of `h` in any sharding (the driver reshards it to the
+// target). partition_ops.cc:
+absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionBroadcast(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionTranspose(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionConstant(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstruction& h);
+// slice, pad, concatenate, reverse, sort, reduce-window: local on untiled affected dims.
+absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
+                                                 const HloInstruction& h);
+absl::StatusOr<PValue> PartitionDynamicSlice(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
+                                                   const HloInstruction& h);
+// partition_dot.cc:
+absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
+
+}  // namespace weave::spmd

@@ -1,0 +1,348 @@
+// Per-op sharding inference (see propagation_rules.h).
+#include "spmd/propagation_rules.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "spmd/sharding_util.h"
+
+namespace weave::spmd {
+namespace {
+
+const Shape& LeafShape(const HloInstruction& h) { return h.shape(); }
+
+// Dims where `sizes` is smaller than the operand's dims (sliced dims of a dynamic slice).
+std::vector<int64_t> SlicedDims(const std::vector<int64_t>& full, const std::vector<int64_t>& part) {
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < full.size() && d < part.size(); ++d) {
+    if (part[d] < full[d]) out.push_back(static_cast<int64_t>(d));
+  }
+  return out;
+}
+
+// Merges candidates into one (elementwise-style), leaves of the same rank as `dims` only.
+Sharding MergeAll(const std::vector<const Sharding*>& cands, const std::vector<int64_t>& dims,
+                  int a) {
+  Sharding out;
+  for (const Sharding* c : cands) {
+    if (c == nullptr || c->IsTuple()) continue;
+    if (c->IsTiled() && c->rank() != static_cast<int64_t>(dims.size())) continue;
+    out = ImproveLeaf(out, *c, a >= 1, true, dims);
+  }
+  return out;
+}
+
+std::optional<Sharding> NonEmpty(Sharding s) {
+  if (s.IsUnset()) return std::nullopt;
+  return s;
+}
+
+// Broadcast: operand dim k -> result dim dims[k]. Sorted positions + the permutation that
+// orders the operand dims by their result position.
+std::vector<int64_t> OrderOf(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> order(dims.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    return dims[static_cast<size_t>(x)] < dims[static_cast<size_t>(y)];
+  });
+  return order;
+}
+
+std::optional<Sharding> BroadcastForward(const HloInstruction& h, const Sharding& s) {
+  if (!s.IsTiled()) return s.IsReplicated() ? std::optional<Sharding>(s) : std::nullopt;
+  const std::vector<int64_t>& dims = h.dimensions;
+  std::optional<Sharding> sorted = TransposeSharding(s, OrderOf(dims));
+  if (!sorted) return std::nullopt;
+  std::vector<int64_t> positions;
+  for (int64_t d = 0; d < h.shape().rank(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) positions.push_back(d);
+  }
+  return InsertDims(*sorted, positions);
+}
+
+std::optional<Sharding> BroadcastBackward(const HloInstruction& h, const Sharding& s) {
+  if (!s.IsTiled()) return s.IsReplicated() || s.IsManual() ? std::optional<Sharding>(s) : std::nullopt;
+  const std::vector<int64_t>& dims = h.dimensions;
+  std::vector<int64_t> added;
+  for (int64_t d = 0; d < h.shape().rank(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) added.push_back(d);
+  }
+  std::optional<Sharding> r = ReplicateDims(s, added);
+  if (!r) return std::nullopt;
+  r = RemoveDims(*r, added);
+  if (!r) return std::nullopt;
+  // Back from sorted result order to operand order.
+  const std::vector<int64_t> order = OrderOf(dims);
+  std::vector<int64_t> inv(order.size());
+  for (size_t k = 0; k < order.size(); ++k) inv[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  return TransposeSharding(*r, inv);
+}
+
+std::optional<Sharding> DotForward(const HloInstruction& h, const ShardingOf& get) {
+  const Sharding& l = get(h.operand(0));
+  const Sharding& r = get(h.operand(1));
+  std::optional<Sharding> cl, cr;
+  if (!l.IsUnset() && !l.IsUnknown()) cl = DotOutputFromOperand(l, 0, h);
+  if (!r.IsUnset() && !r.IsUnknown()) cr = DotOutputFromOperand(r, 1, h);
+  // The larger operand's candidate first, then the other merged in.
+  const bool lhs_first =
+      h.operand(0)->shape().ElementCount() >= h.operand(1)->shape().ElementCount();
+  std::vector<const Sharding*> order;
+  const std::optional<Sharding>& first = lhs_first ? cl : cr;
+  const std::optional<Sharding>& second = lhs_first ? cr : cl;
+  if (first) order.push_back(&*first);
+  if (second) order.push_back(&*second);
+  return NonEmpty(MergeAll(order, h.shape().dims, 1));
+}
+
+}  // namespace
+
+std::vector<int64_t> WindowSizes(const HloInstruction& h) {
+  const std::string* w = h.GetRawAttribute("window");
+  std::vector<int64_t> out;
+  if (w == nullptr) return out;
+  const size_t p = w->find("size=");
+  if (p == std::string::npos) return out;
+  size_t e = w->find_first_of(" }", p);
+  std::string sizes = w->substr(p + 5, e == std::string::npos ? std::string::npos : e - p - 5);
+  for (absl::string_view part : absl::StrSplit(sizes, 'x')) {
+    int64_t v;
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a) {
+  const HloOpcode op = h.opcode();
+  const Shape& shape = LeafShape(h);
+  auto operand = [&](int64_t i) -> const Sharding& { return get(h.operand(i)); };
+  if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
+    if (h.operand_count() == 0 || shape.IsTuple()) return std::nullopt;
+    std::vector<const Sharding*> c;
+    for (int64_t i = 0; i < h.operand_count(); ++i) {
+      if (h.operand(i)->shape().rank() == shape.rank()) c.push_back(&operand(i));
+    }
+    return NonEmpty(MergeAll(c, shape.dims, a));
+  }
+  switch (op) {
+    case HloOpcode::kTuple: {
+      std::vector<Sharding> leaves;
+      bool any = false;
+      for (int64_t i = 0; i < h.operand_count(); ++i) {
+        const Sharding& s = operand(i);
+        const Shape& es = h.operand(i)->shape();
+        if (s.IsUnset()) {
+          for (int64_t k = 0; k < Sharding::LeafCount(es); ++k) leaves.push_back(Sharding());
+          continue;
+        }
+        any = true;
+        const Sharding b = Sharding::Broadcast(s, es);
+        if (b.IsTuple()) {
+          leaves.insert(leaves.end(), b.leaves().begin(), b.leaves().end());
+        } else {
+          leaves.push_back(b);
+        }
+      }
+      if (!any) return std::nullopt;
+      return Sharding::Tuple(std::move(leaves));
+    }
+    case HloOpcode::kGetTupleElement: {
+      const Sharding& s = operand(0);
+      if (!s.IsTuple()) return NonEmpty(s);
+      return NonEmpty(s.TupleElement(h.operand(0)->shape(), h.tuple_index));
+    }
+    case HloOpcode::kWhile:
+    case HloOpcode::kOptimizationBarrier:
+      return NonEmpty(operand(0));
+    case HloOpcode::kReshape:
+      if (operand(0).IsTiled()) {
+        return ReshapeSharding(operand(0), h.operand(0)->shape().dims, shape.dims);
+      }
+      return NonEmpty(operand(0));
+    case HloOpcode::kTranspose:
+      return TransposeSharding(operand(0), h.dimensions);
+    case HloOpcode::kConcatenate: {
+      std::vector<const Sharding*> c;
+      for (int64_t i = 0; i < h.operand_count(); ++i) {
+        const Sharding& s = operand(i);
+        const int64_t dim = h.dimensions.empty() ? 0 : h.dimensions[0];
+        if (a == 0 && s.IsTiled() && dim < s.rank() && s.tile(dim) > 1) continue;
+        c.push_back(&s);
+      }
+      return NonEmpty(MergeAll(c, shape.dims, a));
+    }
+    case HloOpcode::kDynamicSlice: {
+      const Sharding& s = operand(0);
+      std::optional<Sharding> r =
+          ReplicateDims(s, SlicedDims(h.operand(0)->shape().dims, h.dynamic_slice_sizes));
+      if (!r) return std::nullopt;
+      return NonEmpty(*r);
+    }
+    case HloOpcode::kDynamicUpdateSlice: {
+      const std::vector<int64_t> sliced =
+          SlicedDims(h.operand(0)->shape().dims, h.operand(1)->shape().dims);
+      std::optional<Sharding> s0 = ReplicateDims(operand(0), sliced);
+      std::optional<Sharding> s1 = ReplicateDims(operand(1), sliced);
+      std::vector<const Sharding*> c;
+      // The operand's own sharding (with sliced dims tiled) is also a fine result sharding.
+      c.push_back(&operand(0));
+      if (s1) c.push_back(&*s1);
+      if (s0 && operand(0).IsUnset()) c.push_back(&*s0);
+      return NonEmpty(MergeAll(c, shape.dims, a));
+    }
+    default:
+      break;
+  }
+  if (a < 1) return std::nullopt;
+  switch (op) {
+    case HloOpcode::kBroadcast:
+      if (a < 3 || operand(0).IsUnset()) return std::nullopt;
+      return BroadcastForward(h, operand(0));
+    case HloOpcode::kSlice:
+    case HloOpcode::kPad:
+    case HloOpcode::kReverse:
+      return NonEmpty(operand(0));
+    case HloOpcode::kReduce: {
+      const int64_t n = h.operand_count() / 2;
+      std::vector<const Sharding*> c;
+      for (int64_t i = 0; i < n; ++i) c.push_back(&operand(i));
+      Sharding in = MergeAll(c, h.operand(0)->shape().dims, a);
+      if (in.IsUnset()) return std::nullopt;
+      std::optional<Sharding> r = ReplicateDims(in, h.dimensions);
+      if (!r) return std::nullopt;
+      r = RemoveDims(*r, h.dimensions);
+      if (!r) return std::nullopt;
+      return Sharding::Broadcast(*r, shape);
+    }
+    case HloOpcode::kDot:
+      return DotForward(h, get);
+    case HloOpcode::kSort: {
+      if (operand(0).IsUnset() || h.dimensions.empty()) return std::nullopt;
+      std::optional<Sharding> r = ReplicateDims(operand(0), h.dimensions);
+      if (!r) return std::nullopt;
+      return Sharding::Broadcast(*r, shape);
+    }
+    case HloOpcode::kReduceWindow: {
+      if (operand(0).IsUnset() || shape.IsTuple()) return std::nullopt;
+      std::vector<int64_t> window_dims;
+      const std::vector<int64_t> sizes = WindowSizes(h);
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        if (sizes[d] > 1) window_dims.push_back(static_cast<int64_t>(d));
+      }
+      std::optional<Sharding> r = ReplicateDims(operand(0), window_dims);
+      if (!r) return std::nullopt;
+      return NonEmpty(*r);
+    }
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
+      return Sharding::Broadcast(Sharding::Replicated(), shape);
+    case HloOpcode::kCustomCall:
+      if (h.custom_call_target == "SPMDFullToShardShape" ||
+          h.custom_call_target == "SPMDShardToFullShape") {
+        return std::nullopt;
+      }
+      return Sharding::Broadcast(Sharding::Replicated(), shape);
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t i,
+                                             const ShardingOf& get, int a) {
+  const Sharding& us = get(&user);
+  if (us.IsUnset() || us.IsUnknown()) return std::nullopt;
+  const HloOpcode op = user.opcode();
+  const Shape& os = user.operand(i)->shape();
+  if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
+    if (os.rank() != user.shape().rank() || user.shape().IsTuple()) return std::nullopt;
+    return us;
+  }
+  switch (op) {
+    case HloOpcode::kTuple:
+      return NonEmpty(us.TupleElement(user.shape(), i));
+    case HloOpcode::kGetTupleElement: {
+      // Only the read element is known.
+      std::vector<Sharding> leaves(static_cast<size_t>(Sharding::LeafCount(os)));
+      int64_t first = 0;
+      for (int64_t k = 0; k < user.tuple_index; ++k) {
+        first += Sharding::LeafCount(os.tuple_shapes[static_cast<size_t>(k)]);
+      }
+      const Sharding b = Sharding::Broadcast(us, user.shape());
+      if (b.IsTuple()) {
+        for (size_t k = 0; k < b.leaves().size(); ++k) leaves[static_cast<size_t>(first) + k] = b.leaves()[k];
+      } else {
+        leaves[static_cast<size_t>(first)] = b;
+      }
+      return Sharding::Tuple(std::move(leaves));
+    }
+    case HloOpcode::kWhile:
+    case HloOpcode::kOptimizationBarrier:
+      return us;
+    case HloOpcode::kReshape:
+      if (us.IsTiled()) return ReshapeSharding(us, user.shape().dims, os.dims);
+      return us;
+    case HloOpcode::kTranspose: {
+      std::vector<int64_t> inv(user.dimensions.size());
+      for (size_t k = 0; k < inv.size(); ++k) {
+        inv[static_cast<size_t>(user.dimensions[k])] = static_cast<int64_t>(k);
+      }
+      return TransposeSharding(us, inv);
+    }
+    case HloOpcode::kConcatenate:
+      return us;
+    case HloOpcode::kDynamicSlice:
+      if (i > 0) return Sharding::Replicated();
+      return ReplicateDims(us, SlicedDims(os.dims, user.dynamic_slice_sizes));
+    case HloOpcode::kDynamicUpdateSlice:
+      if (i >= 2) return Sharding::Replicated();
+      if (i == 0) return us;
+      return ReplicateDims(us, SlicedDims(user.shape().dims, os.dims));
+    default:
+      break;
+  }
+  if (a < 1) return std::nullopt;
+  switch (op) {
+    case HloOpcode::kBroadcast:
+      if (a < 2) return std::nullopt;
+      return BroadcastBackward(user, us);
+    case HloOpcode::kSlice:
+    case HloOpcode::kReverse:
+      return us;
+    case HloOpcode::kPad:
+      return i == 0 ? us : Sharding::Replicated();
+    case HloOpcode::kReduce: {
+      const int64_t n = user.operand_count() / 2;
+      if (i >= n) return Sharding::Replicated();
+      const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
+      if (leaf.IsUnset()) return std::nullopt;
+      std::vector<int64_t> dims = user.dimensions;
+      std::sort(dims.begin(), dims.end());
+      return InsertDims(leaf, dims);
+    }
+    case HloOpcode::kDot: {
+      const Sharding& other = get(user.operand(1 - i));
+      const Sharding* o = other.IsTiled() ? &other : nullptr;
+      return DotOperandFromOutput(us, o, i, user);
+    }
+    case HloOpcode::kSort: {
+      const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
+      if (leaf.IsUnset()) return std::nullopt;
+      return ReplicateDims(leaf, user.dimensions);
+    }
+    case HloOpcode::kReduceWindow: {
+      if (i > 0 || us.IsTuple()) return i > 0 ? std::optional<Sharding>(Sharding::Replicated()) : std::nullopt;
+      std::vector<int64_t> window_dims;
+      const std::vector<int64_t> sizes = WindowSizes(user);
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        if (sizes[d] > 1) window_dims.push_back(static_cast<int64_t>(d));
+      }
+      return ReplicateDims(us, window_dims);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace weave::spmd

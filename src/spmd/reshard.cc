@@ -1,0 +1,394 @@
+// Resharding (see reshard.h).
+#include "spmd/reshard.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "spmd/sharding_util.h"
+
+namespace weave::spmd {
+namespace {
+
+Sharding Physical(const Sharding& s) {
+  if (s.IsUnset() || s.IsUnknown() || s.IsMaximal() || s.IsUnreduced()) return Sharding::Replicated();
+  return s;
+}
+
+int64_t LocalBytes(const Sharding& s, const Shape& global) {
+  return LocalShape(global, s).ByteSize();
+}
+
+// Tile range [offset, offset + size) of device p along dim d; Replicated: the whole dim.
+std::pair<int64_t, int64_t> TileRange(const Sharding& s, int64_t p, int64_t d, int64_t size) {
+  if (!s.IsTiled() || s.tile(d) == 1) return {0, size};
+  return {TileOffset(s, p, d, size), ShardSize(size, s.tile(d))};
+}
+
+bool SameDeviceSet(const Sharding& s, int64_t n) {
+  if (!s.IsTiled()) return true;
+  if (static_cast<int64_t>(s.devices().size()) != n) return false;
+  for (int64_t p = 0; p < n; ++p) {
+    if (s.PositionOf(p) < 0) return false;
+  }
+  return true;
+}
+
+// Whether `to` is `from` with the tiles of dim i moved to dim j on the same devices.
+bool IsAllToAll(const Sharding& from, const Sharding& to, int64_t n, int64_t* i, int64_t* j) {
+  if (!from.IsTiled() || !to.IsTiled() || from.rank() != to.rank()) return false;
+  if (from.subgroups() != to.subgroups()) return false;
+  int64_t fi = -1, tj = -1;
+  for (int64_t d = 0; d < from.rank(); ++d) {
+    if (from.tile(d) == to.tile(d)) continue;
+    if (from.tile(d) > 1 && to.tile(d) == 1 && fi < 0) {
+      fi = d;
+    } else if (from.tile(d) == 1 && to.tile(d) > 1 && tj < 0) {
+      tj = d;
+    } else {
+      return false;
+    }
+  }
+  if (fi < 0 || tj < 0 || from.tile(fi) != to.tile(tj)) return false;
+  std::vector<int64_t> devices(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) devices[static_cast<size_t>(p)] = p;
+  // Every device's index along j in `to` is its index along i in `from`, all else equal.
+  for (int64_t p = 0; p < n; ++p) {
+    auto a = from.ArrayIndex(p);
+    auto b = to.ArrayIndex(p);
+    if (!a || !b) return false;
+    std::vector<int64_t> expect = *a;
+    expect[static_cast<size_t>(tj)] = (*a)[static_cast<size_t>(fi)];
+    expect[static_cast<size_t>(fi)] = 0;
+    // Replicated subgroup positions carry no meaning: compare data indices only.
+    for (int64_t d = 0; d < from.rank(); ++d) {
+      if (expect[static_cast<size_t>(d)] != (*b)[static_cast<size_t>(d)]) return false;
+    }
+  }
+  *i = fi;
+  *j = tj;
+  return true;
+}
+
+absl::StatusOr<HloInstruction*> MaximalToReplicated(SpmdBuilder& b, HloInstruction* x,
+                                                    int64_t device) {
+  const Shape& s = x->shape();
+  HloInstruction* is_d = b.Add(HloOpcode::kCompare, Shape::Scalar(PrimitiveType::PRED),
+                               {b.PartitionId(), b.ScalarConst(PrimitiveType::U32, static_cast<double>(device))},
+                               "is_owner");
+  is_d->comparison_direction = ComparisonDirection::kEq;
+  HloInstruction* pred = b.Splat(is_d, s);
+  HloInstruction* masked = b.Select(pred, x, b.Zeros(s));
+  std::vector<int64_t> all(static_cast<size_t>(b.num_partitions()));
+  for (int64_t p = 0; p < b.num_partitions(); ++p) all[static_cast<size_t>(p)] = p;
+  const HloOpcode op = s.element_type == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
+  return b.AllReduce(masked, {all}, b.Reducer(op, s.element_type));
+}
+
+// All-gathers dims `dims` (last first); returns the value and its new sharding.
+HloInstruction* GatherDims(SpmdBuilder& b, HloInstruction* x, Sharding* cur, const Shape& global,
+                           std::vector<int64_t> dims) {
+  std::sort(dims.rbegin(), dims.rend());
+  for (int64_t d : dims) {
+    if (!cur->IsTiled() || cur->tile(d) == 1) continue;
+    const int64_t size = global.dims[static_cast<size_t>(d)];
+    x = b.AllGather(x, d, DeviceGroups(*cur, {d}));
+    *cur = *ReplicateDims(*cur, {d});
+    if (x->shape().dims[static_cast<size_t>(d)] > size) {
+      std::vector<int64_t> limits = x->shape().dims;
+      limits[static_cast<size_t>(d)] = size;
+      x = b.Slice(x, limits);
+    }
+  }
+  return x;
+}
+
+HloInstruction* SliceToRefinement(SpmdBuilder& b, HloInstruction* x, const Sharding& from,
+                                  const Sharding& to, const Shape& global) {
+  const int64_t n = b.num_partitions();
+  const Shape local_to = LocalShape(global, to);
+  std::vector<int64_t> buffer = x->shape().dims;
+  std::vector<std::vector<int64_t>> tables(static_cast<size_t>(global.rank()));
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    const int64_t size = global.dims[static_cast<size_t>(d)];
+    std::vector<int64_t>& t = tables[static_cast<size_t>(d)];
+    t.assign(static_cast<size_t>(n), 0);
+    int64_t need = local_to.dims[static_cast<size_t>(d)];
+    for (int64_t p = 0; p < n; ++p) {
+      auto [fo, fc] = TileRange(from, p, d, size);
+      auto [to_off, tc] = TileRange(to, p, d, size);
+      (void)fc;
+      const int64_t off = to_off >= size ? 0 : to_off - fo;
+      t[static_cast<size_t>(p)] = off;
+      need = std::max(need, off + tc);
+    }
+    buffer[static_cast<size_t>(d)] = std::max(buffer[static_cast<size_t>(d)], need);
+  }
+  x = b.PadHigh(x, buffer);
+  std::vector<HloInstruction*> offsets;
+  for (const auto& t : tables) offsets.push_back(b.TableLookup(t));
+  return b.DynamicSlice(x, offsets, local_to.dims);
+}
+
+HloInstruction* Permute(SpmdBuilder& b, HloInstruction* x, const Sharding& from,
+                        const Sharding& to) {
+  const int64_t n = b.num_partitions();
+  std::map<std::vector<int64_t>, std::vector<int64_t>> src, dst;
+  for (int64_t p = 0; p < n; ++p) {
+    src[*from.TileIndex(p, from.rank())].push_back(p);
+    dst[*to.TileIndex(p, to.rank())].push_back(p);
+  }
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  bool all_identity = true;
+  for (auto& [tile, targets] : dst) {
+    std::vector<int64_t>& sources = src[tile];
+    std::vector<int64_t> free_src, free_dst;
+    for (int64_t t : targets) {
+      if (std::find(sources.begin(), sources.end(), t) != sources.end()) {
+        pairs.push_back({t, t});
+      } else {
+        free_dst.push_back(t);
+      }
+    }
+    for (int64_t s : sources) {
+      if (std::find(targets.begin(), targets.end(), s) == targets.end()) free_src.push_back(s);
+    }
+    for (size_t k = 0; k < free_dst.size() && k < free_src.size(); ++k) {
+      pairs.push_back({free_src[k], free_dst[k]});
+      all_identity = false;
+    }
+  }
+  if (all_identity) return x;
+  std::sort(pairs.begin(), pairs.end());
+  return b.CollectivePermute(x, pairs);
+}
+
+HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, const Sharding& from, int64_t i,
+                         int64_t j, const Shape& global) {
+  const int64_t k = from.tile(i);
+  const int64_t si = global.dims[static_cast<size_t>(i)];
+  const int64_t sj = global.dims[static_cast<size_t>(j)];
+  const int64_t cj = ShardSize(sj, k);
+  const int64_t ci = ShardSize(si, k);
+  // 1. Pad dim j to k * cj and split it into [k, cj].
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(j)] = k * cj;
+  x = b.PadHigh(x, dims);
+  std::vector<int64_t> split;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (static_cast<int64_t>(d) == j) {
+      split.push_back(k);
+      split.push_back(cj);
+    } else {
+      split.push_back(dims[d]);
+    }
+  }
+  x = b.Reshape(x, split);
+  // 2. Exchange the k chunks within the groups along dim i.
+  x = b.AllToAll(x, j, DeviceGroups(from, {i}));
+  // 3. Move the chunk dim in front of dim i and merge them.
+  const int64_t kpos = j;
+  const int64_t ipos = i < j ? i : i + 1;
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+    if (d == kpos) continue;
+    if (d == ipos) perm.push_back(kpos);
+    perm.push_back(d);
+  }
+  x = b.Transpose(x, perm);
+  std::vector<int64_t> merged;
+  const std::vector<int64_t>& td = x->shape().dims;
+  for (size_t d = 0; d < td.size(); ++d) {
+    if (perm[d] == kpos) {
+      merged.push_back(td[d] * td[d + 1]);
+      ++d;
+    } else {
+      merged.push_back(td[d]);
+    }
+  }
+  x = b.Reshape(x, merged);
+  // 4. Slice the padding of dim i off.
+  if (k * ci > si) {
+    std::vector<int64_t> limits = x->shape().dims;
+    limits[static_cast<size_t>(i)] = si;
+    x = b.Slice(x, limits);
+  }
+  return x;
+}
+
+}  // namespace
+
+std::string_view ReshardKindName(ReshardKind k) {
+  switch (k) {
+    case ReshardKind::kNone: return "none";
+    case ReshardKind::kSlice: return "slice";
+    case ReshardKind::kPermute: return "collective-permute";
+    case ReshardKind::kAllToAll: return "all-to-all";
+    case ReshardKind::kGather: return "all-gather";
+    case ReshardKind::kFull: return "full rematerialization";
+  }
+  return "?";
+}
+
+bool RefinesOnEveryDevice(const Sharding& from_in, const Sharding& to_in, const Shape& global,
+                          int64_t n) {
+  const Sharding from = Physical(from_in), to = Physical(to_in);
+  if (!SameDeviceSet(from, n) || !SameDeviceSet(to, n)) return false;
+  if ((from.IsTiled() && from.rank() != global.rank()) || (to.IsTiled() && to.rank() != global.rank())) {
+    return false;
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    for (int64_t d = 0; d < global.rank(); ++d) {
+      const int64_t size = global.dims[static_cast<size_t>(d)];
+      auto [fo, fc] = TileRange(from, p, d, size);
+      auto [to_off, tc] = TileRange(to, p, d, size);
+      if (to_off >= size) continue;  // an all-padding tile
+      if (to_off < fo || std::min(to_off + tc, size) > std::min(fo + fc, size)) return false;
+    }
+  }
+  return true;
+}
+
+ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Shape& global,
+                        int64_t n) {
+  ReshardPlan plan;
+  const Sharding from = Physical(from_in), to = Physical(to_in);
+  if (from == to) return plan;
+  if (from.HasManualSubgroup() || to.HasManualSubgroup() || from.IsManual() || to.IsManual()) {
+    plan.kind = ReshardKind::kFull;
+    return plan;
+  }
+  if (RefinesOnEveryDevice(from, to, global, n)) {
+    plan.kind = ReshardKind::kSlice;
+    return plan;
+  }
+  if (from.IsTiled() && to.IsTiled() && from.tiles() == to.tiles() &&
+      from.subgroups() == to.subgroups() && SameDeviceSet(from, n) && SameDeviceSet(to, n)) {
+    plan.kind = ReshardKind::kPermute;
+    return plan;
+  }
+  if (IsAllToAll(from, to, n, &plan.from_dim, &plan.to_dim)) {
+    plan.kind = ReshardKind::kAllToAll;
+    return plan;
+  }
+  if (from.IsTiled() && SameDeviceSet(from, n)) {
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d < from.rank(); ++d) {
+      if (from.tile(d) > 1 && (!to.IsTiled() || to.tile(d) != from.tile(d))) dims.push_back(d);
+    }
+    if (!dims.empty()) {
+      std::optional<Sharding> inter = ReplicateDims(from, dims);
+      // Gathering everything to slice a tiled target again is the full fallback (remarked).
+      const bool everything = inter && inter->IsReplicated() && !to.IsReplicated();
+      if (inter && !everything && (*inter == to || RefinesOnEveryDevice(*inter, to, global, n))) {
+        plan.kind = ReshardKind::kGather;
+        plan.gather_dims = std::move(dims);
+        return plan;
+      }
+    }
+  }
+  plan.kind = ReshardKind::kFull;
+  return plan;
+}
+
+double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Shape& global,
+                        int64_t n) {
+  const Sharding from = Physical(from_in), to = Physical(to_in);
+  const ReshardPlan plan = PlanReshard(from, to, global, n);
+  switch (plan.kind) {
+    case ReshardKind::kNone:
+    case ReshardKind::kSlice:
+      return 0;
+    case ReshardKind::kPermute:
+      return static_cast<double>(LocalBytes(to, global));
+    case ReshardKind::kAllToAll:
+      return static_cast<double>(LocalBytes(from, global));
+    case ReshardKind::kGather: {
+      std::optional<Sharding> inter = ReplicateDims(from, plan.gather_dims);
+      return static_cast<double>(LocalBytes(*inter, global) - LocalBytes(from, global));
+    }
+    case ReshardKind::kFull:
+      return static_cast<double>(global.ByteSize()) * 2;
+  }
+  return 0;
+}
+
+absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const Sharding& to_in,
+                                        std::string* remat) {
+  const Shape& global = v.global;
+  if (global.IsTuple()) {
+    const Sharding from_t = Sharding::Broadcast(v.sharding, global);
+    const Sharding to_t = Sharding::Broadcast(to_in, global);
+    if (from_t == to_t) return v.hlo;
+    std::vector<HloInstruction*> elements;
+    bool changed = false;
+    for (size_t k = 0; k < global.tuple_shapes.size(); ++k) {
+      PValue e;
+      e.global = global.tuple_shapes[k];
+      e.sharding = from_t.TupleElement(global, static_cast<int64_t>(k));
+      HloInstruction* g = b.Add(HloOpcode::kGetTupleElement,
+                                v.hlo->shape().tuple_shapes[k], {v.hlo}, "get-tuple-element");
+      g->tuple_index = static_cast<int64_t>(k);
+      e.hlo = g;
+      absl::StatusOr<HloInstruction*> r =
+          Reshard(b, e, to_t.TupleElement(global, static_cast<int64_t>(k)), remat);
+      if (!r.ok()) return r.status();
+      changed |= *r != g;
+      elements.push_back(*r);
+    }
+    if (!changed) return v.hlo;
+    std::vector<Shape> shapes;
+    for (HloInstruction* e : elements) shapes.push_back(e->shape());
+    return b.Add(HloOpcode::kTuple, Shape::Tuple(shapes), elements, "tuple");
+  }
+  HloInstruction* x = v.hlo;
+  Sharding from = Physical(v.sharding);
+  if (v.sharding.IsMaximal()) {
+    absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, x, v.sharding.maximal_device());
+    if (!r.ok()) return r.status();
+    x = *r;
+  }
+  const Sharding to = Physical(to_in);
+  if (from == to) return x;
+  if (from.IsManual() || to.IsManual() || from.HasManualSubgroup() || to.HasManualSubgroup()) {
+    return absl::UnimplementedError(absl::StrCat("cannot reshard a manual value from ",
+                                                 from.ToString(), " to ", to.ToString()));
+  }
+  const int64_t n = b.num_partitions();
+  const ReshardPlan plan = PlanReshard(from, to, global, n);
+  switch (plan.kind) {
+    case ReshardKind::kNone:
+      return x;
+    case ReshardKind::kSlice:
+      return SliceToRefinement(b, x, from, to, global);
+    case ReshardKind::kPermute:
+      return Permute(b, x, from, to);
+    case ReshardKind::kAllToAll:
+      return AllToAll(b, x, from, plan.from_dim, plan.to_dim, global);
+    case ReshardKind::kGather: {
+      Sharding cur = from;
+      x = GatherDims(b, x, &cur, global, plan.gather_dims);
+      if (cur == to) return x;
+      return SliceToRefinement(b, x, cur, to, global);
+    }
+    case ReshardKind::kFull: {
+      if (!SameDeviceSet(from, n) || !SameDeviceSet(to, n)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "resharding ", from.ToString(), " -> ", to.ToString(),
+            " involves devices outside partitions 0..", n - 1));
+      }
+      if (remat != nullptr) {
+        *remat = absl::StrCat("resharding ", from.ToString(), " -> ", to.ToString(),
+                              " replicates the value (involuntary full rematerialization)");
+      }
+      Sharding cur = from;
+      std::vector<int64_t> all;
+      for (int64_t d = 0; d < global.rank(); ++d) all.push_back(d);
+      x = GatherDims(b, x, &cur, global, all);
+      return SliceToRefinement(b, x, Sharding::Replicated(), to, global);
+    }
+  }
+  return x;
+}
+
+}  // namespace weave::spmd

@@ -1,0 +1,60 @@
+// Resharding: moving a partitioned value from one sharding to another with collectives
+// (../shared/specs/spmd-partitioner.md §3 "Reshard"; XLA's PartitionedHlo::Reshard), tried in
+// XLA's order:
+//   none     equal shardings;
+//   slice    the target refines the source on every device (replicated -> tiled, partial ->
+//            finer): a local dynamic-slice by partition-id offsets (padding first if needed);
+//   permute  same tile counts, other device order: one collective-permute;
+//   a2a      tiles moved from one dim to another ([4,1] -> [1,4]): pad and split the target
+//            dim, all-to-all, transpose, merge, slice off padding;
+//   gather   the target drops tiling of some dims: one all-gather per such dim (last dim first,
+//            over the devices that agree on every other dim of the device array), padding
+//            sliced off, then a local slice if the target is finer;
+//   full     anything else: replicate (all-gather every dim) and slice, reported as an
+//            involuntary full rematerialization.
+// A maximal source is first broadcast from its device (select(pid == d, x, 0) + all-reduce); a
+// maximal target is computed replicated (every device holds the value; device d's copy is the
+// one read). Manual shardings cannot be resharded (error).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "spmd/spmd_builder.h"
+
+namespace weave::spmd {
+
+// A value being partitioned: its local (per-device) instruction, its sharding, its global shape.
+struct PValue {
+  HloInstruction* hlo = nullptr;
+  Sharding sharding;
+  Shape global;
+};
+
+enum class ReshardKind { kNone, kSlice, kPermute, kAllToAll, kGather, kFull };
+std::string_view ReshardKindName(ReshardKind k);
+
+struct ReshardPlan {
+  ReshardKind kind = ReshardKind::kNone;
+  std::vector<int64_t> gather_dims;  // kGather: dims all-gathered (then a slice if needed)
+  int64_t from_dim = -1, to_dim = -1;  // kAllToAll
+};
+
+// The plan for an array value of `global` shape (Unset counts as replicated, Maximal targets as
+// replicated). P = num_partitions.
+ReshardPlan PlanReshard(const Sharding& from, const Sharding& to, const Shape& global,
+                        int64_t num_partitions);
+// Estimated bytes one device receives for the plan (0 for none/slice).
+double ReshardCostBytes(const Sharding& from, const Sharding& to, const Shape& global,
+                        int64_t num_partitions);
+// Whether every device's tile of `to` lies within (the valid part of) its tile of `from`.
+bool RefinesOnEveryDevice(const Sharding& from, const Sharding& to, const Shape& global,
+                          int64_t num_partitions);
+
+// Emits the reshard of `v` to `to` with builder `b`. Tuple values are resharded per element.
+// `remat` (optional) receives a note when the full fallback was used.
+absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const Sharding& to,
+                                        std::string* remat = nullptr);
+
+}  // namespace weave::spmd

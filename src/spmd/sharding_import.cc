@@ -1,0 +1,346 @@
+// sharding-import (see sharding_import.h).
+#include "spmd/sharding_import.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "hlo/mesh.h"
+#include "spmd/inline_call.h"
+#include "spmd/sdy_text.h"
+#include "spmd/sharding.h"
+
+namespace weave::spmd {
+namespace {
+
+constexpr char kSdySharding[] = "xla.sdy.sharding";
+
+bool IsCall(const HloInstruction* h, std::string_view target) {
+  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target == target;
+}
+
+absl::Status Error(const HloInstruction* h, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("sharding-import: '", h->name(), "': ", what));
+}
+
+// GSPMD canonical form of an IR sharding for `shape` (named forms rewritten).
+absl::StatusOr<HloSharding> Canonical(const HloSharding& h, const Shape& shape) {
+  absl::StatusOr<Sharding> s = Sharding::FromHlo(h, shape);
+  if (!s.ok()) return s.status();
+  return s->ToHlo();
+}
+
+// The shardings of a Shardy attribute value for a value of `shape`; open dims collected.
+absl::StatusOr<HloSharding> SdyToHlo(std::string_view text, const Shape& shape,
+                                     const SdyMeshes& meshes, std::vector<int64_t>* open_dims,
+                                     int64_t* priority) {
+  std::vector<MeshSharding> values;
+  const std::string t = UnescapeSdy(text);
+  if (absl::StartsWith(t, "#sdy.sharding_per_value")) {
+    absl::StatusOr<std::vector<MeshSharding>> v = ParseSdyShardingPerValue(t, meshes);
+    if (!v.ok()) return v.status();
+    values = *std::move(v);
+  } else {
+    absl::StatusOr<MeshSharding> v = ParseSdySharding(t, meshes);
+    if (!v.ok()) return v.status();
+    values.push_back(*std::move(v));
+  }
+  std::vector<const Shape*> shapes;
+  if (shape.IsTuple() && (values.size() != 1 || shape.tuple_shapes.size() == 1)) {
+    for (const Shape& e : shape.tuple_shapes) shapes.push_back(&e);
+  } else {
+    shapes.push_back(&shape);
+  }
+  if (shapes.size() != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Shardy gives ", values.size(),
+                                                   " shardings for ", shapes.size(), " results"));
+  }
+  HloSharding out;
+  out.kind = HloSharding::Kind::kTuple;
+  for (size_t k = 0; k < values.size(); ++k) {
+    absl::StatusOr<HloSharding> h = MeshShardingToHlo(values[k], "", shapes[k]->rank());
+    if (!h.ok()) return h.status();
+    if (values.size() == 1) {
+      for (size_t d = 0; d < values[k].dims.size(); ++d) {
+        if (!values[k].dims[d].closed) open_dims->push_back(static_cast<int64_t>(d));
+        if (values[k].dims[d].priority >= 0) {
+          *priority = *priority < 0 ? values[k].dims[d].priority
+                                    : std::min(*priority, values[k].dims[d].priority);
+        }
+      }
+    }
+    if (shapes.size() == 1 && shapes[0] == &shape) return Canonical(*h, shape);
+    absl::StatusOr<HloSharding> c = Canonical(*h, *shapes[k]);
+    if (!c.ok()) return c.status();
+    if (c->kind == HloSharding::Kind::kTuple) {
+      out.tuple.insert(out.tuple.end(), c->tuple.begin(), c->tuple.end());
+    } else {
+      for (int64_t l = 0; l < Sharding::LeafCount(*shapes[k]); ++l) out.tuple.push_back(*c);
+    }
+  }
+  return Canonical(out, shape);
+}
+
+// Removes every xla.sdy.* frontend attribute of `h`.
+void DropSdyAttributes(HloInstruction* h) {
+  for (auto it = h->frontend_attributes.begin(); it != h->frontend_attributes.end();) {
+    if (absl::StartsWith(it->first, "xla.sdy.")) {
+      it = h->frontend_attributes.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+HloInstruction* AddCustomCall(HloComputation* c, const Shape& shape, HloInstruction* operand,
+                              const std::string& target, const HloSharding& sharding,
+                              const std::string& name) {
+  HloInstruction* h = c->AddInstruction(HloOpcode::kCustomCall, shape, {operand}, name);
+  h->custom_call_target = target;
+  h->sharding = sharding;
+  return h;
+}
+
+// The sharding of a manual region's values: `ms` with the manual axes moved out of the dims.
+absl::StatusOr<HloSharding> ManualSharding(MeshSharding ms, const std::vector<std::string>& axes,
+                                           const Shape& shape) {
+  std::vector<int64_t> manual;
+  for (const std::string& a : axes) {
+    const int64_t i = ms.mesh.AxisIndex(a);
+    if (i < 0) return absl::InvalidArgumentError(absl::StrCat("manual axis '", a, "' is not in the mesh"));
+    manual.push_back(i);
+  }
+  bool all_manual = true;
+  for (size_t a = 0; a < ms.mesh.axis_sizes.size(); ++a) {
+    if (ms.mesh.axis_sizes[a] > 1 &&
+        std::find(manual.begin(), manual.end(), static_cast<int64_t>(a)) == manual.end()) {
+      all_manual = false;
+    }
+  }
+  if (all_manual) {
+    HloSharding h;
+    h.kind = HloSharding::Kind::kManual;
+    h.text = "manual";
+    return h;
+  }
+  auto is_manual = [&](const AxisRef& r) {
+    return std::find(manual.begin(), manual.end(), r.axis) != manual.end();
+  };
+  for (DimAxes& d : ms.dims) d.axes.erase(std::remove_if(d.axes.begin(), d.axes.end(), is_manual), d.axes.end());
+  ms.manual.clear();
+  for (int64_t a : manual) ms.manual.push_back(AxisRef{a});
+  absl::StatusOr<HloSharding> h = MeshShardingToHlo(ms, "", shape.rank());
+  if (!h.ok()) return h.status();
+  return Canonical(*h, shape);
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
+  bool changed = false;
+  // Module-level meshes.
+  SdyMeshes meshes;
+  for (auto it = module->header_attributes.begin(); it != module->header_attributes.end(); ++it) {
+    if (it->first != "frontend_attributes") continue;
+    std::map<std::string, std::string> attrs = SplitFrontendAttributes(it->second);
+    auto m = attrs.find("xla.sdy.meshes");
+    if (m != attrs.end()) {
+      absl::StatusOr<SdyMeshes> parsed = ParseSdyMeshes(m->second);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sharding-import: xla.sdy.meshes: ", parsed.status().message()));
+      }
+      meshes = *std::move(parsed);
+    }
+    std::vector<std::string> kept;
+    for (const auto& [k, v] : attrs) {
+      if (!absl::StartsWith(k, "xla.sdy.")) kept.push_back(absl::StrCat(k, "=", v));
+    }
+    if (kept.size() != attrs.size()) {
+      changed = true;
+      if (kept.empty()) {
+        module->header_attributes.erase(it);
+      } else {
+        it->second = absl::StrCat("{", absl::StrJoin(kept, ","), "}");
+      }
+      break;
+    }
+  }
+
+  // Shardings on values and ops.
+  int64_t imported = 0;
+  for (HloComputation* c : module->computations()) {
+    for (HloInstruction* h : c->instructions()) {
+      auto attr = h->frontend_attributes.find(kSdySharding);
+      if (attr != h->frontend_attributes.end()) {
+        std::vector<int64_t> open;
+        int64_t priority = -1;
+        absl::StatusOr<HloSharding> s = SdyToHlo(attr->second, h->shape(), meshes, &open, &priority);
+        if (!s.ok()) return Error(h, s.status().message());
+        if (h->sharding) {
+          absl::StatusOr<Sharding> mine = Sharding::FromHlo(*h->sharding, h->shape());
+          absl::StatusOr<Sharding> theirs = Sharding::FromHlo(*s, h->shape());
+          if (!mine.ok() || !theirs.ok() || *mine != *theirs) {
+            AddAnalysisRemark(h->name(), absl::StrCat("warning: sharding=", h->sharding->ToString(),
+                                                      " contradicts the Shardy sharding ",
+                                                      s->ToString(), ": Shardy wins"));
+          }
+        }
+        h->sharding = *std::move(s);
+        if (!open.empty()) {
+          h->SetFrontendAttribute(kUnspecifiedDimsAttr, absl::StrCat("[", absl::StrJoin(open, ","), "]"));
+        }
+        if (priority >= 0) h->SetFrontendAttribute(kShardingPriorityAttr, absl::StrCat(priority));
+        ++imported;
+        changed = true;
+      } else if (h->sharding) {
+        // GSPMD canonical text (named forms included).
+        absl::StatusOr<HloSharding> s = Canonical(*h->sharding, h->shape());
+        if (!s.ok()) return Error(h, s.status().message());
+        if (s->text != h->sharding->text) changed = true;
+        h->sharding = *std::move(s);
+      }
+      if (h->opcode() == HloOpcode::kCustomCall && IsCall(h, "xla.sdy.ShardingGroup")) {
+        if (auto id = h->GetFrontendAttribute("xla.sdy.sharding_group_id"); id && h->operand_count() == 1) {
+          h->operand(0)->SetFrontendAttribute(kShardAsAttr, *id);
+        }
+      }
+      const size_t before = h->frontend_attributes.size();
+      if (!IsCall(h, "xla.sdy.GlobalToLocalShape") && !IsCall(h, "xla.sdy.LocalToGlobalShape")) {
+        DropSdyAttributes(h);
+      }
+      changed |= before != h->frontend_attributes.size();
+    }
+  }
+  if (imported > 0) {
+    AddAnalysisRemark(module->name(), absl::StrCat("imported ", imported, " Shardy shardings"));
+  }
+
+  // Calls: FuncResultSharding, ShardingGroup, manual computations.
+  HloComputation* entry = module->entry();
+  for (HloComputation* c : module->MakeComputationPostOrder()) {
+    for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      if (h->opcode() != HloOpcode::kCustomCall) continue;
+      if (IsCall(h, "xla.sdy.ShardingGroup") && h->user_count() == 0 && !h->IsRoot()) {
+        if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+        changed = true;
+        continue;
+      }
+      if (!IsCall(h, "xla.sdy.FuncResultSharding")) continue;
+      changed = true;
+      if (h->operand_count() != 1) return Error(h, "FuncResultSharding needs one operand");
+      HloInstruction* root = entry->root();
+      const bool under_root = c == entry && h->user_count() == 1 && h->users()[0] == root &&
+                              root->opcode() == HloOpcode::kTuple && !h->IsRoot();
+      if (!under_root) {
+        h->custom_call_target = "Sharding";
+        h->raw_attributes.erase(
+            std::remove_if(h->raw_attributes.begin(), h->raw_attributes.end(),
+                           [](const auto& a) { return a.first == "custom_call_has_side_effect"; }),
+            h->raw_attributes.end());
+        continue;
+      }
+      // Fold into the root's tuple sharding.
+      absl::StatusOr<Sharding> root_sharding =
+          root->sharding ? Sharding::FromHlo(*root->sharding, root->shape())
+                         : absl::StatusOr<Sharding>(Sharding::Broadcast(Sharding::Unknown(), root->shape()));
+      if (!root_sharding.ok()) return Error(root, root_sharding.status().message());
+      Sharding leaf = h->sharding ? *Sharding::FromHlo(*h->sharding, h->shape()) : Sharding::Unknown();
+      std::vector<Sharding> leaves = root_sharding->IsTuple()
+                                         ? root_sharding->leaves()
+                                         : std::vector<Sharding>{*root_sharding};
+      int64_t first = 0;
+      for (int64_t i = 0; i < root->operand_count(); ++i) {
+        const int64_t n = Sharding::LeafCount(root->operand(i)->shape());
+        if (root->operand(i) == h) {
+          for (int64_t k = 0; k < n; ++k) {
+            leaves[static_cast<size_t>(first + k)] = leaf.IsTuple() ? leaf.leaves()[static_cast<size_t>(k)] : leaf;
+          }
+        }
+        first += n;
+      }
+      root->sharding = Sharding::Tuple(std::move(leaves)).ToHlo();
+      if (absl::Status st = h->ReplaceAllUsesWith(h->operand(0)); !st.ok()) return st;
+      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+    }
+  }
+  absl::StatusOr<bool> manual = ImportManualComputations(module, meshes);
+  if (!manual.ok()) return manual.status();
+  return changed || *manual;
+}
+
+absl::StatusOr<bool> ShardingImport::ImportManualComputations(HloModule* module,
+                                                              const SdyMeshes& meshes) {
+  bool changed = false;
+  for (HloComputation* c : module->MakeComputationPostOrder()) {
+    for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      const bool g2l = IsCall(h, "xla.sdy.GlobalToLocalShape");
+      const bool l2g = IsCall(h, "xla.sdy.LocalToGlobalShape");
+      if (!g2l && !l2g) continue;
+      changed = true;
+      auto shardings_text = h->GetFrontendAttribute(g2l ? "xla.sdy.in_shardings" : "xla.sdy.out_shardings");
+      auto axes_text = h->GetFrontendAttribute("xla.sdy.manual_axes");
+      if (!shardings_text || !axes_text) {
+        return Error(h, "a manual computation boundary without in/out_shardings or manual_axes");
+      }
+      absl::StatusOr<std::vector<MeshSharding>> ms = ParseSdyShardingPerValue(*shardings_text, meshes);
+      if (!ms.ok()) return Error(h, ms.status().message());
+      absl::StatusOr<std::vector<std::string>> axes = ParseSdyManualAxes(*axes_text);
+      if (!axes.ok()) return Error(h, axes.status().message());
+      if (static_cast<int64_t>(ms->size()) != h->operand_count()) {
+        return Error(h, "the number of shardings differs from the number of operands");
+      }
+      std::vector<HloInstruction*> outs;
+      for (int64_t i = 0; i < h->operand_count(); ++i) {
+        HloInstruction* x = h->operand(i);
+        const Shape& result = h->shape().IsTuple() ? h->shape().tuple_shapes[static_cast<size_t>(i)]
+                                                   : h->shape();
+        const Shape& global = g2l ? x->shape() : result;
+        const Shape& local = g2l ? result : x->shape();
+        absl::StatusOr<HloSharding> full = MeshShardingToHlo((*ms)[static_cast<size_t>(i)], "", global.rank());
+        if (!full.ok()) return Error(h, full.status().message());
+        absl::StatusOr<HloSharding> full_c = Canonical(*full, global);
+        if (!full_c.ok()) return Error(h, full_c.status().message());
+        absl::StatusOr<HloSharding> man = ManualSharding((*ms)[static_cast<size_t>(i)], *axes, local);
+        if (!man.ok()) return Error(h, man.status().message());
+        if (g2l) {
+          HloInstruction* sc = AddCustomCall(c, global, x, "Sharding", *full_c, "sharding");
+          outs.push_back(AddCustomCall(c, local, sc, "SPMDFullToShardShape", *man, "full_to_shard"));
+        } else {
+          HloInstruction* sc = AddCustomCall(c, local, x, "Sharding", *man, "sharding");
+          outs.push_back(AddCustomCall(c, global, sc, "SPMDShardToFullShape", *full_c, "shard_to_full"));
+        }
+      }
+      HloInstruction* repl = outs.size() == 1 && !h->shape().IsTuple()
+                                 ? outs[0]
+                                 : c->AddInstruction(HloOpcode::kTuple, h->shape(), outs, "tuple");
+      if (absl::Status st = h->ReplaceAllUsesWith(repl); !st.ok()) return st;
+      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+    }
+    // Inline the manual bodies.
+    for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      if (h->opcode() == HloOpcode::kCall && !h->called_computations().empty() &&
+          (absl::StartsWith(h->called_computations()[0]->name(), "xla.sdy.manual_computation_body") ||
+           absl::StartsWith(h->called_computations()[0]->name(),
+                            "xla.sdy.inlinable_manual_computation_body"))) {
+        absl::StatusOr<HloInstruction*> r = InlineCall(h);
+        if (!r.ok()) return r.status();
+        changed = true;
+      }
+    }
+  }
+  if (changed) module->RemoveUnusedComputations();
+  return changed;
+}
+
+}  // namespace weave::spmd
+
+namespace weave::spmd {
+WEAVE_REGISTER_PASS("sharding-import",
+                    [](const PassOptions&) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+                      return std::make_unique<ShardingImport>();
+                    });
+}  // namespace weave::spmd

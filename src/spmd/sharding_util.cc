@@ -1,0 +1,353 @@
+// Sharding transformations (see sharding_util.h).
+#include "spmd/sharding_util.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hlo/mesh.h"
+
+namespace weave::spmd {
+namespace {
+
+bool OnlyReplicatedSubgroups(const Sharding& s) {
+  for (const Sharding::Subgroup& g : s.subgroups()) {
+    if (g.type != SubgroupType::kReplicated) return false;
+  }
+  return true;
+}
+
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The dot's non-contracting, non-batch dims of operand `operand`, ascending.
+std::vector<int64_t> NonContracting(const HloInstruction& dot, int64_t operand) {
+  const DotDims& dd = dot.dot_dims;
+  const std::vector<int64_t>& batch = operand == 0 ? dd.lhs_batch : dd.rhs_batch;
+  const std::vector<int64_t>& contr = operand == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  std::vector<int64_t> nc;
+  for (int64_t d = 0; d < dot.operand(operand)->shape().rank(); ++d) {
+    if (!Contains(batch, d) && !Contains(contr, d)) nc.push_back(d);
+  }
+  return nc;
+}
+
+// Output dim of each operand dim (-1 for contracting dims).
+std::vector<int64_t> OperandToOutputDims(const HloInstruction& dot, int64_t operand) {
+  const DotDims& dd = dot.dot_dims;
+  const std::vector<int64_t>& batch = operand == 0 ? dd.lhs_batch : dd.rhs_batch;
+  std::vector<int64_t> map(static_cast<size_t>(dot.operand(operand)->shape().rank()), -1);
+  for (size_t i = 0; i < batch.size(); ++i) map[static_cast<size_t>(batch[i])] = static_cast<int64_t>(i);
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  const std::vector<int64_t> lnc = NonContracting(dot, 0);
+  const std::vector<int64_t> nc = NonContracting(dot, operand);
+  const int64_t base = operand == 0 ? nb : nb + static_cast<int64_t>(lnc.size());
+  for (size_t k = 0; k < nc.size(); ++k) {
+    map[static_cast<size_t>(nc[k])] = base + static_cast<int64_t>(k);
+  }
+  return map;
+}
+
+}  // namespace
+
+std::vector<int64_t> SortedDevices(const Sharding& s) {
+  std::vector<int64_t> d = s.devices();
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims) {
+  if (!s.IsTiled()) return s;
+  bool any = false;
+  for (int64_t d : dims) any |= d < s.rank() && s.tile(d) > 1;
+  if (!any) return s;
+  if (!OnlyReplicatedSubgroups(s)) return std::nullopt;
+  std::vector<int64_t> tiles = s.tiles();
+  for (int64_t d : dims) {
+    if (d < s.rank()) tiles[static_cast<size_t>(d)] = 1;
+  }
+  return Sharding::FromTileFunction(tiles, SortedDevices(s), [&](int64_t dev) {
+    std::vector<int64_t> idx = *s.TileIndex(dev, s.rank());
+    for (int64_t d : dims) {
+      if (d < s.rank()) idx[static_cast<size_t>(d)] = 0;
+    }
+    return idx;
+  });
+}
+
+std::optional<Sharding> ReplicateAllDimsExcept(const Sharding& s,
+                                               const std::vector<int64_t>& dims) {
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < s.rank(); ++d) {
+    if (!Contains(dims, d)) others.push_back(d);
+  }
+  return ReplicateDims(s, others);
+}
+
+std::optional<Sharding> TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm) {
+  if (!s.IsTiled()) return s;
+  if (static_cast<int64_t>(perm.size()) != s.rank()) return std::nullopt;
+  std::vector<int64_t> full = perm;
+  std::vector<int64_t> tiles;
+  for (int64_t p : perm) tiles.push_back(s.tile(p));
+  for (size_t k = 0; k < s.subgroups().size(); ++k) full.push_back(s.rank() + static_cast<int64_t>(k));
+  absl::StatusOr<Sharding> out = Sharding::Tiled(
+      tiles, s.subgroups(), TransposeDeviceArray(s.devices(), s.ArrayDims(), full));
+  if (!out.ok()) return std::nullopt;
+  return *out;
+}
+
+std::optional<Sharding> RemoveDims(const Sharding& s, const std::vector<int64_t>& dims) {
+  if (!s.IsTiled()) return s;
+  std::vector<int64_t> tiles;
+  for (int64_t d = 0; d < s.rank(); ++d) {
+    if (Contains(dims, d)) {
+      if (s.tile(d) != 1) return std::nullopt;
+    } else {
+      tiles.push_back(s.tile(d));
+    }
+  }
+  absl::StatusOr<Sharding> out = Sharding::Tiled(tiles, s.subgroups(), s.devices());
+  if (!out.ok()) return std::nullopt;
+  return *out;
+}
+
+std::optional<Sharding> InsertDims(const Sharding& s, const std::vector<int64_t>& positions) {
+  if (!s.IsTiled()) return s;
+  std::vector<int64_t> tiles;
+  size_t src = 0;
+  const int64_t rank = s.rank() + static_cast<int64_t>(positions.size());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (Contains(positions, d)) {
+      tiles.push_back(1);
+    } else {
+      if (src >= s.tiles().size()) return std::nullopt;
+      tiles.push_back(s.tiles()[src++]);
+    }
+  }
+  if (src != s.tiles().size()) return std::nullopt;
+  absl::StatusOr<Sharding> out = Sharding::Tiled(tiles, s.subgroups(), s.devices());
+  if (!out.ok()) return std::nullopt;
+  return *out;
+}
+
+std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int64_t>& from,
+                                        const std::vector<int64_t>& to) {
+  if (!s.IsTiled()) return s;
+  if (static_cast<int64_t>(from.size()) != s.rank()) return std::nullopt;
+  std::vector<int64_t> tiles(to.size(), 1);
+  size_t i = 0, j = 0;
+  while (i < from.size() || j < to.size()) {
+    // One group: the shortest runs from[i..i2) and to[j..j2) with equal products.
+    size_t i2 = i, j2 = j;
+    int64_t pf = 1, pt = 1;
+    if (i2 < from.size()) pf *= from[i2++];
+    if (j2 < to.size()) pt *= to[j2++];
+    while (pf != pt) {
+      if (pf < pt) {
+        if (i2 >= from.size()) return std::nullopt;
+        pf *= from[i2++];
+      } else {
+        if (j2 >= to.size()) return std::nullopt;
+        pt *= to[j2++];
+      }
+    }
+    // Size-1 dims at the end of the group belong to it as well.
+    while (i2 < from.size() && from[i2] == 1 && (j2 >= to.size() || to[j2] != 1)) ++i2;
+    while (j2 < to.size() && to[j2] == 1 && (i2 >= from.size() || from[i2] != 1)) ++j2;
+    // Tiled source dims of the group.
+    std::vector<size_t> tiled;
+    for (size_t k = i; k < i2; ++k) {
+      if (s.tile(static_cast<int64_t>(k)) > 1) tiled.push_back(k);
+    }
+    if (!tiled.empty()) {
+      // Only the first non-1 source dim may be tiled; its tiles go to the first non-1 target
+      // dim, whose size they must divide (or equal the source dim's size for 1:1).
+      size_t src_major = i;
+      while (src_major < i2 && from[src_major] == 1) ++src_major;
+      size_t dst_major = j;
+      while (dst_major < j2 && to[dst_major] == 1) ++dst_major;
+      if (tiled.size() != 1 || tiled[0] != src_major || dst_major >= j2) return std::nullopt;
+      int64_t t = s.tile(static_cast<int64_t>(src_major));
+      const bool one_to_one = from[src_major] == to[dst_major];
+      if (one_to_one) {
+        tiles[dst_major] = t;
+      } else {
+        // The tiles' chunks are P / t elements of the group in both shapes: they stay aligned
+        // when t divides the source dim and can be laid over the target dims from the major
+        // one (whole dims first, then a divisor of the next).
+        if (from[src_major] % t != 0) return std::nullopt;
+        for (size_t k = dst_major; k < j2 && t > 1; ++k) {
+          if (to[k] == 1) continue;
+          if (t % to[k] == 0) {
+            tiles[k] = to[k];
+            t /= to[k];
+          } else if (to[k] % t == 0) {
+            tiles[k] = t;
+            t = 1;
+          } else {
+            return std::nullopt;
+          }
+        }
+        if (t != 1) return std::nullopt;
+      }
+    }
+    i = i2;
+    j = j2;
+  }
+  absl::StatusOr<Sharding> out = Sharding::Tiled(tiles, s.subgroups(), s.devices());
+  if (!out.ok()) return std::nullopt;
+  return *out;
+}
+
+std::optional<Sharding> DotOutputFromOperand(const Sharding& s, int64_t operand,
+                                             const HloInstruction& dot) {
+  if (s.IsReplicated() || s.IsManual()) return s;
+  if (!s.IsTiled() || !OnlyReplicatedSubgroups(s)) return std::nullopt;
+  const std::vector<int64_t> map = OperandToOutputDims(dot, operand);
+  const int64_t out_rank = dot.shape().rank();
+  std::vector<int64_t> tiles(static_cast<size_t>(out_rank), 1);
+  for (size_t d = 0; d < map.size(); ++d) {
+    if (map[d] >= 0) tiles[static_cast<size_t>(map[d])] = s.tile(static_cast<int64_t>(d));
+  }
+  return Sharding::FromTileFunction(tiles, SortedDevices(s), [&](int64_t dev) {
+    std::vector<int64_t> in = *s.TileIndex(dev, s.rank());
+    std::vector<int64_t> out(static_cast<size_t>(out_rank), 0);
+    for (size_t d = 0; d < map.size(); ++d) {
+      if (map[d] >= 0) out[static_cast<size_t>(map[d])] = in[d];
+    }
+    return out;
+  });
+}
+
+std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding* other,
+                                             int64_t operand, const HloInstruction& dot) {
+  if (out.IsManual()) return out;
+  if (!out.IsTiled() && !out.IsReplicated()) return std::nullopt;
+  if (out.IsTiled() && !OnlyReplicatedSubgroups(out)) return std::nullopt;
+  const std::vector<int64_t> map = OperandToOutputDims(dot, operand);
+  const DotDims& dd = dot.dot_dims;
+  const std::vector<int64_t>& own_c = operand == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const std::vector<int64_t>& other_c = operand == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  const int64_t rank = dot.operand(operand)->shape().rank();
+  bool use_other = other != nullptr && other->IsTiled() && OnlyReplicatedSubgroups(*other) &&
+                   (!out.IsTiled() || SortedDevices(*other) == SortedDevices(out));
+  for (int attempt = use_other ? 0 : 1; attempt < 2; ++attempt) {
+    const bool with_c = attempt == 0;
+    std::vector<int64_t> tiles(static_cast<size_t>(rank), 1);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (map[static_cast<size_t>(d)] >= 0 && out.IsTiled()) {
+        tiles[static_cast<size_t>(d)] = out.tile(map[static_cast<size_t>(d)]);
+      }
+    }
+    if (with_c) {
+      for (size_t k = 0; k < own_c.size(); ++k) {
+        tiles[static_cast<size_t>(own_c[k])] = other->tile(other_c[k]);
+      }
+    }
+    if (!out.IsTiled() && !with_c) return Sharding::Replicated();
+    const Sharding& devs = out.IsTiled() ? out : *other;
+    std::optional<Sharding> s =
+        Sharding::FromTileFunction(tiles, SortedDevices(devs), [&](int64_t dev) {
+          std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+          if (out.IsTiled()) {
+            const std::vector<int64_t> o = *out.TileIndex(dev, out.rank());
+            for (int64_t d = 0; d < rank; ++d) {
+              if (map[static_cast<size_t>(d)] >= 0) {
+                idx[static_cast<size_t>(d)] = o[static_cast<size_t>(map[static_cast<size_t>(d)])];
+              }
+            }
+          }
+          if (with_c) {
+            const std::vector<int64_t> oi = *other->TileIndex(dev, other->rank());
+            for (size_t k = 0; k < own_c.size(); ++k) {
+              idx[static_cast<size_t>(own_c[k])] = oi[static_cast<size_t>(other_c[k])];
+            }
+          }
+          return idx;
+        });
+    if (s) return s;
+  }
+  return std::nullopt;
+}
+
+bool IsMoreSpecific(const Sharding& a, const Sharding& b) {
+  if (a.IsTuple() || b.IsTuple()) return false;
+  if (a.IsUnset() || a.IsUnknown()) return false;
+  if (b.IsUnset() || b.IsUnknown()) return true;
+  if (a.IsManual() && b.IsReplicatedOrMaximal()) return true;
+  if (a.IsManual() || b.IsManual()) return false;
+  if (!b.IsReplicatedOrMaximal()) return a.NumTiles() > b.NumTiles();
+  return b.IsReplicated() ? !a.IsReplicated() : !a.IsReplicatedOrMaximal();
+}
+
+std::optional<Sharding> MergeCompatible(const Sharding& a, const Sharding& b, int64_t min_tiles) {
+  if (!a.IsTiled() || !b.IsTiled() || a.rank() != b.rank()) return std::nullopt;
+  if (!OnlyReplicatedSubgroups(a) || !OnlyReplicatedSubgroups(b)) return std::nullopt;
+  const std::vector<int64_t> devices = SortedDevices(a);
+  if (devices != SortedDevices(b)) return std::nullopt;
+  std::vector<int64_t> tiles(static_cast<size_t>(a.rank()));
+  int64_t n = 1;
+  for (int64_t d = 0; d < a.rank(); ++d) {
+    const int64_t ta = a.tile(d), tb = b.tile(d);
+    if (ta != tb && ta != 1 && tb != 1) return std::nullopt;
+    tiles[static_cast<size_t>(d)] = std::max(ta, tb);
+    n *= tiles[static_cast<size_t>(d)];
+  }
+  if (n < min_tiles || static_cast<int64_t>(devices.size()) % n != 0) return std::nullopt;
+  bool consistent = true;
+  std::optional<Sharding> out = Sharding::FromTileFunction(tiles, devices, [&](int64_t dev) {
+    const std::vector<int64_t> ia = *a.TileIndex(dev, a.rank());
+    const std::vector<int64_t> ib = *b.TileIndex(dev, b.rank());
+    std::vector<int64_t> idx(ia.size());
+    for (size_t d = 0; d < ia.size(); ++d) {
+      const int64_t ta = a.tile(static_cast<int64_t>(d)), tb = b.tile(static_cast<int64_t>(d));
+      if (ta > 1 && tb > 1 && ia[d] != ib[d]) consistent = false;
+      idx[d] = ta > 1 ? ia[d] : ib[d];
+    }
+    return idx;
+  });
+  if (!consistent) return std::nullopt;
+  return out;
+}
+
+bool IsSubTilingOrEqual(const std::vector<int64_t>& dims, const Sharding& sub, const Sharding& s) {
+  if (!s.IsTiled()) return true;
+  if (!sub.IsTiled()) return false;
+  if (sub.rank() != s.rank() || static_cast<int64_t>(dims.size()) != s.rank()) return false;
+  for (int64_t dev : SortedDevices(s)) {
+    auto is = s.TileIndex(dev, s.rank());
+    auto iu = sub.TileIndex(dev, sub.rank());
+    if (!is || !iu) return false;
+    for (int64_t d = 0; d < s.rank(); ++d) {
+      const int64_t S = dims[static_cast<size_t>(d)];
+      const int64_t cs = ShardSize(S, s.tile(d)), cu = ShardSize(S, sub.tile(d));
+      const int64_t os = (*is)[static_cast<size_t>(d)] * cs;
+      const int64_t ou = (*iu)[static_cast<size_t>(d)] * cu;
+      if (ou < os) return false;
+      if (ou + cu <= S && ou + cu > os + cs) return false;
+    }
+  }
+  return true;
+}
+
+Sharding ImproveLeaf(const Sharding& cur, const Sharding& cand, bool may_combine_partial,
+                     bool aggressive, const std::vector<int64_t>& dims) {
+  if (cand.IsUnset() || cand.IsUnknown() || cand.IsMaximal() || cand.IsTuple()) return cur;
+  if (cand.IsTiled() && cand.rank() != static_cast<int64_t>(dims.size())) return cur;
+  if (cand.IsManual()) {
+    return cur.IsUnset() || cur.IsUnknown() || cur.IsReplicatedOrMaximal() ? cand : cur;
+  }
+  if (cur.IsUnset() || cur.IsUnknown()) return cand;
+  if (cur.IsManual() || cur.HasManualSubgroup()) return cur;
+  if (may_combine_partial && cand.HasPartialReplication() && cur.HasPartialReplication()) {
+    if (auto merged = MergeCompatible(cur, cand, std::max(cur.NumTiles(), cand.NumTiles()) + 1)) {
+      return *merged;
+    }
+  }
+  if (!IsMoreSpecific(cand, cur)) return cur;
+  if (!aggressive && cur.IsTiled() && !IsSubTilingOrEqual(dims, cand, cur)) return cur;
+  return cand;
+}
+
+}  // namespace weave::spmd

@@ -1,0 +1,69 @@
+// Transformations of spmd::Sharding used by propagation and partitioning (XLA's
+// hlo_sharding_util): replicate dims, move dims, map through transpose/reshape/dot, merge, and
+// the "more specific" order. All functions are pure; nullopt means "no sharding follows" (the
+// caller leaves the value alone). Shardings with a manual subgroup are only passed through
+// unchanged (transformations that would move their devices return nullopt).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "hlo/ir.h"
+#include "spmd/sharding.h"
+
+namespace weave::spmd {
+
+// Sorted device ids of a tiled sharding.
+std::vector<int64_t> SortedDevices(const Sharding& s);
+
+// `s` with the data dims `dims` untiled: their devices join the replicated subgroup (the tile
+// held by a device is the union of its old tiles along those dims). Non-tiled: s.
+std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims);
+// Keeps only the tiling of `dims` (every other data dim replicated).
+std::optional<Sharding> ReplicateAllDimsExcept(const Sharding& s, const std::vector<int64_t>& dims);
+
+// Result dim k takes operand dim perm[k] (transpose).
+std::optional<Sharding> TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm);
+// Removes data dims `dims` (each must be untiled; nullopt otherwise).
+std::optional<Sharding> RemoveDims(const Sharding& s, const std::vector<int64_t>& dims);
+// Inserts untiled data dims so that they sit at positions `positions` (sorted) of the result.
+std::optional<Sharding> InsertDims(const Sharding& s, const std::vector<int64_t>& positions);
+
+// Through a reshape from `from` dims to `to` dims: tiles follow dims kept, split (the tiles go
+// to the major factor, which they must divide) or merged (only the major dim of a merged group
+// may be tiled, and its tiles must divide its size). nullopt where the tiling cannot follow.
+std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int64_t>& from,
+                                        const std::vector<int64_t>& to);
+
+// For a dot: the output sharding implied by operand `operand` (0 lhs, 1 rhs): batch and own
+// non-contracting dims keep their tiles, contracting dims replicated, the other operand's
+// non-contracting dims untiled.
+std::optional<Sharding> DotOutputFromOperand(const Sharding& s, int64_t operand,
+                                             const HloInstruction& dot);
+// The operand sharding implied by the output sharding (batch and own non-contracting dims),
+// with the contracting dims tiled as in `other` (the other operand's sharding) when that is
+// consistent; other non-contracting dims of the output join replication.
+std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding* other,
+                                             int64_t operand, const HloInstruction& dot);
+
+// XLA's IsShardingMoreSpecific for leaves: manual beats replicated/maximal; a tiled sharding
+// beats one with fewer tiles; anything but replicated beats replicated; anything beats unset.
+bool IsMoreSpecific(const Sharding& a, const Sharding& b);
+// Merges two partially replicated shardings (XLA's MergeShardingIfCompatible): per dim the
+// tile counts must be equal or one of them 1; each merged tile is held by the intersection of
+// the two replication groups, which must be non-empty and of equal sizes. nullopt otherwise or
+// when the result has fewer than `min_tiles` tiles.
+std::optional<Sharding> MergeCompatible(const Sharding& a, const Sharding& b, int64_t min_tiles);
+// Whether every device's tile of `sub` lies within its tile of `s` (for a value of `dims`).
+bool IsSubTilingOrEqual(const std::vector<int64_t>& dims, const Sharding& sub, const Sharding& s);
+
+// XLA's ReturnImprovedSharding for one (non-tuple) leaf of a value of `dims`: `cand` when it is
+// strictly more specific than `cur`, the merge of two compatible partially replicated shardings
+// (with `may_combine_partial`), else `cur`. Maximal and Unknown candidates are never taken;
+// manual ones only over Unset/replicated. Without `aggressive`, a candidate that replaces a
+// tiled `cur` must be a sub-tiling of it.
+Sharding ImproveLeaf(const Sharding& cur, const Sharding& cand, bool may_combine_partial,
+                     bool aggressive, const std::vector<int64_t>& dims);
+
+}  // namespace weave::spmd

@@ -1,0 +1,89 @@
+// Instruction builders of the SPMD partitioner: local ops, partition-id table lookups, masks and
+// collectives with replica groups built as XLA's partitioner builds them
+// (../shared/specs/spmd-partitioner.md §3 "Groups", "Offsets", "Masks").
+//
+// Collectives: all-gather, all-reduce and reduce-scatter get a fresh channel_id (a module-wide
+// counter above the module's largest), use_global_device_ids=true and device ids r*P + pid
+// (groups repeated per replica), written in iota form when the groups are one, else as lists;
+// all-to-all gets a channel_id and partition-id groups; collective-permute partition-id pairs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hlo/ir.h"
+#include "spmd/sharding.h"
+
+namespace weave::spmd {
+
+// Module-wide state shared by every computation's builder.
+struct SpmdContext {
+  HloModule* module = nullptr;
+  int64_t num_partitions = 1;
+  int64_t replica_count = 1;
+  int64_t next_channel_id = 1;
+  std::map<std::string, HloComputation*> reducers;  // "add.f32" -> scalar computation
+};
+
+class SpmdBuilder {
+ public:
+  SpmdBuilder(HloComputation* c, SpmdContext* ctx) : c_(c), ctx_(ctx) {}
+  HloComputation* computation() const { return c_; }
+  SpmdContext* context() const { return ctx_; }
+  int64_t num_partitions() const { return ctx_->num_partitions; }
+
+  HloInstruction* Add(HloOpcode op, const Shape& s, std::vector<HloInstruction*> ops,
+                      const std::string& name = "");
+  HloInstruction* Constant(Literal lit, const std::string& name = "constant");
+  HloInstruction* ScalarConst(PrimitiveType t, double v);
+  // broadcast(scalar) to `shape`.
+  HloInstruction* Splat(HloInstruction* scalar, const Shape& shape);
+  HloInstruction* Zeros(const Shape& shape);
+  HloInstruction* PartitionId();  // u32[], one per computation
+  // The s32 scalar table[pid] (a table over partitions 0..P-1): a constant 0 if all entries
+  // are zero, else reshape(dynamic-slice(constant s32[P], partition-id)). Cached per table.
+  HloInstruction* TableLookup(const std::vector<int64_t>& table);
+  // Per data dim d: the s32 offset of this partition's tile in `s` for a value of `global`.
+  std::vector<int64_t> OffsetTable(const Sharding& s, const Shape& global, int64_t dim) const;
+
+  HloInstruction* Reshape(HloInstruction* x, const std::vector<int64_t>& dims);
+  HloInstruction* Transpose(HloInstruction* x, const std::vector<int64_t>& perm);
+  HloInstruction* Slice(HloInstruction* x, const std::vector<int64_t>& limits);  // [0, limit)
+  // Pads x with zeros on the high side to `dims`.
+  HloInstruction* PadHigh(HloInstruction* x, const std::vector<int64_t>& dims);
+  HloInstruction* DynamicSlice(HloInstruction* x, const std::vector<HloInstruction*>& offsets,
+                               const std::vector<int64_t>& sizes);
+  HloInstruction* Select(HloInstruction* pred, HloInstruction* a, HloInstruction* b);
+  // x with the elements at global index >= S_d along each uneven tiled dim of `s` in `dims`
+  // replaced by `value` (a scalar of x's type): select(compare(iota_d + offset_d, S_d, LT), x,
+  // value). x unchanged when no such dim.
+  HloInstruction* MaskPadding(HloInstruction* x, const Sharding& s, const Shape& global,
+                              const std::vector<int64_t>& dims, HloInstruction* value);
+
+  // Collectives over partition-id groups (members in group order).
+  HloInstruction* AllGather(HloInstruction* x, int64_t dim,
+                            const std::vector<std::vector<int64_t>>& groups);
+  HloInstruction* AllReduce(HloInstruction* x, const std::vector<std::vector<int64_t>>& groups,
+                            HloComputation* reducer);
+  HloInstruction* AllToAll(HloInstruction* x, int64_t dim,
+                           const std::vector<std::vector<int64_t>>& groups);
+  HloInstruction* CollectivePermute(HloInstruction* x,
+                                    const std::vector<std::pair<int64_t, int64_t>>& pairs);
+  // The scalar `add` (or max/min/...) computation of element type t, created once per module.
+  HloComputation* Reducer(HloOpcode op, PrimitiveType t);
+
+ private:
+  ReplicaGroups GlobalGroups(const std::vector<std::vector<int64_t>>& groups) const;
+  HloComputation* c_;
+  SpmdContext* ctx_;
+  HloInstruction* pid_ = nullptr;
+  std::map<std::vector<int64_t>, HloInstruction*> tables_;
+};
+
+// The replica groups `groups` in XLA's text form: iota `[G,S]<=[..]T(..)` when they are one,
+// else the list form.
+ReplicaGroups MakeReplicaGroups(std::vector<std::vector<int64_t>> groups);
+
+}  // namespace weave::spmd

@@ -1,0 +1,461 @@
+// spmd-partitioner: the driver (see spmd_partitioner.h); per-op rules in partition_ops.cc and
+// partition_dot.cc.
+#include "spmd/spmd_partitioner.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spmd/partitioner_internal.h"
+#include "spmd/sharding_import.h"
+
+namespace weave::spmd {
+namespace {
+
+const Sharding& ReplicatedSharding() {
+  static const Sharding* r = new Sharding(Sharding::Replicated());
+  return *r;
+}
+
+bool IsCall(const HloInstruction& h, std::string_view target) {
+  return h.opcode() == HloOpcode::kCustomCall && h.custom_call_target == target;
+}
+
+absl::Status CheckDevices(const Sharding& s, int64_t n, const HloInstruction& h) {
+  if (s.IsTuple()) {
+    for (const Sharding& l : s.leaves()) {
+      if (absl::Status st = CheckDevices(l, n, h); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  if (s.IsMaximal() && (s.maximal_device() < 0 || s.maximal_device() >= n)) {
+    return absl::InvalidArgumentError(absl::StrCat("spmd-partitioner: '", h.name(), "': sharding ",
+                                                   s.ToString(), " names a device outside 0..",
+                                                   n - 1, " (num_partitions=", n, ")"));
+  }
+  if (s.IsTiled()) {
+    for (int64_t d : s.devices()) {
+      if (d >= n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spmd-partitioner: '", h.name(), "': sharding ", s.ToString(),
+            " uses device ", d, ", outside partitions 0..", n - 1, " (num_partitions=", n, ")"));
+      }
+    }
+    if (static_cast<int64_t>(s.devices().size()) != n) {
+      return absl::UnimplementedError(absl::StrCat(
+          "spmd-partitioner: '", h.name(), "': sharding ", s.ToString(), " uses ",
+          s.devices().size(), " of the ", n, " partitions (shardings over a subset of the "
+          "devices are not supported)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const Sharding& ComputationPartitioner::Target(const HloInstruction* old) const {
+  auto it = targets_.find(old);
+  return it == targets_.end() ? ReplicatedSharding() : it->second;
+}
+
+const PValue& ComputationPartitioner::Value(const HloInstruction* old) const {
+  return values_.at(old);
+}
+
+absl::StatusOr<HloInstruction*> ComputationPartitioner::ValueIn(const HloInstruction* old,
+                                                                const Sharding& s) {
+  const PValue& v = values_.at(old);
+  if (v.sharding == s) return v.hlo;
+  const std::pair<const HloInstruction*, std::string> key(old, s.ToString());
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  std::string remat;
+  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(),
+                        absl::StrCat("spmd-partitioner: '", old->name(), "': ", r.status().message()));
+  }
+  if (!remat.empty()) {
+    ++remat_count_;
+    if (remarks_) remarks_->push_back({"spmd-partitioner", old->name(), false, remat});
+  }
+  cache_[key] = *r;
+  return *r;
+}
+
+absl::StatusOr<HloInstruction*> ComputationPartitioner::Operand(const HloInstruction& h,
+                                                                int64_t i, const Sharding& s) {
+  return ValueIn(h.operand(i), s);
+}
+
+absl::StatusOr<HloInstruction*> ComputationPartitioner::Reshard(const PValue& v, const Sharding& s,
+                                                                const HloInstruction& for_instr) {
+  std::string remat;
+  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(), absl::StrCat("spmd-partitioner: '", for_instr.name(),
+                                                        "': ", r.status().message()));
+  }
+  if (!remat.empty()) {
+    ++remat_count_;
+    if (remarks_) remarks_->push_back({"spmd-partitioner", for_instr.name(), false, remat});
+  }
+  return r;
+}
+
+void ComputationPartitioner::Remark(const HloInstruction& h, bool applied, std::string message) {
+  if (remarks_) remarks_->push_back({"spmd-partitioner", h.name(), applied, std::move(message)});
+}
+
+HloInstruction* ComputationPartitioner::Clone(const HloInstruction& h, const Shape& shape,
+                                              std::vector<HloInstruction*> operands) {
+  auto c = h.CloneWithNewOperands(shape, std::move(operands));
+  c->sharding.reset();
+  c->control_predecessors.clear();
+  for (auto it = c->frontend_attributes.begin(); it != c->frontend_attributes.end();) {
+    if (absl::StartsWith(it->first, "_weave_") && it->first != "_weave_xla_window") {
+      it = c->frontend_attributes.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return fresh_->AddInstruction(std::move(c));
+}
+
+absl::StatusOr<PValue> ComputationPartitioner::Replicated(const HloInstruction& h,
+                                                          const std::string& why) {
+  bool sharded = Target(&h).IsTiled();
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    const PValue& v = Value(h.operand(i));
+    const Sharding rep = Sharding::Broadcast(Sharding::Replicated(), v.global);
+    sharded |= Sharding::Broadcast(v.sharding, v.global) != rep && !v.sharding.IsUnset();
+    absl::StatusOr<HloInstruction*> o = ValueIn(h.operand(i), rep);
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  if (sharded && !why.empty()) {
+    ++remat_count_;
+    Remark(h, false, absl::StrCat(why, ": computed replicated (involuntary full rematerialization)"));
+  }
+  PValue out;
+  out.global = h.shape();
+  out.sharding = Sharding::Broadcast(Sharding::Replicated(), h.shape());
+  out.hlo = Clone(h, h.shape(), std::move(ops));
+  return out;
+}
+
+absl::StatusOr<HloComputation*> ComputationPartitioner::PartitionCallee(
+    const HloComputation* callee, const std::vector<Sharding>& params, const Sharding* root) {
+  auto fresh = std::make_unique<HloComputation>(callee->name() + ".spmd");
+  HloComputation* c = ctx_->module->AddComputation(std::move(fresh));
+  ComputationPartitioner sub(callee, c, ctx_, remarks_);
+  if (absl::Status st = sub.Run(params, root); !st.ok()) return st;
+  remat_count_ += sub.remat_count();
+  return c;
+}
+
+absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h) {
+  const HloOpcode op = h.opcode();
+  const Sharding& target = Target(&h);
+  // Manual regions are already per device: clone as is.
+  if (target.IsManual() && !IsCall(h, "SPMDFullToShardShape")) {
+    std::vector<HloInstruction*> ops;
+    for (int64_t i = 0; i < h.operand_count(); ++i) {
+      const PValue& v = Value(h.operand(i));
+      if (!v.sharding.IsManual() && !v.sharding.IsReplicated() && !v.global.IsTuple()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "spmd-partitioner: '", h.name(), "' is manual but its operand '",
+            h.operand(i)->name(), "' is ", v.sharding.ToString(), ": enter manual regions through "
+            "SPMDFullToShardShape"));
+      }
+      ops.push_back(v.hlo);
+    }
+    return PValue{Clone(h, h.shape(), std::move(ops)), target, h.shape()};
+  }
+  if (IsElementwise(op) || op == HloOpcode::kCopy) return PartitionElementwise(*this, h);
+  switch (op) {
+    case HloOpcode::kParameter: {
+      // Handled by Run.
+      return absl::InternalError("parameter partitioned twice");
+    }
+    case HloOpcode::kConstant:
+      return PartitionConstant(*this, h);
+    case HloOpcode::kIota:
+      return PartitionIota(*this, h);
+    case HloOpcode::kBroadcast:
+      return PartitionBroadcast(*this, h);
+    case HloOpcode::kTranspose:
+      return PartitionTranspose(*this, h);
+    case HloOpcode::kReshape:
+      return PartitionReshape(*this, h);
+    case HloOpcode::kReduce:
+      return PartitionReduce(*this, h);
+    case HloOpcode::kDot:
+      return PartitionDot(*this, h);
+    case HloOpcode::kSlice:
+    case HloOpcode::kPad:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kReverse:
+    case HloOpcode::kSort:
+    case HloOpcode::kReduceWindow:
+      return PartitionAlongUntiledDims(*this, h);
+    case HloOpcode::kDynamicSlice:
+      return PartitionDynamicSlice(*this, h);
+    case HloOpcode::kDynamicUpdateSlice:
+      return PartitionDynamicUpdateSlice(*this, h);
+    case HloOpcode::kTuple: {
+      std::vector<HloInstruction*> ops;
+      std::vector<Shape> shapes;
+      for (int64_t i = 0; i < h.operand_count(); ++i) {
+        absl::StatusOr<HloInstruction*> o =
+            Operand(h, i, Sharding::Broadcast(target, h.shape()).TupleElement(h.shape(), i));
+        if (!o.ok()) return o.status();
+        ops.push_back(*o);
+        shapes.push_back((*o)->shape());
+      }
+      return PValue{Clone(h, Shape::Tuple(shapes), std::move(ops)),
+                    Sharding::Broadcast(target, h.shape()), h.shape()};
+    }
+    case HloOpcode::kGetTupleElement: {
+      const PValue& v = Value(h.operand(0));
+      const Sharding s =
+          Sharding::Broadcast(v.sharding, v.global).TupleElement(v.global, h.tuple_index);
+      HloInstruction* g = Clone(
+          h, v.hlo->shape().tuple_shapes.at(static_cast<size_t>(h.tuple_index)), {v.hlo});
+      return PValue{g, s, h.shape()};
+    }
+    case HloOpcode::kWhile: {
+      const Sharding s = Sharding::Broadcast(target, h.shape());
+      absl::StatusOr<HloInstruction*> init = Operand(h, 0, s);
+      if (!init.ok()) return init.status();
+      const Sharding pred = Sharding::Replicated();
+      absl::StatusOr<HloComputation*> cond = PartitionCallee(h.while_condition(), {s}, &pred);
+      if (!cond.ok()) return cond.status();
+      absl::StatusOr<HloComputation*> body = PartitionCallee(h.while_body(), {s}, &s);
+      if (!body.ok()) return body.status();
+      HloInstruction* w = Clone(h, (*init)->shape(), {*init});
+      *w->mutable_called_computations() = {*cond, *body};
+      return PValue{w, s, h.shape()};
+    }
+    case HloOpcode::kConditional: {
+      const Sharding s = Sharding::Broadcast(target, h.shape());
+      absl::StatusOr<HloInstruction*> selector = Operand(h, 0, Sharding::Replicated());
+      if (!selector.ok()) return selector.status();
+      std::vector<HloInstruction*> ops = {*selector};
+      std::vector<HloComputation*> branches;
+      for (size_t b = 0; b < h.called_computations().size(); ++b) {
+        const HloComputation* branch = h.called_computations()[b];
+        const int64_t i = static_cast<int64_t>(b) + 1;
+        const Sharding ps =
+            branch->num_parameters() == 1 && branch->parameter(0)->sharding
+                ? Sharding::FromHlo(*branch->parameter(0)->sharding, branch->parameter(0)->shape())
+                      .value_or(Sharding::Replicated())
+                : Sharding::Replicated();
+        absl::StatusOr<HloInstruction*> o = Operand(h, i, ps);
+        if (!o.ok()) return o.status();
+        ops.push_back(*o);
+        absl::StatusOr<HloComputation*> c = PartitionCallee(branch, {ps}, &s);
+        if (!c.ok()) return c.status();
+        branches.push_back(*c);
+      }
+      HloInstruction* c = Clone(h, LocalShape(h.shape(), s), std::move(ops));
+      *c->mutable_called_computations() = branches;
+      return PValue{c, s, h.shape()};
+    }
+    case HloOpcode::kCustomCall: {
+      if (IsCall(h, "SPMDFullToShardShape") || IsCall(h, "SPMDShardToFullShape")) {
+        const bool to_shard = IsCall(h, "SPMDFullToShardShape");
+        // The operand in its own sharding; FullToShard zeroes its padding.
+        const PValue& v = Value(h.operand(0));
+        HloInstruction* x = v.hlo;
+        if (to_shard) {
+          std::vector<int64_t> dims(static_cast<size_t>(v.global.rank()));
+          for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int64_t>(d);
+          x = b_.MaskPadding(x, v.sharding, v.global, dims,
+                             b_.ScalarConst(v.global.element_type, 0));
+        }
+        HloInstruction* c = b_.Add(HloOpcode::kCopy, to_shard ? h.shape() : x->shape(), {x}, "copy");
+        if (c->shape().dims != x->shape().dims) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "spmd-partitioner: '", h.name(), "': the shard shape ", h.shape().ToString(false),
+              " differs from the operand's local shape ", x->shape().ToString(false)));
+        }
+        // FullToShard: a manual value (its shape is already per device); ShardToFull: the
+        // global value in its (target) sharding, whose local shape is the manual shape.
+        return PValue{c, target, h.shape()};
+      }
+      return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target,
+                                        "\" has no partitioning rule"));
+    }
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
+      return Replicated(h, "");
+    default:
+      return Replicated(h, absl::StrCat("no partitioning rule for ", std::string(HloOpcodeString(op))));
+  }
+}
+
+absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
+                                         const Sharding* root) {
+  const int64_t n = ctx_->num_partitions;
+  std::vector<HloInstruction*> order = old_->MakeInstructionPostOrder();
+  for (HloInstruction* h : order) {
+    Sharding s = Sharding::Broadcast(Sharding::Replicated(), h->shape());
+    if (h->opcode() == HloOpcode::kParameter && h->parameter_number < static_cast<int64_t>(params.size())) {
+      s = params[static_cast<size_t>(h->parameter_number)];
+    } else if (h->sharding) {
+      absl::StatusOr<Sharding> p = Sharding::FromHlo(*h->sharding, h->shape());
+      if (!p.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("spmd-partitioner: '", h->name(), "': ", p.status().message()));
+      }
+      s = *std::move(p);
+    }
+    if (s.IsUnset() || s.IsUnknown()) s = Sharding::Replicated();
+    s = Sharding::Broadcast(s, h->shape());
+    if (absl::Status st = CheckDevices(s, n, *h); !st.ok()) return st;
+    targets_[h] = std::move(s);
+  }
+  absl::flat_hash_map<HloInstruction*, const HloInstruction*> main_of;
+  absl::flat_hash_map<const HloInstruction*, bool> claimed;
+  for (HloInstruction* h : order) {
+    const Sharding& target = targets_.at(h);
+    PValue v;
+    if (h->opcode() == HloOpcode::kParameter) {
+      HloInstruction* p = fresh_->AddParameter(LocalShape(h->shape(), target), h->name());
+      p->metadata = h->metadata;
+      v = PValue{p, target, h->shape()};
+    } else {
+      absl::StatusOr<PValue> r = Partition(*h);
+      if (!r.ok()) return r.status();
+      v = *std::move(r);
+    }
+    if (v.hlo->parent() == fresh_ && !claimed[v.hlo]) {
+      main_of[v.hlo] = h;
+      if (v.hlo->metadata.empty()) v.hlo->metadata = h->metadata;
+    }
+    claimed[v.hlo] = true;
+    // Into the target sharding.
+    const Sharding vs = Sharding::Broadcast(v.sharding, v.global);
+    if (vs != target) {
+      absl::StatusOr<HloInstruction*> r = Reshard(v, target, *h);
+      if (!r.ok()) return r.status();
+      v = PValue{*r, target, h->shape()};
+    }
+    values_[h] = std::move(v);
+  }
+  PValue rv = values_.at(old_->root());
+  if (root != nullptr && Sharding::Broadcast(*root, rv.global) != Sharding::Broadcast(rv.sharding, rv.global)) {
+    absl::StatusOr<HloInstruction*> r = Reshard(rv, *root, *old_->root());
+    if (!r.ok()) return r.status();
+    rv.hlo = *r;
+  }
+  fresh_->set_root(rv.hlo);
+  // Names: each old instruction's main local op takes its name once the old computation is gone.
+  for (auto& [local, old] : main_of) {
+    local->set_name(old->name());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDeclinedCalls(const HloModule& module) {
+  std::vector<std::string> declined;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* h : c->instructions()) {
+      if (IsCall(*h, "CustomSPMDPartitioning")) {
+        std::string op_name;
+        const size_t p = h->metadata.find("op_name=\"");
+        if (p != std::string::npos) {
+          const size_t e = h->metadata.find('"', p + 9);
+          op_name = h->metadata.substr(p + 9, e == std::string::npos ? std::string::npos : e - p - 9);
+        }
+        declined.push_back(absl::StrCat("'", h->name(), "' (custom_call_target=\"",
+                                        h->custom_call_target, "\", op_name=\"", op_name, "\")"));
+      }
+    }
+  }
+  if (!declined.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "module '", module.name(), "' has ", declined.size(),
+        " CustomSPMDPartitioning call", declined.size() == 1 ? "" : "s", ", whose partitioner is "
+        "a Python callback of the tracing process (its backend_config is a process-local "
+        "handle): ", absl::StrJoin(declined, ", "), ". Give Weave a dump taken after XLA's "
+        "`spmd-partitioning` pass instead (--xla_dump_to with --xla_dump_hlo_pass_re=spmd-partitioning)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
+  HloComputation* entry = module->entry();
+  if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
+  if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
+  SpmdContext ctx;
+  ctx.module = module;
+  ctx.num_partitions = std::max<int64_t>(1, module->num_partitions);
+  ctx.replica_count = std::max<int64_t>(1, module->replica_count);
+  ctx.next_channel_id = module->NextChannelId();
+  std::vector<Sharding> params;
+  for (int64_t i = 0; i < entry->num_parameters(); ++i) {
+    const HloInstruction* p = entry->parameter(i);
+    Sharding s = Sharding::Replicated();
+    if (p->sharding) {
+      absl::StatusOr<Sharding> ps = Sharding::FromHlo(*p->sharding, p->shape());
+      if (!ps.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("spmd-partitioner: '", p->name(), "': ", ps.status().message()));
+      }
+      s = *ps;
+    }
+    params.push_back(Sharding::Broadcast(s, p->shape()));
+  }
+  Sharding root_sharding = Sharding::Replicated();
+  if (entry->root()->sharding) {
+    absl::StatusOr<Sharding> rs = Sharding::FromHlo(*entry->root()->sharding, entry->root()->shape());
+    if (rs.ok()) root_sharding = *rs;
+  }
+  root_sharding = Sharding::Broadcast(root_sharding, entry->root()->shape());
+  auto fresh = std::make_unique<HloComputation>(entry->name() + ".spmd");
+  HloComputation* c = module->AddComputation(std::move(fresh));
+  const std::string entry_name = entry->name();
+  ComputationPartitioner cp(entry, c, &ctx, remarks_);
+  if (absl::Status st = cp.Run(params, &root_sharding); !st.ok()) return st;
+  module->set_entry(c);
+  if (absl::Status st = module->RemoveComputation(entry); !st.ok()) return st;
+  module->RemoveUnusedComputations();
+  // Computation names back to the originals; shardings only on entry parameters and root.
+  for (HloComputation* comp : module->computations()) {
+    if (absl::EndsWith(comp->name(), ".spmd")) comp->set_name(comp->name().substr(0, comp->name().size() - 5));
+    for (HloInstruction* h : comp->instructions()) h->sharding.reset();
+  }
+  for (int64_t i = 0; i < c->num_parameters(); ++i) {
+    c->parameter(i)->sharding = params[static_cast<size_t>(i)].ToHlo();
+  }
+  c->root()->sharding = root_sharding.ToHlo();
+  // Header.
+  module->num_partitions = ctx.num_partitions;
+  module->has_num_partitions = ctx.num_partitions > 1 || module->has_num_partitions;
+  auto& attrs = module->header_attributes;
+  attrs.erase(std::remove_if(attrs.begin(), attrs.end(),
+                             [](const auto& a) {
+                               return absl::StartsWith(a.first, "allow_spmd_sharding_propagation");
+                             }),
+              attrs.end());
+  module->UpdateEntryComputationLayout();
+  AddAnalysisRemark(module->name(),
+                    absl::StrCat("partitioned for ", ctx.num_partitions, " partitions; ",
+                                 cp.remat_count(), " involuntary full rematerializations"));
+  return true;
+}
+
+WEAVE_REGISTER_PASS("spmd-partitioner",
+                    [](const PassOptions&) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+                      return std::make_unique<SpmdPartitioner>();
+                    });
+
+}  // namespace weave::spmd

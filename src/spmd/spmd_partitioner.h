@@ -1,0 +1,53 @@
+// "spmd-partitioner": rewrites a global module whose instructions all carry shardings (after
+// sharding-propagation) into the per-device module every partition runs
+// (../shared/specs/spmd-partitioner.md §3; XLA's SpmdPartitioner, base version).
+//
+// Post order per computation; while bodies and conditions are partitioned with the loop's
+// sharding. Every value gets its local shape (dim d: ceil(S_d / t_d)); operands are resharded
+// to what each op needs (reshard.h: cached per (value, target), so one all-gather serves every
+// user that needs the same sharding). Rules (partition_ops.cc, partition_dot.cc):
+//   parameter, constant, iota   local shape; constants replicated + dynamic-slice (uniform ones
+//                               built locally); iota + broadcast(offset[pid]) on a tiled dim
+//   elementwise, convert, copy  operands resharded to the result's sharding, local op
+//   broadcast, transpose,       operand resharded to the result's sharding mapped back, local
+//   reshape                     op (an unmappable reshape computes replicated: remark)
+//   reduce                      mask uneven reduced dims with the init value, local reduce, one
+//                               all-reduce per tiled reduced dim with the reduce's computation
+//   slice, pad, concatenate,    local when the affected dims are untiled; otherwise those dims
+//   reverse, sort,              are replicated first
+//   reduce-window
+//   dynamic-slice, DUS          sliced dims untiled, index operands replicated, index 0 on
+//                               tiled dims
+//   dot                         base cases: operands resharded to an iteration-space sharding
+//                               chosen by estimated bytes moved (output's, operands' or a
+//                               contracting split), partial sums all-reduced (add) per tiled
+//                               contracting dim; uneven contracting dims zero-masked
+//   tuple, get-tuple-element,   per element; loop init resharded to the loop's sharding, body
+//   while, conditional          root too
+//   custom-call                 SPMDFullToShardShape/SPMDShardToFullShape: copies; manual
+//                               regions unchanged; others computed replicated (remark);
+//                               CustomSPMDPartitioning and side-effecting calls on sharded
+//                               values: declined (error naming each)
+// An op without a rule is computed replicated with a remark ("involuntary full
+// rematerialization", XLA's term). Entry parameters and root keep their shardings; the header
+// gets num_partitions=P and a local entry_computation_layout; allow_spmd_* attributes go.
+// Errors (InvalidArgument / Unimplemented, naming the instruction): shardings on devices outside
+// 0..P-1, manual values that would need resharding, declined calls.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace weave::spmd {
+
+// The calls the partitioner declines, all listed at once: Unimplemented naming each
+// `CustomSPMDPartitioning` call (name, target, op_name) and suggesting a dump after XLA's
+// `spmd-partitioning` pass; OK when there are none.
+absl::Status CheckDeclinedCalls(const HloModule& module);
+
+class SpmdPartitioner : public HloPass {
+ public:
+  std::string_view name() const override { return "spmd-partitioner"; }
+  absl::StatusOr<bool> Run(HloModule* module) override;
+};
+
+}  // namespace weave::spmd
