@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "eval/global_view.h"
 #include "spmd/sharding.h"
 
 namespace weave::eval {
@@ -194,17 +195,6 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     return absl::InvalidArgumentError(
         absl::StrCat("the modules are not a global/partitioned pair: ", why));
   }
-  for (const HloComputation* c : global.computations()) {
-    for (const HloInstruction* h : c->instructions()) {
-      if (h->opcode() == HloOpcode::kCustomCall &&
-          (h->custom_call_target == "SPMDFullToShardShape" ||
-           h->custom_call_target == "SPMDShardToFullShape")) {
-        return absl::UnimplementedError(absl::StrCat(
-            "the global module has manual regions ('", h->name(),
-            "'): the global-view reference is not implemented yet"));
-      }
-    }
-  }
   // 1./2. Global inputs and the reference on one device.
   std::unique_ptr<HloModule> ref = global.Clone();
   for (HloInstruction* p : ref->entry()->parameters()) p->sharding.reset();
@@ -214,7 +204,23 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   ge.replicate_unsharded = true;
   absl::StatusOr<Inputs> gin = MakeInputs(*ref, ge);
   if (!gin.ok()) return absl::Status(gin.status().code(), absl::StrCat("global module: ", gin.status().message()));
-  absl::StatusOr<EvalResult> gr = RunModule(*ref, ge, &*gin);
+  absl::StatusOr<EvalResult> gr;
+  if (HasManualRegions(global)) {
+    // Manual regions: the global view on P devices, each on the full inputs (global_view.h).
+    const int64_t p = ResolvedNumPartitions(partitioned, options.eval);
+    absl::StatusOr<std::unique_ptr<HloModule>> view = BuildGlobalViewModule(global, p);
+    if (!view.ok()) {
+      return absl::Status(view.status().code(),
+                          absl::StrCat("global module: manual regions: ", view.status().message()));
+    }
+    EvalOptions ve = ge;
+    ve.num_partitions = p;
+    Inputs vin;
+    vin.per_device.assign(static_cast<size_t>(p), gin->per_device[0]);
+    gr = RunModule(**view, ve, &vin);
+  } else {
+    gr = RunModule(*ref, ge, &*gin);
+  }
   if (!gr.ok()) return absl::Status(gr.status().code(), absl::StrCat("global module: ", gr.status().message()));
   // 3. Tiles with poisoned padding.
   EvalOptions pe = options.eval;

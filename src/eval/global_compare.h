@@ -2,7 +2,9 @@
 // (../shared/specs/spmd-partitioner.md §6):
 //  1. global inputs from the seed (every parameter as its global shape);
 //  2. reference: the global module on one device (`Sharding`, FuncResultSharding, placement
-//     and barrier calls are identities);
+//     and barrier calls are identities); with manual regions, its global view on P devices
+//     (global_view.h: every device runs the whole program, FullToShard takes the device's tile,
+//     ShardToFull gathers), device 0's outputs;
 //  3. the partitioned module on P·R devices, each fed its tiles of the same inputs per the
 //     partitioned module's parameter shardings, padding poisoned (NaN for floats, 0x5A.. for
 //     integers, true for pred) so that any read of padding shows; a maximal parameter reaches
@@ -14,7 +16,7 @@
 //  5. compared with `weave compare`'s tolerances, the norm-wise floor max(4, 2·G) ulps with G the
 //     largest all-reduce/reduce-scatter group (bf16 partial sums round before the all-reduce, the
 //     reference rounds once).
-// Manual or unreduced root leaves and manual regions are declined (Unimplemented).
+// Manual or unreduced root leaves and partially manual regions are declined (Unimplemented).
 #pragma once
 
 #include <string>

@@ -114,8 +114,10 @@ InputFormReport DetectInputForm(const HloModule& m) {
       if (h->sharding) CollectDevices(*h->sharding, &device_sets);
       if (h->opcode() == HloOpcode::kCustomCall) {
         const std::string& t = h->custom_call_target;
+        // CustomSPMDPartitioning: XLA's partitioner replaces it by the user's partitioned
+        // program, so it only exists before partitioning.
         if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||
-            absl::StartsWith(t, "xla.sdy.")) {
+            t == "CustomSPMDPartitioning" || absl::StartsWith(t, "xla.sdy.")) {
           ++calls[t];
         }
       }

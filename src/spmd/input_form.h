@@ -3,8 +3,8 @@
 // partition count (../shared/specs/spmd-partitioner.md §0).
 //
 // Parameter shardings survive XLA's partitioning, so they prove nothing. Evidence:
-//  - global: `Sharding`, `SPMDFullToShardShape`/`SPMDShardToFullShape` or `xla.sdy.*` custom
-//    calls; `xla.sdy.meshes` in the module's frontend attributes; a `sharding=` on an
+//  - global: `Sharding`, `SPMDFullToShardShape`/`SPMDShardToFullShape`,
+//    `CustomSPMDPartitioning` (replaced by XLA's partitioner) or `xla.sdy.*` custom calls; `xla.sdy.meshes` in the module's frontend attributes; a `sharding=` on an
 //    instruction other than a parameter or a computation root; and, weaker, an
 //    `allow_spmd_sharding_propagation_to_parameters`/`_to_output` header attribute, which
 //    counts only when nothing says partitioned and the module has tiled shardings or more than

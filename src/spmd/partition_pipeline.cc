@@ -9,7 +9,8 @@ namespace weave::spmd {
 
 std::vector<std::string> PartitionPassNames(bool propagate_only) {
   if (propagate_only) return {"sharding-import", "spmd-prepare", "sharding-propagation"};
-  return {"sharding-import", "spmd-prepare", "sharding-propagation", "spmd-partitioner", "dce",
+  return {"sharding-import", "spmd-prepare", "sharding-propagation", "spmd-partitioner",
+          "reduce-scatter-creator", "dce",
           "tuple-simplifier"};
 }
 

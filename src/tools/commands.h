@@ -12,7 +12,8 @@ namespace weave::tools {
 
 void RegisterOptCommand(CLI::App& app, int* exit_code);       // opt, verify, stats (cmd_opt.cc)
 void RegisterRunCommands(CLI::App& app, int* exit_code);      // run, compare (cmd_run.cc)
-void RegisterCompileCommands(CLI::App& app, int* exit_code);  // compile, demo (cmd_compile.cc)
+void RegisterCompileCommands(CLI::App& app, int* exit_code);  // compile (cmd_compile.cc)
+void RegisterDemoCommand(CLI::App& app, int* exit_code);      // demo (cmd_demo.cc)
 void RegisterSimulateCommand(CLI::App& app, int* exit_code);  // simulate (cmd_simulate.cc)
 void RegisterPartitionCommand(CLI::App& app, int* exit_code); // partition (cmd_partition.cc)
 

@@ -1,5 +1,5 @@
 // The pass pipeline of `weave compile`, for tools that run it in-process (the differential fuzz
-// driver, tests/fuzz/). Defined next to the pipeline itself in cmd_compile.cc, so that a stage
+// driver, tests/fuzz/). Defined next to the pipeline itself in compile_driver.cc, so that a stage
 // added there reaches every user.
 #pragma once
 

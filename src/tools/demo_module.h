@@ -19,6 +19,11 @@ struct DemoSize {
   // The size the demo compiles with the cost gate: 8192 tokens (4 sequences of 2048), width 4096,
   // MLP width 4096, where the performance model predicts that the all-gather loops pay on h100x8.
   static DemoSize Full();
+  // The size the global demo compiles: 2048 tokens (2 sequences of 1024), width 4096, MLP width
+  // 8192. Its activations are smaller than its weights, so the partitioner gathers activations
+  // (column-parallel projections) as at the small size, and the model predicts that the
+  // reduce-scatter loops and the gate/up all-gather loop pay on h100x8.
+  static DemoSize GlobalFull();
 };
 
 // XLA HLO text of a tensor-parallel FP8 transformer block (attention with causal softmax and a

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   weave::tools::RegisterOptCommand(app, &exit_code);
   weave::tools::RegisterRunCommands(app, &exit_code);
   weave::tools::RegisterCompileCommands(app, &exit_code);
+  weave::tools::RegisterDemoCommand(app, &exit_code);
   weave::tools::RegisterSimulateCommand(app, &exit_code);
   weave::tools::RegisterPartitionCommand(app, &exit_code);
   try {

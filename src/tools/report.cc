@@ -755,7 +755,10 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   num["estimated_bytes"] = r.numerics.estimated_bytes;
   if (!r.numerics.skipped.empty()) num["skipped"] = r.numerics.skipped;
   if (!r.numerics.scaled_copy.empty()) num["scaled_copy"] = r.numerics.scaled_copy;
+  if (!r.numerics.reference.empty()) num["reference"] = r.numerics.reference;
   j["numerics"] = num;
+  if (!r.input_form.empty()) j["input_form"] = r.input_form;
+  j["partitioned_from_global"] = r.partitioned_from_global;
   if (r.sim.requested) {
     json s;
     s["system"] = r.sim.system;
@@ -782,6 +785,10 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
                                            " partitions: not in the header, inferred from the "
                                            "device ids of its collectives")
                             : CountOf(r.num_partitions, "partition", "partitions"));
+  if (r.partitioned_from_global) {
+    absl::StrAppend(&o, "input: a global module, partitioned by Weave's SPMD pipeline first; "
+                        "'before' below is the partitioned module\n");
+  }
   if (!r.passes.empty()) {
     std::vector<std::string> names;
     for (const PassRecord& p : r.passes) names.push_back(p.changed ? p.pass : p.pass + "(-)");
@@ -889,6 +896,9 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
           r.numerics.max_abs_error, r.numerics.max_rel_error, r.numerics.mismatches);
       if (!r.numerics.scaled_copy.empty()) {
         absl::StrAppend(&o, "  on a scaled copy: ", r.numerics.scaled_copy, "\n");
+      }
+      if (!r.numerics.reference.empty()) {
+        absl::StrAppend(&o, "  compared with ", r.numerics.reference, "\n");
       }
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", r.numerics.skipped, "\n");

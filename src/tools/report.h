@@ -157,6 +157,9 @@ struct NumericsRecord {
   int64_t mismatches = 0;
   // Set when the check ran on a scaled copy of the module (weave demo): what was verified.
   std::string scaled_copy;
+  // What the compiled module was compared with: "the input" (a partitioned input, on the same
+  // partitions) or "the global module on 1 device" (a global input: the program as written).
+  std::string reference;
 };
 
 struct SimRecord {
@@ -189,6 +192,11 @@ struct CompileReport {
   // The header has no num_partitions and num_partitions above is the device count its
   // use_global_device_ids collectives address (DevicesAddressedByCollectives).
   bool num_partitions_inferred = false;
+  // The input form (spmd/input_form.h): "global", "partitioned" or "unsharded"; empty when not
+  // decided. A global input was partitioned by Weave's SPMD pipeline first
+  // (partitioned_from_global); `before` then describes the partitioned module.
+  std::string input_form;
+  bool partitioned_from_global = false;
   std::vector<std::string> pipeline;   // passes run, in order
   std::vector<PassRecord> passes;
   ModuleSummary before, after;

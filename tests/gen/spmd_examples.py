@@ -9,6 +9,14 @@ for the spmd-partitioner lit tests: other partition counts, element types and me
       FP8-dequantized operands: the row-sharded activation is gathered, the weight stays put.
   spmd_examples.py e7 --partitions N [--type f32|bf16] [--layers L]
       A scan over L stacked layers, data parallel, then the weight gradient (an all-reduce).
+  spmd_examples.py e2 --partitions N [--type bf16|f32]
+      Attention: Q/K/V read one sequence-sharded activation (one all-gather for the three dots),
+      heads local, the output projection reduce-scattered over the sequence.
+  spmd_examples.py e4b --partitions N [--type bf16|f32]
+      Batch x tensor on a 2 x N/2 mesh; the second dot reduce-scattered over the model axis.
+  spmd_examples.py e5 --partitions N
+      Uneven dim: 10 hidden columns over N partitions (padding masked before the reduce and the
+      contracted dim).
 
 Shapes scale with N so that every sharded dim divides evenly. Writes HLO text to stdout.
 """
@@ -93,9 +101,64 @@ ENTRY main {{
 """
 
 
+def e2(n, t):
+    h = 2 * n
+    return f"""HloModule e2_n{n}_{t}, num_partitions={n}
+ENTRY main {{
+  x = {t}[2,{4*n},32] parameter(0), sharding={{devices=[1,{n},1]<=[{n}]}}
+  wq = {t}[32,{h},8] parameter(1), sharding={{devices=[1,{n},1]<=[{n}]}}
+  wk = {t}[32,{h},8] parameter(2), sharding={{devices=[1,{n},1]<=[{n}]}}
+  wv = {t}[32,{h},8] parameter(3), sharding={{devices=[1,{n},1]<=[{n}]}}
+  wo = {t}[{h},8,32] parameter(4), sharding={{devices=[{n},1,1]<=[{n}]}}
+  q = {t}[2,{4*n},{h},8] dot(x, wq), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}, sharding={{devices=[1,1,{n},1]<=[{n}]}}
+  k = {t}[2,{4*n},{h},8] dot(x, wk), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}, sharding={{devices=[1,1,{n},1]<=[{n}]}}
+  v = {t}[2,{4*n},{h},8] dot(x, wv), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}, sharding={{devices=[1,1,{n},1]<=[{n}]}}
+  s = f32[2,{h},{4*n},{4*n}] dot(q, k), lhs_batch_dims={{0,2}}, rhs_batch_dims={{0,2}}, lhs_contracting_dims={{3}}, rhs_contracting_dims={{3}}
+  p = {t}[2,{h},{4*n},{4*n}] convert(s)
+  o = {t}[2,{h},{4*n},8] dot(p, v), lhs_batch_dims={{0,1}}, rhs_batch_dims={{0,2}}, lhs_contracting_dims={{3}}, rhs_contracting_dims={{1}}
+  ROOT y = {t}[2,{4*n},32] dot(o, wo), lhs_contracting_dims={{1,3}}, rhs_contracting_dims={{0,1}}, sharding={{devices=[1,{n},1]<=[{n}]}}
+}}
+"""
+
+
+def e4b(n, t):
+    m = n // 2
+    return f"""HloModule e4b_n{n}_{t}, num_partitions={n}
+ENTRY main {{
+  x = {t}[4,{4*m},32] parameter(0), sharding={{devices=[2,1,1,{m}]<=[{n}] last_tile_dim_replicate}}
+  w1 = {t}[32,{16*m}] parameter(1), sharding={{devices=[1,{m},2]<=[2,{m}]T(1,0) last_tile_dim_replicate}}
+  w2 = {t}[{16*m},32] parameter(2), sharding={{devices=[{m},1,2]<=[2,{m}]T(1,0) last_tile_dim_replicate}}
+  h = {t}[4,{4*m},{16*m}] dot(x, w1), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}
+  g = {t}[4,{4*m},{16*m}] multiply(h, h)
+  ROOT y = {t}[4,{4*m},32] dot(g, w2), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}, sharding={{devices=[2,{m},1]<=[{n}]}}
+}}
+"""
+
+
+def e5(n):
+    return f"""HloModule e5_n{n}, num_partitions={n}
+addf {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY main {{
+  x = f32[8,32] parameter(0), sharding={{replicated}}
+  w1 = f32[32,10] parameter(1), sharding={{devices=[1,{n}]<=[{n}]}}
+  w2 = f32[10,32] parameter(2), sharding={{devices=[{n},1]<=[{n}]}}
+  h = f32[8,10] dot(x, w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  e = f32[8,10] exponential(h)
+  c0 = f32[] constant(0)
+  s = f32[8] reduce(e, c0), dimensions={{1}}, to_apply=addf
+  y = f32[8,32] dot(e, w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT t = (f32[8], f32[8,32]) tuple(s, y), sharding={{{{replicated}}, {{replicated}}}}
+}}
+"""
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("example", choices=["e1", "e3", "e7"])
+    ap.add_argument("example", choices=["e1", "e2", "e3", "e4b", "e5", "e7"])
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--type", default="f32")
     ap.add_argument("--replicas", type=int, default=1)
@@ -105,6 +168,12 @@ def main():
     a = ap.parse_args()
     if a.example == "e1":
         print(e1(a.partitions, a.type, a.replicas), end="")
+    elif a.example == "e2":
+        print(e2(a.partitions, a.type), end="")
+    elif a.example == "e4b":
+        print(e4b(a.partitions, a.type), end="")
+    elif a.example == "e5":
+        print(e5(a.partitions), end="")
     elif a.example == "e3":
         print(e3(a.partitions, a.fp8, a.scale), end="")
     else:

@@ -157,7 +157,7 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
     std::string out = Tmp(entry.path().filename().string());
     CmdResult r = Sh(Weave() + " compile -q '" + entry.path().string() + "' -o '" + out + "'");
     if (r.code == 1) {
-      EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
+      EXPECT_THAT(r.out, HasSubstr("CustomSPMDPartitioning calls"));
       EXPECT_FALSE(fs::exists(out));
       continue;
     }
@@ -169,14 +169,24 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
   EXPECT_GE(compiled, 5);
 }
 
-TEST_F(CompileE2E, RefusesUnpartitionedModule) {
+// The DeepSeek dump is global (it would be partitioned first) but has 9 CustomSPMDPartitioning
+// calls: exit 1 listing each by name, target and op_name, with the dump to take instead.
+TEST_F(CompileE2E, DeclinesCustomSpmdPartitioning) {
   std::string out = Tmp("ds.hlo");
   CmdResult r = Sh(Weave() + " compile -q '" +
              Shared("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo") +
              "' -o '" + out + "'");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("still needs SPMD partitioning"));
-  EXPECT_THAT(r.out, HasSubstr("num_partitions=4"));
+  EXPECT_THAT(r.out, HasSubstr("has 9 CustomSPMDPartitioning calls"));
+  size_t listed = 0;
+  for (size_t p = r.out.find("custom_call_target=\"CustomSPMDPartitioning\", op_name=\"");
+       p != std::string::npos;
+       p = r.out.find("custom_call_target=\"CustomSPMDPartitioning\", op_name=\"", p + 1)) {
+    ++listed;
+  }
+  EXPECT_EQ(listed, 9u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("op_name=\"moe_layers/DeepSeekMoeBlock_0/custom_partitioning\""));
+  EXPECT_THAT(r.out, HasSubstr("after XLA's `spmd-partitioning` pass"));
   EXPECT_FALSE(fs::exists(out));
 }
 
@@ -225,11 +235,16 @@ TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
   EXPECT_THAT(r.out, HasSubstr("on a scaled copy"));
-  for (const char* f : {"input.hlo", "output.hlo", "scaled_input.hlo", "scaled_output.hlo"}) {
+  for (const char* f : {"input.hlo", "partitioned.hlo", "output.hlo", "scaled_input.hlo",
+                        "scaled_output.hlo"}) {
     EXPECT_TRUE(fs::exists(d + "/" + f)) << f;
   }
   nlohmann::json j = ReadJson(d + "/report.json");
   ASSERT_FALSE(j.is_discarded());
+  // The demo starts from the global module: partitioned first, verified against it.
+  EXPECT_EQ(j["input_form"], "global");
+  EXPECT_EQ(j["partitioned_from_global"], true);
+  EXPECT_EQ(j["numerics"]["reference"], "the global module on 1 device");
   EXPECT_EQ(j["fired"]["windowed"], true);
   EXPECT_EQ(j["fired"]["fp8-gemm"], true);
   EXPECT_EQ(j["fired"]["fp8-wire"], true);
@@ -254,9 +269,11 @@ TEST_F(CompileE2E, DemoCompilesVerifiesAndWritesItsFiles) {
   }
   EXPECT_GE(decisions, 4);
   EXPECT_EQ(static_cast<int>(j["windowed_loops"].size()), decomposed);
+  // At least the gate/up all-gather loop (with its cache user); the Q/K/V loop is decided by the
+  // model (left at this size on h100x8).
   int ag = 0;
   for (const auto& l : j["windowed_loops"]) ag += l["kind"] == "all-gather" ? 1 : 0;
-  EXPECT_EQ(ag, 2);
+  EXPECT_GE(ag, 1);
   CmdResult v = Sh(Weave() + " verify '" + d + "/output.hlo'");
   EXPECT_EQ(v.code, 0) << v.out;
   // The scaled copy took the same decisions and verifies against its input.

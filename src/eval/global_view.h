@@ -1,0 +1,38 @@
+// The global-view reference of a global module with manual regions
+// (../shared/specs/spmd-partitioner.md §6 (2); the meaning of XLA's manual sharding, shard_map).
+//
+// A manual region (SPMDFullToShardShape -> per-device program -> SPMDShardToFullShape, as JAX's
+// shard_map and Shardy's manual computations lower) cannot run on one device: its body is a
+// per-device program that may call collectives. Its reference runs on P devices, each running
+// the whole program on the full (replicated) inputs:
+//   SPMDFullToShardShape(x)  -> the device's tile of x under x's sharding (the `Sharding` call
+//                               feeding it), zero-padded to the shard shape (as the
+//                               partitioner's FullToShard does): replicated -> tiled reshard;
+//   SPMDShardToFullShape(y)  -> the tiles gathered under the call's own sharding, padding sliced
+//                               off (tiled -> replicated reshard: one all-gather per tiled dim);
+// everything else unchanged (`Sharding` calls stay identities). Every device then holds the
+// same global outputs; device 0's are the reference.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "hlo/ir.h"
+
+namespace weave::eval {
+
+// Whether `module` has SPMDFullToShardShape/SPMDShardToFullShape calls or Shardy manual
+// computations (xla.sdy.GlobalToLocalShape / LocalToGlobalShape).
+bool HasManualRegions(const HloModule& module);
+
+// The global-view module for `num_partitions` devices (see above): a clone of `global`, its
+// Shardy manual computations imported first (sharding-import), the conversion calls replaced by
+// reshards, num_partitions set, parameter shardings removed (every device takes the full
+// inputs). Errors: InvalidArgument naming the call when a FullToShard operand has no tiled
+// sharding or the shapes disagree; Unimplemented for partially manual regions (a manual
+// subgroup).
+absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule& global,
+                                                                 int64_t num_partitions);
+
+}  // namespace weave::eval

@@ -1,0 +1,232 @@
+// `weave demo`: the built-in modules compiled end to end with the compile driver
+// (compile_driver.h).
+//
+//   weave demo [--out-dir DIR] [--system NAME] [--seed S] [-v] [--moe]
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "hlo/parser.h"
+#include "sim/simulator.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+#include "tools/compile_driver.h"
+#include "tools/demo_global_module.h"
+#include "tools/demo_module.h"
+#include "tools/demo_moe_module.h"
+#include "tools/report.h"
+
+namespace weave::tools {
+namespace {
+
+// `weave demo --moe`: the expert-parallel FP8 MoE FFN block, compiled once with its numerics
+// verified (the all-to-all windowed einsum forced with XLA's flag: at this size the cost gate
+// keeps the plain exchanges).
+int RunMoeDemo(const CompileOptions& demo, const std::filesystem::path& dir, uint64_t seed) {
+  std::string text(MoeDemoModuleText());
+  absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModule(text, "<weave demo module>");
+  if (!module.ok()) {
+    std::cerr << "weave demo: the built-in module does not parse: " << module.status().message()
+              << "\n";
+    return kInvalidInput;
+  }
+  CompileOptions o = demo;
+  o.command = "weave demo";
+  o.input = (dir / "input.hlo").string();
+  o.output = (dir / "output.hlo").string();
+  o.report = (dir / "report.json").string();
+  o.verify_seed = absl::StrCat(seed);
+  // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
+  // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
+  o.extras.push_back("--xla_gpu_experimental_enable_alltoall_windowed_einsum=true");
+  o.require = "windowed,fp8-gemm,fp8-wire";
+  if (absl::Status st = WriteFileAtomically(o.input, text); !st.ok()) {
+    std::cerr << "weave demo: " << st.message() << "\n";
+    return kInvalidInput;
+  }
+  std::cout << "weave demo --moe: an expert-parallel FP8 MoE FFN block on 4 partitions "
+               "(dispatch all-to-all -> FP8 expert matmuls -> combine all-to-all), each "
+               "exchange split into chunks that overlap the expert matmuls "
+               "(--xla_gpu_experimental_enable_alltoall_windowed_einsum=true: at this small "
+               "size the cost gate would keep the plain exchanges)\n\n";
+  CompileReport report;
+  int code = CompileModule(o, std::move(*module), std::cout, &report);
+  std::cout << "\nwrote " << o.input << " (input), "
+            << (code == kOk ? o.output + " (compiled), " : std::string()) << o.report
+            << " (report)\n";
+  if (code == kOk) {
+    std::cout << "try: weave compare " << o.input << " " << o.output << " --num-partitions 4\n";
+  }
+  return code;
+}
+
+}  // namespace
+
+void RegisterDemoCommand(CLI::App& app, int* exit_code) {
+  auto demo = std::make_shared<CompileOptions>();
+  auto out_dir = std::make_shared<std::string>("weave-demo");
+  auto seed = std::make_shared<uint64_t>(0);
+  CLI::App* dcmd = app.add_subcommand(
+      "demo",
+      "Compile the built-in FP8 transformer block, written as JAX emits it (global shapes, "
+      "sharded parameters, 4 partitions): partitioned, windowed and FP8 with the cost gate, "
+      "its numerics verified against the global program on a scaled copy; prints the report "
+      "and writes input.hlo, partitioned.hlo, output.hlo, report.json and the scaled copy's "
+      "scaled_input.hlo, scaled_output.hlo");
+  dcmd->add_option("--out-dir", *out_dir, "Directory for the files (default ./weave-demo)");
+  dcmd->add_option("--seed", *seed, "Seed of the numerics check (default 0)");
+  dcmd->add_option("--system", demo->system,
+                   "The system the cost gate and the estimated times are for (default h100x8)");
+  dcmd->add_flag("-v,--verbose", demo->verbose, "Time and changes per pass");
+  auto from_partitioned = std::make_shared<bool>(false);
+  dcmd->add_flag("--from-partitioned", *from_partitioned,
+                 "Start from the same block as XLA's SPMD partitioner leaves it (partitioned "
+                 "form, written by hand) instead of the global module");
+  auto moe = std::make_shared<bool>(false);
+  dcmd->add_flag("--moe", *moe,
+                 "Compile the built-in expert-parallel FP8 MoE FFN block instead (dispatch "
+                 "all-to-all, FP8 expert matmuls, combine all-to-all; default out dir "
+                 "./weave-demo-moe)");
+  dcmd->callback([demo, out_dir, seed, moe, from_partitioned, exit_code, dcmd]() {
+    // Check the arguments before anything is created on disk.
+    if (!demo->system.empty()) {
+      if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo->system); !spec.ok()) {
+        std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
+        *exit_code = absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+        return;
+      }
+    }
+    std::filesystem::path dir(*out_dir);
+    if (*moe && dcmd->count("--out-dir") == 0) dir = "weave-demo-moe";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "weave demo: cannot create " << dir.string() << ": " << ec.message() << "\n";
+      *exit_code = kInvalidInput;
+      return;
+    }
+    if (*moe) {
+      *exit_code = RunMoeDemo(*demo, dir, *seed);
+      return;
+    }
+    // The block at two sizes: the full one is compiled with the cost gate (the performance
+    // model decides every loop on the system); its numerics are verified on a scaled copy that
+    // takes the same decisions (replayed by location) and must fire the same rewrites.
+    const bool global = !*from_partitioned;
+    const DemoSize full = global ? DemoSize::GlobalFull() : DemoSize::Full();
+    const DemoSize small = DemoSize::Small();
+    const std::string text = global ? DemoGlobalModuleText(full) : DemoModuleText(full);
+    const std::string small_text = global ? DemoGlobalModuleText(small) : DemoModuleText(small);
+    absl::StatusOr<std::unique_ptr<HloModule>> module =
+        ParseHloModule(text, "<weave demo module>");
+    absl::StatusOr<std::unique_ptr<HloModule>> small_module =
+        ParseHloModule(small_text, "<weave demo module, scaled copy>");
+    if (!module.ok() || !small_module.ok()) {
+      std::cerr << "weave demo: the built-in module does not parse: "
+                << (!module.ok() ? module.status() : small_module.status()).message() << "\n";
+      *exit_code = kInvalidInput;
+      return;
+    }
+    CompileOptions o = *demo;
+    o.command = "weave demo";
+    o.input = (dir / "input.hlo").string();
+    o.output = (dir / "output.hlo").string();
+    o.report = (dir / "report.json").string();
+    o.require = "windowed,fp8-gemm";
+    if (global) o.partitioned_output = (dir / "partitioned.hlo").string();
+    if (o.system.empty()) o.system = std::string(kDefaultGateSystem);
+    CompileOptions c = *demo;
+    c.command = "weave demo";
+    c.input = (dir / "scaled_input.hlo").string();
+    c.output = (dir / "scaled_output.hlo").string();
+    c.verify_seed = absl::StrCat(*seed);
+    c.quiet = true;
+    c.system.clear();
+    for (const auto& [file, body] : {std::pair<std::string, std::string>{o.input, text},
+                                     std::pair<std::string, std::string>{c.input, small_text}}) {
+      if (absl::Status st = WriteFileAtomically(file, body); !st.ok()) {
+        std::cerr << "weave demo: " << st.message() << "\n";
+        *exit_code = kInvalidInput;
+        return;
+      }
+    }
+    if (global) {
+      std::cout << "weave demo: an FP8 transformer block as JAX emits it for 4 partitions "
+                   "(global shapes; tokens, heads and MLP columns sharded), "
+                << full.ToString()
+                << ": global -> partitioned (weave's SPMD partitioner: Q/K/V read one "
+                   "all-gather, gate/up another) -> windowed loops (each decided by the cost "
+                   "gate on "
+                << o.system
+                << ") -> FP8 on the wire and FP8 GEMMs, verified against the global program\n\n";
+    } else {
+      std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
+                   "(Q/K/V share one all-gather, gate/up share one, output and down projections "
+                   "reduce-scattered), "
+                << full.ToString() << "; every loop decided by the cost gate on " << o.system
+                << "\n\n";
+    }
+    // The gate's decisions on the full block, replayed on the copy.
+    CompileOptions probe = o;
+    probe.output.clear();
+    probe.report.clear();
+    probe.partitioned_output.clear();
+    probe.require.clear();
+    probe.quiet = true;
+    probe.system = o.system;
+    CompileReport probe_report;
+    if (int code = CompileModule(probe, (*module)->Clone(), std::cout, &probe_report);
+        code != kOk) {
+      *exit_code = code;
+      return;
+    }
+    std::map<std::string, int> decisions;
+    for (const CostDecision& d : probe_report.cost_gate.decisions) {
+      decisions[d.location] = d.estimate.chosen;
+    }
+    c.replay_decisions = decisions;
+    c.cost_gate.clear();
+    CompileReport copy_report;
+    const int copy_code = CompileModule(c, std::move(*small_module), std::cout, &copy_report);
+    if (copy_code != kOk && copy_code != kNumericsMismatch) {
+      std::cerr << "weave demo: the scaled copy (" << small.ToString()
+                << ") did not compile (exit " << copy_code << ")\n";
+      *exit_code = copy_code;
+      return;
+    }
+    o.numerics_from_copy = copy_report.numerics;
+    o.numerics_from_copy->scaled_copy = absl::StrCat(
+        small.ToString(), ", compiled with the cost gate's decisions for the full block (",
+        copy_report.loops.size(), " windowed loops), files ", c.input, " and ", c.output);
+    CompileReport report;
+    *exit_code = CompileModule(o, std::move(*module), std::cout, &report);
+    // The copy verifies the rewrites the full block got only if it got the same ones.
+    auto kinds = [](const CompileReport& r) {
+      std::map<std::string, int> k;
+      for (const WindowedLoopInfo& l : r.loops) ++k[l.kind];
+      return k;
+    };
+    if (*exit_code == kOk && (kinds(report) != kinds(copy_report) ||
+                              report.fired != copy_report.fired)) {
+      std::cerr << "weave demo: the scaled copy's rewrites differ from the full block's, so its "
+                   "numerics do not verify them\n";
+      *exit_code = kNumericsNotVerified;
+    }
+    std::cout << "\nwrote " << o.input << (global ? " (input, global), " : " (input), ")
+              << (global ? o.partitioned_output + " (partitioned), " : std::string())
+              << (*exit_code == kOk ? o.output + " (compiled), " : std::string()) << o.report
+              << " (report), " << c.input << " and " << c.output << " (the scaled copy)\n";
+    if (*exit_code == kOk) {
+      std::cout << "try: weave compare " << c.input << " " << c.output
+                << " --num-partitions 4; weave simulate " << o.output << " --system " << o.system
+                << "\n";
+    }
+  });
+}
+
+}  // namespace weave::tools
+

@@ -1,0 +1,391 @@
+// The driver of `weave compile` (see compile_driver.h).
+#include "tools/compile_driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "analysis/verifier.h"
+#include "passes/pass.h"
+#include "sim/cost_gate.h"
+#include "sim/simulator.h"
+#include "spmd/windowed_einsum_decomposer.h"
+#include "tools/cli_util.h"
+#include "tools/compile_input.h"
+#include "tools/compile_numerics.h"
+#include "tools/compile_pipeline.h"
+#include "tools/report.h"
+
+namespace weave::tools {
+namespace {
+
+struct Stage {
+  const char* pass;
+  const char* switch_name;  // the --no-<switch> flag that disables it
+};
+constexpr Stage kStages[] = {
+    {"windowed-einsum-decomposer", "decompose"},
+    {"all-to-all-windowed-einsum", "all-to-all"},
+    {"windowed-einsum-handler", "handler"},
+    {"windowed-einsum-consumers-in-ring", "handler"},
+    {"collective-quantizer", "quantize"},
+    {"dot-merger", "dot-merger"},
+    {"fp8-gemm-rewriter", "fp8-gemm"},
+    {"cse", "cleanup"},
+    {"dce", "cleanup"},
+    {"tuple-simplifier", "cleanup"},
+    {"while-loop-dead-tuple-elements", "cleanup"},
+};
+
+// Builds the pass options from the named flags and the extras.
+bool BuildPassOptions(const CompileOptions& o, PassOptions* opts, std::string* error) {
+  for (size_t i = 0; i < o.extras.size(); ++i) {
+    const std::string& a = o.extras[i];
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
+      *error = absl::StrCat("unexpected argument '", a,
+                            "' (pass options are written --name=value)");
+      return false;
+    }
+    std::string body = a.substr(2);
+    size_t eq = body.find('=');
+    if (eq == std::string::npos) {
+      opts->Set(body, "true");
+    } else {
+      opts->Set(body.substr(0, eq), body.substr(eq + 1));
+    }
+  }
+  if (!o.threshold_mib.empty()) opts->Set("windowed-einsum-threshold-mib", o.threshold_mib);
+  if (!o.max_ring.empty()) opts->Set("windowed-einsum-max-ring", o.max_ring);
+  if (o.duplicate_loops) opts->Set("windowed-einsum-duplicate-loops", "true");
+  if (!o.unroll.empty()) opts->Set("windowed-einsum-unroll", o.unroll);
+  if (!o.dot_merger_mb.empty()) opts->Set("dot-merger-threshold-mb", o.dot_merger_mb);
+  if (!o.compute_capability.empty()) opts->Set("gpu-compute-capability", o.compute_capability);
+  return true;
+}
+
+// The passes to run, after the --no-* switches and --disable-passes.
+std::vector<std::string> PipelinePasses(const CompileOptions& o, std::string* error) {
+  std::set<std::string> disabled;
+  for (absl::string_view p : absl::StrSplit(o.disable_passes, ',', absl::SkipWhitespace())) {
+    disabled.insert(std::string(p));
+  }
+  std::set<std::string> known;
+  for (const Stage& s : kStages) known.insert(s.pass);
+  for (const std::string& d : disabled) {
+    if (!known.count(d)) {
+      *error = absl::StrCat("--disable-passes: '", d, "' is not a pass of the compile pipeline (",
+                            absl::StrJoin(known, ", "), ")");
+      return {};
+    }
+  }
+  std::vector<std::string> out;
+  for (const Stage& s : kStages) {
+    std::string sw = s.switch_name;
+    bool off = disabled.count(s.pass) || (sw == "decompose" && o.no_decompose) ||
+               (sw == "handler" && o.no_handler) || (sw == "quantize" && o.no_quantize) ||
+               (sw == "dot-merger" && o.no_dot_merger) || (sw == "fp8-gemm" && o.no_fp8_gemm) ||
+               (sw == "cleanup" && o.no_cleanup);
+    if (!off) out.push_back(s.pass);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> CompilePipelinePassNames() {
+  std::vector<std::string> names;
+  for (const Stage& s : kStages) names.push_back(s.pass);
+  return names;
+}
+
+int64_t CountInstructions(const HloModule& m) {
+  int64_t n = 0;
+  for (const HloComputation* c : m.computations()) n += c->instruction_count();
+  return n;
+}
+
+int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
+                  std::ostream& table, CompileReport* report,
+                  std::unique_ptr<HloModule>* compiled) {
+  report->input = o.input;
+  report->output = o.output;
+  report->module = given->name();
+
+  std::string error;
+  PassOptions options;
+  if (!BuildPassOptions(o, &options, &error)) {
+    std::cerr << "weave compile: " << error << "\n";
+    return kUsage;
+  }
+  std::vector<std::string> passes = PipelinePasses(o, &error);
+  if (!error.empty()) {
+    std::cerr << "weave compile: " << error << "\n";
+    return kUsage;
+  }
+  std::vector<std::string> required;  // in the order given
+  for (absl::string_view r : absl::StrSplit(o.require, ',', absl::SkipWhitespace())) {
+    std::string name(r);
+    const auto& known = RewriteNames();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::cerr << "weave compile: --require: unknown rewrite '" << name << "' (known: "
+                << absl::StrJoin(known, ", ") << ")\n";
+      return kUsage;
+    }
+    if (std::find(required.begin(), required.end(), name) == required.end()) {
+      required.push_back(name);
+    }
+  }
+
+  // Create the passes first: their factories read the options, and an option that none of
+  // them read (and that is no compile flag) is a usage error, reported before any work.
+  std::vector<std::pair<std::string, std::unique_ptr<HloPass>>> created;
+  for (const std::string& name : passes) {
+    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, options);
+    if (!pass.ok()) {
+      if (absl::IsNotFound(pass.status())) {
+        std::cerr << "weave compile: warning: pass '" << name
+                  << "' is not available in this build; skipped\n";
+        report->after.notes.push_back(absl::StrCat("pass ", name, " not available: skipped"));
+        continue;
+      }
+      std::cerr << "weave compile: " << name << ": " << pass.status().message() << "\n";
+      return kUsage;
+    }
+    created.emplace_back(name, *std::move(pass));
+  }
+  {
+    // Only the free-form `--key[=value]` arguments are checked: the named flags set option
+    // keys too, but those are compile flags even when their pass is switched off.
+    std::set<std::string> extra_keys;
+    for (const std::string& a : o.extras) {
+      extra_keys.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos
+                                                                      : a.find('=') - 2));
+    }
+    std::vector<std::string> unread;
+    for (const std::string& k : options.Unread()) {
+      if (extra_keys.count(k)) unread.push_back(k);
+    }
+    if (!unread.empty()) {
+      std::vector<std::string> known = KnownPassOptionNames();
+      known.insert(known.end(), o.flag_names.begin(), o.flag_names.end());
+      std::cerr << "weave compile: "
+                << UnknownOptionsMessage(
+                       unread, "not a compile flag, and no pass in the pipeline reads it",
+                       passes, known)
+                << "\n";
+      return kUsage;
+    }
+  }
+
+  if (!o.system.empty()) {
+    // Checked up front: a --system that does not load is an error, not a line in the table.
+    if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.system); !spec.ok()) {
+      std::cerr << o.command << ": --system: " << spec.status().message() << "\n";
+      return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+    }
+  }
+
+  // The cost gate (passes/cost_oracle.h): the performance model decides every candidate on
+  // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
+  // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
+  std::unique_ptr<CostOracle> oracle;
+  const bool gate_on =
+      o.cost_gate == "on" || (o.cost_gate.empty() && o.threshold_mib.empty());
+  report->cost_gate.mode = gate_on ? "model" : o.threshold_mib.empty() ? "off" : "threshold";
+  if (o.replay_decisions) {
+    // weave demo's scaled copy: the decisions the gate took on the full-size block, by location.
+    const std::map<std::string, int> decisions = *o.replay_decisions;
+    oracle = std::make_unique<FunctionCostOracle>(
+        [decisions](const CostQuery& q) -> absl::StatusOr<std::vector<double>> {
+          auto it = decisions.find(q.location);
+          if (it == decisions.end()) {
+            return absl::NotFoundError(absl::StrCat("no decision for '", q.location, "' to replay"));
+          }
+          std::vector<double> us(q.variants.size(), 1.0);
+          if (it->second >= 0 && it->second < static_cast<int>(us.size())) {
+            us[static_cast<size_t>(it->second)] = 0.0;
+          }
+          return us;
+        },
+        "the full-size block's decisions");
+    report->cost_gate.mode = "replay";
+    report->cost_gate.system = oracle->SystemName();
+    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
+  } else if (gate_on) {
+    const std::string name = o.system.empty() ? std::string(kDefaultGateSystem) : o.system;
+    absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(name);
+    if (!spec.ok()) {
+      std::cerr << o.command << ": --system: " << spec.status().message() << "\n";
+      return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+    }
+    sim::CostGateConfig config;
+    config.system = *spec;
+    config.pipeline = passes;
+    config.pass_options = options;
+    config.dump_dir = o.cost_gate_dump;
+    if (!o.cost_gate_dump.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.cost_gate_dump, ec);
+      if (ec) {
+        std::cerr << o.command << ": --cost-gate-dump: cannot create " << o.cost_gate_dump << ": "
+                  << ec.message() << "\n";
+        return kInvalidInput;
+      }
+    }
+    oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
+    report->cost_gate.system = oracle->SystemName();
+    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
+  }
+
+  // Input form (spec §0): a global module is partitioned first (compile_input.h); the
+  // windowed einsum pipeline starts from the partitioned module.
+  CompileInput prepared;
+  if (int code = PrepareCompileInput(o, std::move(given), report, &prepared); code != kOk) {
+    return code;
+  }
+  const HloModule* global = prepared.global.get();
+  std::unique_ptr<HloModule> input = std::move(prepared.partitioned);
+  report->num_partitions = global != nullptr || o.num_partitions <= 0
+                               ? std::max<int64_t>(input->num_partitions, 1)
+                               : o.num_partitions;
+  if (global == nullptr && o.num_partitions <= 0 && !input->has_num_partitions &&
+      input->replica_count == 1) {
+    const int64_t addressed = DevicesAddressedByCollectives(*input);
+    if (addressed > report->num_partitions) {
+      report->num_partitions = addressed;
+      report->num_partitions_inferred = true;
+    }
+  }
+
+  std::unique_ptr<HloModule> module = input->Clone();
+  for (auto& [name, pass] : created) {
+    report->pipeline.push_back(name);
+    PassRecord rec;
+    rec.pass = name;
+    rec.instructions_before = CountInstructions(*module);
+    size_t first_remark = report->remarks.size();
+    pass->set_remarks(&report->remarks);
+    auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<bool> changed = pass->Run(module.get());
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!changed.ok()) {
+      std::cerr << "weave compile: " << o.input << ": pass " << name << " failed: "
+                << changed.status().message() << "\n";
+      return kInvalidInput;
+    }
+    rec.changed = *changed;
+    rec.instructions_after = CountInstructions(*module);
+    for (size_t k = first_remark; k < report->remarks.size(); ++k) {
+      if (report->remarks[k].applied) ++rec.remarks_applied;
+      if (report->remarks[k].missed()) ++rec.remarks_missed;
+    }
+    if (o.verbose) {
+      std::cerr << absl::StrFormat(
+          "  %-32s %9.3f ms  %-9s instructions %d -> %d  remarks: %d applied, %d missed\n", name,
+          rec.seconds * 1e3, rec.changed ? "changed" : "unchanged", rec.instructions_before,
+          rec.instructions_after, rec.remarks_applied, rec.remarks_missed);
+    }
+    report->passes.push_back(rec);
+    if (o.verify_each) {
+      if (absl::Status st = VerifyModule(*module); !st.ok()) {
+        std::cerr << "weave compile: the module does not verify after " << name << ": "
+                  << st.message() << "\n";
+        return kInvalidInput;
+      }
+    }
+  }
+  if (absl::Status st = VerifyModule(*module); !st.ok()) {
+    std::cerr << "weave compile: the compiled module does not verify: " << st.message() << "\n";
+    return kInvalidInput;
+  }
+
+  if (oracle) report->cost_gate.decisions = oracle->decisions();
+
+  std::vector<std::string> pending_notes = report->after.notes;
+  AnalyzeCompile(*input, *module, report);
+  for (const std::string& n : pending_notes) report->after.notes.push_back(n);
+
+  if (!o.verify_seed.empty()) {
+    RunNumerics(o, global, *input, *module, report);
+  } else if (o.numerics_from_copy) {
+    report->numerics = *o.numerics_from_copy;
+  }
+  if (!o.system.empty()) RunSimulation(o.system, *input, *module, report);
+
+  int code = kOk;
+  std::vector<std::string> missing;
+  for (const std::string& r : required) {
+    if (!report->fired[r]) missing.push_back(r);
+  }
+  if (report->numerics.ran && !report->numerics.pass) {
+    code = kNumericsMismatch;
+    report->status = "numerics-mismatch";
+  } else if (!missing.empty()) {
+    code = kRequiredMissing;
+    report->status = "required-missing";
+  } else if (report->numerics.requested && !report->numerics.ran) {
+    code = kNumericsNotVerified;
+    report->status = "numerics-not-verified";
+  }
+  report->exit_code = code;
+
+  if (!o.quiet) {
+    table << ReportToTable(*report, o.verbose ? 0 : 20);
+    if (report->numerics.ran && !report->numerics.pass) {
+      table << report->numerics.summary << "\n";
+      if (report->after.fp8_gemms > report->before.fp8_gemms) {
+        table << "note: FP8 GEMM custom calls apply both scales to the f32 accumulator, while the "
+                 "input rounds each dequantized operand to its wide type first (bf16/f16): "
+                 "differences of a few ulps of the output type are expected there; --norm-ulps, "
+                 "--atol and --rtol widen the tolerance, --no-fp8-gemm checks the rest of the "
+                 "pipeline alone\n";
+      }
+    }
+    table.flush();
+  }
+  if (!o.report.empty()) {
+    std::string json = ReportToJson(*report).dump(2) + "\n";
+    if (absl::Status st = WriteFileAtomically(o.report, json); !st.ok()) {
+      std::cerr << "weave compile: --report: " << st.message() << "\n";
+      return kInvalidInput;
+    }
+  }
+  if (code == kNumericsMismatch) {
+    std::cerr << "weave compile: numerics: the compiled module differs from the input beyond "
+                 "tolerance; the output was not written\n";
+    return code;
+  }
+  if (code == kRequiredMissing) {
+    std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
+              << " did not fire anywhere in " << o.input << ". The output was not written\n";
+    for (const std::string& m : missing) {
+      std::cerr << "  " << m << ": " << ExplainMissingRewrite(m, report->remarks) << "\n";
+    }
+    return code;
+  }
+  if (code == kNumericsNotVerified) {
+    std::cerr << "weave compile: --verify-numerics: the numerics could not be verified: "
+              << report->numerics.skipped << ". The output was not written\n";
+    return code;
+  }
+  if (!o.output.empty()) {
+    if (absl::Status st = WriteFileAtomically(o.output, module->ToString()); !st.ok()) {
+      std::cerr << "weave compile: " << st.message() << "\n";
+      return kInvalidInput;
+    }
+  }
+  if (compiled) *compiled = std::move(module);
+  return kOk;
+}
+
+}  // namespace weave::tools

@@ -1,0 +1,131 @@
+// --verify-numerics and --system of `weave compile` (see compile_numerics.h).
+#include "tools/compile_numerics.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "eval/evaluator.h"
+#include "eval/global_compare.h"
+#include "sim/simulator.h"
+#include "tools/cli_util.h"
+
+namespace weave::tools {
+namespace {
+
+void RecordComparison(const eval::CompareReport& cmp, NumericsRecord* n) {
+  for (const eval::OutputComparison& c : cmp.outputs) {
+    n->max_abs_error = std::max(n->max_abs_error, c.max_abs_error);
+    n->max_rel_error = std::max(n->max_rel_error, c.max_rel_error);
+    n->mismatches += c.mismatches;
+  }
+}
+
+}  // namespace
+
+void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModule& input,
+                 const HloModule& compiled, CompileReport* report) {
+  NumericsRecord& n = report->numerics;
+  n.requested = true;
+  uint64_t seed = 0;
+  try {
+    seed = std::stoull(o.verify_seed);
+  } catch (...) {
+    seed = 0;
+  }
+  n.seed = seed;
+  eval::CompareOptions copts;
+  copts.eval.num_partitions = global != nullptr ? 0 : o.num_partitions;
+  copts.eval.seed = seed;
+  copts.rtol = o.rtol;
+  copts.atol = o.atol;
+  copts.norm_ulps = o.norm_ulps;
+  n.num_partitions = eval::ResolvedNumPartitions(global != nullptr ? compiled : input, copts.eval);
+  const int64_t devices =
+      n.num_partitions * eval::ResolvedReplicaCount(global != nullptr ? compiled : input, copts.eval);
+  n.estimated_bytes =
+      std::max(eval::EstimateMemoryBytes(global != nullptr ? *global : input,
+                                         global != nullptr ? n.num_partitions : devices),
+               eval::EstimateMemoryBytes(compiled, devices));
+  if (n.estimated_bytes > kNumericsMemoryLimit && !o.force) {
+    n.skipped = absl::StrFormat(
+        "the module is too large to evaluate here: about %s on %s (limit %s); "
+        "--force runs it anyway",
+        FormatBytes(n.estimated_bytes), CountOf(devices, "device", "devices"),
+        FormatBytes(kNumericsMemoryLimit));
+    return;
+  }
+  copts.eval.max_memory_bytes =
+      o.force ? std::numeric_limits<int64_t>::max() : kNumericsMemoryLimit;
+
+  if (global != nullptr) {
+    n.reference = "the global module on 1 device";
+    absl::StatusOr<eval::GlobalCompareReport> cmp =
+        eval::CompareGlobalWithPartitioned(*global, compiled, copts);
+    if (!cmp.ok()) {
+      std::string msg(cmp.status().message());
+      if (msg.rfind("partitioned module", 0) == 0) {
+        n.ran = true;
+        n.pass = false;
+        n.summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
+        return;
+      }
+      n.skipped = absl::StrCat("the evaluator cannot run the global reference: ", msg);
+      return;
+    }
+    n.ran = true;
+    n.pass = cmp->pass;
+    n.summary = cmp->ToString();
+    RecordComparison(cmp->compare, &n);
+    return;
+  }
+
+  n.reference = "the input";
+  absl::StatusOr<eval::CompareReport> cmp = eval::CompareModules(input, compiled, copts);
+  if (!cmp.ok()) {
+    std::string msg(cmp.status().message());
+    if (msg.rfind("module B", 0) == 0) {
+      // The input runs but the output does not: the rewrite produced something unrunnable.
+      n.ran = true;
+      n.pass = false;
+      n.summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
+      n.skipped.clear();
+      return;
+    }
+    n.skipped = absl::StrCat("the evaluator cannot run the input: ", msg);
+    return;
+  }
+  n.ran = true;
+  n.pass = cmp->pass;
+  n.summary = cmp->ToString();
+  RecordComparison(*cmp, &n);
+}
+
+void RunSimulation(const std::string& system, const HloModule& before, const HloModule& after,
+                   CompileReport* report) {
+  SimRecord& s = report->sim;
+  s.requested = true;
+  absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(system);
+  if (!spec.ok()) {
+    s.system = system;
+    s.error = std::string(spec.status().message());
+    return;
+  }
+  s.system = spec->name.empty() ? system : spec->name;
+  sim::SimOptions options;
+  absl::StatusOr<sim::SimResult> b = sim::SimulateModule(before, *spec, options);
+  absl::StatusOr<sim::SimResult> a = sim::SimulateModule(after, *spec, options);
+  if (!b.ok() || !a.ok()) {
+    s.error = std::string((!b.ok() ? b.status() : a.status()).message());
+    return;
+  }
+  s.ran = true;
+  s.before_us = b->total_us;
+  s.after_us = a->total_us;
+  s.before_exposed_comm_us = b->exposed_comm_us;
+  s.after_exposed_comm_us = a->exposed_comm_us;
+}
+
+}  // namespace weave::tools
