@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "eval/evaluator.h"
 #include "eval/numerics.h"
+#include "eval/output_precision.h"
 #include "nlohmann/json.hpp"
 
 namespace weave::eval {
@@ -27,8 +28,11 @@ std::pair<double, double> DefaultTolerance(PrimitiveType t) {
 
 namespace {
 
+// `ring_ulps` ulps of `ring_magnitude` (the largest magnitude of the terms the output sums,
+// from the magnitude run) join the norm-wise term.
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
-                             double norm_ulps) {
+                             double norm_ulps, double norm_factor, PrimitiveType ulp_type,
+                             double ring_ulps = 0, const Value* ring_magnitude = nullptr) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -42,7 +46,15 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
       if (std::isfinite(x)) c.max_abs_value = std::max(c.max_abs_value, std::fabs(x));
     }
     c.norm_ulps = norm_ulps;
-    c.norm_atol = norm_ulps * UlpOf(c.max_abs_value, a.shape.element_type);
+    c.norm_atol = norm_ulps * norm_factor * UlpOf(c.max_abs_value, ulp_type);
+    if (ring_ulps > 0 && ring_magnitude != nullptr && ring_magnitude->size() == n) {
+      for (int64_t k = 0; k < n; ++k) {
+        const double x = ring_magnitude->GetDouble(k);
+        if (std::isfinite(x)) c.ring_magnitude = std::max(c.ring_magnitude, std::fabs(x));
+      }
+      c.ring_ulps = ring_ulps;
+      c.norm_atol += ring_ulps * UlpOf(c.ring_magnitude, ulp_type);
+    }
   }
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
@@ -82,11 +94,97 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
 
 }  // namespace
 
+absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
+                                             const HloModule& b, const EvalResult& rb,
+                                             const CompareOptions& options,
+                                             const EvalResult* ring_magnitudes) {
+  (void)b;
+  CompareReport report;
+  const std::vector<PathPrecision> precisions =
+      options.path_aware ? OutputPathPrecisions(a, ra.num_partitions) : std::vector<PathPrecision>{};
+  report.num_partitions = ra.num_partitions;
+  report.replica_count = ra.replica_count;
+  report.seed = options.eval.seed;
+  if (ra.outputs.size() != rb.outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("module A ran on ", ra.outputs.size(),
+                                                   " devices but module B on ", rb.outputs.size()));
+  }
+  for (size_t d = 0; d < ra.outputs.size(); ++d) {
+    const auto& oa = ra.outputs[d];
+    const auto& ob = rb.outputs[d];
+    if (oa.size() != ob.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("module A has ", oa.size(),
+                                                     " outputs but module B has ", ob.size()));
+    }
+    for (size_t j = 0; j < oa.size(); ++j) {
+      if (!oa[j]->shape.Compatible(ob[j]->shape)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
+            ob[j]->shape.ToString(false), " in module B"));
+      }
+      // Path-aware: judge the output at the narrowest float type its path rounds to in module A,
+      // with the norm-wise term scaled by the roundings a correct rewrite may reorder.
+      const PrimitiveType out_type = oa[j]->shape.element_type;
+      PrimitiveType judged = out_type;
+      double factor = 1, ring_ulps = 0;
+      std::string path;
+      if (options.path_aware && j < precisions.size() && IsFloatingPoint(out_type)) {
+        const PathPrecision& pp = precisions[j];
+        if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) < MantissaBits(out_type)) {
+          judged = pp.type;
+          path = absl::StrCat("judged as ", std::string(PrimitiveTypeName(judged)), ": rounded at ", pp.where);
+        }
+        if (pp.type != PrimitiveType::kInvalid && MantissaBits(pp.type) <= MantissaBits(judged)) {
+          factor = NormUlpsFactor(pp);
+          ring_ulps = MagnitudeUlpsFactor(pp);
+          if (path.empty() && (factor > 1 || pp.ring > 1)) {
+            path = absl::StrCat(pp.roundings, " roundings at ", std::string(PrimitiveTypeName(pp.type)),
+                                pp.ring > 1 ? absl::StrCat(", a reduction over ", pp.ring, " partitions")
+                                            : std::string());
+          }
+        }
+      }
+      auto [rt, at] = DefaultTolerance(judged);
+      const Value* ring_magnitude = nullptr;
+      if (ring_ulps > 0 && ring_magnitudes != nullptr && d < ring_magnitudes->outputs.size() &&
+          j < ring_magnitudes->outputs[d].size()) {
+        ring_magnitude = ring_magnitudes->outputs[d][j].get();
+      }
+      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
+                                       options.atol.value_or(at),
+                                       options.norm_ulps.value_or(kDefaultNormUlps), factor,
+                                       judged, ring_ulps, ring_magnitude);
+      c.judged_as = judged;
+      c.norm_factor = factor;
+      c.path = path;
+      c.output = static_cast<int64_t>(j);
+      c.device = static_cast<int64_t>(d);
+      report.pass &= c.pass;
+      report.outputs.push_back(std::move(c));
+    }
+  }
+  return report;
+}
+
+absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
+                                          const Inputs& inputs, const CompareOptions& options) {
+  if (!options.path_aware) return EvalResult{};
+  std::unique_ptr<HloModule> m = MagnitudeModule(a);
+  if (m == nullptr) return EvalResult{};
+  auto r = RunModule(*m, eval, &inputs);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(),
+                        absl::StrCat("module A (magnitude run): ", r.status().message()));
+  }
+  return r;
+}
+
 OutputComparison CompareOutputValues(const Value& a, const Value& b,
                                      const CompareOptions& options) {
   auto [rt, at] = DefaultTolerance(a.shape.element_type);
   return CompareLeaf(a, b, options.rtol.value_or(rt), options.atol.value_or(at),
-                     options.norm_ulps.value_or(kDefaultNormUlps));
+                     options.norm_ulps.value_or(kDefaultNormUlps), 1,
+                     a.shape.element_type);
 }
 
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
@@ -125,35 +223,29 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   if (!ra.ok()) return absl::Status(ra.status().code(), absl::StrCat("module A: ", ra.status().message()));
   auto rb = RunModule(b, eo, &inputs);
   if (!rb.ok()) return absl::Status(rb.status().code(), absl::StrCat("module B: ", rb.status().message()));
-  CompareReport report;
-  report.num_partitions = eo.num_partitions;
-  report.replica_count = eo.replica_count;
-  report.seed = eo.seed;
-  for (size_t d = 0; d < ra->outputs.size(); ++d) {
-    const auto& oa = ra->outputs[d];
-    const auto& ob = rb->outputs[d];
-    if (oa.size() != ob.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("module A has ", oa.size(),
-                                                     " outputs but module B has ", ob.size()));
-    }
-    for (size_t j = 0; j < oa.size(); ++j) {
-      if (!oa[j]->shape.Compatible(ob[j]->shape)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output ", j, " is ", oa[j]->shape.ToString(false), " in module A but ",
-            ob[j]->shape.ToString(false), " in module B"));
-      }
-      auto [rt, at] = DefaultTolerance(oa[j]->shape.element_type);
-      OutputComparison c = CompareLeaf(*oa[j], *ob[j], options.rtol.value_or(rt),
-                                       options.atol.value_or(at),
-                                       options.norm_ulps.value_or(kDefaultNormUlps));
-      c.output = static_cast<int64_t>(j);
-      c.device = static_cast<int64_t>(d);
-      report.pass &= c.pass;
-      report.outputs.push_back(std::move(c));
-    }
-  }
-  return report;
+  CompareOptions co = options;
+  co.eval = eo;
+  absl::StatusOr<EvalResult> magnitudes = RingMagnitudes(a, eo, inputs, options);
+  if (!magnitudes.ok()) return magnitudes.status();
+  return CompareResults(a, *ra, b, *rb, co, magnitudes->outputs.empty() ? nullptr : &*magnitudes);
 }
+
+namespace {
+
+// "; judged as bf16: rounded at 'dq' (multiply), norm-wise term x3" when the path-aware
+// tolerance applies.
+std::string JudgedText(const OutputComparison& c) {
+  if (c.path.empty()) return "";
+  std::string s = absl::StrCat("; ", c.path);
+  if (c.norm_factor > 1) absl::StrAppendFormat(&s, ", norm-wise term x%.3g", c.norm_factor);
+  if (c.ring_ulps > 0) {
+    absl::StrAppendFormat(&s, ", + %.3g ulps at the magnitude of the terms summed %.4g",
+                          c.ring_ulps, c.ring_magnitude);
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string CompareReport::ToString() const {
   std::string s = absl::StrFormat("compare: %d partition(s)%s, seed %d\n", num_partitions,
@@ -164,14 +256,14 @@ std::string CompareReport::ToString() const {
                                               : absl::StrCat("partition ", c.device);
     absl::StrAppendFormat(&s,
                           "  output %d %s %s: max_abs_err=%.4g max_rel_err=%.4g mismatches=%d/%d "
-                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s) %s\n",
+                          "nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s%s) %s\n",
                           c.output, dev, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
                           c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
                           c.norm_ulps > 0
                               ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
                                                 c.norm_ulps, c.max_abs_value, c.norm_atol)
                               : std::string(),
-                          c.pass ? "PASS" : "FAIL");
+                          JudgedText(c), c.pass ? "PASS" : "FAIL");
   }
   s += pass ? "PASS\n" : "FAIL\n";
   return s;
@@ -191,6 +283,9 @@ std::string CompareReport::ToJson() const {
                             {"nan_diffs", c.nan_diffs}, {"inf_diffs", c.inf_diffs},
                             {"rtol", c.rtol}, {"atol", c.atol}, {"norm_ulps", c.norm_ulps},
                             {"max_abs_value", c.max_abs_value}, {"norm_atol", c.norm_atol},
+                            {"judged_as", std::string(PrimitiveTypeName(c.judged_as))},
+                            {"norm_factor", c.norm_factor}, {"path", c.path},
+                            {"ring_ulps", c.ring_ulps}, {"ring_magnitude", c.ring_magnitude},
                             {"pass", c.pass}});
   }
   return j.dump(2);

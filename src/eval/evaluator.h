@@ -118,6 +118,11 @@ struct CompareOptions {
   // Numerical Algorithms", ch. 3). Unset = kDefaultNormUlps for float outputs; 0 turns it off.
   // Integer outputs are always compared exactly.
   std::optional<double> norm_ulps;
+  // Path-aware tolerance (eval/output_precision.h): judge each float output at the narrowest
+  // float type at which its path in module A rounds (its defaults and its ulp), and scale the
+  // norm-wise term by the roundings a correct rewrite may reorder (NormUlpsFactor). False judges
+  // every output at its own type.
+  bool path_aware = true;
 };
 
 // Default norm_ulps: 4 ulps of the output type at the output's largest magnitude (bf16: 1.6% to
@@ -136,7 +141,19 @@ struct OutputComparison {
   double rtol = 0, atol = 0;
   double norm_ulps = 0;      // the norm-wise term (CompareOptions::norm_ulps)
   double max_abs_value = 0;  // max |a| over A's finite elements
-  double norm_atol = 0;      // norm_ulps * UlpOf(max_abs_value, type)
+  double norm_atol = 0;      // norm_ulps * norm_factor * UlpOf(max_abs_value, judged_as)
+                             // + ring_ulps * UlpOf(ring_magnitude, judged_as)
+  // Path-aware tolerance: the type the output was judged at (its own, or the narrower type its
+  // path rounds to), the multiplier of the norm-wise term, and why, e.g. "judged as bf16:
+  // rounded at 'dq' (multiply)" ("" when neither applies).
+  PrimitiveType judged_as = PrimitiveType::kInvalid;
+  double norm_factor = 1;
+  std::string path;
+  // The magnitude term: ring_ulps (MagnitudeUlpsFactor) ulps of ring_magnitude, the largest
+  // value of the output in the magnitude run (the terms its dots and ring reductions sum; 0
+  // when there are none), added to norm_atol.
+  double ring_ulps = 0;
+  double ring_magnitude = 0;
   double max_abs_error = 0;  // over elements where both are finite
   double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
   int64_t mismatches = 0;    // |a-b| > max(atol + rtol*|a|, norm_atol), or differing NaN/inf
@@ -163,6 +180,24 @@ struct CompareReport {
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
                                              const CompareOptions& options,
                                              const Inputs* given = nullptr);
+
+// Compares two results already computed on identical inputs (`ra` from module `a`, `rb` from
+// `b`), as CompareModules does after running them; lets a caller run `a` once and compare
+// several candidates against it (the differential fuzz driver). InvalidArgument when the
+// device counts, output counts or output shapes differ.
+// `ring_magnitudes` (may be null) is RingMagnitudes(a, ...): the magnitude term of the
+// path-aware tolerance.
+absl::StatusOr<CompareReport> CompareResults(const HloModule& a, const EvalResult& ra,
+                                             const HloModule& b, const EvalResult& rb,
+                                             const CompareOptions& options,
+                                             const EvalResult* ring_magnitudes = nullptr);
+
+// The outputs of module A's magnitude module (eval/output_precision.h: |operands| at dots,
+// FP8 GEMMs and sum collectives) on `inputs`, for the path-aware tolerance; an empty result when
+// it is off or A has none of those. Errors from the run are returned prefixed "module A
+// (magnitude run):".
+absl::StatusOr<EvalResult> RingMagnitudes(const HloModule& a, const EvalOptions& eval,
+                                          const Inputs& inputs, const CompareOptions& options);
 
 // One output compared under `options` (tolerances by a's element type when unset): the
 // element-wise and norm-wise tests of CompareModules. `output`/`device` are left 0.

@@ -116,7 +116,9 @@ float RoundFloatToType(float x, PrimitiveType t) {
   switch (t) {
     case PrimitiveType::F32: return x;
     case PrimitiveType::BF16: return RoundToBf16(x);
+#ifdef __FLT16_MAX__  // _Float16 (gcc 12; clang >= 15 on x86): else the generic rounding below
     case PrimitiveType::F16: return static_cast<float>(static_cast<_Float16>(x));
+#endif
     default: return static_cast<float>(RoundToType(static_cast<double>(x), t));
   }
 }

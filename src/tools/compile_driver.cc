@@ -23,6 +23,7 @@
 #include "tools/cli_util.h"
 #include "tools/compile_input.h"
 #include "tools/compile_numerics.h"
+#include "tools/compile_pipeline.h"
 #include "tools/report.h"
 
 namespace weave::tools {
@@ -103,6 +104,12 @@ std::vector<std::string> PipelinePasses(const CompileOptions& o, std::string* er
 }
 
 }  // namespace
+
+std::vector<std::string> CompilePipelinePassNames() {
+  std::vector<std::string> names;
+  for (const Stage& s : kStages) names.push_back(s.pass);
+  return names;
+}
 
 int64_t CountInstructions(const HloModule& m) {
   int64_t n = 0;
