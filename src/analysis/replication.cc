@@ -421,41 +421,92 @@ class Analyzer {
   }
 
   // The loop-carried state of while `w` at `index` (= the body's and condition's parameter, and
-  // the while's result). Induction: assume the state has the init's equivalence H; if the body
-  // root and the condition keep it (H refines both), it holds at every iteration; otherwise
-  // refine H by them and try again (at most N times: each refinement splits a class).
+  // the while's result). Induction over the whole state at once: assume each top-level element i
+  // has the init's equivalence H[i]; if one evaluation of the body root (every element) and the
+  // condition under that hypothesis keeps it (H[i] refines both), it holds at every iteration;
+  // otherwise refine every H[i] by them and try again. Each round that does not settle splits a
+  // class of some element, so there are at most elements x (N - 1) + 1 rounds, each one walk of
+  // the body (values memoized within the round). The settled state of a loop that is not itself
+  // inside a hypothesis is memoized. A nested tuple element is taken as a whole (the meet of its
+  // leaves).
   Eq LoopState(const HloInstruction* w, const Index& index) {
     if (w->called_computations().size() < 2 || w->operand_count() != 1) {
       return Own(w, "is a malformed while");
     }
-    auto key = std::make_pair(w, index);
-    if (auto it = hypotheses_.find(key); it != hypotheses_.end()) return it->second;
-    Eq h = Value(w->operand(0), index);
-    const HloComputation* body = w->while_body();
-    if (IsPassThrough(body, index)) return h;
-    if (index.empty() && w->shape().IsTuple()) {
-      Eq e = All();
-      for (int64_t i = 0; i < static_cast<int64_t>(w->shape().tuple_shapes.size()); ++i) {
-        e = Meet(e, LoopState(w, {i}));
-      }
-      return e;
+    const std::vector<Eq>* state = nullptr;
+    if (auto it = hypotheses_.find(w); it != hypotheses_.end()) {
+      state = &it->second;
+    } else if (auto it = loops_.find(w); it != loops_.end()) {
+      state = &it->second;
+    } else {
+      state = SettleLoop(w);
+      if (state == nullptr) return Own(w, "loop state does not settle");
     }
-    for (int64_t round = 0; round <= n_; ++round) {
-      hypotheses_[key] = h;
-      hyp_memo_.clear();
+    return Select(*state, w, index);
+  }
+
+  // The element of a settled (or hypothesised) loop state at `index`; the whole state when
+  // `index` is empty.
+  Eq Select(const std::vector<Eq>& state, const HloInstruction* w, const Index& index) const {
+    if (!w->shape().IsTuple()) return state.empty() ? All() : state[0];
+    if (!index.empty()) {
+      if (index[0] < 0 || index[0] >= static_cast<int64_t>(state.size())) {
+        return Own(w, "has no such element");
+      }
+      return state[static_cast<size_t>(index[0])];
+    }
+    Eq e = All();
+    for (const Eq& x : state) e = Meet(e, x);
+    return e;
+  }
+
+  // Runs the induction of LoopState for `w`; returns the settled state (stored in loops_, or in
+  // loops_under_ when an outer hypothesis is active), nullptr when it does not settle.
+  const std::vector<Eq>* SettleLoop(const HloInstruction* w) {
+    const bool tuple = w->shape().IsTuple();
+    const int64_t k = tuple ? static_cast<int64_t>(w->shape().tuple_shapes.size()) : 1;
+    auto element = [&](int64_t i) { return tuple ? Index{i} : Index{}; };
+    std::vector<Eq> h(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) h[static_cast<size_t>(i)] = Value(w->operand(0), element(i));
+    const HloComputation* body = w->while_body();
+    const bool outer = !hypotheses_.empty();
+    for (int64_t round = 0; round <= k * n_; ++round) {
+      hypotheses_[w] = h;
+      ClearConditional();
       // Under the hypothesis the loop's back edge is cut: values being computed outside it (the
       // query may start inside the body) are computed afresh, not cycles.
-      std::set<std::pair<const HloInstruction*, Index>> outer;
-      outer.swap(visiting_);
-      Eq root = Value(body->root(), index);
+      std::set<std::pair<const HloInstruction*, Index>> outside;
+      outside.swap(visiting_);
+      std::vector<Eq> root(static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) {
+        if (!IsPassThrough(body, element(i))) {
+          root[static_cast<size_t>(i)] = Value(body->root(), element(i));
+        }
+      }
       Eq cond = Value(w->while_condition()->root(), {});
-      visiting_.swap(outer);
-      hypotheses_.erase(key);
-      hyp_memo_.clear();
-      if (Refines(h, root) && Refines(h, cond)) return h;
-      h = Meet(h, Meet(root, cond));
+      visiting_.swap(outside);
+      hypotheses_.erase(w);
+      ClearConditional();
+      bool settled = true;
+      for (int64_t i = 0; i < k; ++i) {
+        Eq& hi = h[static_cast<size_t>(i)];
+        const Eq& ri = root[static_cast<size_t>(i)];
+        if (Refines(hi, ri) && Refines(hi, cond)) continue;
+        settled = false;
+        hi = Meet(hi, Meet(ri, cond));
+      }
+      if (settled) {
+        auto& store = outer ? loops_under_ : loops_;
+        store[w] = std::move(h);
+        return &store[w];
+      }
     }
-    return Own(w, "loop state does not settle");
+    return nullptr;
+  }
+
+  void ClearConditional() {
+    hyp_memo_.clear();
+    loops_under_.clear();
   }
 
   // Whether body root at `index` is the body parameter at `index` (through tuple/GTE).
@@ -500,13 +551,39 @@ class Analyzer {
   std::map<std::pair<const HloInstruction*, Index>, Eq> memo_;      // unconditional results
   std::map<std::pair<const HloInstruction*, Index>, Eq> hyp_memo_;  // under the hypotheses
   std::set<std::pair<const HloInstruction*, Index>> visiting_;
-  std::map<std::pair<const HloInstruction*, Index>, Eq> hypotheses_;
+  // Per loop under induction: the hypothesised equivalence of each top-level state element.
+  std::map<const HloInstruction*, std::vector<Eq>> hypotheses_;
+  // Settled loop states: unconditional, and under the outer hypotheses (cleared with hyp_memo_).
+  std::map<const HloInstruction*, std::vector<Eq>> loops_;
+  std::map<const HloInstruction*, std::vector<Eq>> loops_under_;
   std::map<const HloComputation*, bool> pure_;
   std::map<const HloComputation*, std::vector<const HloInstruction*>> callers_;
   bool callers_built_ = false;
 };
 
 }  // namespace
+
+class ReplicationAnalyzerImpl : public Analyzer {
+ public:
+  using Analyzer::Analyzer;
+};
+
+ReplicationAnalysis::ReplicationAnalysis(const HloModule& module,
+                                         std::vector<std::vector<int64_t>> groups)
+    : impl_(std::make_unique<ReplicationAnalyzerImpl>(&module, std::move(groups))) {}
+
+ReplicationAnalysis::~ReplicationAnalysis() = default;
+
+bool ReplicationAnalysis::IsSame(const HloInstruction* instr, std::string* why) {
+  if (instr == nullptr) {
+    if (why) *why = "no instruction";
+    return false;
+  }
+  Eq e = impl_->Value(instr, {});
+  const bool proven = !impl_->Splits(e);
+  if (!proven && why) *why = e.reason.empty() ? "not proven" : e.reason;
+  return proven;
+}
 
 ReplicationProof ProveSameWithinGroups(const HloInstruction* instr,
                                        const std::vector<std::vector<int64_t>>& groups) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,27 @@ ReplicationProof ProveSameWithinGroups(const HloInstruction* instr,
 // ProveSameWithinGroups(instr, {}): the same on every partition. When false and `why` is
 // non-null, *why receives the reason.
 bool IsSameOnAllPartitions(const HloInstruction* instr, std::string* why = nullptr);
+
+class ReplicationAnalyzerImpl;
+
+// One analysis for many questions about one module: the values met (and the settled state of
+// every loop) are memoized across questions, so asking about every parameter of a cost region
+// costs one walk of their common upstream instead of one walk each. Answers equal
+// ProveSameWithinGroups(instr, groups).proven. Valid only while the module is unchanged: make a
+// new one after a rewrite. Not thread-safe.
+class ReplicationAnalysis {
+ public:
+  explicit ReplicationAnalysis(const HloModule& module,
+                               std::vector<std::vector<int64_t>> groups = {});
+  ~ReplicationAnalysis();
+  ReplicationAnalysis(const ReplicationAnalysis&) = delete;
+  ReplicationAnalysis& operator=(const ReplicationAnalysis&) = delete;
+  // Whether `instr` (of the module) is proven the same on all partitions of each group; when
+  // not and `why` is non-null, *why receives the reason.
+  bool IsSame(const HloInstruction* instr, std::string* why = nullptr);
+
+ private:
+  std::unique_ptr<ReplicationAnalyzerImpl> impl_;
+};
 
 }  // namespace weave

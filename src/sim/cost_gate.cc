@@ -128,6 +128,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   absl::StrAppend(&text, "ENTRY %", entry_name, " {\n");
   absl::flat_hash_set<const HloInstruction*> params;
   int64_t next_param = 0;
+  ReplicationAnalysis replication(*module);  // one walk for all the region's parameters
   std::vector<const HloInstruction*> outputs;
   for (const HloInstruction* i : comp->MakeInstructionPostOrder()) {
     if (!region.contains(i)) continue;
@@ -137,7 +138,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
       // quantizer and the FP8 GEMM rewriter to fire on the region as on the module).
       absl::StrAppend(&text, "  %", o->name(), " = ", o->shape().ToString(), " parameter(",
                       next_param++, ")",
-                      IsSameOnAllPartitions(o) ? ", sharding={replicated}" : "", "\n");
+                      replication.IsSame(o) ? ", sharding={replicated}" : "", "\n");
     }
     std::unique_ptr<HloInstruction> copy =
         i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors

@@ -38,6 +38,38 @@ struct Rings {
 }  // namespace
 
 // Analyses one while; returns false if it is not a windowed loop.
+// The ring layout of the reduce-scatter loop (spmd/windowed_einsum_rs_ring.h): one trip; N-1
+// synchronous collective-permutes, each sending one GEMM's partial block straight to its owner
+// (it depends on a GEMM and on no other permute: XLA's layouts pass accumulators from permute to
+// permute), each a permutation without fixed points; N GEMMs (one partial block per position).
+// `dep_perm` / `dep_gemm`: whether a body value depends on a permute / a GEMM.
+bool IsRingReduceScatter(const std::vector<HloInstruction*>& order,
+                         std::unordered_map<const HloInstruction*, bool>& dep_perm,
+                         std::unordered_map<const HloInstruction*, bool>& dep_gemm, int64_t gemms,
+                         const HloInstruction& w) {
+  std::optional<int64_t> trips = sim::WhileTripCount(w);
+  if (!trips || *trips != 1) return false;
+  std::vector<const HloInstruction*> permutes;
+  for (const HloInstruction* i : order) {
+    if (i->opcode() == HloOpcode::kCollectivePermute && i->operand_count() == 1) {
+      permutes.push_back(i);
+    } else if (IsPermute(*i)) {
+      return false;  // async or guarded permutes belong to other layouts
+    }
+  }
+  if (permutes.empty() || gemms != static_cast<int64_t>(permutes.size()) + 1) return false;
+  for (const HloInstruction* p : permutes) {
+    if (!dep_gemm[p->operand(0)] || dep_perm[p->operand(0)]) return false;
+    // A permutation of its partitions that moves every one of them (the block goes to its owner).
+    std::set<int64_t> from, to;
+    for (const auto& [s, d] : p->source_target_pairs) {
+      if (s == d || !from.insert(s).second || !to.insert(d).second) return false;
+    }
+    if (from != to) return false;
+  }
+  return true;
+}
+
 bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   if (w.opcode() != HloOpcode::kWhile || w.called_computations().size() < 2) return false;
   const HloComputation* body = w.while_body();
@@ -139,7 +171,9 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   if (!matched && !rs_link && !ag_link) return false;
 
   if (!matched) {
-  info->layout = "unrecognised";
+  info->layout = IsRingReduceScatter(order, dep_perm, dep_gemm, gemms, w)
+                     ? "ring"
+                     : "unrecognised";
   info->name = w.name();
   info->body = body->name();
   info->kind = rs_link ? "reduce-scatter" : "all-gather";
