@@ -111,7 +111,8 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
   HloInstruction* k = b.Gte(param, 4, "k");
   std::vector<HloInstruction*> scale_gte;
   for (size_t i = 0; i < extra_init.size(); ++i) {
-    scale_gte.push_back(b.Gte(param, static_cast<int64_t>(5 + i), "scale"));
+    scale_gte.push_back(
+        b.Gte(param, static_cast<int64_t>(5 + i), extra_init[i]->name() + ".gte"));
   }
   auto scales_of = [&](const OperandCarry& c, const std::vector<int64_t>& idx,
                        const std::map<int64_t, HloInstruction*>& travelled) {

@@ -48,7 +48,8 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
   HloInstruction* k = b.Gte(param, 4, "k");
   std::vector<HloInstruction*> scale_gte;
   for (size_t i = 0; i < scales.size(); ++i) {
-    scale_gte.push_back(b.Gte(param, static_cast<int64_t>(5 + i), "scale"));
+    scale_gte.push_back(
+        b.Gte(param, static_cast<int64_t>(5 + i), scales[i]->name() + ".gte"));
   }
   RingValues v = EmitRingValues(b, p.ring, p.block);
   auto slice = [&](HloInstruction* operand, int64_t dim, HloInstruction* off,

@@ -104,7 +104,8 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
   }
   std::vector<HloInstruction*> scale_gte;
   for (size_t i = 0; i < scales.size(); ++i) {
-    scale_gte.push_back(b.Gte(param, first_scale + static_cast<int64_t>(i), "scale"));
+    scale_gte.push_back(
+        b.Gte(param, first_scale + static_cast<int64_t>(i), scales[i]->name() + ".gte"));
   }
   RingValues v = EmitRingValues(b, p.ring, p.block);
   auto operand = [&](int s, HloInstruction* value, HloInstruction* off, const std::string& tag) {

@@ -75,8 +75,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       "compile",
       "Windowed einsum + FP8 pipeline on a partitioned or global module (a global one is "
       "partitioned first, as by weave partition, and --verify-numerics compares with it): "
-      "verify, windowed-einsum-decomposer, all-to-all-windowed-einsum, windowed-einsum-handler, "
-      "collective-quantizer, dot-merger, fp8-gemm-rewriter, cleanup, verify");
+      "verify, collective-quantizer, windowed-einsum-decomposer, all-to-all-windowed-einsum, "
+      "windowed-einsum-handler, collective-quantizer, dot-merger, fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned or global HLO module ('-' = stdin)")
       ->required();
   cmd->add_option("--partitioned-output", opts->partitioned_output,

@@ -33,7 +33,13 @@ struct Stage {
   const char* pass;
   const char* switch_name;  // the --no-<switch> flag that disables it
 };
+// collective-quantizer runs twice: first so that the decomposer and the handler see every
+// data-movement collective of a dequantized value already carrying FP8 (a collective between the
+// dequantization and a windowed dot, such as the second all-gather of a value resharded in two
+// steps, would otherwise leave a wide loop that only a second compile puts in FP8), and again
+// after the windowed passes for the collectives they leave or create.
 constexpr Stage kStages[] = {
+    {"collective-quantizer", "quantize"},
     {"windowed-einsum-decomposer", "decompose"},
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
