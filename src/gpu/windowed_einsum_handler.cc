@@ -76,7 +76,7 @@ absl::StatusOr<bool> Handler::RunOnComputation(HloComputation* comp) {
     // One linear sweep removes what the rewrites left unused in this computation (old init
     // tuples and dequantizations, replaced all-gathers).
     comp->RemoveDeadCode();
-    for (auto& [instr, name] : rename_) instr->set_name(name);
+    ApplyPendingRenames(comp, &rename_);
   }
   return *changed_or;
 }

@@ -52,12 +52,23 @@ HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::str
 // so that the pass stays linear in the module size). Instructions with control predecessors are
 // kept, like everything IsRemovableWhenUnused refuses.
 absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i);
+// A new loop init waiting to take over the name of the init it replaced (see ReplaceInit):
+// `name` once the old one is gone, applied only if the instruction still exists and still has its
+// `temporary` name (a later step may have replaced it in turn, and dead-code removal freed it).
+struct PendingRename {
+  std::string name;
+  std::string temporary;
+};
+using PendingRenames = absl::flat_hash_map<HloInstruction*, PendingRename>;
 // Gives the while `w` a new init tuple of `ops` and the loop state shape `state`. The old init,
 // once unused, is left for the dead-code removal at the end of the computation (removing one
 // instruction at a time from a large computation is linear each time); the new init takes over
-// its name then (*rename).
+// its name then (*rename, applied by ApplyPendingRenames). O(1) besides the new tuple.
 absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloInstruction*> ops,
-                         std::vector<std::pair<HloInstruction*, std::string>>* rename);
+                         PendingRenames* rename);
+// After `comp`'s dead-code removal: gives each pending instruction that is still in `comp` (and
+// still named as when it was made) the name of the init it replaced. Linear in `comp`.
+void ApplyPendingRenames(HloComputation* comp, PendingRenames* rename);
 // Replaces every use of `old` by `v` among the given users (snapshot), and the root.
 absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>& users,
                          HloInstruction* v);
@@ -185,7 +196,7 @@ class Handler {
   bool topo_valid_ = false;
   // Outer computation: dead instructions are removed in one sweep at the end (linear), then
   // these instructions get their predecessors' names.
-  std::vector<std::pair<HloInstruction*, std::string>> rename_;
+  PendingRenames rename_;
   // Loops the FP8 shift rewrote, with what it replaced (current computation).
   absl::flat_hash_map<const HloInstruction*, ShiftedOperands> shifted_;
   // Scalar add computations made for reductions, by type (shared by the whole module).

@@ -43,13 +43,8 @@ absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i) {
   });
 }
 
-// Gives the while `w` a new init tuple of `ops` and the loop state shape `state`; the old init is
-// removed when nothing else reads it (the new one then takes over its name).
-// The old init, once unused, is left for the dead-code removal at the end of the computation
-// (removing one instruction at a time from a large computation is linear each time); the new
-// init takes over its name then (*rename).
 absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloInstruction*> ops,
-                         std::vector<std::pair<HloInstruction*, std::string>>* rename) {
+                         PendingRenames* rename) {
   HloComputation* comp = w->parent();
   HloInstruction* init = w->operand(0);
   const std::string name = init->name();
@@ -58,15 +53,24 @@ absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloI
   w->set_shape(state);
   if (init->user_count() == 0 && !init->IsRoot()) {
     // The old init may itself be a replacement waiting for its name: pass the name on.
-    for (auto& entry : *rename) {
-      if (entry.first == init) {
-        entry.first = new_init;
-        return absl::OkStatus();
-      }
+    PendingRename r{name, new_init->name()};
+    if (auto it = rename->find(init); it != rename->end()) {
+      r.name = std::move(it->second.name);
+      rename->erase(it);
     }
-    rename->push_back({new_init, name});
+    (*rename)[new_init] = std::move(r);
   }
   return absl::OkStatus();
+}
+
+void ApplyPendingRenames(HloComputation* comp, PendingRenames* rename) {
+  if (rename->empty()) return;
+  absl::flat_hash_set<const HloInstruction*> alive;
+  for (HloInstruction* i : comp->instructions()) alive.insert(i);
+  for (auto& [instr, r] : *rename) {
+    if (alive.contains(instr) && instr->name() == r.temporary) instr->set_name(r.name);
+  }
+  rename->clear();
 }
 
 // Replaces every use of `old` by `v` among the given users (snapshot), and the root.
