@@ -88,7 +88,7 @@ endif
 # The differential driver on the CI seed set (with $(BUILD): build-asan under SANITIZE=1), then
 # the mutation check: each deliberately wrong pass must be caught within the same seeds.
 fuzz-diff: build
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_SEEDS) -j $(JOBS) --allow=$(FUZZ_ALLOW)
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_SEEDS) -j $(JOBS) $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW))
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_GATED_SEEDS) -j $(JOBS) \
 	  --allow=$(FUZZ_GATED_ALLOW) --cost-gate h100x8 | tail -4
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz --global run --seeds $(FUZZ_CI_GLOBAL_SEEDS) \
@@ -107,7 +107,7 @@ fuzz: fuzz-build build
 	  -max_total_time=$${FUZZ_SECONDS:-300} -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds 100000:$$((100000 + 10 * $${FUZZ_SECONDS:-300})) -j $(JOBS) \
-	  --allow=$(FUZZ_ALLOW) --out $(FUZZ_OUT)
+	  $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW)) --out $(FUZZ_OUT)
 
 # `make fuzz-long`: an hour of the pipeline fuzzer (ASan + UBSan), then FUZZ_LONG_SEEDS programs
 # through the driver built with sanitizers; figures in build-fuzz/fuzz-long.txt and
@@ -120,7 +120,7 @@ fuzz-long: fuzz-build
 	  -max_total_time=$(FUZZ_LONG_SECONDS) -max_len=1024 -timeout=60 -rss_limit_mb=4096 \
 	  -print_final_stats=1 -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus 2>&1 | tee build-fuzz/fuzz-long-libfuzzer.txt | tail -25
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 nice build-asan/weave-fuzz run --seeds $(FUZZ_LONG_SEEDS) -j $(JOBS) --timeout 120 \
-	  --allow=$(FUZZ_ALLOW) --out $(FUZZ_OUT) --summary build-fuzz/fuzz-long-summary.json | tee build-fuzz/fuzz-long.txt | tail -25
+	  $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW)) --out $(FUZZ_OUT) --summary build-fuzz/fuzz-long-summary.json | tee build-fuzz/fuzz-long.txt | tail -25
 
 demo: build
 	$(BUILD)/weave demo
