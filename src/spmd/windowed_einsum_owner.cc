@@ -94,8 +94,11 @@ HloInstruction* StripDequantize(HloInstruction* v) {
   return v;
 }
 
-// True when `a` is `b` or one of its (transitive) operands; bounded walk.
-bool DependsOn(HloInstruction* a, const HloInstruction* b) {
+// True when `a` is `b` or one of its (transitive) operands. The walk stops at instructions
+// below `b` in the sweep's topological index (they cannot depend on it), so it costs the
+// instructions between the two, not the whole upstream of `a`.
+bool DependsOn(const DecomposerContext& ctx, HloInstruction* a, const HloInstruction* b) {
+  const int64_t floor = ctx.PositionOf(b);
   absl::flat_hash_set<const HloInstruction*> seen;
   std::vector<HloInstruction*> work{a};
   while (!work.empty()) {
@@ -103,6 +106,10 @@ bool DependsOn(HloInstruction* a, const HloInstruction* b) {
     work.pop_back();
     if (x == b) return true;
     if (!seen.insert(x).second) continue;
+    if (floor >= 0) {
+      const int64_t px = ctx.PositionOf(x);
+      if (px >= 0 && px < floor) continue;
+    }
     for (HloInstruction* o : x->operands()) work.push_back(o);
   }
   return false;
@@ -163,7 +170,7 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
                         ", the all-gather gathers dim ",
                         attrs->dimensions.empty() ? -1 : attrs->dimensions[0]);
   }
-  if (DependsOn(w, dot)) {
+  if (DependsOn(ctx, w, dot)) {
     return absl::StrCat("loop '", w->name(), "' depends on the dot '", dot->name(),
                         "' (it cannot read the loop's cache)");
   }
@@ -222,7 +229,8 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
 
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
                                 const GatheredChain& chain,
-                                const std::vector<HloInstruction*>& post_order, int* owner_side,
+                                const std::vector<HloInstruction*>& /*post_order*/,
+                                int* owner_side,
                                 GatheredChain* owner_chain, std::string* note) {
   *owner_side = side;
   *owner_chain = chain;
@@ -277,8 +285,6 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     }
   }
   if (consumers.size() < 2) return dot;
-  absl::flat_hash_map<const HloInstruction*, int64_t> order;
-  for (size_t i = 0; i < post_order.size(); ++i) order[post_order[i]] = static_cast<int64_t>(i);
   struct Rank {
     const Consumer* c;
     bool fp8;
@@ -290,10 +296,10 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     HloInstruction* u = c.dot;
     // A consumer that depends on another consumer cannot own the loop the other one would read.
     bool depends = false;
-    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(u, o.dot));
+    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(ctx, u, o.dot));
     if (depends) continue;
     Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
-           static_cast<double>(u->shape().ElementCount()), order.count(u) ? order[u] : 0};
+           static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
     // FLOPs: 2 x output elements x contracted size.
     for (int64_t c : u->dot_dims.lhs_contracting) {
       r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);
