@@ -223,10 +223,26 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
                                                    HloInstruction* dot) {
   HloInstruction* x = CollectiveInput(ag);
   if (x == nullptr || CollectiveAttributes(ag) == nullptr) return std::nullopt;
-  // The loop's element is `x`, or (after the handler's FP8 shift) the FP8 value `x` dequantizes.
+  // The loop's element is `x`, or (after the handler's FP8 shift) the FP8 value `x` dequantizes,
+  // or, when the all-gather already carries FP8 `x` (collective-quantizer ran first), a
+  // dequantization of `x` that the handler's FP8 shift will turn back into `x` (its scale a
+  // replicated scalar of a wide type, as the shift requires): the FP8 cache then serves the
+  // all-gather as it is.
   std::vector<HloInstruction*> values{x};
   std::optional<DequantMatch> dq = MatchDequantize(x);
   if (dq) values.push_back(dq->q);
+  if (!dq && IsDequantizableFp8(x->shape().element_type)) {
+    for (HloInstruction* cvt : x->users()) {
+      if (cvt->opcode() != HloOpcode::kConvert) continue;
+      for (HloInstruction* u : cvt->users()) {
+        std::optional<DequantMatch> m = MatchDequantize(u);
+        if (m && m->q == x && IsScalarScale(*m) && IsDequantWideType(m->wide_type) &&
+            IsSameOnAllPartitions(m->scale)) {
+          values.push_back(u);
+        }
+      }
+    }
+  }
   for (HloInstruction* v : values) {
     for (HloInstruction* t : v->users()) {
       if (t->opcode() != HloOpcode::kTuple || t->operand_count() < 5) continue;
@@ -247,7 +263,7 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
           CirculatingLoop c;
           c.loop = w;
           c.why_not = CheckServes(ctx, w, wi, ag, dot);
-          if (c.why_not.empty() && v != x) {
+          if (c.why_not.empty() && dq && v != x) {
             // The handler dequantizes its FP8 cache with the all-gather's scale.
             std::string why;
             if (!IsScalarScale(*dq) || !IsDequantWideType(dq->wide_type)) {
