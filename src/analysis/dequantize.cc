@@ -13,6 +13,14 @@ bool IsDequantWideType(PrimitiveType t) {
   return t == PrimitiveType::BF16 || t == PrimitiveType::F16 || t == PrimitiveType::F32;
 }
 
+bool IsWindowedEinsumFp8Pair(PrimitiveType a, PrimitiveType b) {
+  using T = PrimitiveType;
+  return (a == T::F8E4M3FN && (b == T::F8E4M3FN || b == T::F8E5M2)) ||
+         (a == T::F8E5M2 && b == T::F8E4M3FN) ||
+         (a == T::F8E4M3FNUZ && (b == T::F8E4M3FNUZ || b == T::F8E5M2FNUZ)) ||
+         (a == T::F8E5M2FNUZ && b == T::F8E4M3FNUZ);
+}
+
 namespace {
 
 bool SameDims(const Shape& a, const Shape& b) { return a.IsArray() && b.IsArray() && a.dims == b.dims; }

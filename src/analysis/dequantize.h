@@ -35,6 +35,10 @@ struct DequantMatch {
 bool IsDequantizableFp8(PrimitiveType t);
 // True for the wide types XLA's handler accepts for a dequantization: bf16, f16, f32.
 bool IsDequantWideType(PrimitiveType t);
+// XLA's AreValidF8InputTypes (windowed_einsum_handler.cc): the (lhs, rhs) FP8 pairs whose
+// dequantizations the handler moves into a windowed loop: at most one E5M2 operand, OCP
+// (f8e4m3fn/f8e5m2) and FNUZ (f8e4m3fnuz/f8e5m2fnuz, ROCm) types not mixed.
+bool IsWindowedEinsumFp8Pair(PrimitiveType a, PrimitiveType b);
 
 // Matches `instr` against dequant(q, s) (see the file comment). Checks: opcode multiply (either
 // operand order) or divide (convert first); convert's operand's element type passes

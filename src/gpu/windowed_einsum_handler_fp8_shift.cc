@@ -25,14 +25,6 @@ namespace {
 // an FP8 GEMM, at most one E5M2 operand, OCP and FNUZ (ROCm) types not mixed.
 constexpr char kAllowedFp8Pairs[] =
     "E4M3FNxE4M3FN, E4M3FNxE5M2, E5M2xE4M3FN, E4M3FNUZxE4M3FNUZ, E4M3FNUZxE5M2FNUZ, E5M2FNUZxE4M3FNUZ";
-bool AllowedFp8Pair(PrimitiveType a, PrimitiveType b) {
-  using T = PrimitiveType;
-  return (a == T::F8E4M3FN && (b == T::F8E4M3FN || b == T::F8E5M2)) ||
-         (a == T::F8E5M2 && b == T::F8E4M3FN) ||
-         (a == T::F8E4M3FNUZ && (b == T::F8E4M3FNUZ || b == T::F8E5M2FNUZ)) ||
-         (a == T::F8E5M2FNUZ && b == T::F8E4M3FNUZ);
-}
-
 // Why `v` (a loop operand) is not dequant(fp8, scale), in a few words for a remark.
 std::string WhyNotDequantize(HloInstruction* v) {
   if (v->opcode() == HloOpcode::kConvert && v->operand_count() == 1) {
@@ -206,7 +198,7 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
                         init->user_count(), " users, not only the while");
     return false;
   }
-  if (!AllowedFp8Pair(m[0]->fp8_type, m[1]->fp8_type)) {
+  if (!IsWindowedEinsumFp8Pair(m[0]->fp8_type, m[1]->fp8_type)) {
     *msg = absl::StrCat("FP8 shift not applied: ", std::string(PrimitiveTypeName(m[0]->fp8_type)),
                         " x ", std::string(PrimitiveTypeName(m[1]->fp8_type)),
                         " is not a supported FP8 GEMM pair (", kAllowedFp8Pairs, ")");

@@ -217,6 +217,38 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
   return "";
 }
 
+// Why the handler's FP8 shift would not make loop `w` (init tuple `t`) carry FP8, so that its
+// cache could not serve an FP8 all-gather; "" when it will. A conservative copy of the shift's
+// conditions (gpu/windowed_einsum_handler_fp8_shift.cc; XLA's windowed einsum handler): both
+// operands plain scalar-scaled dequantizations of a supported FP8 pair into bf16/f16/f32, scales
+// the same on every partition, the init read only by the loop and the loop only by
+// get-tuple-elements. Dequantizations seen through views are not taken (the dot then gets its
+// own loop rather than waiting for a cache that might not come).
+std::string WhyNoFp8Shift(const HloInstruction* t, const HloInstruction* w) {
+  std::optional<DequantMatch> m[2];
+  for (int j = 0; j < 2; ++j) {
+    m[j] = MatchDequantize(const_cast<HloInstruction*>(t->operand(j)));
+    if (!m[j] || !IsScalarScale(*m[j]) || !IsDequantWideType(m[j]->wide_type) ||
+        !IsSameOnAllPartitions(m[j]->scale)) {
+      return absl::StrCat("loop '", w->name(), "' operand ", j, " ('", t->operand(j)->name(),
+                          "') is not a dequantization the handler moves into the loop, so the "
+                          "loop stays wide and its cache cannot serve an FP8 all-gather");
+    }
+  }
+  if (!IsWindowedEinsumFp8Pair(m[0]->fp8_type, m[1]->fp8_type)) {
+    return absl::StrCat("loop '", w->name(), "' multiplies an FP8 pair the handler does not "
+                        "carry in FP8, so its cache cannot serve an FP8 all-gather");
+  }
+  bool only_gtes = t->user_count() == 1;
+  for (const HloInstruction* u : w->users()) only_gtes &= u->opcode() == HloOpcode::kGetTupleElement;
+  if (!only_gtes) {
+    return absl::StrCat("loop '", w->name(), "' or its init is read by other instructions, so "
+                        "the handler does not carry it in FP8 and its cache cannot serve an FP8 "
+                        "all-gather");
+  }
+  return "";
+}
+
 }  // namespace
 
 std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
@@ -229,6 +261,7 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
   // replicated scalar of a wide type, as the shift requires): the FP8 cache then serves the
   // all-gather as it is.
   std::vector<HloInstruction*> values{x};
+  absl::flat_hash_set<const HloInstruction*> shifted_dequant;
   std::optional<DequantMatch> dq = MatchDequantize(x);
   if (dq) values.push_back(dq->q);
   if (!dq && IsDequantizableFp8(x->shape().element_type)) {
@@ -239,6 +272,7 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
         if (m && m->q == x && IsScalarScale(*m) && IsDequantWideType(m->wide_type) &&
             IsSameOnAllPartitions(m->scale)) {
           values.push_back(u);
+          shifted_dequant.insert(u);
         }
       }
     }
@@ -263,6 +297,9 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
           CirculatingLoop c;
           c.loop = w;
           c.why_not = CheckServes(ctx, w, wi, ag, dot);
+          if (c.why_not.empty() && shifted_dequant.contains(v)) {
+            c.why_not = WhyNoFp8Shift(t, w);
+          }
           if (c.why_not.empty() && dq && v != x) {
             // The handler dequantizes its FP8 cache with the all-gather's scale.
             std::string why;
