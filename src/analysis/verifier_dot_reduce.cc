@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/dot_dims.h"
 
 namespace weave::verifier_internal {
 
@@ -67,17 +68,12 @@ absl::Status Checker::Dot() {
   }
   std::vector<int64_t> dims;
   for (int64_t d : dn.lhs_batch) dims.push_back(size(lhs, d));
-  auto free_dims = [&](const Shape& s, const std::vector<int64_t>& batch,
-                       const std::vector<int64_t>& contracting) {
-    for (int64_t d = 0; d < s.rank(); ++d) {
-      if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-          std::find(contracting.begin(), contracting.end(), d) == contracting.end()) {
-        dims.push_back(size(s, d));
-      }
-    }
-  };
-  free_dims(lhs, dn.lhs_batch, dn.lhs_contracting);
-  free_dims(rhs, dn.rhs_batch, dn.rhs_contracting);
+  for (int64_t d : DotFreeDims(lhs.rank(), dn.lhs_batch, dn.lhs_contracting)) {
+    dims.push_back(size(lhs, d));
+  }
+  for (int64_t d : DotFreeDims(rhs.rank(), dn.rhs_batch, dn.rhs_contracting)) {
+    dims.push_back(size(rhs, d));
+  }
   if (!DimsEqual(h_.shape().dims, dims)) {
     return Err(absl::StrCat("result dims ", Dims(h_.shape().dims),
                             " differ from the dims implied by the operands ", ShapeText(lhs),

@@ -11,146 +11,33 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
+#include "gpu/fp8_gemm_internal.h"
+#include "hlo/dot_dims.h"
 #include "passes/fp8_operand.h"
 
 namespace weave {
 namespace {
 
-using ordered_json = nlohmann::ordered_json;
+using fp8_gemm_internal::BackendConfig;
+using fp8_gemm_internal::Fp8PairRule;
+using fp8_gemm_internal::IsFnuzFp8;
+using fp8_gemm_internal::IsOcpFp8;
+using fp8_gemm_internal::OutputPlan;
+using fp8_gemm_internal::PlanOutput;
+using fp8_gemm_internal::ScalarConstantValue;
+using fp8_gemm_internal::ScalarUnderBroadcast;
 
 constexpr int64_t kPadMultiple = 16;      // cuBLASLt FP8: M, N and K multiples of 16
 constexpr int64_t kMaxBatchProduct = 65535;
-
-double Fp8MaxFinite(PrimitiveType t) {
-  switch (t) {
-    case PrimitiveType::F8E4M3FN: return 448.0;
-    case PrimitiveType::F8E5M2: return 57344.0;
-    case PrimitiveType::F8E4M3FNUZ: return 240.0;
-    case PrimitiveType::F8E5M2FNUZ: return 57344.0;
-    default: return 0.0;
-  }
-}
-
-bool IsFnuzFp8(PrimitiveType t) {
-  return t == PrimitiveType::F8E4M3FNUZ || t == PrimitiveType::F8E5M2FNUZ;
-}
-bool IsOcpFp8(PrimitiveType t) {
-  return t == PrimitiveType::F8E4M3FN || t == PrimitiveType::F8E5M2;
-}
-
-// The operand pair XLA's GemmRewriter takes on `target`; "" when allowed, else why not.
-std::string Fp8PairRule(const GpuTarget& target, PrimitiveType ta, PrimitiveType tb) {
-  const std::string a(PrimitiveTypeName(ta)), b(PrimitiveTypeName(tb));
-  if (target.HasFnuzFp8()) {
-    if (!IsFnuzFp8(ta) || !IsFnuzFp8(tb)) {
-      return absl::StrCat(a, " x ", b, ": on ", target.Name(),
-                          " (MI300) FP8 GEMMs take f8e4m3fnuz and f8e5m2fnuz operands");
-    }
-    if (ta == PrimitiveType::F8E5M2FNUZ && tb == PrimitiveType::F8E5M2FNUZ) {
-      return "f8e5m2fnuz x f8e5m2fnuz is not supported by hipBLASLt (one operand must be "
-             "f8e4m3fnuz)";
-    }
-    return "";
-  }
-  if (IsFnuzFp8(ta) || IsFnuzFp8(tb)) {
-    return absl::StrCat(a, " x ", b, ": the FNUZ types are ROCm MI300 (gfx942) FP8 formats; ",
-                        target.Name(), " takes f8e4m3fn and f8e5m2 (--gpu-compute-capability=gfx942 "
-                        "targets MI300)");
-  }
-  if (ta == PrimitiveType::F8E5M2 && tb == PrimitiveType::F8E5M2) {
-    return target.rocm ? "f8e5m2 x f8e5m2 is not supported by hipBLASLt"
-                       : "f8e5m2 x f8e5m2 is not supported by cuBLASLt";
-  }
-  return "";
-}
-
-}  // namespace
-
-absl::StatusOr<GpuTarget> GpuTarget::Parse(std::string_view text) {
-  GpuTarget t;
-  if (text.size() > 3 && text.substr(0, 3) == "gfx") {
-    for (char c : text.substr(3)) {
-      if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) {
-        return absl::InvalidArgumentError(absl::StrCat("bad ROCm arch '", std::string(text), "'"));
-      }
-    }
-    t.rocm = true;
-    t.gfx = std::string(text);
-    return t;
-  }
-  double cc = 0;
-  if (!absl::SimpleAtod(std::string(text), &cc) || !(cc > 0 && cc < 100)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu-compute-capability must be like 9.0 (CUDA) or gfx942 (ROCm), got '",
-                     std::string(text), "'"));
-  }
-  t.cuda_cc = cc;
-  return t;
-}
-
-std::string GpuTarget::Name() const {
-  return rocm ? gfx : absl::StrFormat("compute capability %.1f", cuda_cc);
-}
-
-bool GpuTarget::HasFnuzFp8() const { return rocm && gfx == "gfx942"; }
-
-bool GpuTarget::HasOcpFp8() const {
-  if (!rocm) return cuda_cc >= 8.9;
-  return gfx == "gfx950" || gfx == "gfx1200" || gfx == "gfx1201" || gfx == "gfx1250";
-}
-
-int64_t GpuTarget::WorkspaceBytes() const {
-  if (!rocm) return CublasWorkspaceBytes(cuda_cc);
-  if (gfx == "gfx942") return int64_t{76} << 20;
-  if (gfx == "gfx950") return int64_t{64} << 20;
-  return int64_t{4} << 20;
-}
-
-namespace {
 
 int64_t Product(const std::vector<int64_t>& dims, const std::vector<int64_t>& which) {
   int64_t p = 1;
   for (int64_t d : which) p *= dims[static_cast<size_t>(d)];
   return p;
-}
-
-bool Contains(const std::vector<int64_t>& v, int64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-// Dims of an operand that are neither batch nor contracting, in increasing order.
-std::vector<int64_t> FreeDims(int64_t rank, const std::vector<int64_t>& batch,
-                              const std::vector<int64_t>& contracting) {
-  std::vector<int64_t> out;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (!Contains(batch, d) && !Contains(contracting, d)) out.push_back(d);
-  }
-  return out;
-}
-
-// The scalar under a broadcast of a rank-0 value (or a rank-0 value itself); null otherwise.
-HloInstruction* ScalarUnderBroadcast(HloInstruction* i) {
-  if (i->shape().IsArray() && i->shape().rank() == 0) return i;
-  if (i->opcode() == HloOpcode::kBroadcast && i->operand_count() == 1 &&
-      i->operand(0)->shape().IsArray() && i->operand(0)->shape().rank() == 0) {
-    return i->operand(0);
-  }
-  return nullptr;
-}
-
-std::optional<double> ScalarConstantValue(const HloInstruction* i) {
-  if (i == nullptr || i->opcode() != HloOpcode::kConstant || !i->literal.has_value() ||
-      i->literal->elided || !i->literal->IsScalar()) {
-    return std::nullopt;
-  }
-  return i->literal->GetAsDouble(0);
 }
 
 // Removes the instructions in `seeds` that have become dead, and then their operands that became
@@ -161,231 +48,6 @@ void RemoveDeadChains(HloComputation* comp, const std::vector<HloInstruction*>& 
   (void)comp->RemoveUnusedChains(seeds, [](const HloInstruction* i) {
     return i->IsRemovableWhenUnused() && !IsCollective(i->opcode());
   });
-}
-
-// ------------------------------------------------------------------------ output-side folds
-
-struct OutputPlan {
-  double alpha = 1.0;
-  HloInstruction* alpha_multiply = nullptr;  // multiply(dot, broadcast(constant)) folded as alpha
-  // FP8 output: convert_fp8(clamp(lo, X, hi)).
-  HloInstruction* fp8_convert = nullptr;
-  PrimitiveType fp8_type = PrimitiveType::kInvalid;
-  HloInstruction* d_scale = nullptr;  // scalar d of X = D / d or D * d; null: no scaling
-  bool d_scale_is_divide = false;
-  // amax: reduce(abs(D), init<=0) with a maximum body.
-  HloInstruction* amax_reduce = nullptr;
-  std::vector<std::string> folds;
-  // Epilogues the program writes but that were not folded, with the reason (for [missed] remarks).
-  std::vector<std::string> skipped;
-};
-
-// Is `comp` the computation maximum(p0, p1)?
-bool IsMaximumComputation(const HloComputation* comp) {
-  const HloInstruction* r = comp->root();
-  return r != nullptr && r->opcode() == HloOpcode::kMaximum && comp->num_parameters() == 2 &&
-         r->operand_count() == 2 &&
-         ((r->operand(0) == comp->parameter(0) && r->operand(1) == comp->parameter(1)) ||
-          (r->operand(0) == comp->parameter(1) && r->operand(1) == comp->parameter(0)));
-}
-
-// reduce(abs(value), init) with a scalar result, a maximum body and a constant init <= 0.
-HloInstruction* MatchAmax(HloInstruction* user, HloInstruction* value) {
-  if (user->opcode() != HloOpcode::kAbs || user->operand(0) != value || user->user_count() != 1) {
-    return nullptr;
-  }
-  HloInstruction* r = user->users()[0];
-  if (r->opcode() != HloOpcode::kReduce || r->operand_count() != 2 || r->operand(0) != user ||
-      !r->shape().IsArray() || r->shape().rank() != 0 || r->called_computations().size() != 1 ||
-      !IsMaximumComputation(r->to_apply())) {
-    return nullptr;
-  }
-  std::optional<double> init = ScalarConstantValue(r->operand(1));
-  if (!init.has_value() || !(*init <= 0)) return nullptr;
-  return r;
-}
-
-// Matches the FP8-output pattern starting at user `u` of `value`. Fills plan fields on success.
-bool MatchFp8Output(HloInstruction* u, HloInstruction* value, OutputPlan* plan) {
-  HloInstruction* x = value;
-  HloInstruction* d = nullptr;
-  bool divide = false;
-  if (u->opcode() == HloOpcode::kDivide || u->opcode() == HloOpcode::kMultiply) {
-    int64_t other = -1;
-    if (u->operand(0) == value) other = 1;
-    else if (u->opcode() == HloOpcode::kMultiply && u->operand(1) == value) other = 0;
-    if (other < 0 || u->user_count() != 1) return false;
-    d = ScalarUnderBroadcast(u->operand(other));
-    if (d == nullptr || d->shape().element_type != value->shape().element_type) return false;
-    divide = u->opcode() == HloOpcode::kDivide;
-    x = u;
-    u = u->users()[0];
-  }
-  if (u->opcode() != HloOpcode::kClamp || u->operand_count() != 3 || u->operand(1) != x ||
-      u->user_count() != 1) {
-    return false;
-  }
-  HloInstruction* cvt = u->users()[0];
-  if (cvt->opcode() != HloOpcode::kConvert) return false;
-  const PrimitiveType t = cvt->shape().element_type;
-  const double max = Fp8MaxFinite(t);
-  if (max == 0) return false;
-  std::optional<double> lo = ScalarConstantValue(ScalarUnderBroadcast(u->operand(0)));
-  std::optional<double> hi = ScalarConstantValue(ScalarUnderBroadcast(u->operand(2)));
-  if (!lo || !hi || *lo != -max || *hi != max) return false;
-  plan->fp8_convert = cvt;
-  plan->fp8_type = t;
-  plan->d_scale = d;
-  plan->d_scale_is_divide = divide;
-  return true;
-}
-
-// Why the epilogue the program writes after `value` (a GEMM result) was not folded: an FP8 output
-// (scaling, clamp to the FP8 range, convert to FP8) or an amax (reduce-max of abs). Empty when
-// nothing there looks like one. `fp8_folded` / `amax_folded` say what PlanOutput did fold.
-std::vector<std::string> DiagnoseEpilogue(HloInstruction* value, bool fp8_folded,
-                                          bool amax_folded) {
-  std::vector<std::string> out;
-  auto name = [](const HloInstruction* i) { return absl::StrCat("'", i->name(), "'"); };
-  bool attempt_fp8 = false, attempt_amax = false;
-  std::string fp8_why, amax_why;
-  std::vector<std::string> others;
-  for (HloInstruction* u : value->users()) {
-    HloInstruction* x = value;
-    HloInstruction* v = u;
-    if ((v->opcode() == HloOpcode::kMultiply || v->opcode() == HloOpcode::kDivide) &&
-        v->user_count() == 1 &&
-        (v->users()[0]->opcode() == HloOpcode::kClamp ||
-         (v->users()[0]->opcode() == HloOpcode::kConvert &&
-          IsFp8(v->users()[0]->shape().element_type)))) {
-      HloInstruction* other = v->operand(0) == value ? v->operand(1) : v->operand(0);
-      attempt_fp8 = true;
-      if (ScalarUnderBroadcast(other) == nullptr && fp8_why.empty()) {
-        fp8_why = absl::StrCat(name(v), " scales the result by ", name(other),
-                               ", not a broadcast scalar (cuBLASLt takes one scalar d scale)");
-      }
-      x = v;
-      v = v->users()[0];
-    }
-    if (v->opcode() == HloOpcode::kClamp && v->operand_count() == 3 && v->operand(1) == x) {
-      attempt_fp8 = true;
-      HloInstruction* cvt = v->user_count() == 1 ? v->users()[0] : nullptr;
-      if (cvt == nullptr || cvt->opcode() != HloOpcode::kConvert ||
-          !IsFp8(cvt->shape().element_type)) {
-        if (fp8_why.empty()) {
-          fp8_why = absl::StrCat("clamp ", name(v), " is not read by one convert to an FP8 type");
-        }
-        continue;
-      }
-      const double max = Fp8MaxFinite(cvt->shape().element_type);
-      std::optional<double> lo = ScalarConstantValue(ScalarUnderBroadcast(v->operand(0)));
-      std::optional<double> hi = ScalarConstantValue(ScalarUnderBroadcast(v->operand(2)));
-      if (fp8_why.empty() && (!lo || !hi)) {
-        fp8_why = absl::StrCat("the bounds of clamp ", name(v), " are not constants");
-      } else if (fp8_why.empty() && (*lo != -max || *hi != max)) {
-        fp8_why = absl::StrCat("clamp ", name(v), " bounds [", *lo, ", ", *hi, "] are not [", -max,
-                               ", ", max, "], the ",
-                               std::string(PrimitiveTypeName(cvt->shape().element_type)),
-                               " range cuBLASLt saturates to");
-      } else if (fp8_why.empty() && max == 0) {
-        fp8_why = absl::StrCat("convert ", name(cvt), " is to ",
-                               std::string(PrimitiveTypeName(cvt->shape().element_type)),
-                               ", which cuBLASLt does not write");
-      }
-      continue;
-    }
-    if (v->opcode() == HloOpcode::kConvert && IsFp8(v->shape().element_type)) {
-      attempt_fp8 = true;
-      if (fp8_why.empty()) {
-        fp8_why = absl::StrCat("convert ", name(v), " to ",
-                               std::string(PrimitiveTypeName(v->shape().element_type)),
-                               " is not preceded by a clamp to the FP8 range (XLA's GemmRewriter "
-                               "folds clamp + convert only)");
-      }
-      continue;
-    }
-    if (v->opcode() == HloOpcode::kAbs && v->operand(0) == value) {
-      HloInstruction* r = v->user_count() == 1 ? v->users()[0] : nullptr;
-      if (r != nullptr && r->opcode() == HloOpcode::kReduce) {
-        attempt_amax = true;
-        std::optional<double> init =
-            r->operand_count() == 2 ? ScalarConstantValue(r->operand(1)) : std::nullopt;
-        if (r->called_computations().size() != 1 || !IsMaximumComputation(r->to_apply())) {
-          amax_why = absl::StrCat("reduce ", name(r), " of abs ", name(v), " is not a maximum");
-        } else if (!r->shape().IsArray() || r->shape().rank() != 0) {
-          amax_why = absl::StrCat("reduce ", name(r), " keeps dims (", r->shape().ToString(false),
-                                  "): cuBLASLt writes one scalar amax");
-        } else if (!init || !(*init <= 0)) {
-          amax_why = absl::StrCat("reduce ", name(r), " starts from a value that is not a "
-                                  "constant <= 0");
-        }
-        continue;
-      }
-    }
-    others.push_back(name(u));
-  }
-  if (attempt_fp8 && !fp8_folded) {
-    if (fp8_why.empty() && !others.empty()) {
-      fp8_why = absl::StrCat("the GEMM result is also read by ", absl::StrJoin(others, ", "),
-                             " (only the FP8 output chain and an amax may read it)");
-    }
-    if (fp8_why.empty() && !amax_why.empty()) {
-      fp8_why = "the GEMM result is also read by an amax that cannot be folded (see the amax "
-                "remark)";
-    }
-    if (fp8_why.empty() && value->IsRoot()) fp8_why = "the GEMM result is the computation's root";
-    if (fp8_why.empty()) fp8_why = "the pattern did not match";
-    out.push_back(absl::StrCat("FP8 output not folded: ", fp8_why));
-  }
-  if (attempt_amax && !amax_folded) {
-    if (amax_why.empty() && !fp8_folded) {
-      amax_why = "cuBLASLt writes amax only together with an FP8 output, which is not folded";
-    }
-    if (amax_why.empty()) amax_why = "the pattern did not match";
-    out.push_back(absl::StrCat("amax not folded: ", amax_why));
-  }
-  return out;
-}
-
-OutputPlan PlanOutput(HloInstruction* dot) {
-  OutputPlan plan;
-  HloInstruction* cur = dot;
-  // alpha: multiply(dot, broadcast(constant scalar)), the dot's only user.
-  if (cur->user_count() == 1 && !cur->IsRoot()) {
-    HloInstruction* m = cur->users()[0];
-    if (m->opcode() == HloOpcode::kMultiply && m->shape().element_type == dot->shape().element_type) {
-      HloInstruction* other = m->operand(0) == cur ? m->operand(1) : m->operand(0);
-      std::optional<double> c = ScalarConstantValue(ScalarUnderBroadcast(other));
-      if (other != cur && c.has_value() && std::isfinite(*c)) {
-        plan.alpha = *c;
-        plan.alpha_multiply = m;
-        plan.folds.push_back("alpha");
-        cur = m;
-      }
-    }
-  }
-  // FP8 output (+ optional amax): every user of `cur` belongs to one of the two chains.
-  auto done = [&](OutputPlan p) {
-    p.skipped = DiagnoseEpilogue(cur, p.fp8_convert != nullptr, p.amax_reduce != nullptr);
-    return p;
-  };
-  if (cur->IsRoot() || cur->user_count() < 1 || cur->user_count() > 2) return done(plan);
-  OutputPlan trial = plan;
-  HloInstruction* amax = nullptr;
-  bool fp8 = false;
-  for (HloInstruction* u : cur->users()) {
-    if (!fp8 && MatchFp8Output(u, cur, &trial)) {
-      fp8 = true;
-    } else if (amax == nullptr && (amax = MatchAmax(u, cur)) != nullptr) {
-    } else {
-      return done(plan);
-    }
-  }
-  if (!fp8) return done(plan);
-  trial.amax_reduce = amax;
-  trial.folds.push_back("fp8-output");
-  if (amax != nullptr) trial.folds.push_back("amax");
-  return done(trial);
 }
 
 // ------------------------------------------------------------------------ the rewrite
@@ -513,7 +175,7 @@ DotRewriter::Canon DotRewriter::Canonicalize(HloInstruction* x, const std::vecto
   const Shape& s = x->shape();
   const int64_t rank = s.rank();
   const int64_t nb = static_cast<int64_t>(batch.size());
-  std::vector<int64_t> free = FreeDims(rank, batch, contracting);
+  std::vector<int64_t> free = DotFreeDims(rank, batch, contracting);
   bool batch_leading = true;
   for (int64_t i = 0; i < nb; ++i) batch_leading &= batch[static_cast<size_t>(i)] == i;
   if (batch_leading && nb <= 1 && contracting.size() == 1 && free.size() == 1) {
@@ -594,73 +256,6 @@ HloInstruction* DotRewriter::PadMatrixDims(HloInstruction* x, int64_t first_matr
   return p;
 }
 
-std::string PrecisionName(const HloInstruction* dot, size_t i) {
-  if (i < dot->operand_precision.size() && !dot->operand_precision[i].empty()) {
-    return absl::AsciiStrToUpper(dot->operand_precision[i]);
-  }
-  return "DEFAULT";
-}
-
-ordered_json IntList(const std::vector<int64_t>& v) {
-  ordered_json a = ordered_json::array();
-  for (int64_t x : v) a.push_back(std::to_string(x));
-  return a;
-}
-
-ordered_json JsonNumber(double v) {
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) {
-    return ordered_json(static_cast<int64_t>(v));
-  }
-  return ordered_json(v);
-}
-
-// The GpuBackendConfig of the call in the schema of XLA version `v`: the dot's own fields kept
-// (operation_queue_id, force_earliest_schedule, ...), gemm_backend_config set with the fields of
-// GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order.
-std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
-                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
-                          XlaBackendConfigVersion v) {
-  ordered_json gemm = ordered_json::object();
-  gemm["alpha_real"] = JsonNumber(plan.alpha);
-  gemm["beta"] = 0;
-  std::vector<int64_t> batch_dims;
-  if (nb > 0) batch_dims.push_back(0);
-  gemm["dot_dimension_numbers"] = {{"lhs_contracting_dimensions", IntList({lhs_k})},
-                                   {"rhs_contracting_dimensions", IntList({rhs_k})},
-                                   {"lhs_batch_dimensions", IntList(batch_dims)},
-                                   {"rhs_batch_dimensions", IntList(batch_dims)}};
-  gemm["alpha_imag"] = 0;
-  std::string algorithm = "ALG_UNSET";
-  if (const std::string* alg = dot->GetRawAttribute("algorithm")) {
-    algorithm = "ALG_" + absl::AsciiStrToUpper(*alg);
-  }
-  gemm["precision_config"] = {
-      {"operand_precision", ordered_json::array({PrecisionName(dot, 0), PrecisionName(dot, 1)})},
-      {"algorithm", algorithm}};
-  gemm["epilogue"] = "DEFAULT";
-  gemm["lhs_stride"] = std::to_string(lhs_stride);
-  gemm["rhs_stride"] = std::to_string(rhs_stride);
-  gemm["grad_x"] = dot->GetFrontendAttribute("grad_x").value_or("") == "true";
-  gemm["grad_y"] = dot->GetFrontendAttribute("grad_y").value_or("") == "true";
-  gemm["damax_output"] = plan.amax_reduce != nullptr;
-
-  // A dot's config that is not JSON (never written by XLA) is replaced by a fresh one.
-  absl::StatusOr<GpuBackendConfigEditor> edit = GpuBackendConfigEditor::Of(*dot, v);
-  GpuBackendConfigEditor cfg = edit.ok() ? std::move(*edit) : GpuBackendConfigEditor(v);
-  // The dot's own backend (oneof) config does not describe the GEMM call.
-  static const char* kOneof[] = {"cudnn_conv_backend_config", "bitcast_backend_config",
-                                 "collective_backend_config", "fusion_backend_config",
-                                 "cudnn_norm_backend_config", "cudnn_fmha_backend_config",
-                                 "custom_call_backend_config"};
-  GpuBackendConfigEditor out(v);
-  for (auto it = cfg.json().begin(); it != cfg.json().end(); ++it) {
-    if (std::find(std::begin(kOneof), std::end(kOneof), it.key()) != std::end(kOneof)) continue;
-    out.SetField(it.key(), it.value());
-  }
-  out.SetField("gemm_backend_config", std::move(gemm));
-  return out.ToString();
-}
-
 const char* KindName(Fp8OperandMatch::Kind k) {
   switch (k) {
     case Fp8OperandMatch::Kind::kDirect: return "direct";
@@ -713,8 +308,8 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   for (int64_t d : dd.lhs_contracting) if (d < 0 || d >= sa.rank()) return "bad lhs contracting dim";
   for (int64_t d : dd.rhs_batch) if (d < 0 || d >= sb.rank()) return "bad rhs batch dim";
   for (int64_t d : dd.rhs_contracting) if (d < 0 || d >= sb.rank()) return "bad rhs contracting dim";
-  const std::vector<int64_t> free_a = FreeDims(sa.rank(), dd.lhs_batch, dd.lhs_contracting);
-  const std::vector<int64_t> free_b = FreeDims(sb.rank(), dd.rhs_batch, dd.rhs_contracting);
+  const std::vector<int64_t> free_a = DotFreeDims(sa.rank(), dd.lhs_batch, dd.lhs_contracting);
+  const std::vector<int64_t> free_b = DotFreeDims(sb.rank(), dd.rhs_batch, dd.rhs_contracting);
   if (free_a.empty() || free_b.empty()) return "matrix-vector dot (an operand has no free dim)";
   const int64_t batch = Product(sa.dims, dd.lhs_batch);
   if (batch > kMaxBatchProduct) {
@@ -852,10 +447,6 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
 }
 
 }  // namespace
-
-int64_t CublasWorkspaceBytes(double compute_capability) {
-  return compute_capability >= 9.0 ? int64_t{33554432} : int64_t{4194304};
-}
 
 absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
   bool changed = false;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
 #include "gpu/windowed_loop.h"
+#include "hlo/dot_dims.h"
 #include "passes/cost_oracle.h"
 
 namespace weave {
@@ -84,29 +85,6 @@ bool FindCacheUpdates(HloComputation* body, int64_t c, std::vector<CacheUpdate>*
     *dim = d;
   }
   return true;
-}
-
-// The output dim of `dot` holding operand `side`'s dim `dim`, or -1 when that dim is contracted
-// or a batch dim.
-int64_t OutputDimOf(const HloInstruction* dot, int side, int64_t dim) {
-  const DotDims& dd = dot->dot_dims;
-  auto free_dims = [&](int s) {
-    std::vector<int64_t> f;
-    const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
-    const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
-    for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
-      if (std::find(bb.begin(), bb.end(), i) == bb.end() &&
-          std::find(cc.begin(), cc.end(), i) == cc.end()) {
-        f.push_back(i);
-      }
-    }
-    return f;
-  };
-  const std::vector<int64_t> lf = free_dims(0), mine = free_dims(side);
-  auto it = std::find(mine.begin(), mine.end(), dim);
-  if (it == mine.end()) return -1;
-  return static_cast<int64_t>(dd.lhs_batch.size()) +
-         (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + (it - mine.begin());
 }
 
 HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
@@ -202,7 +180,7 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
           if (std::optional<DequantMatch> od = MatchDequantize(k.other); od && IsScalarScale(*od)) {
             k.other_dq = od;
           }
-          k.out_dim = OutputDimOf(r, k.side, dim);
+          k.out_dim = DotOutputDimOfFree(r, k.side, dim);
           if (k.out_dim < 0) {
             left.push_back(absl::StrCat("'", r->name(), "' (reads the cached dim ", dim,
                                         " as a contracting or batch dim)"));

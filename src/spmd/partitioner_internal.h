@@ -88,5 +88,8 @@ absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
                                                    const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_gather_scatter.cc:
+absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h);
+absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloInstruction& h);
 
 }  // namespace weave::spmd

@@ -80,15 +80,121 @@ std::optional<Sharding> BroadcastBackward(const HloInstruction& h, const Shardin
   return TransposeSharding(*r, inv);
 }
 
+// `s` (of a value of rank `src_rank`) carried to a value whose dim t takes the tiling of `s`'s
+// dim src_of[t] (-1: untiled); tiles of unmapped dims join replication.
+std::optional<Sharding> MapDims(const Sharding& s, const std::vector<int64_t>& src_of) {
+  if (s.IsUnset() || s.IsUnknown() || s.IsTuple()) return std::nullopt;
+  if (!s.IsTiled()) return s.IsReplicated() ? std::optional<Sharding>(s) : std::nullopt;
+  if (s.HasManualSubgroup()) return std::nullopt;
+  std::vector<int64_t> tiles;
+  for (int64_t d : src_of) tiles.push_back(d >= 0 ? s.tile(d) : 1);
+  return Sharding::FromTileFunction(tiles, SortedDevices(s), [&](int64_t dev) {
+    const std::vector<int64_t> i = *s.TileIndex(dev, s.rank());
+    std::vector<int64_t> out;
+    for (int64_t d : src_of) out.push_back(d >= 0 ? i[static_cast<size_t>(d)] : 0);
+    return out;
+  });
+}
+
+// Gather (spec §2 table): the output's batch dims take the indices' tiling, its offset dims the
+// tiling of the operand dims taken whole (pass-through); the indices' tiling first, the
+// operand's merged in (XLA's InferGatherParallelShardingFromOperands and the pass-through rule).
+std::optional<Sharding> GatherForward(const HloInstruction& h, const ShardingOf& get) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
+  if (!g) return std::nullopt;
+  const int64_t out_rank = h.shape().rank();
+  std::vector<int64_t> from_indices(static_cast<size_t>(out_rank), -1);
+  std::vector<int64_t> from_operand(static_cast<size_t>(out_rank), -1);
+  for (size_t k = 0; k < g->batch_out.size(); ++k) {
+    from_indices[static_cast<size_t>(g->batch_out[k])] = g->indices_batch[k];
+  }
+  for (size_t w = 0; w < g->operand_to_offset.size(); ++w) {
+    if (g->pass_through[w]) from_operand[static_cast<size_t>(g->operand_to_offset[w])] = static_cast<int64_t>(w);
+  }
+  std::optional<Sharding> ci = MapDims(get(h.operand(1)), from_indices);
+  std::optional<Sharding> co = MapDims(get(h.operand(0)), from_operand);
+  std::vector<const Sharding*> order;
+  if (ci) order.push_back(&*ci);
+  if (co) order.push_back(&*co);
+  return NonEmpty(MergeAll(order, h.shape().dims, 1));
+}
+
+// Gather backward: the operand's pass-through dims from the output's offset dims (others
+// untiled); the indices' batch dims from the output's batch dims (index_vector_dim untiled).
+std::optional<Sharding> GatherBackward(const HloInstruction& user, int64_t i, const Sharding& us) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(user);
+  if (!g || us.IsTuple() || i > 1) return std::nullopt;
+  const Shape& os = user.operand(i)->shape();
+  std::vector<int64_t> src(static_cast<size_t>(os.rank()), -1);
+  if (i == 0) {
+    for (int64_t w = 0; w < os.rank(); ++w) {
+      if (g->pass_through[static_cast<size_t>(w)]) src[static_cast<size_t>(w)] = g->operand_to_offset[static_cast<size_t>(w)];
+    }
+  } else {
+    for (size_t k = 0; k < g->indices_batch.size(); ++k) {
+      src[static_cast<size_t>(g->indices_batch[k])] = g->batch_out[k];
+    }
+  }
+  return MapDims(us, src);
+}
+
+// XLA's LookaheadUserSharding (sharding_propagation.cc): down the chain of single users from
+// `h` to the first value that has a sharding, that sharding carried back up the chain with the
+// backward rules (the chain's members keep no sharding). nullopt when `h` or a member of the
+// chain has several users (or none) before a sharded value is reached.
+std::optional<Sharding> LookaheadUserSharding(const HloInstruction& h, const ShardingOf& get) {
+  if (h.user_count() != 1) return std::nullopt;
+  std::vector<const HloInstruction*> chain = {&h, h.users()[0]};
+  const HloInstruction* cur = h.users()[0];
+  while (get(cur).IsUnset() || get(cur).IsUnknown()) {
+    if (cur->user_count() != 1) return std::nullopt;
+    cur = cur->users()[0];
+    chain.push_back(cur);
+  }
+  std::vector<std::pair<const HloInstruction*, Sharding>> temp;
+  const ShardingOf through = [&](const HloInstruction* x) -> const Sharding& {
+    for (const auto& [i, s] : temp) {
+      if (i == x) return s;
+    }
+    return get(x);
+  };
+  std::optional<Sharding> s;
+  for (size_t i = chain.size() - 1; i >= 1; --i) {
+    const HloInstruction* user = chain[i];
+    const HloInstruction* current = chain[i - 1];
+    int64_t idx = -1;
+    for (int64_t k = 0; k < user->operand_count(); ++k) {
+      if (user->operand(k) == current) {
+        idx = k;
+        break;
+      }
+    }
+    if (idx < 0) return std::nullopt;
+    s = InferOperandFromUser(*user, idx, through, 3);
+    if (!s || s->IsUnset() || s->IsTuple()) return std::nullopt;
+    if (i != 1) temp.emplace_back(current, *s);
+  }
+  return s;
+}
+
+// XLA's InferDotShardingFromOperands: each sharded operand implies an output sharding (its batch
+// and own non-contracting dims); with two, the one the lookahead user sharding is a sub-tiling
+// of comes first, else the larger operand's (bytes), and the other is merged into it.
 std::optional<Sharding> DotForward(const HloInstruction& h, const ShardingOf& get) {
   const Sharding& l = get(h.operand(0));
   const Sharding& r = get(h.operand(1));
   std::optional<Sharding> cl, cr;
   if (!l.IsUnset() && !l.IsUnknown()) cl = DotOutputFromOperand(l, 0, h);
   if (!r.IsUnset() && !r.IsUnknown()) cr = DotOutputFromOperand(r, 1, h);
-  // The larger operand's candidate first, then the other merged in.
-  const bool lhs_first =
-      h.operand(0)->shape().ElementCount() >= h.operand(1)->shape().ElementCount();
+  bool lhs_first =
+      h.operand(0)->shape().ByteSize() >= h.operand(1)->shape().ByteSize();
+  if (cl && cr && cl->IsTiled() && cr->IsTiled() && *cl != *cr) {
+    if (std::optional<Sharding> look = LookaheadUserSharding(h, get)) {
+      const bool sub0 = IsSubTilingOrEqual(h.shape().dims, *look, *cl);
+      const bool sub1 = IsSubTilingOrEqual(h.shape().dims, *look, *cr);
+      if (sub0 != sub1) lhs_first = sub0;
+    }
+  }
   std::vector<const Sharding*> order;
   const std::optional<Sharding>& first = lhs_first ? cl : cr;
   const std::optional<Sharding>& second = lhs_first ? cr : cl;
@@ -218,6 +324,11 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     }
     case HloOpcode::kDot:
       return DotForward(h, get);
+    case HloOpcode::kGather:
+      return GatherForward(h, get);
+    case HloOpcode::kScatter:
+      if (h.operand_count() != 3 || shape.IsTuple()) return std::nullopt;
+      return NonEmpty(operand(0));
     case HloOpcode::kSort: {
       if (operand(0).IsUnset() || h.dimensions.empty()) return std::nullopt;
       std::optional<Sharding> r = ReplicateDims(operand(0), h.dimensions);
@@ -326,6 +437,11 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
       const Sharding* o = other.IsTiled() ? &other : nullptr;
       return DotOperandFromOutput(us, o, i, user);
     }
+    case HloOpcode::kGather:
+      return GatherBackward(user, i, us);
+    case HloOpcode::kScatter:
+      if (user.operand_count() != 3 || us.IsTuple() || i != 0) return std::nullopt;
+      return us;
     case HloOpcode::kSort: {
       const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
       if (leaf.IsUnset()) return std::nullopt;

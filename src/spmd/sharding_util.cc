@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+
+#include "absl/strings/numbers.h"
 
 #include "hlo/mesh.h"
 
@@ -348,6 +351,99 @@ Sharding ImproveLeaf(const Sharding& cur, const Sharding& cand, bool may_combine
   if (!IsMoreSpecific(cand, cur)) return cur;
   if (!aggressive && cur.IsTiled() && !IsSubTilingOrEqual(dims, cand, cur)) return cur;
   return cand;
+}
+
+namespace {
+
+bool IntListAttr(const HloInstruction& h, std::string_view key, bool required,
+                 std::vector<int64_t>* out) {
+  out->clear();
+  const std::string* text = h.GetRawAttribute(key);
+  if (text == nullptr) return !required;
+  std::string cur;
+  for (char c : *text + ",") {
+    if (c == '{' || c == '}' || c == ' ') continue;
+    if (c == ',') {
+      if (!cur.empty()) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(cur, &v)) return false;
+        out->push_back(v);
+      }
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  return true;
+}
+
+bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h) {
+  GatherScatterDims g;
+  const bool scatter = h.opcode() == HloOpcode::kScatter;
+  if (h.operand_count() < 2) return std::nullopt;
+  const Shape& operand = h.operand(0)->shape();
+  const Shape& indices = h.operand(1)->shape();
+  if (operand.IsTuple() || indices.IsTuple()) return std::nullopt;
+  std::vector<int64_t> ivd;
+  const bool ok =
+      IntListAttr(h, scatter ? "update_window_dims" : "offset_dims", true, &g.offset_dims) &&
+      IntListAttr(h, scatter ? "inserted_window_dims" : "collapsed_slice_dims", false, &g.collapsed) &&
+      IntListAttr(h, scatter ? "scatter_dims_to_operand_dims" : "start_index_map", true,
+                  &g.start_index_map) &&
+      IntListAttr(h, "index_vector_dim", true, &ivd) &&
+      IntListAttr(h, scatter ? "input_batching_dims" : "operand_batching_dims", false,
+                  &g.operand_batching) &&
+      IntListAttr(h, scatter ? "scatter_indices_batching_dims" : "start_indices_batching_dims",
+                  false, &g.indices_batching) &&
+      (scatter || IntListAttr(h, "slice_sizes", true, &g.slice_sizes));
+  if (!ok || ivd.size() != 1) return std::nullopt;
+  g.index_vector_dim = ivd[0];
+  const Shape& out = scatter ? h.operand(h.operand_count() - 1)->shape() : h.shape();
+  if (out.IsTuple()) return std::nullopt;
+  const int64_t orank = operand.rank(), out_rank = out.rank(), irank = indices.rank();
+  for (int64_t d = 0; d < orank; ++d) {
+    if (!Has(g.collapsed, d) && !Has(g.operand_batching, d)) g.window_operand.push_back(d);
+  }
+  if (g.window_operand.size() != g.offset_dims.size()) return std::nullopt;
+  if (scatter) {
+    // The window each update covers: its window dims' sizes, 1 on inserted/batching dims.
+    g.slice_sizes.assign(static_cast<size_t>(orank), 1);
+    for (size_t j = 0; j < g.window_operand.size(); ++j) {
+      const int64_t od = g.offset_dims[j];
+      if (od < 0 || od >= out_rank) return std::nullopt;
+      g.slice_sizes[static_cast<size_t>(g.window_operand[j])] = out.dims[static_cast<size_t>(od)];
+    }
+  }
+  if (static_cast<int64_t>(g.slice_sizes.size()) != orank) return std::nullopt;
+  for (int64_t d = 0; d < out_rank; ++d) {
+    if (!Has(g.offset_dims, d)) g.batch_out.push_back(d);
+  }
+  for (int64_t d = 0; d < irank; ++d) {
+    if (d != g.index_vector_dim) g.indices_batch.push_back(d);
+  }
+  if (g.batch_out.size() != g.indices_batch.size()) return std::nullopt;
+  g.operand_to_offset.assign(static_cast<size_t>(orank), -1);
+  g.pass_through.assign(static_cast<size_t>(orank), false);
+  g.trivially_sliced.assign(static_cast<size_t>(orank), false);
+  for (size_t j = 0; j < g.window_operand.size(); ++j) {
+    const int64_t w = g.window_operand[j];
+    if (g.offset_dims[j] < 0 || g.offset_dims[j] >= out_rank) return std::nullopt;
+    g.operand_to_offset[static_cast<size_t>(w)] = g.offset_dims[j];
+    const int64_t size = operand.dims[static_cast<size_t>(w)];
+    g.pass_through[static_cast<size_t>(w)] =
+        g.slice_sizes[static_cast<size_t>(w)] == size &&
+        out.dims[static_cast<size_t>(g.offset_dims[j])] == size;
+  }
+  for (int64_t v : g.start_index_map) {
+    if (v < 0 || v >= orank) return std::nullopt;
+    g.trivially_sliced[static_cast<size_t>(v)] =
+        g.slice_sizes[static_cast<size_t>(v)] == 1 && Has(g.collapsed, v);
+  }
+  return g;
 }
 
 }  // namespace weave::spmd

@@ -66,4 +66,30 @@ bool IsSubTilingOrEqual(const std::vector<int64_t>& dims, const Sharding& sub, c
 Sharding ImproveLeaf(const Sharding& cur, const Sharding& cand, bool may_combine_partial,
                      bool aggressive, const std::vector<int64_t>& dims);
 
+// The dims of a gather (or scatter: operand = input, indices = scatter_indices, output =
+// updates) from its attributes (XLA's GatherDimensionNumbers / ScatterDimensionNumbers; for
+// scatter update_window_dims, inserted_window_dims and scatter_dims_to_operand_dims are read as
+// offset_dims, collapsed_slice_dims and start_index_map, and slice_sizes as the window of
+// operand dims the updates cover). Source: hlo_sharding_util's GatherScatterDims (same name).
+struct GatherScatterDims {
+  std::vector<int64_t> offset_dims, collapsed, start_index_map, slice_sizes;
+  std::vector<int64_t> operand_batching, indices_batching;
+  int64_t index_vector_dim = -1;
+  // Output (updates) dims that are not offset dims, in order; they correspond one to one to
+  // `indices_batch` (the indices dims other than index_vector_dim, in order).
+  std::vector<int64_t> batch_out, indices_batch;
+  // Operand dims that are neither collapsed nor batching, in order: window_operand[j] is
+  // offset_dims[j]'s operand dim.
+  std::vector<int64_t> window_operand;
+  // Operand dim -> its output offset dim (-1 if none).
+  std::vector<int64_t> operand_to_offset;
+  // Per operand dim: taken whole (slice size = dim size: the start index is clamped to 0), so
+  // its tiling passes through to its offset dim.
+  std::vector<bool> pass_through;
+  // Per operand dim: indexed with slice size 1 and collapsed (an embedding's vocab dim).
+  std::vector<bool> trivially_sliced;
+};
+// nullopt when an attribute is missing or malformed (the caller leaves the op alone).
+std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h);
+
 }  // namespace weave::spmd

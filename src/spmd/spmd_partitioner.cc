@@ -202,6 +202,10 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       return PartitionReduce(*this, h);
     case HloOpcode::kDot:
       return PartitionDot(*this, h);
+    case HloOpcode::kGather:
+      return PartitionGather(*this, h);
+    case HloOpcode::kScatter:
+      return PartitionScatter(*this, h);
     case HloOpcode::kSlice:
     case HloOpcode::kPad:
     case HloOpcode::kConcatenate:

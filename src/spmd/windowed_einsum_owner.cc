@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
+#include "hlo/dot_dims.h"
 #include "passes/fp8_operand.h"
 #include "spmd/windowed_einsum_plan.h"
 
@@ -73,7 +74,6 @@ int64_t PlacedDim(const HloInstruction* dot, int64_t wi) {
     return off->literal->GetAsInt(0) != 0;
   };
   const DotDims& dd = dot->dot_dims;
-  const auto& wb = wi == 0 ? dd.lhs_batch : dd.rhs_batch;
   const auto& wc = wi == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   const auto& oc = wi == 0 ? dd.rhs_contracting : dd.lhs_contracting;
   const HloInstruction* other = dot->operand(1 - wi);
@@ -91,26 +91,7 @@ int64_t PlacedDim(const HloInstruction* dot, int64_t wi) {
     if (non_zero(dus->operand(i))) od = i - 2;
   }
   if (od < 0) return -1;
-  const int64_t nb = static_cast<int64_t>(wb.size());
-  if (od < nb) return wb[static_cast<size_t>(od)];
-  // Free dims: lhs free dims come first in the output, then rhs free dims.
-  auto free_dims = [&](int64_t s) {
-    std::vector<int64_t> f;
-    const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
-    const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
-    for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
-      if (std::find(bb.begin(), bb.end(), i) == bb.end() &&
-          std::find(cc.begin(), cc.end(), i) == cc.end()) {
-        f.push_back(i);
-      }
-    }
-    return f;
-  };
-  std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
-  int64_t pos = od - nb;
-  if (wi == 0) return pos < static_cast<int64_t>(lf.size()) ? lf[static_cast<size_t>(pos)] : -1;
-  pos -= static_cast<int64_t>(lf.size());
-  return pos >= 0 && pos < static_cast<int64_t>(rf.size()) ? rf[static_cast<size_t>(pos)] : -1;
+  return DotOperandDimOf(dot, static_cast<int>(wi), od);
 }
 
 HloInstruction* StripDequantize(HloInstruction* v) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
+#include "hlo/dot_dims.h"
 #include "spmd/windowed_einsum_emitter.h"
 
 namespace weave::windowed_einsum {
@@ -266,32 +267,12 @@ bool ClassifyGatheredDim(AgPlan& p, std::string* why) {
       return false;
     }
   } else if (!p.contracting) {
-    // Output dim: batch dims, then lhs free dims, then rhs free dims.
-    auto free_dims = [&](int s) {
-      std::vector<int64_t> f;
-      const auto& bb = s == 0 ? dd.lhs_batch : dd.rhs_batch;
-      const auto& cc = s == 0 ? dd.lhs_contracting : dd.rhs_contracting;
-      for (int64_t i = 0; i < dot->operand(s)->shape().rank(); ++i) {
-        bool used = false;
-        for (int64_t x : bb) used |= x == i;
-        for (int64_t x : cc) used |= x == i;
-        if (!used) f.push_back(i);
-      }
-      return f;
-    };
-    std::vector<int64_t> lf = free_dims(0), rf = free_dims(1);
-    const auto& mine = side == 0 ? lf : rf;
-    int64_t pos = -1;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i] == d) pos = static_cast<int64_t>(i);
-    }
-    if (pos < 0) {
+    p.out_dim = DotOutputDimOfFree(dot, side, d);
+    if (p.out_dim < 0) {
       *why = absl::StrCat("all-gather '", p.ag->name(), "' dim ", d,
                           " does not map to a dim of the dot output");
       return false;
     }
-    p.out_dim = static_cast<int64_t>(dd.lhs_batch.size()) +
-                (side == 0 ? 0 : static_cast<int64_t>(lf.size())) + pos;
     if (p.out_dim >= dot->shape().rank() ||
         dot->shape().dims[static_cast<size_t>(p.out_dim)] != n * p.block) {
       *why = absl::StrCat("dot '", dot->name(), "' output dim ", p.out_dim,

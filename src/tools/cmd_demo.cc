@@ -117,7 +117,7 @@ void RegisterDemoCommand(CLI::App& app, int* exit_code) {
     // model decides every loop on the system); its numerics are verified on a scaled copy that
     // takes the same decisions (replayed by location) and must fire the same rewrites.
     const bool global = !*from_partitioned;
-    const DemoSize full = global ? DemoSize::GlobalFull() : DemoSize::Full();
+    const DemoSize full = DemoSize::Full();
     const DemoSize small = DemoSize::Small();
     const std::string text = global ? DemoGlobalModuleText(full) : DemoModuleText(full);
     const std::string small_text = global ? DemoGlobalModuleText(small) : DemoModuleText(small);

@@ -177,7 +177,8 @@ ENTRY transformer_block {
   gate_silu = f32[{T},{F}] multiply(gate, gate_sig)
   swiglu = f32[{T},{F}] multiply(gate_silu, up)
 
-  // ---- down projection: FP8; partial sums back to the token shards ----
+  // ---- down projection: FP8, its output in bf16 (as the partitioned demo block); partial sums
+  // back to the token shards ----
   down_in_sb = f32[{T},{F}] broadcast(act_scale_down), dimensions={}
   down_in_div = f32[{T},{F}] divide(swiglu, down_in_sb)
   fp8_min_d = f32[{T},{F}] broadcast(fp8_min), dimensions={}
@@ -190,8 +191,9 @@ ENTRY transformer_block {
   wdown_cvt = f32[{F},{D}] convert(wdown_fp8)
   wdown_sb = f32[{F},{D}] broadcast(wdown_scale), dimensions={}
   wdown = f32[{F},{D}] multiply(wdown_cvt, wdown_sb)
-  mlp_out = f32[{T},{D}] dot(down_in, wdown), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
-  out = f32[{T},{D}] add(h, mlp_out)
+  mlp_out = bf16[{T},{D}] dot(down_in, wdown), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}
+  mlp_out_f32 = f32[{T},{D}] convert(mlp_out)
+  out = f32[{T},{D}] add(h, mlp_out_f32)
   ROOT resid_out = bf16[{T},{D}] convert(out), sharding={devices=[4,1]<=[4]}
 }
 )hlo";

@@ -17,7 +17,9 @@ namespace weave::tools {
 // partition), the output and down projections [*,D] over their input rows ({devices=[4,1]<=[4]}),
 // scales and RMSNorm weights replicated. The activations entering the matmuls are quantized to
 // FP8 and dequantized (convert, multiply by the broadcast scale); the Q, K and V projections
-// read one activation, gate and up another. Output: the bf16 residual [T,D], token-sharded.
+// read one activation, gate and up another; the down projection's output is bf16 (its partial
+// sums are reduced in bf16, as in the partitioned block). Output: the bf16 residual [T,D],
+// token-sharded.
 // No collectives: the partitioner emits them (two all-gathers of the dequantized activations,
 // each read by several dots, and two reductions of the projections' partial sums).
 std::string DemoGlobalModuleText(const DemoSize& z = DemoSize::Small());

@@ -209,7 +209,6 @@ ENTRY transformer_block {
 
 DemoSize DemoSize::Small() { return {2, 16, 64, 128}; }
 DemoSize DemoSize::Full() { return {4, 2048, 4096, 4096}; }
-DemoSize DemoSize::GlobalFull() { return {2, 1024, 4096, 8192}; }
 
 std::string DemoSize::ToString() const {
   return absl::StrFormat("%d tokens (%d sequences of %d), width %d, MLP width %d", tokens(),

@@ -16,14 +16,13 @@ struct DemoSize {
   std::string ToString() const;
   // The size the evaluator verifies in well under a second: 32 tokens, width 64, MLP 128.
   static DemoSize Small();
-  // The size the demo compiles with the cost gate: 8192 tokens (4 sequences of 2048), width 4096,
-  // MLP width 4096, where the performance model predicts that the all-gather loops pay on h100x8.
+  // The size the demo compiles with the cost gate, from global form (and from partitioned form
+  // with --from-partitioned): 8192 tokens (4 sequences of 2048), width 4096, MLP width 4096,
+  // where the performance model predicts that the all-gather loops pay on h100x8. The global
+  // module's Q/K/V and gate/up outputs are constrained column-sharded, so XLA's dot handler (and
+  // Weave's, in its order) gathers the activation (base case: the weight matches the output on
+  // its non-contracting dim) although it is larger than each weight here.
   static DemoSize Full();
-  // The size the global demo compiles: 2048 tokens (2 sequences of 1024), width 4096, MLP width
-  // 8192. Its activations are smaller than its weights, so the partitioner gathers activations
-  // (column-parallel projections) as at the small size, and the model predicts that the
-  // reduce-scatter loops and the gate/up all-gather loop pay on h100x8.
-  static DemoSize GlobalFull();
 };
 
 // XLA HLO text of a tensor-parallel FP8 transformer block (attention with causal softmax and a

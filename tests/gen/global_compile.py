@@ -26,6 +26,22 @@ The examples of ../shared/specs/spmd-partitioner.md §7 at any partition count:
   e5          an uneven dim (10 columns over N): masks before the reduce and the second dot
   e6          e4b in Shardy form (xla.sdy.meshes, sdy shardings, FuncResultSharding)
   e8b         a manual region: FullToShard, the user's all-reduce, ShardToFull
+Dot handler order and gather rules (issue 16):
+  col-big-act the column-parallel dot of the e2e forms with an activation 16x larger than the
+              weight: XLA's handler still gathers the activation (base case: the weight matches
+              the output on its non-contracting dim), never the weight
+  e1b-nolook  e1b without h's sharding: propagation's lookahead (the root's row sharding down
+              the single-user chain) keeps h row-sharded, both weights gathered (FSDP-style)
+  partial     XLA's WindowedEinsumE2EPartial form in f32 (2 x N/2 mesh: activation batch x
+              sequence sharded, weight column-sharded and partially replicated, output batch x
+              column sharded): the sequence all-gather runs within each batch half
+  gather-vocab  an embedding lookup from a vocab-sharded table (uneven vocab: 8N+3 rows) with
+              replicated ids: masked local gather + all-reduce
+  gather-batch  the same table replicated, ids sharded on the batch: per-partition gather
+  gather-2d   table vocab-sharded over the model axis of a 2 x N/2 mesh, ids over the data axis
+  scatter-grad  the embedding gradient: batch-sharded ids and updates scattered (add) into a
+              replicated table: partial scatters + all-reduce
+  scatter-vocab updates scattered (add) into a vocab-sharded table with replicated ids: local
 --dtype fp8: every sharded operand is FP8 (f8e4m3fn by default) dequantized by a bf16 scale
 (convert, multiply by the broadcast scale), as the FP8 e2e tests; bf16: plain bf16 operands
 (e5 and e8b are f32 with --dtype bf16 as in the spec; e3b is always FP8).
@@ -105,6 +121,79 @@ def build(form, n, dtype, fp8):
         m.body.append(dot("up", [bb, ss, ff], x, w, 2, 0))
         m.body.append(f'  ROOT out = bf16[{bb},{ss},{ff}] custom-call(up), custom_call_target="Sharding", sharding={{devices=[2,1,{t}]{iota}}}')
         return m.text()
+    if form == "col-big-act":
+        x = m.operand("act", [2, 64 * n, 32], f"{{devices=[1,{n},1]{iota}}}")
+        w = m.operand("w_up", [32, 8 * n], f"{{devices=[1,{n}]{iota}}}")
+        m.body.append(dot("up", [2, 64 * n, 8 * n], x, w, 2, 0))
+        m.body.append(f'  ROOT out = bf16[2,{64 * n},{8 * n}] custom-call(up), custom_call_target="Sharding", sharding={{devices=[1,1,{n}]{iota}}}')
+        return m.text()
+    if form == "e1b-nolook":
+        x = m.operand("x", [4 * n, 64], f"{{devices=[{n},1]{iota}}}")
+        w1 = m.operand("w1", [64, 16 * n], f"{{devices=[1,{n}]{iota}}}")
+        w2 = m.operand("w2", [16 * n, 64], f"{{devices=[{n},1]{iota}}}")
+        m.body.append(dot("h", [4 * n, 16 * n], x, w1, 1, 0))
+        m.body.append(f"  g = bf16[{4 * n},{16 * n}] tanh(h)")
+        m.body.append(dot("y", [4 * n, 64], "g", w2, 1, 0))
+        m.body.append(f'  ROOT o = bf16[{4 * n},64] custom-call(y), custom_call_target="Sharding", sharding={{devices=[{n},1]{iota}}}')
+        return m.text()
+    if form == "partial":
+        if n < 4:
+            raise SystemExit("partial needs --partitions >= 4 (a 2 x N/2 mesh)")
+        t = n // 2
+        if dtype == "bf16":
+            m.params = [f"  seq_act = f32[4,{8 * t},40] parameter(0), sharding={{devices=[2,{t},1]{iota}}}",
+                        f"  w_col = f32[40,{12 * t}] parameter(1), sharding={{devices=[1,{t},2]<=[2,{t}]T(1,0) last_tile_dim_replicate}}"]
+            ty, x, w = "f32", "seq_act", "w_col"
+        else:
+            ty = "bf16"
+            x = m.operand("seq_act", [4, 8 * t, 40], f"{{devices=[2,{t},1]{iota}}}")
+            w = m.operand("w_col", [40, 12 * t], f"{{devices=[1,{t},2]<=[2,{t}]T(1,0) last_tile_dim_replicate}}")
+        m.body.append(f"  proj = {ty}[4,{8 * t},{12 * t}] dot({x}, {w}), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}")
+        m.body.append(f'  ROOT out = {ty}[4,{8 * t},{12 * t}] custom-call(proj), custom_call_target="Sharding", sharding={{devices=[2,1,{t}]{iota}}}')
+        return m.text()
+    if form in ("gather-vocab", "gather-batch", "gather-2d"):
+        if form == "gather-2d" and n < 4:
+            raise SystemExit("gather-2d needs --partitions >= 4 (a 2 x N/2 mesh)")
+        t = n // 2
+        vocab, width = 8 * n + 3, 32
+        rows = 4 * n if form != "gather-vocab" else 6
+        table_s = {"gather-vocab": f"{{devices=[{n},1]{iota}}}", "gather-batch": "{replicated}",
+                   "gather-2d": f"{{devices=[{t},1,2]<=[2,{t}]T(1,0) last_tile_dim_replicate}}"}[form]
+        ids_s = {"gather-vocab": "{replicated}", "gather-batch": f"{{devices=[{n},1]{iota}}}",
+                 "gather-2d": f"{{devices=[2,1,{t}]{iota} last_tile_dim_replicate}}"}[form]
+        out_s = {"gather-vocab": "{replicated}", "gather-batch": f"{{devices=[{n},1,1]{iota}}}",
+                 "gather-2d": f"{{devices=[2,1,1,{t}]{iota} last_tile_dim_replicate}}"}[form]
+        table = m.operand("table", [vocab, width], table_s)
+        # Ids spread over the whole vocab and past both ends (the evaluator's random integers
+        # are in [0, 8)): raw * (N + 1) - 2, so that gather's clamping and every shard are hit.
+        m.params.append(f"  ids_raw = s32[{rows},5] parameter({len(m.params)}), sharding={ids_s}")
+        m.body += [f"  spread = s32[] constant({n + 1})", "  shift = s32[] constant(2)",
+                   f"  spread_b = s32[{rows},5] broadcast(spread), dimensions={{}}",
+                   f"  shift_b = s32[{rows},5] broadcast(shift), dimensions={{}}",
+                   f"  ids_m = s32[{rows},5] multiply(ids_raw, spread_b)",
+                   f"  ids = s32[{rows},5] subtract(ids_m, shift_b)"]
+        m.body.append(f"  emb = bf16[{rows},5,{width}] gather({table}, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,{width}}}")
+        m.body.append(f"  act = bf16[{rows},5,{width}] tanh(emb)")
+        m.body.append(f'  ROOT out = bf16[{rows},5,{width}] custom-call(act), custom_call_target="Sharding", sharding={out_s}')
+        return m.text()
+    if form in ("scatter-grad", "scatter-vocab"):
+        vocab, width = 8 * n + 3, 32
+        rows = 4 * n
+        grad = form == "scatter-grad"
+        table = m.operand("table", [vocab, width], "{replicated}" if grad else f"{{devices=[{n},1]{iota}}}")
+        upd = m.operand("upd", [rows, 5, width], f"{{devices=[{n},1,1]{iota}}}" if grad else "{replicated}")
+        ids_s = f"{{devices=[{n},1]{iota}}}" if grad else "{replicated}"
+        m.params.append(f"  ids_raw = s32[{rows},5] parameter({len(m.params)}), sharding={ids_s}")
+        m.body += [f"  spread = s32[] constant({n + 1})", "  shift = s32[] constant(2)",
+                   f"  spread_b = s32[{rows},5] broadcast(spread), dimensions={{}}",
+                   f"  shift_b = s32[{rows},5] broadcast(shift), dimensions={{}}",
+                   f"  ids_m = s32[{rows},5] multiply(ids_raw, spread_b)",
+                   f"  ids = s32[{rows},5] subtract(ids_m, shift_b)",
+                   f"  acc = bf16[{vocab},{width}] scatter({table}, ids, {upd}), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=addb",
+                   f'  ROOT out = bf16[{vocab},{width}] custom-call(acc), custom_call_target="Sharding", sharding={"{replicated}" if grad else f"{{devices=[{n},1]{iota}}}"}']
+        text = m.text()
+        add = "addb {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] add(a, b)\n}\n\n"
+        return text.replace("ENTRY main {", add + "ENTRY main {", 1)
     if form == "e1b":
         x = m.operand("x", [4 * n, 64], f"{{devices=[{n},1]{iota}}}")
         w1 = m.operand("w1", [64, 16 * n], f"{{devices=[1,{n}]{iota}}}")
@@ -224,6 +313,8 @@ def build(form, n, dtype, fp8):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("form", choices=["ag-multi", "ag", "ag-reshape", "rs", "partial-2d", "e1b",
+                                     "col-big-act", "e1b-nolook", "partial", "gather-vocab",
+                                     "gather-batch", "gather-2d", "scatter-grad", "scatter-vocab",
                                      "e2", "e3b", "e4", "e4b", "e5", "e6", "e8b"])
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16")

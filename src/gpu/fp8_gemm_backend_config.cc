@@ -1,0 +1,89 @@
+// The GpuBackendConfig XLA's GemmRewriter writes on an FP8 cuBLASLt call (see
+// fp8_gemm_internal.h), in the schema of the XLA version chosen by --xla-backend-config.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "gpu/fp8_gemm_internal.h"
+#include "nlohmann/json.hpp"
+#include "passes/gpu_backend_config.h"
+
+namespace weave {
+namespace fp8_gemm_internal {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+std::string PrecisionName(const HloInstruction* dot, size_t i) {
+  if (i < dot->operand_precision.size() && !dot->operand_precision[i].empty()) {
+    return absl::AsciiStrToUpper(dot->operand_precision[i]);
+  }
+  return "DEFAULT";
+}
+
+ordered_json IntList(const std::vector<int64_t>& v) {
+  ordered_json a = ordered_json::array();
+  for (int64_t x : v) a.push_back(std::to_string(x));
+  return a;
+}
+
+ordered_json JsonNumber(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) {
+    return ordered_json(static_cast<int64_t>(v));
+  }
+  return ordered_json(v);
+}
+
+}  // namespace
+
+// The GpuBackendConfig of the call in the schema of XLA version `v`: the dot's own fields kept
+// (operation_queue_id, force_earliest_schedule, ...), gemm_backend_config set with the fields of
+// GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order.
+std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
+                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
+                          XlaBackendConfigVersion v) {
+  ordered_json gemm = ordered_json::object();
+  gemm["alpha_real"] = JsonNumber(plan.alpha);
+  gemm["beta"] = 0;
+  std::vector<int64_t> batch_dims;
+  if (nb > 0) batch_dims.push_back(0);
+  gemm["dot_dimension_numbers"] = {{"lhs_contracting_dimensions", IntList({lhs_k})},
+                                   {"rhs_contracting_dimensions", IntList({rhs_k})},
+                                   {"lhs_batch_dimensions", IntList(batch_dims)},
+                                   {"rhs_batch_dimensions", IntList(batch_dims)}};
+  gemm["alpha_imag"] = 0;
+  std::string algorithm = "ALG_UNSET";
+  if (const std::string* alg = dot->GetRawAttribute("algorithm")) {
+    algorithm = "ALG_" + absl::AsciiStrToUpper(*alg);
+  }
+  gemm["precision_config"] = {
+      {"operand_precision", ordered_json::array({PrecisionName(dot, 0), PrecisionName(dot, 1)})},
+      {"algorithm", algorithm}};
+  gemm["epilogue"] = "DEFAULT";
+  gemm["lhs_stride"] = std::to_string(lhs_stride);
+  gemm["rhs_stride"] = std::to_string(rhs_stride);
+  gemm["grad_x"] = dot->GetFrontendAttribute("grad_x").value_or("") == "true";
+  gemm["grad_y"] = dot->GetFrontendAttribute("grad_y").value_or("") == "true";
+  gemm["damax_output"] = plan.amax_reduce != nullptr;
+
+  // A dot's config that is not JSON (never written by XLA) is replaced by a fresh one.
+  absl::StatusOr<GpuBackendConfigEditor> edit = GpuBackendConfigEditor::Of(*dot, v);
+  GpuBackendConfigEditor cfg = edit.ok() ? std::move(*edit) : GpuBackendConfigEditor(v);
+  // The dot's own backend (oneof) config does not describe the GEMM call.
+  static const char* kOneof[] = {"cudnn_conv_backend_config", "bitcast_backend_config",
+                                 "collective_backend_config", "fusion_backend_config",
+                                 "cudnn_norm_backend_config", "cudnn_fmha_backend_config",
+                                 "custom_call_backend_config"};
+  GpuBackendConfigEditor out(v);
+  for (auto it = cfg.json().begin(); it != cfg.json().end(); ++it) {
+    if (std::find(std::begin(kOneof), std::end(kOneof), it.key()) != std::end(kOneof)) continue;
+    out.SetField(it.key(), it.value());
+  }
+  out.SetField("gemm_backend_config", std::move(gemm));
+  return out.ToString();
+}
+
+}  // namespace fp8_gemm_internal
+}  // namespace weave

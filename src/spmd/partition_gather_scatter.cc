@@ -1,0 +1,402 @@
+// spmd-partitioner: gather and scatter (../shared/specs/spmd-partitioner.md §3 table; XLA's
+// gather_scatter_handler.cc: PartitionGather/ScatterIndexParallelDimensions,
+// ...OperandPassthroughDimensions, ...TrivialSlicedOperandDimensions).
+//
+// Rules, for a gather whose operand is tiled only on dims it takes whole (pass-through: slice
+// size = dim size) and on dims it indexes with slice size 1 and collapses (trivially sliced: an
+// embedding table's vocab dim):
+//  - index-parallel / pass-through: the indices keep their tiling on their batch dims
+//    (index_vector_dim untiled), the operand its pass-through tiling; the local gather gives the
+//    output tiled on its batch dims like the indices and on its offset dims like the operand.
+//    No communication.
+//  - vocab-sharded operand (trivially sliced dims tiled): each partition holds rows
+//    [offset, offset + c) of such a dim. Every index component on such a dim is clamped to the
+//    global bounds (gather's own semantics), the partition's offset subtracted, the local gather
+//    reads row max(0, min(adjusted, c - 1)), rows whose adjusted index falls outside [0, c) are
+//    zeroed (select), and one all-reduce (add) over the devices that differ only in those dims
+//    sums the single non-zero contribution of each row (exact in any float type). The indices
+//    keep their batch tiling when it is independent of the vocab tiling (2-D mesh), else they
+//    are replicated.
+// Scatter (one operand), the embedding gradient's two forms:
+//  - vocab-sharded operand (inserted window dims of size 1 tiled), replicated indices: each
+//    partition subtracts its offset from the index components on those dims and scatters
+//    locally; an update whose row is in another shard lands out of the local bounds and is
+//    skipped (scatter's semantics); no communication, the result keeps the operand's sharding.
+//  - index-parallel (indices and updates tiled on their scatter dims): with an `add` combiner,
+//    the first device of each group of batch tiles scatters into the operand, the others into
+//    zeros (add's identity), then one all-reduce (add) over the group; without batch tiling the
+//    local scatter needs no communication.
+// Anything else (operand tiled on a sliced dim that is neither, batching dims, unsigned indices
+// with a vocab-sharded operand, batch-tiled indices with a combiner other than add, scatters of
+// several operands): computed replicated with the remark naming the reason.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spmd/partitioner_internal.h"
+#include "spmd/sharding_util.h"
+
+namespace weave::spmd {
+namespace {
+
+bool IsSignedInt(PrimitiveType t) {
+  return t == PrimitiveType::S8 || t == PrimitiveType::S16 || t == PrimitiveType::S32 ||
+         t == PrimitiveType::S64;
+}
+
+std::vector<int64_t> Iota(int64_t n) {
+  std::vector<int64_t> d(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) d[static_cast<size_t>(p)] = p;
+  return d;
+}
+
+// The output sharding of a local gather with the operand in `op` and the indices in `idx`:
+// batch dims tiled like the indices' batch dims, offset dims like the operand's pass-through
+// dims; the operand's `vocab` dims tile nothing of the output (their devices hold partial sums
+// before the all-reduce). nullopt when the three tilings are not independent.
+std::optional<Sharding> LocalGatherOutput(const GatherScatterDims& g, const Sharding& op,
+                                          const Sharding& idx, const std::vector<int64_t>& vocab,
+                                          int64_t out_rank, int64_t n) {
+  std::vector<int64_t> src_kind(static_cast<size_t>(out_rank), 0), src_dim(static_cast<size_t>(out_rank), -1);
+  for (size_t k = 0; k < g.batch_out.size(); ++k) {
+    src_kind[static_cast<size_t>(g.batch_out[k])] = 1;
+    src_dim[static_cast<size_t>(g.batch_out[k])] = g.indices_batch[k];
+  }
+  for (size_t w = 0; w < g.operand_to_offset.size(); ++w) {
+    if (g.pass_through[w]) {
+      src_kind[static_cast<size_t>(g.operand_to_offset[w])] = 2;
+      src_dim[static_cast<size_t>(g.operand_to_offset[w])] = static_cast<int64_t>(w);
+    }
+  }
+  auto tile = [](const Sharding& s, int64_t d) { return s.IsTiled() && d >= 0 ? s.tile(d) : 1; };
+  auto index = [](const Sharding& s, int64_t dev) {
+    auto i = s.TileIndex(dev, s.IsTiled() ? s.rank() : 0);
+    return i ? *i : std::vector<int64_t>();
+  };
+  std::vector<int64_t> tiles;
+  for (int64_t d = 0; d < out_rank; ++d) {
+    const size_t u = static_cast<size_t>(d);
+    tiles.push_back(src_kind[u] == 1 ? tile(idx, src_dim[u]) : src_kind[u] == 2 ? tile(op, src_dim[u]) : 1);
+  }
+  auto tile_of = [&](int64_t dev, bool with_vocab) {
+    const std::vector<int64_t> ii = index(idx, dev), io = index(op, dev);
+    std::vector<int64_t> out;
+    for (int64_t d = 0; d < out_rank; ++d) {
+      const size_t u = static_cast<size_t>(d);
+      const std::vector<int64_t>& from = src_kind[u] == 1 ? ii : io;
+      out.push_back(src_kind[u] == 0 || from.empty() ? 0 : from[static_cast<size_t>(src_dim[u])]);
+    }
+    if (with_vocab) {
+      for (int64_t v : vocab) out.push_back(io.empty() ? 0 : io[static_cast<size_t>(v)]);
+    }
+    return out;
+  };
+  // Independence: the output tiles and the vocab tiles together form a valid tiling.
+  std::vector<int64_t> ext = tiles;
+  for (int64_t v : vocab) ext.push_back(tile(op, v));
+  if (!Sharding::FromTileFunction(ext, Iota(n), [&](int64_t dev) { return tile_of(dev, true); })) {
+    return std::nullopt;
+  }
+  return Sharding::FromTileFunction(tiles, Iota(n), [&](int64_t dev) { return tile_of(dev, false); });
+}
+
+HloInstruction* SliceAlong(SpmdBuilder& b, HloInstruction* x, int64_t dim, int64_t start) {
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(dim)] = 1;
+  HloInstruction* s = b.Add(HloOpcode::kSlice, Shape(x->shape().element_type, dims), {x}, "slice");
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const int64_t lo = static_cast<int64_t>(d) == dim ? start : 0;
+    s->slice.push_back(SliceDim{lo, lo + dims[d], 1});
+  }
+  return s;
+}
+
+HloInstruction* Compare(SpmdBuilder& b, HloInstruction* x, HloInstruction* y, ComparisonDirection d) {
+  HloInstruction* c = b.Add(HloOpcode::kCompare, Shape(PrimitiveType::PRED, x->shape().dims), {x, y}, "compare");
+  c->comparison_direction = d;
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
+  if (!g) return cp.Replicated(h, "gather: unreadable dimension numbers, no partitioning rule");
+  const int64_t n = cp.num_partitions();
+  auto physical = [](const Sharding& s) {
+    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
+  };
+  const Sharding osh = physical(cp.Value(h.operand(0)).sharding);
+  const Sharding ish = physical(cp.Value(h.operand(1)).sharding);
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ig = h.operand(1)->shape();
+  const Shape& out = h.shape();
+  std::vector<int64_t> vocab, unsupported;
+  if (osh.IsTiled()) {
+    for (int64_t d = 0; d < og.rank(); ++d) {
+      if (osh.tile(d) == 1) continue;
+      if (g->trivially_sliced[static_cast<size_t>(d)]) {
+        vocab.push_back(d);
+      } else if (!g->pass_through[static_cast<size_t>(d)]) {
+        unsupported.push_back(d);
+      }
+    }
+  }
+  if (!unsupported.empty()) {
+    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that it neither takes whole nor indexes with slice size 1 "
+                                         "(no partitioning rule)"));
+  }
+  if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
+    return cp.Replicated(h, "gather: vocab-sharded operand with unsigned indices (no partitioning rule)");
+  }
+  // The indices keep their batch tiling (index_vector_dim untiled) when it combines with the
+  // operand's tiling; else they are replicated.
+  Sharding idx_req = Sharding::Replicated();
+  if (ish.IsTiled() && g->index_vector_dim < ig.rank()) {
+    std::optional<Sharding> r = ReplicateDims(ish, {g->index_vector_dim});
+    if (r) idx_req = *r;
+  } else if (ish.IsTiled()) {
+    idx_req = ish;
+  }
+  // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
+  // the same output tile.
+  const std::vector<std::vector<int64_t>> vocab_groups =
+      vocab.empty() ? std::vector<std::vector<int64_t>>() : DeviceGroups(osh, vocab);
+  auto groups_agree = [&](const Sharding& s) {
+    for (const std::vector<int64_t>& grp : vocab_groups) {
+      for (int64_t dev : grp) {
+        if (s.TileIndex(dev, out.rank()) != s.TileIndex(grp[0], out.rank())) return false;
+      }
+    }
+    return true;
+  };
+  std::optional<Sharding> out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
+  if (!out_s || !groups_agree(*out_s)) {
+    idx_req = Sharding::Replicated();
+    out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
+    if (out_s && !groups_agree(*out_s)) out_s.reset();
+  }
+  if (!out_s) return cp.Replicated(h, "gather: no consistent local sharding (no partitioning rule)");
+  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, osh);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
+  if (!ix.ok()) return ix.status();
+  SpmdBuilder& b = cp.b();
+  HloInstruction* indices = *ix;
+  HloInstruction* mask = nullptr;
+  if (!vocab.empty()) {
+    const PrimitiveType it = ig.element_type;
+    const bool has_ivd = g->index_vector_dim < ig.rank();
+    std::vector<HloInstruction*> comps;
+    for (size_t j = 0; j < g->start_index_map.size(); ++j) {
+      HloInstruction* c = has_ivd ? SliceAlong(b, indices, g->index_vector_dim, static_cast<int64_t>(j)) : indices;
+      const int64_t v = g->start_index_map[j];
+      if (std::find(vocab.begin(), vocab.end(), v) != vocab.end()) {
+        const Shape cs = c->shape();
+        const int64_t size = og.dims[static_cast<size_t>(v)];
+        const int64_t local = ShardSize(size, osh.tile(v));
+        HloInstruction* lo = b.Splat(b.ScalarConst(it, 0), cs);
+        HloInstruction* hi = b.Splat(b.ScalarConst(it, static_cast<double>(size - 1)), cs);
+        HloInstruction* clamped = b.Add(HloOpcode::kClamp, cs, {lo, c, hi}, "clamp");
+        HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, v));
+        if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
+        HloInstruction* adj = b.Add(HloOpcode::kSubtract, cs, {clamped, b.Splat(off, cs)}, "local_index");
+        HloInstruction* ge = Compare(b, adj, lo, ComparisonDirection::kGe);
+        HloInstruction* lt = Compare(b, adj, b.Splat(b.ScalarConst(it, static_cast<double>(local)), cs),
+                                     ComparisonDirection::kLt);
+        HloInstruction* in = b.Add(HloOpcode::kAnd, ge->shape(), {ge, lt}, "in_shard");
+        mask = mask == nullptr ? in : b.Add(HloOpcode::kAnd, in->shape(), {mask, in}, "and");
+        c = adj;
+      }
+      comps.push_back(c);
+    }
+    if (has_ivd) {
+      HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
+      cat->dimensions = {g->index_vector_dim};
+      cat->has_dimensions_attr = true;
+      indices = cat;
+    } else {
+      indices = comps[0];
+    }
+  }
+  const Shape local_shape = LocalShape(out, *out_s);
+  HloInstruction* local = cp.Clone(h, local_shape, {*o, indices});
+  // Pass-through dims take their local extent.
+  const Shape local_operand = LocalShape(og, osh);
+  std::vector<int64_t> sizes = g->slice_sizes;
+  for (int64_t d = 0; d < og.rank(); ++d) {
+    if (g->pass_through[static_cast<size_t>(d)]) sizes[static_cast<size_t>(d)] = local_operand.dims[static_cast<size_t>(d)];
+  }
+  for (auto& [key, value] : local->raw_attributes) {
+    if (key == "slice_sizes") value = absl::StrCat("{", absl::StrJoin(sizes, ","), "}");
+  }
+  if (mask != nullptr) {
+    // Drop index_vector_dim (size 1) and broadcast over the offset dims.
+    std::vector<int64_t> batch_sizes;
+    for (int64_t d : g->indices_batch) batch_sizes.push_back(mask->shape().dims[static_cast<size_t>(d)]);
+    HloInstruction* m = b.Reshape(mask, batch_sizes);
+    HloInstruction* mb = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, local_shape.dims), {m}, "broadcast");
+    mb->dimensions = g->batch_out;
+    mb->has_dimensions_attr = true;
+    local = b.Select(mb, local, b.Zeros(local_shape));
+    local = b.AllReduce(local, vocab_groups, b.Reducer(HloOpcode::kAdd, out.element_type));
+    cp.Remark(h, true,
+              absl::StrCat("gather from an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
+                           " (vocab-sharded): indices ", idx_req.ToString(),
+                           " shifted by the partition's offset, out-of-shard rows zeroed, local "
+                           "gather, one all-reduce (add); result ", out_s->ToString()));
+  } else if (out_s->IsTiled()) {
+    cp.Remark(h, true,
+              absl::StrCat("gather, index-parallel / operand pass-through: local gather with "
+                           "operand ", osh.ToString(), ", indices ", idx_req.ToString(), "; result ",
+                           out_s->ToString()));
+  }
+  return PValue{local, *out_s, out};
+}
+
+namespace {
+
+// Whether `c` is the scalar computation add(p0, p1).
+bool IsScalarAdd(const HloComputation* c) {
+  if (c == nullptr || c->num_parameters() != 2) return false;
+  const HloInstruction* r = c->root();
+  return r->opcode() == HloOpcode::kAdd && r->operand(0)->opcode() == HloOpcode::kParameter &&
+         r->operand(1)->opcode() == HloOpcode::kParameter && r->operand(0) != r->operand(1);
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloInstruction& h) {
+  if (h.operand_count() != 3 || h.shape().IsTuple()) {
+    return cp.Replicated(h, "scatter of several operands (no partitioning rule)");
+  }
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
+  if (!g) return cp.Replicated(h, "scatter: unreadable dimension numbers, no partitioning rule");
+  const int64_t n = cp.num_partitions();
+  auto physical = [](const Sharding& s) {
+    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
+  };
+  const Sharding osh = physical(cp.Value(h.operand(0)).sharding);
+  const Sharding ish = physical(cp.Value(h.operand(1)).sharding);
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ig = h.operand(1)->shape();
+  const Shape& ug = h.operand(2)->shape();
+  std::vector<int64_t> vocab, unsupported;
+  if (osh.IsTiled()) {
+    for (int64_t d = 0; d < og.rank(); ++d) {
+      if (osh.tile(d) == 1) continue;
+      if (g->trivially_sliced[static_cast<size_t>(d)]) {
+        vocab.push_back(d);
+      } else if (!g->pass_through[static_cast<size_t>(d)]) {
+        unsupported.push_back(d);
+      }
+    }
+  }
+  if (!unsupported.empty()) {
+    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that its windows neither cover whole nor update one row "
+                                         "of (no partitioning rule)"));
+  }
+  if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
+    return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
+  }
+  Sharding idx_req = Sharding::Replicated();
+  if (vocab.empty() && ish.IsTiled()) {
+    std::optional<Sharding> r =
+        g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;
+    if (r) idx_req = *r;
+    if (idx_req.IsTiled() && !IsScalarAdd(h.to_apply())) {
+      return cp.Replicated(h, "scatter: indices tiled on their batch dims with a combiner other than "
+                              "add (no partitioning rule)");
+    }
+  }
+  // The updates: scatter dims like the indices' batch dims, window dims like the operand's
+  // pass-through dims (the gather output's layout).
+  std::optional<Sharding> upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
+  std::vector<std::vector<int64_t>> groups;
+  auto groups_ok = [&](const Sharding& u) {
+    groups.clear();
+    if (!u.IsTiled()) return true;
+    std::vector<int64_t> dims;
+    for (int64_t d : g->batch_out) {
+      if (u.tile(d) > 1) dims.push_back(d);
+    }
+    if (dims.empty()) return true;
+    groups = DeviceGroups(u, dims);
+    for (const std::vector<int64_t>& grp : groups) {
+      for (int64_t dev : grp) {
+        if (osh.TileIndex(dev, og.rank()) != osh.TileIndex(grp[0], og.rank())) return false;
+      }
+    }
+    return true;
+  };
+  if (!upd || !groups_ok(*upd)) {
+    idx_req = Sharding::Replicated();
+    upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
+    if (!upd || !groups_ok(*upd)) return cp.Replicated(h, "scatter: no consistent local sharding (no partitioning rule)");
+  }
+  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, osh);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
+  if (!ix.ok()) return ix.status();
+  absl::StatusOr<HloInstruction*> u = cp.Operand(h, 2, *upd);
+  if (!u.ok()) return u.status();
+  SpmdBuilder& b = cp.b();
+  HloInstruction* indices = *ix;
+  HloInstruction* base = *o;
+  if (!vocab.empty()) {
+    const PrimitiveType it = ig.element_type;
+    const bool has_ivd = g->index_vector_dim < ig.rank();
+    std::vector<HloInstruction*> comps;
+    for (size_t j = 0; j < g->start_index_map.size(); ++j) {
+      HloInstruction* c = has_ivd ? SliceAlong(b, indices, g->index_vector_dim, static_cast<int64_t>(j)) : indices;
+      const int64_t v = g->start_index_map[j];
+      if (std::find(vocab.begin(), vocab.end(), v) != vocab.end()) {
+        HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, v));
+        if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
+        c = b.Add(HloOpcode::kSubtract, c->shape(), {c, b.Splat(off, c->shape())}, "local_index");
+      }
+      comps.push_back(c);
+    }
+    if (has_ivd) {
+      HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
+      cat->dimensions = {g->index_vector_dim};
+      cat->has_dimensions_attr = true;
+      indices = cat;
+    } else {
+      indices = comps[0];
+    }
+  } else if (!groups.empty()) {
+    // The first device of each group keeps the operand; the others start from zeros.
+    std::vector<int64_t> first(static_cast<size_t>(n), 0);
+    for (const std::vector<int64_t>& grp : groups) first[static_cast<size_t>(grp[0])] = 1;
+    HloInstruction* flag = b.TableLookup(first);
+    HloInstruction* one = b.ScalarConst(PrimitiveType::S32, 1);
+    HloInstruction* is_first = Compare(b, flag, one, ComparisonDirection::kEq);
+    HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
+                                 {is_first}, "broadcast");
+    pred->has_dimensions_attr = true;
+    base = b.Select(pred, base, b.Zeros(base->shape()));
+  }
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), osh), {base, indices, *u});
+  if (!vocab.empty()) {
+    cp.Remark(h, true,
+              absl::StrCat("scatter into an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
+                           " (vocab-sharded): indices shifted by the partition's offset (updates "
+                           "for other shards fall out of bounds and are skipped), local scatter; "
+                           "result ", osh.ToString()));
+  } else if (!groups.empty()) {
+    local = b.AllReduce(local, groups, b.Reducer(HloOpcode::kAdd, h.shape().element_type));
+    cp.Remark(h, true,
+              absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
+                           upd->ToString(), "; the first device of each batch group scatters into "
+                           "the operand, the others into zeros, one all-reduce (add); result ",
+                           osh.ToString()));
+  } else if (upd->IsTiled() || osh.IsTiled()) {
+    cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString()));
+  }
+  return PValue{local, osh, h.shape()};
+}
+
+}  // namespace weave::spmd
