@@ -59,13 +59,13 @@ TEST(CostOracle, TiesKeepTheBaseline) {
   EXPECT_EQ(e.Note(), "predicted 10.0 us with the loop, 10.0 us with 4 chunks vs 10.0 us without on test");
 }
 
-// A rewrite replaces the baseline only when it saves max(1% of the baseline, 0.5 us): a gain
+// A rewrite replaces the baseline only when it saves max(0.5% of the baseline, 0.5 us): a gain
 // inside the margin keeps the baseline and says so; a rewrite that saves the margin is taken.
 TEST(CostOracle, MarginKeepsTheBaselineOnSmallGains) {
   auto m = TinyModule();
   for (const auto& [base, with, chosen] : std::vector<std::tuple<double, double, int>>{
-           {100.0, 99.5, 0},     // 0.5% saved, under 1%
-           {100.0, 99.0, 1},     // exactly 1%
+           {1000.0, 996.0, 0},   // 0.4% saved, under 0.5%
+           {1000.0, 995.0, 1},   // exactly 0.5%
            {20.0, 19.7, 0},      // 1.5% but 0.3 us, under 0.5 us
            {20.0, 19.5, 1},      // 0.5 us
            {20.005, 20.00504, 0},  // a rounding-level difference either way
@@ -84,11 +84,11 @@ TEST(CostOracle, MarginKeepsTheBaselineOnSmallGains) {
     }
   }
   FunctionCostOracle exact([](const CostQuery&) -> absl::StatusOr<std::vector<double>> {
-    return std::vector<double>{100.0, 99.5};
+    return std::vector<double>{100.0, 99.9};
   });
   exact.set_margin({0.0, 0.0});
   EXPECT_EQ(exact.Decide(Query(*m)).chosen, 1);
-  EXPECT_DOUBLE_EQ(kDefaultDecisionMargin.For(100.0), 1.0);
+  EXPECT_DOUBLE_EQ(kDefaultDecisionMargin.For(1000.0), 5.0);
   EXPECT_DOUBLE_EQ(kDefaultDecisionMargin.For(10.0), 0.5);
 }
 
