@@ -183,6 +183,8 @@ std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& 
 bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
   auto pu = position_.find(u), pw = position_.find(w);
   if (pu != position_.end() && pw != position_.end() && pu->second > pw->second) return false;
+  // An instruction below `u` in the topological index cannot have `u` among its ancestors.
+  const int64_t floor = TopoOf(u);
   absl::flat_hash_set<HloInstruction*> seen;
   std::vector<HloInstruction*> work(w->operands().begin(), w->operands().end());
   while (!work.empty()) {
@@ -190,9 +192,73 @@ bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
     work.pop_back();
     if (x == u) return true;
     if (!seen.insert(x).second) continue;
+    if (floor >= 0) {
+      const int64_t px = TopoOf(x);
+      if (px >= 0 && px < floor) continue;
+    }
     for (HloInstruction* o : x->operands()) work.push_back(o);
   }
   return false;
+}
+
+int64_t Handler::TopoOf(const HloInstruction* h) const {
+  if (!topo_valid_) return -1;
+  auto it = topo_.find(h->unique_id());
+  return it == topo_.end() ? -1 : it->second;
+}
+
+void Handler::RepairTopo(HloInstruction* w, HloInstruction* r) {
+  if (!topo_valid_) return;
+  const int64_t ub = TopoOf(w);
+  if (ub < 0) {
+    topo_valid_ = false;  // no bound to repair against: stop pruning (walks stay exact)
+    return;
+  }
+  // Forward from r: the indexed instructions r reaches below w (they must move after w).
+  std::vector<HloInstruction*> fwd, bwd;
+  absl::flat_hash_set<const HloInstruction*> seen;
+  std::vector<HloInstruction*> work{r};
+  while (!work.empty()) {
+    HloInstruction* x = work.back();
+    work.pop_back();
+    if (!seen.insert(x).second) continue;
+    if (x == w) {
+      topo_valid_ = false;  // a cycle; the caller never makes one
+      return;
+    }
+    const int64_t px = TopoOf(x);
+    if (px >= ub) continue;
+    if (px >= 0) fwd.push_back(x);
+    for (HloInstruction* y : x->users()) work.push_back(y);
+  }
+  if (fwd.empty()) return;
+  int64_t lb = ub;
+  for (const HloInstruction* x : fwd) lb = std::min(lb, TopoOf(x));
+  // Backward from w: the indexed instructions reaching w above lb (they must stay before).
+  seen.clear();
+  work = {w};
+  while (!work.empty()) {
+    HloInstruction* x = work.back();
+    work.pop_back();
+    if (!seen.insert(x).second) continue;
+    const int64_t px = TopoOf(x);
+    if (px >= 0 && px <= lb) continue;
+    if (px >= 0) bwd.push_back(x);
+    for (HloInstruction* o : x->operands()) work.push_back(o);
+  }
+  auto by_index = [&](const HloInstruction* a, const HloInstruction* b) {
+    return TopoOf(a) < TopoOf(b);
+  };
+  std::sort(fwd.begin(), fwd.end(), by_index);
+  std::sort(bwd.begin(), bwd.end(), by_index);
+  std::vector<int64_t> pool;
+  pool.reserve(fwd.size() + bwd.size());
+  for (const HloInstruction* x : bwd) pool.push_back(TopoOf(x));
+  for (const HloInstruction* x : fwd) pool.push_back(TopoOf(x));
+  std::sort(pool.begin(), pool.end());
+  size_t k = 0;
+  for (const HloInstruction* x : bwd) topo_[x->unique_id()] = pool[k++];
+  for (const HloInstruction* x : fwd) topo_[x->unique_id()] = pool[k++];
 }
 
 absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
@@ -274,6 +340,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     };
     for (HloInstruction* r : readers) {
       if (auto s = u.all_gather->ReplaceUsesWith({r}, value_for()); !s.ok()) return s;
+      RepairTopo(w, r);
     }
     if (was_root) comp->set_root(value_for());
     const std::string& ag_name = u.all_gather->name();
@@ -294,10 +361,54 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   return true;
 }
 
+namespace {
+
+bool IsViewOp(const HloInstruction* v) {
+  return v->operand_count() == 1 &&
+         (v->opcode() == HloOpcode::kReshape || v->opcode() == HloOpcode::kTranspose ||
+          v->opcode() == HloOpcode::kBitcast || v->opcode() == HloOpcode::kCopy);
+}
+
+// The views (reshape, transpose, bitcast, copy) on top of `v`, outermost first; *base gets the
+// value under them.
+std::vector<const HloInstruction*> StripViews(HloInstruction* v, HloInstruction** base) {
+  std::vector<const HloInstruction*> views;
+  while (IsViewOp(v) && views.size() < 8) {
+    views.push_back(v);
+    v = v->operand(0);
+  }
+  *base = v;
+  return views;
+}
+
+// The same views with the same dims, ignoring element types (one chain on FP8, one on its
+// dequantized wide value).
+bool SameViews(const std::vector<const HloInstruction*>& a,
+               const std::vector<const HloInstruction*>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i]->opcode() != b[i]->opcode() || a[i]->shape().dims != b[i]->shape().dims ||
+        a[i]->dimensions != b[i]->dimensions) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
                                                 const std::vector<HloInstruction*>& loops,
                                                 const std::vector<HloInstruction*>& gathers) {
   bool changed = false;
+  // The topological index the cache phase's ancestor walks stop at (IsAncestorOfWhile).
+  topo_.clear();
+  {
+    const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
+    topo_.reserve(order.size());
+    for (size_t i = 0; i < order.size(); ++i) topo_[order[i]->unique_id()] = static_cast<int64_t>(i);
+  }
+  topo_valid_ = true;
   // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
   //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
   struct Circulated {
@@ -306,12 +417,25 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
   };
   // A value may circulate in several loops (e.g. gathered on two dims): all are candidates.
   absl::flat_hash_map<HloInstruction*, std::vector<Circulated>> by_value;
+  // Loops that carry views of an FP8 value (the decomposer moves the views in front of an
+  // all-gather onto the FP8 shard): by the FP8 value, with the views.
+  struct CirculatedView {
+    HloInstruction* loop = nullptr;
+    std::vector<const HloInstruction*> views;
+  };
+  absl::flat_hash_map<HloInstruction*, std::vector<CirculatedView>> by_viewed_value;
   std::unordered_map<HloInstruction*, WindowedLoop> matched;
   for (HloInstruction* w : loops) {
     auto L = MatchWindowedLoop(w);
     if (!L) continue;  // the driver says so when it matches the loop again
     if (L->kind == WindowedLoopKind::kAllGather) {
-      by_value[L->init->operand(L->windowed_operand)].push_back(Circulated{w, std::nullopt});
+      HloInstruction* carried = L->init->operand(L->windowed_operand);
+      by_value[carried].push_back(Circulated{w, std::nullopt});
+      HloInstruction* base = nullptr;
+      std::vector<const HloInstruction*> views = StripViews(carried, &base);
+      if (!views.empty() && IsFp8(base->shape().element_type)) {
+        by_viewed_value[base].push_back(CirculatedView{w, std::move(views)});
+      }
       if (auto it = shifted_.find(w); it != shifted_.end()) {
         const int64_t j = L->windowed_operand;
         by_value[it->second.wide[j]].push_back(Circulated{w, it->second.dq[j]});
@@ -352,6 +476,27 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
             continue;
           }
           candidates.push_back(Circulated{c.loop, *m});
+        }
+      }
+    }
+    // views(dequant(q)) gathered while a loop carries the same views of q in FP8: the scalar
+    // scale commutes with the views, so the FP8 cache dequantized after the loop is the
+    // all-gather.
+    {
+      HloInstruction* base = nullptr;
+      std::vector<const HloInstruction*> views = StripViews(x, &base);
+      std::optional<DequantMatch> m = views.empty() ? std::nullopt : MatchDequantize(base);
+      if (m) {
+        if (auto it3 = by_viewed_value.find(m->q); it3 != by_viewed_value.end()) {
+          for (const CirculatedView& c : it3->second) {
+            if (!SameViews(c.views, views)) continue;
+            if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+              reasons.push_back("not cached: the dequantization under its views has no scalar "
+                                "scale or no bf16/f16/f32 wide type");
+              continue;
+            }
+            candidates.push_back(Circulated{c.loop, *m});
+          }
         }
       }
     }

@@ -137,6 +137,11 @@ class Handler {
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
   HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
   bool IsAncestorOfWhile(HloInstruction* u, HloInstruction* w);
+  // The cache phase's topological index of `h` (topo_), or -1 (added since, or none kept).
+  int64_t TopoOf(const HloInstruction* h) const;
+  // Keeps topo_ a topological order after `r` was made to read loop `w`'s result (an edge
+  // w -> r): Pearce-Kelly's repair, bounded by the instructions between r and w.
+  void RepairTopo(HloInstruction* w, HloInstruction* r);
   // The partition groups of an all-gather (empty: one group of every partition).
   std::vector<std::vector<int64_t>> GatherGroups(const HloInstruction* ag) const;
   absl::StatusOr<bool> AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
@@ -172,6 +177,12 @@ class Handler {
   absl::flat_hash_map<const HloComputation*, int64_t> callers_;
   std::set<HloComputation*> maybe_orphaned_;
   absl::flat_hash_map<const HloInstruction*, int64_t> position_;  // current computation
+  // During the cache phase: a topological index of the computation's instructions (operands
+  // first), by unique_id, kept topological as the caches rewire readers (RepairTopo). Ancestor
+  // walks stop below their target's index. Instructions added since have none (walked through);
+  // topo_valid_ false: no index (every walk is whole).
+  absl::flat_hash_map<int64_t, int64_t> topo_;
+  bool topo_valid_ = false;
   // Outer computation: dead instructions are removed in one sweep at the end (linear), then
   // these instructions get their predecessors' names.
   std::vector<std::pair<HloInstruction*, std::string>> rename_;

@@ -6,6 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +29,29 @@ int64_t CallerCount(const HloModule* module, const HloComputation* c) {
   }
   return n;
 }
+
+// CallerCount for every computation, from one scan of the module. The rewrites of this pass add
+// no call and only remove instructions, so a count can only fall after the scan: a count of 1
+// (the loop asking) stays exact, and a larger one is counted again from the module.
+class CallerCounts {
+ public:
+  explicit CallerCounts(const HloModule* module) : module_(module) {
+    for (const HloComputation* comp : module->computations()) {
+      for (const HloInstruction* h : comp->instructions()) {
+        for (const HloComputation* callee : h->called_computations()) ++counts_[callee];
+      }
+    }
+  }
+  int64_t Of(const HloComputation* c) const {
+    auto it = counts_.find(c);
+    const int64_t n = it == counts_.end() ? 0 : it->second;
+    return n <= 1 ? n : CallerCount(module_, c);
+  }
+
+ private:
+  const HloModule* module_;
+  absl::flat_hash_map<const HloComputation*, int64_t> counts_;
+};
 
 bool AllUsersAreGte(const HloInstruction* h) {
   for (const HloInstruction* u : h->users()) {
@@ -58,7 +82,7 @@ bool KnownToRunOnce(const HloInstruction* w) {
          (n->is_number_integer() && n->get<int64_t>() == 1);
 }
 
-Analysis Analyze(const HloModule* module, const HloInstruction* w) {
+Analysis Analyze(const CallerCounts& callers, const HloInstruction* w) {
   Analysis a;
   if (w->operand_count() != 1 || w->called_computations().size() != 2 || !w->shape().IsTuple()) {
     a.why_not = "not a while over a tuple";
@@ -71,7 +95,7 @@ Analysis Analyze(const HloModule* module, const HloInstruction* w) {
     a.why_not = "the loop tuple is empty";
     return a;
   }
-  if (cond == body || CallerCount(module, cond) != 1 || CallerCount(module, body) != 1) {
+  if (cond == body || callers.Of(cond) != 1 || callers.Of(body) != 1) {
     a.why_not = "the body or condition is also called from elsewhere";
     return a;
   }
@@ -269,13 +293,14 @@ absl::Status PassThrough(HloInstruction* w, const std::vector<int64_t>& elements
 
 absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
   bool changed = false;
+  const CallerCounts callers(module);
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     std::vector<HloInstruction*> loops;
     for (HloInstruction* h : comp->MakeInstructionPostOrder()) {
       if (h->opcode() == HloOpcode::kWhile) loops.push_back(h);
     }
     for (HloInstruction* w : loops) {
-      Analysis a = Analyze(module, w);
+      Analysis a = Analyze(callers, w);
       if (!a.why_not.empty()) {
         AddRemark(w->name(), false, a.why_not);
         continue;
@@ -290,7 +315,7 @@ absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
                                absl::StrJoin(a.passthrough, ","),
                                "} for a next iteration or a reader after the loop (passed "
                                "through)"));
-        a = Analyze(module, w);
+        a = Analyze(callers, w);
         if (!a.why_not.empty()) continue;
       }
       if (a.dead.empty()) {

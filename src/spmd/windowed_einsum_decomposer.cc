@@ -279,6 +279,11 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
   bool changed = false;
   ctx.removed.clear();
   const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
+  ctx.position.clear();
+  ctx.position.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    ctx.position[order[i]->unique_id()] = static_cast<int64_t>(i);
+  }
   for (HloInstruction* instr : order) {
     if (ctx.removed.contains(instr)) continue;
     if (instr->opcode() == HloOpcode::kDot && instr->operand_count() == 2) {

@@ -99,8 +99,11 @@ HloInstruction* StripDequantize(HloInstruction* v) {
   return v;
 }
 
-// True when `a` is `b` or one of its (transitive) operands; bounded walk.
-bool DependsOn(HloInstruction* a, const HloInstruction* b) {
+// True when `a` is `b` or one of its (transitive) operands. The walk stops at instructions
+// below `b` in the sweep's topological index (they cannot depend on it), so it costs the
+// instructions between the two, not the whole upstream of `a`.
+bool DependsOn(const DecomposerContext& ctx, HloInstruction* a, const HloInstruction* b) {
+  const int64_t floor = ctx.PositionOf(b);
   absl::flat_hash_set<const HloInstruction*> seen;
   std::vector<HloInstruction*> work{a};
   while (!work.empty()) {
@@ -108,6 +111,10 @@ bool DependsOn(HloInstruction* a, const HloInstruction* b) {
     work.pop_back();
     if (x == b) return true;
     if (!seen.insert(x).second) continue;
+    if (floor >= 0) {
+      const int64_t px = ctx.PositionOf(x);
+      if (px >= 0 && px < floor) continue;
+    }
     for (HloInstruction* o : x->operands()) work.push_back(o);
   }
   return false;
@@ -125,6 +132,37 @@ bool HasCache(const HloInstruction* w) {
     if (IsGteOf(v, p, i)) return true;
   }
   return false;
+}
+
+// The in-group position of every partition that the body of loop `w` uses for its block
+// offsets: the values of the one u32/s32[P] constant the body looks up at partition-id
+// (dynamic-slice(table, partition-id), the position table of the decomposer's and XLA's loops),
+// or 0..P-1 when the body reads partition-id only directly. Empty when it cannot be read.
+std::vector<int64_t> LoopRingPositions(const HloComputation* body, int64_t num_partitions) {
+  std::vector<int64_t> positions;
+  bool reads_pid_directly = false, found = false;
+  for (const HloInstruction* i : body->instructions()) {
+    if (i->opcode() != HloOpcode::kPartitionId) continue;
+    for (const HloInstruction* u : i->users()) {
+      const HloInstruction* tbl = u->operand_count() == 2 ? u->operand(0) : nullptr;
+      if (u->opcode() == HloOpcode::kDynamicSlice && u->operand(1) == i && tbl != nullptr &&
+          tbl->opcode() == HloOpcode::kConstant && tbl->literal && !tbl->literal->elided &&
+          tbl->shape().rank() == 1 && tbl->shape().dims[0] == num_partitions) {
+        std::vector<int64_t> v;
+        for (int64_t p = 0; p < num_partitions; ++p) v.push_back(tbl->literal->GetAsInt(p));
+        if (found && v != positions) return {};  // two different tables: unknown
+        positions = std::move(v);
+        found = true;
+      } else {
+        reads_pid_directly = true;
+      }
+    }
+  }
+  if (found) return reads_pid_directly ? std::vector<int64_t>{} : positions;
+  if (!reads_pid_directly) return {};
+  positions.resize(static_cast<size_t>(num_partitions));
+  for (int64_t p = 0; p < num_partitions; ++p) positions[static_cast<size_t>(p)] = p;
+  return positions;
 }
 
 // Checks that loop `w`, whose state element `wi` is `value`, circulates it the way all-gather
@@ -153,6 +191,15 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
                         "all-gather's replica_groups=",
                         ring->groups_text);
   }
+  // The same neighbours do not make the same order: a group listed rotated or reversed
+  // ({{1,0}} against {{0,1}}) has the ring's pairs but puts each shard at another block, and the
+  // handler's cache (which checks every block offset) does not serve it (issue 14).
+  if (LoopRingPositions(body, ctx.num_partitions) != ring->index_in_group) {
+    return absl::StrCat("loop '", w->name(),
+                        "' places the shards in another order than the all-gather's "
+                        "replica_groups=",
+                        ring->groups_text);
+  }
   int64_t dim = -1;
   for (HloInstruction* i : body->instructions()) {
     if (i->opcode() != HloOpcode::kDot || i->operand_count() != 2) continue;
@@ -168,7 +215,7 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
                         ", the all-gather gathers dim ",
                         attrs->dimensions.empty() ? -1 : attrs->dimensions[0]);
   }
-  if (DependsOn(w, dot)) {
+  if (DependsOn(ctx, w, dot)) {
     return absl::StrCat("loop '", w->name(), "' depends on the dot '", dot->name(),
                         "' (it cannot read the loop's cache)");
   }
@@ -227,8 +274,8 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
 
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
                                 const GatheredChain& chain,
-                                const std::vector<HloInstruction*>& post_order, int* owner_side,
-                                GatheredChain* owner_chain, std::string* note,
+                                const std::vector<HloInstruction*>& /*post_order*/,
+                                int* owner_side, GatheredChain* owner_chain, std::string* note,
                                 OwnerAlternative* alt) {
   *owner_side = side;
   *owner_chain = chain;
@@ -284,8 +331,6 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     }
   }
   if (consumers.size() < 2) return dot;
-  absl::flat_hash_map<const HloInstruction*, int64_t> order;
-  for (size_t i = 0; i < post_order.size(); ++i) order[post_order[i]] = static_cast<int64_t>(i);
   struct Rank {
     const Consumer* c;
     bool fp8;
@@ -297,10 +342,10 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     HloInstruction* u = c.dot;
     // A consumer that depends on another consumer cannot own the loop the other one would read.
     bool depends = false;
-    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(u, o.dot));
+    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(ctx, u, o.dot));
     if (depends) continue;
     Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
-           static_cast<double>(u->shape().ElementCount()), order.count(u) ? order[u] : 0};
+           static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
     // FLOPs: 2 x output elements x contracted size.
     for (int64_t c : u->dot_dims.lhs_contracting) {
       r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);

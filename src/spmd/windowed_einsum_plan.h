@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "hlo/ir.h"
@@ -35,7 +36,18 @@ struct DecomposerContext {
   // Computations called by removed instructions (async-start wrappers): removed at the end of the
   // run when nothing calls them any more.
   std::vector<HloComputation*> maybe_unused;
+  // Post-order index of each instruction of the computation being swept, as it was when the
+  // sweep began, keyed by unique_id (ids are never reused; addresses are). Instructions the
+  // rewrites add have none. The rewrites only replace a value by one computed from its own
+  // operands' ancestors, so no new path appears between indexed instructions: the index stays a
+  // topological order of them, and an ancestor walk may stop below its target's index.
+  absl::flat_hash_map<int64_t, int64_t> position;
 
+  // The sweep-start index of `h`, or -1 for an instruction added since.
+  int64_t PositionOf(const HloInstruction* h) const {
+    auto it = position.find(h->unique_id());
+    return it == position.end() ? -1 : it->second;
+  }
   int64_t NextChannel() { return next_channel++; }
   // A remark at `location`; `about` names the collective(s) the decision is about.
   void remark(const std::string& location, bool applied, const std::string& message,

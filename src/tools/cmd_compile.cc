@@ -16,6 +16,7 @@
 //
 // The input is a partitioned module (XLA's output after SPMD partitioning) or a global one (as
 // JAX emits it: global shapes and sharding annotations), which is partitioned first.
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -62,6 +63,9 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
                   "gate estimates on (default h100x8): h100x8, h200x8, a100x8, h800x8, a800x8 "
                   "or a system JSON file");
   cmd->add_flag("-v,--verbose", o->verbose, "Time and changes per pass");
+  cmd->add_flag("--timing", o->timing,
+                "Print to stderr the time of each phase (parse, every pass, verify, analysis, "
+                "print) with its instructions per second");
   cmd->add_flag("-q,--quiet", o->quiet, "Do not print the report table");
   cmd->add_flag("--verify-each", o->verify_each, "Verify the module after every pass");
 }
@@ -138,12 +142,15 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       *exit_code = kUsage;
       return;
     }
+    const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModuleFile(opts->input);
     if (!module.ok()) {
       std::cerr << "weave compile: " << module.status().message() << "\n";
       *exit_code = kInvalidInput;
       return;
     }
+    opts->parse_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CompileReport report;
     *exit_code = CompileModule(*opts, std::move(*module), std::cerr, &report);
   });

@@ -117,9 +117,28 @@ int64_t CountInstructions(const HloModule& m) {
   return n;
 }
 
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One `--timing` line: the phase, its time, the instructions it worked on and their rate.
+void PrintTiming(const std::string& phase, double seconds, int64_t instructions) {
+  std::cerr << absl::StrFormat("timing: %-34s %10.3f ms  %8d instructions  %12.0f instructions/s\n",
+                               phase, seconds * 1e3, instructions,
+                               seconds > 0 ? static_cast<double>(instructions) / seconds : 0.0);
+}
+
+}  // namespace
+
 int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
                   std::ostream& table, CompileReport* report,
                   std::unique_ptr<HloModule>* compiled) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (o.timing && o.parse_seconds >= 0) {
+    PrintTiming("parse", o.parse_seconds, CountInstructions(*given));
+  }
   report->input = o.input;
   report->output = o.output;
   report->module = given->name();
@@ -255,9 +274,12 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
   // Input form (spec §0): a global module is partitioned first (compile_input.h); the
   // windowed einsum pipeline starts from the partitioned module.
   CompileInput prepared;
+  const int64_t given_instructions = o.timing ? CountInstructions(*given) : 0;
+  const auto t_prepare = std::chrono::steady_clock::now();
   if (int code = PrepareCompileInput(o, std::move(given), report, &prepared); code != kOk) {
     return code;
   }
+  if (o.timing) PrintTiming("input (verify, partition)", SecondsSince(t_prepare), given_instructions);
   const HloModule* global = prepared.global.get();
   std::unique_ptr<HloModule> input = std::move(prepared.partitioned);
   report->num_partitions = global != nullptr || o.num_partitions <= 0
@@ -300,6 +322,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
           rec.seconds * 1e3, rec.changed ? "changed" : "unchanged", rec.instructions_before,
           rec.instructions_after, rec.remarks_applied, rec.remarks_missed);
     }
+    if (o.timing) PrintTiming(name, rec.seconds, rec.instructions_before);
     report->passes.push_back(rec);
     if (o.verify_each) {
       if (absl::Status st = VerifyModule(*module); !st.ok()) {
@@ -309,15 +332,20 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
       }
     }
   }
+  const int64_t compiled_instructions = o.timing ? CountInstructions(*module) : 0;
+  const auto t_verify = std::chrono::steady_clock::now();
   if (absl::Status st = VerifyModule(*module); !st.ok()) {
     std::cerr << "weave compile: the compiled module does not verify: " << st.message() << "\n";
     return kInvalidInput;
   }
+  if (o.timing) PrintTiming("verify", SecondsSince(t_verify), compiled_instructions);
 
   if (oracle) report->cost_gate.decisions = oracle->decisions();
 
   std::vector<std::string> pending_notes = report->after.notes;
+  const auto t_analyze = std::chrono::steady_clock::now();
   AnalyzeCompile(*input, *module, report);
+  if (o.timing) PrintTiming("analysis (report)", SecondsSince(t_analyze), compiled_instructions);
   for (const std::string& n : pending_notes) report->after.notes.push_back(n);
 
   if (!o.verify_seed.empty()) {
@@ -384,10 +412,18 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     return code;
   }
   if (!o.output.empty()) {
-    if (absl::Status st = WriteFileAtomically(o.output, module->ToString()); !st.ok()) {
+    const auto t_print = std::chrono::steady_clock::now();
+    std::string text = module->ToString();
+    if (o.timing) PrintTiming("print", SecondsSince(t_print), compiled_instructions);
+    if (absl::Status st = WriteFileAtomically(o.output, text); !st.ok()) {
       std::cerr << "weave compile: " << st.message() << "\n";
       return kInvalidInput;
     }
+  }
+  if (o.timing) {
+    const double parse = std::max(o.parse_seconds, 0.0);
+    PrintTiming("total (parse to output written)", parse + SecondsSince(t_start),
+                given_instructions);
   }
   if (compiled) *compiled = std::move(module);
   return kOk;

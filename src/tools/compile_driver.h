@@ -58,6 +58,10 @@ struct CompileOptions {
   std::string verify_seed;  // empty: numerics not requested
   bool force = false;
   bool verbose = false;
+  // --timing: each phase's time and instructions per second on stderr (parse, partitioning of a
+  // global input, every pass, the final verify, the report's analysis, print, total).
+  bool timing = false;
+  double parse_seconds = -1;  // set by the command when it timed the parse (else not printed)
   bool quiet = false;
   bool verify_each = false;
   // Global input: the partition count (must agree with the header's num_partitions).
