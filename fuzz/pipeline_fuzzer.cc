@@ -1,7 +1,8 @@
 // libFuzzer entry point for the whole pipeline (issue 14): the input bytes are the decisions of
 // the random program generator (tests/fuzz/program_gen.h, ByteChoices), so every input is a
-// valid partitioned module; it is then compiled and checked against the reference evaluator
-// exactly as `weave-fuzz` does (tests/fuzz/differential.h: the pipeline with verification and a
+// valid partitioned module (or, for a quarter of the inputs, a global module with random
+// shardings, partitioned by the SPMD pipeline and compared with the global program first); it is
+// then compiled and checked against the reference evaluator exactly as `weave-fuzz` does (tests/fuzz/differential.h: the pipeline with verification and a
 // numerics comparison after every pass, each pass alone, idempotence, print/parse round trip).
 // Any CRASH (a pass error, an invalid module after a pass) or MISMATCH aborts with the program
 // and the failed check on stderr; INVALID means the generator itself is wrong and aborts too.
@@ -48,6 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ByteChoices choices(data, size);
   GenOptions options;
   options.max_motifs = 2;
+  // A quarter of the inputs (those whose last byte is a multiple of 4) are global modules with
+  // random shardings, partitioned by the SPMD pipeline first.
+  if (size > 0 && data[size - 1] % 4 == 0) options.mode = GenOptions::Mode::kGlobal;
   GeneratedProgram p = GenerateProgram(choices, options, "fuzz_bytes");
   if (print) std::fprintf(stderr, "%s\n", p.text.c_str());
   CheckOptions check;

@@ -187,6 +187,38 @@ OutputComparison CompareOutputValues(const Value& a, const Value& b,
                      a.shape.element_type);
 }
 
+OutputComparison CompareOutputValuesOnPath(const Value& a, const Value& b,
+                                           const CompareOptions& options,
+                                           const PathPrecision& pp,
+                                           const Value* ring_magnitude) {
+  const PrimitiveType out_type = a.shape.element_type;
+  PrimitiveType judged = out_type;
+  double factor = 1, ring_ulps = 0;
+  std::string path;
+  if (options.path_aware && IsFloatingPoint(out_type) && pp.type != PrimitiveType::kInvalid) {
+    if (MantissaBits(pp.type) < MantissaBits(out_type)) {
+      judged = pp.type;
+      path = absl::StrCat("judged as ", std::string(PrimitiveTypeName(judged)), ": rounded at ",
+                          pp.where);
+    }
+    if (MantissaBits(pp.type) <= MantissaBits(judged)) {
+      factor = NormUlpsFactor(pp);
+      ring_ulps = MagnitudeUlpsFactor(pp);
+    }
+  }
+  if (ring_magnitude != nullptr && !ring_magnitude->shape.Compatible(a.shape)) {
+    ring_magnitude = nullptr;
+  }
+  auto [rt, at] = DefaultTolerance(judged);
+  OutputComparison c = CompareLeaf(a, b, options.rtol.value_or(rt), options.atol.value_or(at),
+                                   options.norm_ulps.value_or(kDefaultNormUlps), factor, judged,
+                                   ring_magnitude != nullptr ? ring_ulps : 0, ring_magnitude);
+  c.judged_as = judged;
+  c.norm_factor = factor;
+  c.path = path;
+  return c;
+}
+
 absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule& b,
                                              const CompareOptions& options, const Inputs* given) {
   if (a.entry() == nullptr || b.entry() == nullptr) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "eval/global_view.h"
+#include "eval/numerics.h"
+#include "eval/output_precision.h"
 #include "spmd/sharding.h"
 
 namespace weave::eval {
@@ -188,7 +191,8 @@ bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partition
 
 absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
                                                                  const HloModule& partitioned,
-                                                                 const CompareOptions& options) {
+                                                                 const CompareOptions& options,
+                                                                 bool exact_copies) {
   std::string why;
   if (!IsGlobalPartitionedPair(global, partitioned, &why) &&
       why != "every parameter and output has the same shape in both") {
@@ -245,6 +249,15 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   if (!pr.ok()) {
     return absl::Status(pr.status().code(), absl::StrCat("partitioned module: ", pr.status().message()));
   }
+  // The magnitude run of the partitioned module (output_precision.h, the K-aware term): the
+  // partial sums its reductions add, on the same tiles.
+  std::optional<EvalResult> mr;
+  if (options.path_aware) {
+    if (std::unique_ptr<HloModule> mag = MagnitudeModule(partitioned)) {
+      absl::StatusOr<EvalResult> r = RunModule(*mag, pe, &pin);
+      if (r.ok()) mr = *std::move(r);
+    }
+  }
   // 4. Reassembly.
   GlobalCompareReport report;
   report.num_partitions = n;
@@ -265,6 +278,21 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   if (!co.norm_ulps) {
     co.norm_ulps = std::max<double>(kDefaultNormUlps, 2.0 * static_cast<double>(LargestReductionGroup(partitioned)));
   }
+  // Path precisions: the narrower of the global program's and the partitioned module's (whose
+  // paths hold the partial-sum reductions).
+  std::vector<PathPrecision> paths;
+  if (co.path_aware) {
+    paths = OutputPathPrecisions(partitioned, n);
+    const std::vector<PathPrecision> gpaths = OutputPathPrecisions(global, 1);
+    for (size_t k = 0; k < paths.size() && k < gpaths.size(); ++k) {
+      const PathPrecision& g = gpaths[k];
+      if (g.type == PrimitiveType::kInvalid) continue;
+      if (paths[k].type == PrimitiveType::kInvalid ||
+          MantissaBits(g.type) < MantissaBits(paths[k].type)) {
+        paths[k] = g;
+      }
+    }
+  }
   for (size_t k = 0; k < leaf_shapes.size(); ++k) {
     const Sharding& s = leaves[k];
     const Shape& gs = leaf_shapes[k];
@@ -273,6 +301,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
                                                    ": cannot be reassembled"));
     }
     Value assembled = Value::Zeros(gs);
+    Value magnitude = Value::Zeros(gs);
+    const bool with_magnitude = mr.has_value() && IsFloatingPoint(gs.element_type);
     // Holders of each tile in device-array order (replicated: every partition, in id order).
     std::map<std::vector<int64_t>, std::vector<int64_t>> holders;
     std::vector<std::vector<int64_t>> order;
@@ -301,23 +331,64 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
         if (gi >= 0) CopyElement(first, lk, &assembled, gi);
       });
+      if (with_magnitude) {
+        const Value& m = *mr->outputs[static_cast<size_t>(hs[0])][k];
+        if (m.shape.Compatible(first.shape)) {
+          ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+            if (gi >= 0) CopyElement(m, lk, &magnitude, gi);
+          });
+        }
+      }
       for (size_t h = 1; h < hs.size(); ++h) {
         const Value& other = *pr->outputs[static_cast<size_t>(hs[h])][k];
         int64_t bad = -1;
+        PrimitiveType judged = first.shape.element_type;
+        if (k < paths.size() && paths[k].type != PrimitiveType::kInvalid &&
+            MantissaBits(paths[k].type) < MantissaBits(judged)) {
+          judged = paths[k].type;
+        }
+        const std::pair<double, double> tol = DefaultTolerance(judged);
+        const double rt = tol.first, at = tol.second;
+        // Within tolerance: per element, or norm-wise (norm_ulps ulps of the tile's largest
+        // magnitude, as the comparison with the reference).
+        double norm_atol = 0;
+        if (!exact_copies && IsFloatingPoint(first.shape.element_type)) {
+          double max_abs = 0;
+          ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+            const double x = first.GetDouble(lk);
+            if (gi >= 0 && std::isfinite(x)) max_abs = std::max(max_abs, std::fabs(x));
+          });
+          norm_atol = co.norm_ulps.value_or(kDefaultNormUlps) * UlpOf(max_abs, judged);
+        }
+        auto close = [&](int64_t lk) {
+          if (SameBits(first, lk, other, lk)) return true;
+          if (exact_copies || !IsFloatingPoint(first.shape.element_type)) return false;
+          const double x = first.GetDouble(lk), y = other.GetDouble(lk);
+          if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+          return std::fabs(x - y) <=
+                 std::max(at + rt * std::max(std::fabs(x), std::fabs(y)), norm_atol);
+        };
         ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
-          if (gi >= 0 && bad < 0 && !SameBits(first, lk, other, lk)) bad = lk;
+          if (gi >= 0 && bad < 0 && !close(lk)) bad = lk;
         });
         if (bad >= 0) {
           report.pass = false;
-          report.copy_mismatches.push_back(absl::StrFormat(
-              "output %d tile (%s): device %d differs from device %d at local element %d (%g vs "
-              "%g): copies that must be identical are not (a replica-group or offset bug)",
-              k, absl::StrJoin(t, ","), hs[h], hs[0], bad, other.GetDouble(bad),
-              first.GetDouble(bad)));
+          report.copy_mismatches.push_back(absl::StrCat(
+              absl::StrFormat("output %d tile (%s): device %d differs from device %d at local "
+                              "element %d (%g vs %g): ",
+                              k, absl::StrJoin(t, ","), hs[h], hs[0], bad, other.GetDouble(bad),
+                              first.GetDouble(bad)),
+              exact_copies ? "copies that must be identical are not"
+                           : "copies that must agree within tolerance do not",
+              " (a replica-group or offset bug)"));
         }
       }
     }
-    OutputComparison c = CompareOutputValues(*ref_out[k], assembled, co);
+    OutputComparison c =
+        k < paths.size()
+            ? CompareOutputValuesOnPath(*ref_out[k], assembled, co, paths[k],
+                                        with_magnitude ? &magnitude : nullptr)
+            : CompareOutputValues(*ref_out[k], assembled, co);
     c.output = static_cast<int64_t>(k);
     c.device = -1;
     report.compare.pass &= c.pass;

@@ -48,8 +48,15 @@ bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partition
 // Runs the check. options.eval.num_partitions / replica_count: the partitioned module's counts
 // (default: its header). Errors: InvalidArgument for modules that are not such a pair,
 // evaluator errors prefixed "global module:" / "partitioned module:".
+// Each output is judged path-aware (options.path_aware, eval/output_precision.h): at the
+// narrowest float type its path rounds to in either module, e.g. an f32 output of an f16 dot
+// whose partial sums the partitioned module all-reduces in f16 is judged at f16.
+// `exact_copies` false: the copies of a tile (step 4) must agree within the output's tolerance
+// rather than bit for bit; for compiled modules, whose windowed loops accumulate each device's
+// partial products in its own ring order (`weave compile --verify-numerics`).
 absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
                                                                  const HloModule& partitioned,
-                                                                 const CompareOptions& options);
+                                                                 const CompareOptions& options,
+                                                                 bool exact_copies = true);
 
 }  // namespace weave::eval

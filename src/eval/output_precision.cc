@@ -243,6 +243,16 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
   for (HloComputation* c : m->computations()) {
     for (HloInstruction* i : c->MakeInstructionPostOrder()) {
       const HloOpcode op = EffectiveOpcode(*i);
+      // An elementwise function with |f'| <= 1 (tanh, logistic, sine, cosine) does not grow an
+      // error of its operand: the bound after it is the operand's magnitude, not f of it (tanh
+      // of a large sum is near 1 while the sum's rounding error is not).
+      if ((op == HloOpcode::kTanh || op == HloOpcode::kLogistic || op == HloOpcode::kSin ||
+           op == HloOpcode::kCos) &&
+          i->operand_count() == 1 && i->operand(0)->shape() == i->shape()) {
+        if (!i->ReplaceAllUsesWith(i->operand(0)).ok()) return nullptr;
+        if (i->IsRoot()) c->set_root(i->operand(0));
+        continue;
+      }
       const bool gemm = op == HloOpcode::kCustomCall &&
                         i->custom_call_target.find("__cublas$lt$matmul") == 0;
       if (op != HloOpcode::kDot && !gemm && !IsReductionCollective(op)) continue;

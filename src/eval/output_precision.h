@@ -74,13 +74,27 @@ double NormUlpsFactor(const PathPrecision& p);
 // sum_k |x_k| |w_k| for a dot of K terms (input rounding skipped by an FP8 GEMM, summation
 // order: |x^T y - fl(x^T y)| <= gamma_K |x|^T |y|), and the sum of |partials| for a ring
 // reduction or a loop that accumulates partial dots (a recursive sum in another order: (n-1) u
-// sum |x_i|) (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1, §4.2). nullptr
-// when the module has none of these.
+// sum |x_i|) (Higham, "Accuracy and Stability of Numerical Algorithms", §3.1, §4.2). An
+// elementwise function with |f'| <= 1 (tanh, logistic, sine, cosine) passes its operand's
+// magnitude through (it does not grow the error of a sum it is applied to). nullptr when the
+// module has none of the sums.
 std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module);
 
 // The magnitude term's multiplier: 1 ulp of the magnitude (covers the 2u |x|.|w| of two rounded
 // operands), plus (G + 1) / 2 for a collective reduction of G partitions on the path.
 double MagnitudeUlpsFactor(const PathPrecision& p);
+
+struct CompareOptions;
+struct OutputComparison;
+struct Value;
+// One output leaf compared as CompareResults does with path-aware tolerance: judged at the
+// narrower of its own type and `path.type`, the norm-wise term scaled by NormUlpsFactor(path)
+// and, with `ring_magnitude` (the output of MagnitudeModule on the same inputs), the magnitude
+// term. Defined in compare.cc; used by the global-vs-partitioned check.
+OutputComparison CompareOutputValuesOnPath(const Value& a, const Value& b,
+                                           const CompareOptions& options,
+                                           const PathPrecision& path,
+                                           const Value* ring_magnitude = nullptr);
 
 // Mantissa bits (explicit) of float type t: f32 23, bf16 7, f16 10, f8e4m3fn 3, f8e5m2 2, ...;
 // -1 for non-float types.

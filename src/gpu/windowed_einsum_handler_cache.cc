@@ -361,6 +361,42 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   return true;
 }
 
+namespace {
+
+bool IsViewOp(const HloInstruction* v) {
+  return v->operand_count() == 1 &&
+         (v->opcode() == HloOpcode::kReshape || v->opcode() == HloOpcode::kTranspose ||
+          v->opcode() == HloOpcode::kBitcast || v->opcode() == HloOpcode::kCopy);
+}
+
+// The views (reshape, transpose, bitcast, copy) on top of `v`, outermost first; *base gets the
+// value under them.
+std::vector<const HloInstruction*> StripViews(HloInstruction* v, HloInstruction** base) {
+  std::vector<const HloInstruction*> views;
+  while (IsViewOp(v) && views.size() < 8) {
+    views.push_back(v);
+    v = v->operand(0);
+  }
+  *base = v;
+  return views;
+}
+
+// The same views with the same dims, ignoring element types (one chain on FP8, one on its
+// dequantized wide value).
+bool SameViews(const std::vector<const HloInstruction*>& a,
+               const std::vector<const HloInstruction*>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i]->opcode() != b[i]->opcode() || a[i]->shape().dims != b[i]->shape().dims ||
+        a[i]->dimensions != b[i]->dimensions) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
                                                 const std::vector<HloInstruction*>& loops,
                                                 const std::vector<HloInstruction*>& gathers) {
@@ -381,12 +417,25 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
   };
   // A value may circulate in several loops (e.g. gathered on two dims): all are candidates.
   absl::flat_hash_map<HloInstruction*, std::vector<Circulated>> by_value;
+  // Loops that carry views of an FP8 value (the decomposer moves the views in front of an
+  // all-gather onto the FP8 shard): by the FP8 value, with the views.
+  struct CirculatedView {
+    HloInstruction* loop = nullptr;
+    std::vector<const HloInstruction*> views;
+  };
+  absl::flat_hash_map<HloInstruction*, std::vector<CirculatedView>> by_viewed_value;
   std::unordered_map<HloInstruction*, WindowedLoop> matched;
   for (HloInstruction* w : loops) {
     auto L = MatchWindowedLoop(w);
     if (!L) continue;  // the driver says so when it matches the loop again
     if (L->kind == WindowedLoopKind::kAllGather) {
-      by_value[L->init->operand(L->windowed_operand)].push_back(Circulated{w, std::nullopt});
+      HloInstruction* carried = L->init->operand(L->windowed_operand);
+      by_value[carried].push_back(Circulated{w, std::nullopt});
+      HloInstruction* base = nullptr;
+      std::vector<const HloInstruction*> views = StripViews(carried, &base);
+      if (!views.empty() && IsFp8(base->shape().element_type)) {
+        by_viewed_value[base].push_back(CirculatedView{w, std::move(views)});
+      }
       if (auto it = shifted_.find(w); it != shifted_.end()) {
         const int64_t j = L->windowed_operand;
         by_value[it->second.wide[j]].push_back(Circulated{w, it->second.dq[j]});
@@ -427,6 +476,27 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
             continue;
           }
           candidates.push_back(Circulated{c.loop, *m});
+        }
+      }
+    }
+    // views(dequant(q)) gathered while a loop carries the same views of q in FP8: the scalar
+    // scale commutes with the views, so the FP8 cache dequantized after the loop is the
+    // all-gather.
+    {
+      HloInstruction* base = nullptr;
+      std::vector<const HloInstruction*> views = StripViews(x, &base);
+      std::optional<DequantMatch> m = views.empty() ? std::nullopt : MatchDequantize(base);
+      if (m) {
+        if (auto it3 = by_viewed_value.find(m->q); it3 != by_viewed_value.end()) {
+          for (const CirculatedView& c : it3->second) {
+            if (!SameViews(c.views, views)) continue;
+            if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+              reasons.push_back("not cached: the dequantization under its views has no scalar "
+                                "scale or no bf16/f16/f32 wide type");
+              continue;
+            }
+            candidates.push_back(Circulated{c.loop, *m});
+          }
         }
       }
     }

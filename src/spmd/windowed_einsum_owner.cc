@@ -129,6 +129,37 @@ bool HasCache(const HloInstruction* w) {
   return false;
 }
 
+// The in-group position of every partition that the body of loop `w` uses for its block
+// offsets: the values of the one u32/s32[P] constant the body looks up at partition-id
+// (dynamic-slice(table, partition-id), the position table of the decomposer's and XLA's loops),
+// or 0..P-1 when the body reads partition-id only directly. Empty when it cannot be read.
+std::vector<int64_t> LoopRingPositions(const HloComputation* body, int64_t num_partitions) {
+  std::vector<int64_t> positions;
+  bool reads_pid_directly = false, found = false;
+  for (const HloInstruction* i : body->instructions()) {
+    if (i->opcode() != HloOpcode::kPartitionId) continue;
+    for (const HloInstruction* u : i->users()) {
+      const HloInstruction* tbl = u->operand_count() == 2 ? u->operand(0) : nullptr;
+      if (u->opcode() == HloOpcode::kDynamicSlice && u->operand(1) == i && tbl != nullptr &&
+          tbl->opcode() == HloOpcode::kConstant && tbl->literal && !tbl->literal->elided &&
+          tbl->shape().rank() == 1 && tbl->shape().dims[0] == num_partitions) {
+        std::vector<int64_t> v;
+        for (int64_t p = 0; p < num_partitions; ++p) v.push_back(tbl->literal->GetAsInt(p));
+        if (found && v != positions) return {};  // two different tables: unknown
+        positions = std::move(v);
+        found = true;
+      } else {
+        reads_pid_directly = true;
+      }
+    }
+  }
+  if (found) return reads_pid_directly ? std::vector<int64_t>{} : positions;
+  if (!reads_pid_directly) return {};
+  positions.resize(static_cast<size_t>(num_partitions));
+  for (int64_t p = 0; p < num_partitions; ++p) positions[static_cast<size_t>(p)] = p;
+  return positions;
+}
+
 // Checks that loop `w`, whose state element `wi` is `value`, circulates it the way all-gather
 // `ag` gathers `value` (or its FP8 value): same dim, the ring s -> s-1 of the all-gather's groups,
 // no cache yet, and `dot` does not feed the loop. "" when it does, else the reason.
@@ -153,6 +184,15 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
     return absl::StrCat("loop '", w->name(),
                         "' rotates its shards over other partitions than the "
                         "all-gather's replica_groups=",
+                        ring->groups_text);
+  }
+  // The same neighbours do not make the same order: a group listed rotated or reversed
+  // ({{1,0}} against {{0,1}}) has the ring's pairs but puts each shard at another block, and the
+  // handler's cache (which checks every block offset) does not serve it (issue 14).
+  if (LoopRingPositions(body, ctx.num_partitions) != ring->index_in_group) {
+    return absl::StrCat("loop '", w->name(),
+                        "' places the shards in another order than the all-gather's "
+                        "replica_groups=",
                         ring->groups_text);
   }
   int64_t dim = -1;

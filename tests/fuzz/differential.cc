@@ -9,10 +9,13 @@
 #include "absl/strings/str_split.h"
 #include "analysis/verifier.h"
 #include "eval/evaluator.h"
+#include "eval/global_compare.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
 #include "sim/cost_gate.h"
 #include "sim/simulator.h"
+#include "spmd/input_form.h"
+#include "spmd/partition_pipeline.h"
 #include "tools/compile_pipeline.h"
 #include "tools/report.h"
 
@@ -111,6 +114,10 @@ class Checker {
       return Fail(Verdict::kInvalid, "verify", std::string(st.message()));
     }
     if (o_.round_trip && !RoundTrip(*input_, "round-trip:input")) return;
+    // 1b. A global module (GSPMD / Shardy shardings): partitioned first, as `weave compile`
+    // does, and compared with the global program; the checks below then run on the partitioned
+    // module.
+    if (spmd::DetectInputForm(*input_).form == spmd::InputForm::kGlobal && !Partition()) return;
     eo_.seed = o_.numerics_seed;
     eo_.num_partitions = eval::ResolvedNumPartitions(*input_, eo_);
     eo_.replica_count = eval::ResolvedReplicaCount(*input_, eo_);
@@ -159,6 +166,8 @@ class Checker {
     }
     // 5. Round trip of the output.
     if (o_.round_trip && !RoundTrip(**compiled, "round-trip:output")) return;
+    // 6. A global input: the compiled module against the global program too.
+    if (global_ != nullptr && !CompareGlobal(**compiled, "numerics:global:compiled")) return;
     if (o_.findings_fatal && !r_->findings.empty()) {
       return Fail(Verdict::kMismatch, absl::StrCat("finding:", r_->findings[0].first),
                   r_->findings[0].second);
@@ -166,6 +175,60 @@ class Checker {
   }
 
  private:
+  // Partitions the global module input_ (spmd/partition_pipeline.h, verifying after every
+  // pass) and compares the result with it (eval/global_compare.h); input_ becomes the
+  // partitioned module, global_ the global one. False after a failure.
+  bool Partition() {
+    Progress("partition");
+    global_ = std::move(input_);
+    const spmd::InputFormReport form = spmd::DetectInputForm(*global_);
+    auto n = spmd::ResolvePartitionCount(*global_, form, 0);
+    if (!n.ok()) {
+      Fail(Verdict::kInvalid, "partition-count", std::string(n.status().message()));
+      return false;
+    }
+    input_ = global_->Clone();
+    spmd::PartitionOptions po;
+    po.num_partitions = *n;
+    po.verify_each = true;
+    if (absl::Status st = spmd::PartitionModule(input_.get(), po, &remarks_); !st.ok()) {
+      Fail(Verdict::kCrash, "error:partition",
+           absl::StrCat("the SPMD pipeline failed on a valid global module: ", st.message()));
+      return false;
+    }
+    if (absl::Status st = VerifyModule(*input_); !st.ok()) {
+      Fail(Verdict::kCrash, "verify-after:partition",
+           absl::StrCat("the partitioned module does not verify: ", st.message()));
+      return false;
+    }
+    partitioned_ = input_.get();
+    if (!CompareGlobal(*input_, "numerics:global:partitioned")) return false;
+    return !o_.round_trip || RoundTrip(*input_, "round-trip:partitioned");
+  }
+
+  bool CompareGlobal(const HloModule& partitioned, const std::string& check) {
+    Progress(absl::StrCat("compare ", check));
+    eval::CompareOptions co;
+    co.eval.seed = o_.numerics_seed;
+    co.eval.max_memory_bytes = int64_t{2} << 30;
+    // The compiled module's windowed loops sum each device's partial products in its own ring
+    // order: its copies of a tile agree within tolerance, not bit for bit.
+    auto report = eval::CompareGlobalWithPartitioned(*global_, partitioned, co,
+                                                     /*exact_copies=*/&partitioned == partitioned_);
+    if (!report.ok()) {
+      Fail(Verdict::kMismatch, check, std::string(report.status().message()));
+      return false;
+    }
+    for (const auto& c : report->compare.outputs) {
+      r_->max_rel_error = std::max(r_->max_rel_error, c.max_rel_error);
+    }
+    if (!report->pass) {
+      Fail(Verdict::kMismatch, check, Head(report->ToString(), 12));
+      return false;
+    }
+    return true;
+  }
+
   void Progress(const std::string& what) {
     if (o_.progress) o_.progress(what);
   }
@@ -277,6 +340,7 @@ class Checker {
     report.remarks = remarks_;
     tools::AnalyzeCompile(*input_, out, &report);
     r_->fired = report.fired;
+    if (global_ != nullptr) r_->fired["partitioned"] = true;
     r_->windowed_loops = static_cast<int64_t>(report.loops.size());
     bool shift = false;
     for (const Remark& rm : remarks_) {
@@ -354,6 +418,8 @@ class Checker {
   const CheckOptions& o_;
   CheckResult* r_;
   std::unique_ptr<HloModule> input_;
+  std::unique_ptr<HloModule> global_;  // a global input (input_ is then its partitioned module)
+  const HloModule* partitioned_ = nullptr;
   eval::EvalOptions eo_;
   eval::Inputs inputs_;
   eval::EvalResult reference_;

@@ -6,6 +6,12 @@
 // For a module M (HLO text):
 //  1. M parses and verifies, and the evaluator runs it: otherwise INVALID (the generator or the
 //     reproducer is at fault, not the compiler).
+//  1b. A global module (spmd/input_form.h; GSPMD or Shardy shardings) is partitioned first by
+//     the SPMD pipeline (spmd/partition_pipeline.h, verifying after every pass: an error is a
+//     CRASH "error:partition") and compared with the global program on one device
+//     (eval/global_compare.h: "numerics:global:partitioned"); the checks below then run on the
+//     partitioned module, and the compiled output is compared with the global program too
+//     ("numerics:global:compiled").
 //  2. The compile pipeline (tools/compile_pipeline.h) on a clone of M, verifying after every
 //     pass: a pass that returns an error or leaves a module that does not verify is a CRASH
 //     (a pass never fails on a valid module). Every intermediate module that changed is

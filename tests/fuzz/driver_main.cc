@@ -348,7 +348,10 @@ int main(int argc, char** argv) {
   GenOptions gen;
   bool no_async = false;
   app.add_flag("--no-async", no_async, "Generate synchronous collectives only (every command)");
-  bool loops_as_plain = false, no_xla_loops = false;
+  bool loops_as_plain = false, no_xla_loops = false, global = false;
+  app.add_flag("--global", global,
+               "Generate global modules with random GSPMD / Shardy shardings (every command): "
+               "partitioned by the SPMD pipeline and compared with the global program first");
   app.add_flag("--xla-loops-as-plain", loops_as_plain,
                "Emit each XLA-form windowed loop's plain equivalent instead (to check the loops)");
   app.add_flag("--no-xla-loops", no_xla_loops, "Generate no XLA-form windowed loops");
@@ -443,6 +446,7 @@ int main(int argc, char** argv) {
     gen.async_forms = !no_async;
     gen.xla_loops_as_plain = loops_as_plain;
     gen.xla_loops = !no_xla_loops;
+    if (global) gen.mode = GenOptions::Mode::kGlobal;
   });
   CLI11_PARSE(app, argc, argv);
   return code;

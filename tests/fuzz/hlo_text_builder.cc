@@ -104,7 +104,9 @@ std::string HloTextBuilder::Module(const std::string& name, int64_t num_partitio
                                    const std::string& comment) const {
   std::string s;
   if (!comment.empty()) absl::StrAppend(&s, "// ", comment, "\n");
-  absl::StrAppend(&s, "HloModule ", name, ", num_partitions=", num_partitions, "\n\n");
+  absl::StrAppend(&s, "HloModule ", name, ", num_partitions=", num_partitions);
+  if (!header_attributes_.empty()) absl::StrAppend(&s, ", ", header_attributes_);
+  absl::StrAppend(&s, "\n\n");
   for (const std::string& c : computations_) absl::StrAppend(&s, c, "\n");
   absl::StrAppend(&s, "ENTRY ", prefix_, "main {\n");
   const bool tuple = tuple_root || outputs.size() != 1;

@@ -32,6 +32,8 @@ class HloTextBuilder {
   // A new entry parameter; `sharding` is the attribute value without `sharding=` ("" for none).
   Val Param(const std::string& type, const std::vector<int64_t>& dims,
             const std::string& sharding = "", const std::string& hint = "p");
+  // Appends `text` to the last instruction written (e.g. ", frontend_attributes={..}").
+  void AppendToLastLine(const std::string& text) { lines_.back() += text; }
   // `name = type[dims] opcode(operands)[, attrs]`.
   Val Op(const std::string& opcode, const std::string& type, const std::vector<int64_t>& dims,
          const std::vector<Val>& operands, const std::string& attrs = "",
@@ -55,6 +57,8 @@ class HloTextBuilder {
   void AddNamedComputation(const std::string& name, const std::string& body_lines);
   std::string FreshName(const std::string& hint);
   int64_t NextChannel() { return next_channel_++; }
+  // Extra module header attributes after num_partitions (e.g. "frontend_attributes={...}").
+  void set_header_attributes(std::string attrs) { header_attributes_ = std::move(attrs); }
   int64_t num_params() const { return num_params_; }
 
   // The module: header, computations, then ENTRY with the instructions and the root: a tuple of
@@ -65,6 +69,7 @@ class HloTextBuilder {
 
  private:
   std::string prefix_;
+  std::string header_attributes_;
   std::vector<std::string> lines_;
   std::vector<std::string> computations_;
   std::map<std::string, std::string> reducers_;

@@ -35,8 +35,9 @@
 // INVALID (a generator bug). Shapes are small (at most `max_elements` per array) so that the
 // evaluator checks a program in milliseconds.
 //
-// Modes: kPartitioned (above). A kGlobal mode (global modules with GSPMD/Shardy shardings for
-// the SPMD partitioner, issue 15) plugs in as another Mode without touching the motifs.
+// Modes: kPartitioned (above); kGlobal: global modules with random GSPMD / Shardy shardings for
+// the SPMD partitioner (motif_global.cc), which the driver partitions and compares against the
+// global program before the checks above run on the partitioned module.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@
 namespace weave::fuzz {
 
 struct GenOptions {
-  enum class Mode { kPartitioned };
+  enum class Mode { kPartitioned, kGlobal };
   Mode mode = Mode::kPartitioned;
   int max_motifs = 3;
   int64_t max_elements = 2048;  // per array, global shapes included

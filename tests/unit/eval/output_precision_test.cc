@@ -228,5 +228,47 @@ ENTRY e {
   EXPECT_FALSE(wrong->pass);
 }
 
+
+// tanh after a ring reduction: the magnitude run passes the partial sums' magnitude through the
+// tanh (|tanh'| <= 1 does not grow their rounding error), instead of tanh of it (<= 1).
+TEST(OutputPrecision, MagnitudePassesThroughTanh) {
+  const std::string text = R"(
+HloModule m, num_partitions=4
+sum {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] add(a, b)
+}
+ENTRY e {
+  p = bf16[8] parameter(0)
+  rs = bf16[2] reduce-scatter(p), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=sum
+  ROOT t = bf16[2] tanh(rs)
+})";
+  auto a = testing::ParseOrDie(text);
+  ASSERT_NE(a, nullptr);
+  EvalOptions eo;
+  eo.num_partitions = 4;
+  Inputs in;
+  for (double v : {100.0, -100.0, 0.5, 0.25}) {
+    in.per_device.push_back({testing::Arr(PrimitiveType::BF16, {8}, {v, v, v, v, v, v, v, v})});
+  }
+  CompareOptions co;
+  co.eval = eo;
+  auto m = RingMagnitudes(*a, eo, in, co);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_FALSE(m->outputs.empty());
+  // 200.75 in bf16 (the sum of |partials|), not tanh(200.75) = 1.
+  EXPECT_DOUBLE_EQ(m->outputs[0][0]->GetDouble(0), 200);
+  // A module without sums has no magnitude module, tanh or not.
+  auto plain = testing::ParseOrDie(R"(
+HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT t = f32[4] tanh(p)
+})");
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(MagnitudeModule(*plain), nullptr);
+}
+
 }  // namespace
 }  // namespace weave::eval

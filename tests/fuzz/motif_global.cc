@@ -1,0 +1,407 @@
+// Global modules with random shardings (GenOptions::Mode::kGlobal), the input of Weave's SPMD
+// pipeline (../shared/specs/spmd-partitioner.md §0-§1): global shapes, parameters annotated with
+// shardings over a random device mesh, `Sharding` custom calls on the outputs (the global-form
+// evidence of spmd/input_form.h), and dots, FP8 dequantizations, elementwise ops and reductions
+// in between. The differential driver partitions them (as `weave compile` does on global input)
+// and compares the partitioned module with the global program on one device
+// (eval/global_compare.h), then runs the partitioned-module checks on the result.
+//
+// Meshes: P in {2, 4, 6, 8} devices as [P], [a, P/a] or [2, 2, 2], whose device order is
+// iota, a transposed iota or a random permutation. Shardings, per value: each mesh axis goes to
+// one dim of the value (major to minor in the order drawn) or stays replicated; written as
+//  - GSPMD: `{replicated}`, `{devices=[t0,..]<=[dims]T(perm)}` (iota tile assignments, also
+//    transposed), `{devices=[t0,..]d0,d1,..}` (explicit device lists), with
+//    `last_tile_dim_replicate` when some axes replicate;
+//  - Shardy (a share of the programs): `xla.sdy.meshes` in the module header (with `device_ids`
+//    for a non-iota device order) and `xla.sdy.sharding` / `sharding_per_value` frontend
+//    attributes on parameters and `Sharding` calls.
+// Scales of FP8 dequantizations are replicated scalars (a global program has one value).
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "generator.h"
+
+namespace weave::fuzz {
+
+struct Generator::Mesh {
+  std::vector<int64_t> shape;         // axis sizes
+  std::vector<std::string> names;     // Shardy axis names
+  std::vector<int64_t> devices;       // device id at each mesh position, row-major over shape
+  // devices == transpose(iota(iota_dims), iota_perm) flattened, when `iota`.
+  bool iota = true;
+  std::vector<int64_t> iota_dims, iota_perm;
+};
+
+namespace {
+
+std::string Quoted(const std::string& s) { return absl::StrCat("\\\"", s, "\\\""); }
+
+// The Shardy mesh `#sdy.mesh<["x"=2, "y"=4], device_ids=[..]>`.
+std::string SdyMeshText(const std::vector<int64_t>& shape, const std::vector<std::string>& names,
+                        const std::vector<int64_t>& devices) {
+  std::vector<std::string> axes;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    axes.push_back(absl::StrCat("\"", names[i], "\"=", shape[i]));
+  }
+  bool identity = true;
+  for (size_t i = 0; i < devices.size(); ++i) identity &= devices[i] == static_cast<int64_t>(i);
+  std::string s = absl::StrCat("#sdy.mesh<[", absl::StrJoin(axes, ", "), "]");
+  if (!identity) absl::StrAppend(&s, ", device_ids=[", IntList(devices), "]");
+  return s + ">";
+}
+
+}  // namespace
+
+// A sharding of a value of `dims` over `mesh`, as the text of a `sharding=` attribute (GSPMD) or
+// of a Shardy dim list `[{"x"}, {}]` (shardy_). *desc says which form.
+std::string Generator::GlobalSharding(const Mesh& mesh, const std::vector<int64_t>& dims,
+                                      std::string* desc) {
+  const size_t rank = dims.size();
+  const size_t naxes = mesh.shape.size();
+  std::vector<std::vector<size_t>> dim_axes(rank);
+  std::vector<size_t> rep_axes;
+  std::vector<int64_t> tiles(rank, 1);
+  const bool replicated = rank == 0 || c_.Percent(12);
+  std::vector<size_t> order(naxes);
+  std::iota(order.begin(), order.end(), 0);
+  c_.Shuffle(order);
+  for (size_t a : order) {
+    const int64_t s = mesh.shape[a];
+    std::vector<size_t> cand;
+    for (size_t d = 0; d < rank; ++d) {
+      if (dims[d] % (tiles[d] * s) == 0) cand.push_back(d);
+    }
+    if (replicated || cand.empty() || c_.Percent(25)) {
+      rep_axes.push_back(a);
+      continue;
+    }
+    const size_t d = c_.Pick(cand);
+    dim_axes[d].push_back(a);
+    tiles[d] *= s;
+  }
+  int64_t rep = 1;
+  for (size_t a : rep_axes) rep *= mesh.shape[a];
+  if (shardy_) {
+    std::vector<std::string> parts;
+    for (size_t d = 0; d < rank; ++d) {
+      std::vector<std::string> names;
+      for (size_t a : dim_axes[d]) names.push_back(Quoted(mesh.names[a]));
+      parts.push_back(absl::StrCat("{", absl::StrJoin(names, ", "), "}"));
+    }
+    *desc = absl::StrCat("sdy[", absl::StrJoin(parts, ","), "]");
+    return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+  }
+  if (rep == P_) {
+    *desc = "replicated";
+    return "{replicated}";
+  }
+  // The tile assignment: the mesh transposed to (axes of dim 0, ..., axes of dim r-1, replicated
+  // axes), reshaped to tiles (+ the replication).
+  std::vector<int64_t> perm;
+  for (size_t d = 0; d < rank; ++d) {
+    for (size_t a : dim_axes[d]) perm.push_back(static_cast<int64_t>(a));
+  }
+  for (size_t a : rep_axes) perm.push_back(static_cast<int64_t>(a));
+  std::vector<int64_t> array_dims = tiles;
+  if (rep > 1) array_dims.push_back(rep);
+  const std::string suffix = rep > 1 ? " last_tile_dim_replicate" : "";
+  if (mesh.iota && c_.Percent(65)) {
+    // transpose(transpose(iota(D), q), perm) = transpose(iota(D), q o perm).
+    std::vector<int64_t> composed;
+    for (int64_t p : perm) composed.push_back(mesh.iota_perm[static_cast<size_t>(p)]);
+    bool identity = true;
+    for (size_t i = 0; i < composed.size(); ++i) identity &= composed[i] == static_cast<int64_t>(i);
+    std::string list = identity ? absl::StrCat("<=[", P_, "]")
+                                : absl::StrCat("<=[", IntList(mesh.iota_dims), "]T(",
+                                               IntList(composed), ")");
+    *desc = absl::StrCat("iota[", IntList(array_dims), "]", identity ? "" : "T", rep > 1 ? "+rep" : "");
+    return absl::StrCat("{devices=[", IntList(array_dims), "]", list, suffix, "}");
+  }
+  // Explicit device list: the mesh's devices in the transposed order.
+  std::vector<int64_t> mesh_dims_t;
+  for (int64_t p : perm) mesh_dims_t.push_back(mesh.shape[static_cast<size_t>(p)]);
+  std::vector<int64_t> strides(naxes, 1);
+  for (size_t i = naxes; i-- > 1;) strides[i - 1] = strides[i] * mesh.shape[i];
+  std::vector<int64_t> ids, idx(naxes, 0);
+  for (int64_t k = 0; k < P_; ++k) {
+    int64_t flat = 0;
+    for (size_t j = 0; j < naxes; ++j) flat += idx[j] * strides[static_cast<size_t>(perm[j])];
+    ids.push_back(mesh.devices[static_cast<size_t>(flat)]);
+    for (size_t j = naxes; j-- > 0;) {
+      if (++idx[j] < mesh_dims_t[j]) break;
+      idx[j] = 0;
+    }
+  }
+  *desc = absl::StrCat("list[", IntList(array_dims), "]", rep > 1 ? "+rep" : "");
+  return absl::StrCat("{devices=[", IntList(array_dims), "]", IntList(ids), suffix, "}");
+}
+
+// A global operand: a sharded parameter, or an FP8 parameter (sharded) dequantized by a
+// replicated scalar scale in any of the three forms.
+Val Generator::GlobalOperand(const Mesh& mesh, const std::string& wide,
+                             const std::vector<int64_t>& dims, std::string* desc) {
+  std::string sdesc;
+  const bool fp8 = c_.Percent(40);
+  const std::string type = fp8 ? (c_.Percent(80) ? "f8e4m3fn" : "f8e5m2") : wide;
+  const std::string s = GlobalSharding(mesh, dims, &sdesc);
+  Val v;
+  if (shardy_) {
+    v = b_.Param(type, dims, "", fp8 ? "q" : "x");
+    b_.AppendToLastLine(absl::StrCat(", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, ",
+                                     s, ">\"}"));
+  } else {
+    v = b_.Param(type, dims, s, fp8 ? "q" : "x");
+  }
+  if (!fp8) {
+    *desc = absl::StrCat(wide, ":", sdesc);
+    return v;
+  }
+  Val cvt = b_.Op("convert", wide, dims, {v}, "", "dq.cvt");
+  Val sc = c_.Percent(80) ? b_.Param(wide, {}, shardy_ ? "" : "{replicated}", "scale")
+                          : b_.ScalarConstant(wide, c_.Percent(50) ? "0.5" : "2", "scale");
+  Val bc = b_.Op("broadcast", wide, dims, {sc}, "dimensions={}", "dq.bcast");
+  const size_t form = c_.Weighted({50, 25, 25});
+  *desc = absl::StrCat(type, form == 2 ? "/" : "*", ":", sdesc);
+  if (form == 0) return b_.Op("multiply", wide, dims, {cvt, bc}, "", "dq");
+  if (form == 1) return b_.Op("multiply", wide, dims, {bc, cvt}, "", "dq");
+  return b_.Op("divide", wide, dims, {cvt, bc}, "", "dq");
+}
+
+namespace {
+
+// Sizes that tile well over meshes of 2, 3, 4, 6 and 8 devices.
+int64_t GlobalSize(ChoiceSource& c) {
+  static const int64_t kSizes[] = {8, 16, 4, 24, 2, 12, 6, 32, 3};
+  return kSizes[c.Weighted({22, 16, 14, 10, 8, 10, 8, 6, 6})];
+}
+
+}  // namespace
+
+// An output through a `Sharding` custom call with a random sharding (the global form's
+// evidence), sometimes an epilogue first.
+void Generator::GlobalOutput(const Mesh& mesh, Val v) {
+  switch (c_.Weighted({50, 15, 15, 10, 10})) {
+    case 1: {
+      Val z = b_.Splat(v.type, "0", v.dims);
+      v = b_.Op("maximum", v.type, v.dims, {v, z}, "", "relu");
+      break;
+    }
+    case 2:
+      v = b_.Op("convert", v.type == "f32" ? "bf16" : "f32", v.dims, {v}, "", "cvt_out");
+      break;
+    case 3:
+      if (!v.dims.empty()) {
+        Val bias = b_.Param(v.type, {v.dims.back()}, shardy_ ? "" : "{replicated}", "bias");
+        Val bb = b_.Op("broadcast", v.type, v.dims, {bias},
+                       absl::StrCat("dimensions={", v.dims.size() - 1, "}"));
+        v = b_.Op("add", v.type, v.dims, {v, bb}, "", "biased");
+      }
+      break;
+    case 4:
+      v = b_.Op("tanh", v.type, v.dims, {v});
+      break;
+    default:
+      break;
+  }
+  std::string desc;
+  const std::string s = GlobalSharding(mesh, v.dims, &desc);
+  const std::string attrs =
+      shardy_ ? absl::StrCat("custom_call_target=\"Sharding\", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding_per_value<[<@mesh, ",
+                             s, ">]>\"}")
+              : absl::StrCat("custom_call_target=\"Sharding\", sharding=", s);
+  outputs_.push_back(b_.Op("custom-call", v.type, v.dims, {v}, attrs, "out"));
+}
+
+// dot(a, b) with random shardings on both operands (and sometimes on the dot).
+void Generator::GlobalMotifDot(const Mesh& mesh) {
+  const std::string wide = Wide();
+  const int64_t rank = 2 + static_cast<int64_t>(c_.Weighted({60, 40}));
+  std::vector<int64_t> x;
+  for (int64_t i = 0; i < rank; ++i) x.push_back(GlobalSize(c_));
+  while (Product(x) > o_.max_elements / 2) {
+    auto it = std::max_element(x.begin(), x.end());
+    *it = std::max<int64_t>(1, *it / 2);
+  }
+  DotPlan p = PlanAround(x, 0, -1, Role::kFree,
+                         std::max<int64_t>(1, o_.max_elements / std::max<int64_t>(1, Product(x))));
+  // Give the other side's free dims tileable sizes.
+  for (int c : p.side[1]) {
+    DimClass& d = p.cls[static_cast<size_t>(c)];
+    if (d.role == Role::kFree && c_.Percent(70)) d.size = std::max<int64_t>(d.size, 2) * 2;
+  }
+  if (Product(p.Dims(1)) > o_.max_elements || Product(p.OutDims()) > o_.max_elements) {
+    for (int c : p.side[1]) {
+      DimClass& d = p.cls[static_cast<size_t>(c)];
+      if (d.role == Role::kFree) d.size = 2;
+    }
+  }
+  std::string ld, rd;
+  Val a = GlobalOperand(mesh, wide, p.Dims(0), &ld);
+  Val b = GlobalOperand(mesh, wide, p.Dims(1), &rd);
+  const std::string rt = ResultType(wide);
+  std::string attrs = p.Attrs();
+  std::string dsd;
+  if (!shardy_ && c_.Percent(20)) {
+    absl::StrAppend(&attrs, ", sharding=", GlobalSharding(mesh, p.OutDims(), &dsd));
+  }
+  Val d = b_.Op("dot", rt, p.OutDims(), {a, b}, attrs, "dot");
+  GlobalOutput(mesh, d);
+  motifs_.push_back(absl::StrCat("gdot lhs=", ld, " rhs=", rd, " ", wide, "->", rt,
+                                 dsd.empty() ? "" : " dot:" + dsd));
+}
+
+// Two dots in a row (an MLP): x[M,K] . w1[K,F] -> elementwise -> . w2[F,H]; Megatron-aligned
+// shardings (x on M, w1 on F, w2 on F) some of the time, so that the partitioner gathers and
+// reduce-scatters and the windowed einsum rewrites fire, else random.
+void Generator::GlobalMotifChain(const Mesh& mesh) {
+  const std::string wide = Wide();
+  const int64_t m = GlobalSize(c_) * 2, k = GlobalSize(c_), f = GlobalSize(c_) * 2,
+                h = GlobalSize(c_);
+  const bool megatron = c_.Percent(45) && !shardy_;
+  std::string xd, w1d, w2d;
+  Val x, w1, w2;
+  if (megatron) {
+    // One mesh axis (the last) is the tensor-parallel axis; devices in mesh order.
+    const int64_t t = mesh.shape.back();
+    if (m % t == 0 && f % t == 0) {
+      const int64_t rest = P_ / t;
+      const std::string rep = rest > 1 ? absl::StrCat(",", rest) : "";
+      const std::string rs = rest > 1 ? " last_tile_dim_replicate" : "";
+      // Devices of the tensor axis minor: iota over the mesh, the mesh's own order.
+      std::string list = absl::StrCat("<=[", P_, "]");
+      if (!mesh.iota || rest > 1) {
+        // Make the tensor axis the tile dim and the others the replication: transpose.
+        std::vector<int64_t> perm = {static_cast<int64_t>(mesh.shape.size()) - 1};
+        for (size_t i = 0; i + 1 < mesh.shape.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+        if (mesh.iota) {
+          std::vector<int64_t> composed;
+          for (int64_t q : perm) composed.push_back(mesh.iota_perm[static_cast<size_t>(q)]);
+          list = absl::StrCat("<=[", IntList(mesh.iota_dims), "]T(", IntList(composed), ")");
+        } else {
+          std::vector<int64_t> ids;
+          for (int64_t j = 0; j < t; ++j) {
+            for (int64_t r = 0; r < rest; ++r) ids.push_back(mesh.devices[static_cast<size_t>(r * t + j)]);
+          }
+          list = IntList(ids);
+        }
+      }
+      auto sh = [&](int64_t tiled_dim) {
+        std::vector<int64_t> tiles = {1, 1};
+        tiles[static_cast<size_t>(tiled_dim)] = t;
+        return absl::StrCat("{devices=[", IntList(tiles), rep, "]", list, rs, "}");
+      };
+      x = b_.Param(wide, {m, k}, sh(0), "x");
+      w1 = b_.Param(wide, {k, f}, sh(1), "w1");
+      w2 = b_.Param(wide, {f, h}, sh(0), "w2");
+      xd = "megatron";
+    }
+  }
+  if (x.name.empty()) {
+    x = GlobalOperand(mesh, wide, {m, k}, &xd);
+    w1 = GlobalOperand(mesh, wide, {k, f}, &w1d);
+    w2 = GlobalOperand(mesh, wide, {f, h}, &w2d);
+  }
+  const std::string attrs = "lhs_contracting_dims={1}, rhs_contracting_dims={0}";
+  Val h1 = b_.Op("dot", wide, {m, f}, {x, w1}, attrs, "h");
+  Val g = c_.Percent(50) ? b_.Op("tanh", wide, {m, f}, {h1}) : b_.Op("multiply", wide, {m, f}, {h1, h1});
+  Val y = b_.Op("dot", wide, {m, h}, {g, w2}, attrs, "y");
+  GlobalOutput(mesh, y);
+  motifs_.push_back(absl::StrCat("gmlp x=", xd, " w1=", w1d, " w2=", w2d, " ", wide));
+}
+
+// a + b (each with its own sharding: a reshard), then sometimes a reduction over a dim or a
+// transpose.
+void Generator::GlobalMotifElementwise(const Mesh& mesh) {
+  const std::string wide = Wide();
+  std::vector<int64_t> dims = {GlobalSize(c_), GlobalSize(c_)};
+  std::string ad, bd;
+  Val a = GlobalOperand(mesh, wide, dims, &ad);
+  Val b = GlobalOperand(mesh, wide, dims, &bd);
+  static const char* kOps[] = {"add", "multiply", "subtract", "maximum"};
+  const char* op = kOps[c_.Below(4)];
+  Val v = b_.Op(op, wide, dims, {a, b});
+  std::string post;
+  switch (c_.Weighted({40, 35, 25})) {
+    case 1: {
+      const int64_t d = static_cast<int64_t>(c_.Below(2));
+      Val z = b_.ScalarConstant(wide, "0");
+      v = b_.Op("reduce", wide, {dims[static_cast<size_t>(1 - d)]}, {v, z},
+                absl::StrCat("dimensions={", d, "}, to_apply=", b_.Reducer("add", wide)), "sum");
+      post = absl::StrCat(" reduce(dim ", d, ")");
+      break;
+    }
+    case 2:
+      v = b_.Op("transpose", wide, {dims[1], dims[0]}, {v}, "dimensions={1,0}");
+      post = " transpose";
+      break;
+    default:
+      break;
+  }
+  GlobalOutput(mesh, v);
+  motifs_.push_back(absl::StrCat("gelementwise ", op, " ", ad, ",", bd, post));
+}
+
+GeneratedProgram Generator::RunGlobal(const std::string& name) {
+  static const int64_t kParts[] = {4, 2, 8, 6};
+  P_ = kParts[c_.Weighted({35, 20, 35, 10})];
+  Mesh mesh;
+  {
+    std::vector<std::vector<int64_t>> shapes = {{P_}};
+    for (int64_t a = 2; a < P_; ++a) {
+      if (P_ % a == 0) shapes.push_back({a, P_ / a});
+    }
+    if (P_ == 8) shapes.push_back({2, 2, 2});
+    mesh.shape = shapes[c_.Below(shapes.size())];
+  }
+  static const char* kNames[] = {"x", "y", "z"};
+  for (size_t i = 0; i < mesh.shape.size(); ++i) mesh.names.push_back(kNames[i]);
+  // Device order: iota, a transposed iota, or a random permutation.
+  const size_t order = c_.Weighted({55, 30, 15});
+  mesh.iota_perm.resize(mesh.shape.size());
+  std::iota(mesh.iota_perm.begin(), mesh.iota_perm.end(), 0);
+  if (order == 1 && mesh.shape.size() > 1) c_.Shuffle(mesh.iota_perm);
+  // shape[i] = iota_dims[iota_perm[i]].
+  mesh.iota_dims.resize(mesh.shape.size());
+  for (size_t i = 0; i < mesh.shape.size(); ++i) {
+    mesh.iota_dims[static_cast<size_t>(mesh.iota_perm[i])] = mesh.shape[i];
+  }
+  mesh.devices = IotaTransposed(mesh.iota_dims, mesh.iota_perm);
+  if (order == 2) {
+    c_.Shuffle(mesh.devices);
+    mesh.iota = false;
+  }
+  shardy_ = c_.Percent(25);
+  std::string mesh_desc = absl::StrCat("mesh=[", IntList(mesh.shape), "]",
+                                       order == 0 ? "" : order == 1 ? "T" : "perm",
+                                       shardy_ ? " shardy" : "");
+  if (shardy_) {
+    b_.set_header_attributes(absl::StrCat("frontend_attributes={xla.sdy.meshes={mesh = ",
+                                          SdyMeshText(mesh.shape, mesh.names, mesh.devices),
+                                          "}}"));
+  }
+  const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(std::min(o_.max_motifs, 2))));
+  for (int m = 0; m < motifs; ++m) {
+    b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
+    switch (c_.Weighted({45, 35, 20})) {
+      case 0: GlobalMotifDot(mesh); break;
+      case 1: GlobalMotifChain(mesh); break;
+      default: GlobalMotifElementwise(mesh); break;
+    }
+  }
+  b_.set_prefix("");
+  const bool tuple_root = outputs_.size() > 1 || c_.Percent(20);
+  GeneratedProgram p;
+  p.name = name;
+  p.num_partitions = P_;
+  p.motifs = motifs_;
+  p.motifs.insert(p.motifs.begin(), absl::StrCat("global P=", P_, " ", mesh_desc));
+  p.text = b_.Module(name, P_, outputs_, tuple_root,
+                     absl::StrCat("weave-fuzz global program: ", absl::StrJoin(p.motifs, "; ")));
+  return p;
+}
+
+}  // namespace weave::fuzz
