@@ -247,34 +247,30 @@ std::vector<HloInstruction*> HloComputation::instructions() const {
 std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   std::vector<HloInstruction*> order;
   order.reserve(instrs_.size());
-  // 0 = unvisited, 1 = on stack, 2 = done.
-  absl::flat_hash_map<const HloInstruction*, int> state;
-  state.reserve(instrs_.size() * 2);
+  // An instruction enters `visited` when it is first pushed (on the stack or done): one hash
+  // probe per edge, none when an instruction is finished.
+  absl::flat_hash_set<const HloInstruction*> visited;
+  visited.reserve(instrs_.size());
   std::vector<std::pair<HloInstruction*, size_t>> stack;
-  auto visit = [&](HloInstruction* start) {
-    if (state[start] != 0) return;
+  for (const auto& root : instrs_) {
+    HloInstruction* start = root.get();
+    if (!visited.insert(start).second) continue;
     stack.push_back({start, 0});
-    state[start] = 1;
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
-      size_t n_ops = node->operands_.size();
-      size_t n_all = n_ops + node->control_predecessors.size();
+      const size_t n_ops = node->operands_.size();
+      const size_t n_all = n_ops + node->control_predecessors.size();
       if (next < n_all) {
         HloInstruction* dep = next < n_ops ? node->operands_[next]
                                            : node->control_predecessors[next - n_ops];
         ++next;
-        if (dep->parent_ == this && state[dep] == 0) {
-          state[dep] = 1;
-          stack.push_back({dep, 0});
-        }
+        if (dep->parent_ == this && visited.insert(dep).second) stack.push_back({dep, 0});
         continue;
       }
-      state[node] = 2;
       order.push_back(node);
       stack.pop_back();
     }
-  };
-  for (const auto& i : instrs_) visit(i.get());
+  }
   return order;
 }
 
@@ -389,20 +385,48 @@ absl::Status HloComputation::RemoveUnusedChains(
     const std::vector<HloInstruction*>& seeds,
     const std::function<bool(const HloInstruction*)>& removable) {
   // `removed` is checked before anything is dereferenced: an instruction can be reached again
-  // after it was freed (an operand that appears twice, as in multiply(x, x), or a seed that an
-  // earlier chain removed). Seeds are taken in the order given.
+  // after it was taken out (an operand that appears twice, as in multiply(x, x), or a seed that
+  // an earlier chain removed). Seeds are taken in the order given. Each removed instruction
+  // leaves its operands' user lists at once (so that the chain sees who lost its last user);
+  // the control edges to it and its place in the instruction list go in one sweep at the end,
+  // and only then is it freed: the cost is the chains plus one pass, not one pass per removal.
   absl::flat_hash_set<const HloInstruction*> removed;
   std::vector<HloInstruction*> work(seeds.rbegin(), seeds.rend());
   while (!work.empty()) {
     HloInstruction* i = work.back();
     work.pop_back();
     if (removed.count(i)) continue;
-    if (i->parent_ != this || !i->users_.empty() || i == root_ || !removable(i)) continue;
-    std::vector<HloInstruction*> ops = i->operands_;
-    if (absl::Status s = RemoveInstruction(i); !s.ok()) return s;
+    if (i->parent_ != this || !i->users_.empty() || i == root_) continue;
+    // `removable` sees `i` as one removal at a time would leave it: without control edges from
+    // the instructions already taken out.
+    if (!removed.empty() && !i->control_predecessors.empty()) {
+      auto& preds = i->control_predecessors;
+      preds.erase(std::remove_if(preds.begin(), preds.end(),
+                                 [&](HloInstruction* p) { return removed.contains(p); }),
+                  preds.end());
+    }
+    if (!removable(i)) continue;
+    for (HloInstruction* op : i->operands_) op->RemoveUser(i);
+    if (i->opcode_ == HloOpcode::kParameter) {
+      for (auto& p : params_) {
+        if (p == i) p = nullptr;
+      }
+      while (!params_.empty() && params_.back() == nullptr) params_.pop_back();
+    }
     removed.insert(i);
-    for (HloInstruction* op : ops) work.push_back(op);
+    for (HloInstruction* op : i->operands_) work.push_back(op);
   }
+  if (removed.empty()) return absl::OkStatus();
+  for (const auto& other : instrs_) {
+    if (removed.contains(other.get())) continue;
+    auto& preds = other->control_predecessors;
+    preds.erase(std::remove_if(preds.begin(), preds.end(),
+                               [&](HloInstruction* p) { return removed.contains(p); }),
+                preds.end());
+  }
+  instrs_.erase(std::remove_if(instrs_.begin(), instrs_.end(),
+                               [&](const auto& p) { return removed.contains(p.get()); }),
+                instrs_.end());
   return absl::OkStatus();
 }
 

@@ -84,6 +84,10 @@ struct CalibrationResult {
   // its simulated time and speedup over the base module, on the row's system.
   double weave_us = 0;
   double weave_speedup = 0;
+  // The same loop with its GEMMs of less than one wave on one stream, the slower of that and
+  // weave_us (the cost gate's conservative bound, CostQuery::one_stream_bound), and its speedup.
+  double weave_bound_us = 0;
+  double weave_bound_speedup = 0;
 };
 
 // Simulates every row. Errors from the simulator or the passes.

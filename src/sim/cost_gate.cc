@@ -110,6 +110,19 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
       }
     }
   }
+  // The elements of a region's tuple (a loop's state) the rest of the computation reads: their
+  // get-tuple-elements join the region and become its outputs, so that the passes run on the
+  // region keep what the module keeps (a loop's own result), and may still drop what nobody
+  // reads (a dead state element).
+  {
+    std::vector<const HloInstruction*> gtes;
+    for (const HloInstruction* i : region) {
+      for (const HloInstruction* u : i->users()) {
+        if (!region.contains(u) && u->opcode() == HloOpcode::kGetTupleElement) gtes.push_back(u);
+      }
+    }
+    region.insert(gtes.begin(), gtes.end());
+  }
   // The text: called computations (callees first), then the entry.
   const HloModule* module = comp->parent();
   absl::flat_hash_set<const HloComputation*> called;
@@ -143,9 +156,13 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     std::unique_ptr<HloInstruction> copy =
         i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
     absl::StrAppend(&text, "  ", copy->ToString(), "\n");
-    bool read_inside = false;
-    for (const HloInstruction* u : i->users()) read_inside |= region.contains(u);
-    if (!read_inside) outputs.push_back(i);
+    // An output: a value the rest of the computation reads (or its root), or that nobody in the
+    // region reads.
+    bool read_inside = false, read_outside = i == comp->root();
+    for (const HloInstruction* u : i->users()) {
+      (region.contains(u) ? read_inside : read_outside) = true;
+    }
+    if (!read_inside || read_outside) outputs.push_back(i);
   }
   std::vector<std::string> names, shapes;
   for (const HloInstruction* o : outputs) {
@@ -178,6 +195,14 @@ std::string CanonicalRegionText(const HloModule& module) {
 absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,
                                                       const std::string& pass,
                                                       const CostVariant& variant) {
+  absl::StatusOr<std::pair<double, double>> r = EstimateVariantBound(region, pass, variant, false);
+  if (!r.ok()) return r.status();
+  return r->first;
+}
+
+absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
+    const HloModule& region, const std::string& pass, const CostVariant& variant,
+    bool one_stream_bound) {
   std::unique_ptr<HloModule> m = region.Clone();
   auto run = [&](const std::string& name, const PassOptions& options) -> absl::Status {
     absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
@@ -205,23 +230,30 @@ absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,
   }
   absl::StatusOr<SimResult> r = SimulateModule(*m, c_.system, c_.sim_options);
   if (!r.ok()) return r.status();
-  return r->total_us;
+  if (!one_stream_bound) return std::make_pair(r->total_us, r->total_us);
+  SimOptions serial = c_.sim_options;
+  serial.serial_sub_wave_gemms = true;
+  absl::StatusOr<SimResult> s = SimulateModule(*m, c_.system, serial);
+  if (!s.ok()) return s.status();
+  return std::make_pair(std::max(r->total_us, s->total_us), r->total_us);
 }
 
 absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
   absl::StatusOr<std::unique_ptr<HloModule>> region = ExtractCostRegion(query.seeds);
   if (!region.ok()) return region.status();
   std::string key_base = absl::StrCat(query.pass, "\n", CanonicalRegionText(**region));
-  std::vector<double> out;
+  std::vector<double> out, concurrent;
   for (const CostVariant& v : query.variants) {
-    std::string key = absl::StrCat(v.rewrite ? "rewrite" : "leave", "\n");
+    std::string key = absl::StrCat(v.rewrite ? "rewrite" : "leave",
+                                   query.one_stream_bound ? " one-stream-bound" : "", "\n");
     if (v.rewrite) {
       for (const auto& [k, val] : v.options) absl::StrAppend(&key, k, "=", val, "\n");
     }
     absl::StrAppend(&key, key_base);
     auto it = cache_.find(key);
     if (it != cache_.end()) {
-      out.push_back(it->second);
+      out.push_back(it->second.first);
+      concurrent.push_back(it->second.second);
       continue;
     }
     if (!c_.dump_dir.empty()) {
@@ -231,11 +263,14 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
       }
       dump_name_ = absl::StrCat(dumped_++, ".", query.location, ".", label);
     }
-    absl::StatusOr<double> us = EstimateVariant(**region, query.pass, v);
+    absl::StatusOr<std::pair<double, double>> us =
+        EstimateVariantBound(**region, query.pass, v, query.one_stream_bound);
     if (!us.ok()) return us.status();
     cache_[key] = *us;
-    out.push_back(*us);
+    out.push_back(us->first);
+    concurrent.push_back(us->second);
   }
+  if (query.one_stream_bound) concurrent_us_ = std::move(concurrent);
   return out;
 }
 

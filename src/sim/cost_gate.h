@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,9 +31,11 @@ namespace weave::sim {
 // The region of a candidate: the seeds, every instruction on a path between two seeds, and the
 // cheap producers of their operands up to 4 levels back (constants, iota, partition-id,
 // broadcast, convert, reshape/bitcast/copy/transpose, slices, scalar and dequantize arithmetic),
-// in one entry computation whose parameters stand for every other operand (same names and
-// shapes), whose root is a tuple of the region's values nobody in the region reads, and which
-// keeps the computations the region calls. num_partitions and replica_count are the module's.
+// and the get-tuple-elements through which the rest of the computation reads a region's tuple
+// (a loop's state), in one entry computation whose parameters stand for every other operand
+// (same names and shapes), whose root is a tuple of the region's values that the rest of the
+// computation reads or that nobody in the region reads (so that the passes run on the region
+// keep exactly what they keep in the module), and which keeps the computations the region calls. num_partitions and replica_count are the module's.
 // InvalidArgument when the seeds are empty or not all in one computation, or the region does
 // not parse (the message says why).
 absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
@@ -60,13 +63,19 @@ class SimCostOracle : public CostOracle {
   // rewritten as described above and simulated. Errors from a pass or the simulator.
   absl::StatusOr<double> EstimateVariant(const HloModule& region, const std::string& pass,
                                          const CostVariant& variant);
+  // The same, simulated twice when `one_stream_bound`: as above, and with the GEMMs of less than
+  // one wave on one stream (SimOptions::serial_sub_wave_gemms); {the slower, the first}.
+  absl::StatusOr<std::pair<double, double>> EstimateVariantBound(const HloModule& region,
+                                                                const std::string& pass,
+                                                                const CostVariant& variant,
+                                                                bool one_stream_bound);
 
  protected:
   absl::StatusOr<std::vector<double>> Estimate(const CostQuery& query) override;
 
  private:
   CostGateConfig c_;
-  absl::flat_hash_map<std::string, double> cache_;
+  absl::flat_hash_map<std::string, std::pair<double, double>> cache_;
   int64_t dumped_ = 0;
   std::string dump_name_;  // file name stem of the variant being estimated
 };

@@ -413,6 +413,12 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
             }
             int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream
                                                                : StreamForQueue(info.queue);
+            if (opts_.serial_sub_wave_gemms && info.cost.kind == CostKind::kGemm) {
+              // A GEMM of less than one wave (no phase on every SM): on the main stream.
+              bool sub_wave = true;
+              for (const Phase& p : info.cost.phases) sub_wave = sub_wave && p.sm < 1.0;
+              if (sub_wave) stream = kMainStream;
+            }
             if (info.cost.kind == CostKind::kGemm) {
               if (const HloInstruction* add = internal::FoldingAddOfGemm(instr)) {
                 // beta = 1: issued at its add (below), which supplies the accumulator.

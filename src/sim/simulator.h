@@ -130,6 +130,13 @@ struct SimOptions {
   std::optional<double> latency_us;       // --latency-us
   std::optional<double> contention;       // --contention
   std::optional<bool> gemm_tiled;         // --gemm-model=tiled|roofline
+  // Every GEMM of less than one wave (fewer output tiles than SMs: it leaves SMs idle that only
+  // a concurrent kernel could use) runs on the main compute stream, whatever its
+  // operation_queue_id: such GEMMs run one after another while collectives still overlap them,
+  // the structure of PyTorch's async TP that row C3 measured at small M. The cost gate's
+  // conservative bound for windowed einsum loops (cost_gate.h); `weave simulate
+  // --serial-sub-wave-gemms`.
+  bool serial_sub_wave_gemms = false;
   // Record per-instruction trace events (needed for --trace; costs memory on big modules).
   bool record_trace = false;
   // Upper bound on the instructions executed after expanding loops (ResourceExhausted beyond).

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
@@ -25,7 +26,8 @@ namespace {
 using windowed_einsum::DecomposerContext;
 
 // The cost gate (passes/cost_oracle.h): one decision per candidate, asked once every structural
-// check passed. An all-gather is decided once for every dot that reads it (Q/K/V share one loop,
+// check passed, with the one-stream bound (CostQuery::one_stream_bound: a loop must pay even if
+// its partial GEMMs run one after another, the only form measured at small M, row C3). An all-gather is decided once for every dot that reads it (Q/K/V share one loop,
 // whose GEMMs hide its transfers together); `left` remembers the all-gathers the gate left alone,
 // with the dot whose remark says why, for the other dots' remarks.
 struct Gate {
@@ -39,8 +41,10 @@ bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* locati
                 const HloInstruction* about, std::vector<const HloInstruction*> seeds,
                 std::string what, std::string* note) {
   if (gate.oracle == nullptr) return true;
-  CostEstimate e = gate.oracle->Decide(CostQuery::WithOrWithout(
-      "windowed-einsum-decomposer", location->name(), std::move(what), std::move(seeds)));
+  CostQuery q = CostQuery::WithOrWithout("windowed-einsum-decomposer", location->name(),
+                                         std::move(what), std::move(seeds));
+  q.one_stream_bound = true;
+  CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
     ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
                windowed_einsum::CollectiveNames(about));
@@ -65,6 +69,7 @@ bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* loca
   if (ring_ok) {
     q.variants.push_back({"with the ring loop", true, {{"windowed-einsum-rs-layout", "ring"}}});
   }
+  q.one_stream_bound = true;
   CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
     ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
@@ -76,11 +81,64 @@ bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* loca
   return true;
 }
 
+// The cost gate's seeds of an all-gather candidate: the all-gather, the views between it and
+// the dot, and every dot reading the gathered value, directly or through the ops a loop carries
+// (views, converts, scaling; as ChooseLoopOwner finds its consumers): the gate decides for the
+// all-gather, so its region holds every dot the decision covers (else the estimate without the
+// loop leaves out GEMMs the compiled module runs). Appends the dots' names to `dots`.
+void AddAgSeeds(const HloInstruction* dot, const windowed_einsum::GatheredChain& chain,
+                std::vector<const HloInstruction*>* seeds, std::vector<std::string>* dots) {
+  auto add = [&](const HloInstruction* i) {
+    if (std::find(seeds->begin(), seeds->end(), i) == seeds->end()) seeds->push_back(i);
+  };
+  auto add_dot = [&](const HloInstruction* d) {
+    if (std::find(seeds->begin(), seeds->end(), d) != seeds->end()) return;
+    seeds->push_back(d);
+    dots->push_back(absl::StrCat("'", d->name(), "'"));
+  };
+  add(chain.ag);
+  for (const HloInstruction* op : chain.ops) add(op);
+  add_dot(dot);
+  std::vector<std::pair<const HloInstruction*, int>> work{{chain.ag, 0}};
+  absl::flat_hash_set<const HloInstruction*> visited;
+  while (!work.empty()) {
+    auto [v, depth] = work.back();
+    work.pop_back();
+    if (!visited.insert(v).second) continue;
+    for (const HloInstruction* u : v->users()) {
+      if (u->opcode() == HloOpcode::kDot) {
+        std::string why;
+        for (int s = 0; s < 2 && u->operand_count() == 2; ++s) {
+          std::optional<windowed_einsum::GatheredChain> c =
+              windowed_einsum::TraceGatheredOperand(const_cast<HloInstruction*>(u), s, &why);
+          if (c && c->ag == chain.ag) {
+            add_dot(u);
+            break;
+          }
+        }
+      } else if (u->opcode() == HloOpcode::kCustomCall &&
+                 absl::StartsWith(u->custom_call_target, "__cublas")) {
+        // A GEMM already rewritten to cuBLAS (compiling a compiled module again) that reads the
+        // gathered value: no candidate, but its time is the module's in both variants.
+        add(u);
+      } else if (depth < 8) {
+        work.push_back({u, depth + 1});
+      }
+    }
+  }
+}
+
 // Plans and builds the loop of `dot`, whose operand `side` is an all-gather; reports a missed
-// remark when it does not. Returns whether it built the loop.
+// remark when it does not. With the gate and an alternative owner of the other kind
+// (`alt`, windowed_einsum_owner.cc), the gate weighs no loop, the loop on the FP8 dot and the
+// loop on the wide dot, and the chosen owner's loop is built. Returns whether it built a loop;
+// *built (if non-null) is the dot whose loop it built.
 absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruction* dot,
                                   int side, const windowed_einsum::GatheredChain& chain,
-                                  const std::string& note) {
+                                  const std::string& note,
+                                  const windowed_einsum::OwnerAlternative* alt = nullptr,
+                                  HloInstruction** built = nullptr) {
+  if (built != nullptr) *built = nullptr;
   std::string why;
   std::optional<windowed_einsum::AgPlan> plan =
       windowed_einsum::PlanAllGatherDot(ctx, dot, side, chain, &why);
@@ -89,29 +147,57 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
     return false;
   }
   absl::StrAppend(&plan->note, note);
+  HloInstruction* owner = dot;
   if (gate.oracle != nullptr) {
-    // The candidate: the all-gather, the views between it and the dot, and every dot reading
-    // the gathered value directly.
-    std::vector<const HloInstruction*> seeds = {chain.ag};
-    seeds.insert(seeds.end(), chain.ops.begin(), chain.ops.end());
+    std::vector<const HloInstruction*> seeds;
     std::vector<std::string> dots;
-    auto add_dot = [&](const HloInstruction* d) {
-      if (std::find(seeds.begin(), seeds.end(), d) == seeds.end()) seeds.push_back(d);
-      dots.push_back(absl::StrCat("'", d->name(), "'"));
-    };
-    add_dot(dot);
-    for (const HloInstruction* u : chain.ag->users()) {
-      if (u->opcode() == HloOpcode::kDot && u != dot) add_dot(u);
+    AddAgSeeds(dot, chain, &seeds, &dots);
+    std::optional<windowed_einsum::AgPlan> alt_plan;
+    if (alt != nullptr && alt->dot != nullptr) {
+      std::string alt_why;
+      alt_plan = windowed_einsum::PlanAllGatherDot(ctx, alt->dot, alt->side, alt->chain, &alt_why);
+      if (alt_plan) AddAgSeeds(alt->dot, alt->chain, &seeds, &dots);
     }
-    if (!GateAllows(ctx, gate, dot, chain.ag, seeds,
-                    absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
-                                 dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", ")),
-                    &plan->note)) {
-      gate.left[chain.ag] = dot->name();
-      return false;
+    std::string what = absl::StrCat("all-gather '", chain.ag->name(), "' -> dot",
+                                    dots.size() > 1 ? "s " : " ", absl::StrJoin(dots, ", "));
+    if (!alt_plan) {
+      if (!GateAllows(ctx, gate, dot, chain.ag, seeds, std::move(what), &plan->note)) {
+        gate.left[chain.ag] = dot->name();
+        return false;
+      }
+    } else {
+      // The owner's kind: one query, variants in the order no loop, the loop on the FP8 dot,
+      // the loop on the wide dot (windowed-einsum-loop-owner).
+      const bool owner_fp8 = !alt->fp8;
+      const HloInstruction* fp8_dot = owner_fp8 ? dot : alt->dot;
+      const HloInstruction* wide_dot = owner_fp8 ? alt->dot : dot;
+      CostQuery q = CostQuery::WithOrWithout(
+          "windowed-einsum-decomposer", dot->name(), absl::StrCat(what, " (FP8 or wide owner)"),
+          seeds, absl::StrCat("with the loop on the FP8 dot '", fp8_dot->name(), "'"),
+          {{"windowed-einsum-loop-owner", "fp8"}});
+      q.variants.push_back({absl::StrCat("with the loop on the wide dot '", wide_dot->name(), "'"),
+                            true,
+                            {{"windowed-einsum-loop-owner", "wide"}}});
+      q.fallback = 1;  // without an estimate: the FP8 rule, as without the gate
+      q.one_stream_bound = true;
+      CostEstimate e = gate.oracle->Decide(q);
+      if (e.chosen == 0) {
+        ctx.remark(dot->name(), false, absl::StrCat("not decomposed: ", e.Note()),
+                   windowed_einsum::CollectiveNames(chain.ag));
+        gate.left[chain.ag] = dot->name();
+        return false;
+      }
+      const bool chose_fp8 = e.chosen == 1;
+      if (chose_fp8 != owner_fp8) {
+        plan = std::move(alt_plan);
+        plan->note = absl::StrCat("; ", alt->note);
+        owner = alt->dot;
+      }
+      absl::StrAppend(&plan->note, "; ", e.Note());
     }
   }
   if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
+  if (built != nullptr) *built = owner;
   return true;
 }
 
@@ -145,19 +231,25 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
     windowed_einsum::GatheredChain owner_chain;
     int owner_side = side;
     std::string owner_note;
+    windowed_einsum::OwnerAlternative alt;
     HloInstruction* owner = windowed_einsum::ChooseLoopOwner(
-        ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note);
-    if (owner != dot) {
-      absl::StatusOr<bool> r =
-          PlanAndBuild(ctx, gate, owner, owner_side, owner_chain, absl::StrCat("; ", owner_note));
+        ctx, dot, side, chain, order, &owner_side, &owner_chain, &owner_note, &alt);
+    // The alternative owner is weighed only by the gate (auto); fp8/wide force the kind.
+    const windowed_einsum::OwnerAlternative* weigh =
+        ctx.options.loop_owner == WindowedEinsumDecomposerOptions::LoopOwner::kAuto ? &alt
+                                                                                    : nullptr;
+    if (owner != dot || !owner_note.empty()) {
+      HloInstruction* built = nullptr;
+      absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, owner, owner_side, owner_chain,
+                                            absl::StrCat("; ", owner_note), weigh, &built);
       if (!r.ok()) return r.status();
       *changed |= *r;
-      if (*r) c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
-    } else if (!owner_note.empty()) {
-      absl::StatusOr<bool> r =
-          PlanAndBuild(ctx, gate, dot, side, chain, absl::StrCat("; ", owner_note));
-      if (r.ok()) *changed |= *r;
-      return r;
+      if (*r && built == dot) return true;
+      if (*r) {
+        c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
+      } else if (owner == dot) {
+        return false;  // the missed remark is given; the dot's other operand may be tried
+      }
     }
   }
   std::string note;
@@ -306,6 +398,17 @@ absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOpt
         "windowed-einsum-rs-layout must be xla or ring, got '", layout, "'"));
   }
   o.rs_ring = layout == "ring";
+  const std::string cache = options.GetString("windowed-einsum-loop-owner", "auto");
+  if (cache == "auto") {
+    o.loop_owner = WindowedEinsumDecomposerOptions::LoopOwner::kAuto;
+  } else if (cache == "fp8") {
+    o.loop_owner = WindowedEinsumDecomposerOptions::LoopOwner::kFp8;
+  } else if (cache == "wide") {
+    o.loop_owner = WindowedEinsumDecomposerOptions::LoopOwner::kWide;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "windowed-einsum-loop-owner must be auto, fp8 or wide, got '", cache, "'"));
+  }
   return o;
 }
 

@@ -46,6 +46,13 @@
 //   windowed-einsum-duplicate-loops (bool, default false): several dots reading one all-gather:
 //     false gives the first in post order the loop and leaves the others (the handler's cache
 //     serves them); true gives each dot its own loop.
+//   windowed-einsum-loop-owner (auto|fp8|wide, default auto): when the dots reading one
+//     all-gather of a dequantized FP8 value differ in whether their other operand is FP8 too,
+//     which one owns the loop and computes its partial GEMMs inside the ring (the others read
+//     the handler's activation cache after the loop): fp8: the FP8 dot (its partial dots become
+//     FP8 GEMMs); wide: the wide dot with most FLOPs; auto: with the cost gate both loops are
+//     estimated (with no loop as the third variant) and the faster is built; without a gate, fp8
+//     (windowed_einsum_owner.cc).
 // Every candidate gets a remark: converted (with the loop's name) or the reason it was not.
 #pragma once
 
@@ -68,6 +75,9 @@ struct WindowedEinsumDecomposerOptions {
   // the ring layout of spmd/windowed_einsum_rs_ring.h: N-1 transfers of one block). With the cost
   // gate, the layout is the gate's choice.
   bool rs_ring = false;
+  // windowed-einsum-loop-owner.
+  enum class LoopOwner { kAuto, kFp8, kWide };
+  LoopOwner loop_owner = LoopOwner::kAuto;
 };
 
 // Reads the options above from `options`; InvalidArgument naming the option on a bad value

@@ -10,7 +10,12 @@
 //    its own loop, so that no all-gather + dot stays serial (issue 14, known bug 1);
 //  - the owner is the consumer that keeps FP8 and overlap best: an FP8 dot (both operands derive
 //    from FP8, so the handler moves the dequantization in and the cache stays FP8) before a wide
-//    one, then the one with most FLOPs, then the first in post order.
+//    one, then the one with most FLOPs, then the first in post order;
+//  - whether an FP8 or a wide consumer owns the loop (FP8 or wide partial GEMMs in the ring; the
+//    handler shifts the activation's dequantization into either loop, so the ring and the cache
+//    carry FP8 both ways) is a cost question: ChooseLoopOwner also names the best consumer of the
+//    other kind, and the decomposer asks the cost gate about both (windowed-einsum-loop-owner,
+//    windowed_einsum_decomposer.h).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -323,10 +328,11 @@ std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloIn
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
                                 const GatheredChain& chain,
                                 const std::vector<HloInstruction*>& /*post_order*/,
-                                int* owner_side,
-                                GatheredChain* owner_chain, std::string* note) {
+                                int* owner_side, GatheredChain* owner_chain, std::string* note,
+                                OwnerAlternative* alt) {
   *owner_side = side;
   *owner_chain = chain;
+  if (alt != nullptr) *alt = OwnerAlternative{};
   HloInstruction* ag = chain.ag;
   HloInstruction* x = CollectiveInput(ag);
   const HloInstruction* attrs = CollectiveAttributes(ag);
@@ -400,28 +406,56 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     ranks.push_back(r);
   }
   if (ranks.empty()) return dot;
-  std::stable_sort(ranks.begin(), ranks.end(), [](const Rank& a, const Rank& b) {
-    if (a.fp8 != b.fp8) return a.fp8;
+  using LoopOwner = WindowedEinsumDecomposerOptions::LoopOwner;
+  // FP8 first (auto, fp8) or wide first (wide), then most FLOPs, then post order.
+  const bool fp8_first = ctx.options.loop_owner != LoopOwner::kWide;
+  auto by_flops = [](const Rank& a, const Rank& b) {
     if (a.flops != b.flops) return a.flops > b.flops;
     return a.order < b.order;
+  };
+  std::stable_sort(ranks.begin(), ranks.end(), [&](const Rank& a, const Rank& b) {
+    if (a.fp8 != b.fp8) return fp8_first ? a.fp8 : b.fp8;
+    return by_flops(a, b);
   });
+  // Both kinds of consumer: the owner's kind decides the ring's and the cache's type.
+  const bool mixed = ranks.front().fp8 != ranks.back().fp8;
+  // The note of the remark when `r` owns the loop.
+  auto note_for = [&](const Rank& r) {
+    const bool kind_decided = mixed;
+    std::string why;
+    if (r.fp8 && kind_decided) {
+      why = "both of its operands derive from FP8 (its partial dots become FP8 GEMMs)";
+    } else if (!r.fp8 && kind_decided) {
+      why = absl::StrCat("a wide consumer (wide partial GEMMs in the ring), with the most FLOPs "
+                         "of them (",
+                         r.flops * 2, ")");
+    } else {
+      why = absl::StrCat("it has the most FLOPs (", r.flops * 2, ")");
+    }
+    if (r.c->dot == dot && !kind_decided) {
+      return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
+                          consumers.size(), " consumers)");
+    }
+    return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
+                        consumers.size(), " consumers): ", why);
+  };
   const Rank& best = ranks[0];
   *owner_side = best.c->side;
   *owner_chain = best.c->chain;
-  if (best.c->dot != dot) {
-    const Rank* first = nullptr;
+  *note = note_for(best);
+  if (alt != nullptr) {
+    // The best consumer of the other kind (FP8 or wide partial GEMMs in the ring).
+    const Rank* other = nullptr;
     for (const Rank& r : ranks) {
-      if (first == nullptr || r.order < first->order) first = &r;
+      if (r.fp8 != best.fp8 && (other == nullptr || by_flops(r, *other))) other = &r;
     }
-    std::string why = best.fp8 && (first == nullptr || !first->fp8)
-                          ? "both of its operands derive from FP8 (the ring and the cache stay "
-                            "FP8)"
-                          : absl::StrCat("it has the most FLOPs (", best.flops * 2, ")");
-    *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
-                         " consumers): ", why);
-  } else {
-    *note = absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (", consumers.size(),
-                         " consumers)");
+    if (other != nullptr) {
+      alt->dot = other->c->dot;
+      alt->side = other->c->side;
+      alt->chain = other->c->chain;
+      alt->fp8 = other->fp8;
+      alt->note = note_for(*other);
+    }
   }
   return best.c->dot;
 }

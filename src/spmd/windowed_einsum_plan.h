@@ -178,15 +178,29 @@ struct CirculatingLoop {
 std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
                                                    HloInstruction* dot);
 
+// The other possible owner of a loop when the owner decides the cache type: the best wide
+// consumer where the FP8 rule chose an FP8 one (or the reverse under loop-owner=wide).
+struct OwnerAlternative {
+  HloInstruction* dot = nullptr;  // nullptr: no alternative
+  int side = 0;
+  GatheredChain chain;
+  bool fp8 = false;  // whether the alternative is an FP8 consumer
+  std::string note;  // its remark note, as *note for the owner
+};
+
 // Among the dots that read `dot`'s all-gather operand `side` (or another all-gather of the same
-// value with the same dims and groups), the one that should own the loop: an FP8 dot (both
-// operands derive from FP8) before a wide one, then most FLOPs, then first in `post_order`;
-// consumers that depend on another consumer are never chosen. Returns `dot` when it has no
-// competitor; sets *owner_side and, when there are several consumers, *note (for the remark).
+// value with the same dims and groups), the one that should own the loop: with
+// ctx.options.loop_owner auto or fp8, an FP8 dot (both operands derive from FP8) before a wide
+// one, then most FLOPs, then first in `post_order`; with wide, the wide dot with most FLOPs
+// first. Consumers that depend on another consumer are never chosen. Returns `dot` when it has
+// no competitor; sets *owner_side and, when there are several consumers, *note (for the remark).
+// When both an FP8 and a wide consumer could own the loop, *alt (if non-null) is the best of the
+// other kind (the cost gate weighs the two caches), else alt->dot is nullptr.
 HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int side,
                                 const GatheredChain& chain,
                                 const std::vector<HloInstruction*>& post_order, int* owner_side,
-                                GatheredChain* owner_chain, std::string* note);
+                                GatheredChain* owner_chain, std::string* note,
+                                OwnerAlternative* alt = nullptr);
 
 // Builds `c.base` after `c.views` in `comp` (the state element of the carried operand).
 HloInstruction* BuildCarriedValue(HloComputation* comp, const OperandCarry& c);

@@ -29,6 +29,7 @@ struct SimulateArgs {
   std::string trace;
   std::optional<double> hbm_efficiency;
   bool calibration = false;
+  bool serial_sub_wave_gemms = false;
   std::string write_modules;  // --write-modules DIR (with --calibration)
 };
 
@@ -80,7 +81,9 @@ int RunCalibrationCommand(const SimulateArgs& a) {
                           {"predicted_speedup", r.predicted_speedup},
                           {"speedup_ratio", r.speedup_ratio},
                           {"weave_us", r.weave_us},
-                          {"weave_speedup", r.weave_speedup}};
+                          {"weave_speedup", r.weave_speedup},
+                          {"weave_bound_us", r.weave_bound_us},
+                          {"weave_bound_speedup", r.weave_bound_speedup}};
       if (r.predicted_base_us) j["predicted_base_us"] = *r.predicted_base_us;
       if (r.base_ratio) j["base_ratio"] = *r.base_ratio;
       if (r.row->layers > 0) {
@@ -127,6 +130,7 @@ int RunSimulate(const SimulateArgs& a) {
   options.latency_us = a.latency_us;
   options.contention = a.contention;
   if (!a.gemm_model.empty()) options.gemm_tiled = a.gemm_model == "tiled";
+  options.serial_sub_wave_gemms = a.serial_sub_wave_gemms;
   options.record_trace = !a.trace.empty();
   absl::StatusOr<sim::SimResult> result = sim::SimulateModule(**module, *system, options);
   if (!result.ok()) {
@@ -197,6 +201,9 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--set", args->overrides,
                   "override any system value by JSON path, e.g. --set hbm_gbps=3000 "
                   "--set matmul_tflops.bf16=900 (repeatable)");
+  sub->add_flag("--serial-sub-wave-gemms", args->serial_sub_wave_gemms,
+               "GEMMs of less than one wave on the main stream (operation_queue_id ignored): the "
+               "cost gate's conservative bound for windowed einsum loops");
   sub->add_flag("--json", args->json, "print the result as JSON");
   sub->add_option("--trace", args->trace,
                   "write a Chrome trace event file (one track per stream; open in Perfetto)");

@@ -16,6 +16,9 @@ nlohmann::json CostGateToJson(const CostGateRecord& g) {
     for (size_t i = 0; i < e.labels.size(); ++i) {
       nlohmann::json v = {{"label", e.labels[i]}};
       if (i < e.us.size()) v["predicted_us"] = e.us[i];
+      // The estimate with the loop's GEMMs on their own streams, when the one-stream bound
+      // (the slower, in predicted_us) was asked for.
+      if (i < e.concurrent_us.size()) v["concurrent_us"] = e.concurrent_us[i];
       variants.push_back(v);
     }
     nlohmann::json dj = {{"pass", d.pass},
@@ -34,6 +37,7 @@ nlohmann::json CostGateToJson(const CostGateRecord& g) {
       dj["with_us"] = e.us[static_cast<size_t>(e.chosen != 0 ? e.chosen : 1)];
     }
     if (!e.ok()) dj["error"] = e.error;
+    if (e.margin_us > 0) dj["margin_us"] = e.margin_us;
     decisions.push_back(dj);
   }
   j["decisions"] = decisions;

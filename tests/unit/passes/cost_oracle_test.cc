@@ -1,6 +1,9 @@
 // The cost gate's interface (passes/cost_oracle.h): choosing, ties, fallbacks, the remark note.
 #include "passes/cost_oracle.h"
 
+#include <tuple>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
 
@@ -54,6 +57,39 @@ TEST(CostOracle, TiesKeepTheBaseline) {
   CostEstimate e = tie.Decide(q);
   EXPECT_EQ(e.chosen, 0);
   EXPECT_EQ(e.Note(), "predicted 10.0 us with the loop, 10.0 us with 4 chunks vs 10.0 us without on test");
+}
+
+// A rewrite replaces the baseline only when it saves max(0.5% of the baseline, 0.5 us): a gain
+// inside the margin keeps the baseline and says so; a rewrite that saves the margin is taken.
+TEST(CostOracle, MarginKeepsTheBaselineOnSmallGains) {
+  auto m = TinyModule();
+  for (const auto& [base, with, chosen] : std::vector<std::tuple<double, double, int>>{
+           {1000.0, 996.0, 0},   // 0.4% saved, under 0.5%
+           {1000.0, 995.0, 1},   // exactly 0.5%
+           {20.0, 19.7, 0},      // 1.5% but 0.3 us, under 0.5 us
+           {20.0, 19.5, 1},      // 0.5 us
+           {20.005, 20.00504, 0},  // a rounding-level difference either way
+           {20.00504, 20.005, 0}}) {
+    FunctionCostOracle o([base = base, with = with](const CostQuery&)
+                             -> absl::StatusOr<std::vector<double>> {
+      return std::vector<double>{base, with};
+    }, "h100x8");
+    CostEstimate e = o.Decide(Query(*m));
+    EXPECT_EQ(e.chosen, chosen) << base << " vs " << with;
+    if (chosen == 0 && with < base) {
+      EXPECT_NE(e.Note().find("; a gain under the gate's margin of"), std::string::npos)
+          << e.Note();
+    } else {
+      EXPECT_EQ(e.Note().find("margin"), std::string::npos) << e.Note();
+    }
+  }
+  FunctionCostOracle exact([](const CostQuery&) -> absl::StatusOr<std::vector<double>> {
+    return std::vector<double>{100.0, 99.9};
+  });
+  exact.set_margin({0.0, 0.0});
+  EXPECT_EQ(exact.Decide(Query(*m)).chosen, 1);
+  EXPECT_DOUBLE_EQ(kDefaultDecisionMargin.For(1000.0), 5.0);
+  EXPECT_DOUBLE_EQ(kDefaultDecisionMargin.For(10.0), 0.5);
 }
 
 TEST(CostOracle, ThreeVariantsPickTheMinimum) {
