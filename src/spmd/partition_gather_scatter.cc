@@ -111,6 +111,29 @@ HloInstruction* SliceAlong(SpmdBuilder& b, HloInstruction* x, int64_t dim, int64
   return s;
 }
 
+// The sharding a rule partitions by: `s` when it tiles across partitions, else replicated
+// (manual subgroups and maximal shardings are not split by these rules).
+Sharding PhysicalSharding(const Sharding& s) {
+  return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
+}
+
+// The operand dims of a gather/scatter that `osh` tiles (rank `rank`), by what the rules do with
+// them: *vocab, dims indexed with slice size 1 (each partition holds a vocabulary range);
+// *unsupported, dims neither taken whole (pass-through) nor indexed with slice size 1.
+// Pass-through dims are in neither list.
+void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatterDims& g,
+                           std::vector<int64_t>* vocab, std::vector<int64_t>* unsupported) {
+  if (!osh.IsTiled()) return;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (osh.tile(d) == 1) continue;
+    if (g.trivially_sliced[static_cast<size_t>(d)]) {
+      vocab->push_back(d);
+    } else if (!g.pass_through[static_cast<size_t>(d)]) {
+      unsupported->push_back(d);
+    }
+  }
+}
+
 HloInstruction* Compare(SpmdBuilder& b, HloInstruction* x, HloInstruction* y, ComparisonDirection d) {
   HloInstruction* c = b.Add(HloOpcode::kCompare, Shape(PrimitiveType::PRED, x->shape().dims), {x, y}, "compare");
   c->comparison_direction = d;
@@ -123,25 +146,13 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "gather: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
-  auto physical = [](const Sharding& s) {
-    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
-  };
-  const Sharding osh = physical(cp.Value(h.operand(0)).sharding);
-  const Sharding ish = physical(cp.Value(h.operand(1)).sharding);
+  const Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& out = h.shape();
   std::vector<int64_t> vocab, unsupported;
-  if (osh.IsTiled()) {
-    for (int64_t d = 0; d < og.rank(); ++d) {
-      if (osh.tile(d) == 1) continue;
-      if (g->trivially_sliced[static_cast<size_t>(d)]) {
-        vocab.push_back(d);
-      } else if (!g->pass_through[static_cast<size_t>(d)]) {
-        unsupported.push_back(d);
-      }
-    }
-  }
+  ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
   if (!unsupported.empty()) {
     return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
                                          " that it neither takes whole nor indexes with slice size 1 "
@@ -274,25 +285,13 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "scatter: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
-  auto physical = [](const Sharding& s) {
-    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
-  };
-  const Sharding osh = physical(cp.Value(h.operand(0)).sharding);
-  const Sharding ish = physical(cp.Value(h.operand(1)).sharding);
+  const Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& ug = h.operand(2)->shape();
   std::vector<int64_t> vocab, unsupported;
-  if (osh.IsTiled()) {
-    for (int64_t d = 0; d < og.rank(); ++d) {
-      if (osh.tile(d) == 1) continue;
-      if (g->trivially_sliced[static_cast<size_t>(d)]) {
-        vocab.push_back(d);
-      } else if (!g->pass_through[static_cast<size_t>(d)]) {
-        unsupported.push_back(d);
-      }
-    }
-  }
+  ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
   if (!unsupported.empty()) {
     return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
                                          " that its windows neither cover whole nor update one row "

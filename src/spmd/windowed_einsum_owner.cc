@@ -229,10 +229,10 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
 // the same on every partition, the init read only by the loop and the loop only by
 // get-tuple-elements. Dequantizations seen through views are not taken (the dot then gets its
 // own loop rather than waiting for a cache that might not come).
-std::string WhyNoFp8Shift(const HloInstruction* t, const HloInstruction* w) {
+std::string WhyNoFp8Shift(HloInstruction* t, const HloInstruction* w) {
   std::optional<DequantMatch> m[2];
   for (int j = 0; j < 2; ++j) {
-    m[j] = MatchDequantize(const_cast<HloInstruction*>(t->operand(j)));
+    m[j] = MatchDequantize(t->operand(j));
     if (!m[j] || !IsScalarScale(*m[j]) || !IsDequantWideType(m[j]->wide_type) ||
         !IsSameOnAllPartitions(m[j]->scale)) {
       return absl::StrCat("loop '", w->name(), "' operand ", j, " ('", t->operand(j)->name(),
