@@ -39,13 +39,25 @@ ENTRY main {
 }
 )";
 
-TEST(HandlerRename, ReplacedTwiceTakesTheFirstName) {
-  auto m = ParseHloModule(kLoop);
-  ASSERT_TRUE(m.ok()) << m.status();
-  HloComputation* entry = (*m)->entry();
-  HloInstruction* w = entry->GetInstruction("w");
-  ASSERT_NE(w, nullptr);
-  const Shape state = w->shape();
+// The parsed loop: its entry computation, the while and its state shape.
+class HandlerRename : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = ParseHloModule(kLoop);
+    ASSERT_TRUE(m.ok()) << m.status();
+    module_ = std::move(*m);
+    entry = module_->entry();
+    w = entry->GetInstruction("w");
+    ASSERT_NE(w, nullptr);
+    state = w->shape();
+  }
+  std::unique_ptr<HloModule> module_;
+  HloComputation* entry = nullptr;
+  HloInstruction* w = nullptr;
+  Shape state;
+};
+
+TEST_F(HandlerRename, ReplacedTwiceTakesTheFirstName) {
   handler_internal::PendingRenames pending;
   // Two steps each give the loop a new init; the first new init becomes dead at once.
   ASSERT_TRUE(handler_internal::ReplaceInit(w, state, {entry->GetInstruction("a"),
@@ -63,13 +75,7 @@ TEST(HandlerRename, ReplacedTwiceTakesTheFirstName) {
   EXPECT_TRUE(pending.empty());
 }
 
-TEST(HandlerRename, FreedPendingInstructionIsSkipped) {
-  auto m = ParseHloModule(kLoop);
-  ASSERT_TRUE(m.ok()) << m.status();
-  HloComputation* entry = (*m)->entry();
-  HloInstruction* w = entry->GetInstruction("w");
-  ASSERT_NE(w, nullptr);
-  const Shape state = w->shape();
+TEST_F(HandlerRename, FreedPendingInstructionIsSkipped) {
   HloInstruction* a = entry->GetInstruction("a");
   HloInstruction* zero = entry->GetInstruction("zero");
   handler_internal::PendingRenames pending;
