@@ -39,7 +39,7 @@ HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::str
 // kept, like everything IsRemovableWhenUnused refuses.
 absl::Status RemoveIfDead(HloComputation* c, HloInstruction* i) {
   return c->RemoveUnusedChains({i}, [](const HloInstruction* x) {
-    return x->IsRemovableWhenUnused() && x->control_predecessors.empty();
+    return x->IsRemovableWhenUnused() && x->control_predecessors().empty();
   });
 }
 

@@ -145,6 +145,45 @@ void HloInstruction::RemoveUser(HloInstruction* u) {
   if (it != users_.end()) users_.erase(it);
 }
 
+namespace {
+void EraseAll(std::vector<HloInstruction*>* v, const HloInstruction* x) {
+  v->erase(std::remove(v->begin(), v->end(), x), v->end());
+}
+}  // namespace
+
+void HloInstruction::AddControlDependencyTo(HloInstruction* successor) {
+  successor->control_preds_.push_back(this);
+  control_succs_.push_back(successor);
+}
+
+void HloInstruction::RemoveControlDependencyTo(HloInstruction* successor) {
+  EraseAll(&successor->control_preds_, this);
+  EraseAll(&control_succs_, successor);
+}
+
+void HloInstruction::DropAllControlDeps() {
+  for (HloInstruction* p : control_preds_) {
+    if (p != this) EraseAll(&p->control_succs_, this);
+  }
+  for (HloInstruction* s : control_succs_) {
+    if (s != this) EraseAll(&s->control_preds_, this);
+  }
+  control_preds_.clear();
+  control_succs_.clear();
+}
+
+void HloInstruction::ReplaceControlPredecessor(HloInstruction* old, HloInstruction* v) {
+  if (old == v) return;
+  bool found = false;
+  for (HloInstruction*& p : control_preds_) {
+    if (p != old) continue;
+    p = v;
+    v->control_succs_.push_back(this);
+    found = true;
+  }
+  if (found) EraseAll(&old->control_succs_, this);
+}
+
 absl::Status HloInstruction::ReplaceOperandWith(int64_t i, HloInstruction* v) {
   if (i < 0 || i >= operand_count()) {
     return absl::InvalidArgumentError(
@@ -178,8 +217,7 @@ absl::Status HloInstruction::ReplaceUsesWith(const std::vector<HloInstruction*>&
         if (!s.ok()) return s;
       }
     }
-    auto& preds = user->control_predecessors;
-    std::replace(preds.begin(), preds.end(), this, v);
+    user->ReplaceControlPredecessor(this, v);
   }
   return absl::OkStatus();
 }
@@ -227,7 +265,9 @@ std::unique_ptr<HloInstruction> HloInstruction::CloneWithNewOperands(
   c->operands_ = std::move(operands);
   c->users_.clear();
   c->parent_ = nullptr;
-  c->control_predecessors.clear();
+  c->control_preds_.clear();  // the copy is in no computation yet: nobody points at it
+  c->control_succs_.clear();
+  c->slot_ = -1;
   c->unique_id_ = g_next_instruction_id++;
   if (!name_suffix.empty()) c->name_ = name_ + std::string(name_suffix);
   return c;
@@ -240,7 +280,9 @@ bool HloComputation::IsEntry() const { return parent_ != nullptr && parent_->ent
 std::vector<HloInstruction*> HloComputation::instructions() const {
   std::vector<HloInstruction*> out;
   out.reserve(instrs_.size());
-  for (const auto& i : instrs_) out.push_back(i.get());
+  for (const auto& i : instrs_) {
+    if (i != nullptr) out.push_back(i.get());
+  }
   return out;
 }
 
@@ -254,15 +296,15 @@ std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   std::vector<std::pair<HloInstruction*, size_t>> stack;
   for (const auto& root : instrs_) {
     HloInstruction* start = root.get();
-    if (!visited.insert(start).second) continue;
+    if (start == nullptr || !visited.insert(start).second) continue;
     stack.push_back({start, 0});
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       const size_t n_ops = node->operands_.size();
-      const size_t n_all = n_ops + node->control_predecessors.size();
+      const size_t n_all = n_ops + node->control_preds_.size();
       if (next < n_all) {
         HloInstruction* dep = next < n_ops ? node->operands_[next]
-                                           : node->control_predecessors[next - n_ops];
+                                           : node->control_preds_[next - n_ops];
         ++next;
         if (dep->parent_ == this && visited.insert(dep).second) stack.push_back({dep, 0});
         continue;
@@ -276,7 +318,7 @@ std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
 
 HloInstruction* HloComputation::GetInstruction(std::string_view name) const {
   for (const auto& i : instrs_) {
-    if (i->name() == name) return i.get();
+    if (i != nullptr && i->name() == name) return i.get();
   }
   return nullptr;
 }
@@ -297,7 +339,9 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
     if (params_.size() <= n) params_.resize(n + 1, nullptr);
     params_[n] = raw;
   }
+  raw->slot_ = static_cast<int64_t>(instrs_.size());
   instrs_.push_back(std::move(instr));
+  ++live_count_;
   return raw;
 }
 
@@ -329,20 +373,33 @@ absl::Status HloComputation::RemoveInstruction(HloInstruction* instr) {
         absl::StrCat("cannot remove ", instr->name(), ": it is the root of ", name_));
   }
   for (HloInstruction* op : instr->operands_) op->RemoveUser(instr);
-  for (const auto& other : instrs_) {
-    auto& preds = other->control_predecessors;
-    preds.erase(std::remove(preds.begin(), preds.end(), instr), preds.end());
-  }
+  instr->DropAllControlDeps();
   if (instr->opcode_ == HloOpcode::kParameter) {
     for (auto& p : params_) {
       if (p == instr) p = nullptr;
     }
     while (!params_.empty() && params_.back() == nullptr) params_.pop_back();
   }
-  auto it = std::find_if(instrs_.begin(), instrs_.end(),
-                         [&](const auto& p) { return p.get() == instr; });
-  instrs_.erase(it);
+  FreeSlot(instr);
   return absl::OkStatus();
+}
+
+void HloComputation::FreeSlot(HloInstruction* instr) {
+  instrs_[static_cast<size_t>(instr->slot_)].reset();
+  --live_count_;
+  const int64_t holes = static_cast<int64_t>(instrs_.size()) - live_count_;
+  if (holes > 64 && holes > live_count_) Compact();
+}
+
+void HloComputation::Compact() {
+  size_t out = 0;
+  for (size_t k = 0; k < instrs_.size(); ++k) {
+    if (instrs_[k] == nullptr) continue;
+    instrs_[k]->slot_ = static_cast<int64_t>(out);
+    if (out != k) instrs_[out] = std::move(instrs_[k]);
+    ++out;
+  }
+  instrs_.resize(out);
 }
 
 bool HloComputation::RemoveDeadCode() {
@@ -354,30 +411,28 @@ bool HloComputation::RemoveDeadCode() {
   };
   mark(root_);
   for (const auto& i : instrs_) {
-    if (i->HasSideEffect()) mark(i.get());
+    if (i != nullptr && i->HasSideEffect()) mark(i.get());
   }
   while (!work.empty()) {
     HloInstruction* i = work.back();
     work.pop_back();
     for (HloInstruction* op : i->operands_) mark(op);
-    for (HloInstruction* op : i->control_predecessors) mark(op);
+    for (HloInstruction* op : i->control_preds_) mark(op);
   }
-  if (live.size() == instrs_.size()) return false;
-  // Drop dead instructions: first detach them from their operands, then erase.
+  if (static_cast<int64_t>(live.size()) == live_count_) return false;
+  // Drop dead instructions: first detach them from their operands and control edges, then erase.
   for (const auto& i : instrs_) {
-    if (live.count(i.get())) continue;
+    if (i == nullptr || live.count(i.get())) continue;
     for (HloInstruction* op : i->operands_) op->RemoveUser(i.get());
+    i->DropAllControlDeps();
   }
-  for (const auto& i : instrs_) {
-    if (!live.count(i.get())) continue;
-    auto& preds = i->control_predecessors;
-    preds.erase(std::remove_if(preds.begin(), preds.end(),
-                               [&](HloInstruction* p) { return !live.count(p); }),
-                preds.end());
+  for (auto& i : instrs_) {
+    if (i != nullptr && !live.count(i.get())) {
+      i.reset();
+      --live_count_;
+    }
   }
-  instrs_.erase(std::remove_if(instrs_.begin(), instrs_.end(),
-                               [&](const auto& p) { return !live.count(p.get()); }),
-                instrs_.end());
+  Compact();
   return true;
 }
 
@@ -387,9 +442,10 @@ absl::Status HloComputation::RemoveUnusedChains(
   // `removed` is checked before anything is dereferenced: an instruction can be reached again
   // after it was taken out (an operand that appears twice, as in multiply(x, x), or a seed that
   // an earlier chain removed). Seeds are taken in the order given. Each removed instruction
-  // leaves its operands' user lists at once (so that the chain sees who lost its last user);
-  // the control edges to it and its place in the instruction list go in one sweep at the end,
-  // and only then is it freed: the cost is the chains plus one pass, not one pass per removal.
+  // leaves its operands' user lists and its control edges at once (so that the chain sees who
+  // lost its last user, and `removable` sees each instruction as one removal at a time would
+  // leave it); the instructions are freed at the end: the cost is the chains, not the
+  // computation.
   absl::flat_hash_set<const HloInstruction*> removed;
   std::vector<HloInstruction*> work(seeds.rbegin(), seeds.rend());
   while (!work.empty()) {
@@ -397,16 +453,9 @@ absl::Status HloComputation::RemoveUnusedChains(
     work.pop_back();
     if (removed.count(i)) continue;
     if (i->parent_ != this || !i->users_.empty() || i == root_) continue;
-    // `removable` sees `i` as one removal at a time would leave it: without control edges from
-    // the instructions already taken out.
-    if (!removed.empty() && !i->control_predecessors.empty()) {
-      auto& preds = i->control_predecessors;
-      preds.erase(std::remove_if(preds.begin(), preds.end(),
-                                 [&](HloInstruction* p) { return removed.contains(p); }),
-                  preds.end());
-    }
     if (!removable(i)) continue;
     for (HloInstruction* op : i->operands_) op->RemoveUser(i);
+    i->DropAllControlDeps();
     if (i->opcode_ == HloOpcode::kParameter) {
       for (auto& p : params_) {
         if (p == i) p = nullptr;
@@ -416,17 +465,7 @@ absl::Status HloComputation::RemoveUnusedChains(
     removed.insert(i);
     for (HloInstruction* op : i->operands_) work.push_back(op);
   }
-  if (removed.empty()) return absl::OkStatus();
-  for (const auto& other : instrs_) {
-    if (removed.contains(other.get())) continue;
-    auto& preds = other->control_predecessors;
-    preds.erase(std::remove_if(preds.begin(), preds.end(),
-                               [&](HloInstruction* p) { return removed.contains(p); }),
-                preds.end());
-  }
-  instrs_.erase(std::remove_if(instrs_.begin(), instrs_.end(),
-                               [&](const auto& p) { return removed.contains(p.get()); }),
-                instrs_.end());
+  for (const HloInstruction* r : removed) FreeSlot(const_cast<HloInstruction*>(r));
   return absl::OkStatus();
 }
 
@@ -452,6 +491,7 @@ std::vector<HloComputation*> HloModule::MakeComputationPostOrder() const {
   auto callees = [](HloComputation* c) {
     std::vector<HloComputation*> out;
     for (const auto& i : c->instrs_) {
+      if (i == nullptr) continue;
       for (HloComputation* cc : i->called_) out.push_back(cc);
     }
     std::reverse(out.begin(), out.end());  // popped from the back: first callee first
@@ -499,18 +539,36 @@ HloComputation* HloModule::GetComputation(std::string_view name) const {
   return nullptr;
 }
 
+void HloComputation::set_name(std::string n) {
+  if (parent_ != nullptr) {
+    parent_->NoteComputationName(name_, -1);
+    parent_->NoteComputationName(n, +1);
+  }
+  name_ = std::move(n);
+}
+
+void HloModule::NoteComputationName(const std::string& name, int64_t delta) {
+  auto it = comp_names_.find(name);
+  if (it == comp_names_.end()) {
+    if (delta > 0) comp_names_.emplace(name, delta);
+    return;
+  }
+  it->second += delta;
+  if (it->second <= 0) comp_names_.erase(it);
+}
+
 HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
   HloComputation* raw = c.get();
   std::string base = raw->name_.empty() ? std::string("computation") : raw->name_;
-  // One scan of the existing names, then probe suffixes against the set (not a scan per probe).
-  std::unordered_set<std::string_view> used;
-  used.reserve(comps_.size());
-  for (const auto& c : comps_) used.insert(c->name());
+  // The name index answers each probe in O(1) (it was a scan of every computation per add).
   std::string name = base;
-  for (int64_t k = 1; used.count(name) > 0; ++k) name = absl::StrCat(base, ".", k);
+  for (int64_t k = 1; comp_names_.contains(name); ++k) name = absl::StrCat(base, ".", k);
   raw->name_ = name;
   raw->parent_ = this;
-  for (const auto& i : raw->instrs_) i->name_ = UniqueName(i->name_);
+  NoteComputationName(name, +1);
+  for (const auto& i : raw->instrs_) {
+    if (i != nullptr) i->name_ = UniqueName(i->name_);
+  }
   comps_.push_back(std::move(c));
   return raw;
 }
@@ -527,9 +585,7 @@ HloComputation* HloModule::CloneComputation(const HloComputation* c, std::string
     map[i] = added;
   }
   for (HloInstruction* i : c->instructions()) {
-    for (HloInstruction* p : i->control_predecessors) {
-      map.at(i)->control_predecessors.push_back(map.at(p));
-    }
+    for (HloInstruction* p : i->control_preds_) map.at(p)->AddControlDependencyTo(map.at(i));
   }
   if (c->root() != nullptr) raw->set_root(map.at(c->root()));
   raw->execution_thread = c->execution_thread;
@@ -545,12 +601,16 @@ bool HloModule::RemoveUnusedComputations() {
     HloComputation* c = work.back();
     work.pop_back();
     for (const auto& i : c->instrs_) {
+      if (i == nullptr) continue;
       for (HloComputation* cc : i->called_) {
         if (cc != nullptr && reachable.insert(cc).second) work.push_back(cc);
       }
     }
   }
   size_t before = comps_.size();
+  for (const auto& c : comps_) {
+    if (!reachable.count(c.get())) NoteComputationName(c->name_, -1);
+  }
   comps_.erase(std::remove_if(comps_.begin(), comps_.end(),
                               [&](const auto& c) { return !reachable.count(c.get()); }),
                comps_.end());
@@ -562,6 +622,7 @@ absl::Status HloModule::RemoveComputation(HloComputation* c) {
   auto it = std::find_if(comps_.begin(), comps_.end(),
                          [&](const auto& p) { return p.get() == c; });
   if (it == comps_.end()) return absl::NotFoundError("computation not in module");
+  NoteComputationName(c->name_, -1);
   comps_.erase(it);
   return absl::OkStatus();
 }
@@ -606,7 +667,7 @@ int64_t HloModule::NextChannelId() const {
   int64_t next = 1;
   for (const auto& c : comps_) {
     for (const auto& i : c->instrs_) {
-      if (i->channel_id) next = std::max(next, *i->channel_id + 1);
+      if (i != nullptr && i->channel_id) next = std::max(next, *i->channel_id + 1);
     }
   }
   return next;
@@ -621,6 +682,7 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
   m->header_attributes = header_attributes;
   m->stack_tables = stack_tables;
   m->names_ = names_;
+  m->comp_names_ = comp_names_;
   absl::flat_hash_map<const HloComputation*, HloComputation*> cmap;
   absl::flat_hash_map<const HloInstruction*, HloInstruction*> imap;
   for (HloComputation* c : MakeComputationPostOrder()) {
@@ -632,9 +694,12 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
     cmap[c] = raw;
     // Keep the original instruction order (and exact names).
     for (const auto& i : c->instrs_) {
+      if (i == nullptr) continue;
       auto ni = std::unique_ptr<HloInstruction>(new HloInstruction(*i));
       ni->users_.clear();
       ni->parent_ = raw;
+      ni->slot_ = static_cast<int64_t>(raw->instrs_.size());
+      ++raw->live_count_;
       imap[i.get()] = ni.get();
       if (ni->opcode_ == HloOpcode::kParameter) {
         size_t n = static_cast<size_t>(ni->parameter_number);
@@ -648,7 +713,8 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
         op = imap.at(op);
         op->AddUser(ni.get());
       }
-      for (auto& p : ni->control_predecessors) p = imap.at(p);
+      for (auto& p : ni->control_preds_) p = imap.at(p);
+      for (auto& q : ni->control_succs_) q = imap.at(q);
       for (auto& cc : ni->called_) {
         if (cc != nullptr) cc = cmap.at(cc);
       }

@@ -151,7 +151,22 @@ class HloInstruction {
   // value text (quoted string or raw `{...}` blob), kept verbatim.
   std::map<std::string, std::string> frontend_attributes;
   std::string metadata;                   // `metadata={...}` inner text verbatim (without braces)
-  std::vector<HloInstruction*> control_predecessors;
+  // ---- control dependencies (XLA's control_predecessors()/control_successors()) ----
+  // This instruction runs after each of its control predecessors. Both directions are kept, in
+  // the order the edges were added (the printer writes `control-predecessors={..}` in that
+  // order), so removing an instruction costs its edges, not its computation. Change them only
+  // through the calls below. Edges join instructions of one computation.
+  const std::vector<HloInstruction*>& control_predecessors() const { return control_preds_; }
+  const std::vector<HloInstruction*>& control_successors() const { return control_succs_; }
+  // Makes `successor` wait for this instruction (XLA's AddControlDependencyTo). A repeated edge
+  // is kept as written (the parser reproduces the text).
+  void AddControlDependencyTo(HloInstruction* successor);
+  // Removes every edge this -> successor (XLA's RemoveControlDependencyTo); no-op if none.
+  void RemoveControlDependencyTo(HloInstruction* successor);
+  // Removes every control edge into and out of this instruction (XLA's DropAllControlDeps).
+  void DropAllControlDeps();
+  // Every edge old -> this becomes v -> this (same position in the list). No-op without one.
+  void ReplaceControlPredecessor(HloInstruction* old, HloInstruction* v);
   // Sugared async form: for `reduce-scatter-start` etc. the wrapped opcode name
   // ("reduce-scatter"); printed back as `<name>-start/-update/-done`.
   std::string async_sugar;
@@ -201,7 +216,10 @@ class HloInstruction {
   std::vector<HloInstruction*> operands_;
   std::vector<HloInstruction*> users_;
   std::vector<HloComputation*> called_;
+  std::vector<HloInstruction*> control_preds_;
+  std::vector<HloInstruction*> control_succs_;
   int64_t unique_id_ = -1;
+  int64_t slot_ = -1;  // index in the parent's instruction list (HloComputation::instrs_)
   void AddUser(HloInstruction* u);
   void RemoveUser(HloInstruction* u);
 };
@@ -212,7 +230,8 @@ class HloComputation {
  public:
   explicit HloComputation(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
-  void set_name(std::string n) { name_ = std::move(n); }
+  // Renames; the module's name index follows (AddComputation's uniquing stays O(1)).
+  void set_name(std::string n);
   HloModule* parent() const { return parent_; }
   bool IsEntry() const;
 
@@ -225,7 +244,7 @@ class HloComputation {
 
   // Instructions in their current order.
   std::vector<HloInstruction*> instructions() const;
-  int64_t instruction_count() const { return static_cast<int64_t>(instrs_.size()); }
+  int64_t instruction_count() const { return live_count_; }
   // Operands before users; instructions not reachable from the root come too, in order.
   std::vector<HloInstruction*> MakeInstructionPostOrder() const;
   // Looks an instruction up by name (nullptr if absent).
@@ -239,7 +258,9 @@ class HloComputation {
   HloInstruction* AddInstruction(HloOpcode op, const Shape& shape,
                                  std::vector<HloInstruction*> operands = {},
                                  std::string_view name = "");
-  // Removes an instruction with no users that is not the root (fails otherwise).
+  // Removes an instruction with no users that is not the root (fails otherwise), with its
+  // control edges. O(its operands and control edges), amortized: the list keeps a hole that a
+  // later compaction closes, so the order of the others does not change.
   absl::Status RemoveInstruction(HloInstruction* instr);
   // Removes instructions without users (except the root, parameters and side-effecting ones:
   // collectives with no users are still removed, send/recv/outfeed/custom-call with side effects
@@ -269,9 +290,16 @@ class HloComputation {
   friend class HloInstruction;
   std::string name_;
   HloModule* parent_ = nullptr;
+  // Instructions in order; a removed one leaves a null slot until Compact() (every loop over
+  // instrs_ skips nulls). Each instruction knows its slot, so removal finds it in O(1).
   std::vector<std::unique_ptr<HloInstruction>> instrs_;
+  int64_t live_count_ = 0;
   std::vector<HloInstruction*> params_;
   HloInstruction* root_ = nullptr;
+  // Frees `instr` (already detached from operands, users and control edges) and leaves a hole;
+  // compacts once holes outnumber live instructions (amortized O(1) per removal).
+  void FreeSlot(HloInstruction* instr);
+  void Compact();
 };
 
 // A module: computations (callees before callers, entry last when printed), header attributes.
@@ -326,10 +354,15 @@ class HloModule {
   std::unique_ptr<HloModule> Clone() const;
 
  private:
+  friend class HloComputation;
   std::string name_;
   std::vector<std::unique_ptr<HloComputation>> comps_;
   HloComputation* entry_ = nullptr;
   absl::flat_hash_map<std::string, int64_t> names_;  // base name -> next suffix (hashed: O(1))
+  // Computation name -> how many computations carry it (the parser may briefly hold two), so that
+  // AddComputation's uniquing is O(1) and not a scan of every computation.
+  absl::flat_hash_map<std::string, int64_t> comp_names_;
+  void NoteComputationName(const std::string& name, int64_t delta);
   int64_t next_id_ = 0;
 };
 

@@ -203,7 +203,7 @@ bool Parser::ParseComputation() {
         return Error(p, Cat("control predecessor '", n, "' is not defined in '",
                                      name, "'"));
       }
-      pc.instr->control_predecessors.push_back(it->second);
+      it->second->AddControlDependencyTo(pc.instr);
     }
   }
   // Optional `, execution_thread="..."`.

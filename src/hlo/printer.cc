@@ -475,12 +475,12 @@ void AppendInstruction(std::string* out, const HloInstruction& instr) {
     }
     out->push_back('}');
   }
-  if (!instr.control_predecessors.empty()) {
+  if (!instr.control_predecessors().empty()) {
     out->append(", control-predecessors={");
-    for (size_t i = 0; i < instr.control_predecessors.size(); ++i) {
+    for (size_t i = 0; i < instr.control_predecessors().size(); ++i) {
       if (i) out->append(", ");
       out->push_back('%');
-      out->append(instr.control_predecessors[i]->name());
+      out->append(instr.control_predecessors()[i]->name());
     }
     out->push_back('}');
   }
@@ -504,7 +504,7 @@ std::vector<HloInstruction*> PrintOrder(const HloComputation& c) {
     for (HloInstruction* o : i->operands()) {
       if (!seen.contains(o)) return c.MakeInstructionPostOrder();
     }
-    for (HloInstruction* o : i->control_predecessors) {
+    for (HloInstruction* o : i->control_predecessors()) {
       if (!seen.contains(o)) return c.MakeInstructionPostOrder();
     }
     seen.insert(i);

@@ -13,7 +13,7 @@ namespace {
 
 // A key that is equal for instructions that compute the same value; empty when not eligible.
 std::string Key(const HloInstruction* h) {
-  if (!h->control_predecessors.empty()) return "";
+  if (!h->control_predecessors().empty()) return "";
   std::string key = absl::StrCat(std::string(HloOpcodeString(h->opcode())), "|",
                                  h->shape().ToString(true), "|",
                                  h->sharding.has_value() ? h->sharding->ToString() : "", "|");
@@ -67,7 +67,7 @@ absl::StatusOr<bool> ConstantAndIdCse::Run(HloModule* module) {
     const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
     std::set<const HloInstruction*> control_sources;  // someone's control predecessor
     for (const HloInstruction* h : order) {
-      control_sources.insert(h->control_predecessors.begin(), h->control_predecessors.end());
+      control_sources.insert(h->control_predecessors().begin(), h->control_predecessors().end());
     }
     for (HloInstruction* h : order) {
       if (control_sources.count(h)) continue;

@@ -42,17 +42,13 @@ bool DeadCodeElimination::KeptWhenDead(const HloInstruction& instr) {
 int64_t DeadCodeElimination::RemoveDeadChain(HloInstruction* instr) {
   HloComputation* comp = instr == nullptr ? nullptr : instr->parent();
   if (comp == nullptr) return 0;
-  // Instructions other instructions must wait for stay, as in RunOnComputation (one scan, not one
-  // per removal).
-  std::unordered_set<const HloInstruction*> control_preds;
-  for (const HloInstruction* h : comp->instructions()) {
-    for (const HloInstruction* p : h->control_predecessors) control_preds.insert(p);
-  }
+  // Instructions other instructions must wait for stay, as in RunOnComputation (their control
+  // successors are on the instruction: no scan of the computation).
   // HloComputation::RemoveUnusedChains never touches an instruction it already freed: an
   // operand reached twice (tuple(c, f(c)) pushes c once per user) is skipped the second time.
   const int64_t before = comp->instruction_count();
   absl::Status st = comp->RemoveUnusedChains({instr}, [&](const HloInstruction* x) {
-    return !KeptWhenDead(*x) && !control_preds.count(x);
+    return !KeptWhenDead(*x) && x->control_successors().empty();
   });
   // RemoveUnusedChains fails only on an inconsistent IR; what it removed before is counted.
   (void)st;
@@ -79,7 +75,7 @@ absl::StatusOr<int64_t> DeadCodeElimination::RunOnComputation(HloComputation* co
     const HloInstruction* h = work.back();
     work.pop_back();
     for (const HloInstruction* o : h->operands()) mark(o);
-    for (const HloInstruction* o : h->control_predecessors) mark(o);
+    for (const HloInstruction* o : h->control_predecessors()) mark(o);
   }
   int64_t removed = 0;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {

@@ -20,7 +20,8 @@ class DeadCodeElimination : public HloPass {
   // while/call/conditional/fusion/... whose called computations contain side-effecting ops.
   static bool KeptWhenDead(const HloInstruction& instr);
   // Removes `instr` if it has no users, is not the root and not KeptWhenDead, then the operands
-  // that became dead the same way, transitively. Returns the number removed.
+  // that became dead the same way, transitively; an instruction another waits for (a control
+  // predecessor) stays. Returns the number removed.
   static int64_t RemoveDeadChain(HloInstruction* instr);
 };
 

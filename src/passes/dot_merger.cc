@@ -322,7 +322,7 @@ bool DependsOn(const HloInstruction* from, const HloInstruction* target) {
     if (i == target) return true;
     if (!seen.insert(i).second) continue;
     for (const HloInstruction* op : i->operands()) work.push_back(op);
-    for (const HloInstruction* op : i->control_predecessors) work.push_back(op);
+    for (const HloInstruction* op : i->control_predecessors()) work.push_back(op);
   }
   return false;
 }
@@ -429,7 +429,7 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
     std::map<std::pair<int64_t, int64_t>, std::vector<HloInstruction*>> groups;
     std::map<int64_t, HloInstruction*> by_id;
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (!IsCanonicalDot(i) || !i->control_predecessors.empty()) continue;
+      if (!IsCanonicalDot(i) || !i->control_predecessors().empty()) continue;
       for (int64_t side = 0; side < 2; ++side) {
         groups[{i->operand(side)->unique_id(), side}].push_back(i);
       }

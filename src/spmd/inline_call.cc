@@ -29,14 +29,13 @@ absl::StatusOr<HloInstruction*> InlineCall(HloInstruction* call) {
     std::vector<HloInstruction*> ops;
     ops.reserve(h->operands().size());
     for (HloInstruction* o : h->operands()) ops.push_back(map.at(o));
-    auto clone = h->CloneWithNewOperands(h->shape(), std::move(ops));
-    clone->control_predecessors.clear();
+    auto clone = h->CloneWithNewOperands(h->shape(), std::move(ops));  // without control edges
     map[h] = caller->AddInstruction(std::move(clone));
   }
   for (HloInstruction* h : callee->instructions()) {
     if (h->opcode() == HloOpcode::kParameter) continue;
-    for (HloInstruction* p : h->control_predecessors) {
-      if (p->opcode() != HloOpcode::kParameter) map.at(h)->control_predecessors.push_back(map.at(p));
+    for (HloInstruction* p : h->control_predecessors()) {
+      if (p->opcode() != HloOpcode::kParameter) map.at(p)->AddControlDependencyTo(map.at(h));
     }
   }
   HloInstruction* root = map.at(callee->root());
@@ -47,14 +46,9 @@ absl::StatusOr<HloInstruction*> InlineCall(HloInstruction* call) {
     root->sharding = call->sharding;
   }
   // Control edges to the call now point at the inlined root.
-  for (HloComputation* c : {caller}) {
-    for (HloInstruction* h : c->instructions()) {
-      for (HloInstruction*& p : h->control_predecessors) {
-        if (p == call) p = root;
-      }
-    }
-  }
-  call->control_predecessors.clear();
+  const std::vector<HloInstruction*> waiting = call->control_successors();
+  for (HloInstruction* h : waiting) h->ReplaceControlPredecessor(call, root);
+  call->DropAllControlDeps();
   absl::Status st = call->ReplaceAllUsesWith(root);
   if (!st.ok()) return st;
   st = caller->RemoveInstruction(call);

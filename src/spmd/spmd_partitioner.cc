@@ -120,7 +120,6 @@ HloInstruction* ComputationPartitioner::Clone(const HloInstruction& h, const Sha
                                               std::vector<HloInstruction*> operands) {
   auto c = h.CloneWithNewOperands(shape, std::move(operands));
   c->sharding.reset();
-  c->control_predecessors.clear();
   for (auto it = c->frontend_attributes.begin(); it != c->frontend_attributes.end();) {
     if (absl::StartsWith(it->first, "_weave_") && it->first != "_weave_xla_window") {
       it = c->frontend_attributes.erase(it);

@@ -1,7 +1,9 @@
 // IR mutation API on parsed modules: users, operand replacement, removal, dead code, cloning,
 // post orders and unique names.
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -197,6 +199,122 @@ TEST(IrTest, CloneComputationAndNextChannelId) {
   EXPECT_EQ(m->NextChannelId(), 1);
   m->entry()->root()->channel_id = 9;
   EXPECT_EQ(m->NextChannelId(), 10);
+}
+
+// Control edges are kept in both directions; every removal path drops them on both sides, so no
+// list keeps a pointer to a freed instruction (the ASan build checks the frees).
+constexpr char kControl[] = R"(HloModule ctl, num_partitions=2
+ENTRY main {
+  p = f32[8]{0} parameter(0)
+  a = f32[8]{0} negate(p)
+  b = f32[8]{0} abs(p), control-predecessors={a}
+  c = f32[8]{0} exponential(p), control-predecessors={a, b}
+  unused = f32[8]{0} sqrt(p)
+  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(b, c)
+}
+)";
+
+TEST(IrTest, ControlEdgesBothDirectionsAndRemoval) {
+  auto parsed = ParseHloModule(kControl, "ctl.hlo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  HloModule* m = parsed->get();
+  HloComputation* e = m->entry();
+  HloInstruction* a = e->GetInstruction("a");
+  HloInstruction* b = e->GetInstruction("b");
+  HloInstruction* c = e->GetInstruction("c");
+  EXPECT_THAT(b->control_predecessors(), ElementsAre(a));
+  EXPECT_THAT(c->control_predecessors(), ElementsAre(a, b));
+  EXPECT_THAT(a->control_successors(), ElementsAre(b, c));
+  EXPECT_THAT(b->control_successors(), ElementsAre(c));
+  // Replacing b's uses moves the edge b -> c to its replacement, in place.
+  HloInstruction* sq = e->GetInstruction("unused");
+  ASSERT_TRUE(b->ReplaceUsesWith({c}, sq).ok());
+  EXPECT_THAT(c->control_predecessors(), ElementsAre(a, sq));
+  EXPECT_THAT(sq->control_successors(), ElementsAre(c));
+  EXPECT_TRUE(b->control_successors().empty());
+  // Removing a drops it from both of its successors.
+  ASSERT_TRUE(e->RemoveInstruction(a).ok());
+  EXPECT_TRUE(b->control_predecessors().empty());
+  EXPECT_THAT(c->control_predecessors(), ElementsAre(sq));
+  EXPECT_EQ(e->instruction_count(), 5);
+  EXPECT_THAT(e->ToString(), ::testing::HasSubstr("exponential(%p), control-predecessors={%unused}"));
+  // DropAllControlDeps clears both sides.
+  c->DropAllControlDeps();
+  EXPECT_TRUE(sq->control_successors().empty());
+  sq->AddControlDependencyTo(c);
+  sq->AddControlDependencyTo(c);  // a repeated edge is kept as written
+  EXPECT_THAT(c->control_predecessors(), ElementsAre(sq, sq));
+  sq->RemoveControlDependencyTo(c);
+  EXPECT_TRUE(c->control_predecessors().empty());
+  EXPECT_TRUE(sq->control_successors().empty());
+}
+
+TEST(IrTest, CloneKeepsControlEdgesAndDeadCodeDropsThem) {
+  auto parsed = ParseHloModule(kControl, "ctl.hlo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  auto copy = (*parsed)->Clone();
+  EXPECT_EQ(copy->ToString(), (*parsed)->ToString());
+  HloComputation* e = copy->entry();
+  HloInstruction* a = e->GetInstruction("a");
+  EXPECT_EQ(a->control_successors().size(), 2u);
+  EXPECT_EQ(a->control_successors()[0]->parent(), e);  // the clone's, not the original's
+  // a is read by nobody but is a control predecessor: RemoveDeadCode keeps it; the root
+  // swap makes b, c and a dead together.
+  EXPECT_TRUE(e->RemoveDeadCode());  // `unused`
+  EXPECT_EQ(e->GetInstruction("unused"), nullptr);
+  e->set_root(e->GetInstruction("p"));
+  EXPECT_TRUE(e->RemoveDeadCode());
+  EXPECT_EQ(e->instruction_count(), 1);
+  EXPECT_EQ(e->instructions().size(), 1u);
+}
+
+// Removal leaves holes that a later compaction closes: the order of the rest never changes, and
+// counts, lookups and the printer see only live instructions.
+TEST(IrTest, ManyRemovalsKeepOrderAndCounts) {
+  HloModule m("many");
+  auto owned = std::make_unique<HloComputation>("main");
+  HloComputation* e = m.AddComputation(std::move(owned));
+  m.set_entry(e);
+  const Shape s(PrimitiveType::F32, {4});
+  HloInstruction* p = e->AddParameter(s, "p");
+  std::vector<HloInstruction*> made;
+  for (int k = 0; k < 500; ++k) made.push_back(e->AddInstruction(HloOpcode::kNegate, s, {p}));
+  e->set_root(made.back());
+  // Remove every instruction but each fifth (and the root), oldest first.
+  std::vector<HloInstruction*> kept = {p};
+  for (size_t k = 0; k < made.size(); ++k) {
+    if (k % 5 == 0 || made[k] == e->root()) {
+      kept.push_back(made[k]);
+      continue;
+    }
+    ASSERT_TRUE(e->RemoveInstruction(made[k]).ok());
+  }
+  EXPECT_EQ(e->instruction_count(), static_cast<int64_t>(kept.size()));
+  EXPECT_EQ(e->instructions(), kept);
+  EXPECT_EQ(e->MakeInstructionPostOrder().size(), kept.size());
+  EXPECT_EQ(e->GetInstruction(kept[3]->name()), kept[3]);
+  // Removing the survivors through RemoveUnusedChains (one call, many seeds) also keeps order.
+  std::vector<HloInstruction*> seeds(kept.begin() + 1, kept.end() - 1);
+  ASSERT_TRUE(e->RemoveUnusedChains(seeds, [](const HloInstruction*) { return true; }).ok());
+  EXPECT_THAT(e->instructions(), ElementsAre(p, kept.back()));
+}
+
+TEST(IrTest, ComputationNamesStayUniqueThroughRenameAndRemoval) {
+  HloModule m("names");
+  HloComputation* a = m.AddComputation(std::make_unique<HloComputation>("body"));
+  HloComputation* b = m.AddComputation(std::make_unique<HloComputation>("body"));
+  EXPECT_EQ(a->name(), "body");
+  EXPECT_EQ(b->name(), "body.1");
+  b->set_name("cond");
+  HloComputation* c = m.AddComputation(std::make_unique<HloComputation>("body"));
+  EXPECT_EQ(c->name(), "body.1");  // freed by the rename
+  HloComputation* d = m.AddComputation(std::make_unique<HloComputation>("cond"));
+  EXPECT_EQ(d->name(), "cond.1");
+  ASSERT_TRUE(m.RemoveComputation(a).ok());
+  HloComputation* e = m.AddComputation(std::make_unique<HloComputation>("body"));
+  EXPECT_EQ(e->name(), "body");  // freed by the removal
+  auto copy = m.Clone();
+  EXPECT_EQ(copy->AddComputation(std::make_unique<HloComputation>("cond"))->name(), "cond.2");
 }
 
 }  // namespace

@@ -224,7 +224,7 @@ ENTRY e {
   EXPECT_EQ(rp->exponent_bits, 5);
   EXPECT_EQ(rp->mantissa_bits, 2);
   auto* t = m->entry()->root();
-  EXPECT_THAT(t->control_predecessors, ElementsAre(ag));
+  EXPECT_THAT(t->control_predecessors(), ElementsAre(ag));
 }
 
 TEST(ParserTest, WhileAndConditional) {

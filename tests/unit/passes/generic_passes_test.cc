@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "analysis/verifier.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -264,6 +265,36 @@ ENTRY main {
   EXPECT_EQ(m->entry()->GetInstruction("f"), nullptr);
   EXPECT_NE(m->entry()->GetInstruction("p"), nullptr);
   EXPECT_EQ(m->entry()->instruction_count(), 2);
+}
+
+// An instruction something waits for stays; once the only instruction waiting for it is removed
+// in the same chain, it is dead like any other (as RunOnComputation and XLA's one-at-a-time
+// removal see it), whatever the operand order.
+TEST(Dce, RemoveDeadChainKeepsOnlyLiveControlPredecessors) {
+  for (const char* order : {"tuple(a, b)", "tuple(b, a)"}) {
+    auto m = Parse(absl::StrCat(R"(
+HloModule ctl
+
+ENTRY main {
+  p = f32[4]{0} parameter(0)
+  a = f32[4]{0} negate(p)
+  b = f32[4]{0} abs(a), control-predecessors={a}
+  k = f32[4]{0} sqrt(p)
+  live = f32[4]{0} exponential(p), control-predecessors={k}
+  t = (f32[4]{0}, f32[4]{0}) )", order, R"(
+  u = (f32[4]{0}) tuple(k)
+  ROOT r = f32[4]{0} add(live, p)
+}
+)"));
+    ASSERT_NE(m, nullptr);
+    HloComputation* e = m->entry();
+    EXPECT_EQ(DeadCodeElimination::RemoveDeadChain(e->GetInstruction("t")), 3) << order;
+    EXPECT_EQ(e->GetInstruction("a"), nullptr) << order;
+    EXPECT_EQ(e->GetInstruction("b"), nullptr) << order;
+    // k has no user after u goes, but `live` waits for it.
+    EXPECT_EQ(DeadCodeElimination::RemoveDeadChain(e->GetInstruction("u")), 1) << order;
+    EXPECT_NE(e->GetInstruction("k"), nullptr) << order;
+  }
 }
 
 // The same shape inside a while body, reached through the pass: dead elements 2 and 3 with
