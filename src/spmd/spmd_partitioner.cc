@@ -338,7 +338,12 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
     const Sharding& target = targets_.at(h);
     PValue v;
     if (h->opcode() == HloOpcode::kParameter) {
-      HloInstruction* p = fresh_->AddParameter(LocalShape(h->shape(), target), h->name());
+      // The local parameter keeps its number: parameters may be written in any order, and the
+      // caller (XLA's runtime, a while loop, `weave compare`) passes arguments by number.
+      auto param = HloInstruction::Create(HloOpcode::kParameter, LocalShape(h->shape(), target));
+      param->parameter_number = h->parameter_number;
+      param->set_name(h->name());
+      HloInstruction* p = fresh_->AddInstruction(std::move(param));
       p->metadata = h->metadata;
       v = PValue{p, target, h->shape()};
     } else {
