@@ -34,6 +34,7 @@ Val HloTextBuilder::Param(const std::string& type, const std::vector<int64_t>& d
   Val v{FreshName(hint), type, dims};
   std::string line = absl::StrCat(v.name, " = ", v.Shape(), " parameter(", num_params_++, ")");
   if (!sharding.empty()) absl::StrAppend(&line, ", sharding=", sharding);
+  param_lines_.push_back(lines_.size());
   lines_.push_back(std::move(line));
   return v;
 }
@@ -110,7 +111,18 @@ std::string HloTextBuilder::Module(const std::string& name, int64_t num_partitio
   for (const std::string& c : computations_) absl::StrAppend(&s, c, "\n");
   absl::StrAppend(&s, "ENTRY ", prefix_, "main {\n");
   const bool tuple = tuple_root || outputs.size() != 1;
-  for (const std::string& l : lines_) {
+  std::vector<std::string> lines = lines_;
+  if (num_params_ >= 2 && num_params_ % 2 == 0) {
+    for (size_t k = 0; k < param_lines_.size(); ++k) {
+      std::string& l = lines[param_lines_[k]];
+      const std::string from = absl::StrCat(" parameter(", k, ")");
+      const size_t at = l.find(from);
+      if (at == std::string::npos) continue;
+      l.replace(at, from.size(),
+                absl::StrCat(" parameter(", num_params_ - 1 - static_cast<int64_t>(k), ")"));
+    }
+  }
+  for (const std::string& l : lines) {
     // A single output is the root itself (ROOT need not be the last line).
     const bool root = !tuple && l.compare(0, outputs[0].name.size() + 3,
                                           absl::StrCat(outputs[0].name, " = ")) == 0;

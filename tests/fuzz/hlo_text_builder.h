@@ -62,7 +62,11 @@ class HloTextBuilder {
   int64_t num_params() const { return num_params_; }
 
   // The module: header, computations, then ENTRY with the instructions and the root: a tuple of
-  // `outputs` when `tuple_root` or there are several, else the single output.
+  // `outputs` when `tuple_root` or there are several, else the single output. A module with an
+  // even number (>= 2) of entry parameters numbers them in reverse text order (the first written
+  // is the last parameter), as hand-written and XLA test modules may: every pass and the
+  // partitioner must keep numbers, not text positions. No choice is drawn for it, so a seed's
+  // program is otherwise the same.
   std::string Module(const std::string& name, int64_t num_partitions,
                      const std::vector<Val>& outputs, bool tuple_root,
                      const std::string& comment) const;
@@ -71,6 +75,7 @@ class HloTextBuilder {
   std::string prefix_;
   std::string header_attributes_;
   std::vector<std::string> lines_;
+  std::vector<size_t> param_lines_;  // index in lines_ of each parameter, in creation order
   std::vector<std::string> computations_;
   std::map<std::string, std::string> reducers_;
   std::map<std::string, int> used_;
