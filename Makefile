@@ -17,16 +17,17 @@ FUZZ_SECONDS ?= 10
 # programs with random shardings), the failed checks tolerated while known bugs are being fixed
 # (check prefixes, or @FILE with lines '<seed|*> <check>'), and the campaign of `make fuzz-long`.
 # Partitioned programs: none tolerated. Global programs: the open bugs of
-# tests/fuzz/known-open-global.txt, by seed. Cost-gated run: none (the gate's decision margin,
-# issue 17, ended the flips on sub-ns ties). The libFuzzer target cannot name seeds:
-# FUZZ_LIBFUZZER_ALLOW.
+# tests/fuzz/known-open-global.txt, by seed (none open). Cost-gated run: none (the gate's decision
+# margin, issue 17, ended the flips on sub-ns ties). The libFuzzer target cannot name seeds:
+# FUZZ_LIBFUZZER_ALLOW, empty since its 2,229-input corpus from an hour's run passed every check,
+# idempotence included (the collective-quantizer order fix).
 FUZZ_CI_SEEDS ?= 0:1600
 FUZZ_CI_GATED_SEEDS ?= 0:200
 FUZZ_CI_GLOBAL_SEEDS ?= 0:400
 FUZZ_ALLOW ?=
 FUZZ_GLOBAL_ALLOW ?= @tests/fuzz/known-open-global.txt
 FUZZ_GATED_ALLOW ?=
-FUZZ_LIBFUZZER_ALLOW ?= idempotence
+FUZZ_LIBFUZZER_ALLOW ?=
 FUZZ_MUTANTS := dequant-unproven ring-reversed drop-last-step
 FUZZ_LONG_SECONDS ?= 3600
 FUZZ_LONG_SEEDS ?= 0:20000
