@@ -149,6 +149,14 @@ namespace {
 void EraseAll(std::vector<HloInstruction*>* v, const HloInstruction* x) {
   v->erase(std::remove(v->begin(), v->end(), x), v->end());
 }
+
+// A removed parameter leaves its number's slot empty; trailing empty slots go.
+void ForgetParameter(std::vector<HloInstruction*>* params, const HloInstruction* p) {
+  for (auto& q : *params) {
+    if (q == p) q = nullptr;
+  }
+  while (!params->empty() && params->back() == nullptr) params->pop_back();
+}
 }  // namespace
 
 void HloInstruction::AddControlDependencyTo(HloInstruction* successor) {
@@ -375,10 +383,7 @@ absl::Status HloComputation::RemoveInstruction(HloInstruction* instr) {
   for (HloInstruction* op : instr->operands_) op->RemoveUser(instr);
   instr->DropAllControlDeps();
   if (instr->opcode_ == HloOpcode::kParameter) {
-    for (auto& p : params_) {
-      if (p == instr) p = nullptr;
-    }
-    while (!params_.empty() && params_.back() == nullptr) params_.pop_back();
+    ForgetParameter(&params_, instr);
   }
   FreeSlot(instr);
   return absl::OkStatus();
@@ -457,10 +462,7 @@ absl::Status HloComputation::RemoveUnusedChains(
     for (HloInstruction* op : i->operands_) op->RemoveUser(i);
     i->DropAllControlDeps();
     if (i->opcode_ == HloOpcode::kParameter) {
-      for (auto& p : params_) {
-        if (p == i) p = nullptr;
-      }
-      while (!params_.empty() && params_.back() == nullptr) params_.pop_back();
+      ForgetParameter(&params_, i);
     }
     removed.insert(i);
     for (HloInstruction* op : i->operands_) work.push_back(op);
