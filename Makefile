@@ -24,6 +24,8 @@ FUZZ_SECONDS ?= 10
 FUZZ_CI_SEEDS ?= 0:1600
 FUZZ_CI_GATED_SEEDS ?= 0:200
 FUZZ_CI_GLOBAL_SEEDS ?= 0:400
+# The same programs with the handler's wide activation cache forced (issue 17), and its mutant.
+FUZZ_CI_WIDE_SEEDS ?= 0:400
 FUZZ_ALLOW ?=
 FUZZ_GLOBAL_ALLOW ?= @tests/fuzz/known-open-global.txt
 FUZZ_GATED_ALLOW ?=
@@ -95,9 +97,13 @@ fuzz-diff: build
 	  $(if $(FUZZ_GATED_ALLOW),--allow=$(FUZZ_GATED_ALLOW)) --cost-gate h100x8 | tail -4
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz --global run --seeds $(FUZZ_CI_GLOBAL_SEEDS) \
 	  -j $(JOBS) --allow=$(FUZZ_GLOBAL_ALLOW) | tail -6
+	set -o pipefail; OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_WIDE_SEEDS) -j $(JOBS) \
+	  --pass-option windowed-einsum-cache-type=wide | tail -4
 	@set -o pipefail; for m in $(FUZZ_MUTANTS); do \
 	  OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_SEEDS) -j $(JOBS) --mutant $$m --expect-failure | tail -1 || exit 1; \
 	done
+	@set -o pipefail; OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds $(FUZZ_CI_SEEDS) -j $(JOBS) \
+	  --pass-option windowed-einsum-cache-type=wide --mutant wide-cache-unscaled --expect-failure | tail -1
 
 # `make fuzz`: FUZZ_SECONDS (default 300 here) of each libFuzzer target, then the driver on as
 # many seeds (SANITIZE=1: the driver built with ASan + UBSan).

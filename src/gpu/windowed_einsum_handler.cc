@@ -165,7 +165,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
 
 absl::StatusOr<bool> WindowedEinsumHandler::Run(HloModule* module) {
   handler_internal::Handler h(
-      module, unroll_, backend_config_,
+      module, unroll_, backend_config_, cache_type_, cost_oracle(),
       [this](std::string loc, bool applied, std::string msg) {
         AddRemark(std::move(loc), applied, std::move(msg));
       },
@@ -181,7 +181,20 @@ WEAVE_REGISTER_PASS("windowed-einsum-handler",
                       if (!unroll.ok()) return unroll.status();
                       auto schema = XlaBackendConfigVersionFromOptions(options);
                       if (!schema.ok()) return schema.status();
-                      return std::make_unique<WindowedEinsumHandler>(*unroll, *schema);
+                      using CacheType = WindowedEinsumHandler::CacheType;
+                      const std::string cache = options.GetString(
+                          WindowedEinsumHandler::kCacheTypeOption, "auto");
+                      CacheType type = CacheType::kAuto;
+                      if (cache == "fp8") {
+                        type = CacheType::kFp8;
+                      } else if (cache == "wide") {
+                        type = CacheType::kWide;
+                      } else if (cache != "auto") {
+                        return absl::InvalidArgumentError(absl::StrCat(
+                            std::string(WindowedEinsumHandler::kCacheTypeOption),
+                            " must be auto, fp8 or wide, got '", cache, "'"));
+                      }
+                      return std::make_unique<WindowedEinsumHandler>(*unroll, *schema, type);
                     });
 
 }  // namespace weave

@@ -17,7 +17,16 @@
 //     is replaced by a cache element appended to the loop state: a zero broadcast of the gathered
 //     shape in the windowed element type, filled in the body with one dynamic-update-slice per dot
 //     at that dot's block offset; FP8 caches are dequantized after the loop. One cache per loop,
-//     shared by every consumer.
+//     shared by every consumer. A loop that circulates FP8 may instead keep a *wide* cache
+//     (option `windowed-einsum-cache-type`): each shard is dequantized in the body as it arrives
+//     (with the scale the all-gathers' dequantizations share, carried in the loop state) and
+//     stored in the wide type, and the readers take the cache as it is. That costs a
+//     dequantization per step inside the ring and twice the cache bytes, and saves one
+//     dequantization of the whole cache after the loop per reader; a reader that could be an
+//     FP8 GEMM (its other operand FP8) loses that. `auto` (the default) asks the cost gate
+//     (passes/cost_oracle.h) per loop, both variants estimated; without a gate, or when a wide
+//     cache cannot serve every all-gather (one reads the FP8 value itself, or their
+//     dequantizations differ), the cache is FP8, as XLA's handler keeps it.
 //  3. Full unrolling (§5, option `windowed-einsum-unroll`, default true): the body is repeated
 //     trip-count times, the counter folded to constants, guarded permutes resolved, the while runs
 //     once and gets the frontend attribute skip-simplify-while-loops_trip-count-one="true" and
@@ -47,12 +56,18 @@ class WindowedEinsumHandler : public HloPass {
   static constexpr std::string_view kName = "windowed-einsum-handler";
   // Option keys (PassOptions / CLI `--windowed-einsum-unroll=false`).
   static constexpr std::string_view kUnrollOption = "windowed-einsum-unroll";
+  // `windowed-einsum-cache-type=auto|fp8|wide` (step 2; default auto).
+  static constexpr std::string_view kCacheTypeOption = "windowed-einsum-cache-type";
+  enum class CacheType { kAuto, kFp8, kWide };
 
   // `backend_config`: the XLA version whose GpuBackendConfig schema the stream fields are
   // written in (passes/gpu_backend_config.h; option `xla-backend-config`, default 2026).
+  // `cache_type`: the cache of a loop that circulates FP8 (step 2; kAuto: the cost gate's
+  // choice, FP8 without a gate).
   explicit WindowedEinsumHandler(bool unroll = true,
-                                 XlaBackendConfigVersion backend_config = kDefaultXlaBackendConfig)
-      : unroll_(unroll), backend_config_(backend_config) {}
+                                 XlaBackendConfigVersion backend_config = kDefaultXlaBackendConfig,
+                                 CacheType cache_type = CacheType::kAuto)
+      : unroll_(unroll), backend_config_(backend_config), cache_type_(cache_type) {}
   std::string_view name() const override { return kName; }
   // Returns whether the module changed. Errors only on internal inconsistencies (the module is
   // then partly rewritten).
@@ -61,6 +76,7 @@ class WindowedEinsumHandler : public HloPass {
  private:
   bool unroll_;
   XlaBackendConfigVersion backend_config_;
+  CacheType cache_type_;
 };
 
 }  // namespace weave

@@ -2,7 +2,8 @@
 // §3). Three parts: PlanAndAddCaches finds, for each all-gather of a computation, the loop that
 // already circulates the gathered value; MatchAllGather proves that the loop visits every gathered
 // block at the offset the all-gather puts it (by simulating the ring on every partition);
-// AddCache appends the cache element, fills it in the body and rewires the all-gathers' readers.
+// AddCache appends the cache element (FP8, or wide: windowed_einsum_handler_cache_type.cc), fills
+// it in the body and rewires the all-gathers' readers.
 #include "gpu/windowed_einsum_handler_internal.h"
 
 #include <algorithm>
@@ -262,7 +263,7 @@ void Handler::RepairTopo(HloInstruction* w, HloInstruction* r) {
 }
 
 absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
-                                       std::string* msg) {
+                                       const WideForm* wide, std::string* msg) {
   HloInstruction* w = L.while_instr;
   HloComputation* comp = w->parent();
   HloComputation* body = L.body;
@@ -271,12 +272,16 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   const int64_t wi = L.windowed_operand;
   const int64_t dim = uses[0].dim;
   const PrimitiveType et = w->shape().tuple_shapes[wi].element_type;
-  const Shape cache_shape = uses[0].all_gather->shape().WithElementType(et);
   for (const CacheUse& u : uses) {
-    if (u.dim != dim || !u.all_gather->shape().WithElementType(et).Compatible(cache_shape)) {
+    if (u.dim != dim || !u.all_gather->shape().WithElementType(et).Compatible(
+                            uses[0].all_gather->shape().WithElementType(et))) {
       return absl::InternalError("cache uses disagree");
     }
   }
+  // A wide cache stores the shards dequantized (the dequantization every use shares).
+  const WideForm* dq = wide;
+  const PrimitiveType cache_type = wide ? dq->wide : et;
+  const Shape cache_shape = uses[0].all_gather->shape().WithElementType(cache_type);
   // Offsets first (before any change).
   std::vector<HloInstruction*> offsets;
   for (const WindowedDot& d : L.dots) offsets.push_back(BlockOffset(d, wi, dim));
@@ -291,16 +296,47 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   HloInstruction* zeros = AddZeroBroadcast(comp, cache_shape, "cache_init");
   std::vector<HloInstruction*> ops = init->operands();
   ops.push_back(zeros);
+  // The wide cache's scale in the body: an element the loop already passes through with it as
+  // init (the FP8 shift's), else a new pass-through element after the cache.
+  int64_t scale_slot = -1;
+  if (wide) {
+    for (int64_t i = 0; i < n; ++i) {
+      const HloInstruction* r = R->operand(i);
+      if (init->operand(i) == dq->scale && r->opcode() == HloOpcode::kGetTupleElement &&
+          r->operand(0) == P && r->tuple_index == i) {
+        scale_slot = i;
+        break;
+      }
+    }
+    if (scale_slot < 0) {
+      scale_slot = n + 1;
+      elems.push_back(dq->scale->shape());
+      state = Shape::Tuple(elems);
+      ops.push_back(dq->scale);
+    }
+  }
   if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
 
-  // Body: one dynamic-update-slice per dot, at the dot's block offset.
+  // Body: one dynamic-update-slice per dot, at the dot's block offset (of the shard dequantized
+  // with the carried scale, for a wide cache).
   HloInstruction* cur = AddGte(body, P, n, "cache");
   HloInstruction* zero = nullptr;
+  HloInstruction* scale = wide ? AddGte(body, P, scale_slot, "cache_scale") : nullptr;
+  absl::flat_hash_map<const HloInstruction*, HloInstruction*> dequantized;  // by window
   for (size_t i = 0; i < L.dots.size(); ++i) {
     HloInstruction* off = offsets[i];
-    std::vector<HloInstruction*> dus_ops = {cur, L.dots[i].window};
+    HloInstruction* block = L.dots[i].window;
+    if (wide) {
+      HloInstruction*& d = dequantized[block];
+      if (d == nullptr) {
+        d = BuildDequantize(body, block, scale, dq->is_divide, dq->wide,
+                            block->shape().WithElementType(dq->wide));
+      }
+      block = d;
+    }
+    std::vector<HloInstruction*> dus_ops = {cur, block};
     for (int64_t d = 0; d < cache_shape.rank(); ++d) {
       if (d == dim) {
         dus_ops.push_back(off);
@@ -313,13 +349,40 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
                                "cache_update");
   }
   R->AppendOperand(cur);
+  if (wide && scale_slot == n + 1) R->AppendOperand(AddGte(body, P, n + 1, "cache_scale_next"));
   R->set_shape(state);
 
-  // After the loop: the cache (dequantized in the FP8 case) replaces the all-gathers.
+  // After the loop: the cache (an FP8 one dequantized per reader) replaces the all-gathers.
   HloInstruction* cache = AddGte(comp, w, n, "cache_out");
   int64_t rewired = 0;
   std::vector<std::string> kept;
   for (CacheUse& u : uses) {
+    if (wide && !u.dequant) {
+      // An FP8 all-gather: the roots of its dequantizations read the wide cache instead.
+      std::string why;
+      std::optional<std::vector<DequantMatch>> dqs = DequantReaders(u.all_gather, &why);
+      if (!dqs) return absl::InternalError("wide cache: " + why);
+      for (const DequantMatch& d : *dqs) {
+        std::vector<HloInstruction*> readers;
+        for (HloInstruction* r : d.root->users()) {
+          if (IsAncestorOfWhile(r, w)) {
+            kept.push_back(r->name());
+          } else {
+            readers.push_back(r);
+          }
+        }
+        rewired += static_cast<int64_t>(readers.size());
+        const bool was_root = d.root->IsRoot();
+        if (auto s = d.root->ReplaceUsesWith(readers, cache); !s.ok()) return s;
+        for (HloInstruction* r : readers) RepairTopo(w, r);
+        if (was_root) comp->set_root(cache);
+      }
+      remark_(u.all_gather->name(), true,
+              absl::StrFormat("all-gather and its dequantizations replaced by the activation "
+                              "cache (tuple index %d, %s, dequantized in the ring) of loop '%s'",
+                              n, PrimitiveTypeName(cache_type), w->name()));
+      continue;
+    }
     std::vector<HloInstruction*> readers;
     for (HloInstruction* r : u.all_gather->users()) {
       if (IsAncestorOfWhile(r, w)) {
@@ -333,7 +396,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
     // that the FP8 GEMM rewriter folds it into that reader's GEMM.
     auto value_for = [&]() {
-      if (!u.dequant) return cache;
+      if (!u.dequant || wide) return cache;
       return BuildDequantize(comp, cache, u.dequant->scale, u.dequant->is_divide,
                              u.dequant->wide_type, u.all_gather->shape(),
                              u.dequant->broadcast->dimensions);
@@ -347,14 +410,23 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
     remark_(ag_name, true,
             absl::StrFormat("all-gather replaced by the activation cache (tuple index %d, %s%s) "
                             "of loop '%s'",
-                            n, PrimitiveTypeName(et),
-                            u.dequant ? ", dequantized after the loop" : "", w->name()));
+                            n, PrimitiveTypeName(cache_type),
+                            wide        ? ", dequantized in the ring"
+                            : u.dequant ? ", dequantized after the loop"
+                                        : "",
+                            w->name()));
   }
   *msg = absl::StrFormat(
-      "activation cache added at tuple index %d (%s), filled by %d dynamic-update-slice%s, "
+      "%sactivation cache added at tuple index %d (%s), filled by %d dynamic-update-slice%s, "
       "shared by %d all-gather%s and %d consumer%s",
-      n, cache_shape.ToString(false), L.dots.size(), L.dots.size() == 1 ? "" : "s", uses.size(),
-      uses.size() == 1 ? "" : "s", rewired, rewired == 1 ? "" : "s");
+      wide ? "wide " : "", n, cache_shape.ToString(false), L.dots.size(),
+      L.dots.size() == 1 ? "" : "s", uses.size(), uses.size() == 1 ? "" : "s", rewired,
+      rewired == 1 ? "" : "s");
+  if (wide) {
+    absl::StrAppend(msg, "; each shard dequantized in the body with '", dq->scale->name(), "'",
+                    scale_slot == n + 1 ? absl::StrCat(" (carried at tuple index ", n + 1, ")")
+                                        : absl::StrCat(" (tuple index ", scale_slot, ")"));
+  }
   if (!kept.empty()) {
     absl::StrAppend(msg, "; not rewired (the loop depends on them): ", absl::StrJoin(kept, ", "));
   }
@@ -563,10 +635,12 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
   // 3. One cache per loop, shared by its all-gathers.
   for (auto& [pos, entry] : caches) {
     HloInstruction* w = entry.first;
-    std::string msg;
-    auto r = AddCache(matched.at(w), entry.second, &msg);
+    std::string msg, note;
+    WideForm form;
+    const bool wide = ChooseWideCache(matched.at(w), entry.second, &form, &note);
+    auto r = AddCache(matched.at(w), entry.second, wide ? &form : nullptr, &msg);
     if (!r.ok()) return r.status();
-    remark_(w->name(), *r, msg);
+    remark_(w->name(), *r, msg + note);
     changed |= *r;
   }
   return changed;

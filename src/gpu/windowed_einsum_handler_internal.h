@@ -6,6 +6,7 @@
 //   windowed_einsum_handler_fp8_shift.cc 1. move dequantize(fp8, scale) into the loop (spec §2)
 //   windowed_einsum_handler_cache.cc     2. serve all-gathers of the windowed operand from a
 //                                           cache filled by the loop (spec §3)
+//   windowed_einsum_handler_cache_type.cc 2b. FP8 or wide cache (option, or the cost gate)
 //   windowed_einsum_handler_unroll.cc    3. full unrolling (spec §5)
 //   windowed_einsum_handler_partials.cc  3b. contracting-dim loops: partial products collected
 //                                           outside the add chain (spec §8)
@@ -32,6 +33,8 @@
 #include "gpu/windowed_loop.h"
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
+#include "gpu/windowed_einsum_handler.h"
+#include "passes/cost_oracle.h"
 #include "passes/gpu_backend_config.h"
 
 namespace weave::handler_internal {
@@ -88,6 +91,12 @@ const HloInstruction* GatherAttributes(const HloInstruction* ag);
 // false branch returns it (the rolled ring guard).
 bool IsGuardedPermute(const HloInstruction* u, const HloInstruction* x);
 
+// The scalar dequantizations reading all-gather `ag` of an FP8 value (multiply or divide of
+// convert(ag) by a broadcast scalar, of type bf16/f16/f32), when they are all of its readers
+// (each convert(ag) read only by such roots); nullopt otherwise, with *why set
+// (windowed_einsum_handler_cache_type.cc).
+std::optional<std::vector<DequantMatch>> DequantReaders(HloInstruction* ag, std::string* why);
+
 // ---- per-run state ----
 
 // What the FP8 shift replaced in a loop's init tuple: the wide operands (the dequantizations, or
@@ -114,12 +123,17 @@ struct CacheUse {
 // remark (what was done, or the first condition that failed).
 class Handler {
  public:
+  // `oracle`: the cost gate (nullptr: none), asked for the cache type when `cache_type` is
+  // kAuto.
   Handler(HloModule* m, bool unroll, XlaBackendConfigVersion backend_config,
+          WindowedEinsumHandler::CacheType cache_type, CostOracle* oracle,
           std::function<void(std::string, bool, std::string)> remark,
           std::function<void(std::string, std::string)> analysis)
       : module_(m),
         unroll_(unroll),
         backend_config_(backend_config),
+        cache_type_(cache_type),
+        oracle_(oracle),
         remark_(std::move(remark)),
         analysis_(std::move(analysis)) {}
 
@@ -155,8 +169,27 @@ class Handler {
   void RepairTopo(HloInstruction* w, HloInstruction* r);
   // The partition groups of an all-gather (empty: one group of every partition).
   std::vector<std::vector<int64_t>> GatherGroups(const HloInstruction* ag) const;
+  // The dequantization a wide cache stores its shards with: the one every use shares, either
+  // the all-gather's operand (CacheUse::dequant) or, for an all-gather of the FP8 value itself,
+  // the dequantizations of it that are its only readers (their roots then read the cache).
+  struct WideForm {
+    HloInstruction* scale = nullptr;  // scalar, of type `wide`
+    bool is_divide = false;
+    PrimitiveType wide = PrimitiveType::kInvalid;
+  };
+  // `wide`: the wide cache in `form` (from WhyNoWideCache), else the cache in the loop's
+  // windowed element type.
   absl::StatusOr<bool> AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
-                                std::string* msg);
+                                const WideForm* wide, std::string* msg);
+  // Why a wide cache cannot serve `uses` of loop L ("" when it can, with *form set): the loop
+  // circulates no FP8; an all-gather of the FP8 value has a reader that is not a scalar
+  // dequantization; the dequantizations differ; or the scale depends on the loop.
+  std::string WhyNoWideCache(const WindowedLoop& L, const std::vector<CacheUse>& uses,
+                             WideForm* form);
+  // The cache type for loop L serving `uses`: the option, or with kAuto the cost gate's choice
+  // (FP8 without a gate). *note gets the remark's addition (the estimates, or why not wide).
+  bool ChooseWideCache(const WindowedLoop& L, const std::vector<CacheUse>& uses, WideForm* form,
+                       std::string* note);
 
   // Step 3, unrolling (windowed_einsum_handler_unroll.cc).
   absl::StatusOr<bool> Unroll(const WindowedLoop& L, std::string* msg);
@@ -181,6 +214,8 @@ class Handler {
   HloModule* module_;
   bool unroll_;
   XlaBackendConfigVersion backend_config_;
+  WindowedEinsumHandler::CacheType cache_type_;
+  CostOracle* oracle_;
   std::function<void(std::string, bool, std::string)> remark_;
   std::function<void(std::string, std::string)> analysis_;  // informational remarks
   int64_t next_queue_id_ = 1;

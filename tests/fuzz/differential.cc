@@ -350,6 +350,12 @@ class Checker {
       }
     }
     r_->fired["fp8-shift"] = shift;
+    bool wide_cache = false;
+    for (const Remark& rm : remarks_) {
+      wide_cache |= rm.applied && rm.pass == "windowed-einsum-handler" &&
+                    absl::StrContains(rm.message, "wide activation cache added");
+    }
+    r_->fired["wide-cache"] = wide_cache;
     bool a2a = false;
     for (const Remark& rm : remarks_) a2a |= rm.applied && rm.pass == "all-to-all-windowed-einsum";
     r_->fired["a2a-window"] = a2a;

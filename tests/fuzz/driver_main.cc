@@ -2,7 +2,7 @@
 //
 //   weave-fuzz run --seeds A:B [--jobs J] [--timeout S] [--out DIR] [--findings-fatal]
 //                  [--summary FILE.json] [--allow=check,...] [--quick] [-v]
-//                  [--mutant NAME --expect-failure]
+//                  [--mutant NAME --expect-failure] [--pass-option KEY=VALUE ...]
 //       generates the program of every seed in [A, B), checks it (differential.h) in a child
 //       process, prints one line per non-PASS seed (every seed with -v) and a summary: seeds
 //       per verdict, per failed check, per rewrite fired, per finding. Exit 0 when every seed
@@ -123,7 +123,8 @@ nlohmann::json StatsJson(const Stats& s) {
 int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string& out_dir,
            const std::string& summary, bool findings_fatal, bool verbose, bool quick,
            const std::string& mutant, bool expect_failure, const std::string& allow,
-           const GenOptions& gen, const std::string& cost_gate) {
+           const GenOptions& gen, const std::string& cost_gate,
+           const std::vector<std::string>& pass_options) {
   // Allowed failures: (seed or -1 for any, failed-check prefix), from --allow entries and
   // @FILE lines "<seed|*> <check-prefix>  # reason".
   std::vector<std::pair<int64_t, std::string>> allowed;
@@ -193,6 +194,14 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
   CheckOptions options;
   options.findings_fatal = findings_fatal;
   options.cost_gate_system = cost_gate;
+  for (const std::string& kv : pass_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "weave-fuzz: --pass-option wants KEY=VALUE, got '" << kv << "'\n";
+      return 2;
+    }
+    options.pass_options.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
   if (quick) {
     options.each_pass_alone = false;
   }
@@ -345,6 +354,7 @@ int main(int argc, char** argv) {
   double timeout = 30;
   bool findings_fatal = false, verbose = false, quick = false, expect_failure = false;
   std::string mutant, allow, cost_gate;
+  std::vector<std::string> pass_options;
   GenOptions gen;
   bool no_async = false;
   app.add_flag("--no-async", no_async, "Generate synchronous collectives only (every command)");
@@ -368,7 +378,10 @@ int main(int argc, char** argv) {
   run->add_flag("-v,--verbose", verbose, "One line per seed, with findings");
   run->add_option("--mutant", mutant,
                   "Put a deliberately wrong pass into the pipeline (dequant-unproven, "
-                  "ring-reversed, drop-last-step)");
+                  "ring-reversed, drop-last-step, wide-cache-unscaled)");
+  run->add_option("--pass-option", pass_options,
+                  "KEY=VALUE pass option for every pass of every check (repeatable), e.g. "
+                  "windowed-einsum-cache-type=wide");
   run->add_option("--allow", allow,
                   "Comma list of failed-check prefixes (e.g. idempotence) that do not fail the "
                   "run, or @FILE with lines '<seed|*> <check-prefix> # reason': known open "
@@ -380,7 +393,7 @@ int main(int argc, char** argv) {
                 "Mutation check: stop at the first numerics MISMATCH and exit 0; exit 1 if none");
   run->callback([&] {
     code = CmdRun(seeds, jobs, timeout, out_dir, summary, findings_fatal, verbose, quick, mutant,
-                  expect_failure, allow, gen, cost_gate);
+                  expect_failure, allow, gen, cost_gate, pass_options);
   });
 
   uint64_t print_seed = 0;

@@ -93,6 +93,27 @@ class DropLastStep : public HloPass {
   }
 };
 
+class WideCacheUnscaled : public HloPass {
+ public:
+  std::string_view name() const override { return "mutant-wide-cache-unscaled"; }
+  absl::StatusOr<bool> Run(HloModule* module) override {
+    bool changed = false;
+    for (HloComputation* comp : module->computations()) {
+      for (HloInstruction* w : comp->instructions()) {
+        if (w->opcode() != HloOpcode::kWhile) continue;
+        for (HloInstruction* i : w->while_body()->instructions()) {
+          if (i->opcode() != HloOpcode::kDynamicUpdateSlice || i->operand_count() < 2) continue;
+          std::optional<DequantMatch> d = MatchDequantize(i->operand(1));
+          if (!d) continue;
+          if (absl::Status s = i->ReplaceOperandWith(1, d->convert); !s.ok()) return s;
+          changed = true;
+        }
+      }
+    }
+    return changed;
+  }
+};
+
 }  // namespace
 
 const std::vector<MutantInfo>& Mutants() {
@@ -100,6 +121,7 @@ const std::vector<MutantInfo>& Mutants() {
       {"dequant-unproven", "collective-quantizer", ""},
       {"ring-reversed", "", "windowed-einsum-handler"},
       {"drop-last-step", "", "windowed-einsum-handler"},
+      {"wide-cache-unscaled", "", "windowed-einsum-handler"},
   };
   return kMutants;
 }
@@ -117,6 +139,7 @@ void RegisterMutants() {
   reg("dequant-unproven", [] { return std::make_unique<DequantUnproven>(); });
   reg("ring-reversed", [] { return std::make_unique<RingReversed>(); });
   reg("drop-last-step", [] { return std::make_unique<DropLastStep>(); });
+  reg("wide-cache-unscaled", [] { return std::make_unique<WideCacheUnscaled>(); });
 }
 
 std::vector<std::string> PipelineWithMutant(const std::vector<std::string>& names,

@@ -11,6 +11,9 @@
 //    collective-permute inside a while body, so the ring visits the blocks in the wrong order.
 //  - drop-last-step (after windowed-einsum-handler): in the fully unrolled body of a windowed
 //    loop, the last dot's contribution is replaced by zeros (an off-by-one in the unrolling).
+//  - wide-cache-unscaled (after windowed-einsum-handler): a wide activation cache is filled with
+//    the shards converted but not scaled (the dequantization's multiply or divide dropped). Run
+//    with `--pass-option windowed-einsum-cache-type=wide`, where the handler builds such caches.
 #pragma once
 
 #include <string>
