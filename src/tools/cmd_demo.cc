@@ -186,7 +186,7 @@ void RegisterDemoCommand(CLI::App& app, int* exit_code) {
     }
     std::map<std::string, int> decisions;
     for (const CostDecision& d : probe_report.cost_gate.decisions) {
-      decisions[d.location] = d.estimate.chosen;
+      decisions[ReplayKey(d.pass, d.location)] = d.estimate.chosen;
     }
     c.replay_decisions = decisions;
     c.cost_gate.clear();

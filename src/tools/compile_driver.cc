@@ -237,7 +237,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     const std::map<std::string, int> decisions = *o.replay_decisions;
     oracle = std::make_unique<FunctionCostOracle>(
         [decisions](const CostQuery& q) -> absl::StatusOr<std::vector<double>> {
-          auto it = decisions.find(q.location);
+          auto it = decisions.find(ReplayKey(q.pass, q.location));
           if (it == decisions.end()) {
             return absl::NotFoundError(absl::StrCat("no decision for '", q.location, "' to replay"));
           }

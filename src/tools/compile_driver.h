@@ -48,6 +48,11 @@ constexpr int64_t kNumericsMemoryLimit = int64_t{2} << 30;
 // The system the cost gate estimates on when --system is not given.
 constexpr std::string_view kDefaultGateSystem = "h100x8";
 
+// The key of a replayed cost-gate decision: the asking pass and the remark location.
+inline std::string ReplayKey(const std::string& pass, const std::string& location) {
+  return pass + "/" + location;
+}
+
 struct CompileOptions {
   std::string command = "weave compile";  // for messages
   std::string input;
@@ -81,7 +86,8 @@ struct CompileOptions {
   // weave demo: the numerics record of a scaled copy, reported instead of running the check.
   std::optional<NumericsRecord> numerics_from_copy;
   std::string cost_gate_dump;  // --cost-gate-dump DIR
-  // weave demo: instead of the model, replay these decisions (location -> chosen variant).
+  // weave demo: instead of the model, replay these decisions (ReplayKey(pass, location) ->
+  // chosen variant; one loop may be asked about by several passes).
   std::optional<std::map<std::string, int>> replay_decisions;
   bool duplicate_loops = false;
   std::vector<std::string> extras;
