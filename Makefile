@@ -59,20 +59,27 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	WEAVE_BUILD=$(abspath $(BUILD)) $(LIT) -s tests/lit
 	$(MAKE) --no-print-directory fuzz-diff
-	$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE="$(FUZZ_TEST_SMOKE)"
+	$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE="$(FUZZ_TEST_SMOKE)" \
+	  FUZZ_FLAVOUR=$(if $(filter 1,$(SANITIZE)),fuzz,smoke)
 	@echo "make test: all suites passed"
 
-# libFuzzer targets (parser, pipeline), built with clang-14 under ASan + UBSan. FUZZ_SMOKE names
-# the targets `make fuzz-smoke` builds and runs (parser: src/hlo only; pipeline: every src/*.cc
-# instrumented, about 75 files). `make test` runs FUZZ_TEST_SMOKE: the parser target only while
-# the 2 shared cores cannot afford the pipeline target's instrumented build in every worktree's
-# make test (the same checks run uninstrumented in fuzz-diff); `make test FUZZ_TEST_SMOKE="parser
-# pipeline"` runs both, as `make fuzz-smoke`, `make fuzz` and `make fuzz-long` do.
+# libFuzzer targets (parser, pipeline), built with clang-14 under ASan + UBSan in build-fuzz.
+# FUZZ_SMOKE names the targets `make fuzz-smoke` builds and runs. Two builds of the pipeline
+# target (fuzz/CMakeLists.txt):
+#  - FUZZ_FLAVOUR=fuzz: pipeline_fuzzer, every source instrumented (about 140 files): `make
+#    fuzz`, `make fuzz-long`, `make fuzz-smoke`, and `make test SANITIZE=1`;
+#  - FUZZ_FLAVOUR=smoke: pipeline_fuzzer_smoke, the same harness with only the generator
+#    instrumented, linked against $(BUILD)'s libraries (about 10 files to compile): what `make
+#    test` runs, FUZZ_SECONDS of each target in FUZZ_TEST_SMOKE, so that a cold `make test` stays
+#    within its 20 minutes on 2 cores.
 FUZZ_SMOKE ?= parser pipeline
-FUZZ_TEST_SMOKE ?= parser
-fuzz-build: deps
-	cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build-fuzz -j $(JOBS) $(foreach t,$(FUZZ_SMOKE),--target $(t)_fuzzer)
+FUZZ_TEST_SMOKE ?= parser pipeline
+FUZZ_FLAVOUR ?= fuzz
+FUZZ_PIPELINE := $(if $(filter smoke,$(FUZZ_FLAVOUR)),pipeline_fuzzer_smoke,pipeline_fuzzer)
+fuzz-build: deps $(if $(filter smoke,$(FUZZ_FLAVOUR)),build)
+	cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DWEAVE_RELEASE_BUILD=$(abspath $(BUILD))
+	cmake --build build-fuzz -j $(JOBS) $(foreach t,$(FUZZ_SMOKE),--target $(if $(filter pipeline,$(t)),$(FUZZ_PIPELINE),$(t)_fuzzer))
 
 # FUZZ_SECONDS of each libFuzzer target in FUZZ_SMOKE.
 fuzz-smoke: fuzz-build build
@@ -84,7 +91,7 @@ endif
 ifneq ($(filter pipeline,$(FUZZ_SMOKE)),)
 	@set -o pipefail; mkdir -p build-fuzz/pipeline-corpus && \
 	  $(BUILD)/weave-fuzz corpus --seeds 0:8 build-fuzz/pipeline-corpus && \
-	  WEAVE_FUZZ_ALLOW=$(FUZZ_LIBFUZZER_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
+	  WEAVE_FUZZ_ALLOW=$(FUZZ_LIBFUZZER_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/$(FUZZ_PIPELINE) \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/pipeline-corpus 2>&1 | tail -3
 endif
