@@ -183,7 +183,10 @@ std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& 
 
 bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
   auto pu = position_.find(u), pw = position_.find(w);
-  if (pu != position_.end() && pw != position_.end() && pu->second > pw->second) return false;
+  if (!order_stale_ && pu != position_.end() && pw != position_.end() &&
+      pu->second > pw->second) {
+    return false;
+  }
   // An instruction below `u` in the topological index cannot have `u` among its ancestors.
   const int64_t floor = TopoOf(u);
   absl::flat_hash_set<HloInstruction*> seen;
@@ -262,6 +265,19 @@ void Handler::RepairTopo(HloInstruction* w, HloInstruction* r) {
   for (const HloInstruction* x : fwd) topo_[x->unique_id()] = pool[k++];
 }
 
+std::vector<HloInstruction*> Handler::RewirableReaders(HloInstruction* v, HloInstruction* w,
+                                                       std::vector<std::string>* kept) {
+  std::vector<HloInstruction*> readers;
+  for (HloInstruction* r : v->users()) {
+    if (IsAncestorOfWhile(r, w)) {
+      kept->push_back(r->name());
+    } else {
+      readers.push_back(r);
+    }
+  }
+  return readers;
+}
+
 absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
                                        const WideForm* wide, std::string* msg) {
   HloInstruction* w = L.while_instr;
@@ -313,6 +329,19 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
       elems.push_back(dq->scale->shape());
       state = Shape::Tuple(elems);
       ops.push_back(dq->scale);
+      // A new edge scale -> loop. Where the scale comes after the loop in the orders the
+      // ancestor walks trust (position_, topo_), those orders are no longer topological: stop
+      // trusting them for the rest of this computation (walks stay exact, only longer).
+      auto pos = [this](const HloInstruction* h) {
+        auto it = position_.find(h);
+        return it == position_.end() ? int64_t{-1} : it->second;
+      };
+      const int64_t ps = pos(dq->scale), pw = pos(w);
+      const int64_t ts = TopoOf(dq->scale), tw = TopoOf(w);
+      if (ps < 0 || pw < 0 || ps > pw || (topo_valid_ && (ts < 0 || tw < 0 || ts > tw))) {
+        order_stale_ = true;
+        topo_valid_ = false;
+      }
     }
   }
   if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
@@ -349,7 +378,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
                                "cache_update");
   }
   R->AppendOperand(cur);
-  if (wide && scale_slot == n + 1) R->AppendOperand(AddGte(body, P, n + 1, "cache_scale_next"));
+  if (wide && scale_slot == n + 1) R->AppendOperand(scale);
   R->set_shape(state);
 
   // After the loop: the cache (an FP8 one dequantized per reader) replaces the all-gathers.
@@ -363,14 +392,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
       std::optional<std::vector<DequantMatch>> dqs = DequantReaders(u.all_gather, &why);
       if (!dqs) return absl::InternalError("wide cache: " + why);
       for (const DequantMatch& d : *dqs) {
-        std::vector<HloInstruction*> readers;
-        for (HloInstruction* r : d.root->users()) {
-          if (IsAncestorOfWhile(r, w)) {
-            kept.push_back(r->name());
-          } else {
-            readers.push_back(r);
-          }
-        }
+        std::vector<HloInstruction*> readers = RewirableReaders(d.root, w, &kept);
         rewired += static_cast<int64_t>(readers.size());
         const bool was_root = d.root->IsRoot();
         if (auto s = d.root->ReplaceUsesWith(readers, cache); !s.ok()) return s;
@@ -378,19 +400,12 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
         if (was_root) comp->set_root(cache);
       }
       remark_(u.all_gather->name(), true,
-              absl::StrFormat("all-gather and its dequantizations replaced by the activation "
+              absl::StrFormat("the all-gather's dequantizations replaced by the activation "
                               "cache (tuple index %d, %s, dequantized in the ring) of loop '%s'",
                               n, PrimitiveTypeName(cache_type), w->name()));
       continue;
     }
-    std::vector<HloInstruction*> readers;
-    for (HloInstruction* r : u.all_gather->users()) {
-      if (IsAncestorOfWhile(r, w)) {
-        kept.push_back(r->name());
-      } else {
-        readers.push_back(r);
-      }
-    }
+    std::vector<HloInstruction*> readers = RewirableReaders(u.all_gather, w, &kept);
     rewired += static_cast<int64_t>(readers.size());
     const bool was_root = u.all_gather->IsRoot();
     // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
@@ -481,6 +496,7 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     for (size_t i = 0; i < order.size(); ++i) topo_[order[i]->unique_id()] = static_cast<int64_t>(i);
   }
   topo_valid_ = true;
+  order_stale_ = false;
   // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
   //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
   struct Circulated {

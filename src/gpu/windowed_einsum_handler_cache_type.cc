@@ -76,6 +76,26 @@ std::string Handler::WhyNoWideCache(const WindowedLoop& L, const std::vector<Cac
     }
   }
   if (!shared) return "no all-gather to serve";
+  // One cache for every use: the wide values it replaces must have one shape (layout too).
+  const Shape* wide_shape = nullptr;
+  for (const CacheUse& u : uses) {
+    std::vector<const HloInstruction*> values;
+    if (u.dequant) {
+      values.push_back(u.all_gather);
+    } else {
+      std::string why;
+      const std::optional<std::vector<DequantMatch>> readers = DequantReaders(u.all_gather, &why);
+      if (!readers) return why;
+      for (const DequantMatch& d : *readers) values.push_back(d.root);
+    }
+    for (const HloInstruction* v : values) {
+      const Shape want = v->shape().WithElementType(shared->wide);
+      if (wide_shape == nullptr) wide_shape = &v->shape();
+      if (!(want == wide_shape->WithElementType(shared->wide))) {
+        return absl::StrCat("'", v->name(), "' has another shape or layout than the cache");
+      }
+    }
+  }
   // The scale enters the loop: it must not depend on it.
   if (IsAncestorOfWhile(L.while_instr, shared->scale)) {
     return absl::StrCat("the scale '", shared->scale->name(), "' depends on the loop");

@@ -162,6 +162,10 @@ class Handler {
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
   HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
   bool IsAncestorOfWhile(HloInstruction* u, HloInstruction* w);
+  // The readers of `v` the cache may serve: those loop `w` does not depend on (the others are
+  // named in *kept).
+  std::vector<HloInstruction*> RewirableReaders(HloInstruction* v, HloInstruction* w,
+                                                std::vector<std::string>* kept);
   // The cache phase's topological index of `h` (topo_), or -1 (added since, or none kept).
   int64_t TopoOf(const HloInstruction* h) const;
   // Keeps topo_ a topological order after `r` was made to read loop `w`'s result (an edge
@@ -229,6 +233,10 @@ class Handler {
   // topo_valid_ false: no index (every walk is whole).
   absl::flat_hash_map<int64_t, int64_t> topo_;
   bool topo_valid_ = false;
+  // A wide cache's scale became an operand of a loop it comes after in position_: position_ is
+  // no longer a topological order of the computation (cache phase; IsAncestorOfWhile stops
+  // taking its shortcut).
+  bool order_stale_ = false;
   // Outer computation: dead instructions are removed in one sweep at the end (linear), then
   // these instructions get their predecessors' names.
   PendingRenames rename_;

@@ -115,7 +115,7 @@ void RegisterDemoCommand(CLI::App& app, int* exit_code) {
     }
     // The block at two sizes: the full one is compiled with the cost gate (the performance
     // model decides every loop on the system); its numerics are verified on a scaled copy that
-    // takes the same decisions (replayed by location) and must fire the same rewrites.
+    // takes the same decisions (replayed by pass and location) and must fire the same rewrites.
     const bool global = !*from_partitioned;
     const DemoSize full = DemoSize::Full();
     const DemoSize small = DemoSize::Small();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "analysis/dequantize.h"
 #include "hlo/ir.h"
@@ -10,6 +11,17 @@
 
 namespace weave::fuzz {
 namespace {
+
+// The bodies of the module's while loops (a body called by two loops is listed twice).
+std::vector<HloComputation*> WhileBodies(HloModule* module) {
+  std::vector<HloComputation*> out;
+  for (HloComputation* comp : module->computations()) {
+    for (HloInstruction* w : comp->instructions()) {
+      if (w->opcode() == HloOpcode::kWhile) out.push_back(w->while_body());
+    }
+  }
+  return out;
+}
 
 bool IsDataCollective(const HloInstruction* i) {
   switch (i->opcode()) {
@@ -50,14 +62,11 @@ class RingReversed : public HloPass {
   std::string_view name() const override { return "mutant-ring-reversed"; }
   absl::StatusOr<bool> Run(HloModule* module) override {
     bool changed = false;
-    for (HloComputation* comp : module->computations()) {
-      for (HloInstruction* w : comp->instructions()) {
-        if (w->opcode() != HloOpcode::kWhile) continue;
-        for (HloInstruction* i : w->while_body()->instructions()) {
-          if (i->opcode() != HloOpcode::kCollectivePermute) continue;
-          for (auto& [s, t] : i->source_target_pairs) std::swap(s, t);
-          changed = true;
-        }
+    for (HloComputation* body : WhileBodies(module)) {
+      for (HloInstruction* i : body->instructions()) {
+        if (i->opcode() != HloOpcode::kCollectivePermute) continue;
+        for (auto& [s, t] : i->source_target_pairs) std::swap(s, t);
+        changed = true;
       }
     }
     return changed;
@@ -69,25 +78,21 @@ class DropLastStep : public HloPass {
   std::string_view name() const override { return "mutant-drop-last-step"; }
   absl::StatusOr<bool> Run(HloModule* module) override {
     bool changed = false;
-    for (HloComputation* comp : module->computations()) {
-      for (HloInstruction* w : comp->instructions()) {
-        if (w->opcode() != HloOpcode::kWhile) continue;
-        HloComputation* body = w->while_body();
-        HloInstruction* last = nullptr;
-        for (HloInstruction* i : body->MakeInstructionPostOrder()) {
-          if (i->opcode() == HloOpcode::kDot || i->opcode() == HloOpcode::kCustomCall) last = i;
-        }
-        if (last == nullptr || !last->shape().IsArray() || last->user_count() == 0) continue;
-        HloInstruction* zero = body->AddInstruction(HloOpcode::kConstant,
-                                                    Shape::Scalar(last->shape().element_type), {},
-                                                    "mutant.zero");
-        zero->literal = Literal::Scalar(last->shape().element_type, 0.0);
-        HloInstruction* zeros = body->AddInstruction(HloOpcode::kBroadcast, last->shape(), {zero},
-                                                     "mutant.zeros");
-        zeros->has_dimensions_attr = true;
-        if (absl::Status s = last->ReplaceAllUsesWith(zeros); !s.ok()) return s;
-        changed = true;
+    for (HloComputation* body : WhileBodies(module)) {
+      HloInstruction* last = nullptr;
+      for (HloInstruction* i : body->MakeInstructionPostOrder()) {
+        if (i->opcode() == HloOpcode::kDot || i->opcode() == HloOpcode::kCustomCall) last = i;
       }
+      if (last == nullptr || !last->shape().IsArray() || last->user_count() == 0) continue;
+      HloInstruction* zero = body->AddInstruction(HloOpcode::kConstant,
+                                                  Shape::Scalar(last->shape().element_type), {},
+                                                  "mutant.zero");
+      zero->literal = Literal::Scalar(last->shape().element_type, 0.0);
+      HloInstruction* zeros = body->AddInstruction(HloOpcode::kBroadcast, last->shape(), {zero},
+                                                   "mutant.zeros");
+      zeros->has_dimensions_attr = true;
+      if (absl::Status s = last->ReplaceAllUsesWith(zeros); !s.ok()) return s;
+      changed = true;
     }
     return changed;
   }
@@ -98,16 +103,13 @@ class WideCacheUnscaled : public HloPass {
   std::string_view name() const override { return "mutant-wide-cache-unscaled"; }
   absl::StatusOr<bool> Run(HloModule* module) override {
     bool changed = false;
-    for (HloComputation* comp : module->computations()) {
-      for (HloInstruction* w : comp->instructions()) {
-        if (w->opcode() != HloOpcode::kWhile) continue;
-        for (HloInstruction* i : w->while_body()->instructions()) {
-          if (i->opcode() != HloOpcode::kDynamicUpdateSlice || i->operand_count() < 2) continue;
-          std::optional<DequantMatch> d = MatchDequantize(i->operand(1));
-          if (!d) continue;
-          if (absl::Status s = i->ReplaceOperandWith(1, d->convert); !s.ok()) return s;
-          changed = true;
-        }
+    for (HloComputation* body : WhileBodies(module)) {
+      for (HloInstruction* i : body->instructions()) {
+        if (i->opcode() != HloOpcode::kDynamicUpdateSlice || i->operand_count() < 2) continue;
+        std::optional<DequantMatch> d = MatchDequantize(i->operand(1));
+        if (!d) continue;
+        if (absl::Status s = i->ReplaceOperandWith(1, d->convert); !s.ok()) return s;
+        changed = true;
       }
     }
     return changed;
