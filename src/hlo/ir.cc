@@ -297,14 +297,20 @@ std::vector<HloInstruction*> HloComputation::instructions() const {
 std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   std::vector<HloInstruction*> order;
   order.reserve(instrs_.size());
-  // An instruction enters `visited` when it is first pushed (on the stack or done): one hash
-  // probe per edge, none when an instruction is finished.
-  absl::flat_hash_set<const HloInstruction*> visited;
-  visited.reserve(instrs_.size());
+  // An instruction is marked when it is first pushed (on the stack or done). Marks are indexed
+  // by the instruction's slot in instrs_ (every instruction of this computation has one), so a
+  // visit costs one array access per edge and no hashing.
+  std::vector<uint8_t> visited(instrs_.size(), 0);
+  auto mark = [&visited](const HloInstruction* h) {
+    uint8_t& v = visited[static_cast<size_t>(h->slot_)];
+    const bool fresh = v == 0;
+    v = 1;
+    return fresh;
+  };
   std::vector<std::pair<HloInstruction*, size_t>> stack;
   for (const auto& root : instrs_) {
     HloInstruction* start = root.get();
-    if (start == nullptr || !visited.insert(start).second) continue;
+    if (start == nullptr || !mark(start)) continue;
     stack.push_back({start, 0});
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
@@ -314,7 +320,7 @@ std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
         HloInstruction* dep = next < n_ops ? node->operands_[next]
                                            : node->control_preds_[next - n_ops];
         ++next;
-        if (dep->parent_ == this && visited.insert(dep).second) stack.push_back({dep, 0});
+        if (dep->parent_ == this && mark(dep)) stack.push_back({dep, 0});
         continue;
       }
       order.push_back(node);
@@ -648,18 +654,16 @@ void HloModule::UpdateEntryComputationLayout() {
 }
 
 std::string HloModule::UniqueName(std::string_view base) {
-  std::string b(base);
-  auto it = names_.find(b);
-  if (it == names_.end()) {
-    names_.emplace(b, 1);
-    return b;
-  }
+  // One probe when the name is free (the usual case); then one per suffix tried, each base
+  // remembering where its suffixes stopped, so names are made in time linear overall.
+  const absl::string_view key(base.data(), base.size());
+  auto [it, inserted] = names_.try_emplace(key, 1);
+  if (inserted) return std::string(base);
+  std::string candidate;
   while (true) {
-    std::string candidate = absl::StrCat(b, ".", it->second++);
-    if (names_.find(candidate) == names_.end()) {
-      names_.emplace(candidate, 1);
-      return candidate;
-    }
+    candidate.clear();
+    absl::StrAppend(&candidate, key, ".", it->second++);
+    if (names_.try_emplace(candidate, 1).second) return candidate;
   }
 }
 

@@ -333,22 +333,28 @@ std::string Sharding::ToString() const {
       }
       return s + "}";
     }
-    case Kind::kTiled: {
-      std::string s = "{" + DeviceListText(ArrayDims(), data().devices);
-      if (data().subgroups.size() == 1 && data().subgroups[0].type == SubgroupType::kReplicated) {
-        s += " last_tile_dim_replicate";
-      } else if (!data().subgroups.empty()) {
-        s += " last_tile_dims={";
-        for (size_t k = 0; k < data().subgroups.size(); ++k) {
-          if (k) s += ", ";
-          s += SubgroupTypeName(data().subgroups[k].type);
-        }
-        s += "}";
-      }
-      return s + "}";
-    }
+    case Kind::kTiled: return TiledText();
   }
   return "{}";
+}
+
+const std::string& Sharding::TiledText() const {
+  const TiledData& d = data();
+  std::call_once(d.text_once, [this, &d] {
+    std::string s = "{" + DeviceListText(ArrayDims(), d.devices);
+    if (d.subgroups.size() == 1 && d.subgroups[0].type == SubgroupType::kReplicated) {
+      s += " last_tile_dim_replicate";
+    } else if (!d.subgroups.empty()) {
+      s += " last_tile_dims={";
+      for (size_t k = 0; k < d.subgroups.size(); ++k) {
+        if (k) s += ", ";
+        s += SubgroupTypeName(d.subgroups[k].type);
+      }
+      s += "}";
+    }
+    d.text = s + "}";
+  });
+  return d.text;
 }
 
 HloSharding Sharding::ToHlo() const {
@@ -363,10 +369,18 @@ HloSharding Sharding::ToHlo() const {
       h.kind = HloSharding::Kind::kMaximal;
       h.maximal_device = device_;
       break;
-    case Kind::kTuple:
+    case Kind::kTuple: {
+      // The text as ToString() writes it, composed from the leaves' texts (one pass).
       h.kind = HloSharding::Kind::kTuple;
-      for (const Sharding& l : leaves_) h.tuple.push_back(l.ToHlo());
-      break;
+      h.tuple.reserve(leaves_.size());
+      for (size_t i = 0; i < leaves_.size(); ++i) {
+        h.tuple.push_back(leaves_[i].ToHlo());
+        if (i) h.text += ", ";
+        if (i % 5 == 0 && i) absl::StrAppend(&h.text, "/*index=", i, "*/");
+        absl::StrAppend(&h.text, "{", leaves_[i].IsUnset() ? "unset" : h.tuple.back().text, "}");
+      }
+      return h;
+    }
     case Kind::kTiled:
       h.kind = HloSharding::Kind::kTiled;
       h.tile_dims = ArrayDims();
@@ -379,6 +393,11 @@ HloSharding Sharding::ToHlo() const {
         }
       }
       break;
+  }
+  if (kind_ == Kind::kTiled) {
+    const std::string& text = TiledText();
+    h.text.assign(text, 1, text.size() - 2);
+    return h;
   }
   const std::string text = kind_ == Kind::kUnset ? "{replicated}" : ToString();
   h.text = text.substr(1, text.size() - 2);
@@ -395,6 +414,12 @@ int64_t Sharding::LeafCount(const Shape& shape) {
 Sharding Sharding::Broadcast(const Sharding& s, const Shape& shape) {
   if (!shape.IsTuple() || s.IsTuple()) return s;
   return Tuple(std::vector<Sharding>(static_cast<size_t>(LeafCount(shape)), s));
+}
+
+Sharding Sharding::ElementOf(const Sharding& s, const Shape& shape, int64_t i) {
+  if (!shape.IsTuple() || s.IsTuple()) return s.TupleElement(shape, i);
+  if (i < 0 || i >= static_cast<int64_t>(shape.tuple_shapes.size())) return Broadcast(s, shape);
+  return Broadcast(s, shape.tuple_shapes[static_cast<size_t>(i)]);
 }
 
 Sharding Sharding::TupleElement(const Shape& shape, int64_t i) const {

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -140,6 +141,9 @@ class Sharding {
   // element's leaves, or the leaf itself for an array element). Non-tuple shardings are returned
   // unchanged.
   Sharding TupleElement(const Shape& shape, int64_t i) const;
+  // Broadcast(s, shape).TupleElement(shape, i), without building the broadcast tuple: element i
+  // of a tuple-shaped value costs the element's leaves, not the whole tuple's.
+  static Sharding ElementOf(const Sharding& s, const Shape& shape, int64_t i);
   // Number of array leaves of a shape (1 for an array).
   static int64_t LeafCount(const Shape& shape);
   // A tuple sharding giving every leaf of `shape` the sharding `s` (s itself for arrays).
@@ -158,7 +162,12 @@ class Sharding {
     std::vector<Subgroup> subgroups;
     std::vector<int64_t> devices;
     std::vector<int32_t> position;  // device id -> flat position in A (-1 absent)
+    // ToString's text, made once on first use (the data never changes after Tiled() builds
+    // it, and many instructions share one TiledData).
+    mutable std::once_flag text_once;
+    mutable std::string text;
   };
+  const std::string& TiledText() const;
   static const TiledData& EmptyData();
   const TiledData& data() const { return tiled_ ? *tiled_ : EmptyData(); }
   // Canonicalizes `t`; returns the kind it collapses to (kTiled if none).

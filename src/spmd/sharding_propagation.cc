@@ -73,7 +73,6 @@ class Propagator {
     bool provided = false;
     std::vector<bool> refinable_leaves;  // entry root: leaves whose allow bit is true
     std::vector<int64_t> unspecified;
-    bool fwd = true, bwd = true;
     int32_t group = -1;   // while / conditional group
     int32_t source = -1;  // conditional branch parameter: the conditional operand's node
     std::vector<int32_t> extra_users;  // nodes whose forward reads this one besides users
@@ -102,6 +101,9 @@ class Propagator {
   HloModule* m_;
   Sharding unset_;
   std::vector<Node> nodes_;
+  // Per node: its forward / backward step must run again (a neighbour changed). Kept apart from
+  // the nodes so that a sweep skipping settled nodes reads one byte each.
+  std::vector<uint8_t> fwd_, bwd_;
   std::vector<int32_t> index_;
   std::vector<std::vector<int32_t>> order_;  // per computation, post order
   std::vector<std::vector<int32_t>> groups_;
@@ -222,6 +224,7 @@ bool Propagator::Update(int32_t id, const Sharding& cand, int a, bool sync_group
   Node& n = nodes_[static_cast<size_t>(id)];
   const Shape& shape = n.h->shape();
   if (shape.IsTuple()) {
+    if (cand.IsTuple()) return UpdateLeaves(id, 0, cand.leaves(), a, sync_group);
     const Sharding c = Sharding::Broadcast(cand, shape);
     if (!c.IsTuple()) return false;
     return UpdateLeaves(id, 0, c.leaves(), a, sync_group);
@@ -268,13 +271,13 @@ bool Propagator::UpdateLeaves(int32_t id, size_t first, const std::vector<Shardi
 
 void Propagator::MarkChanged(int32_t id) {
   Node& n = nodes_[static_cast<size_t>(id)];
-  n.bwd = true;
-  n.fwd = true;
+  bwd_[static_cast<size_t>(id)] = 1;
+  fwd_[static_cast<size_t>(id)] = 1;
   for (HloInstruction* u : n.h->users()) {
     const int32_t uid = Id(u);
-    if (uid >= 0) nodes_[static_cast<size_t>(uid)].fwd = true;
+    if (uid >= 0) fwd_[static_cast<size_t>(uid)] = 1;
   }
-  for (int32_t e : n.extra_users) nodes_[static_cast<size_t>(e)].fwd = true;
+  for (int32_t e : n.extra_users) fwd_[static_cast<size_t>(e)] = 1;
 }
 
 void Propagator::SyncGroup(int32_t group, int32_t from, int a) {
@@ -292,6 +295,8 @@ void Propagator::SyncGroup(int32_t group, int32_t from, int a) {
 
 void Propagator::Run() {
   const ShardingOf get = [this](const HloInstruction* h) -> const Sharding& { return Get(h); };
+  fwd_.assign(nodes_.size(), 1);
+  bwd_.assign(nodes_.size(), 1);
   // Groups start consistent.
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (int32_t m : groups_[g]) {
@@ -300,7 +305,8 @@ void Propagator::Run() {
   }
   constexpr int64_t kMaxRounds = 200;
   for (int a = 0; a <= 3; ++a) {
-    for (Node& n : nodes_) n.fwd = n.bwd = true;
+    fwd_.assign(nodes_.size(), 1);
+    bwd_.assign(nodes_.size(), 1);
     int64_t rounds = 0;
     bool changed = true;
     while (changed) {
@@ -311,9 +317,9 @@ void Propagator::Run() {
       changed = false;
       for (const std::vector<int32_t>& order : order_) {
         for (int32_t id : order) {
+          if (!fwd_[static_cast<size_t>(id)]) continue;
+          fwd_[static_cast<size_t>(id)] = 0;
           Node& n = nodes_[static_cast<size_t>(id)];
-          if (!n.fwd) continue;
-          n.fwd = false;
           std::optional<Sharding> cand;
           if (n.h->opcode() == HloOpcode::kParameter) {
             if (n.source >= 0) cand = nodes_[static_cast<size_t>(n.source)].s;
@@ -323,9 +329,9 @@ void Propagator::Run() {
           if (cand && !cand->IsUnset()) changed |= Update(id, *cand, a);
         }
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
+          if (!bwd_[static_cast<size_t>(*it)]) continue;
+          bwd_[static_cast<size_t>(*it)] = 0;
           Node& n = nodes_[static_cast<size_t>(*it)];
-          if (!n.bwd) continue;
-          n.bwd = false;
           if (n.s.IsUnset()) continue;
           if (n.h->opcode() == HloOpcode::kGetTupleElement) {
             // Only the element read is known: update those leaves alone.

@@ -221,7 +221,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       std::vector<Shape> shapes;
       for (int64_t i = 0; i < h.operand_count(); ++i) {
         absl::StatusOr<HloInstruction*> o =
-            Operand(h, i, Sharding::Broadcast(target, h.shape()).TupleElement(h.shape(), i));
+            Operand(h, i, Sharding::ElementOf(target, h.shape(), i));
         if (!o.ok()) return o.status();
         ops.push_back(*o);
         shapes.push_back((*o)->shape());
@@ -231,8 +231,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
     case HloOpcode::kGetTupleElement: {
       const PValue& v = Value(h.operand(0));
-      const Sharding s =
-          Sharding::Broadcast(v.sharding, v.global).TupleElement(v.global, h.tuple_index);
+      const Sharding s = Sharding::ElementOf(v.sharding, v.global, h.tuple_index);
       HloInstruction* g = Clone(
           h, v.hlo->shape().tuple_shapes.at(static_cast<size_t>(h.tuple_index)), {v.hlo});
       return PValue{g, s, h.shape()};
