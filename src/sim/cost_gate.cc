@@ -46,12 +46,40 @@ bool IsCheapProducer(const HloInstruction* i) {
 }
 
 constexpr int kProducerDepth = 4;
+// How far back from a seed a path to another seed is looked for (instructions).
+constexpr int kPathDepth = 64;
 
-void CollectCalled(const HloComputation* c, absl::flat_hash_set<const HloComputation*>* out) {
-  if (c == nullptr || !out->insert(c).second) return;
-  for (const HloInstruction* i : c->instructions()) {
-    for (const HloComputation* cc : i->called_computations()) CollectCalled(cc, out);
+// `roots` and every computation they call, transitively, callees before callers.
+std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloComputation*>& roots) {
+  std::vector<const HloComputation*> order;
+  absl::flat_hash_set<const HloComputation*> seen;
+  std::vector<std::pair<const HloComputation*, std::vector<const HloComputation*>>> stack;
+  auto callees = [](const HloComputation* c) {
+    std::vector<const HloComputation*> out;
+    for (const HloInstruction* i : c->instructions()) {
+      for (const HloComputation* cc : i->called_computations()) {
+        if (cc != nullptr) out.push_back(cc);
+      }
+    }
+    std::reverse(out.begin(), out.end());  // popped from the back: the first callee first
+    return out;
+  };
+  for (const HloComputation* root : roots) {
+    if (!seen.insert(root).second) continue;
+    stack.push_back({root, callees(root)});
+    while (!stack.empty()) {
+      auto& [c, pending] = stack.back();
+      if (!pending.empty()) {
+        const HloComputation* next = pending.back();
+        pending.pop_back();
+        if (seen.insert(next).second) stack.push_back({next, callees(next)});
+        continue;
+      }
+      order.push_back(c);
+      stack.pop_back();
+    }
   }
+  return order;
 }
 
 }  // namespace
@@ -72,28 +100,34 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     }
     region.insert(s);
   }
-  // Instructions on paths between seeds: reachable forward from a seed and backward from one.
-  absl::flat_hash_set<const HloInstruction*> fwd, bwd;
+  // Instructions on paths between seeds: backward from a seed (at most kPathDepth steps), then
+  // forward from the seeds through those alone, since every instruction on a path from one seed
+  // to another reaches the second seed. Both walks stay near the candidate (a seed's glue is a
+  // handful of instructions), so a query costs what the candidate touches, not the computation.
+  absl::flat_hash_set<const HloInstruction*> bwd;
   {
+    std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
+    for (int depth = 0; depth < kPathDepth && !level.empty(); ++depth) {
+      next.clear();
+      for (const HloInstruction* i : level) {
+        for (const HloInstruction* o : i->operands()) {
+          if (bwd.insert(o).second) next.push_back(o);
+        }
+      }
+      level.swap(next);
+    }
     std::vector<const HloInstruction*> work(seeds.begin(), seeds.end());
+    absl::flat_hash_set<const HloInstruction*> fwd;
     while (!work.empty()) {
       const HloInstruction* i = work.back();
       work.pop_back();
       for (const HloInstruction* u : i->users()) {
-        if (fwd.insert(u).second) work.push_back(u);
+        if (bwd.contains(u) && fwd.insert(u).second) {
+          region.insert(u);
+          work.push_back(u);
+        }
       }
     }
-    work.assign(seeds.begin(), seeds.end());
-    while (!work.empty()) {
-      const HloInstruction* i = work.back();
-      work.pop_back();
-      for (const HloInstruction* o : i->operands()) {
-        if (bwd.insert(o).second) work.push_back(o);
-      }
-    }
-  }
-  for (const HloInstruction* i : fwd) {
-    if (bwd.contains(i)) region.insert(i);
   }
   // Cheap producers of the operands.
   {
@@ -125,33 +159,85 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   }
   // The text: called computations (callees first), then the entry.
   const HloModule* module = comp->parent();
-  absl::flat_hash_set<const HloComputation*> called;
-  for (const HloInstruction* i : region) {
-    for (const HloComputation* c : i->called_computations()) CollectCalled(c, &called);
+  // The region's instructions in an order with operands first: by creation (unique id; for a
+  // parsed module, its text order), each pulled behind the region operands it reads.
+  std::vector<const HloInstruction*> by_id(region.begin(), region.end());
+  std::sort(by_id.begin(), by_id.end(), [](const HloInstruction* a, const HloInstruction* b) {
+    return a->unique_id() < b->unique_id();
+  });
+  std::vector<const HloInstruction*> order;
+  order.reserve(by_id.size());
+  {
+    absl::flat_hash_set<const HloInstruction*> placed;
+    std::vector<std::pair<const HloInstruction*, size_t>> stack;
+    for (const HloInstruction* start : by_id) {
+      if (!placed.insert(start).second) continue;
+      stack.push_back({start, 0});
+      while (!stack.empty()) {
+        auto& [node, next] = stack.back();
+        if (next < node->operands().size()) {
+          const HloInstruction* o = node->operands()[next++];
+          if (region.contains(o) && placed.insert(o).second) stack.push_back({o, 0});
+          continue;
+        }
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  std::vector<const HloComputation*> called_in_order;
+  {
+    absl::flat_hash_set<const HloComputation*> seen;
+    for (const HloInstruction* i : order) {
+      for (const HloComputation* c : i->called_computations()) {
+        if (c != nullptr && seen.insert(c).second) called_in_order.push_back(c);
+      }
+    }
   }
   std::string text = absl::StrCat("HloModule cost_region, num_partitions=",
                                   std::max<int64_t>(module->num_partitions, 1),
                                   ", replica_count=", std::max<int64_t>(module->replica_count, 1),
                                   "\n\n");
-  for (const HloComputation* c : module->MakeComputationPostOrder()) {
-    if (called.contains(c)) absl::StrAppend(&text, c->ToString(), "\n\n");
+  const std::vector<const HloComputation*> callees = CalleesFirst(called_in_order);
+  for (const HloComputation* c : callees) {
+    absl::StrAppend(&text, c->ToString(), "\n\n");
   }
   std::string entry_name = "cost_region";
-  while (module->GetComputation(entry_name) != nullptr) entry_name += "_";
+  // Fresh names for the entry and its root: not those of a called computation or of any
+  // instruction the text holds (the region's, their operands', the callees').
+  absl::flat_hash_set<std::string_view> taken;
+  for (const HloComputation* c : callees) {
+    taken.insert(c->name());
+    for (const HloInstruction* i : c->instructions()) taken.insert(i->name());
+  }
+  for (const HloInstruction* i : order) {
+    taken.insert(i->name());
+    for (const HloInstruction* o : i->operands()) taken.insert(o->name());
+  }
+  while (taken.contains(entry_name)) entry_name += "_";
   absl::StrAppend(&text, "ENTRY %", entry_name, " {\n");
   absl::flat_hash_set<const HloInstruction*> params;
   int64_t next_param = 0;
-  ReplicationAnalysis replication(*module);  // one walk for all the region's parameters
+  // Which parameters are proven the same on every partition: asked only for single-element
+  // values (the scalar FP8 scales, which is what the region's passes prove replicated: the
+  // handler's FP8 shift, the all-to-all pass). A larger parameter without the annotation counts
+  // as replicated all the same (XLA's SPMD semantics, analysis/replication.h), so asking about it
+  // would change no estimate; not asking keeps a query from walking the whole module upstream
+  // (an activation's residual chain through every earlier layer and loop).
+  ReplicationAnalysis replication(*module);  // one walk for all the region's scalar parameters
+  auto proven_same = [&replication](const HloInstruction* o) {
+    const std::optional<int64_t> elements = o->shape().CheckedElementCount();
+    return o->shape().IsArray() && elements && *elements <= 1 && replication.IsSame(o);
+  };
   std::vector<const HloInstruction*> outputs;
-  for (const HloInstruction* i : comp->MakeInstructionPostOrder()) {
-    if (!region.contains(i)) continue;
+  for (const HloInstruction* i : order) {
     for (const HloInstruction* o : i->operands()) {
       if (region.contains(o) || !params.insert(o).second) continue;
       // A value proven equal on every partition stays so (an FP8 scale must be, for the
       // quantizer and the FP8 GEMM rewriter to fire on the region as on the module).
       absl::StrAppend(&text, "  %", o->name(), " = ", o->shape().ToString(), " parameter(",
                       next_param++, ")",
-                      replication.IsSame(o) ? ", sharding={replicated}" : "", "\n");
+                      proven_same(o) ? ", sharding={replicated}" : "", "\n");
     }
     std::unique_ptr<HloInstruction> copy =
         i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
@@ -170,7 +256,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     shapes.push_back(o->shape().ToString());
   }
   std::string root = "cost_region_root";
-  while (comp->GetInstruction(root) != nullptr) root += "_";
+  while (taken.contains(root)) root += "_";
   absl::StrAppend(&text, "  ROOT %", root, " = (", absl::StrJoin(shapes, ", "), ") tuple(",
                   absl::StrJoin(names, ", "), ")\n}\n");
   absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseHloModule(text, "<cost region>");
@@ -181,15 +267,72 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   return parsed;
 }
 
+namespace {
+
+// Replaces each `"operation_queue_id":"N"` value of `text` by its rank among the distinct
+// non-zero values (0, the default stream, stays 0): order and equality kept, numbers not.
+std::string RankQueueIds(const std::string& text) {
+  static constexpr std::string_view kKey = "\"operation_queue_id\":\"";
+  std::vector<int64_t> values;
+  for (size_t p = text.find(kKey); p != std::string::npos; p = text.find(kKey, p + 1)) {
+    int64_t v = 0;
+    size_t q = p + kKey.size();
+    while (q < text.size() && std::isdigit(static_cast<unsigned char>(text[q]))) {
+      v = v * 10 + (text[q++] - '0');
+    }
+    if (v != 0) values.push_back(v);
+  }
+  if (values.empty()) return text;
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  std::string out;
+  out.reserve(text.size());
+  size_t from = 0;
+  for (size_t p = text.find(kKey); p != std::string::npos; p = text.find(kKey, from)) {
+    size_t q = p + kKey.size();
+    int64_t v = 0;
+    while (q < text.size() && std::isdigit(static_cast<unsigned char>(text[q]))) {
+      v = v * 10 + (text[q++] - '0');
+    }
+    out.append(text, from, p + kKey.size() - from);
+    const int64_t rank =
+        v == 0 ? 0 : 1 + (std::lower_bound(values.begin(), values.end(), v) - values.begin());
+    absl::StrAppend(&out, rank);
+    from = q;
+  }
+  out.append(text, from, std::string::npos);
+  return out;
+}
+
+}  // namespace
+
 std::string CanonicalRegionText(const HloModule& module) {
   std::unique_ptr<HloModule> copy = module.Clone();
   int64_t n = 0, c = 0;
+  std::vector<int64_t> channels;
   for (HloComputation* comp : copy->MakeComputationPostOrder()) {
     comp->set_name(absl::StrCat("c", c++));
-    for (HloInstruction* i : comp->MakeInstructionPostOrder()) i->set_name(absl::StrCat("i", n++));
+    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
+      i->set_name(absl::StrCat("i", n++));
+      // Source locations name the layer a region came from, and no estimate reads them.
+      i->metadata.clear();
+      if (i->channel_id) channels.push_back(*i->channel_id);
+    }
+  }
+  // Channel ids and stream (queue) ids by rank: the same candidate in every layer of a model is
+  // one estimate, though each layer's collectives and loops have ids of their own.
+  std::sort(channels.begin(), channels.end());
+  channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
+  for (HloComputation* comp : copy->computations()) {
+    for (HloInstruction* i : comp->instructions()) {
+      if (i->channel_id) {
+        i->channel_id = 1 + (std::lower_bound(channels.begin(), channels.end(), *i->channel_id) -
+                             channels.begin());
+      }
+    }
   }
   copy->set_name("region");
-  return copy->ToString();
+  return RankQueueIds(copy->ToString());
 }
 
 absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,

@@ -48,6 +48,10 @@ struct DecomposerContext {
     auto it = position.find(h->unique_id());
     return it == position.end() ? -1 : it->second;
   }
+  // The largest operation_queue_id in the module, or -1 until a ring reduce-scatter loop first
+  // needs it (found then with one scan of the module; raised by each id given, so that building
+  // many loops scans the module once; only those loops give queue ids during the pass).
+  int64_t max_queue_id = -1;
   int64_t NextChannel() { return next_channel++; }
   // A remark at `location`; `about` names the collective(s) the decision is about.
   void remark(const std::string& location, bool applied, const std::string& message,

@@ -128,7 +128,8 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
     }
     return RebuildOperand(b, c, value, sc, off, v, p.block, tag);
   };
-  int64_t queue = MaxQueueId(*ctx.module);
+  if (ctx.max_queue_id < 0) ctx.max_queue_id = MaxQueueId(*ctx.module);
+  int64_t& queue = ctx.max_queue_id;
   HloInstruction* own = nullptr;
   std::vector<HloInstruction*> received;
   for (int64_t step = 1; step <= n; ++step) {
