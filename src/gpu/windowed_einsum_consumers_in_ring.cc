@@ -108,7 +108,8 @@ int64_t MaxQueueId(const HloModule& m, XlaBackendConfigVersion v) {
   int64_t q = 0;
   for (const HloComputation* c : m.computations()) {
     for (const HloInstruction* i : c->instructions()) {
-      if (i->backend_config.empty()) continue;
+      // Only configs naming a queue can raise the maximum (parsing every JSON is the cost).
+      if (i->backend_config.find("operation_queue_id") == std::string::npos) continue;
       absl::StatusOr<GpuBackendConfigEditor> e = GpuBackendConfigEditor::Of(*i, v);
       if (e.ok()) q = std::max(q, e->operation_queue_id());
     }

@@ -2,6 +2,7 @@
 #include "hlo/ir.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -562,7 +563,18 @@ void HloModule::NoteComputationName(const std::string& name, int64_t delta) {
     return;
   }
   it->second += delta;
-  if (it->second <= 0) comp_names_.erase(it);
+  if (it->second > 0) return;
+  comp_names_.erase(it);
+  // A freed `base.k` is again the least free suffix of `base` if it is below the hint.
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot + 1 >= name.size() || name[dot + 1] == '0') return;
+  int64_t k = 0;
+  for (size_t p = dot + 1; p < name.size(); ++p) {
+    if (!std::isdigit(static_cast<unsigned char>(name[p])) || k > (int64_t{1} << 40)) return;
+    k = k * 10 + (name[p] - '0');
+  }
+  auto hint = comp_suffix_.find(absl::string_view(name.data(), dot));
+  if (hint != comp_suffix_.end() && k < hint->second) hint->second = k;
 }
 
 HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
@@ -570,7 +582,12 @@ HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
   std::string base = raw->name_.empty() ? std::string("computation") : raw->name_;
   // The name index answers each probe in O(1) (it was a scan of every computation per add).
   std::string name = base;
-  for (int64_t k = 1; comp_names_.contains(name); ++k) name = absl::StrCat(base, ".", k);
+  if (comp_names_.contains(name)) {
+    int64_t& k = comp_suffix_.try_emplace(base, 1).first->second;
+    do {
+      name = absl::StrCat(base, ".", k++);
+    } while (comp_names_.contains(name));
+  }
   raw->name_ = name;
   raw->parent_ = this;
   NoteComputationName(name, +1);
@@ -689,6 +706,7 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
   m->stack_tables = stack_tables;
   m->names_ = names_;
   m->comp_names_ = comp_names_;
+  m->comp_suffix_ = comp_suffix_;
   absl::flat_hash_map<const HloComputation*, HloComputation*> cmap;
   absl::flat_hash_map<const HloInstruction*, HloInstruction*> imap;
   for (HloComputation* c : MakeComputationPostOrder()) {

@@ -47,7 +47,7 @@ bool IsCheapProducer(const HloInstruction* i) {
 
 constexpr int kProducerDepth = 4;
 // How far back from a seed a path to another seed is looked for (instructions).
-constexpr int kPathDepth = 64;
+constexpr int kPathDepth = 16;
 
 // `roots` and every computation they call, transitively, callees before callers.
 std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloComputation*>& roots) {
@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   {
     std::vector<const HloInstruction*> gtes;
     for (const HloInstruction* i : region) {
+      if (!i->shape().IsTuple()) continue;  // only a tuple has get-tuple-element users
       for (const HloInstruction* u : i->users()) {
         if (!region.contains(u) && u->opcode() == HloOpcode::kGetTupleElement) gtes.push_back(u);
       }
@@ -230,6 +231,19 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     return o->shape().IsArray() && elements && *elements <= 1 && replication.IsSame(o);
   };
   std::vector<const HloInstruction*> outputs;
+  // Per region instruction: how many region instructions read it (each reader once).
+  absl::flat_hash_map<const HloInstruction*, int64_t> readers_inside;
+  for (const HloInstruction* r : order) {
+    for (size_t k = 0; k < r->operands().size(); ++k) {
+      const HloInstruction* o = r->operands()[k];
+      if (!region.contains(o)) continue;
+      if (std::find(r->operands().begin(), r->operands().begin() + k, o) !=
+          r->operands().begin() + k) {
+        continue;  // an operand read twice by one reader counts once
+      }
+      ++readers_inside[o];
+    }
+  }
   for (const HloInstruction* i : order) {
     for (const HloInstruction* o : i->operands()) {
       if (region.contains(o) || !params.insert(o).second) continue;
@@ -244,10 +258,11 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     absl::StrAppend(&text, "  ", copy->ToString(), "\n");
     // An output: a value the rest of the computation reads (or its root), or that nobody in the
     // region reads.
-    bool read_inside = false, read_outside = i == comp->root();
-    for (const HloInstruction* u : i->users()) {
-      (region.contains(u) ? read_inside : read_outside) = true;
-    }
+    // Counted from the region's side: a value shared across the module (partition-id, a
+    // constant) has users everywhere, and scanning them would cost the module.
+    const int64_t inside = readers_inside[i];
+    const bool read_inside = inside > 0;
+    const bool read_outside = i == comp->root() || i->user_count() > inside;
     if (!read_inside || read_outside) outputs.push_back(i);
   }
   std::vector<std::string> names, shapes;

@@ -317,5 +317,35 @@ TEST(IrTest, ComputationNamesStayUniqueThroughRenameAndRemoval) {
   EXPECT_EQ(copy->AddComputation(std::make_unique<HloComputation>("cond"))->name(), "cond.2");
 }
 
+// The suffix hint (one probe per new loop body, not one per body already there) gives the names
+// the probe from 1 gives: each new computation takes the least free `base.k`, also after names
+// below the hint are freed by removal or rename, in any order.
+TEST(IrTest, ManySameNamedComputationsTakeTheLeastFreeSuffix) {
+  HloModule m("bodies");
+  std::vector<HloComputation*> c;
+  for (int i = 0; i < 200; ++i) c.push_back(m.AddComputation(std::make_unique<HloComputation>("loop")));
+  EXPECT_EQ(c[0]->name(), "loop");
+  EXPECT_EQ(c[1]->name(), "loop.1");
+  EXPECT_EQ(c[199]->name(), "loop.199");
+  ASSERT_TRUE(m.RemoveComputation(c[150]).ok());  // frees loop.150
+  c[40]->set_name("renamed");                      // frees loop.40
+  ASSERT_TRUE(m.RemoveComputation(c[90]).ok());    // frees loop.90
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.40");
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.90");
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.150");
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.200");
+  // A freed name that only looks like a suffix ("loop.07") frees nothing below the hint.
+  HloComputation* odd = m.AddComputation(std::make_unique<HloComputation>("loop.07"));
+  EXPECT_EQ(odd->name(), "loop.07");
+  ASSERT_TRUE(m.RemoveComputation(odd).ok());
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.201");
+  // The hint travels with a clone.
+  auto copy = m.Clone();
+  EXPECT_EQ(copy->AddComputation(std::make_unique<HloComputation>("loop"))->name(), "loop.202");
+  // Bases with dots keep their own hints.
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop.1"))->name(), "loop.1.1");
+  EXPECT_EQ(m.AddComputation(std::make_unique<HloComputation>("loop.1"))->name(), "loop.1.2");
+}
+
 }  // namespace
 }  // namespace weave

@@ -3,9 +3,11 @@
 // fca3a0b): making passes faster must not change what they emit.
 //
 // The pipeline options are pinned (--cost-gate=off: every match is rewritten, so the output does
-// not move when the performance model is recalibrated). A change that is *meant* to alter the
-// output regenerates the files: WEAVE_UPDATE_GOLDEN=1 build/tests/unit/weave_tools_tests
-// --gtest_filter='CompileGolden*' (then review the diff like code).
+// not move when the performance model is recalibrated), except in the gated case, which pins the
+// gate's decisions on Llama-sized layers and moves with a recalibration. A change that is *meant*
+// to alter the output regenerates the files: WEAVE_UPDATE_GOLDEN=1
+// build/tests/unit/weave_tools_tests --gtest_filter='CompileGolden*' (then review the diff like
+// code; WEAVE_GOLDEN_BINARY=OTHER/weave writes them with another build's compiler).
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -34,13 +36,18 @@ struct GoldenCase {
   int64_t layers;
   int64_t partitions;
   const char* options;    // extra `weave compile` flags
+  // Llama 3.1 8B's widths (LayerStackSize::Llama8B) with the cost gate on: the size where the
+  // performance model decides each loop, so the case pins the gate's decisions as well.
+  bool gated = false;
 };
 
 class CompileGolden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(CompileGolden, OutputUnchanged) {
   const GoldenCase& c = GetParam();
-  weave::tools::LayerStackSize z;  // the small default: 16 tokens, width 64, MLP 128
+  // The small default (16 tokens, width 64, MLP 128), or Llama 3.1 8B's widths for the gate.
+  weave::tools::LayerStackSize z =
+      c.gated ? weave::tools::LayerStackSize::Llama8B() : weave::tools::LayerStackSize();
   z.partitions = c.partitions;
   const fs::path dir = fs::temp_directory_path() /
                        ("weave_compile_golden_" + std::to_string(::getpid()) + "_" + c.name);
@@ -50,9 +57,12 @@ TEST_P(CompileGolden, OutputUnchanged) {
     std::ofstream f(in);
     f << weave::tools::LayerStackModuleText(c.layers, z, /*fp8_every=*/2);
   }
-  const std::string cmd = std::string("'") + WEAVE_BINARY + "' compile '" + in.string() +
-                          "' -o '" + out.string() + "' -q --cost-gate=off " + c.options +
-                          " 2>&1";
+  // WEAVE_GOLDEN_BINARY: another build's `weave` (with WEAVE_UPDATE_GOLDEN=1, to write the
+  // golden files with the compiler from before a speed change).
+  const char* binary = std::getenv("WEAVE_GOLDEN_BINARY");
+  const std::string cmd = std::string("'") + (binary ? binary : WEAVE_BINARY) + "' compile '" +
+                          in.string() + "' -o '" + out.string() + "' -q " +
+                          (c.gated ? "" : "--cost-gate=off ") + c.options + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string log;
@@ -84,14 +94,19 @@ TEST_P(CompileGolden, OutputUnchanged) {
 }
 
 // Two layers (one FP8, one bf16) on 4 partitions with the default pipeline (unrolled loops,
-// caches, FP8 GEMMs); rolled loops; 8 partitions with one loop per dot.
+// caches, FP8 GEMMs); rolled loops; 8 partitions with one loop per dot; six Llama-sized layers
+// through the cost gate.
 INSTANTIATE_TEST_SUITE_P(
     LayerStacks, CompileGolden,
     ::testing::Values(GoldenCase{"layer_stack_2l_4p", 2, 4, ""},
                       GoldenCase{"layer_stack_2l_4p_rolled", 2, 4,
                                  "--windowed-einsum-unroll=false"},
                       GoldenCase{"layer_stack_2l_8p_duplicate", 2, 8,
-                                 "--windowed-einsum-duplicate-loops"}),
+                                 "--windowed-einsum-duplicate-loops"},
+                      // Six layers with the cost gate on h100x8, written by 043b23e (before the
+                      // gate's queries became local): every loop decided as before.
+                      GoldenCase{"layer_stack_6l_4p_llama8b_gated", 6, 4, "--system h100x8",
+                                 /*gated=*/true}),
     [](const ::testing::TestParamInfo<GoldenCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
