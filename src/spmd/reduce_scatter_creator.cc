@@ -139,18 +139,32 @@ absl::StatusOr<bool> ReduceScatterCreator::Run(HloModule* module) {
       r->set_name("reduce-scatter");
       HloInstruction* added = comp->AddInstruction(std::move(r));
       const std::string ar_name = m->ar->name(), ds_name = ds->name();
-      if (absl::Status st = comp->ReplaceInstruction(ds, added); !st.ok()) return st;
-      // ReplaceInstruction removed the slice and its dead operands (pad, all-reduce) unless
-      // the all-reduce counts as side-effecting: then remove it here (it has no users left).
-      if (HloInstruction* old_ar = comp->GetInstruction(ar_name);
-          old_ar != nullptr && old_ar->user_count() == 0 && old_ar != comp->root()) {
+      // ReplaceInstruction's steps, watching whether the all-reduce goes with the slice's dead
+      // operands (pad, all-reduce) or stays because it counts as side-effecting; then it is
+      // removed here (no users left). Watched, not looked up by name: a name lookup is a scan
+      // of the computation, per candidate.
+      HloInstruction* ar = m->ar;
+      bool ar_removed = false;
+      if (absl::Status st = ds->ReplaceAllUsesWith(added); !st.ok()) return st;
+      if (absl::Status st = comp->RemoveUnusedChains(
+              {ds},
+              [ar, &ar_removed](const HloInstruction* i) {
+                const bool removable = !i->HasSideEffect();
+                if (removable && i == ar) ar_removed = true;
+                return removable;
+              });
+          !st.ok()) {
+        return st;
+      }
+      if (!ar_removed && ar->user_count() == 0 && ar != comp->root()) {
         if (absl::Status st = comp->RemoveUnusedChains(
-                {old_ar}, [](const HloInstruction*) { return true; });
+                {ar}, [](const HloInstruction*) { return true; });
             !st.ok()) {
           return st;
         }
+        ar_removed = true;
       }
-      if (comp->GetInstruction(ar_name) == nullptr) added->set_name(ar_name);
+      if (ar_removed) added->set_name(ar_name);
       if (remarks_) {
         remarks_->push_back({std::string(name()), added->name(), true,
                              absl::StrCat("all-reduce '", ar_name, "' + dynamic-slice '", ds_name,
