@@ -7,10 +7,13 @@
 // a neighbouring instruction (e.g. the FP8 GEMM rewriter's on the dot that reads an all-gather) is
 // never borrowed. A collective no pass considered gets a structural reason: what reads it, what
 // feeds it.
+#include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,10 +78,30 @@ std::string List(const std::vector<const HloInstruction*>& v) {
 
 }  // namespace
 
-std::string ReasonFromRemarks(const HloInstruction& collective,
-                              const std::vector<Remark>& remarks) {
-  std::vector<std::string> names = {collective.name()};
-  // An async -start is also known by its -done.
+namespace {
+
+// The missed remarks by the names they are located at or about (each remark index once per name,
+// in order): a collective's candidates are then found without scanning every remark.
+using RemarkIndex = absl::flat_hash_map<std::string_view, std::vector<size_t>>;
+
+RemarkIndex IndexMissedRemarks(const std::vector<Remark>& remarks) {
+  RemarkIndex index;
+  for (size_t k = 0; k < remarks.size(); ++k) {
+    const Remark& r = remarks[k];
+    if (!r.missed()) continue;
+    auto add = [&](const std::string& name) {
+      std::vector<size_t>& v = index[name];
+      if (v.empty() || v.back() != k) v.push_back(k);
+    };
+    add(r.location);
+    for (const std::string& a : r.about) add(a);
+  }
+  return index;
+}
+
+// The collective's names: its own and, for an async -start, its -done's.
+std::vector<std::string_view> CollectiveNames(const HloInstruction& collective) {
+  std::vector<std::string_view> names = {collective.name()};
   for (const HloInstruction* u : collective.users()) {
     switch (u->opcode()) {
       case HloOpcode::kAllGatherDone:
@@ -92,21 +115,31 @@ std::string ReasonFromRemarks(const HloInstruction& collective,
         break;
     }
   }
-  auto is_about = [&](const Remark& r) {
-    for (const std::string& n : names) {
-      if (r.location == n) return true;
-      for (const std::string& a : r.about) {
-        if (a == n) return true;
-      }
-    }
-    return false;
-  };
+  return names;
+}
+
+// The best-ranked missed remark about any of `names` (the first of equal rank).
+std::string ReasonFromIndex(const std::vector<std::string_view>& names,
+                            const std::vector<Remark>& remarks, const RemarkIndex& index) {
+  std::vector<size_t> cands;
+  for (std::string_view n : names) {
+    auto it = index.find(n);
+    if (it != index.end()) cands.insert(cands.end(), it->second.begin(), it->second.end());
+  }
+  std::sort(cands.begin(), cands.end());
   const Remark* best = nullptr;
-  for (const Remark& r : remarks) {
-    if (!r.missed() || !is_about(r)) continue;
+  for (size_t k : cands) {
+    const Remark& r = remarks[k];
     if (best == nullptr || Rank(r) < Rank(*best)) best = &r;
   }
   return best ? absl::StrCat(best->pass, ": ", best->message) : "";
+}
+
+}  // namespace
+
+std::string ReasonFromRemarks(const HloInstruction& collective,
+                              const std::vector<Remark>& remarks) {
+  return ReasonFromIndex(CollectiveNames(collective), remarks, IndexMissedRemarks(remarks));
 }
 
 std::string StructuralReason(const HloInstruction& c, const std::string& base) {
@@ -231,6 +264,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
     }
   }
   int64_t default_group = DefaultGroup(module, 0);
+  const RemarkIndex index = IndexMissedRemarks(remarks);
   std::vector<LeftAlone> out;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
     if (in_loops.count(c) || wrapped.count(c)) continue;
@@ -248,9 +282,9 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
       la.opcode = std::string(HloOpcodeString(i->opcode()));
       la.shape = i->shape().ToString(false);
       la.bytes_sent = CollectiveBytesSent(wrapped_root ? *wrapped_root : *i, default_group);
-      la.reason = ReasonFromRemarks(*i, remarks);
+      la.reason = ReasonFromIndex(CollectiveNames(*i), remarks, index);
       if (la.reason.empty() && wrapped_root != nullptr) {
-        la.reason = ReasonFromRemarks(*wrapped_root, remarks);
+        la.reason = ReasonFromIndex(CollectiveNames(*wrapped_root), remarks, index);
       }
       if (la.reason.empty()) la.reason = StructuralReason(*i, base);
       out.push_back(std::move(la));
