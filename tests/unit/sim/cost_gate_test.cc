@@ -2,6 +2,9 @@
 // variants through the real passes, caching.
 #include "sim/cost_gate.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
@@ -101,6 +104,105 @@ TEST(CanonicalRegionText, IgnoresNames) {
   auto rb = ExtractCostRegion(Seeds(*b, {"gathered", "q_proj", "y1"}));
   ASSERT_TRUE(ra.ok() && rb.ok());
   EXPECT_EQ(CanonicalRegionText(**ra), CanonicalRegionText(**rb));
+}
+
+// The same candidate in two layers differs in channel ids, queue ids and source locations: one
+// key. A different order of queue ids, or another structure, is another key.
+TEST(CanonicalRegionText, RanksIdsAndDropsMetadata) {
+  auto layer = [](int channel, int q0, int q1, const std::string& op_name) {
+    return absl::StrCat(R"(HloModule l, num_partitions=4
+ENTRY main {
+  x = bf16[256,512] parameter(0)
+  g = bf16[1024,512] all-gather(x), channel_id=)", channel, R"(, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true, metadata={op_name=")", op_name, R"("}
+  w0 = bf16[512,256] parameter(1)
+  w1 = bf16[512,256] parameter(2)
+  a = bf16[1024,256] dot(g, w0), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":")", q0, R"(","wait_on_operation_queues":[]}
+  b = bf16[1024,256] dot(g, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":")", q1, R"(","wait_on_operation_queues":[]}
+  ROOT t = (bf16[1024,256], bf16[1024,256]) tuple(a, b)
+})");
+  };
+  auto key = [](const std::string& text) {
+    auto m = ParseHloModule(text, "layer");
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return std::string();
+    auto r = ExtractCostRegion(Seeds(**m, {"g", "a", "b"}));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? CanonicalRegionText(**r) : std::string();
+  };
+  const std::string l1 = key(layer(5, 11, 12, "layer_1/mlp"));
+  const std::string l7 = key(layer(93, 605, 606, "layer_7/mlp"));
+  EXPECT_FALSE(l1.empty());
+  EXPECT_EQ(l1, l7);
+  EXPECT_EQ(l1.find("layer_1"), std::string::npos);
+  EXPECT_NE(l1, key(layer(5, 12, 11, "layer_1/mlp")));  // the streams' order is kept
+  EXPECT_NE(l1, key(layer(5, 11, 11, "layer_1/mlp")));  // and which dots share one
+  EXPECT_NE(l1, key(layer(5, 0, 12, "layer_1/mlp")));   // 0, the default stream, stays 0
+}
+
+// A value shared by every layer (partition-id, a constant) has users all over the module; the
+// region takes it as a cheap producer and counts its readers from the region's side: it is an
+// output only when something outside the region reads it through the region, not because other
+// layers do.
+TEST(ExtractCostRegion, SharedProducersAndPathBound) {
+  std::string text = R"(HloModule shared, num_partitions=4
+ENTRY main {
+  pid = u32[] partition-id()
+  x = bf16[256,512] parameter(0)
+  g = bf16[1024,512] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  w = bf16[512,256] parameter(1)
+  pb = bf16[] convert(pid)
+  pbb = bf16[1024,256] broadcast(pb), dimensions={}
+  sq = bf16[1024,256] multiply(pbb, pbb)
+  outside = bf16[1024,256] negate(pbb)
+)";
+  // A long chain from the all-gather to a far dot: 40 negates, beyond the path bound.
+  std::string prev = "g";
+  for (int k = 0; k < 40; ++k) {
+    absl::StrAppend(&text, "  n", k, " = bf16[1024,512] negate(", prev, ")\n");
+    prev = absl::StrCat("n", k);
+  }
+  absl::StrAppend(&text,
+                  "  d0 = bf16[1024,256] dot(g, w), lhs_contracting_dims={1}, "
+                  "rhs_contracting_dims={0}\n  d = bf16[1024,256] add(d0, sq)\n"
+                  "  far = bf16[1024,256] dot(",
+                  prev, ", w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n");
+  // Many readers of pid elsewhere.
+  std::vector<std::string> outs = {"d", "far", "outside"};
+  for (int k = 0; k < 200; ++k) {
+    absl::StrAppend(&text, "  use", k, " = u32[] add(pid, pid)\n");
+    outs.push_back(absl::StrCat("use", k));
+  }
+  absl::StrAppend(&text, "  ROOT t = (bf16[1024,256], bf16[1024,256], bf16[1024,256]");
+  for (int k = 0; k < 200; ++k) absl::StrAppend(&text, ", u32[]");
+  absl::StrAppend(&text, ") tuple(", absl::StrJoin(outs, ", "), ")\n}\n");
+  auto m = Parse(text);
+  ASSERT_NE(m, nullptr);
+  // Near seeds: the paths g -> d0 -> d and sq -> d are in with sq's cheap producers (pbb, pb,
+  // pid), nothing else of the module.
+  auto near = ExtractCostRegion(Seeds(*m, {"g", "d0", "sq", "d"}));
+  ASSERT_TRUE(near.ok()) << near.status();
+  const HloComputation* e = (*near)->entry();
+  EXPECT_EQ(e->GetInstruction("use0"), nullptr);
+  EXPECT_EQ(e->GetInstruction("n0"), nullptr);
+  EXPECT_EQ(e->GetInstruction("outside"), nullptr);
+  std::vector<std::string> root;
+  for (const HloInstruction* o : e->root()->operands()) root.push_back(o->name());
+  // Outputs: d and g (the module reads them: g feeds the chain), pbb (read twice by sq, and once
+  // outside), pid (read by the 200 adds); not pb or sq, read only inside.
+  EXPECT_THAT(root, ::testing::UnorderedElementsAre("d", "g", "pbb", "pid"));
+  // A path of 41 steps from g to far is past the bound: its chain is not pulled in (the far dot
+  // reads it as a parameter), where a short one is.
+  auto far = ExtractCostRegion(Seeds(*m, {"g", "far"}));
+  ASSERT_TRUE(far.ok()) << far.status();
+  const HloInstruction* last = (*far)->entry()->GetInstruction(prev);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->opcode(), HloOpcode::kParameter);
+  EXPECT_EQ((*far)->entry()->GetInstruction("n0"), nullptr);
+  auto chain = ExtractCostRegion(Seeds(*m, {"g", "n5"}));
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_NE((*chain)->entry()->GetInstruction(absl::StrCat("n", k)), nullptr) << k;
+  }
 }
 
 CostGateConfig Config(const std::string& system) {
