@@ -58,8 +58,9 @@ bool IsSameOnAllPartitions(const HloInstruction* instr, std::string* why = nullp
 class ReplicationAnalyzerImpl;
 
 // One analysis for many questions about one module: the values met (and the settled state of
-// every loop) are memoized across questions, so asking about every parameter of a cost region
-// costs one walk of their common upstream instead of one walk each. Answers equal
+// every loop) are memoized across questions, so asking about several values (the scalar
+// parameters of a cost region) costs one walk of their common upstream instead of one walk each.
+// Answers equal
 // ProveSameWithinGroups(instr, groups).proven. Valid only while the module is unchanged: make a
 // new one after a rewrite. Not thread-safe.
 class ReplicationAnalysis {

@@ -2,8 +2,8 @@
 #include "hlo/ir.h"
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>

@@ -12,8 +12,9 @@
 //       - location: the remark's location (usually the dot or collective name);
 //       - seeds: the instructions the rewrite replaces (the collective and every dot it feeds or
 //         that feeds it, and the glue between them, e.g. an all-reduce's dynamic-slice), all in
-//         one computation. The oracle takes the seeds, everything on paths between them and the
-//         cheap producers of their operands (dequantize chains, offset tables, partition-id),
+//         one computation. The oracle takes the seeds, everything on paths between them (within
+//         16 steps: a candidate's glue is short) and the cheap producers of their operands
+//         (dequantize chains, offset tables, partition-id),
 //         and turns every other operand into a parameter: the *region*;
 //       - variants: variants[0] is the baseline, normally {label "without", rewrite=false}; each
 //         other variant is one way to rewrite, {label "with the loop", rewrite=true, options}.

@@ -6,8 +6,12 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "analysis/replication.h"
@@ -284,36 +288,72 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
 
 namespace {
 
-// Replaces each `"operation_queue_id":"N"` value of `text` by its rank among the distinct
-// non-zero values (0, the default stream, stays 0): order and equality kept, numbers not.
-std::string RankQueueIds(const std::string& text) {
-  static constexpr std::string_view kKey = "\"operation_queue_id\":\"";
-  std::vector<int64_t> values;
-  for (size_t p = text.find(kKey); p != std::string::npos; p = text.find(kKey, p + 1)) {
+// The stream (queue) ids a backend config names: the value of "operation_queue_id" and the
+// entries of "wait_on_operation_queues", each as "N" or N. Spans are the digits alone.
+struct QueueIdSpan {
+  size_t begin, end;
+  int64_t value;
+};
+
+std::vector<QueueIdSpan> QueueIdSpans(const std::string& text) {
+  std::vector<QueueIdSpan> spans;
+  // One value at `p` ("N" or N, after optional spaces); returns where it ends, or npos.
+  auto value_at = [&](size_t p) -> size_t {
+    while (p < text.size() && text[p] == ' ') ++p;
+    const bool quoted = p < text.size() && text[p] == '"';
+    const size_t begin = quoted ? p + 1 : p;
+    size_t end = begin;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
     int64_t v = 0;
-    size_t q = p + kKey.size();
-    while (q < text.size() && std::isdigit(static_cast<unsigned char>(text[q]))) {
-      v = v * 10 + (text[q++] - '0');
+    // Only a whole, valid non-negative number is a queue id (anything else stays verbatim).
+    const bool closed = !quoted || (end < text.size() && text[end] == '"');
+    if (end > begin && closed &&
+        absl::SimpleAtoi(absl::string_view(text.data() + begin, end - begin), &v)) {
+      spans.push_back({begin, end, v});
     }
-    if (v != 0) values.push_back(v);
+    return quoted && closed ? end + 1 : end;
+  };
+  static constexpr std::string_view kId = "\"operation_queue_id\":";
+  for (size_t p = text.find(kId); p != std::string::npos; p = text.find(kId, p + 1)) {
+    value_at(p + kId.size());
   }
-  if (values.empty()) return text;
+  static constexpr std::string_view kWaits = "\"wait_on_operation_queues\":[";
+  for (size_t p = text.find(kWaits); p != std::string::npos; p = text.find(kWaits, p + 1)) {
+    size_t q = p + kWaits.size();
+    while (q < text.size() && text[q] != ']') {
+      const size_t next = value_at(q);
+      q = next > q ? next : q + 1;
+      while (q < text.size() && (text[q] == ',' || text[q] == ' ')) ++q;
+    }
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const QueueIdSpan& x, const QueueIdSpan& y) { return x.begin < y.begin; });
+  return spans;
+}
+
+// Replaces every queue id of `text` (QueueIdSpans) by its rank among the distinct non-zero ids,
+// one map for the ids given and the ids waited on (0, the default stream, stays 0): the order
+// and equality of streams are kept, and which queue a wait names, not the numbers.
+std::string RankQueueIds(const std::string& text) {
+  const std::vector<QueueIdSpan> spans = QueueIdSpans(text);
+  if (spans.empty()) return text;
+  std::vector<int64_t> values;
+  for (const QueueIdSpan& q : spans) {
+    if (q.value != 0) values.push_back(q.value);
+  }
   std::sort(values.begin(), values.end());
   values.erase(std::unique(values.begin(), values.end()), values.end());
   std::string out;
   out.reserve(text.size());
   size_t from = 0;
-  for (size_t p = text.find(kKey); p != std::string::npos; p = text.find(kKey, from)) {
-    size_t q = p + kKey.size();
-    int64_t v = 0;
-    while (q < text.size() && std::isdigit(static_cast<unsigned char>(text[q]))) {
-      v = v * 10 + (text[q++] - '0');
-    }
-    out.append(text, from, p + kKey.size() - from);
+  for (const QueueIdSpan& q : spans) {
+    out.append(text, from, q.begin - from);
     const int64_t rank =
-        v == 0 ? 0 : 1 + (std::lower_bound(values.begin(), values.end(), v) - values.begin());
+        q.value == 0
+            ? 0
+            : 1 + (std::lower_bound(values.begin(), values.end(), q.value) - values.begin());
     absl::StrAppend(&out, rank);
-    from = q;
+    from = q.end;
   }
   out.append(text, from, std::string::npos);
   return out;

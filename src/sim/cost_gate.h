@@ -10,8 +10,8 @@
 // makespan on one partition. The region is the candidate alone: other work of the module that a
 // plain collective could overlap with is not in the estimate.
 //
-// Results are cached per (pass, variant options, region with canonical names): the repeated
-// layers of a model cost one estimate.
+// Results are cached per (pass, variant options, region with canonical names, ids ranked and
+// metadata dropped: CanonicalRegionText): the repeated layers of a model cost one estimate.
 #pragma once
 
 #include <memory>

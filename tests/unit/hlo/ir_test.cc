@@ -323,7 +323,9 @@ TEST(IrTest, ComputationNamesStayUniqueThroughRenameAndRemoval) {
 TEST(IrTest, ManySameNamedComputationsTakeTheLeastFreeSuffix) {
   HloModule m("bodies");
   std::vector<HloComputation*> c;
-  for (int i = 0; i < 200; ++i) c.push_back(m.AddComputation(std::make_unique<HloComputation>("loop")));
+  for (int i = 0; i < 200; ++i) {
+    c.push_back(m.AddComputation(std::make_unique<HloComputation>("loop")));
+  }
   EXPECT_EQ(c[0]->name(), "loop");
   EXPECT_EQ(c[1]->name(), "loop.1");
   EXPECT_EQ(c[199]->name(), "loop.199");

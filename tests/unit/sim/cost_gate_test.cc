@@ -139,6 +139,45 @@ ENTRY main {
   EXPECT_NE(l1, key(layer(5, 0, 12, "layer_1/mlp")));   // 0, the default stream, stays 0
 }
 
+// A wait names a queue: its entries are ranked with the queue ids (one map), in both the string
+// and the integer form, so that a region whose third dot waits on the first dot's stream and one
+// whose third dot waits on the second's are two keys, and shifted ids are one.
+TEST(CanonicalRegionText, RanksTheQueuesWaitedOn) {
+  auto region = [](const std::string& qa, const std::string& qb, const std::string& waits) {
+    return absl::StrCat(R"(HloModule w, num_partitions=4
+ENTRY main {
+  x = bf16[256,512] parameter(0)
+  g = bf16[1024,512] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  w0 = bf16[512,256] parameter(1)
+  a = bf16[1024,256] dot(g, w0), lhs_contracting_dims={1}, rhs_contracting_dims={0}, )",
+                        R"(backend_config={"operation_queue_id":)", qa, R"(}
+  b = bf16[1024,256] dot(g, w0), lhs_contracting_dims={1}, rhs_contracting_dims={0}, )",
+                        R"(backend_config={"operation_queue_id":)", qb, R"(}
+  c = bf16[1024,256] add(a, b), backend_config={"wait_on_operation_queues":[)", waits, R"(]}
+  ROOT t = (bf16[1024,256]) tuple(c)
+})");
+  };
+  auto key = [](const std::string& text) {
+    auto m = ParseHloModule(text, "waits");
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return std::string();
+    auto r = ExtractCostRegion(Seeds(**m, {"g", "a", "b", "c"}));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? CanonicalRegionText(**r) : std::string();
+  };
+  const std::string on_a = key(region("\"3\"", "\"7\"", "\"3\""));
+  EXPECT_FALSE(on_a.empty());
+  EXPECT_EQ(on_a, key(region("\"40\"", "\"90\"", "\"40\"")));
+  EXPECT_NE(on_a, key(region("\"1\"", "\"3\"", "\"3\"")));  // waits on b's stream
+  EXPECT_NE(on_a, key(region("\"3\"", "\"7\"", "\"5\"")));  // on a stream outside
+  // The integer form: the same map.
+  EXPECT_EQ(key(region("3", "7", "3")), key(region("40", "90", "40")));
+  EXPECT_NE(key(region("3", "7", "3")), key(region("3", "7", "7")));
+  // Not a queue id (out of range, signed): kept as written.
+  const std::string huge = key(region("\"99999999999999999999\"", "\"7\"", "\"7\""));
+  EXPECT_NE(huge.find("99999999999999999999"), std::string::npos);
+}
+
 // A value shared by every layer (partition-id, a constant) has users all over the module; the
 // region takes it as a cheap producer and counts its readers from the region's side: it is an
 // output only when something outside the region reads it through the region, not because other
