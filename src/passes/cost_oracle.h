@@ -13,7 +13,7 @@
 //       - seeds: the instructions the rewrite replaces (the collective and every dot it feeds or
 //         that feeds it, and the glue between them, e.g. an all-reduce's dynamic-slice), all in
 //         one computation. The oracle takes the seeds, everything on paths between them (within
-//         16 steps: a candidate's glue is short) and the cheap producers of their operands
+//         64 steps: a candidate's glue is short) and the cheap producers of their operands
 //         (dequantize chains, offset tables, partition-id),
 //         and turns every other operand into a parameter: the *region*;
 //       - variants: variants[0] is the baseline, normally {label "without", rewrite=false}; each

@@ -29,17 +29,18 @@
 namespace weave::sim {
 
 // The region of a candidate: the seeds, every instruction on a path between two seeds (paths
-// that reach their second seed within 16 steps: a candidate's glue is a handful of
-// instructions), and the cheap producers of their operands up to 4 levels back (constants, iota,
-// partition-id, broadcast, convert, reshape/bitcast/copy/transpose, slices, scalar and dequantize
-// arithmetic), and the get-tuple-elements through which the rest of the computation reads a
-// region's tuple (a loop's state), in one entry computation whose parameters stand for every
-// other operand (same names and shapes; a single-element one proven the same on every partition
-// is marked `sharding={replicated}`), whose root is a tuple of the region's values that the rest
-// of the computation reads or that nobody in the region reads (so that the passes run on the
-// region keep exactly what they keep in the module), and which keeps the computations the region
-// calls. num_partitions and replica_count are the module's. Costs what the candidate touches,
-// not the computation: a compile asks once per candidate.
+// that reach their second seed within 64 steps: more than any candidate of the shared dumps
+// needs, attention between a decomposer's dots included), and the cheap producers of their
+// operands up to 4 levels back (constants, iota, partition-id, broadcast, convert,
+// reshape/bitcast/copy/transpose, slices, scalar and dequantize arithmetic), and the
+// get-tuple-elements through which the rest of the computation reads a region's tuple (a loop's
+// state), in one entry computation whose parameters stand for every other operand (same names
+// and shapes; a single-element one proven the same on every partition is marked
+// `sharding={replicated}`), whose root is a tuple of the region's values that the rest of the
+// computation reads or that nobody in the region reads (so that the passes run on the region
+// keep exactly what they keep in the module), and which keeps the computations the region calls.
+// num_partitions and replica_count are the module's. Costs what the candidate touches, not the
+// computation: a compile asks once per candidate.
 // InvalidArgument when the seeds are empty or not all in one computation, or the region does
 // not parse (the message says why).
 absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(

@@ -194,9 +194,9 @@ ENTRY main {
   sq = bf16[1024,256] multiply(pbb, pbb)
   outside = bf16[1024,256] negate(pbb)
 )";
-  // A long chain from the all-gather to a far dot: 40 negates, beyond the path bound.
+  // A long chain from the all-gather to a far dot: 80 negates, beyond the path bound.
   std::string prev = "g";
-  for (int k = 0; k < 40; ++k) {
+  for (int k = 0; k < 80; ++k) {
     absl::StrAppend(&text, "  n", k, " = bf16[1024,512] negate(", prev, ")\n");
     prev = absl::StrCat("n", k);
   }
@@ -229,7 +229,7 @@ ENTRY main {
   // Outputs: d and g (the module reads them: g feeds the chain), pbb (read twice by sq, and once
   // outside), pid (read by the 200 adds); not pb or sq, read only inside.
   EXPECT_THAT(root, ::testing::UnorderedElementsAre("d", "g", "pbb", "pid"));
-  // A path of 41 steps from g to far is past the bound: its chain is not pulled in (the far dot
+  // A path of 81 steps from g to far is past the bound: its chain is not pulled in (the far dot
   // reads it as a parameter), where a short one is.
   auto far = ExtractCostRegion(Seeds(*m, {"g", "far"}));
   ASSERT_TRUE(far.ok()) << far.status();
@@ -237,9 +237,10 @@ ENTRY main {
   ASSERT_NE(last, nullptr);
   EXPECT_EQ(last->opcode(), HloOpcode::kParameter);
   EXPECT_EQ((*far)->entry()->GetInstruction("n0"), nullptr);
-  auto chain = ExtractCostRegion(Seeds(*m, {"g", "n5"}));
+  // 30 steps (attention between two dots is about that long) are within it.
+  auto chain = ExtractCostRegion(Seeds(*m, {"g", "n29"}));
   ASSERT_TRUE(chain.ok()) << chain.status();
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < 29; ++k) {
     EXPECT_NE((*chain)->entry()->GetInstruction(absl::StrCat("n", k)), nullptr) << k;
   }
 }
