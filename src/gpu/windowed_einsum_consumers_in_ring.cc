@@ -104,26 +104,13 @@ HloInstruction* AddScalar(HloComputation* c, PrimitiveType t, int64_t v, const s
   return k;
 }
 
-int64_t MaxQueueId(const HloModule& m, XlaBackendConfigVersion v) {
-  int64_t q = 0;
-  for (const HloComputation* c : m.computations()) {
-    for (const HloInstruction* i : c->instructions()) {
-      // Only configs naming a queue can raise the maximum (parsing every JSON is the cost).
-      if (i->backend_config.find("operation_queue_id") == std::string::npos) continue;
-      absl::StatusOr<GpuBackendConfigEditor> e = GpuBackendConfigEditor::Of(*i, v);
-      if (e.ok()) q = std::max(q, e->operation_queue_id());
-    }
-  }
-  return q;
-}
-
 bool Removable(const HloInstruction* x) { return x->IsRemovableWhenUnused(); }
 
 }  // namespace
 
 absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
   bool changed = false;
-  int64_t next_queue = MaxQueueId(*module, version_) + 1;
+  int64_t next_queue = MaxOperationQueueId(*module, version_) + 1;
   std::vector<HloInstruction*> whiles;
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {

@@ -385,13 +385,12 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   HloInstruction* cache = AddGte(comp, w, n, "cache_out");
   int64_t rewired = 0;
   std::vector<std::string> kept;
-  for (CacheUse& u : uses) {
+  for (size_t k = 0; k < uses.size(); ++k) {
+    CacheUse& u = uses[k];
     if (wide && !u.dequant) {
-      // An FP8 all-gather: the roots of its dequantizations read the wide cache instead.
-      std::string why;
-      std::optional<std::vector<DequantMatch>> dqs = DequantReaders(u.all_gather, &why);
-      if (!dqs) return absl::InternalError("wide cache: " + why);
-      for (const DequantMatch& d : *dqs) {
+      // An FP8 all-gather: the roots of its dequantizations (found by WhyNoWideCache) read the
+      // wide cache instead.
+      for (const DequantMatch& d : wide->readers[k]) {
         std::vector<HloInstruction*> readers = RewirableReaders(d.root, w, &kept);
         rewired += static_cast<int64_t>(readers.size());
         const bool was_root = d.root->IsRoot();

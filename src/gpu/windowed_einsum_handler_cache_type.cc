@@ -47,17 +47,16 @@ std::string Handler::WhyNoWideCache(const WindowedLoop& L, const std::vector<Cac
   }
   std::optional<WideForm> shared;
   std::string first;  // the all-gather `shared` came from
-  for (const CacheUse& u : uses) {
-    std::vector<DequantMatch> dqs;
-    if (u.dequant) {
-      dqs.push_back(*u.dequant);
-    } else {
+  std::vector<std::vector<DequantMatch>> readers(uses.size());
+  for (size_t k = 0; k < uses.size(); ++k) {
+    const CacheUse& u = uses[k];
+    if (!u.dequant) {
       std::string why;
-      std::optional<std::vector<DequantMatch>> readers = DequantReaders(u.all_gather, &why);
-      if (!readers) return why;
-      dqs = std::move(*readers);
+      std::optional<std::vector<DequantMatch>> r = DequantReaders(u.all_gather, &why);
+      if (!r) return why;
+      readers[k] = std::move(*r);
     }
-    for (const DequantMatch& d : dqs) {
+    for (const DequantMatch& d : u.dequant ? std::vector<DequantMatch>{*u.dequant} : readers[k]) {
       const WideForm f{d.scale, d.is_divide, d.wide_type};
       if (!shared) {
         shared = f;
@@ -78,16 +77,10 @@ std::string Handler::WhyNoWideCache(const WindowedLoop& L, const std::vector<Cac
   if (!shared) return "no all-gather to serve";
   // One cache for every use: the wide values it replaces must have one shape (layout too).
   const Shape* wide_shape = nullptr;
-  for (const CacheUse& u : uses) {
+  for (size_t k = 0; k < uses.size(); ++k) {
     std::vector<const HloInstruction*> values;
-    if (u.dequant) {
-      values.push_back(u.all_gather);
-    } else {
-      std::string why;
-      const std::optional<std::vector<DequantMatch>> readers = DequantReaders(u.all_gather, &why);
-      if (!readers) return why;
-      for (const DequantMatch& d : *readers) values.push_back(d.root);
-    }
+    if (uses[k].dequant) values.push_back(uses[k].all_gather);
+    for (const DequantMatch& d : readers[k]) values.push_back(d.root);
     for (const HloInstruction* v : values) {
       const Shape want = v->shape().WithElementType(shared->wide);
       if (wide_shape == nullptr) wide_shape = &v->shape();
@@ -101,6 +94,7 @@ std::string Handler::WhyNoWideCache(const WindowedLoop& L, const std::vector<Cac
     return absl::StrCat("the scale '", shared->scale->name(), "' depends on the loop");
   }
   *form = *shared;
+  form->readers = std::move(readers);
   return "";
 }
 

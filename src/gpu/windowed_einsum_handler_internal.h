@@ -180,6 +180,10 @@ class Handler {
     HloInstruction* scale = nullptr;  // scalar, of type `wide`
     bool is_divide = false;
     PrimitiveType wide = PrimitiveType::kInvalid;
+    // Per use (same index as the uses): the dequantizations of an FP8 all-gather, whose roots
+    // then read the cache (DequantReaders, found once); empty for a use with
+    // CacheUse::dequant.
+    std::vector<std::vector<DequantMatch>> readers;
   };
   // `wide`: the wide cache in `form` (from WhyNoWideCache), else the cache in the loop's
   // windowed element type.

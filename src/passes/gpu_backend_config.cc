@@ -266,4 +266,16 @@ bool GpuBackendConfigEditor::ApplyTo(HloInstruction* instr) const {
   return true;
 }
 
+int64_t MaxOperationQueueId(const HloModule& module, XlaBackendConfigVersion v) {
+  int64_t q = 0;
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->backend_config.find("operation_queue_id") == std::string::npos) continue;
+      absl::StatusOr<GpuBackendConfigEditor> e = GpuBackendConfigEditor::Of(*i, v);
+      if (e.ok()) q = std::max(q, e->operation_queue_id());
+    }
+  }
+  return q;
+}
+
 }  // namespace weave

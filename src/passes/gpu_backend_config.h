@@ -100,4 +100,10 @@ class GpuBackendConfigEditor {
   nlohmann::ordered_json json_;
 };
 
+
+// The largest operation_queue_id of any instruction of `module` (0 when none has one), read as
+// GpuBackendConfigEditor reads it (version `v`); new streams take the next ids. Parses only the
+// configs that name a queue, so a scan costs a text search per instruction, not a JSON parse.
+int64_t MaxOperationQueueId(const HloModule& module, XlaBackendConfigVersion v);
+
 }  // namespace weave

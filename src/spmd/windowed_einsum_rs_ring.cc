@@ -16,21 +16,6 @@ namespace {
 constexpr char kBodyRsRing[] = "windowed_dot_general_body_rs_ring";
 constexpr char kCondRsRing[] = "windowed_dot_general_cond_rs_ring";
 
-// The largest operation_queue_id in the module (new dots take the next ones).
-int64_t MaxQueueId(const HloModule& m) {
-  int64_t q = 0;
-  for (const HloComputation* c : m.computations()) {
-    for (const HloInstruction* i : c->instructions()) {
-      // Only configs naming a queue can raise the maximum (parsing every JSON is the cost).
-      if (i->backend_config.find("operation_queue_id") == std::string::npos) continue;
-      absl::StatusOr<GpuBackendConfigEditor> e =
-          GpuBackendConfigEditor::Of(*i, kDefaultXlaBackendConfig);
-      if (e.ok()) q = std::max(q, e->operation_queue_id());
-    }
-  }
-  return q;
-}
-
 }  // namespace
 
 bool CanBuildRsRingLoop(const RsPlan& p, std::string* why) {
@@ -129,7 +114,9 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
     }
     return RebuildOperand(b, c, value, sc, off, v, p.block, tag);
   };
-  if (ctx.max_queue_id < 0) ctx.max_queue_id = MaxQueueId(*ctx.module);
+  if (ctx.max_queue_id < 0) {
+    ctx.max_queue_id = MaxOperationQueueId(*ctx.module, kDefaultXlaBackendConfig);
+  }
   int64_t& queue = ctx.max_queue_id;
   HloInstruction* own = nullptr;
   std::vector<HloInstruction*> received;
