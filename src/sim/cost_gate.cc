@@ -109,8 +109,8 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   }
   // Instructions on paths between seeds: backward from a seed (at most kPathDepth steps), then
   // forward from the seeds through those alone, since every instruction on a path from one seed
-  // to another reaches the second seed. Both walks stay near the candidate (a seed's glue is a
-  // handful of instructions), so a query costs what the candidate touches, not the computation.
+  // to another reaches the second seed. Both walks stay near the candidate (within kPathDepth
+  // of its seeds), so a query costs what the candidate touches, not the computation.
   absl::flat_hash_set<const HloInstruction*> bwd;
   {
     std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
@@ -264,9 +264,8 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
         i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
     absl::StrAppend(&text, "  ", copy->ToString(), "\n");
     // An output: a value the rest of the computation reads (or its root), or that nobody in the
-    // region reads.
-    // Counted from the region's side: a value shared across the module (partition-id, a
-    // constant) has users everywhere, and scanning them would cost the module.
+    // region reads. Counted from the region's side: a value shared across the module
+    // (partition-id, a constant) has users everywhere, and scanning them would cost the module.
     const int64_t inside = readers_inside[i];
     const bool read_inside = inside > 0;
     const bool read_outside = i == comp->root() || i->user_count() > inside;
