@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,54 @@ constexpr int kProducerDepth = 4;
 // stacks exactly as the unbounded walk did.
 constexpr int kPathDepth = 64;
 
+// Marks on instructions by unique id, one byte each in a table kept between queries (ids are
+// process-wide and only grow, so the table is as large as the instructions ever created);
+// unmarked again when it goes out of scope, through the ids it set: a use costs what it marks.
+// A second IdMarks alive on the same thread gets a table of its own.
+class IdMarks {
+ public:
+  IdMarks() : owner_(!Busy()), t_(owner_ ? &Shared() : &own_) {
+    if (owner_) Busy() = true;
+  }
+  IdMarks(const IdMarks&) = delete;
+  IdMarks& operator=(const IdMarks&) = delete;
+  ~IdMarks() {
+    for (size_t id : set_) (*t_)[id] = 0;
+    if (owner_) Busy() = false;
+  }
+  // Marks `i`; false when it was marked already.
+  bool Insert(const HloInstruction* i) {
+    const int64_t id = i->unique_id();
+    if (id < 0) return false;  // not made by Create or a clone: in no computation
+    std::vector<uint8_t>& t = *t_;
+    if (static_cast<size_t>(id) >= t.size()) {
+      t.resize(std::max<size_t>(static_cast<size_t>(id) + 1, 2 * t.size()), 0);
+    }
+    if (t[id]) return false;
+    t[id] = 1;
+    set_.push_back(static_cast<size_t>(id));
+    return true;
+  }
+  bool Contains(const HloInstruction* i) const {
+    const int64_t id = i->unique_id();
+    return id >= 0 && static_cast<size_t>(id) < t_->size() && (*t_)[id] != 0;
+  }
+
+ private:
+  static std::vector<uint8_t>& Shared() {
+    thread_local std::vector<uint8_t> table;
+    return table;
+  }
+  static bool& Busy() {
+    thread_local bool busy = false;
+    return busy;
+  }
+  bool owner_;
+  std::vector<uint8_t> own_;
+  std::vector<uint8_t>* t_;
+  std::vector<size_t> set_;
+};
+
 // `roots` and every computation they call, transitively, callees before callers.
 std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloComputation*>& roots) {
   std::vector<const HloComputation*> order;
@@ -91,8 +140,7 @@ std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloCompu
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
-    const std::vector<const HloInstruction*>& seeds) {
+absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds) {
   if (seeds.empty() || seeds[0] == nullptr) {
     return absl::InvalidArgumentError("no instructions in the candidate");
   }
@@ -111,14 +159,16 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   // forward from the seeds through those alone, since every instruction on a path from one seed
   // to another reaches the second seed. Both walks stay near the candidate (within kPathDepth
   // of its seeds), so a query costs what the candidate touches, not the computation.
-  absl::flat_hash_set<const HloInstruction*> bwd;
+  // The backward walk visits some hundred times the region (everything within kPathDepth
+  // upstream): its marks are bytes by unique id, not a hash set.
+  IdMarks bwd;
   {
     std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
     for (int depth = 0; depth < kPathDepth && !level.empty(); ++depth) {
       next.clear();
       for (const HloInstruction* i : level) {
         for (const HloInstruction* o : i->operands()) {
-          if (bwd.insert(o).second) next.push_back(o);
+          if (bwd.Insert(o)) next.push_back(o);
         }
       }
       level.swap(next);
@@ -129,7 +179,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
       const HloInstruction* i = work.back();
       work.pop_back();
       for (const HloInstruction* u : i->users()) {
-        if (bwd.contains(u) && fwd.insert(u).second) {
+        if (bwd.Contains(u) && fwd.insert(u).second) {
           region.insert(u);
           work.push_back(u);
         }
@@ -280,12 +330,23 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
   while (taken.contains(root)) root += "_";
   absl::StrAppend(&text, "  ROOT %", root, " = (", absl::StrJoin(shapes, ", "), ") tuple(",
                   absl::StrJoin(names, ", "), ")\n}\n");
+  return text;
+}
+
+absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text) {
   absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseHloModule(text, "<cost region>");
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the candidate's region does not stand alone: ", parsed.status().message()));
   }
   return parsed;
+}
+
+absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
+    const std::vector<const HloInstruction*>& seeds) {
+  absl::StatusOr<std::string> text = CostRegionText(seeds);
+  if (!text.ok()) return text.status();
+  return ParseCostRegion(*text);
 }
 
 namespace {
@@ -363,6 +424,120 @@ std::string RankQueueIds(const std::string& text) {
 
 }  // namespace
 
+std::string RegionTextKey(const std::string& text) {
+  auto name_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
+  };
+  // A quoted string from `p` (at its opening quote) to just past its closing one.
+  auto string_end = [&](size_t p) {
+    for (++p; p < text.size(); ++p) {
+      if (text[p] == '\\') {
+        ++p;
+      } else if (text[p] == '"') {
+        return p + 1;
+      }
+    }
+    return text.size();
+  };
+  static constexpr std::string_view kChannel = "channel_id=";
+  static constexpr std::string_view kMetadata = ", metadata={";
+  // Channel ids by rank among those the text holds (outside strings).
+  std::vector<int64_t> channels;
+  for (size_t p = 0; p < text.size();) {
+    if (text[p] == '"') {
+      p = string_end(p);
+    } else if (text[p] == 'c' && text.compare(p, kChannel.size(), kChannel) == 0) {
+      p += kChannel.size();
+      size_t e = p;
+      while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e]))) ++e;
+      int64_t v = 0;
+      if (absl::SimpleAtoi(absl::string_view(text.data() + p, e - p), &v)) channels.push_back(v);
+      p = e;
+    } else {
+      ++p;
+    }
+  }
+  std::sort(channels.begin(), channels.end());
+  channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
+  absl::flat_hash_map<std::string_view, int64_t> names;
+  auto append_name = [&](std::string* out, std::string_view name) {
+    auto [it, fresh] = names.try_emplace(name, static_cast<int64_t>(names.size()));
+    absl::StrAppend(out, "%n", it->second);
+  };
+  std::string out;
+  out.reserve(text.size());
+  bool line_start = true;
+  for (size_t p = 0; p < text.size();) {
+    const char ch = text[p];
+    if (line_start && (ch == '%' || text.compare(p, 7, "ENTRY %") == 0)) {
+      // A computation's header: its name alone (the signature repeats the body's parameters
+      // and root, and names the parameters without a '%').
+      if (ch == 'E') {
+        out.append("ENTRY ");
+        p += 6;
+      }
+      size_t e = p + 1;
+      while (e < text.size() && name_char(text[e])) ++e;
+      append_name(&out, std::string_view(text).substr(p + 1, e - p - 1));
+      out.append(" {");
+      while (e < text.size() && text[e] != '\n') ++e;
+      p = e;
+      line_start = false;
+      continue;
+    }
+    line_start = false;
+    if (ch == '\n') {
+      out.push_back(ch);
+      line_start = true;
+      ++p;
+    } else if (ch == '"') {
+      const size_t e = string_end(p);
+      out.append(text, p, e - p);
+      p = e;
+    } else if (ch == '%') {
+      size_t e = p + 1;
+      while (e < text.size() && name_char(text[e])) ++e;
+      append_name(&out, std::string_view(text).substr(p + 1, e - p - 1));
+      p = e;
+    } else if (ch == ',' && text.compare(p, kMetadata.size(), kMetadata) == 0) {
+      // Dropped up to its closing brace (braces inside strings do not count).
+      size_t e = p + kMetadata.size();
+      int depth = 1;
+      while (e < text.size() && depth > 0) {
+        if (text[e] == '"') {
+          e = string_end(e);
+          continue;
+        }
+        if (text[e] == '{') ++depth;
+        if (text[e] == '}') --depth;
+        ++e;
+      }
+      p = e;
+    } else if (ch == 'c' && text.compare(p, kChannel.size(), kChannel) == 0) {
+      p += kChannel.size();
+      size_t e = p;
+      while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e]))) ++e;
+      int64_t v = 0;
+      if (absl::SimpleAtoi(absl::string_view(text.data() + p, e - p), &v)) {
+        absl::StrAppend(&out, "channel_id=",
+                        1 + (std::lower_bound(channels.begin(), channels.end(), v) -
+                             channels.begin()));
+      } else {
+        out.append(text, p - kChannel.size(), e - p + kChannel.size());
+      }
+      p = e;
+    } else {
+      // A run of text with nothing to rewrite: up to the next character that may start
+      // something above.
+      size_t e = p + 1;
+      while (e < text.size() && !std::strchr("\n\"%,c", text[e])) ++e;
+      out.append(text, p, e - p);
+      p = e;
+    }
+  }
+  return RankQueueIds(out);
+}
+
 std::string CanonicalRegionText(const HloModule& module) {
   std::unique_ptr<HloModule> copy = module.Clone();
   int64_t n = 0, c = 0;
@@ -439,9 +614,27 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
 }
 
 absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
-  absl::StatusOr<std::unique_ptr<HloModule>> region = ExtractCostRegion(query.seeds);
-  if (!region.ok()) return region.status();
-  std::string key_base = absl::StrCat(query.pass, "\n", CanonicalRegionText(**region));
+  absl::StatusOr<std::string> text = CostRegionText(query.seeds);
+  if (!text.ok()) return text.status();
+  // The region is parsed, and its canonical text made, only for a region not seen before (by
+  // its text's key) or a variant not yet estimated: a repeated layer costs the text alone.
+  std::unique_ptr<HloModule> region;
+  auto parse = [&]() -> absl::Status {
+    if (region != nullptr) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseCostRegion(*text);
+    if (!parsed.ok()) return parsed.status();
+    region = *std::move(parsed);
+    return absl::OkStatus();
+  };
+  std::string text_key = absl::StrCat(query.pass, "\n", RegionTextKey(*text));
+  std::string key_base;
+  if (auto known = key_of_text_.find(text_key); known != key_of_text_.end()) {
+    key_base = known->second;
+  } else {
+    if (absl::Status st = parse(); !st.ok()) return st;
+    key_base = absl::StrCat(query.pass, "\n", CanonicalRegionText(*region));
+    key_of_text_.emplace(std::move(text_key), key_base);
+  }
   std::vector<double> out, concurrent;
   for (const CostVariant& v : query.variants) {
     std::string key = absl::StrCat(v.rewrite ? "rewrite" : "leave",
@@ -463,8 +656,9 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
       }
       dump_name_ = absl::StrCat(dumped_++, ".", query.location, ".", label);
     }
+    if (absl::Status st = parse(); !st.ok()) return st;
     absl::StatusOr<std::pair<double, double>> us =
-        EstimateVariantBound(**region, query.pass, v, query.one_stream_bound);
+        EstimateVariantBound(*region, query.pass, v, query.one_stream_bound);
     if (!us.ok()) return us.status();
     cache_[key] = *us;
     out.push_back(us->first);

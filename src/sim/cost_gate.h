@@ -45,12 +45,26 @@ namespace weave::sim {
 // not parse (the message says why).
 absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     const std::vector<const HloInstruction*>& seeds);
+// ExtractCostRegion in two steps: the region's HLO text (errors as above, but for the parse),
+// and its parse (InvalidArgument "the candidate's region does not stand alone: ..." when the
+// text does not parse).
+absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds);
+absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text);
 
 // Text of `module` with every instruction and computation renamed in order (i0, i1, ...; c0,
 // ...), channel ids and operation_queue_ids replaced by their ranks and metadata dropped: equal
 // for two regions that differ only in names, ids and source locations (the same candidate in
 // every layer of a model), none of which an estimate reads.
 std::string CanonicalRegionText(const HloModule& module);
+
+// A key of a region's text (CostRegionText), found without parsing it: equal for two texts that
+// are the same up to one renaming of the names (every %name by its rank of first appearance; a
+// computation's signature, which repeats its parameters and root, dropped), with metadata dropped
+// and channel ids and queue ids by rank. Equal keys mean isomorphic regions, hence equal
+// CanonicalRegionText: SimCostOracle looks the canonical text up by this key, so a repeated layer
+// costs one scan of its text, and no two regions share an estimate that did not before. Regions
+// equal only up to the order of their text get two keys (and the same estimate). One scan.
+std::string RegionTextKey(const std::string& region_text);
 
 struct CostGateConfig {
   SystemSpec system;                   // after overrides and SimOptions
@@ -83,6 +97,9 @@ class SimCostOracle : public CostOracle {
  private:
   CostGateConfig c_;
   absl::flat_hash_map<std::string, std::pair<double, double>> cache_;
+  // Region text key (pass and RegionTextKey) -> the pass and CanonicalRegionText part of the
+  // keys of cache_: finer than the canonical text, so the estimates are those it gives.
+  absl::flat_hash_map<std::string, std::string> key_of_text_;
   int64_t dumped_ = 0;
   std::string dump_name_;  // file name stem of the variant being estimated
 };

@@ -47,6 +47,31 @@ std::vector<const HloInstruction*> Seeds(const HloModule& m, std::vector<std::st
   return out;
 }
 
+// Both cache keys of a candidate's region: its canonical text, and the key of its text that the
+// oracle finds it by (RegionTextKey). Where the canonical texts differ the text keys must too
+// (else a layer would take another's estimate); where they are equal, for the layers of a model,
+// the text keys should be as well (else every layer parses its region again).
+struct RegionKeys {
+  std::string canonical, text;
+  bool operator==(const RegionKeys& o) const { return canonical == o.canonical && text == o.text; }
+};
+std::ostream& operator<<(std::ostream& os, const RegionKeys& k) {
+  return os << k.canonical << "\n---\n" << k.text;
+}
+RegionKeys KeysOf(const std::vector<const HloInstruction*>& seeds) {
+  absl::StatusOr<std::string> text = CostRegionText(seeds);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return {};
+  auto region = ParseCostRegion(*text);
+  EXPECT_TRUE(region.ok()) << region.status();
+  if (!region.ok()) return {};
+  return {CanonicalRegionText(**region), RegionTextKey(*text)};
+}
+void ExpectOtherKeys(const RegionKeys& a, const RegionKeys& b) {
+  EXPECT_NE(a.canonical, b.canonical);
+  EXPECT_NE(a.text, b.text);
+}
+
 TEST(ExtractCostRegion, KeepsTheDequantizationAndParameterizesTheRest) {
   auto m = Parse(kTwoConsumers);
   ASSERT_NE(m, nullptr);
@@ -104,6 +129,22 @@ TEST(CanonicalRegionText, IgnoresNames) {
   auto rb = ExtractCostRegion(Seeds(*b, {"gathered", "q_proj", "y1"}));
   ASSERT_TRUE(ra.ok() && rb.ok());
   EXPECT_EQ(CanonicalRegionText(**ra), CanonicalRegionText(**rb));
+  const RegionKeys ka = KeysOf(Seeds(*a, {"xg", "y0", "y1"}));
+  EXPECT_EQ(ka, KeysOf(Seeds(*b, {"gathered", "q_proj", "y1"})));
+  // The two steps give the region ExtractCostRegion gives.
+  EXPECT_EQ(ka.canonical, CanonicalRegionText(**ra));
+  // Another shape is another region, for both keys.
+  std::string wider = kTwoConsumers;
+  wider.replace(wider.find("w1 = bf16[4096,2048]"), 20, "w1 = bf16[4096,1024]");
+  for (const char* y1 : {"y1 = bf16[4096,2048] dot", "bf16[4096,2048], bf16[4096,2048]) tuple"}) {
+    size_t at = wider.find(y1);
+    ASSERT_NE(at, std::string::npos);
+    wider.replace(wider.find("2048]", at), 5, "1024]");
+  }
+  wider.replace(wider.find("other = bf16[4096,2048]"), 23, "other = bf16[4096,1024]");
+  auto c = Parse(wider);
+  ASSERT_NE(c, nullptr);
+  ExpectOtherKeys(ka, KeysOf(Seeds(*c, {"xg", "y0", "y1"})));
 }
 
 // The same candidate in two layers differs in channel ids, queue ids and source locations: one
@@ -124,19 +165,19 @@ ENTRY main {
   auto key = [](const std::string& text) {
     auto m = ParseHloModule(text, "layer");
     EXPECT_TRUE(m.ok()) << m.status();
-    if (!m.ok()) return std::string();
-    auto r = ExtractCostRegion(Seeds(**m, {"g", "a", "b"}));
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? CanonicalRegionText(**r) : std::string();
+    if (!m.ok()) return RegionKeys();
+    return KeysOf(Seeds(**m, {"g", "a", "b"}));
   };
-  const std::string l1 = key(layer(5, 11, 12, "layer_1/mlp"));
-  const std::string l7 = key(layer(93, 605, 606, "layer_7/mlp"));
-  EXPECT_FALSE(l1.empty());
+  const RegionKeys l1 = key(layer(5, 11, 12, "layer_1/mlp"));
+  const RegionKeys l7 = key(layer(93, 605, 606, "layer_7/mlp"));
+  EXPECT_FALSE(l1.canonical.empty());
+  EXPECT_FALSE(l1.text.empty());
   EXPECT_EQ(l1, l7);
-  EXPECT_EQ(l1.find("layer_1"), std::string::npos);
-  EXPECT_NE(l1, key(layer(5, 12, 11, "layer_1/mlp")));  // the streams' order is kept
-  EXPECT_NE(l1, key(layer(5, 11, 11, "layer_1/mlp")));  // and which dots share one
-  EXPECT_NE(l1, key(layer(5, 0, 12, "layer_1/mlp")));   // 0, the default stream, stays 0
+  EXPECT_EQ(l1.canonical.find("layer_1"), std::string::npos);
+  EXPECT_EQ(l1.text.find("layer_1"), std::string::npos);
+  ExpectOtherKeys(l1, key(layer(5, 12, 11, "layer_1/mlp")));  // the streams' order is kept
+  ExpectOtherKeys(l1, key(layer(5, 11, 11, "layer_1/mlp")));  // and which dots share one
+  ExpectOtherKeys(l1, key(layer(5, 0, 12, "layer_1/mlp")));   // 0, the default stream, stays 0
 }
 
 // A wait names a queue: its entries are ranked with the queue ids (one map), in both the string
@@ -160,22 +201,56 @@ ENTRY main {
   auto key = [](const std::string& text) {
     auto m = ParseHloModule(text, "waits");
     EXPECT_TRUE(m.ok()) << m.status();
-    if (!m.ok()) return std::string();
-    auto r = ExtractCostRegion(Seeds(**m, {"g", "a", "b", "c"}));
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? CanonicalRegionText(**r) : std::string();
+    if (!m.ok()) return RegionKeys();
+    return KeysOf(Seeds(**m, {"g", "a", "b", "c"}));
   };
-  const std::string on_a = key(region("\"3\"", "\"7\"", "\"3\""));
-  EXPECT_FALSE(on_a.empty());
+  const RegionKeys on_a = key(region("\"3\"", "\"7\"", "\"3\""));
+  EXPECT_FALSE(on_a.canonical.empty());
   EXPECT_EQ(on_a, key(region("\"40\"", "\"90\"", "\"40\"")));
-  EXPECT_NE(on_a, key(region("\"1\"", "\"3\"", "\"3\"")));  // waits on b's stream
-  EXPECT_NE(on_a, key(region("\"3\"", "\"7\"", "\"5\"")));  // on a stream outside
+  ExpectOtherKeys(on_a, key(region("\"1\"", "\"3\"", "\"3\"")));  // waits on b's stream
+  ExpectOtherKeys(on_a, key(region("\"3\"", "\"7\"", "\"5\"")));  // on a stream outside
   // The integer form: the same map.
   EXPECT_EQ(key(region("3", "7", "3")), key(region("40", "90", "40")));
-  EXPECT_NE(key(region("3", "7", "3")), key(region("3", "7", "7")));
+  ExpectOtherKeys(key(region("3", "7", "3")), key(region("3", "7", "7")));
   // Not a queue id (out of range, signed): kept as written.
-  const std::string huge = key(region("\"99999999999999999999\"", "\"7\"", "\"7\""));
-  EXPECT_NE(huge.find("99999999999999999999"), std::string::npos);
+  const RegionKeys huge = key(region("\"99999999999999999999\"", "\"7\"", "\"7\""));
+  EXPECT_NE(huge.canonical.find("99999999999999999999"), std::string::npos);
+  EXPECT_NE(huge.text.find("99999999999999999999"), std::string::npos);
+}
+
+// The text key reads the called computations too: their names and parameter names (in the
+// signature, without a '%') are renamed, a brace in a metadata string does not end the metadata,
+// and another reduction is another key.
+TEST(RegionTextKey, CalleesAndMetadataStrings) {
+  auto layer = [](const std::string& add, const std::string& lhs, const std::string& op,
+                  const std::string& op_name) {
+    return absl::StrCat("HloModule r, num_partitions=4\n\n%", add, " (", lhs,
+                        ": f32[], rhs: f32[]) -> f32[] {\n  %", lhs,
+                        " = f32[] parameter(0)\n  %rhs = f32[] parameter(1)\n  ROOT %s = f32[] ",
+                        op, "(%", lhs, R"(, %rhs)
+}
+
+ENTRY %main {
+  %x = f32[1024,512] parameter(0)
+  %w = f32[512,256] parameter(1)
+  %d = f32[1024,256] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name=")",
+                        op_name, R"(" source_line=3}
+  ROOT %rs = f32[256,256] reduce-scatter(%d), channel_id=9, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%)",
+                        add, "\n}\n");
+  };
+  auto key = [](const std::string& text) {
+    auto m = ParseHloModule(text, "layer");
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return RegionKeys();
+    return KeysOf(Seeds(**m, {"d", "rs"}));
+  };
+  const RegionKeys a = key(layer("sum", "lhs", "add", "jit(f)/dot_general}{"));
+  EXPECT_NE(a.text.find("add("), std::string::npos);
+  EXPECT_EQ(a.text.find("sum"), std::string::npos);
+  EXPECT_EQ(a.text.find("jit(f)"), std::string::npos);
+  EXPECT_EQ(a.text.find("source_line"), std::string::npos);
+  EXPECT_EQ(a, key(layer("add.7", "acc", "add", "layer_9/x")));
+  ExpectOtherKeys(a, key(layer("sum", "lhs", "maximum", "jit(f)/dot_general}{")));
 }
 
 // A value shared by every layer (partition-id, a constant) has users all over the module; the
