@@ -2,9 +2,11 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "eval/blas_threads.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
+  weave::eval::StopIdleBlasThreads();  // most commands never multiply
   CLI::App app{"weave: windowed einsum and FP8 GEMM rewrites for XLA HLO modules"};
   app.require_subcommand(1);
   int exit_code = 0;
