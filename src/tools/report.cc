@@ -21,10 +21,12 @@ const std::vector<std::string>& RewriteNames() {
 
 void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report) {
   report->module = after.name();
-  report->before = SummarizeModule(before, report->num_partitions);
-  report->after = SummarizeModule(after, report->num_partitions);
-  report->loops = FindWindowedLoops(after);
-  report->left_alone = FindCollectivesLeftAlone(after, report->remarks);
+  // Each module's windowed loops are found once, for all the views of it below.
+  const LoopScan scan_before = ScanLoops(before), scan_after = ScanLoops(after);
+  report->before = SummarizeModule(before, report->num_partitions, scan_before);
+  report->after = SummarizeModule(after, report->num_partitions, scan_after);
+  report->loops = FindWindowedLoops(after, scan_after);
+  report->left_alone = FindCollectivesLeftAlone(after, report->remarks, scan_after);
   auto applied_by = [&](const std::string& pass) {
     return std::any_of(report->remarks.begin(), report->remarks.end(),
                        [&](const Remark& r) { return r.applied && r.pass == pass; });
@@ -42,7 +44,7 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
     for (const auto& l : loops) n += l.cache_consumers;
     return n;
   };
-  std::vector<WindowedLoopInfo> loops_before = FindWindowedLoops(before);
+  std::vector<WindowedLoopInfo> loops_before = FindWindowedLoops(before, scan_before);
   report->fired["windowed"] = applied_by("windowed-einsum-decomposer") ||
                               applied_by("all-to-all-windowed-einsum") ||
                               applied_by("windowed-einsum-handler") ||

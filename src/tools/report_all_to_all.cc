@@ -7,14 +7,15 @@
 #include "absl/strings/str_join.h"
 #include "gpu/all_to_all_window.h"
 #include "tools/report.h"
+#include "tools/report_internal.h"
 
 namespace weave::tools {
 
-std::vector<WindowedLoopInfo> FindAllToAllWindowLoops(const HloModule& module,
-                                                      int64_t default_group) {
+std::vector<WindowedLoopInfo> AllToAllWindowLoops(const std::vector<AllToAllWindow>& windows,
+                                                  int64_t default_group) {
   std::vector<WindowedLoopInfo> out;
-  for (const HloComputation* c : module.MakeComputationPostOrder()) {
-    for (const AllToAllWindow& w : FindAllToAllWindows(*c)) {
+  {
+    for (const AllToAllWindow& w : windows) {
       WindowedLoopInfo info;
       info.name = w.result->name();
       info.kind = "all-to-all";
@@ -39,6 +40,11 @@ std::vector<WindowedLoopInfo> FindAllToAllWindowLoops(const HloModule& module,
     }
   }
   return out;
+}
+
+std::vector<WindowedLoopInfo> FindAllToAllWindowLoops(const HloModule& module,
+                                                      int64_t default_group) {
+  return AllToAllWindowLoops(ScanLoops(module).all_to_all, default_group);
 }
 
 std::set<const HloInstruction*> AllToAllWindowExchanges(const HloModule& module) {

@@ -9,8 +9,10 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "gpu/all_to_all_window.h"
 #include "hlo/ir.h"
 #include "sim/simulator.h"
 #include "tools/report.h"
@@ -115,5 +117,27 @@ std::string PercentChange(double before, double after);
 
 // Analyses one while; false if it is not a windowed loop (report_loops.cc).
 bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info);
+
+// The windowed loops of one module, found once for the report's several views of it
+// (SummarizeModule, FindWindowedLoops, FindCollectivesLeftAlone): each while AnalyzeLoop accepts,
+// with its analysis, in computation post order then instruction post order; and the all-to-all
+// windows (gpu/all_to_all_window.h) of each computation, in computation post order. Valid while
+// the module is unchanged.
+struct LoopScan {
+  std::vector<std::pair<const HloInstruction*, WindowedLoopInfo>> loops;
+  std::vector<AllToAllWindow> all_to_all;
+};
+LoopScan ScanLoops(const HloModule& module);
+// The views above, from a scan of `module`.
+ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions,
+                              const LoopScan& scan);
+std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module, const LoopScan& scan);
+std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
+                                                const std::vector<Remark>& remarks,
+                                                const LoopScan& scan);
+// The all-to-all windows of a scan as windowed loops of kind "all-to-all" (see
+// FindAllToAllWindowLoops).
+std::vector<WindowedLoopInfo> AllToAllWindowLoops(const std::vector<AllToAllWindow>& windows,
+                                                  int64_t default_group);
 
 }  // namespace weave::tools

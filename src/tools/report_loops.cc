@@ -259,31 +259,45 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   return true;
 }
 
-std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module) {
-  std::vector<WindowedLoopInfo> out;
-  TotalsCache cache(DefaultGroup(module, 0));
+LoopScan ScanLoops(const HloModule& module) {
+  LoopScan scan;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
       WindowedLoopInfo info;
       if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) {
-        Totals t = cache.OfInstruction(*i);
-        info.bytes_sent = t.bytes;
-        auto it = t.executed.find("collective-permute");
-        info.permutes = it == t.executed.end() ? 0 : it->second;
-        // The shift after a reduce-scatter loop belongs to it.
-        for (const HloInstruction* g : i->users()) {
-          for (const HloInstruction* p : g->users()) {
-            if (g->opcode() == HloOpcode::kGetTupleElement && IsPermute(*p)) {
-              info.bytes_sent += CollectiveBytesSent(*p, DefaultGroup(module, 0));
-              info.permutes += 1;
-            }
-          }
-        }
-        out.push_back(std::move(info));
+        scan.loops.emplace_back(i, std::move(info));
       }
     }
+    for (AllToAllWindow& w : FindAllToAllWindows(*c)) scan.all_to_all.push_back(std::move(w));
   }
-  for (WindowedLoopInfo& info : FindAllToAllWindowLoops(module, DefaultGroup(module, 0))) {
+  return scan;
+}
+
+std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module) {
+  return FindWindowedLoops(module, ScanLoops(module));
+}
+
+std::vector<WindowedLoopInfo> FindWindowedLoops(const HloModule& module, const LoopScan& scan) {
+  std::vector<WindowedLoopInfo> out;
+  TotalsCache cache(DefaultGroup(module, 0));
+  for (const auto& [i, analysis] : scan.loops) {
+    WindowedLoopInfo info = analysis;
+    Totals t = cache.OfInstruction(*i);
+    info.bytes_sent = t.bytes;
+    auto it = t.executed.find("collective-permute");
+    info.permutes = it == t.executed.end() ? 0 : it->second;
+    // The shift after a reduce-scatter loop belongs to it.
+    for (const HloInstruction* g : i->users()) {
+      for (const HloInstruction* p : g->users()) {
+        if (g->opcode() == HloOpcode::kGetTupleElement && IsPermute(*p)) {
+          info.bytes_sent += CollectiveBytesSent(*p, DefaultGroup(module, 0));
+          info.permutes += 1;
+        }
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  for (WindowedLoopInfo& info : AllToAllWindowLoops(scan.all_to_all, DefaultGroup(module, 0))) {
     out.push_back(std::move(info));
   }
   return out;

@@ -234,27 +234,30 @@ std::string ExplainMissingRewrite(const std::string& rewrite, const std::vector<
 
 std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
                                                 const std::vector<Remark>& remarks) {
+  return FindCollectivesLeftAlone(module, remarks, ScanLoops(module));
+}
+
+std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
+                                                const std::vector<Remark>& remarks,
+                                                const LoopScan& scan) {
   // Computations that belong to windowed loops.
   std::set<const HloComputation*> in_loops;
   std::set<const HloInstruction*> loop_shifts;  // permutes of a windowed loop's results
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* i : c->instructions()) {
-      WindowedLoopInfo info;
-      if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) {
-        for (const HloInstruction* g : i->users()) {
-          if (g->opcode() != HloOpcode::kGetTupleElement) continue;
-          for (const HloInstruction* p : g->users()) {
-            if (IsPermute(*p)) loop_shifts.insert(p);
-          }
-        }
-        std::vector<const HloInstruction*> ignored;
-        CollectInline(i->while_body(), &ignored, &in_loops);
-        CollectInline(i->while_condition(), &ignored, &in_loops);
+  for (const auto& [i, info] : scan.loops) {
+    for (const HloInstruction* g : i->users()) {
+      if (g->opcode() != HloOpcode::kGetTupleElement) continue;
+      for (const HloInstruction* p : g->users()) {
+        if (IsPermute(*p)) loop_shifts.insert(p);
       }
     }
+    std::vector<const HloInstruction*> ignored;
+    CollectInline(i->while_body(), &ignored, &in_loops);
+    CollectInline(i->while_condition(), &ignored, &in_loops);
   }
   // The chunk exchanges of all-to-all windowed einsums are part of their window.
-  for (const HloInstruction* a : AllToAllWindowExchanges(module)) loop_shifts.insert(a);
+  for (const AllToAllWindow& w : scan.all_to_all) {
+    loop_shifts.insert(w.all_to_alls.begin(), w.all_to_alls.end());
+  }
   // Computations an async-start wraps: their collective is listed as the async-start.
   std::set<const HloComputation*> wrapped;
   for (const HloComputation* c : module.computations()) {

@@ -173,6 +173,11 @@ double GemmFlops(const HloInstruction& instr) {
 }
 
 ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions) {
+  return SummarizeModule(module, num_partitions, ScanLoops(module));
+}
+
+ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions,
+                              const LoopScan& scan) {
   ModuleSummary s;
   for (const HloComputation* c : module.computations()) {
     s.instructions += c->instruction_count();
@@ -181,11 +186,9 @@ ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions) {
       if (!base.empty()) s.collectives[base] += 1;
       if (i->opcode() == HloOpcode::kDot) ++s.dots;
       if (IsFp8GemmCustomCall(*i)) ++s.fp8_gemms;
-      WindowedLoopInfo info;
-      if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) ++s.windowed_loops;
     }
   }
-  s.windowed_loops += static_cast<int64_t>(FindAllToAllWindowLoops(module, 1).size());
+  s.windowed_loops = static_cast<int64_t>(scan.loops.size() + scan.all_to_all.size());
   if (!module.entry()) return s;
   TotalsCache cache(DefaultGroup(module, num_partitions));
   const Totals& t = cache.Of(module.entry());
