@@ -53,7 +53,13 @@ int PrepareCompileInput(const CompileOptions& o, std::unique_ptr<HloModule> inpu
     std::cerr << o.command << ": " << o.input << ": " << n.status().message() << "\n";
     return kUsage;
   }
-  std::unique_ptr<HloModule> partitioned = input->Clone();
+  // The global module stays the reference of --verify-numerics; without it, no copy is made.
+  std::unique_ptr<HloModule> partitioned;
+  if (o.verify_seed.empty()) {
+    partitioned = std::move(input);
+  } else {
+    partitioned = input->Clone();
+  }
   spmd::PartitionOptions options;
   options.num_partitions = *n;
   options.verify_each = o.verify_each;
@@ -97,7 +103,8 @@ int PrepareCompileInput(const CompileOptions& o, std::unique_ptr<HloModule> inpu
       return kInvalidInput;
     }
   }
-  out->global = std::move(input);
+  out->from_global = true;
+  out->global = std::move(input);  // null unless numerics were requested
   out->partitioned = std::move(partitioned);
   return kOk;
 }

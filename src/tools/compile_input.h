@@ -15,8 +15,12 @@ namespace weave::tools {
 
 struct CompileInput {
   spmd::InputForm form = spmd::InputForm::kAmbiguous;  // as decided (detected or --input-form)
-  // The global module as given (global input only): the reference of --verify-numerics.
+  // The global module as given (global input only): the reference of --verify-numerics. Kept
+  // only when numerics were requested (o.verify_seed); otherwise the input is partitioned in
+  // place and this is null (a 30k-instruction module is about 40 MB).
   std::unique_ptr<HloModule> global;
+  // True when the input was global and was partitioned (whether or not `global` was kept).
+  bool from_global = false;
   // The module the windowed einsum pipeline compiles: the input itself, or the partitioned
   // global module.
   std::unique_ptr<HloModule> partitioned;

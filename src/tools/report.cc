@@ -19,11 +19,29 @@ const std::vector<std::string>& RewriteNames() {
   return names;
 }
 
-void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report) {
+namespace {
+
+int64_t CacheConsumers(const std::vector<WindowedLoopInfo>& loops) {
+  int64_t n = 0;
+  for (const auto& l : loops) n += l.cache_consumers;
+  return n;
+}
+
+}  // namespace
+
+CompileInputAnalysis AnalyzeCompileInput(const HloModule& before, CompileReport* report) {
+  // The module's windowed loops are found once, for both views of it below.
+  const LoopScan scan = ScanLoops(before);
+  report->before = SummarizeModule(before, report->num_partitions, scan);
+  CompileInputAnalysis analysis;
+  analysis.cache_consumers = CacheConsumers(FindWindowedLoops(before, scan));
+  return analysis;
+}
+
+void AnalyzeCompileOutput(const CompileInputAnalysis& before, const HloModule& after,
+                          CompileReport* report) {
   report->module = after.name();
-  // Each module's windowed loops are found once, for all the views of it below.
-  const LoopScan scan_before = ScanLoops(before), scan_after = ScanLoops(after);
-  report->before = SummarizeModule(before, report->num_partitions, scan_before);
+  const LoopScan scan_after = ScanLoops(after);
   report->after = SummarizeModule(after, report->num_partitions, scan_after);
   report->loops = FindWindowedLoops(after, scan_after);
   report->left_alone = FindCollectivesLeftAlone(after, report->remarks, scan_after);
@@ -39,12 +57,6 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
     }
     return n;
   };
-  auto cache_users = [](const std::vector<WindowedLoopInfo>& loops) {
-    int64_t n = 0;
-    for (const auto& l : loops) n += l.cache_consumers;
-    return n;
-  };
-  std::vector<WindowedLoopInfo> loops_before = FindWindowedLoops(before, scan_before);
   report->fired["windowed"] = applied_by("windowed-einsum-decomposer") ||
                               applied_by("all-to-all-windowed-einsum") ||
                               applied_by("windowed-einsum-handler") ||
@@ -61,7 +73,7 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
         return r.applied && r.pass == "windowed-einsum-handler" &&
                r.message.rfind("all-gather replaced by the activation cache", 0) == 0;
       });
-  report->fired["cache"] = cache_users(report->loops) > cache_users(loops_before) || cache_remark;
+  report->fired["cache"] = CacheConsumers(report->loops) > before.cache_consumers || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
   // Every consumer of an all-gather computed in the ring (windowed-einsum-consumers-in-ring), and
   // reduce-scatter loops in the ring layout (N-1 transfers; spmd/windowed_einsum_rs_ring.h).
@@ -71,6 +83,11 @@ void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileRepo
     ring_rs |= l.body.find("windowed_dot_general_body_rs_ring") != std::string::npos;
   }
   report->fired["windowed-ring-rs"] = ring_rs;
+}
+
+void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report) {
+  const CompileInputAnalysis input = AnalyzeCompileInput(before, report);
+  AnalyzeCompileOutput(input, after, report);
 }
 
 }  // namespace weave::tools

@@ -233,6 +233,18 @@ const std::vector<std::string>& RewriteNames();
 // Fills loops, left_alone, before/after and fired from the two modules and the remarks.
 void AnalyzeCompile(const HloModule& before, const HloModule& after, CompileReport* report);
 
+// The same in two halves, so that a compile need not keep a copy of its input for the report:
+// AnalyzeCompileInput fills report->before from the module the pipeline starts from (with
+// report->num_partitions already set) and returns what the second half needs of it;
+// AnalyzeCompileOutput fills the rest from the compiled module and the remarks. Together they give
+// exactly what AnalyzeCompile gives.
+struct CompileInputAnalysis {
+  int64_t cache_consumers = 0;  // all-gathers served by an activation cache, in the input's loops
+};
+CompileInputAnalysis AnalyzeCompileInput(const HloModule& before, CompileReport* report);
+void AnalyzeCompileOutput(const CompileInputAnalysis& before, const HloModule& after,
+                          CompileReport* report);
+
 // The JSON object of the report (stable field names; see README "The report"; report_json.cc).
 nlohmann::json ReportToJson(const CompileReport& report);
 // The readable table (what `weave compile` prints on stderr; report_table.cc). `max_rows` limits the collectives
