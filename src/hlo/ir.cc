@@ -160,21 +160,32 @@ void ForgetParameter(std::vector<HloInstruction*>* params, const HloInstruction*
 }
 }  // namespace
 
+void HloInstruction::Invalidate(HloComputation* c) {
+  if (c != nullptr) c->InvalidatePostOrder();
+}
+
 void HloInstruction::AddControlDependencyTo(HloInstruction* successor) {
+  Invalidate(parent_);
+  Invalidate(successor->parent_);
   successor->control_preds_.push_back(this);
   control_succs_.push_back(successor);
 }
 
 void HloInstruction::RemoveControlDependencyTo(HloInstruction* successor) {
+  Invalidate(parent_);
+  Invalidate(successor->parent_);
   EraseAll(&successor->control_preds_, this);
   EraseAll(&control_succs_, successor);
 }
 
 void HloInstruction::DropAllControlDeps() {
+  if (control_preds_.empty() && control_succs_.empty()) return;
+  Invalidate(parent_);
   for (HloInstruction* p : control_preds_) {
     if (p != this) EraseAll(&p->control_succs_, this);
   }
   for (HloInstruction* s : control_succs_) {
+    Invalidate(s->parent_);
     if (s != this) EraseAll(&s->control_preds_, this);
   }
   control_preds_.clear();
@@ -186,6 +197,7 @@ void HloInstruction::ReplaceControlPredecessor(HloInstruction* old, HloInstructi
   bool found = false;
   for (HloInstruction*& p : control_preds_) {
     if (p != old) continue;
+    Invalidate(parent_);
     p = v;
     v->control_succs_.push_back(this);
     found = true;
@@ -201,6 +213,7 @@ absl::Status HloInstruction::ReplaceOperandWith(int64_t i, HloInstruction* v) {
   if (v == nullptr) return absl::InvalidArgumentError("null replacement operand");
   HloInstruction* old = operands_[static_cast<size_t>(i)];
   if (old == v) return absl::OkStatus();
+  Invalidate(parent_);
   operands_[static_cast<size_t>(i)] = v;
   if (parent_ != nullptr) {
     if (std::find(operands_.begin(), operands_.end(), old) == operands_.end()) {
@@ -212,6 +225,7 @@ absl::Status HloInstruction::ReplaceOperandWith(int64_t i, HloInstruction* v) {
 }
 
 void HloInstruction::AppendOperand(HloInstruction* v) {
+  Invalidate(parent_);
   operands_.push_back(v);
   if (parent_ != nullptr) v->AddUser(this);
 }
@@ -296,6 +310,7 @@ std::vector<HloInstruction*> HloComputation::instructions() const {
 }
 
 std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
+  if (post_order_valid_) return post_order_;
   std::vector<HloInstruction*> order;
   order.reserve(instrs_.size());
   // An instruction is marked when it is first pushed (on the stack or done). Marks are indexed
@@ -328,6 +343,8 @@ std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
       stack.pop_back();
     }
   }
+  post_order_ = order;
+  post_order_valid_ = true;
   return order;
 }
 
@@ -356,6 +373,9 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   }
   raw->slot_ = static_cast<int64_t>(instrs_.size());
   instrs_.push_back(std::move(instr));
+  // Nothing uses the new instruction, and every operand of it in this computation is placed
+  // already: a fresh walk would put it last.
+  if (post_order_valid_) post_order_.push_back(raw);
   ++live_count_;
   return raw;
 }
@@ -397,6 +417,7 @@ absl::Status HloComputation::RemoveInstruction(HloInstruction* instr) {
 }
 
 void HloComputation::FreeSlot(HloInstruction* instr) {
+  InvalidatePostOrder();
   instrs_[static_cast<size_t>(instr->slot_)].reset();
   --live_count_;
   const int64_t holes = static_cast<int64_t>(instrs_.size()) - live_count_;
@@ -432,6 +453,7 @@ bool HloComputation::RemoveDeadCode() {
     for (HloInstruction* op : i->control_preds_) mark(op);
   }
   if (static_cast<int64_t>(live.size()) == live_count_) return false;
+  InvalidatePostOrder();
   // Drop dead instructions: first detach them from their operands and control edges, then erase.
   for (const auto& i : instrs_) {
     if (i == nullptr || live.count(i.get())) continue;

@@ -222,6 +222,8 @@ class HloInstruction {
   int64_t slot_ = -1;  // index in the parent's instruction list (HloComputation::instrs_)
   void AddUser(HloInstruction* u);
   void RemoveUser(HloInstruction* u);
+  // Drops c's kept post order (null: nothing); every change of operands or control edges calls it.
+  static void Invalidate(HloComputation* c);
 };
 
 // A computation: an ordered list of instructions (the order they were parsed/added; printing
@@ -246,6 +248,11 @@ class HloComputation {
   std::vector<HloInstruction*> instructions() const;
   int64_t instruction_count() const { return live_count_; }
   // Operands before users; instructions not reachable from the root come too, in order.
+  // The order is kept between calls (O(instructions) to copy) until the computation's graph
+  // changes: any change of an instruction's operands or control edges, or a removal, drops it;
+  // AddInstruction appends to it (a new instruction uses only ones already placed, so the order
+  // a fresh walk gives is the kept one plus the new instruction). The result is always exactly
+  // the order a fresh walk would give. Not safe to call concurrently on one computation.
   std::vector<HloInstruction*> MakeInstructionPostOrder() const;
   // Looks an instruction up by name (nullptr if absent).
   HloInstruction* GetInstruction(std::string_view name) const;
@@ -296,6 +303,14 @@ class HloComputation {
   int64_t live_count_ = 0;
   std::vector<HloInstruction*> params_;
   HloInstruction* root_ = nullptr;
+  // MakeInstructionPostOrder's kept result, valid while post_order_valid_.
+  mutable std::vector<HloInstruction*> post_order_;
+  mutable bool post_order_valid_ = false;
+  // Drops the kept post order (every graph change of this computation calls it).
+  void InvalidatePostOrder() {
+    post_order_valid_ = false;
+    post_order_.clear();
+  }
   // Frees `instr` (already detached from operands, users and control edges) and leaves a hole;
   // compacts once holes outnumber live instructions (amortized O(1) per removal).
   void FreeSlot(HloInstruction* instr);

@@ -2,7 +2,10 @@
 // algorithms, analysis/cost.h), GEMM FLOPs, and the loop-expanded totals of a module.
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "analysis/cost.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
@@ -140,16 +143,19 @@ int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group) 
   return (g - 1) * operand_bytes / g;
 }
 
-double GemmFlops(const HloInstruction& instr) {
-  if (instr.opcode() == HloOpcode::kDot) return static_cast<double>(DotFlops(instr));
-  if (!IsGemmCustomCall(instr) || instr.operand_count() < 2) return 0;
-  const Shape& out = instr.shape().IsTuple() && !instr.shape().tuple_shapes.empty()
-                         ? instr.shape().tuple_shapes[0]
-                         : instr.shape();
-  const Shape& lhs = instr.operand(0)->shape();
-  if (!out.IsArray() || !lhs.IsArray() || lhs.rank() == 0) return 0;
+namespace {
+
+// The lhs contracting dimensions a GEMM custom call's backend_config names
+// (gemm_backend_config.dot_dimension_numbers.lhs_contracting_dimensions; empty when it names
+// none or does not parse). Each distinct text is parsed once per thread: a stack of layers
+// repeats a few configs thousands of times, and one JSON parse of a ~1 KB config costs about as
+// much as the rest of the report's work on that instruction.
+std::vector<int64_t> GemmContractingDims(const std::string& config) {
+  thread_local absl::flat_hash_map<std::string, std::vector<int64_t>> parsed;
+  if (auto it = parsed.find(config); it != parsed.end()) return it->second;
+  if (parsed.size() >= 4096) parsed.clear();  // bounded: a long-lived process sees many modules
   std::vector<int64_t> contracting;
-  nlohmann::json cfg = nlohmann::json::parse(instr.backend_config, nullptr, false);
+  nlohmann::json cfg = nlohmann::json::parse(config, nullptr, false);
   if (!cfg.is_discarded() && cfg.is_object()) {
     const nlohmann::json* g = nullptr;
     if (cfg.contains("gemm_backend_config")) g = &cfg["gemm_backend_config"];
@@ -164,6 +170,21 @@ double GemmFlops(const HloInstruction& instr) {
       }
     }
   }
+  parsed.emplace(config, contracting);
+  return contracting;
+}
+
+}  // namespace
+
+double GemmFlops(const HloInstruction& instr) {
+  if (instr.opcode() == HloOpcode::kDot) return static_cast<double>(DotFlops(instr));
+  if (!IsGemmCustomCall(instr) || instr.operand_count() < 2) return 0;
+  const Shape& out = instr.shape().IsTuple() && !instr.shape().tuple_shapes.empty()
+                         ? instr.shape().tuple_shapes[0]
+                         : instr.shape();
+  const Shape& lhs = instr.operand(0)->shape();
+  if (!out.IsArray() || !lhs.IsArray() || lhs.rank() == 0) return 0;
+  std::vector<int64_t> contracting = GemmContractingDims(instr.backend_config);
   if (contracting.empty()) contracting.push_back(lhs.rank() - 1);
   double k = 1;
   for (int64_t d : contracting) {

@@ -299,6 +299,104 @@ TEST(IrTest, ManyRemovalsKeepOrderAndCounts) {
   EXPECT_THAT(e->instructions(), ElementsAre(p, kept.back()));
 }
 
+// MakeInstructionPostOrder keeps its result between calls. Whatever the mutation API does in
+// between, the kept order must be exactly the one a fresh walk gives: here the fresh walk is the
+// one of a Clone (new computations, nothing kept; Clone keeps the instruction order and names).
+// Random graph edits, with the order read after some of them (so that edits also land on a kept
+// order and on a dropped one), on several seeds.
+std::vector<std::string> OrderNames(const HloComputation* c) {
+  std::vector<std::string> names;
+  for (const HloInstruction* i : c->MakeInstructionPostOrder()) names.push_back(i->name());
+  return names;
+}
+
+TEST(IrTest, KeptPostOrderIsTheFreshOneAfterEveryKindOfEdit) {
+  const Shape s(PrimitiveType::F32, {4});
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    HloModule m("kept_order");
+    HloComputation* e = m.AddComputation(std::make_unique<HloComputation>("main"));
+    m.set_entry(e);
+    std::vector<HloInstruction*> live = {e->AddParameter(s, "p0"), e->AddParameter(s, "p1")};
+    for (int k = 0; k < 6; ++k) {
+      live.push_back(e->AddInstruction(HloOpcode::kAdd, s, {live[k], live[k + 1]}));
+    }
+    e->set_root(live.back());
+    uint32_t state = seed * 2654435761u;
+    auto next = [&state](uint32_t n) {
+      state = state * 1664525u + 1013904223u;
+      return (state >> 8) % n;
+    };
+    // Edits that add an edge a -> b (b reads a, or runs after it) take an `a` that does not
+    // depend on b, so the graph stays acyclic. Any such a, not only one placed before b: an
+    // edge to a later instruction is what moves instructions in the order.
+    auto depends_on = [](const HloInstruction* a, const HloInstruction* b) {
+      std::vector<const HloInstruction*> work = {a};
+      std::vector<const HloInstruction*> seen;
+      while (!work.empty()) {
+        const HloInstruction* i = work.back();
+        work.pop_back();
+        if (i == b) return true;
+        if (std::find(seen.begin(), seen.end(), i) != seen.end()) continue;
+        seen.push_back(i);
+        for (const HloInstruction* o : i->operands()) work.push_back(o);
+        for (const HloInstruction* o : i->control_predecessors()) work.push_back(o);
+      }
+      return false;
+    };
+    auto pick_pair = [&](HloInstruction** a, HloInstruction** b) {
+      std::vector<HloInstruction*> all = e->instructions();
+      for (int tries = 0; tries < 8; ++tries) {
+        *a = all[next(static_cast<uint32_t>(all.size()))];
+        *b = all[next(static_cast<uint32_t>(all.size()))];
+        if (*a != *b && !depends_on(*a, *b)) return true;
+      }
+      return false;
+    };
+    for (int step = 0; step < 250; ++step) {
+      std::vector<HloInstruction*> all = e->instructions();
+      HloInstruction* x = all[next(static_cast<uint32_t>(all.size()))];
+      HloInstruction *a = nullptr, *b = nullptr;
+      const uint32_t kind = next(11);
+      if (kind == 0) {
+        HloInstruction* y = all[next(static_cast<uint32_t>(all.size()))];
+        e->AddInstruction(HloOpcode::kAdd, s, {x, y});
+      } else if (kind == 1) {
+        e->AddInstruction(HloOpcode::kTuple, Shape::Tuple({s}), {x});
+      } else if (kind == 9 && pick_pair(&a, &b) && b->opcode() == HloOpcode::kTuple) {
+        b->AppendOperand(a);  // the tuple's shape is not kept up to date: only the graph counts
+      } else if (kind == 10 && pick_pair(&a, &b) && !b->control_predecessors().empty()) {
+        b->ReplaceControlPredecessor(b->control_predecessors().front(), a);
+      } else if (kind == 2 && pick_pair(&a, &b) && b->operand_count() > 0) {
+        ASSERT_TRUE(b->ReplaceOperandWith(next(static_cast<uint32_t>(b->operand_count())), a).ok());
+      } else if (kind == 3 && pick_pair(&a, &b)) {
+        ASSERT_TRUE(b->ReplaceAllUsesWith(a).ok());
+      } else if (kind == 4 && pick_pair(&a, &b)) {
+        a->AddControlDependencyTo(b);
+      } else if (kind == 5 && !x->control_predecessors().empty()) {
+        x->control_predecessors().front()->RemoveControlDependencyTo(x);
+      } else if (kind == 6) {
+        x->DropAllControlDeps();
+      } else if (kind == 7 && x->user_count() == 0 && x != e->root() &&
+                 x->opcode() != HloOpcode::kParameter) {
+        ASSERT_TRUE(e->RemoveInstruction(x).ok());
+      } else if (kind == 8) {
+        if (next(2) == 0) {
+          e->RemoveDeadCode();
+        } else {
+          ASSERT_TRUE(e->RemoveUnusedChains({x}, [](const HloInstruction* i) {
+                         return i->opcode() != HloOpcode::kParameter;
+                       }).ok());
+        }
+      }
+      if (next(3) != 0) {
+        ASSERT_EQ(OrderNames(e), OrderNames(m.Clone()->entry()))
+            << "seed " << seed << ", step " << step << ", edit kind " << kind;
+      }
+    }
+    EXPECT_EQ(OrderNames(e), OrderNames(m.Clone()->entry())) << "seed " << seed;
+  }
+}
+
 TEST(IrTest, ComputationNamesStayUniqueThroughRenameAndRemoval) {
   HloModule m("names");
   HloComputation* a = m.AddComputation(std::make_unique<HloComputation>("body"));
