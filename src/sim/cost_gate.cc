@@ -2,7 +2,9 @@
 #include "sim/cost_gate.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -263,14 +265,21 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
   std::string entry_name = "cost_region";
   // Fresh names for the entry and its root: not those of a called computation or of any
   // instruction the text holds (the region's, their operands', the callees').
+  // Both fresh names start with "cost_region": only the names that do can be taken, and the
+  // others (every instruction of every callee) are passed over with one comparison each, not
+  // hashed.
+  static constexpr std::string_view kFreshPrefix = "cost_region";
   absl::flat_hash_set<std::string_view> taken;
+  auto note = [&taken](std::string_view name) {
+    if (name.substr(0, kFreshPrefix.size()) == kFreshPrefix) taken.insert(name);
+  };
   for (const HloComputation* c : callees) {
-    taken.insert(c->name());
-    for (const HloInstruction* i : c->instructions()) taken.insert(i->name());
+    note(c->name());
+    for (const HloInstruction* i : c->instructions()) note(i->name());
   }
   for (const HloInstruction* i : order) {
-    taken.insert(i->name());
-    for (const HloInstruction* o : i->operands()) taken.insert(o->name());
+    note(i->name());
+    for (const HloInstruction* o : i->operands()) note(o->name());
   }
   while (taken.contains(entry_name)) entry_name += "_";
   absl::StrAppend(&text, "ENTRY %", entry_name, " {\n");
@@ -422,12 +431,31 @@ std::string RankQueueIds(const std::string& text) {
   return out;
 }
 
+// A table of the characters `chars` (and of the name characters, with names = true), so that
+// RegionTextKey's scans test a character in one load: the key is taken over the whole text of
+// every query.
+struct CharTable {
+  std::array<bool, 256> in{};
+  CharTable(std::string_view chars, bool names) {
+    for (char ch : chars) in[static_cast<unsigned char>(ch)] = true;
+    if (!names) return;
+    for (int ch = 0; ch < 256; ++ch) {
+      if (std::isalnum(ch) || ch == '_' || ch == '.' || ch == '-') {
+        in[static_cast<size_t>(ch)] = true;
+      }
+    }
+  }
+  bool operator()(char ch) const { return in[static_cast<unsigned char>(ch)]; }
+};
+
 }  // namespace
 
 std::string RegionTextKey(const std::string& text) {
-  auto name_char = [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
-  };
+  static const CharTable name_char("", /*names=*/true);
+  // Where a run of text with nothing to rewrite stops (the characters that may start something).
+  static const CharTable run_stop("\n\"%,c", /*names=*/false);
+  // Where the channel pre-scan stops: a string or a possible `channel_id=`.
+  static const CharTable channel_stop("\"c", /*names=*/false);
   // A quoted string from `p` (at its opening quote) to just past its closing one.
   auto string_end = [&](size_t p) {
     for (++p; p < text.size(); ++p) {
@@ -444,9 +472,12 @@ std::string RegionTextKey(const std::string& text) {
   // Channel ids by rank among those the text holds (outside strings).
   std::vector<int64_t> channels;
   for (size_t p = 0; p < text.size();) {
-    if (text[p] == '"') {
+    if (!channel_stop(text[p])) {
+      ++p;
+      while (p < text.size() && !channel_stop(text[p])) ++p;
+    } else if (text[p] == '"') {
       p = string_end(p);
-    } else if (text[p] == 'c' && text.compare(p, kChannel.size(), kChannel) == 0) {
+    } else if (text.compare(p, kChannel.size(), kChannel) == 0) {
       p += kChannel.size();
       size_t e = p;
       while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e]))) ++e;
@@ -462,7 +493,10 @@ std::string RegionTextKey(const std::string& text) {
   absl::flat_hash_map<std::string_view, int64_t> names;
   auto append_name = [&](std::string* out, std::string_view name) {
     auto [it, fresh] = names.try_emplace(name, static_cast<int64_t>(names.size()));
-    absl::StrAppend(out, "%n", it->second);
+    char digits[24];
+    const char* end = std::to_chars(digits, digits + sizeof(digits), it->second).ptr;
+    out->append("%n");
+    out->append(digits, static_cast<size_t>(end - digits));
   };
   std::string out;
   out.reserve(text.size());
@@ -530,7 +564,7 @@ std::string RegionTextKey(const std::string& text) {
       // A run of text with nothing to rewrite: up to the next character that may start
       // something above.
       size_t e = p + 1;
-      while (e < text.size() && !std::strchr("\n\"%,c", text[e])) ++e;
+      while (e < text.size() && !run_stop(text[e])) ++e;
       out.append(text, p, e - p);
       p = e;
     }
