@@ -1,6 +1,9 @@
 #include "passes/gpu_backend_config.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -238,25 +241,51 @@ void GpuBackendConfigEditor::SetField(const std::string& name, Json value) {
 
 std::string GpuBackendConfigEditor::ToString() const {
   const std::vector<ProtoField>& fields = GpuBackendConfigFields(version_);
-  Json out = Json::object();
-  // XLA prints the stream fields even at their defaults.
-  Json j = json_;
-  if (!j.contains("operation_queue_id")) j["operation_queue_id"] = "0";
-  if (version_ != XlaBackendConfigVersion::k2026 && !j.contains("wait_on_operation_queues")) {
-    j["wait_on_operation_queues"] = Json::array();
-  }
-  if (!j.contains("force_earliest_schedule")) j["force_earliest_schedule"] = false;
+  // XLA prints the stream fields even at their defaults: the value a field takes when the config
+  // does not hold it (null: none).
+  auto default_of = [this](std::string_view name) -> std::optional<Json> {
+    if (name == "operation_queue_id") return Json("0");
+    if (name == "wait_on_operation_queues" && version_ != XlaBackendConfigVersion::k2026) {
+      return Json::array();
+    }
+    if (name == "force_earliest_schedule") return Json(false);
+    return std::nullopt;
+  };
+  // Written member by member, as nlohmann's dump writes an object (`{"key":value,...}`, the key
+  // escaped as a string), without first building the object: a config is written for every
+  // GEMM and stream annotation, and the copies cost more than the text.
+  std::string text = "{";
+  auto emit = [&text](std::string_view key, const Json& value) {
+    if (text.size() > 1) text.push_back(',');
+    text += Json(std::string(key)).dump();
+    text.push_back(':');
+    text += value.dump();
+  };
+  // The fields this version knows, in its order...
   for (const ProtoField& f : fields) {
-    auto it = j.find(f.name);
-    if (it != j.end()) out[std::string(f.name)] = *it;
+    auto it = json_.find(f.name);
+    if (it != json_.end()) {
+      emit(f.name, *it);
+    } else if (std::optional<Json> d = default_of(f.name)) {
+      emit(f.name, *d);
+    }
   }
-  // Fields this version does not know: dropped when they only carry scheduling data, otherwise
-  // kept (CheckBackendConfig reports them).
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (FieldNumber(fields, it.key()) >= 0 || DroppedWhenUnknown(it.key())) continue;
-    out[it.key()] = it.value();
+  // ...then the ones it does not know, in the config's order (the defaults after the config's
+  // own): dropped when they only carry scheduling data, otherwise kept (CheckBackendConfig
+  // reports them).
+  auto unknown_kept = [&fields](std::string_view name) {
+    return FieldNumber(fields, name) < 0 && !DroppedWhenUnknown(name);
+  };
+  for (auto it = json_.begin(); it != json_.end(); ++it) {
+    if (unknown_kept(it.key())) emit(it.key(), it.value());
   }
-  return out.dump();
+  for (std::string_view name :
+       {"operation_queue_id", "wait_on_operation_queues", "force_earliest_schedule"}) {
+    if (json_.contains(std::string(name)) || !unknown_kept(name)) continue;
+    if (std::optional<Json> d = default_of(name)) emit(name, *d);
+  }
+  text.push_back('}');
+  return text;
 }
 
 bool GpuBackendConfigEditor::ApplyTo(HloInstruction* instr) const {

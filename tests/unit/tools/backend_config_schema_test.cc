@@ -86,6 +86,24 @@ ENTRY main {
   e24->set_force_earliest_schedule(true);
   EXPECT_EQ(e24->ToString(),
             R"({"operation_queue_id":"0","wait_on_operation_queues":["3"],"force_earliest_schedule":true})");
+  // Known fields in the version's order, then the others in the config's order; keys and values
+  // escaped as JSON writes them; the stream fields at their defaults when absent.
+  auto cfg = ParseHloModule(R"(HloModule t
+ENTRY main {
+  a = f32[4]{0} parameter(0)
+  ROOT b = f32[4]{0} negate(a), backend_config={"zz_later":{"k":[1,2.5,"s"]},"force_earliest_schedule":true,"odd\"key":"v\u00e9","gemm_backend_config":{"alpha_real":1},"device_type":"x"}
+}
+)", "t");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto written = GpuBackendConfigEditor::Of(*(*cfg)->entry()->root(),
+                                            XlaBackendConfigVersion::k2024);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->ToString(),
+            R"({"operation_queue_id":"0","wait_on_operation_queues":[],)"
+            R"("gemm_backend_config":{"alpha_real":1},"force_earliest_schedule":true,)"
+            R"("zz_later":{"k":[1,2.5,"s"]},"odd\"key":"vé"})");
+  EXPECT_EQ(GpuBackendConfigEditor(XlaBackendConfigVersion::k2026).ToString(),
+            R"({"operation_queue_id":"0","force_earliest_schedule":false})");
   EXPECT_FALSE(ParseXlaBackendConfigVersion("2023").ok());
   EXPECT_EQ(*ParseXlaBackendConfigVersion("2025"), XlaBackendConfigVersion::k2025);
 }
