@@ -1,11 +1,10 @@
 #include "hlo/types.h"
 
 #include <array>
+#include <charconv>
 #include <limits>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace weave {
 namespace {
@@ -208,41 +207,72 @@ Shape Shape::WithElementType(PrimitiveType t) const {
   return s;
 }
 
-std::string Shape::ToString(bool print_layout) const {
-  if (IsTuple()) {
-    std::string out = "(";
-    for (size_t i = 0; i < tuple_shapes.size(); ++i) {
-      if (i > 0) out += ", ";
-      if (i > 0 && i % 5 == 0) absl::StrAppend(&out, "/*index=", i, "*/");
-      out += tuple_shapes[i].ToString(print_layout);
+namespace {
+
+void AppendInt(std::string* out, int64_t v) {
+  char digits[24];
+  const char* end = std::to_chars(digits, digits + sizeof(digits), v).ptr;
+  out->append(digits, static_cast<size_t>(end - digits));
+}
+
+// Shape::ToString into `out`, without a string per piece (shapes are printed for every
+// instruction the printer writes and for every key CSE makes).
+void AppendShape(std::string* out, const Shape& s, bool print_layout) {
+  if (s.IsTuple()) {
+    out->push_back('(');
+    for (size_t i = 0; i < s.tuple_shapes.size(); ++i) {
+      if (i > 0) out->append(", ");
+      if (i > 0 && i % 5 == 0) {
+        out->append("/*index=");
+        AppendInt(out, static_cast<int64_t>(i));
+        out->append("*/");
+      }
+      AppendShape(out, s.tuple_shapes[i], print_layout);
     }
-    out += ")";
-    return out;
+    out->push_back(')');
+    return;
   }
-  std::string out(PrimitiveTypeName(element_type));
-  if (IsToken()) return out + "[]";  // XLA prints the token shape as `token[]`
-  if (!IsArray()) return out;
-  out += "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) out += ",";
-    bool dyn = i < dynamic.size() && dynamic[i];
-    if (dims[i] < 0) {
-      out += "?";
+  out->append(PrimitiveTypeName(s.element_type));
+  if (s.IsToken()) {
+    out->append("[]");  // XLA prints the token shape as `token[]`
+    return;
+  }
+  if (!s.IsArray()) return;
+  out->push_back('[');
+  for (size_t i = 0; i < s.dims.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    const bool dyn = i < s.dynamic.size() && s.dynamic[i];
+    if (s.dims[i] < 0) {
+      out->push_back('?');
     } else {
-      if (dyn) out += "<=";
-      absl::StrAppend(&out, dims[i]);
+      if (dyn) out->append("<=");
+      AppendInt(out, s.dims[i]);
     }
   }
-  out += "]";
-  if (print_layout && layout) {
+  out->push_back(']');
+  if (print_layout && s.layout) {
     // Scalars print a layout only when it carries extensions.
-    if (!dims.empty() || !layout->suffix.empty()) {
-      out += "{";
-      out += absl::StrJoin(layout->minor_to_major, ",");
-      if (!layout->suffix.empty()) absl::StrAppend(&out, ":", layout->suffix);
-      out += "}";
+    if (!s.dims.empty() || !s.layout->suffix.empty()) {
+      out->push_back('{');
+      for (size_t i = 0; i < s.layout->minor_to_major.size(); ++i) {
+        if (i > 0) out->push_back(',');
+        AppendInt(out, s.layout->minor_to_major[i]);
+      }
+      if (!s.layout->suffix.empty()) {
+        out->push_back(':');
+        out->append(s.layout->suffix);
+      }
+      out->push_back('}');
     }
   }
+}
+
+}  // namespace
+
+std::string Shape::ToString(bool print_layout) const {
+  std::string out;
+  out.reserve(32);
+  AppendShape(&out, *this, print_layout);
   return out;
 }
 
