@@ -2,12 +2,15 @@
 // hand from the shapes, never taken from the code under test.
 #include "tools/report.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "nlohmann/json.hpp"
 
 namespace weave::tools {
 namespace {
@@ -214,6 +217,72 @@ TEST(FormatBytes, Units) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
   EXPECT_EQ(FormatBytes(3 * 1024 * 1024), "3.0 MiB");
+}
+
+// GemmFlops reads the contracting dims from a GEMM's backend_config (once per distinct text).
+// Its answer must be what the JSON document says: checked against a reading written here, on
+// configs with repeated keys, wrong types, nested lists, escapes and broken JSON, each read
+// twice (the second time from the reader's cache). lhs is f32[6,10,14] (dims 6, 10, 14), the output f32[6,10,3].
+TEST(GemmFlopsTest, ContractingDimsAsTheJsonDocumentSaysOverTrickyConfigs) {
+  const std::vector<std::string> configs = {
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"]}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[0,"2"]}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[1.0,[0],{"a":0},true,null,"0"]}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[]}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":"1"}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"],"lhs_contracting_dimensions":["1"]}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]},"dot_dimension_numbers":{}}})",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}},"gemm_backend_config":7})",
+      R"({"x":{"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}}}})",
+      R"({"gemm_backend_config":{"x":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}}}})",
+      R"({"other":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}}})",
+      R"({"gemm_backend_config":{"zz":{"lhs_contracting_dimensions":["0"]}}})",
+      R"({"gemm\u005fbackend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[0]}}})",
+      R"([{"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}}}])",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"]}}} trailing)",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["0"])",
+      R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[18446744073709551615]}}})",
+      R"({"operation_queue_id":"3","gemm_backend_config":{"alpha_real":1,"dot_dimension_numbers":{"rhs_contracting_dimensions":["0"],"lhs_contracting_dimensions":["0","1"]}}})",
+      "", "{}", "not json"};
+  const std::vector<int64_t> lhs_dims = {6, 10, 14};
+  auto by_document = [&](const std::string& config) {
+    std::vector<int64_t> contracting;
+    nlohmann::json cfg = nlohmann::json::parse(config, nullptr, false);
+    if (!cfg.is_discarded() && cfg.is_object() && cfg.contains("gemm_backend_config")) {
+      const nlohmann::json& g = cfg["gemm_backend_config"];
+      if (g.is_object() && g.contains("dot_dimension_numbers")) {
+        const nlohmann::json& dn = g["dot_dimension_numbers"];
+        if (dn.is_object() && dn.contains("lhs_contracting_dimensions") &&
+            dn["lhs_contracting_dimensions"].is_array()) {
+          for (const auto& v : dn["lhs_contracting_dimensions"]) {
+            if (v.is_string()) contracting.push_back(std::atoll(v.get<std::string>().c_str()));
+            else if (v.is_number_integer()) contracting.push_back(v.get<int64_t>());
+          }
+        }
+      }
+    }
+    if (contracting.empty()) contracting.push_back(2);
+    double k = 1;
+    for (int64_t d : contracting) {
+      if (d >= 0 && d < 3) k *= static_cast<double>(lhs_dims[static_cast<size_t>(d)]);
+    }
+    return 2.0 * 6 * 10 * 3 * k;
+  };
+  for (const std::string& config : configs) {
+    HloModule m("gemm_flops");
+    HloComputation* e = m.AddComputation(std::make_unique<HloComputation>("main"));
+    m.set_entry(e);
+    HloInstruction* a = e->AddParameter(Shape(PrimitiveType::F32, {6, 10, 14}), "a");
+    HloInstruction* b = e->AddParameter(Shape(PrimitiveType::F32, {6, 14, 3}), "b");
+    HloInstruction* gemm = e->AddInstruction(HloOpcode::kCustomCall,
+                                             Shape(PrimitiveType::F32, {6, 10, 3}), {a, b});
+    gemm->custom_call_target = "__cublas$gemm";
+    gemm->backend_config = config;
+    EXPECT_EQ(GemmFlops(*gemm), by_document(config)) << config;
+    EXPECT_EQ(GemmFlops(*gemm), by_document(config)) << config << " (again)";
+  }
+  // The cases differ: the reading is not a constant.
+  EXPECT_NE(by_document(configs[0]), by_document(configs[1]));
 }
 
 }  // namespace
