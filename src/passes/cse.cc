@@ -14,6 +14,22 @@ namespace {
 // A key that is equal for instructions that compute the same value; empty when not eligible.
 std::string Key(const HloInstruction* h) {
   if (!h->control_predecessors().empty()) return "";
+  // Only the opcodes below have a key. Checked before the key's shape text is made: most
+  // instructions have none, and the text is not free.
+  switch (h->opcode()) {
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kCopy:
+    case HloOpcode::kBitcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kConvert:
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kConstant:
+      break;
+    default:
+      return "";
+  }
   std::string key = absl::StrCat(std::string(HloOpcodeString(h->opcode())), "|",
                                  h->shape().ToString(true), "|",
                                  h->sharding.has_value() ? h->sharding->ToString() : "", "|");
