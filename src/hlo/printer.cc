@@ -573,7 +573,16 @@ std::string HloComputation::ToString() const {
 }
 
 std::string HloModule::ToString() const {
-  std::string out = Cat("HloModule ", name_);
+  // Room for the whole text up front (an instruction line is some 60-200 bytes): the string does
+  // not grow by doubling, copying itself and touching fresh pages each time. Reserved room that
+  // is not written costs no memory (the pages are never touched).
+  std::string out;
+  {
+    size_t instructions = 0;
+    for (const auto& c : comps_) instructions += static_cast<size_t>(c->instruction_count());
+    out.reserve(4096 + 256 * instructions + stack_tables.size());
+  }
+  out += Cat("HloModule ", name_);
   // Header attributes in XLA's order; the modelled ones are slotted in by rank.
   std::vector<std::pair<std::string, std::string>> attrs;
   if (is_scheduled) attrs.emplace_back("is_scheduled", "true");
