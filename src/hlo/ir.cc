@@ -373,9 +373,16 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   }
   raw->slot_ = static_cast<int64_t>(instrs_.size());
   instrs_.push_back(std::move(instr));
-  // Nothing uses the new instruction, and every operand of it in this computation is placed
-  // already: a fresh walk would put it last.
-  if (post_order_valid_) post_order_.push_back(raw);
+  // Every operand of the new instruction in this computation is placed already: when nothing
+  // in it reads the new one yet, a fresh walk would put it last. A user (or control successor)
+  // added before it would make the walk place it earlier: then the kept order is dropped.
+  if (post_order_valid_) {
+    if (raw->users_.empty() && raw->control_succs_.empty()) {
+      post_order_.push_back(raw);
+    } else {
+      InvalidatePostOrder();
+    }
+  }
   ++live_count_;
   return raw;
 }

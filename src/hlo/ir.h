@@ -250,9 +250,10 @@ class HloComputation {
   // Operands before users; instructions not reachable from the root come too, in order.
   // The order is kept between calls (O(instructions) to copy) until the computation's graph
   // changes: any change of an instruction's operands or control edges, or a removal, drops it;
-  // AddInstruction appends to it (a new instruction uses only ones already placed, so the order
-  // a fresh walk gives is the kept one plus the new instruction). The result is always exactly
-  // the order a fresh walk would give. Not safe to call concurrently on one computation.
+  // AddInstruction appends to it when nothing reads the new instruction yet (its operands are
+  // placed already, so a fresh walk gives the kept order plus the new instruction), and drops it
+  // otherwise. The result is always exactly the order a fresh walk would give. Not safe to call
+  // concurrently on one computation.
   std::vector<HloInstruction*> MakeInstructionPostOrder() const;
   // Looks an instruction up by name (nullptr if absent).
   HloInstruction* GetInstruction(std::string_view name) const;

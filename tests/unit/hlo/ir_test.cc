@@ -356,7 +356,7 @@ TEST(IrTest, KeptPostOrderIsTheFreshOneAfterEveryKindOfEdit) {
       std::vector<HloInstruction*> all = e->instructions();
       HloInstruction* x = all[next(static_cast<uint32_t>(all.size()))];
       HloInstruction *a = nullptr, *b = nullptr;
-      const uint32_t kind = next(11);
+      const uint32_t kind = next(12);
       if (kind == 0) {
         HloInstruction* y = all[next(static_cast<uint32_t>(all.size()))];
         e->AddInstruction(HloOpcode::kAdd, s, {x, y});
@@ -364,6 +364,13 @@ TEST(IrTest, KeptPostOrderIsTheFreshOneAfterEveryKindOfEdit) {
         e->AddInstruction(HloOpcode::kTuple, Shape::Tuple({s}), {x});
       } else if (kind == 9 && pick_pair(&a, &b) && b->opcode() == HloOpcode::kTuple) {
         b->AppendOperand(a);  // the tuple's shape is not kept up to date: only the graph counts
+      } else if (kind == 11) {
+        // A user added before its operand: the operand joins the computation already read.
+        std::unique_ptr<HloInstruction> y = HloInstruction::Create(HloOpcode::kNegate, s, {x});
+        HloInstruction* free_y = y.get();
+        e->AddInstruction(HloOpcode::kAdd, s, {x, free_y});
+        if (next(2) == 0) e->MakeInstructionPostOrder();  // kept with the user, without y
+        e->AddInstruction(std::move(y));
       } else if (kind == 10 && pick_pair(&a, &b) && !b->control_predecessors().empty()) {
         b->ReplaceControlPredecessor(b->control_predecessors().front(), a);
       } else if (kind == 2 && pick_pair(&a, &b) && b->operand_count() > 0) {
