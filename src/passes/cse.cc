@@ -14,29 +14,16 @@ namespace {
 // A key that is equal for instructions that compute the same value; empty when not eligible.
 std::string Key(const HloInstruction* h) {
   if (!h->control_predecessors().empty()) return "";
-  // Only the opcodes below have a key. Checked before the key's shape text is made: most
-  // instructions have none, and the text is not free.
+  // Opcode, shape and sharding: made only for an opcode that has a key, once it is eligible
+  // (most instructions have none, and the shape text is not free).
+  auto prefix = [h] {
+    return absl::StrCat(std::string(HloOpcodeString(h->opcode())), "|", h->shape().ToString(true),
+                        "|", h->sharding.has_value() ? h->sharding->ToString() : "", "|");
+  };
   switch (h->opcode()) {
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
-    case HloOpcode::kTranspose:
-    case HloOpcode::kCopy:
-    case HloOpcode::kBitcast:
-    case HloOpcode::kReshape:
-    case HloOpcode::kConvert:
-    case HloOpcode::kBroadcast:
-    case HloOpcode::kConstant:
-      break;
-    default:
-      return "";
-  }
-  std::string key = absl::StrCat(std::string(HloOpcodeString(h->opcode())), "|",
-                                 h->shape().ToString(true), "|",
-                                 h->sharding.has_value() ? h->sharding->ToString() : "", "|");
-  switch (h->opcode()) {
-    case HloOpcode::kPartitionId:
-    case HloOpcode::kReplicaId:
-      return key;
+      return prefix();
     case HloOpcode::kTranspose:
     case HloOpcode::kCopy:
     case HloOpcode::kBitcast:
@@ -46,6 +33,7 @@ std::string Key(const HloInstruction* h) {
       // The same layout or type change of the same value (e.g. the FP8 GEMM rewriter's
       // transpose of a loop-invariant weight, once per GEMM of an unrolled loop).
       if (h->operand_count() != 1) return "";
+      std::string key = prefix();
       absl::StrAppend(&key, "op:", h->operand(0)->unique_id(), "|dims:");
       for (int64_t d : h->dimensions) absl::StrAppend(&key, d, ",");
       return key;
@@ -53,6 +41,7 @@ std::string Key(const HloInstruction* h) {
     case HloOpcode::kConstant: {
       if (!h->literal.has_value() || h->literal->elided) return "";
       const Literal& lit = *h->literal;
+      std::string key = prefix();
       // Exact bits: 0.0 and -0.0 differ, NaN payloads are kept apart.
       key.append("f:");
       for (double d : lit.f) {

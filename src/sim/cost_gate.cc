@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/replication.h"
 #include "hlo/parser.h"
+#include "hlo/text_cursor.h"
 
 namespace weave::sim {
 namespace {
@@ -431,19 +432,15 @@ std::string RankQueueIds(const std::string& text) {
   return out;
 }
 
-// A table of the characters `chars` (and of the name characters, with names = true), so that
-// RegionTextKey's scans test a character in one load: the key is taken over the whole text of
-// every query.
+// A table of the characters `chars`, or of those `in_set` accepts, so that RegionTextKey's scans
+// test a character in one load: the key is taken over the whole text of every query.
 struct CharTable {
   std::array<bool, 256> in{};
-  CharTable(std::string_view chars, bool names) {
+  explicit CharTable(std::string_view chars) {
     for (char ch : chars) in[static_cast<unsigned char>(ch)] = true;
-    if (!names) return;
-    for (int ch = 0; ch < 256; ++ch) {
-      if (std::isalnum(ch) || ch == '_' || ch == '.' || ch == '-') {
-        in[static_cast<size_t>(ch)] = true;
-      }
-    }
+  }
+  explicit CharTable(bool (*in_set)(char)) {
+    for (int ch = 0; ch < 256; ++ch) in[static_cast<size_t>(ch)] = in_set(static_cast<char>(ch));
   }
   bool operator()(char ch) const { return in[static_cast<unsigned char>(ch)]; }
 };
@@ -451,11 +448,12 @@ struct CharTable {
 }  // namespace
 
 std::string RegionTextKey(const std::string& text) {
-  static const CharTable name_char("", /*names=*/true);
+  // A name's characters, as the HLO text readers take them.
+  static const CharTable name_char(&hlo_internal::TextCursor::IsWordChar);
   // Where a run of text with nothing to rewrite stops (the characters that may start something).
-  static const CharTable run_stop("\n\"%,c", /*names=*/false);
+  static const CharTable run_stop("\n\"%,c");
   // Where the channel pre-scan stops: a string or a possible `channel_id=`.
-  static const CharTable channel_stop("\"c", /*names=*/false);
+  static const CharTable channel_stop("\"c");
   // A quoted string from `p` (at its opening quote) to just past its closing one.
   auto string_end = [&](size_t p) {
     for (++p; p < text.size(); ++p) {

@@ -147,9 +147,10 @@ namespace {
 
 // The lhs contracting dimensions a GEMM custom call's backend_config names
 // (gemm_backend_config.dot_dimension_numbers.lhs_contracting_dimensions; empty when it names
-// none or does not parse). Each distinct text is parsed once per thread: a stack of layers
-// repeats a few configs thousands of times, and one JSON parse of a ~1 KB config costs about as
-// much as the rest of the report's work on that instruction.
+// none or does not parse). Each distinct text is parsed once per thread: the report reads every
+// GEMM in two views (the summary's totals and the loop table's), and one JSON parse of a ~1 KB
+// config costs about as much as the rest of the report's work on that instruction. (Configs of
+// different GEMMs rarely repeat: their stream annotations differ.)
 std::vector<int64_t> GemmContractingDims(const std::string& config) {
   thread_local absl::flat_hash_map<std::string, std::vector<int64_t>> parsed;
   if (auto it = parsed.find(config); it != parsed.end()) return it->second;
