@@ -362,17 +362,6 @@ TEST(IrTest, KeptPostOrderIsTheFreshOneAfterEveryKindOfEdit) {
         e->AddInstruction(HloOpcode::kAdd, s, {x, y});
       } else if (kind == 1) {
         e->AddInstruction(HloOpcode::kTuple, Shape::Tuple({s}), {x});
-      } else if (kind == 9 && pick_pair(&a, &b) && b->opcode() == HloOpcode::kTuple) {
-        b->AppendOperand(a);  // the tuple's shape is not kept up to date: only the graph counts
-      } else if (kind == 11) {
-        // A user added before its operand: the operand joins the computation already read.
-        std::unique_ptr<HloInstruction> y = HloInstruction::Create(HloOpcode::kNegate, s, {x});
-        HloInstruction* free_y = y.get();
-        e->AddInstruction(HloOpcode::kAdd, s, {x, free_y});
-        if (next(2) == 0) e->MakeInstructionPostOrder();  // kept with the user, without y
-        e->AddInstruction(std::move(y));
-      } else if (kind == 10 && pick_pair(&a, &b) && !b->control_predecessors().empty()) {
-        b->ReplaceControlPredecessor(b->control_predecessors().front(), a);
       } else if (kind == 2 && pick_pair(&a, &b) && b->operand_count() > 0) {
         ASSERT_TRUE(b->ReplaceOperandWith(next(static_cast<uint32_t>(b->operand_count())), a).ok());
       } else if (kind == 3 && pick_pair(&a, &b)) {
@@ -394,6 +383,17 @@ TEST(IrTest, KeptPostOrderIsTheFreshOneAfterEveryKindOfEdit) {
                          return i->opcode() != HloOpcode::kParameter;
                        }).ok());
         }
+      } else if (kind == 9 && pick_pair(&a, &b) && b->opcode() == HloOpcode::kTuple) {
+        b->AppendOperand(a);  // the tuple's shape is not kept up to date: only the graph counts
+      } else if (kind == 10 && pick_pair(&a, &b) && !b->control_predecessors().empty()) {
+        b->ReplaceControlPredecessor(b->control_predecessors().front(), a);
+      } else if (kind == 11) {
+        // A user added before its operand: the operand joins the computation already read.
+        std::unique_ptr<HloInstruction> y = HloInstruction::Create(HloOpcode::kNegate, s, {x});
+        HloInstruction* free_y = y.get();
+        e->AddInstruction(HloOpcode::kAdd, s, {x, free_y});
+        if (next(2) == 0) e->MakeInstructionPostOrder();  // kept with the user, without y
+        e->AddInstruction(std::move(y));
       }
       if (next(3) != 0) {
         ASSERT_EQ(OrderNames(e), OrderNames(m.Clone()->entry()))
