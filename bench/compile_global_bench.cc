@@ -30,6 +30,7 @@
 #include "hlo/parser.h"
 #include "spmd/partition_pipeline.h"
 #include "tools/compile_driver.h"
+#include "tools/huge_page_heap.h"
 #include "tools/report.h"
 
 namespace {
@@ -211,4 +212,11 @@ BENCHMARK(BM_PartitionOnly)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  weave::tools::UseHugePageHeap();  // as the weave binary's heap (tools/huge_page_heap.h)
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

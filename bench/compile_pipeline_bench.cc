@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "hlo/parser.h"
 #include "tools/commands.h"
+#include "tools/huge_page_heap.h"
 #include "tools/layer_stack_module.h"
 
 namespace {
@@ -128,6 +129,7 @@ BENCHMARK(BM_Compile)
 }  // namespace
 
 int main(int argc, char** argv) {
+  weave::tools::UseHugePageHeap();  // as the weave binary's heap (tools/huge_page_heap.h)
   std::string write_module;
   int64_t instructions = 31855;
   std::vector<char*> rest;

@@ -4,9 +4,11 @@
 #include "CLI/CLI.hpp"
 #include "eval/blas_threads.h"
 #include "tools/commands.h"
+#include "tools/huge_page_heap.h"
 
 int main(int argc, char** argv) {
   weave::eval::StopIdleBlasThreads();  // most commands never multiply
+  weave::tools::UseHugePageHeap();     // before the heap grows: see huge_page_heap.h
   CLI::App app{"weave: windowed einsum and FP8 GEMM rewrites for XLA HLO modules"};
   app.require_subcommand(1);
   int exit_code = 0;
