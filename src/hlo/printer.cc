@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hlo/instruction_text.h"
 #include "hlo/ir.h"
 #include "hlo/str_util.h"
 
@@ -420,8 +421,9 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
   }
 }
 
-void AppendInstruction(std::string* out, const HloInstruction& instr) {
-  if (instr.IsRoot()) out->append("ROOT ");
+// `detached`: as a copy in no computation prints (no ROOT marker, no control predecessors).
+void AppendInstruction(std::string* out, const HloInstruction& instr, bool detached = false) {
+  if (!detached && instr.IsRoot()) out->append("ROOT ");
   out->push_back('%');
   out->append(instr.name());
   out->append(" = ");
@@ -475,7 +477,7 @@ void AppendInstruction(std::string* out, const HloInstruction& instr) {
     }
     out->push_back('}');
   }
-  if (!instr.control_predecessors().empty()) {
+  if (!detached && !instr.control_predecessors().empty()) {
     out->append(", control-predecessors={");
     for (size_t i = 0; i < instr.control_predecessors().size(); ++i) {
       if (i) out->append(", ");
@@ -559,6 +561,10 @@ int HeaderRank(std::string_view n) {
 }
 
 }  // namespace
+
+void AppendDetachedInstructionText(std::string* out, const HloInstruction& instr) {
+  AppendInstruction(out, instr, /*detached=*/true);
+}
 
 std::string HloInstruction::ToString() const {
   std::string out;

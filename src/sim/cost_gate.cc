@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "analysis/replication.h"
+#include "hlo/instruction_text.h"
 #include "hlo/parser.h"
 #include "hlo/text_cursor.h"
 
@@ -320,9 +321,9 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
                       next_param++, ")",
                       proven_same(o) ? ", sharding={replicated}" : "", "\n");
     }
-    std::unique_ptr<HloInstruction> copy =
-        i->CloneWithNewOperands(i->shape(), i->operands());  // without control predecessors
-    absl::StrAppend(&text, "  ", copy->ToString(), "\n");
+    text.append("  ");
+    AppendDetachedInstructionText(&text, *i);  // no ROOT marker, no control predecessors
+    text.push_back('\n');
     // An output: a value the rest of the computation reads (or its root), or that nobody in the
     // region reads. Counted from the region's side: a value shared across the module
     // (partition-id, a constant) has users everywhere, and scanning them would cost the module.

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hlo/instruction_text.h"
 #include "hlo/parser.h"
 
 namespace weave {
@@ -245,6 +246,44 @@ TEST(PrinterTest, UnknownAttributesAndLayoutExtensionsPrintBack) {
             "ROOT %c = bf16[128,256]{1,0:T(8,128)(2,1)S(1)} copy(%p), novel_attr={a b c}, "
             "statistics={visualizing_index=1}");
   EXPECT_THAT(m->ToString(), HasSubstr("ENTRY %e (p: bf16[128,256]) -> bf16[128,256] {"));
+}
+
+
+// The cost gate's region text prints each instruction as a detached copy would: the root loses
+// "ROOT ", an ordered instruction its control-predecessors, and everything else stays.
+TEST(PrinterTest, DetachedInstructionTextIsTheTextOfACopyInNoComputation) {
+  auto m = Parse(R"(HloModule detached, num_partitions=2
+
+ENTRY %main (x: bf16[8,4], w: bf16[4,6]) -> bf16[8,6] {
+  %x = bf16[8,4]{1,0} parameter(0), sharding={replicated}
+  %w = bf16[4,6]{1,0} parameter(1)
+  %ag = bf16[8,4]{1,0} all-gather(%x), channel_id=3, replica_groups={{0,1}}, dimensions={0}, metadata={op_name="gather"}
+  %neg = bf16[8,4]{1,0} negate(%x), control-predecessors={%ag}
+  ROOT %d = bf16[8,6]{1,0} dot(%neg, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, control-predecessors={%ag, %neg}, backend_config={"operation_queue_id":"1"}
+}
+)");
+  ASSERT_NE(m, nullptr);
+  int checked = 0;
+  for (const HloInstruction* i : m->entry()->instructions()) {
+    std::string detached;
+    AppendDetachedInstructionText(&detached, *i);
+    EXPECT_EQ(detached, i->CloneWithNewOperands(i->shape(), i->operands())->ToString());
+    EXPECT_THAT(detached, ::testing::Not(HasSubstr("ROOT")));
+    EXPECT_THAT(detached, ::testing::Not(HasSubstr("control-predecessors")));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+  const HloInstruction* d = m->entry()->root();
+  std::string detached;
+  AppendDetachedInstructionText(&detached, *d);
+  std::string expected = "ROOT " + detached;
+  const size_t at = expected.find(", backend_config=");
+  ASSERT_NE(at, std::string::npos);
+  expected.insert(at, ", control-predecessors={%ag, %neg}");
+  EXPECT_EQ(d->ToString(), expected) << "only the marker and the control predecessors differ";
+  EXPECT_THAT(d->ToString(), HasSubstr("control-predecessors={%ag, %neg}"));
+  EXPECT_THAT(detached, HasSubstr("backend_config="));
+  EXPECT_THAT(detached, HasSubstr("lhs_contracting_dims={1}"));
 }
 
 }  // namespace
