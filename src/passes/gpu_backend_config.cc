@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace weave {
@@ -254,12 +255,27 @@ std::string GpuBackendConfigEditor::ToString() const {
   // Written member by member, as nlohmann's dump writes an object (`{"key":value,...}`, the key
   // escaped as a string), without first building the object: a config is written for every
   // GEMM and stream annotation, and the copies cost more than the text.
+  // One serializer, writing straight into the text (nlohmann's dump makes one, and a string,
+  // per call), with dump's settings: no indentation, non-ASCII kept, invalid UTF-8 an error.
   std::string text = "{";
-  auto emit = [&text](std::string_view key, const Json& value) {
+  nlohmann::detail::serializer<Json> serializer(
+      nlohmann::detail::output_adapter<char, std::string>(text), ' ',
+      nlohmann::detail::error_handler_t::strict);
+  auto emit = [&text, &serializer](std::string_view key, const Json& value) {
     if (text.size() > 1) text.push_back(',');
-    text += Json(std::string(key)).dump();
+    // A key of letters, digits and '_' (every proto field name) needs no escaping.
+    const bool plain = std::all_of(key.begin(), key.end(), [](char ch) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+    if (plain) {
+      text.push_back('"');
+      text.append(key);
+      text.push_back('"');
+    } else {
+      serializer.dump(Json(std::string(key)), false, false, 0);
+    }
     text.push_back(':');
-    text += value.dump();
+    serializer.dump(value, false, false, 0);
   };
   // The fields this version knows, in its order...
   for (const ProtoField& f : fields) {
