@@ -44,23 +44,35 @@ ordered_json JsonNumber(double v) {
 std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
                           int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
                           XlaBackendConfigVersion v) {
+  // Built member by member in place: nested initializer lists copy every value they hold. An
+  // ordered object is a vector of (const key, value): room for its 11 members up front, so that
+  // growing it does not copy the keys.
   ordered_json gemm = ordered_json::object();
+  gemm.get_ref<ordered_json::object_t&>().reserve(11);
   gemm["alpha_real"] = JsonNumber(plan.alpha);
   gemm["beta"] = 0;
   std::vector<int64_t> batch_dims;
   if (nb > 0) batch_dims.push_back(0);
-  gemm["dot_dimension_numbers"] = {{"lhs_contracting_dimensions", IntList({lhs_k})},
-                                   {"rhs_contracting_dimensions", IntList({rhs_k})},
-                                   {"lhs_batch_dimensions", IntList(batch_dims)},
-                                   {"rhs_batch_dimensions", IntList(batch_dims)}};
+  {
+    ordered_json& dims = gemm["dot_dimension_numbers"];
+    dims["lhs_contracting_dimensions"] = IntList({lhs_k});
+    dims["rhs_contracting_dimensions"] = IntList({rhs_k});
+    dims["lhs_batch_dimensions"] = IntList(batch_dims);
+    dims["rhs_batch_dimensions"] = IntList(batch_dims);
+  }
   gemm["alpha_imag"] = 0;
   std::string algorithm = "ALG_UNSET";
   if (const std::string* alg = dot->GetRawAttribute("algorithm")) {
     algorithm = "ALG_" + absl::AsciiStrToUpper(*alg);
   }
-  gemm["precision_config"] = {
-      {"operand_precision", ordered_json::array({PrecisionName(dot, 0), PrecisionName(dot, 1)})},
-      {"algorithm", algorithm}};
+  {
+    ordered_json& precision = gemm["precision_config"];
+    ordered_json& operands = precision["operand_precision"];
+    operands = ordered_json::array();
+    operands.push_back(PrecisionName(dot, 0));
+    operands.push_back(PrecisionName(dot, 1));
+    precision["algorithm"] = std::move(algorithm);
+  }
   gemm["epilogue"] = "DEFAULT";
   gemm["lhs_stride"] = std::to_string(lhs_stride);
   gemm["rhs_stride"] = std::to_string(rhs_stride);
