@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "analysis/cost.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
+#include "tools/json_path_scan.h"
 #include "tools/report_internal.h"
 
 namespace weave::tools {
@@ -146,16 +146,23 @@ int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group) 
 namespace {
 
 // The lhs contracting dimensions a GEMM custom call's backend_config names
-// (gemm_backend_config.dot_dimension_numbers.lhs_contracting_dimensions; empty when it names
-// none or does not parse). Each distinct text is parsed once per thread: the report reads every
-// GEMM in two views (the summary's totals and the loop table's), and one JSON parse of a ~1 KB
-// config costs about as much as the rest of the report's work on that instruction. (Configs of
-// different GEMMs rarely repeat: their stream annotations differ.)
+// (gemm_backend_config.dot_dimension_numbers.lhs_contracting_dimensions: strings or integers),
+// or none. Read by ScanJsonArray (tools/json_path_scan.h), which builds no document; a config
+// outside the plain JSON it reads (\u escapes, non-ASCII text, invalid JSON) is parsed by
+// nlohmann, with the same result. The report reads every GEMM's config in two views (the
+// summary's totals and the loop table's): a full parse of each ~1 KB config cost as much as the
+// rest of the report's work on the instruction.
 std::vector<int64_t> GemmContractingDims(const std::string& config) {
-  thread_local absl::flat_hash_map<std::string, std::vector<int64_t>> parsed;
-  if (auto it = parsed.find(config); it != parsed.end()) return it->second;
-  if (parsed.size() >= 4096) parsed.clear();  // bounded: a long-lived process sees many modules
+  static const std::vector<std::string_view> kPath = {
+      "gemm_backend_config", "dot_dimension_numbers", "lhs_contracting_dimensions"};
   std::vector<int64_t> contracting;
+  if (std::optional<JsonArrayScan> scan = ScanJsonArray(config, kPath)) {
+    for (const JsonScalar& v : scan->elements) {
+      if (v.kind == JsonScalar::kString) contracting.push_back(std::atoll(v.text.c_str()));
+      else if (v.kind == JsonScalar::kInteger) contracting.push_back(v.value);
+    }
+    return contracting;
+  }
   nlohmann::json cfg = nlohmann::json::parse(config, nullptr, false);
   if (!cfg.is_discarded() && cfg.is_object()) {
     const nlohmann::json* g = nullptr;
@@ -171,7 +178,6 @@ std::vector<int64_t> GemmContractingDims(const std::string& config) {
       }
     }
   }
-  parsed.emplace(config, contracting);
   return contracting;
 }
 
