@@ -490,6 +490,7 @@ std::string RegionTextKey(const std::string& text) {
   std::sort(channels.begin(), channels.end());
   channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
   absl::flat_hash_map<std::string_view, int64_t> names;
+  names.reserve(text.size() / 48);  // about one name per instruction line: no rehashing as it fills
   auto append_name = [&](std::string* out, std::string_view name) {
     auto [it, fresh] = names.try_emplace(name, static_cast<int64_t>(names.size()));
     char digits[24];
