@@ -1,6 +1,9 @@
 // See json_path_scan.h.
 #include "tools/json_path_scan.h"
 
+#include <charconv>
+#include <system_error>
+
 namespace weave::tools {
 namespace {
 
@@ -198,7 +201,14 @@ class Scanner {
       if (!Digits()) return false;
       plain = false;
     }
-    if (integer == nullptr) return p_ > start;
+    // A number a double cannot hold (1e400, or an integer of 309 digits) makes the full reader
+    // reject the whole text: declined (as is an underflow, 1e-400, which it would read as 0).
+    if (!plain || int_end - int_start > 18) {
+      double d = 0;
+      const std::from_chars_result r = std::from_chars(t_.data() + start, t_.data() + p_, d);
+      if (r.ec != std::errc() || r.ptr != t_.data() + p_) return false;
+    }
+    if (integer == nullptr) return true;
     *integer = plain;
     if (plain) {
       if (int_end - int_start > 18) return false;  // near the int64 range: the full reader's call

@@ -32,6 +32,8 @@ struct JsonArrayScan {
 // (nlohmann), whenever the text is outside the plain subset this scanner reads exactly as that
 // reader would:
 //   - anything that is not valid JSON, or nested deeper than 64 levels;
+//   - a number a double cannot hold, too large or too small (the full reader rejects the text
+//     for 1e400; 1e-400 is declined too);
 //   - a string with a byte outside printable ASCII, or a \u escape;
 //   - an element of the array read that is an integer of more than 18 digits;
 //   - a key of the path given twice in one object on the path (a full reader keeps the last).

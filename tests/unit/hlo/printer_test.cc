@@ -248,7 +248,6 @@ TEST(PrinterTest, UnknownAttributesAndLayoutExtensionsPrintBack) {
   EXPECT_THAT(m->ToString(), HasSubstr("ENTRY %e (p: bf16[128,256]) -> bf16[128,256] {"));
 }
 
-
 // The cost gate's region text prints each instruction as a detached copy would: the root loses
 // "ROOT ", an ordered instruction its control-predecessors, and everything else stays.
 TEST(PrinterTest, DetachedInstructionTextIsTheTextOfACopyInNoComputation) {

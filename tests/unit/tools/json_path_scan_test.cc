@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,7 +93,13 @@ TEST(JsonPathScanTest, DeclinesWhatOnlyAFullReaderReadsRight) {
            std::string(R"({"gemm_backend_config":{},"gemm_backend_config":{}})"),  // repeated
            std::string(R"({"gemm_backend_config":{"dot_dimension_numbers":)"
                        R"({"lhs_contracting_dimensions":[1234567890123456789]}}})"),  // 19 digits
-           deep}) {
+           deep,
+           // Numbers a double cannot hold: the full reader rejects the whole text.
+           std::string(R"({"x":1e999,"gemm_backend_config":{"dot_dimension_numbers":)"
+                       R"({"lhs_contracting_dimensions":["1"]}}})"),
+           std::string(R"({"gemm_backend_config":{"dot_dimension_numbers":)"
+                       R"({"lhs_contracting_dimensions":[1,-1e400]}}})"),
+           std::string("{\"x\":") + std::string(400, '9') + "}"}) {
     EXPECT_FALSE(ScanJsonArray(cfg, kPath).has_value()) << cfg;
   }
   // A key repeated off the path, or a long number elsewhere, is no matter.
@@ -114,7 +122,7 @@ TEST(JsonPathScanTest, AgreesWithAFullParseOnRandomConfigs) {
       case 0: return std::to_string(static_cast<int64_t>(rng() % 2000) - 1000);
       case 1: return "\"" + std::to_string(pick(9)) + (pick(4) == 0 ? "\\n\\\"x" : "") + "\"";
       case 2: return pick(2) ? "true" : "null";
-      case 3: return pick(2) ? "1.25" : "-3e2";
+      case 3: return pick(2) ? "1.25" : (pick(8) == 0 ? "2e308" : "-3e2");
       case 4: return pick(8) == 0 ? "\"\\u00e9\"" : "\"DEFAULT\"";
       case 5: {
         std::string a = "[";
