@@ -70,7 +70,7 @@ TEST(JsonPathScanTest, ReadsTheArrayAtThePath) {
 }
 
 TEST(JsonPathScanTest, NotFoundWhereAStepIsMissingOrOfAnotherType) {
-  for (const std::string cfg :
+  for (const std::string& cfg :
        {R"({})", R"([1,2])", R"("text")", R"({"gemm_backend_config":[]})",
         R"({"gemm_backend_config":{"dot_dimension_numbers":"x"}})",
         R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":{}}}})",
@@ -84,7 +84,7 @@ TEST(JsonPathScanTest, NotFoundWhereAStepIsMissingOrOfAnotherType) {
 
 TEST(JsonPathScanTest, DeclinesWhatOnlyAFullReaderReadsRight) {
   const std::string deep = std::string(70, '[') + std::string(70, ']');
-  for (const std::string cfg : {
+  for (const std::string& cfg : {
            std::string(R"({"a":"\u0041"})"),                     // \u escape
            std::string("{\"a\":\"caf\xc3\xa9\"}"),               // non-ASCII
            std::string(R"({"a":1,})"),                           // invalid JSON
