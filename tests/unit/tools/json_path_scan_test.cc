@@ -70,11 +70,12 @@ TEST(JsonPathScanTest, ReadsTheArrayAtThePath) {
 }
 
 TEST(JsonPathScanTest, NotFoundWhereAStepIsMissingOrOfAnotherType) {
-  for (const std::string& cfg :
-       {R"({})", R"([1,2])", R"("text")", R"({"gemm_backend_config":[]})",
+  const std::vector<std::string> cases = {
+       R"({})", R"([1,2])", R"("text")", R"({"gemm_backend_config":[]})",
         R"({"gemm_backend_config":{"dot_dimension_numbers":"x"}})",
         R"({"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":{}}}})",
-        R"({"other":{"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[1]}}}})"}) {
+        R"({"other":{"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[1]}}}})"};
+  for (const std::string& cfg : cases) {
     std::optional<JsonArrayScan> s = ScanJsonArray(cfg, kPath);
     ASSERT_TRUE(s.has_value()) << cfg;
     EXPECT_FALSE(s->found) << cfg;
