@@ -254,9 +254,9 @@ std::string GpuBackendConfigEditor::ToString() const {
   };
   // Written member by member, as nlohmann's dump writes an object (`{"key":value,...}`, the key
   // escaped as a string), without first building the object: a config is written for every
-  // GEMM and stream annotation, and the copies cost more than the text.
-  // One serializer, writing straight into the text (nlohmann's dump makes one, and a string,
-  // per call), with dump's settings: no indentation, non-ASCII kept, invalid UTF-8 an error.
+  // GEMM and stream annotation, and the copies cost more than the text. One serializer writes
+  // every value straight into the text (dump makes one, and a string, per call), with dump's
+  // settings: no indentation, non-ASCII kept, invalid UTF-8 an error.
   std::string text = "{";
   nlohmann::detail::serializer<Json> serializer(
       nlohmann::detail::output_adapter<char, std::string>(text), ' ',

@@ -54,19 +54,13 @@ class Scanner {
     // Is this object on the path, with a key still to follow?
     const bool follows = on_path >= 0 && on_path < static_cast<int>(path_.size());
     bool seen_key = false;
-    SkipWs();
-    if (!AtEnd() && Peek() == '}') {
-      ++p_;
-      return true;
-    }
-    while (true) {
+    if (Take('}')) return true;
+    for (bool more = true; more;) {
       SkipWs();
       std::string& key = key_;
       key.clear();
       if (AtEnd() || Peek() != '"' || !String(follows ? &key : nullptr)) return false;
-      SkipWs();
-      if (AtEnd() || Peek() != ':') return false;
-      ++p_;
+      if (!Take(':')) return false;
       SkipWs();
       int child = -1;
       if (follows && key == path_[static_cast<size_t>(on_path)]) {
@@ -75,29 +69,16 @@ class Scanner {
         child = on_path + 1;
       }
       if (!Value(child, depth + 1)) return false;
-      SkipWs();
-      if (AtEnd()) return false;
-      if (Peek() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Peek() == '}') {
-        ++p_;
-        return true;
-      }
-      return false;
+      if (!NextOrClose('}', &more)) return false;
     }
+    return true;
   }
 
   bool Array(bool collect, int depth) {
     ++p_;  // '['
     if (collect) out_.found = true;
-    SkipWs();
-    if (!AtEnd() && Peek() == ']') {
-      ++p_;
-      return true;
-    }
-    while (true) {
+    if (Take(']')) return true;
+    for (bool more = true; more;) {
       SkipWs();
       if (AtEnd()) return false;
       if (collect) {
@@ -117,18 +98,28 @@ class Scanner {
       } else if (!Value(-1, depth + 1)) {
         return false;
       }
-      SkipWs();
-      if (AtEnd()) return false;
-      if (Peek() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Peek() == ']') {
-        ++p_;
-        return true;
-      }
-      return false;
+      if (!NextOrClose(']', &more)) return false;
     }
+    return true;
+  }
+
+  // Takes `ch` (after any whitespace) when it comes next.
+  bool Take(char ch) {
+    SkipWs();
+    if (AtEnd() || Peek() != ch) return false;
+    ++p_;
+    return true;
+  }
+
+  // After a member or an element: a ',' (*more = true) or the closing `close` (*more = false);
+  // false for anything else.
+  bool NextOrClose(char close, bool* more) {
+    SkipWs();
+    if (AtEnd()) return false;
+    if (Peek() != ',' && Peek() != close) return false;
+    *more = Peek() == ',';
+    ++p_;
+    return true;
   }
 
   // A string at its opening quote; its decoded text into `out` when given. Runs of plain
