@@ -661,14 +661,19 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
     return absl::OkStatus();
   };
   std::string text_key = absl::StrCat(query.pass, "\n", RegionTextKey(*text));
-  std::string key_base;
+  int64_t region_id = 0;
   if (auto known = key_of_text_.find(text_key); known != key_of_text_.end()) {
-    key_base = known->second;
+    region_id = known->second;
   } else {
     if (absl::Status st = parse(); !st.ok()) return st;
-    key_base = absl::StrCat(query.pass, "\n", CanonicalRegionText(*region));
-    key_of_text_.emplace(std::move(text_key), key_base);
+    const int64_t fresh = static_cast<int64_t>(canonical_ids_.size());
+    region_id = canonical_ids_
+                    .try_emplace(absl::StrCat(query.pass, "\n", CanonicalRegionText(*region)),
+                                 fresh)
+                    .first->second;
+    key_of_text_.emplace(std::move(text_key), region_id);
   }
+  const std::string key_base = absl::StrCat("region ", region_id);
   std::vector<double> out, concurrent;
   for (const CostVariant& v : query.variants) {
     std::string key = absl::StrCat(v.rewrite ? "rewrite" : "leave",

@@ -96,10 +96,15 @@ class SimCostOracle : public CostOracle {
 
  private:
   CostGateConfig c_;
+  // Estimates by variant (rewrite or leave, options, one-stream bound) and region: the region as
+  // the number of its pass and CanonicalRegionText in canonical_ids_, so that a query hashes and
+  // copies its region's text once, not once per variant.
   absl::flat_hash_map<std::string, std::pair<double, double>> cache_;
-  // Region text key (pass and RegionTextKey) -> the pass and CanonicalRegionText part of the
-  // keys of cache_: finer than the canonical text, so the estimates are those it gives.
-  absl::flat_hash_map<std::string, std::string> key_of_text_;
+  // The pass and CanonicalRegionText of each region estimated -> its number (from 0).
+  absl::flat_hash_map<std::string, int64_t> canonical_ids_;
+  // Region text key (pass and RegionTextKey) -> the number of its canonical text: finer than the
+  // canonical text, so the estimates are those it gives.
+  absl::flat_hash_map<std::string, int64_t> key_of_text_;
   int64_t dumped_ = 0;
   std::string dump_name_;  // file name stem of the variant being estimated
 };

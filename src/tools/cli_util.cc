@@ -62,6 +62,12 @@ absl::Status WriteDirectly(const std::string& path, const std::string& shown,
 
 }  // namespace
 
+void KeepUntilExitImpl(void* object) {
+  if (object == nullptr) return;
+  static auto* kept = new std::vector<void*>();  // never freed: reachable until exit
+  kept->push_back(object);
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::cout << text;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,19 @@ namespace weave::tools {
 // loop), NotFound (cannot open), Internal (write or rename failed); the temporary file is
 // removed on failure.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+// Hands `object` to the process: it is never destroyed, and its memory goes back to the system
+// when the process exits. For what a command holds at its very end (the compiled module, 80k
+// instructions and some 500k heap blocks on a 30k-instruction input): freeing it block by block
+// costs 3% of `weave compile` and 8% of the `weave opt` round trip, and changes nothing anyone
+// sees. Clang does the same with its AST (`-disable-free`, llvm::BuryPointer). The object stays
+// reachable from a static list, so a leak checker (LeakSanitizer in the SANITIZE=1 build) does
+// not report it. Not for loops: every call keeps one more object for the life of the process.
+void KeepUntilExitImpl(void* object);
+template <typename T>
+void KeepUntilExit(std::unique_ptr<T> object) {
+  KeepUntilExitImpl(object.release());
+}
 
 // "1 partition" / "4 partitions": `n` followed by the singular or plural noun.
 std::string CountOf(int64_t n, const std::string& singular, const std::string& plural);

@@ -152,7 +152,9 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
     opts->parse_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CompileReport report;
-    *exit_code = CompileModule(*opts, std::move(*module), std::cerr, &report);
+    std::unique_ptr<HloModule> compiled;
+    *exit_code = CompileModule(*opts, std::move(*module), std::cerr, &report, &compiled);
+    KeepUntilExit(std::move(compiled));  // the command ends here: no need to free it
   });
 }
 

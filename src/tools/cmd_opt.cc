@@ -135,6 +135,7 @@ void RunOpt(const std::string& input, const std::string& output, const std::stri
     *exit_code = kInvalidInput;
     return;
   }
+  KeepUntilExit(*std::move(module));  // the command ends here: no need to free it
   *exit_code = kOk;
 }
 

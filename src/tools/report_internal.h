@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -21,7 +22,8 @@ namespace weave::tools {
 
 // Base opcode name for counting ("all-gather", ...): -start forms and sugared async-starts under
 // their plain name; "" for anything else (an unsugared async-start counts through what it wraps).
-std::string CollectiveBaseName(const HloInstruction& instr);
+// A view of a static string (no allocation: the report asks it of every instruction).
+std::string_view CollectiveBaseName(const HloInstruction& instr);
 // Bytes of the array elements of `s` (tuples summed; tokens 0).
 int64_t ArrayBytes(const Shape& s);
 // The element type of the first array in `s` (kInvalid if none).
@@ -75,8 +77,9 @@ class TotalsCache {
   Totals OfInstruction(const HloInstruction& i) {
     Totals t;
     int64_t sent = CollectiveBytesSent(i, default_group_);
-    std::string base = CollectiveBaseName(i);
-    if (!base.empty()) {
+    const std::string_view view = CollectiveBaseName(i);
+    if (!view.empty()) {
+      const std::string base(view);
       t.executed[base] += 1;
       t.bytes += sent;
       t.by_collective[base] += sent;

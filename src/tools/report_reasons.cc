@@ -272,7 +272,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
     if (in_loops.count(c) || wrapped.count(c)) continue;
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
-      std::string base = CollectiveBaseName(*i);
+      std::string_view base = CollectiveBaseName(*i);
       const HloInstruction* wrapped_root = nullptr;
       if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty() &&
           !i->called_computations().empty() && i->called_computations()[0]->root() != nullptr) {
@@ -289,7 +289,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
       if (la.reason.empty() && wrapped_root != nullptr) {
         la.reason = ReasonFromIndex(CollectiveNames(*wrapped_root), remarks, index);
       }
-      if (la.reason.empty()) la.reason = StructuralReason(*i, base);
+      if (la.reason.empty()) la.reason = StructuralReason(*i, std::string(base));
       out.push_back(std::move(la));
     }
   }

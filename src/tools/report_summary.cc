@@ -27,7 +27,7 @@ int64_t GroupSize(const HloInstruction& instr, int64_t default_group) {
 }  // namespace
 
 // Base opcode name for counting: -start forms under their plain name.
-std::string CollectiveBaseName(const HloInstruction& instr) {
+std::string_view CollectiveBaseName(const HloInstruction& instr) {
   switch (instr.opcode()) {
     case HloOpcode::kAllGather:
     case HloOpcode::kAllGatherStart:
@@ -49,9 +49,9 @@ std::string CollectiveBaseName(const HloInstruction& instr) {
     case HloOpcode::kAsyncStart:
       // The sugared form (reduce-scatter-start, all-to-all-start) is the collective itself; an
       // unsugared async-start is counted through the computation it wraps.
-      for (const char* base : {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
-                               "ragged-all-to-all", "collective-permute",
-                               "collective-broadcast"}) {
+      for (std::string_view base : {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                    "ragged-all-to-all", "collective-permute",
+                                    "collective-broadcast"}) {
         if (instr.async_sugar == base) return base;
       }
       return "";
@@ -132,7 +132,7 @@ bool IsFp8GemmCustomCall(const HloInstruction& instr) {
 }
 
 int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group) {
-  std::string base = CollectiveBaseName(instr);
+  const std::string_view base = CollectiveBaseName(instr);
   if (base.empty() || instr.operand_count() == 0) return 0;
   if (IsPermute(instr) && instr.source_target_pairs.empty()) return 0;
   // The shared accounting of analysis/cost.h (the same numbers `weave stats` prints); it has no
@@ -210,8 +210,8 @@ ModuleSummary SummarizeModule(const HloModule& module, int64_t num_partitions,
   for (const HloComputation* c : module.computations()) {
     s.instructions += c->instruction_count();
     for (const HloInstruction* i : c->instructions()) {
-      std::string base = CollectiveBaseName(*i);
-      if (!base.empty()) s.collectives[base] += 1;
+      const std::string_view base = CollectiveBaseName(*i);
+      if (!base.empty()) s.collectives[std::string(base)] += 1;
       if (i->opcode() == HloOpcode::kDot) ++s.dots;
       if (IsFp8GemmCustomCall(*i)) ++s.fp8_gemms;
     }
