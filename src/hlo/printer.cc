@@ -5,6 +5,7 @@
 // and ENTRY last.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,19 @@ namespace {
 using hlo_internal::A;
 using hlo_internal::Append;
 using hlo_internal::Cat;
+
+// This thread's canonical-names mode (instruction_text.h), null when printing as usual.
+thread_local CanonicalNames* t_canonical = nullptr;
+
+// `%name`, or its rank in the canonical-names mode.
+void AppendNameRef(std::string* out, std::string_view name) {
+  if (t_canonical != nullptr) {
+    t_canonical->AppendName(out, name);
+    return;
+  }
+  out->push_back('%');
+  out->append(name);
+}
 
 
 bool IsOneOf(std::string_view s, std::initializer_list<std::string_view> l) {
@@ -182,8 +196,7 @@ void AppendAttr(std::string* out, std::string_view name, std::string_view value)
 }
 
 void AppendCompRef(std::string* out, const HloComputation* c) {
-  out->push_back('%');
-  out->append(c ? c->name() : std::string("<null>"));
+  AppendNameRef(out, c ? std::string_view(c->name()) : std::string_view("<null>"));
 }
 
 void AppendCompList(std::string* out, const std::vector<HloComputation*>& cs) {
@@ -386,7 +399,15 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
                     "\"");
   }
   // Collective attributes (also accepted on any other opcode that carries them).
-  if (instr.channel_id) Append(out, ", channel_id=", *instr.channel_id);
+  if (instr.channel_id) {
+    int64_t id = *instr.channel_id;
+    if (t_canonical != nullptr) {
+      const std::vector<int64_t>& ids = t_canonical->channels;
+      auto at = std::lower_bound(ids.begin(), ids.end(), id);
+      if (at != ids.end() && *at == id) id = 1 + (at - ids.begin());
+    }
+    Append(out, ", channel_id=", id);
+  }
   if (instr.replica_groups) {
     Append(out, ", replica_groups=", instr.replica_groups->ToString());
   } else if (IsListCollective(op)) {
@@ -424,8 +445,7 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
 // `detached`: as a copy in no computation prints (no ROOT marker, no control predecessors).
 void AppendInstruction(std::string* out, const HloInstruction& instr, bool detached = false) {
   if (!detached && instr.IsRoot()) out->append("ROOT ");
-  out->push_back('%');
-  out->append(instr.name());
+  AppendNameRef(out, instr.name());
   out->append(" = ");
   out->append(instr.shape().ToString(true));
   out->push_back(' ');
@@ -440,8 +460,7 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
     for (size_t i = 0; i < ops.size(); ++i) {
       if (i) out->append(", ");
       if (i % 5 == 0 && i) Append(out, "/*index=", i, "*/");
-      out->push_back('%');
-      out->append(ops[i] ? ops[i]->name() : std::string("<null>"));
+      AppendNameRef(out, ops[i] ? std::string_view(ops[i]->name()) : std::string_view("<null>"));
     }
   }
   out->push_back(')');
@@ -481,8 +500,7 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
     out->append(", control-predecessors={");
     for (size_t i = 0; i < instr.control_predecessors().size(); ++i) {
       if (i) out->append(", ");
-      out->push_back('%');
-      out->append(instr.control_predecessors()[i]->name());
+      AppendNameRef(out, instr.control_predecessors()[i]->name());
     }
     out->push_back('}');
   }
@@ -491,7 +509,9 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
       if (k == n) AppendAttr(out, k, v);
     }
   }
-  if (!instr.metadata.empty()) Append(out, ", metadata={", instr.metadata, "}");
+  if (!instr.metadata.empty() && t_canonical == nullptr) {
+    Append(out, ", metadata={", instr.metadata, "}");
+  }
   if (!instr.backend_config.empty()) AppendAttr(out, "backend_config", instr.backend_config);
 }
 
@@ -516,20 +536,21 @@ std::vector<HloInstruction*> PrintOrder(const HloComputation& c) {
 
 void AppendComputation(std::string* out, const HloComputation& c) {
   if (c.IsEntry()) out->append("ENTRY ");
-  out->push_back('%');
-  out->append(c.name());
-  out->append(" (");
-  for (int64_t i = 0; i < c.num_parameters(); ++i) {
-    if (i) out->append(", ");
-    const HloInstruction* p = c.parameter(i);
-    if (p == nullptr) {
-      Append(out, "missing_param_", i, ": ()");
-      continue;
+  AppendNameRef(out, c.name());
+  if (t_canonical == nullptr) {
+    out->append(" (");
+    for (int64_t i = 0; i < c.num_parameters(); ++i) {
+      if (i) out->append(", ");
+      const HloInstruction* p = c.parameter(i);
+      if (p == nullptr) {
+        Append(out, "missing_param_", i, ": ()");
+        continue;
+      }
+      Append(out, p->name(), ": ", p->shape().ToString(false));
     }
-    Append(out, p->name(), ": ", p->shape().ToString(false));
+    out->append(") -> ");
+    out->append(c.root() ? c.root()->shape().ToString(false) : std::string("()"));
   }
-  out->append(") -> ");
-  out->append(c.root() ? c.root()->shape().ToString(false) : std::string("()"));
   out->append(" {\n");
   for (const HloInstruction* i : PrintOrder(c)) {
     out->append("  ");
@@ -561,6 +582,20 @@ int HeaderRank(std::string_view n) {
 }
 
 }  // namespace
+
+void CanonicalNames::AppendName(std::string* out, std::string_view name) {
+  const auto [it, fresh] = ranks.try_emplace(name, static_cast<int64_t>(ranks.size()));
+  char digits[24];
+  const char* end = std::to_chars(digits, digits + sizeof(digits), it->second).ptr;
+  out->append("%n");
+  out->append(digits, static_cast<size_t>(end - digits));
+}
+
+ScopedCanonicalNames::ScopedCanonicalNames(CanonicalNames* names) : previous_(t_canonical) {
+  t_canonical = names;
+}
+
+ScopedCanonicalNames::~ScopedCanonicalNames() { t_canonical = previous_; }
 
 void AppendDetachedInstructionText(std::string* out, const HloInstruction& instr) {
   AppendInstruction(out, instr, /*detached=*/true);

@@ -2,10 +2,7 @@
 #include "sim/cost_gate.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
-#include <charconv>
-#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +17,6 @@
 #include "analysis/replication.h"
 #include "hlo/instruction_text.h"
 #include "hlo/parser.h"
-#include "hlo/text_cursor.h"
 
 namespace weave::sim {
 namespace {
@@ -144,7 +140,12 @@ std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloCompu
 
 }  // namespace
 
-absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds) {
+namespace {
+
+// The region's text (CostRegionText) or, with `key` set, its key (CostRegionKey, but for the
+// queue ids): the same text printed in the printer's canonical-names mode
+// (hlo/instruction_text.h), with the entry and its root under names no other name can take.
+absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>& seeds, bool key) {
   if (seeds.empty() || seeds[0] == nullptr) {
     return absl::InvalidArgumentError("no instructions in the candidate");
   }
@@ -261,10 +262,28 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
                                   ", replica_count=", std::max<int64_t>(module->replica_count, 1),
                                   "\n\n");
   const std::vector<const HloComputation*> callees = CalleesFirst(called_in_order);
+  CanonicalNames canonical;
+  std::optional<ScopedCanonicalNames> canonical_mode;
+  if (key) {
+    // Channel ids by rank among those printed.
+    auto look_at = [&](const HloInstruction* i) {
+      if (i->channel_id) canonical.channels.push_back(*i->channel_id);
+    };
+    for (const HloComputation* c : callees) {
+      for (const HloInstruction* i : c->instructions()) look_at(i);
+    }
+    for (const HloInstruction* i : order) look_at(i);
+    std::sort(canonical.channels.begin(), canonical.channels.end());
+    canonical.channels.erase(std::unique(canonical.channels.begin(), canonical.channels.end()),
+                             canonical.channels.end());
+    canonical_mode.emplace(&canonical);
+  }
   for (const HloComputation* c : callees) {
     absl::StrAppend(&text, c->ToString(), "\n\n");
   }
-  std::string entry_name = "cost_region";
+  // In key mode, the printer writes every other name as %n<k>: %entry and %root are taken by
+  // nothing else.
+  std::string entry_name = key ? "entry" : "cost_region";
   // Fresh names for the entry and its root: not those of a called computation or of any
   // instruction the text holds (the region's, their operands', the callees').
   // Both fresh names start with "cost_region": only the names that do can be taken, and the
@@ -275,15 +294,26 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
   auto note = [&taken](std::string_view name) {
     if (name.substr(0, kFreshPrefix.size()) == kFreshPrefix) taken.insert(name);
   };
-  for (const HloComputation* c : callees) {
-    note(c->name());
-    for (const HloInstruction* i : c->instructions()) note(i->name());
-  }
-  for (const HloInstruction* i : order) {
-    note(i->name());
-    for (const HloInstruction* o : i->operands()) note(o->name());
+  if (!key) {
+    for (const HloComputation* c : callees) {
+      note(c->name());
+      for (const HloInstruction* i : c->instructions()) note(i->name());
+    }
+    for (const HloInstruction* i : order) {
+      note(i->name());
+      for (const HloInstruction* o : i->operands()) note(o->name());
+    }
   }
   while (taken.contains(entry_name)) entry_name += "_";
+  // A name of the region as the text writes it: %name, or its rank in key mode.
+  auto append_name = [&](std::string* out, std::string_view name) {
+    if (key) {
+      canonical.AppendName(out, name);
+    } else {
+      out->push_back('%');
+      out->append(name);
+    }
+  };
   absl::StrAppend(&text, "ENTRY %", entry_name, " {\n");
   absl::flat_hash_set<const HloInstruction*> params;
   int64_t next_param = 0;
@@ -317,8 +347,9 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
       if (region.contains(o) || !params.insert(o).second) continue;
       // A value proven equal on every partition stays so (an FP8 scale must be, for the
       // quantizer and the FP8 GEMM rewriter to fire on the region as on the module).
-      absl::StrAppend(&text, "  %", o->name(), " = ", o->shape().ToString(), " parameter(",
-                      next_param++, ")",
+      text.append("  ");
+      append_name(&text, o->name());
+      absl::StrAppend(&text, " = ", o->shape().ToString(), " parameter(", next_param++, ")",
                       proven_same(o) ? ", sharding={replicated}" : "", "\n");
     }
     text.append("  ");
@@ -334,15 +365,24 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
   }
   std::vector<std::string> names, shapes;
   for (const HloInstruction* o : outputs) {
-    names.push_back(absl::StrCat("%", o->name()));
+    std::string name;
+    append_name(&name, o->name());
+    names.push_back(std::move(name));
     shapes.push_back(o->shape().ToString());
   }
-  std::string root = "cost_region_root";
+  std::string root = key ? "root" : "cost_region_root";
   while (taken.contains(root)) root += "_";
   absl::StrAppend(&text, "  ROOT %", root, " = (", absl::StrJoin(shapes, ", "), ") tuple(",
                   absl::StrJoin(names, ", "), ")\n}\n");
   return text;
 }
+
+}  // namespace
+
+absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds) {
+  return RegionText(seeds, /*key=*/false);
+}
+
 
 absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text) {
   absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseHloModule(text, "<cost region>");
@@ -433,143 +473,12 @@ std::string RankQueueIds(const std::string& text) {
   return out;
 }
 
-// A table of the characters `chars`, or of those `in_set` accepts, so that RegionTextKey's scans
-// test a character in one load: the key is taken over the whole text of every query.
-struct CharTable {
-  std::array<bool, 256> in{};
-  explicit CharTable(std::string_view chars) {
-    for (char ch : chars) in[static_cast<unsigned char>(ch)] = true;
-  }
-  explicit CharTable(bool (*in_set)(char)) {
-    for (int ch = 0; ch < 256; ++ch) in[static_cast<size_t>(ch)] = in_set(static_cast<char>(ch));
-  }
-  bool operator()(char ch) const { return in[static_cast<unsigned char>(ch)]; }
-};
-
 }  // namespace
 
-std::string RegionTextKey(const std::string& text) {
-  // A name's characters, as the HLO text readers take them.
-  static const CharTable name_char(&hlo_internal::TextCursor::IsWordChar);
-  // Where a run of text with nothing to rewrite stops (the characters that may start something).
-  static const CharTable run_stop("\n\"%,c");
-  // Where the channel pre-scan stops: a string or a possible `channel_id=`.
-  static const CharTable channel_stop("\"c");
-  // A quoted string from `p` (at its opening quote) to just past its closing one.
-  auto string_end = [&](size_t p) {
-    for (++p; p < text.size(); ++p) {
-      if (text[p] == '\\') {
-        ++p;
-      } else if (text[p] == '"') {
-        return p + 1;
-      }
-    }
-    return text.size();
-  };
-  static constexpr std::string_view kChannel = "channel_id=";
-  static constexpr std::string_view kMetadata = ", metadata={";
-  // Channel ids by rank among those the text holds (outside strings).
-  std::vector<int64_t> channels;
-  for (size_t p = 0; p < text.size();) {
-    if (!channel_stop(text[p])) {
-      ++p;
-      while (p < text.size() && !channel_stop(text[p])) ++p;
-    } else if (text[p] == '"') {
-      p = string_end(p);
-    } else if (text.compare(p, kChannel.size(), kChannel) == 0) {
-      p += kChannel.size();
-      size_t e = p;
-      while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e]))) ++e;
-      int64_t v = 0;
-      if (absl::SimpleAtoi(absl::string_view(text.data() + p, e - p), &v)) channels.push_back(v);
-      p = e;
-    } else {
-      ++p;
-    }
-  }
-  std::sort(channels.begin(), channels.end());
-  channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
-  absl::flat_hash_map<std::string_view, int64_t> names;
-  names.reserve(text.size() / 48);  // about one name per instruction line: no rehashing as it fills
-  auto append_name = [&](std::string* out, std::string_view name) {
-    auto [it, fresh] = names.try_emplace(name, static_cast<int64_t>(names.size()));
-    char digits[24];
-    const char* end = std::to_chars(digits, digits + sizeof(digits), it->second).ptr;
-    out->append("%n");
-    out->append(digits, static_cast<size_t>(end - digits));
-  };
-  std::string out;
-  out.reserve(text.size());
-  bool line_start = true;
-  for (size_t p = 0; p < text.size();) {
-    const char ch = text[p];
-    if (line_start && (ch == '%' || text.compare(p, 7, "ENTRY %") == 0)) {
-      // A computation's header: its name alone (the signature repeats the body's parameters
-      // and root, and names the parameters without a '%').
-      if (ch == 'E') {
-        out.append("ENTRY ");
-        p += 6;
-      }
-      size_t e = p + 1;
-      while (e < text.size() && name_char(text[e])) ++e;
-      append_name(&out, std::string_view(text).substr(p + 1, e - p - 1));
-      out.append(" {");
-      while (e < text.size() && text[e] != '\n') ++e;
-      p = e;
-      line_start = false;
-      continue;
-    }
-    line_start = false;
-    if (ch == '\n') {
-      out.push_back(ch);
-      line_start = true;
-      ++p;
-    } else if (ch == '"') {
-      const size_t e = string_end(p);
-      out.append(text, p, e - p);
-      p = e;
-    } else if (ch == '%') {
-      size_t e = p + 1;
-      while (e < text.size() && name_char(text[e])) ++e;
-      append_name(&out, std::string_view(text).substr(p + 1, e - p - 1));
-      p = e;
-    } else if (ch == ',' && text.compare(p, kMetadata.size(), kMetadata) == 0) {
-      // Dropped up to its closing brace (braces inside strings do not count).
-      size_t e = p + kMetadata.size();
-      int depth = 1;
-      while (e < text.size() && depth > 0) {
-        if (text[e] == '"') {
-          e = string_end(e);
-          continue;
-        }
-        if (text[e] == '{') ++depth;
-        if (text[e] == '}') --depth;
-        ++e;
-      }
-      p = e;
-    } else if (ch == 'c' && text.compare(p, kChannel.size(), kChannel) == 0) {
-      p += kChannel.size();
-      size_t e = p;
-      while (e < text.size() && std::isdigit(static_cast<unsigned char>(text[e]))) ++e;
-      int64_t v = 0;
-      if (absl::SimpleAtoi(absl::string_view(text.data() + p, e - p), &v)) {
-        absl::StrAppend(&out, "channel_id=",
-                        1 + (std::lower_bound(channels.begin(), channels.end(), v) -
-                             channels.begin()));
-      } else {
-        out.append(text, p - kChannel.size(), e - p + kChannel.size());
-      }
-      p = e;
-    } else {
-      // A run of text with nothing to rewrite: up to the next character that may start
-      // something above.
-      size_t e = p + 1;
-      while (e < text.size() && !run_stop(text[e])) ++e;
-      out.append(text, p, e - p);
-      p = e;
-    }
-  }
-  return RankQueueIds(out);
+absl::StatusOr<std::string> CostRegionKey(const std::vector<const HloInstruction*>& seeds) {
+  absl::StatusOr<std::string> printed = RegionText(seeds, /*key=*/true);
+  if (!printed.ok()) return printed.status();
+  return RankQueueIds(*printed);
 }
 
 std::string CanonicalRegionText(const HloModule& module) {
@@ -648,19 +557,22 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
 }
 
 absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
-  absl::StatusOr<std::string> text = CostRegionText(query.seeds);
-  if (!text.ok()) return text.status();
-  // The region is parsed, and its canonical text made, only for a region not seen before (by
-  // its text's key) or a variant not yet estimated: a repeated layer costs the text alone.
+  // The region's key (CostRegionKey); its text is printed only when it is parsed.
+  absl::StatusOr<std::string> region_key = CostRegionKey(query.seeds);
+  if (!region_key.ok()) return region_key.status();
+  std::string text_key = absl::StrCat(query.pass, "\n", *region_key);
+  // The region is printed and parsed, and its canonical text made, only for a region not seen
+  // before (by its key) or a variant not yet estimated: a repeated layer costs its key alone.
   std::unique_ptr<HloModule> region;
   auto parse = [&]() -> absl::Status {
     if (region != nullptr) return absl::OkStatus();
+    absl::StatusOr<std::string> text = CostRegionText(query.seeds);
+    if (!text.ok()) return text.status();
     absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseCostRegion(*text);
     if (!parsed.ok()) return parsed.status();
     region = *std::move(parsed);
     return absl::OkStatus();
   };
-  std::string text_key = absl::StrCat(query.pass, "\n", RegionTextKey(*text));
   int64_t region_id = 0;
   if (auto known = key_of_text_.find(text_key); known != key_of_text_.end()) {
     region_id = known->second;

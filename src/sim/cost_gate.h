@@ -57,14 +57,17 @@ absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& te
 // every layer of a model), none of which an estimate reads.
 std::string CanonicalRegionText(const HloModule& module);
 
-// A key of a region's text (CostRegionText), found without parsing it: equal for two texts that
-// are the same up to one renaming of the names (every %name by its rank of first appearance; a
-// computation's signature, which repeats its parameters and root, dropped), with metadata dropped
-// and channel ids and queue ids by rank. Equal keys mean isomorphic regions, hence equal
-// CanonicalRegionText: SimCostOracle looks the canonical text up by this key, so a repeated layer
-// costs one scan of its text, and no two regions share an estimate that did not before. Regions
-// equal only up to the order of their text get two keys (and the same estimate). One scan.
-std::string RegionTextKey(const std::string& region_text);
+// The key SimCostOracle finds a candidate's region by, made without parsing it: the text
+// CostRegionText would give, printed in the printer's canonical-names mode
+// (hlo/instruction_text.h: every %name by its rank of first appearance, computation signatures
+// and metadata left out, channel ids by rank among the region's), with queue ids by rank (as
+// CanonicalRegionText ranks them). Equal keys mean regions equal up to names, channel and queue
+// ids and source locations, hence equal CanonicalRegionText (attribute values the printer keeps
+// verbatim, such as frontend attributes, are verbatim in both); the same candidate in every
+// layer of a model has one key, so a repeated layer costs one print of its region, not a parse.
+// Regions equal only up to the order of their text get two keys (and the same estimate).
+// Errors as CostRegionText's.
+absl::StatusOr<std::string> CostRegionKey(const std::vector<const HloInstruction*>& seeds);
 
 struct CostGateConfig {
   SystemSpec system;                   // after overrides and SimOptions
@@ -102,7 +105,7 @@ class SimCostOracle : public CostOracle {
   absl::flat_hash_map<std::string, std::pair<double, double>> cache_;
   // The pass and CanonicalRegionText of each region estimated -> its number (from 0).
   absl::flat_hash_map<std::string, int64_t> canonical_ids_;
-  // Region text key (pass and RegionTextKey) -> the number of its canonical text: finer than the
+  // Region key (pass and CostRegionKey) -> the number of its canonical text: finer than the
   // canonical text, so the estimates are those it gives.
   absl::flat_hash_map<std::string, int64_t> key_of_text_;
   int64_t dumped_ = 0;

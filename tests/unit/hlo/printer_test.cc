@@ -2,7 +2,9 @@
 // Expected strings are written by hand from XLA's format (../shared/specs/hlo-text-format.md).
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/instruction_text.h"
@@ -283,6 +285,50 @@ ENTRY %main (x: bf16[8,4], w: bf16[4,6]) -> bf16[8,6] {
   EXPECT_THAT(d->ToString(), HasSubstr("control-predecessors={%ag, %neg}"));
   EXPECT_THAT(detached, HasSubstr("backend_config="));
   EXPECT_THAT(detached, HasSubstr("lhs_contracting_dims={1}"));
+}
+
+// The canonical-names mode (instruction_text.h): names by rank of first appearance, no
+// signature, no metadata, channel ids by rank among those listed; the usual text again once the
+// mode ends. Two modules that differ only in names, channel ids and metadata print the same; a
+// changed opcode or operand order does not.
+TEST(PrinterTest, CanonicalNamesMode) {
+  auto text = [](const std::string& sum, const std::string& x, int channel, const std::string& op,
+                 bool swap) {
+    return absl::StrCat("HloModule m, num_partitions=2\n\n%", sum,
+                        " (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+                        "  %b = f32[] parameter(1)\n  ROOT %s = f32[] ", op,
+                        swap ? "(%b, %a)" : "(%a, %b)", "\n}\n\nENTRY %main {\n  %", x,
+                        " = f32[8]{0} parameter(0), metadata={op_name=\"layer/", x,
+                        "\"}\n  ROOT %ar = f32[8]{0} all-reduce(%", x, "), channel_id=", channel,
+                        ", replica_groups={{0,1}}, to_apply=%", sum, "\n}\n");
+  };
+  auto canonical = [](const std::string& module_text, std::vector<int64_t> channels) {
+    auto m = ParseHloModule(module_text, "m.hlo");
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (!m.ok()) return std::string();
+    CanonicalNames names;
+    names.channels = std::move(channels);
+    ScopedCanonicalNames mode(&names);
+    return (*m)->ToString();
+  };
+  const std::string a = canonical(text("sum", "x", 3, "add", false), {3});
+  EXPECT_THAT(a, HasSubstr("%n0 {\n  %n1 = f32[] parameter(0)\n  %n2 = f32[] parameter(1)\n"
+                           "  ROOT %n3 = f32[] add(%n1, %n2)\n}"));
+  EXPECT_THAT(a, HasSubstr("ENTRY %n4 {\n  %n5 = f32[8]{0} parameter(0)\n"
+                           "  ROOT %n6 = f32[8]{0} all-reduce(%n5), channel_id=1, "
+                           "replica_groups={{0,1}}, to_apply=%n0\n}"));
+  EXPECT_EQ(a.find("metadata"), std::string::npos);
+  EXPECT_EQ(a.find("->"), std::string::npos);  // no signature
+  EXPECT_EQ(a, canonical(text("add.9", "act", 41, "add", false), {41}));
+  EXPECT_NE(a, canonical(text("sum", "x", 3, "multiply", false), {3}));
+  EXPECT_NE(a, canonical(text("sum", "x", 3, "add", true), {3}));
+  // An id that is not listed is written as it is.
+  EXPECT_THAT(canonical(text("sum", "x", 3, "add", false), {}), HasSubstr("channel_id=3,"));
+  // Outside the mode: the usual text.
+  auto m = Parse(text("sum", "x", 3, "add", false));
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(m->ToString(), HasSubstr("%sum (a: f32[], b: f32[]) -> f32[] {"));
+  EXPECT_THAT(m->ToString(), HasSubstr("metadata={op_name=\"layer/x\"}"));
 }
 
 }  // namespace

@@ -47,16 +47,17 @@ std::vector<const HloInstruction*> Seeds(const HloModule& m, std::vector<std::st
   return out;
 }
 
-// Both cache keys of a candidate's region: its canonical text, and the key of its text that the
-// oracle finds it by (RegionTextKey). Where the canonical texts differ the text keys must too
-// (else a layer would take another's estimate); where they are equal, for the layers of a model,
-// the text keys should be as well (else every layer parses its region again).
+// Both cache keys of a candidate's region: its canonical text, and the key the oracle finds it
+// by (CostRegionKey, printed in the printer's canonical-names mode). Where the canonical texts
+// differ the keys must too (else a layer would take another's estimate); where they are equal,
+// for the layers of a model, the keys should be as well (else every layer parses its region
+// again).
 struct RegionKeys {
-  std::string canonical, text;
-  bool operator==(const RegionKeys& o) const { return canonical == o.canonical && text == o.text; }
+  std::string canonical, key;
+  bool operator==(const RegionKeys& o) const { return canonical == o.canonical && key == o.key; }
 };
 std::ostream& operator<<(std::ostream& os, const RegionKeys& k) {
-  return os << k.canonical << "\n---\n" << k.text;
+  return os << k.canonical << "\n---\n" << k.key;
 }
 RegionKeys KeysOf(const std::vector<const HloInstruction*>& seeds) {
   absl::StatusOr<std::string> text = CostRegionText(seeds);
@@ -65,11 +66,14 @@ RegionKeys KeysOf(const std::vector<const HloInstruction*>& seeds) {
   auto region = ParseCostRegion(*text);
   EXPECT_TRUE(region.ok()) << region.status();
   if (!region.ok()) return {};
-  return {CanonicalRegionText(**region), RegionTextKey(*text)};
+  absl::StatusOr<std::string> key = CostRegionKey(seeds);
+  EXPECT_TRUE(key.ok()) << key.status();
+  if (!key.ok()) return {};
+  return {CanonicalRegionText(**region), *key};
 }
 void ExpectOtherKeys(const RegionKeys& a, const RegionKeys& b) {
   EXPECT_NE(a.canonical, b.canonical);
-  EXPECT_NE(a.text, b.text);
+  EXPECT_NE(a.key, b.key);
 }
 
 TEST(ExtractCostRegion, KeepsTheDequantizationAndParameterizesTheRest) {
@@ -171,10 +175,12 @@ ENTRY main {
   const RegionKeys l1 = key(layer(5, 11, 12, "layer_1/mlp"));
   const RegionKeys l7 = key(layer(93, 605, 606, "layer_7/mlp"));
   EXPECT_FALSE(l1.canonical.empty());
-  EXPECT_FALSE(l1.text.empty());
+  EXPECT_FALSE(l1.key.empty());
   EXPECT_EQ(l1, l7);
   EXPECT_EQ(l1.canonical.find("layer_1"), std::string::npos);
-  EXPECT_EQ(l1.text.find("layer_1"), std::string::npos);
+  EXPECT_EQ(l1.key.find("layer_1"), std::string::npos);
+  EXPECT_EQ(l1.key.find("channel_id=5"), std::string::npos);  // by rank
+  EXPECT_NE(l1.key.find("channel_id=1"), std::string::npos);
   ExpectOtherKeys(l1, key(layer(5, 12, 11, "layer_1/mlp")));  // the streams' order is kept
   ExpectOtherKeys(l1, key(layer(5, 11, 11, "layer_1/mlp")));  // and which dots share one
   ExpectOtherKeys(l1, key(layer(5, 0, 12, "layer_1/mlp")));   // 0, the default stream, stays 0
@@ -215,13 +221,13 @@ ENTRY main {
   // Not a queue id (out of range, signed): kept as written.
   const RegionKeys huge = key(region("\"99999999999999999999\"", "\"7\"", "\"7\""));
   EXPECT_NE(huge.canonical.find("99999999999999999999"), std::string::npos);
-  EXPECT_NE(huge.text.find("99999999999999999999"), std::string::npos);
+  EXPECT_NE(huge.key.find("99999999999999999999"), std::string::npos);
 }
 
-// The text key reads the called computations too: their names and parameter names (in the
-// signature, without a '%') are renamed, a brace in a metadata string does not end the metadata,
-// and another reduction is another key.
-TEST(RegionTextKey, CalleesAndMetadataStrings) {
+// The key holds the called computations too: their names are renamed and their signatures (with
+// parameter names without a '%') left out, metadata is left out whatever its strings hold, and
+// another reduction is another key.
+TEST(CostRegionKey, CalleesAndMetadataStrings) {
   auto layer = [](const std::string& add, const std::string& lhs, const std::string& op,
                   const std::string& op_name) {
     return absl::StrCat("HloModule r, num_partitions=4\n\n%", add, " (", lhs,
@@ -245,12 +251,38 @@ ENTRY %main {
     return KeysOf(Seeds(**m, {"d", "rs"}));
   };
   const RegionKeys a = key(layer("sum", "lhs", "add", "jit(f)/dot_general}{"));
-  EXPECT_NE(a.text.find("add("), std::string::npos);
-  EXPECT_EQ(a.text.find("sum"), std::string::npos);
-  EXPECT_EQ(a.text.find("jit(f)"), std::string::npos);
-  EXPECT_EQ(a.text.find("source_line"), std::string::npos);
+  EXPECT_NE(a.key.find("add("), std::string::npos);
+  EXPECT_EQ(a.key.find("sum"), std::string::npos);
+  EXPECT_EQ(a.key.find("lhs:"), std::string::npos);  // no signature
+  EXPECT_EQ(a.key.find("jit(f)"), std::string::npos);
+  EXPECT_EQ(a.key.find("source_line"), std::string::npos);
   EXPECT_EQ(a, key(layer("add.7", "acc", "add", "layer_9/x")));
   ExpectOtherKeys(a, key(layer("sum", "lhs", "maximum", "jit(f)/dot_general}{")));
+}
+
+// A name inside an attribute value the printer keeps verbatim (a frontend attribute) is kept in
+// the key as in the canonical text: the keys differ exactly where the canonical texts do.
+TEST(CostRegionKey, NamesInVerbatimAttributesAreKeptAsTheCanonicalTextKeepsThem) {
+  auto layer = [](const std::string& x, const std::string& ref) {
+    return absl::StrCat("HloModule v, num_partitions=4\nENTRY main {\n  ", x,
+                        " = bf16[256,512] parameter(0)\n"
+                        "  g = bf16[1024,512] all-gather(", x,
+                        "), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, "
+                        "use_global_device_ids=true, frontend_attributes={_peer=\"%", ref,
+                        "\"}\n  w = bf16[512,256] parameter(1)\n"
+                        "  ROOT a = bf16[1024,256] dot(g, w), lhs_contracting_dims={1}, "
+                        "rhs_contracting_dims={0}\n}\n");
+  };
+  auto key = [](const std::string& text) {
+    auto m = ParseHloModule(text, "verbatim");
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return RegionKeys();
+    return KeysOf(Seeds(**m, {"g", "a"}));
+  };
+  const RegionKeys k = key(layer("x", "x"));
+  EXPECT_NE(k.key.find("%x"), std::string::npos) << k.key;
+  EXPECT_EQ(k, key(layer("act", "x")));  // the parameter's own name is renamed
+  ExpectOtherKeys(k, key(layer("x", "act")));
 }
 
 // A value shared by every layer (partition-id, a constant) has users all over the module; the
