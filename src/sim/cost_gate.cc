@@ -383,7 +383,6 @@ absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstructio
   return RegionText(seeds, /*key=*/false);
 }
 
-
 absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text) {
   absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseHloModule(text, "<cost region>");
   if (!parsed.ok()) {
