@@ -29,18 +29,22 @@ void AppendDetachedInstructionText(std::string* out, const HloInstruction& instr
 //  - a computation's header as its name alone, `%n<k> {` (the signature repeats the parameters
 //    and the root the body lists);
 //  - no `metadata={...}` (source locations);
-//  - `channel_id=` as the id's rank (from 1) among `channels`, when the id is there.
+//  - `channel_id=` as ChannelId(id).
 // Everything else is written as usual: attribute values kept verbatim (raw attributes,
-// frontend attributes, backend configs) keep any names they hold, so a caller that needs a key
-// up to renaming checks them itself (sim/cost_gate.cc falls back to renaming the text).
+// frontend attributes, backend configs) keep any names they hold, as the module's own text does.
 struct CanonicalNames {
   // Rank of each name written so far. Views of the names: what was printed must outlive the
   // mode (the names of a module's instructions while it is unchanged).
   absl::flat_hash_map<std::string_view, int64_t> ranks;
-  // The channel ids written by rank: sorted, distinct. An id not listed is written as it is.
-  std::vector<int64_t> channels;
   // Appends `%n<k>` for `name`, giving it the next rank on its first appearance.
   void AppendName(std::string* out, std::string_view name);
+  // The channel ids to write by rank (any order, repeats allowed).
+  void SetChannels(std::vector<int64_t> ids);
+  // The rank (from 1) of `id` among those set; an id not set is written as it is.
+  int64_t ChannelId(int64_t id) const;
+
+ private:
+  std::vector<int64_t> channels_;  // sorted, distinct
 };
 
 // Installs `names` as this thread's canonical-names mode until destroyed (then the previous

@@ -400,13 +400,8 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
   }
   // Collective attributes (also accepted on any other opcode that carries them).
   if (instr.channel_id) {
-    int64_t id = *instr.channel_id;
-    if (t_canonical != nullptr) {
-      const std::vector<int64_t>& ids = t_canonical->channels;
-      auto at = std::lower_bound(ids.begin(), ids.end(), id);
-      if (at != ids.end() && *at == id) id = 1 + (at - ids.begin());
-    }
-    Append(out, ", channel_id=", id);
+    const int64_t id = *instr.channel_id;
+    Append(out, ", channel_id=", t_canonical ? t_canonical->ChannelId(id) : id);
   }
   if (instr.replica_groups) {
     Append(out, ", replica_groups=", instr.replica_groups->ToString());
@@ -589,6 +584,17 @@ void CanonicalNames::AppendName(std::string* out, std::string_view name) {
   const char* end = std::to_chars(digits, digits + sizeof(digits), it->second).ptr;
   out->append("%n");
   out->append(digits, static_cast<size_t>(end - digits));
+}
+
+void CanonicalNames::SetChannels(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  channels_ = std::move(ids);
+}
+
+int64_t CanonicalNames::ChannelId(int64_t id) const {
+  auto at = std::lower_bound(channels_.begin(), channels_.end(), id);
+  return at != channels_.end() && *at == id ? 1 + (at - channels_.begin()) : id;
 }
 
 ScopedCanonicalNames::ScopedCanonicalNames(CanonicalNames* names) : previous_(t_canonical) {

@@ -266,16 +266,16 @@ absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>&
   std::optional<ScopedCanonicalNames> canonical_mode;
   if (key) {
     // Channel ids by rank among those printed.
-    auto look_at = [&](const HloInstruction* i) {
-      if (i->channel_id) canonical.channels.push_back(*i->channel_id);
-    };
+    std::vector<int64_t> channels;
     for (const HloComputation* c : callees) {
-      for (const HloInstruction* i : c->instructions()) look_at(i);
+      for (const HloInstruction* i : c->instructions()) {
+        if (i->channel_id) channels.push_back(*i->channel_id);
+      }
     }
-    for (const HloInstruction* i : order) look_at(i);
-    std::sort(canonical.channels.begin(), canonical.channels.end());
-    canonical.channels.erase(std::unique(canonical.channels.begin(), canonical.channels.end()),
-                             canonical.channels.end());
+    for (const HloInstruction* i : order) {
+      if (i->channel_id) channels.push_back(*i->channel_id);
+    }
+    canonical.SetChannels(std::move(channels));
     canonical_mode.emplace(&canonical);
   }
   for (const HloComputation* c : callees) {
@@ -573,7 +573,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
     return absl::OkStatus();
   };
   int64_t region_id = 0;
-  if (auto known = key_of_text_.find(text_key); known != key_of_text_.end()) {
+  if (auto known = canonical_id_of_key_.find(text_key); known != canonical_id_of_key_.end()) {
     region_id = known->second;
   } else {
     if (absl::Status st = parse(); !st.ok()) return st;
@@ -582,7 +582,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
                     .try_emplace(absl::StrCat(query.pass, "\n", CanonicalRegionText(*region)),
                                  fresh)
                     .first->second;
-    key_of_text_.emplace(std::move(text_key), region_id);
+    canonical_id_of_key_.emplace(std::move(text_key), region_id);
   }
   const std::string key_base = absl::StrCat("region ", region_id);
   std::vector<double> out, concurrent;

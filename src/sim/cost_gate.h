@@ -107,7 +107,7 @@ class SimCostOracle : public CostOracle {
   absl::flat_hash_map<std::string, int64_t> canonical_ids_;
   // Region key (pass and CostRegionKey) -> the number of its canonical text: finer than the
   // canonical text, so the estimates are those it gives.
-  absl::flat_hash_map<std::string, int64_t> key_of_text_;
+  absl::flat_hash_map<std::string, int64_t> canonical_id_of_key_;
   int64_t dumped_ = 0;
   std::string dump_name_;  // file name stem of the variant being estimated
 };

@@ -307,7 +307,7 @@ TEST(PrinterTest, CanonicalNamesMode) {
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (!m.ok()) return std::string();
     CanonicalNames names;
-    names.channels = std::move(channels);
+    names.SetChannels(std::move(channels));
     ScopedCanonicalNames mode(&names);
     return (*m)->ToString();
   };
@@ -322,7 +322,10 @@ TEST(PrinterTest, CanonicalNamesMode) {
   EXPECT_EQ(a, canonical(text("add.9", "act", 41, "add", false), {41}));
   EXPECT_NE(a, canonical(text("sum", "x", 3, "multiply", false), {3}));
   EXPECT_NE(a, canonical(text("sum", "x", 3, "add", true), {3}));
-  // An id that is not listed is written as it is.
+  // The ids are ranked whatever their order and repeats; an id that is not listed is written as
+  // it is.
+  EXPECT_THAT(canonical(text("sum", "x", 3, "add", false), {9, 3, 3}), HasSubstr("channel_id=1,"));
+  EXPECT_THAT(canonical(text("sum", "x", 3, "add", false), {3, 1}), HasSubstr("channel_id=2,"));
   EXPECT_THAT(canonical(text("sum", "x", 3, "add", false), {}), HasSubstr("channel_id=3,"));
   // Outside the mode: the usual text.
   auto m = Parse(text("sum", "x", 3, "add", false));
