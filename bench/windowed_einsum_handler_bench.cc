@@ -14,13 +14,20 @@
 // fits in the caches (counter `instructions`: HLO instructions in the input module). Each size
 // runs for at least 3 s so that the K=1000 case averages over several iterations.
 //
-// Machine instructions executed per loop, counted with `valgrind --tool=callgrind
-// --toggle-collect='weave::WindowedEinsumHandler::Run*'` and divided by the calls and K: 1.12M at
-// K=10 and K=100, 1.14M at K=1000. The work is linear; the wall time per loop grows with the
-// cache misses, as the clone's does (on the 2-core dev machine: handler 106/150/209 us, clone
-// 20/23/34 us per loop for K=10/100/1000).
+// Machine instructions executed per loop, counted with `valgrind --tool=callgrind --cache-sim=yes
+// --toggle-collect='weave::WindowedEinsumHandler::Run*'` on `weave opt --passes=
+// windowed-einsum-handler` of the same module, divided by K (2026-12-03): 653k at K=10, 685k at
+// K=1000 (x1.05); simulated D1 misses per loop 7.7k and 7.8k. The work is linear and its cache
+// behaviour per loop is the same at every size; the wall time per loop still grows because the
+// K=1000 module (49k instructions, about 50 MB with the handler's output) no longer fits in the
+// L2/L3 caches or the TLB, which the clone shows as well. BM_Handler therefore also reports
+// `clone_per_loop` (the untimed clone of the same iteration, timed separately) and
+// `handler_per_clone` (handler time over clone time, both from this run): that ratio is what
+// stays flat when the pass is linear. On the 2-core dev machine (2026-12-03): handler 64.5 /
+// 83.1 / 139.8 us per loop at K = 10 / 100 / 1000 (x2.17), clone 15.3 / 13.7 / 25.1 us (x1.64).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -122,7 +129,8 @@ std::string MakeModule(int loops) {
 // Runs `timed(module)` on a fresh clone of the K-loop module each iteration. With
 // `time_clone`, the clone itself is the timed work (the baseline) and `timed` is not called.
 // Freeing the previous iteration's module is never timed. Counters: loops, instructions of the
-// input module, time_per_loop (seconds per loop).
+// input module, time_per_loop (seconds per loop); for the pass also clone_per_loop (seconds per
+// loop of the untimed clone before it) and handler_per_clone (pass time / that clone's time).
 template <typename Timed>
 void RunOnFreshClones(benchmark::State& state, bool time_clone, Timed timed) {
   const int loops = static_cast<int>(state.range(0));
@@ -132,17 +140,27 @@ void RunOnFreshClones(benchmark::State& state, bool time_clone, Timed timed) {
     return;
   }
   std::unique_ptr<weave::HloModule> done;
+  std::chrono::steady_clock::duration untimed_clone{}, pass_time{};
   for (auto _ : state) {
     state.PauseTiming();
     done.reset();
     std::unique_ptr<weave::HloModule> m;
-    if (!time_clone) m = (*parsed)->Clone();
+    if (!time_clone) {
+      const auto start = std::chrono::steady_clock::now();
+      m = (*parsed)->Clone();
+      untimed_clone += std::chrono::steady_clock::now() - start;
+    }
     state.ResumeTiming();
     if (time_clone) {
       m = (*parsed)->Clone();
-    } else if (!timed(m.get())) {
-      state.SkipWithError("the pass failed or did not change the module");
-      return;
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      const bool ok = timed(m.get());
+      pass_time += std::chrono::steady_clock::now() - start;
+      if (!ok) {
+        state.SkipWithError("the pass failed or did not change the module");
+        return;
+      }
     }
     benchmark::DoNotOptimize(m);
     done = std::move(m);
@@ -152,6 +170,16 @@ void RunOnFreshClones(benchmark::State& state, bool time_clone, Timed timed) {
   state.counters["time_per_loop"] = benchmark::Counter(
       static_cast<double>(loops),
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  if (!time_clone && state.iterations() > 0) {
+    // The clone each iteration makes before the timed pass, as a same-run baseline.
+    const double clone_s = std::chrono::duration<double>(untimed_clone).count();
+    const double per_loop = clone_s / static_cast<double>(state.iterations()) / loops;
+    state.counters["clone_per_loop"] = per_loop;
+    if (clone_s > 0) {
+      state.counters["handler_per_clone"] =
+          std::chrono::duration<double>(pass_time).count() / clone_s;
+    }
+  }
 }
 
 void BM_Handler(benchmark::State& state) {
