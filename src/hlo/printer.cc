@@ -40,7 +40,6 @@ void AppendNameRef(std::string* out, std::string_view name) {
   out->append(name);
 }
 
-
 bool IsOneOf(std::string_view s, std::initializer_list<std::string_view> l) {
   for (std::string_view x : l) {
     if (s == x) return true;

@@ -559,7 +559,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
   // The region's key (CostRegionKey); its text is printed only when it is parsed.
   absl::StatusOr<std::string> region_key = CostRegionKey(query.seeds);
   if (!region_key.ok()) return region_key.status();
-  std::string text_key = absl::StrCat(query.pass, "\n", *region_key);
+  std::string pass_key = absl::StrCat(query.pass, "\n", *region_key);
   // The region is printed and parsed, and its canonical text made, only for a region not seen
   // before (by its key) or a variant not yet estimated: a repeated layer costs its key alone.
   std::unique_ptr<HloModule> region;
@@ -573,7 +573,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
     return absl::OkStatus();
   };
   int64_t region_id = 0;
-  if (auto known = canonical_id_of_key_.find(text_key); known != canonical_id_of_key_.end()) {
+  if (auto known = canonical_id_of_key_.find(pass_key); known != canonical_id_of_key_.end()) {
     region_id = known->second;
   } else {
     if (absl::Status st = parse(); !st.ok()) return st;
@@ -582,7 +582,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
                     .try_emplace(absl::StrCat(query.pass, "\n", CanonicalRegionText(*region)),
                                  fresh)
                     .first->second;
-    canonical_id_of_key_.emplace(std::move(text_key), region_id);
+    canonical_id_of_key_.emplace(std::move(pass_key), region_id);
   }
   const std::string key_base = absl::StrCat("region ", region_id);
   std::vector<double> out, concurrent;
