@@ -4,12 +4,11 @@
 #include "analysis/verifier.h"
 
 #include <algorithm>
-#include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/cost.h"
 #include "analysis/verifier_checker.h"
@@ -144,12 +143,6 @@ absl::Status Checker::ResultIs(const Shape& expected, const std::string& what) c
 
 namespace {
 
-struct PairHash {
-  size_t operator()(const std::pair<const HloInstruction*, const HloInstruction*>& p) const {
-    return std::hash<const void*>()(p.first) * 31 + std::hash<const void*>()(p.second);
-  }
-};
-
 absl::Status StructErr(const HloComputation* c, const HloInstruction* h, const std::string& msg) {
   if (h == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("computation '", c->name(), "': ", msg));
@@ -166,7 +159,10 @@ absl::Status VerifyInstruction(const HloInstruction& instr) {
 
 absl::Status VerifyModule(const HloModule& module) {
   const std::vector<HloComputation*> comps = module.computations();
-  const std::set<const HloComputation*> in_module(comps.begin(), comps.end());
+  // Open-addressing sets (one allocation each, not one per element): the verifier runs on every
+  // module compiled, and node-based sets cost an allocation per instruction and per
+  // use edge.
+  const absl::flat_hash_set<const HloComputation*> in_module(comps.begin(), comps.end());
   if (module.entry() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("module '", module.name(), "' has no entry"));
   }
@@ -187,9 +183,10 @@ absl::Status VerifyModule(const HloModule& module) {
       }
     }
     const std::vector<HloInstruction*> instrs = c->instructions();
-    const std::unordered_set<const HloInstruction*> own(instrs.begin(), instrs.end());
+    const absl::flat_hash_set<const HloInstruction*> own(instrs.begin(), instrs.end());
     // (user, operand) pairs from the user lists, to check them against operand lists in O(edges).
-    std::unordered_set<std::pair<const HloInstruction*, const HloInstruction*>, PairHash> use_edges;
+    absl::flat_hash_set<std::pair<const HloInstruction*, const HloInstruction*>> use_edges;
+    use_edges.reserve(instrs.size());
     for (const HloInstruction* h : instrs) {
       for (const HloInstruction* u : h->users()) use_edges.insert({u, h});
     }

@@ -443,11 +443,22 @@ void HloComputation::Compact() {
 }
 
 bool HloComputation::RemoveDeadCode() {
-  // Mark live instructions from the root and side-effecting instructions.
-  absl::flat_hash_set<const HloInstruction*> live;
+  // Mark live instructions from the root and side-effecting instructions. Marks are indexed by
+  // the instruction's slot in instrs_ (as in MakeInstructionPostOrder): a sweep over a large
+  // computation costs an array access per edge, not a hash-set probe.
+  std::vector<uint8_t> live(instrs_.size(), 0);
+  int64_t live_marked = 0;
   std::vector<HloInstruction*> work;
   auto mark = [&](HloInstruction* i) {
-    if (i != nullptr && i->parent_ == this && live.insert(i).second) work.push_back(i);
+    if (i == nullptr || i->parent_ != this) return;
+    uint8_t& m = live[static_cast<size_t>(i->slot_)];
+    if (m != 0) return;
+    m = 1;
+    ++live_marked;
+    work.push_back(i);
+  };
+  auto is_live = [&live](const HloInstruction* i) {
+    return live[static_cast<size_t>(i->slot_)] != 0;
   };
   mark(root_);
   for (const auto& i : instrs_) {
@@ -459,16 +470,16 @@ bool HloComputation::RemoveDeadCode() {
     for (HloInstruction* op : i->operands_) mark(op);
     for (HloInstruction* op : i->control_preds_) mark(op);
   }
-  if (static_cast<int64_t>(live.size()) == live_count_) return false;
+  if (live_marked == live_count_) return false;
   InvalidatePostOrder();
   // Drop dead instructions: first detach them from their operands and control edges, then erase.
   for (const auto& i : instrs_) {
-    if (i == nullptr || live.count(i.get())) continue;
+    if (i == nullptr || is_live(i.get())) continue;
     for (HloInstruction* op : i->operands_) op->RemoveUser(i.get());
     i->DropAllControlDeps();
   }
   for (auto& i : instrs_) {
-    if (i != nullptr && !live.count(i.get())) {
+    if (i != nullptr && !is_live(i.get())) {
       i.reset();
       --live_count_;
     }

@@ -79,6 +79,22 @@ std::string_view ComparisonDirectionString(ComparisonDirection d);  // "EQ", "NE
 // One instruction. Typed attribute fields hold what Weave understands; anything else is kept in
 // `raw_attributes` and printed back unchanged.
 class HloInstruction {
+  // The fields every walk reads come first, in two cache lines (an instruction is ~1 KiB, and a
+  // pass over a module larger than the cache pays a miss per line it touches): a post-order walk
+  // reads only the first line (parent_, slot_, operands_, control_preds_); the second holds the
+  // opcode, the id and the users. Declared before the attributes for that reason alone.
+  HloComputation* parent_ = nullptr;
+  int64_t slot_ = -1;  // index in the parent's instruction list (HloComputation::instrs_)
+  std::vector<HloInstruction*> operands_;
+  std::vector<HloInstruction*> control_preds_;
+  HloOpcode opcode_ = HloOpcode::kTuple;
+  int64_t unique_id_ = -1;
+  std::vector<HloInstruction*> users_;
+  std::vector<HloInstruction*> control_succs_;
+  std::vector<HloComputation*> called_;
+  Shape shape_;
+  std::string name_;
+
  public:
   // ---- identity ----
   const std::string& name() const { return name_; }
@@ -209,17 +225,6 @@ class HloInstruction {
  private:
   friend class HloComputation;
   friend class HloModule;
-  std::string name_;
-  HloOpcode opcode_ = HloOpcode::kTuple;
-  Shape shape_;
-  HloComputation* parent_ = nullptr;
-  std::vector<HloInstruction*> operands_;
-  std::vector<HloInstruction*> users_;
-  std::vector<HloComputation*> called_;
-  std::vector<HloInstruction*> control_preds_;
-  std::vector<HloInstruction*> control_succs_;
-  int64_t unique_id_ = -1;
-  int64_t slot_ = -1;  // index in the parent's instruction list (HloComputation::instrs_)
   void AddUser(HloInstruction* u);
   void RemoveUser(HloInstruction* u);
   // Drops c's kept post order (null: nothing); every change of operands or control edges calls it.

@@ -69,32 +69,40 @@ class TotalsCache {
     // Guard against (malformed) recursion: an in-progress computation counts as empty.
     cache_[c] = Totals{};
     Totals t;
-    for (const HloInstruction* i : c->instructions()) t.Add(OfInstruction(*i), 1);
+    for (const HloInstruction* i : c->instructions()) AddInstruction(*i, &t);
     cache_[c] = t;
     return cache_[c];
   }
 
   Totals OfInstruction(const HloInstruction& i) {
     Totals t;
-    int64_t sent = CollectiveBytesSent(i, default_group_);
+    AddInstruction(i, &t);
+    return t;
+  }
+
+ private:
+  // Adds `i`'s totals to `t` (what t.Add(OfInstruction(i), 1) gives, without a Totals and its
+  // maps made per instruction).
+  void AddInstruction(const HloInstruction& i, Totals* t) {
     const std::string_view view = CollectiveBaseName(i);
     if (!view.empty()) {
+      const int64_t sent = CollectiveBytesSent(i, default_group_);
       const std::string base(view);
-      t.executed[base] += 1;
-      t.bytes += sent;
-      t.by_collective[base] += sent;
+      t->executed[base] += 1;
+      t->bytes += sent;
+      t->by_collective[base] += sent;
       const HloInstruction* src = i.operand_count() > 0 ? i.operand(0) : nullptr;
       PrimitiveType ty = src ? FirstArrayType(src->shape()) : PrimitiveType::kInvalid;
-      if (ty != PrimitiveType::kInvalid) t.by_type[std::string(PrimitiveTypeName(ty))] += sent;
+      if (ty != PrimitiveType::kInvalid) t->by_type[std::string(PrimitiveTypeName(ty))] += sent;
     }
-    double f = GemmFlops(i);
-    t.flops += f;
-    if (IsFp8GemmCustomCall(i)) t.fp8_flops += f;
+    const double f = GemmFlops(i);
+    t->flops += f;
+    if (f != 0 && IsFp8GemmCustomCall(i)) t->fp8_flops += f;
     if (i.opcode() == HloOpcode::kWhile && i.called_computations().size() >= 2) {
       std::optional<int64_t> trips = sim::WhileTripCount(i);
       int64_t n = trips.value_or(1);
-      if (!trips) t.unknown_trip = true;
-      t.Add(Of(i.while_body()), std::max<int64_t>(n, 0));
+      if (!trips) t->unknown_trip = true;
+      t->Add(Of(i.while_body()), std::max<int64_t>(n, 0));
     } else if (i.opcode() == HloOpcode::kConditional) {
       const Totals* best = nullptr;
       for (const HloComputation* b : i.called_computations()) {
@@ -103,14 +111,12 @@ class TotalsCache {
           best = &bt;
         }
       }
-      if (best) t.Add(*best, 1);
+      if (best) t->Add(*best, 1);
     } else if (DescendsInto(i)) {
-      for (const HloComputation* c : i.called_computations()) t.Add(Of(c), 1);
+      for (const HloComputation* c : i.called_computations()) t->Add(Of(c), 1);
     }
-    return t;
   }
 
- private:
   int64_t default_group_;
   std::unordered_map<const HloComputation*, Totals> cache_;
 };
