@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace weave {
@@ -58,7 +59,9 @@ int64_t DeadCodeElimination::RemoveDeadChain(HloInstruction* instr) {
 absl::StatusOr<int64_t> DeadCodeElimination::RunOnComputation(HloComputation* comp) {
   std::map<const HloComputation*, bool> memo;
   const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
-  std::unordered_set<const HloInstruction*> live;
+  // Open addressing: one allocation for the set, not one per live instruction.
+  absl::flat_hash_set<const HloInstruction*> live;
+  live.reserve(order.size());
   std::vector<const HloInstruction*> work;
   auto mark = [&](const HloInstruction* h) {
     if (h != nullptr && live.insert(h).second) work.push_back(h);

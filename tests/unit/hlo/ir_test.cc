@@ -94,6 +94,33 @@ TEST(IrTest, RemoveInstructionAndDeadCode) {
   EXPECT_TRUE(re.ok()) << re.status().message();
 }
 
+// RemoveDeadCode marks by each instruction's slot: a hole left by RemoveInstruction, and
+// instructions added after it, are swept right, and the slots stay usable for the next sweep.
+TEST(IrTest, RemoveDeadCodeAfterHolesAndAdditions) {
+  auto m = Parse();
+  ASSERT_NE(m, nullptr);
+  HloComputation* e = m->entry();
+  ASSERT_TRUE(e->RemoveInstruction(e->GetInstruction("dead")).ok());  // a hole, not compacted
+  HloInstruction* n = e->GetInstruction("n");
+  HloInstruction* a1 = e->AddInstruction(HloOpcode::kAbs, n->shape(), {n}, "late_dead");
+  e->AddInstruction(HloOpcode::kNegate, a1->shape(), {a1}, "late_dead_user");
+  HloInstruction* kept = e->AddInstruction(HloOpcode::kNegate, n->shape(), {n}, "late_kept");
+  ASSERT_TRUE(e->root()->ReplaceOperandWith(0, kept).ok());
+  const int64_t before = e->instruction_count();
+  EXPECT_TRUE(e->RemoveDeadCode());
+  EXPECT_EQ(e->instruction_count(), before - 2);
+  EXPECT_EQ(e->GetInstruction("late_dead"), nullptr);
+  EXPECT_EQ(e->GetInstruction("late_dead_user"), nullptr);
+  ASSERT_NE(e->GetInstruction("late_kept"), nullptr);
+  // n now feeds only late_kept; a second sweep after more removals still sees every live one.
+  EXPECT_FALSE(e->RemoveDeadCode());
+  e->set_root(e->GetInstruction("late_kept"));
+  EXPECT_TRUE(e->RemoveDeadCode());  // the reduce and its constant
+  std::vector<std::string> names;
+  for (const HloInstruction* i : e->MakeInstructionPostOrder()) names.push_back(i->name());
+  EXPECT_THAT(names, ElementsAre("x", "y", "m", "n", "late_kept"));
+}
+
 TEST(IrTest, ReplaceInstructionRemovesDeadOperands) {
   auto m = Parse();
   ASSERT_NE(m, nullptr);
