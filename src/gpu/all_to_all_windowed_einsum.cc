@@ -46,12 +46,10 @@ bool IsFp8MovableLayoutOp(const HloInstruction* i) {
 
 std::string OpName(const HloInstruction* i) { return std::string(HloOpcodeString(i->opcode())); }
 
-int64_t QueueIdOf(const HloInstruction& instr);
-
 // A dot already on its own compute stream is a step of a windowed einsum (this pass's chunks, or
 // a windowed loop's): splitting it again would only add exchanges. Keeps the pass idempotent.
 std::string AlreadyWindowed(const HloInstruction* dot) {
-  const int64_t q = QueueIdOf(*dot);
+  const int64_t q = OperationQueueId(*dot);
   if (q == 0) return "";
   return absl::StrFormat("dot '%s' is already a step of a windowed einsum (operation_queue_id %d)",
                          dot->name(), q);
@@ -264,13 +262,6 @@ std::string AnalyzeB(HloInstruction* t, int64_t group_size, Candidate* c) {
   c->k = m->operand(1)->shape().dims.at(static_cast<size_t>(c->rhs_c));
   c->split = s;
   return "";
-}
-
-int64_t QueueIdOf(const HloInstruction& instr) {
-  if (instr.backend_config.find("operation_queue_id") == std::string::npos) return 0;
-  absl::StatusOr<GpuBackendConfigEditor> e =
-      GpuBackendConfigEditor::Of(instr, kDefaultXlaBackendConfig);
-  return e.ok() ? e->operation_queue_id() : 0;
 }
 
 // An FP8 value that the exchanged operand Y dequantizes: Y = layout*(dequant(q, scale)).
@@ -617,7 +608,7 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
       if (i->opcode() == HloOpcode::kAllToAll) a2as.push_back({comp, i});
-      if (!i->backend_config.empty()) max_queue = std::max(max_queue, QueueIdOf(*i));
+      if (!i->backend_config.empty()) max_queue = std::max(max_queue, OperationQueueId(*i));
     }
   }
   ids.next_queue = max_queue + 1;

@@ -716,10 +716,16 @@ std::string HloModule::UniqueName(std::string_view base) {
   const absl::string_view key(base.data(), base.size());
   auto [it, inserted] = names_.try_emplace(key, 1);
   if (inserted) return std::string(base);
+  // base + "." once; each probe rewrites only the suffix. `it` stays valid: a probe that finds
+  // the name taken inserts nothing.
   std::string candidate;
+  candidate.reserve(base.size() + 8);
+  candidate.append(base);
+  candidate.push_back('.');
+  const size_t stem = candidate.size();
   while (true) {
-    candidate.clear();
-    absl::StrAppend(&candidate, key, ".", it->second++);
+    candidate.resize(stem);
+    absl::StrAppend(&candidate, it->second++);
     if (names_.try_emplace(candidate, 1).second) return candidate;
   }
 }

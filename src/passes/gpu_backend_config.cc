@@ -311,14 +311,76 @@ bool GpuBackendConfigEditor::ApplyTo(HloInstruction* instr) const {
   return true;
 }
 
-int64_t MaxOperationQueueId(const HloModule& module, XlaBackendConfigVersion v) {
+namespace {
+
+// Reads the top-level "operation_queue_id" of a config through nlohmann's SAX interface: the
+// same grammar, acceptance and duplicate-key rule (the last one wins) as the DOM parse
+// GpuBackendConfigEditor::Of makes, and the value as operation_queue_id() reads it (JsonInt),
+// without building the document. Queue-id scans read every config of a module that names a
+// queue, and building each document cost more than the rest of the scan.
+class QueueIdReader final : public nlohmann::json_sax<Json> {
+ public:
+  int64_t value = 0;           // the last top-level operation_queue_id as JsonInt reads it
+  bool top_is_object = false;  // Of accepts objects only
+
+  bool null() override { return Scalar(0); }
+  bool boolean(bool) override { return Scalar(0); }
+  bool number_integer(number_integer_t v) override { return Scalar(v); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Scalar(Json(v).get<int64_t>());  // as JsonInt's get<int64_t>() converts it
+  }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(0); }
+  bool string(string_t& s) override { return Scalar(pending_ ? JsonInt(Json(s)) : 0); }
+  bool binary(binary_t&) override { return Scalar(0); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) top_is_object = true;
+    return Open();
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    pending_ = depth_ == 1 && k == "operation_queue_id";
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  // The value event right after the key (always at depth 1) is the field's value.
+  bool Scalar(int64_t v) {
+    if (pending_) value = v;
+    pending_ = false;
+    return true;
+  }
+  bool Open() {
+    if (pending_) value = 0;  // an object or array reads as 0
+    pending_ = false;
+    ++depth_;
+    return true;
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+  bool pending_ = false;
+};
+
+}  // namespace
+
+int64_t OperationQueueId(const HloInstruction& instr) {
+  if (instr.backend_config.find("operation_queue_id") == std::string::npos) return 0;
+  QueueIdReader reader;
+  if (!Json::sax_parse(instr.backend_config, &reader) || !reader.top_is_object) return 0;
+  return reader.value;
+}
+
+int64_t MaxOperationQueueId(const HloModule& module, XlaBackendConfigVersion /*v*/) {
   int64_t q = 0;
   for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* i : c->instructions()) {
-      if (i->backend_config.find("operation_queue_id") == std::string::npos) continue;
-      absl::StatusOr<GpuBackendConfigEditor> e = GpuBackendConfigEditor::Of(*i, v);
-      if (e.ok()) q = std::max(q, e->operation_queue_id());
-    }
+    for (const HloInstruction* i : c->instructions()) q = std::max(q, OperationQueueId(*i));
   }
   return q;
 }
