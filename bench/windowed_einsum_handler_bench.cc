@@ -16,15 +16,16 @@
 //
 // Machine instructions executed per loop, counted with `valgrind --tool=callgrind --cache-sim=yes
 // --toggle-collect='weave::WindowedEinsumHandler::Run*'` on `weave opt --passes=
-// windowed-einsum-handler` of the same module, divided by K (2026-12-03): 653k at K=10, 685k at
-// K=1000 (x1.05); simulated D1 misses per loop 7.7k and 7.8k. The work is linear and its cache
-// behaviour per loop is the same at every size; the wall time per loop still grows because the
-// K=1000 module (49k instructions, about 50 MB with the handler's output) no longer fits in the
-// L2/L3 caches or the TLB, which the clone shows as well. BM_Handler therefore also reports
-// `clone_per_loop` (the untimed clone of the same iteration, timed separately) and
-// `handler_per_clone` (handler time over clone time, both from this run): that ratio is what
-// stays flat when the pass is linear. On the 2-core dev machine (2026-12-03): handler 64.5 /
-// 83.1 / 139.8 us per loop at K = 10 / 100 / 1000 (x2.17), clone 15.3 / 13.7 / 25.1 us (x1.64).
+// windowed-einsum-handler` of the same module, divided by K (2026-12-03, after the instruction's
+// hot fields moved to its first cache lines): 506k at K=10, 537k at K=1000 (x1.06; before: 653k
+// and 685k). The work is linear and its cache behaviour per loop is the same at every size; the
+// wall time per loop still grows because the K=1000 module (49k instructions, about 50 MB with
+// the handler's output) no longer fits in the L2/L3 caches or the TLB, which the clone shows as
+// well. BM_Handler therefore also reports `clone_per_loop` (the untimed clone of the same
+// iteration, timed separately) and `handler_per_clone` (handler time over clone time, both from
+// this run): that ratio is what stays flat when the pass is linear. On the 2-core dev machine
+// (2026-12-03): handler 52.9 / 77.3 / 126.8 us per loop at K = 10 / 100 / 1000 (x2.40), clone
+// 12.2 / 13.1 / 22.5 us (x1.85), handler_per_clone 5.02 / 3.35 / 4.87.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
