@@ -160,8 +160,7 @@ absl::Status VerifyInstruction(const HloInstruction& instr) {
 absl::Status VerifyModule(const HloModule& module) {
   const std::vector<HloComputation*> comps = module.computations();
   // Open-addressing sets (one allocation each, not one per element): the verifier runs on every
-  // module compiled, and node-based sets cost an allocation per instruction and per
-  // use edge.
+  // module compiled, and node-based sets cost an allocation per instruction and per use edge.
   const absl::flat_hash_set<const HloComputation*> in_module(comps.begin(), comps.end());
   if (module.entry() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("module '", module.name(), "' has no entry"));

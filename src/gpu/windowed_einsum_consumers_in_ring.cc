@@ -110,7 +110,7 @@ bool Removable(const HloInstruction* x) { return x->IsRemovableWhenUnused(); }
 
 absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
   bool changed = false;
-  int64_t next_queue = MaxOperationQueueId(*module, version_) + 1;
+  int64_t next_queue = MaxOperationQueueId(*module) + 1;
   std::vector<HloInstruction*> whiles;
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {

@@ -1,6 +1,5 @@
 #include "gpu/windowed_einsum_handler.h"
 
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,15 +13,10 @@ namespace weave {
 namespace handler_internal {
 
 absl::Status Handler::Prepare() {
-  // One sweep of the module gathers the callers, the largest queue id and the next channel id
-  // (HloModule::NextChannelId's answer): each sweep of a module larger than the cache costs a
-  // miss per instruction.
   int64_t max_queue = 0;
-  int64_t next_channel = 1;
   for (HloComputation* c : module_->computations()) {
     for (HloInstruction* i : c->instructions()) {
       for (HloComputation* callee : i->called_computations()) ++callers_[callee];
-      if (i->channel_id) next_channel = std::max(next_channel, *i->channel_id + 1);
       if (!i->backend_config.empty() &&
           i->backend_config.find("operation_queue_id") != std::string::npos) {
         bool ok;
@@ -32,7 +26,7 @@ absl::Status Handler::Prepare() {
     }
   }
   next_queue_id_ = max_queue + 1;
-  next_channel_id_ = next_channel;
+  next_channel_id_ = module_->NextChannelId();
   return absl::OkStatus();
 }
 

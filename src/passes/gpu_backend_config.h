@@ -101,16 +101,17 @@ class GpuBackendConfigEditor {
 };
 
 
-// The operation_queue_id of `instr`'s backend_config as GpuBackendConfigEditor::Of(instr, v)
-// .operation_queue_id() reads it, for any version v: 0 when the config does not name a queue, is
-// not a JSON object, or holds a value that is neither an integer nor a string of decimal
-// digits. Reads the text once without building the JSON document (nlohmann's SAX parser).
+// The stream of `instr`: the top-level `operation_queue_id` of its backend_config (XLA's
+// GpuBackendConfig field, an int64 that proto JSON writes as a decimal string), read as
+// GpuBackendConfigEditor::Of(instr, v).operation_queue_id() reads it in every schema version v.
+// Never fails: 0 when the config does not name a queue, is not a JSON object, or holds a value
+// that is neither an integer nor a string of decimal digits (the editor's reading). Reads the
+// text once, without building the JSON document (nlohmann's SAX parser).
 int64_t OperationQueueId(const HloInstruction& instr);
 
-// The largest operation_queue_id of any instruction of `module` (0 when none has one), read as
-// OperationQueueId reads it (the same for every version `v`); new streams take the next ids.
-// Parses only the configs that name a queue, so a scan costs a text search per instruction, not
-// a JSON parse.
-int64_t MaxOperationQueueId(const HloModule& module, XlaBackendConfigVersion v);
+// The largest OperationQueueId of any instruction of `module` (0 when none has one); new streams
+// take the next ids. Parses only the configs that name a queue, so a scan costs a text search
+// per instruction, not a JSON parse.
+int64_t MaxOperationQueueId(const HloModule& module);
 
 }  // namespace weave

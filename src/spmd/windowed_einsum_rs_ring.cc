@@ -115,7 +115,7 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
     return RebuildOperand(b, c, value, sc, off, v, p.block, tag);
   };
   if (ctx.max_queue_id < 0) {
-    ctx.max_queue_id = MaxOperationQueueId(*ctx.module, kDefaultXlaBackendConfig);
+    ctx.max_queue_id = MaxOperationQueueId(*ctx.module);
   }
   int64_t& queue = ctx.max_queue_id;
   HloInstruction* own = nullptr;
