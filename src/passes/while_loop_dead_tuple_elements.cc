@@ -3,7 +3,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -139,24 +138,47 @@ Analysis Analyze(const CallerCounts& callers, const HloInstruction* w) {
       if (!live[static_cast<size_t>(j)] && !already) a.passthrough.push_back(j);
     }
   }
-  // Forward closure of each element in the body: which root slots it reaches.
+  // Which root slots each element reaches, and whether it reaches an instruction kept when dead
+  // (then it is live): one sweep of the body in reverse post order, users before operands, where
+  // an instruction reaches the slots it fills itself and every slot its users reach. Costs the
+  // body's edges times n/64 words, not a walk of the body per element.
+  const size_t words = (static_cast<size_t>(n) + 63) / 64;
+  const std::vector<HloInstruction*> order = body->MakeInstructionPostOrder();
+  absl::flat_hash_map<const HloInstruction*, size_t> pos;
+  pos.reserve(order.size());
+  for (size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
+  std::vector<uint64_t> slots(order.size() * words, 0);  // instruction k: words [k*words, ...)
+  std::vector<bool> kept(order.size(), false);
+  if (!root_is_param) {
+    for (int64_t j = 0; j < root->operand_count(); ++j) {
+      const HloInstruction* x = root->operand(j);
+      if (x == root) continue;
+      auto it = pos.find(x);
+      if (it != pos.end()) slots[it->second * words + static_cast<size_t>(j) / 64] |=
+          uint64_t{1} << (j % 64);
+    }
+  }
+  for (size_t k = order.size(); k-- > 0;) {
+    const HloInstruction* x = order[k];
+    bool keep = DeadCodeElimination::KeptWhenDead(*x);
+    for (const HloInstruction* u : x->users()) {
+      auto it = pos.find(u);
+      if (it == pos.end()) continue;
+      keep = keep || kept[it->second];
+      for (size_t w2 = 0; w2 < words; ++w2) slots[k * words + w2] |= slots[it->second * words + w2];
+    }
+    kept[k] = keep;
+  }
   std::vector<std::set<int64_t>> reaches(static_cast<size_t>(n));
   for (const HloInstruction* g : bparam->users()) {
     const int64_t i = g->tuple_index;
     if (i < 0 || i >= n) continue;
-    std::unordered_set<const HloInstruction*> seen = {g};
-    std::vector<const HloInstruction*> work = {g};
-    while (!work.empty()) {
-      const HloInstruction* x = work.back();
-      work.pop_back();
-      if (DeadCodeElimination::KeptWhenDead(*x)) live[static_cast<size_t>(i)] = true;
-      if (!root_is_param && x != root) {
-        for (int64_t j = 0; j < root->operand_count(); ++j) {
-          if (root->operand(j) == x) reaches[static_cast<size_t>(i)].insert(j);
-        }
-      }
-      for (const HloInstruction* u : x->users()) {
-        if (seen.insert(u).second) work.push_back(u);
+    auto it = pos.find(g);
+    if (it == pos.end()) continue;
+    if (kept[it->second]) live[static_cast<size_t>(i)] = true;
+    for (int64_t j = 0; j < n; ++j) {
+      if (slots[it->second * words + static_cast<size_t>(j) / 64] >> (j % 64) & 1) {
+        reaches[static_cast<size_t>(i)].insert(j);
       }
     }
   }
