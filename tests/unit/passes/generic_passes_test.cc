@@ -345,8 +345,8 @@ ENTRY main {
 
 // The dead elements the pass finds, element by element as first written: a walk of the body
 // from each element's get-tuple-elements (live when it reaches an instruction kept when dead),
-// the root slots each walk reaches, then the fixed point (an element stays dead only if every
-// slot it reaches is dead). Elements read after the loop or by the condition are live.
+// the root slots each walk reaches, then liveness spread over those slots. Elements read after
+// the loop or by the condition are live.
 std::vector<int64_t> DeadElementsByWalks(const HloInstruction* w) {
   const HloComputation* body = w->while_body();
   const HloInstruction* bparam = body->parameter(0);
@@ -374,24 +374,26 @@ std::vector<int64_t> DeadElementsByWalks(const HloInstruction* w) {
       }
     }
   }
-  std::set<int64_t> dead;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!live[static_cast<size_t>(i)]) dead.insert(i);
-  }
-  for (bool again = true; again;) {
-    again = false;
-    for (auto it = dead.begin(); it != dead.end();) {
-      bool ok = true;
-      for (int64_t j : reaches[static_cast<size_t>(*it)]) ok &= dead.count(j) > 0;
-      if (ok) {
-        ++it;
-      } else {
-        it = dead.erase(it);
-        again = true;
+  // Liveness spreads backwards through the state: an element that reaches the slot of a live
+  // element is live (the least such set; the pass computes its complement, the greatest set of
+  // dead elements that reach only dead slots).
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int64_t i = 0; i < n; ++i) {
+      if (live[static_cast<size_t>(i)]) continue;
+      for (int64_t j : reaches[static_cast<size_t>(i)]) {
+        if (live[static_cast<size_t>(j)]) {
+          live[static_cast<size_t>(i)] = grew = true;
+          break;
+        }
       }
     }
   }
-  return std::vector<int64_t>(dead.begin(), dead.end());
+  std::vector<int64_t> dead;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!live[static_cast<size_t>(i)]) dead.push_back(i);
+  }
+  return dead;
 }
 
 // A random loop: element 0 an s32 counter the condition reads, elements 1..n-1 f32[4] read by
