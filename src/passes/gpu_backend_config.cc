@@ -371,7 +371,12 @@ class QueueIdReader final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 int64_t OperationQueueId(const HloInstruction& instr) {
-  if (instr.backend_config.find("operation_queue_id") == std::string::npos) return 0;
+  // Without the key's text there is no key, unless a \u escape spells part of it (JSON's only
+  // escape that can write a letter or '_'): then the parse decides, as the editor's does.
+  if (instr.backend_config.find("operation_queue_id") == std::string::npos &&
+      instr.backend_config.find("\\u") == std::string::npos) {
+    return 0;
+  }
   QueueIdReader reader;
   if (!Json::sax_parse(instr.backend_config, &reader) || !reader.top_is_object) return 0;
   return reader.value;

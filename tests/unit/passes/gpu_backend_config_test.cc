@@ -43,6 +43,8 @@ TEST(OperationQueueIdTest, MatchesTheEditorOnEveryKindOfConfig) {
       {R"({"operation_queue_id":"5"} x)", 0},  // trailing text: not JSON
       {R"({"operation_queue_id":"5",})", 0},   // trailing comma: not JSON
       {"{\"operation_queue_id\":\"\\u0035\"}", 5},  // an escaped digit is a digit
+      {"{\"operation\\u005fqueue_id\":\"6\"}", 6},  // an escaped key is the same key
+      {"{\"operation\\u005fqueue_id\":\"6\",\"operation_queue_id\":\"2\"}", 2},
   };
   auto instr = HloInstruction::Create(HloOpcode::kCustomCall, Shape());
   for (const auto& [config, expected] : cases) {
