@@ -110,8 +110,8 @@ class GpuBackendConfigEditor {
 int64_t OperationQueueId(const HloInstruction& instr);
 
 // The largest OperationQueueId of any instruction of `module` (0 when none has one); new streams
-// take the next ids. Parses only the configs that name a queue, so a scan costs a text search
-// per instruction, not a JSON parse.
+// take the next ids. Parses only the configs whose text names a queue or holds a `\u` escape
+// (which may spell the key), so a scan costs a text search per instruction, not a JSON parse.
 int64_t MaxOperationQueueId(const HloModule& module);
 
 }  // namespace weave

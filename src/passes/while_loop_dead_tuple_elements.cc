@@ -147,25 +147,22 @@ Analysis Analyze(const CallerCounts& callers, const HloInstruction* w) {
   absl::flat_hash_map<const HloInstruction*, size_t> pos;
   pos.reserve(order.size());
   for (size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
-  std::vector<uint64_t> slots(order.size() * words, 0);  // instruction k: words [k*words, ...)
+  std::vector<uint64_t> slots(order.size() * words, 0);
+  auto row = [&](size_t k) { return slots.data() + k * words; };  // instruction k's slot bits
   std::vector<bool> kept(order.size(), false);
   if (!root_is_param) {
     for (int64_t j = 0; j < root->operand_count(); ++j) {
-      const HloInstruction* x = root->operand(j);
-      if (x == root) continue;
-      auto it = pos.find(x);
-      if (it != pos.end()) slots[it->second * words + static_cast<size_t>(j) / 64] |=
-          uint64_t{1} << (j % 64);
+      auto it = root->operand(j) == root ? pos.end() : pos.find(root->operand(j));
+      if (it != pos.end()) row(it->second)[j / 64] |= uint64_t{1} << (j % 64);
     }
   }
   for (size_t k = order.size(); k-- > 0;) {
-    const HloInstruction* x = order[k];
-    bool keep = DeadCodeElimination::KeptWhenDead(*x);
-    for (const HloInstruction* u : x->users()) {
+    bool keep = DeadCodeElimination::KeptWhenDead(*order[k]);
+    for (const HloInstruction* u : order[k]->users()) {
       auto it = pos.find(u);
       if (it == pos.end()) continue;
       keep = keep || kept[it->second];
-      for (size_t w2 = 0; w2 < words; ++w2) slots[k * words + w2] |= slots[it->second * words + w2];
+      for (size_t w2 = 0; w2 < words; ++w2) row(k)[w2] |= row(it->second)[w2];
     }
     kept[k] = keep;
   }
@@ -177,9 +174,7 @@ Analysis Analyze(const CallerCounts& callers, const HloInstruction* w) {
     if (it == pos.end()) continue;
     if (kept[it->second]) live[static_cast<size_t>(i)] = true;
     for (int64_t j = 0; j < n; ++j) {
-      if (slots[it->second * words + static_cast<size_t>(j) / 64] >> (j % 64) & 1) {
-        reaches[static_cast<size_t>(i)].insert(j);
-      }
+      if ((row(it->second)[j / 64] >> (j % 64)) & 1) reaches[static_cast<size_t>(i)].insert(j);
     }
   }
   std::set<int64_t> dead;
