@@ -152,7 +152,7 @@ Analysis Analyze(const CallerCounts& callers, const HloInstruction* w) {
   std::vector<bool> kept(order.size(), false);
   if (!root_is_param) {
     for (int64_t j = 0; j < root->operand_count(); ++j) {
-      auto it = root->operand(j) == root ? pos.end() : pos.find(root->operand(j));
+      auto it = pos.find(root->operand(j));
       if (it != pos.end()) row(it->second)[j / 64] |= uint64_t{1} << (j % 64);
     }
   }
