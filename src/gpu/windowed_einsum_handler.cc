@@ -8,24 +8,20 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "gpu/windowed_einsum_handler_internal.h"
+#include "passes/gpu_backend_config.h"
 
 namespace weave {
 namespace handler_internal {
 
 absl::Status Handler::Prepare() {
-  int64_t max_queue = 0;
   for (HloComputation* c : module_->computations()) {
     for (HloInstruction* i : c->instructions()) {
       for (HloComputation* callee : i->called_computations()) ++callers_[callee];
-      if (!i->backend_config.empty() &&
-          i->backend_config.find("operation_queue_id") != std::string::npos) {
-        bool ok;
-        Json j = ParseConfig(i->backend_config, &ok);
-        if (ok) max_queue = std::max(max_queue, QueueIdOf(j));
-      }
     }
   }
-  next_queue_id_ = max_queue + 1;
+  // New streams take ids above every queue the module names, each read as the backend-config
+  // editor reads it (one reading for every pass that assigns streams).
+  next_queue_id_ = MaxOperationQueueId(*module_) + 1;
   next_channel_id_ = module_->NextChannelId();
   return absl::OkStatus();
 }

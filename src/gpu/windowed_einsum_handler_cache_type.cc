@@ -57,7 +57,7 @@ std::string Handler::WhyNoWideCache(const WindowedLoop& L, const std::vector<Cac
       readers[k] = std::move(*r);
     }
     for (const DequantMatch& d : u.dequant ? std::vector<DequantMatch>{*u.dequant} : readers[k]) {
-      const WideForm f{d.scale, d.is_divide, d.wide_type};
+      const WideForm f{d.scale, d.is_divide, d.wide_type, {}};
       if (!shared) {
         shared = f;
         first = u.all_gather->name();

@@ -79,8 +79,6 @@ absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>
 inline constexpr char kUnrolledPrefix[] = "unrolled_";
 // A backend_config as a JSON object (empty text = empty object); *ok = false if not an object.
 Json ParseConfig(const std::string& text, bool* ok);
-// `operation_queue_id` of a config (string or integer), 0 if absent.
-int64_t QueueIdOf(const Json& j);
 
 // The instruction holding an all-gather's attributes (operand, dimensions, replica groups,
 // channel): the all-gather itself, or for the async form all-gather-done(all-gather-start(x)) the

@@ -115,20 +115,6 @@ Json ParseConfig(const std::string& text, bool* ok) {
   return j;
 }
 
-int64_t QueueIdOf(const Json& j) {
-  auto it = j.find("operation_queue_id");
-  if (it == j.end()) return 0;
-  if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (...) {
-      return 0;
-    }
-  }
-  if (it->is_number_integer()) return it->get<int64_t>();
-  return 0;
-}
-
 // True for a pred conditional(c, x, x) whose true branch permutes its parameter once and whose
 // false branch returns it (the rolled ring guard).
 bool IsGuardedPermute(const HloInstruction* u, const HloInstruction* x) {

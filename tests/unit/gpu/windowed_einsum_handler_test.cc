@@ -1,5 +1,6 @@
 // Unit tests of windowed loop recognition (gpu/windowed_loop.h) and of the
 // windowed-einsum-handler pass object (registry, options, idempotence).
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "gpu/windowed_loop.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -226,6 +228,31 @@ TEST(WindowedEinsumHandlerTest, RewritesAndIsIdempotent) {
   ASSERT_TRUE(r2.ok()) << r2.status();
   EXPECT_FALSE(*r2);
   EXPECT_EQ(m->ToString(), once);
+}
+
+// New streams take ids above every queue the module already names, each read as the
+// backend-config editor reads it (passes/gpu_backend_config.h): a key spelled with a \u escape
+// counts (5), a value that is not all digits reads 0 (not 12, as std::stoll would give).
+TEST(WindowedEinsumHandlerTest, NewStreamsStartAboveTheEditorsQueueIds) {
+  auto m = Load("ag_bf16_single.hlo");
+  ASSERT_NE(m, nullptr);
+  Find(m.get(), "zeros")->backend_config = R"({"operation\u005fqueue_id":"5"})";
+  Find(m.get(), "init")->backend_config = R"({"operation_queue_id":"12abc"})";
+  ASSERT_EQ(MaxOperationQueueId(*m), 5);
+  WindowedEinsumHandler pass;
+  auto r = pass.Run(m.get());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(*r);
+  std::vector<int64_t> assigned;
+  for (HloComputation* c : m->computations()) {
+    for (HloInstruction* i : c->instructions()) {
+      if (i->name() == "zeros" || i->name() == "init") continue;
+      if (const int64_t q = OperationQueueId(*i); q > 0) assigned.push_back(q);
+    }
+  }
+  ASSERT_FALSE(assigned.empty()) << m->ToString();
+  EXPECT_EQ(*std::min_element(assigned.begin(), assigned.end()), 6);
+  EXPECT_LT(*std::max_element(assigned.begin(), assigned.end()), 12);
 }
 
 TEST(WindowedEinsumHandlerTest, RegisteredWithUnrollOption) {
