@@ -7,7 +7,7 @@ int64_t DotFlops(const HloInstruction& dot) {
   const Shape& lhs = dot.operand(0)->shape();
   if (!lhs.IsArray() || !dot.shape().IsArray()) return 0;
   int64_t k = 1;
-  for (int64_t d : dot.dot_dims.lhs_contracting) {
+  for (int64_t d : dot.dot_dims().lhs_contracting) {
     if (d < 0 || d >= lhs.rank()) return 0;
     k *= lhs.dims[static_cast<size_t>(d)];
   }
@@ -79,7 +79,7 @@ std::optional<CollectiveCost> CollectiveBytes(const HloInstruction& instr) {
     case HloOpcode::kAsyncStart: {
       // Sugared async collective (`reduce-scatter-start` ...): shape ((operands), result, ...).
       const Shape& s = instr.shape();
-      const std::string& kind = instr.async_sugar;
+      const std::string& kind = instr.async_sugar();
       const int64_t in = OperandBytes(instr);
       const int64_t out = s.IsTuple() && s.tuple_shapes.size() >= 2 ? s.tuple_shapes[1].ByteSize() : 0;
       if (kind == "all-gather") {

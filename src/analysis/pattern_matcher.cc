@@ -124,7 +124,7 @@ Pattern Pattern::WithName(std::string_view name) const {
 
 Pattern Pattern::WithCustomCallTarget(std::string_view target) const {
   return With([t = std::string(target)](HloInstruction* h) {
-    return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target == t;
+    return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target() == t;
   });
 }
 

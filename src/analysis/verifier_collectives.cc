@@ -162,7 +162,7 @@ absl::Status Checker::CollectivePermute() {
                             h_.operand_count()));
   }
   std::set<int64_t> sources, targets;
-  for (const auto& [s, t] : h_.source_target_pairs) {
+  for (const auto& [s, t] : h_.source_target_pairs()) {
     if (s < 0 || t < 0) {
       return Err(absl::StrCat("source_target_pairs has a negative id in {", s, ",", t, "}"));
     }

@@ -124,7 +124,7 @@ absl::Status Checker::GetTupleElement() {
 }
 
 absl::Status Checker::CustomCall() {
-  const std::string& t = h_.custom_call_target;
+  const std::string& t = h_.custom_call_target();
   if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||
       t == "MoveToHost" || t == "MoveToDevice") {
     if (auto st = OperandCount(1); !st.ok()) return st;

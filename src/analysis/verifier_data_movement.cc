@@ -95,13 +95,13 @@ absl::Status Checker::Slice() {
   if (auto st = ArrayResult(); !st.ok()) return st;
   if (auto st = SameElementType(0); !st.ok()) return st;
   const Shape& in = Op(0);
-  if (static_cast<int64_t>(h_.slice.size()) != in.rank()) {
-    return Err(absl::StrCat("slice has ", h_.slice.size(), " ranges but the operand ",
+  if (static_cast<int64_t>(h_.slice().size()) != in.rank()) {
+    return Err(absl::StrCat("slice has ", h_.slice().size(), " ranges but the operand ",
                             ShapeText(in), " has rank ", in.rank()));
   }
   Shape expected(in.element_type, {});
-  for (size_t i = 0; i < h_.slice.size(); ++i) {
-    const SliceDim& s = h_.slice[i];
+  for (size_t i = 0; i < h_.slice().size(); ++i) {
+    const SliceDim& s = h_.slice()[i];
     if (s.stride < 1 || s.start < 0 || s.start > s.limit ||
         (in.dims[i] >= 0 && s.limit > in.dims[i])) {
       return Err(absl::StrCat("slice range [", s.start, ":", s.limit, ":", s.stride,
@@ -142,20 +142,20 @@ absl::Status Checker::DynamicSlice() {
   if (auto st = SameElementType(0); !st.ok()) return st;
   const Shape& in = Op(0);
   if (auto st = ScalarIndices(1, in.rank()); !st.ok()) return st;
-  if (static_cast<int64_t>(h_.dynamic_slice_sizes.size()) != in.rank()) {
-    return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes), " has ",
-                            h_.dynamic_slice_sizes.size(), " entries but the operand ",
+  if (static_cast<int64_t>(h_.dynamic_slice_sizes().size()) != in.rank()) {
+    return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes()), " has ",
+                            h_.dynamic_slice_sizes().size(), " entries but the operand ",
                             ShapeText(in), " has rank ", in.rank()));
   }
-  for (size_t i = 0; i < h_.dynamic_slice_sizes.size(); ++i) {
-    const int64_t s = h_.dynamic_slice_sizes[i];
+  for (size_t i = 0; i < h_.dynamic_slice_sizes().size(); ++i) {
+    const int64_t s = h_.dynamic_slice_sizes()[i];
     if (s < 0 || (in.dims[i] >= 0 && s > in.dims[i])) {
-      return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes),
+      return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes()),
                               ": size ", s, " of dimension ", i, " exceeds operand ",
                               ShapeText(in)));
     }
   }
-  return ResultIs(Shape(in.element_type, h_.dynamic_slice_sizes), "slice shape");
+  return ResultIs(Shape(in.element_type, h_.dynamic_slice_sizes()), "slice shape");
 }
 
 absl::Status Checker::DynamicUpdateSlice() {
@@ -191,13 +191,13 @@ absl::Status Checker::Pad() {
     return Err(absl::StrCat("padding value ", ShapeText(pv), " must be a scalar of type ",
                             std::string(PrimitiveTypeName(in.element_type))));
   }
-  if (static_cast<int64_t>(h_.padding.size()) != in.rank()) {
-    return Err(absl::StrCat("padding has ", h_.padding.size(), " dimensions but the operand ",
+  if (static_cast<int64_t>(h_.padding().size()) != in.rank()) {
+    return Err(absl::StrCat("padding has ", h_.padding().size(), " dimensions but the operand ",
                             ShapeText(in), " has rank ", in.rank()));
   }
   Shape expected(in.element_type, {});
-  for (size_t i = 0; i < h_.padding.size(); ++i) {
-    const PadDim& p = h_.padding[i];
+  for (size_t i = 0; i < h_.padding().size(); ++i) {
+    const PadDim& p = h_.padding()[i];
     const int64_t d = in.dims[i];
     if (p.interior < 0) return Err(absl::StrCat("negative interior padding in dimension ", i));
     const int64_t out = d + p.lo + p.hi + std::max<int64_t>(d - 1, 0) * p.interior;

@@ -20,7 +20,7 @@ absl::Status Checker::Dot() {
   if (auto st = ArrayOperand(1); !st.ok()) return st;
   if (auto st = ArrayResult(); !st.ok()) return st;
   const Shape &lhs = Op(0), &rhs = Op(1);
-  const DotDims& dn = h_.dot_dims;
+  const DotDims& dn = h_.dot_dims();
   if (dn.lhs_batch.size() != dn.rhs_batch.size()) {
     return Err(absl::StrCat("lhs_batch_dims=", Dims(dn.lhs_batch), " and rhs_batch_dims=",
                             Dims(dn.rhs_batch), " have different lengths"));

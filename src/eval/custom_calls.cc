@@ -23,12 +23,12 @@ Registry& GetRegistry() {
 absl::StatusOr<Value> Identity(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (ops.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("custom-call ", instr.name(), " (target \"",
-                                                   instr.custom_call_target,
+                                                   instr.custom_call_target(),
                                                    "\") expects 1 operand, got ", ops.size()));
   }
   if (!ops[0]->shape.Compatible(instr.shape())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "custom-call ", instr.name(), " (target \"", instr.custom_call_target,
+        "custom-call ", instr.name(), " (target \"", instr.custom_call_target(),
         "\") is evaluated as an identity on a partitioned module, but its result shape ",
         instr.shape().ToString(false), " differs from its operand shape ",
         ops[0]->shape.ToString(false)));

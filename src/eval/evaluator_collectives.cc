@@ -169,7 +169,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
       // Pairs name partition ids (with channel_id or a single replica), else replica ids.
       const bool by_partition = in->channel_id.has_value() || r_ == 1;
       std::vector<int64_t> source_of(static_cast<size_t>(devices), -1);
-      for (const auto& [src, dst] : in->source_target_pairs) {
+      for (const auto& [src, dst] : in->source_target_pairs()) {
         const int64_t limit = by_partition ? n_ : r_;
         if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
           return InvalidArgumentError(absl::StrCat("source_target_pairs entry {", src, ",", dst,

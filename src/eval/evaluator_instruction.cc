@@ -156,7 +156,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     }
     case HloOpcode::kCompare:
       return done(ops::Compare(instr->comparison_direction.value_or(ComparisonDirection::kEq),
-                               instr->comparison_type == "TOTALORDER", *ops[0], *ops[1], shape));
+                               instr->comparison_type() == "TOTALORDER", *ops[0], *ops[1], shape));
     case HloOpcode::kConvert: return done(ops::Convert(*ops[0], shape));
     case HloOpcode::kBitcastConvert: return done(ops::BitcastConvert(*ops[0], shape));
     case HloOpcode::kSelect: return done(ops::Select(*ops[0], *ops[1], *ops[2], shape));
@@ -175,8 +175,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       }
       return Share(ops::Bitcast(*ops[0], instr->operand(0)->shape(), shape));
     case HloOpcode::kSlice:
-      if (instr->slice.size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("slice rank mismatch"));
-      return Share(ops::Slice(*ops[0], shape, instr->slice));
+      if (instr->slice().size() != ops[0]->shape.dims.size()) {
+        return fail(InvalidArgumentError("slice rank mismatch"));
+      }
+      return Share(ops::Slice(*ops[0], shape, instr->slice()));
     case HloOpcode::kDynamicSlice: {
       auto starts = StartIndices(ops, 1);
       if (!starts.ok()) return fail(starts.status());
@@ -191,8 +193,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return Share(ops::DynamicUpdateSlice(*ops[0], *ops[1], *starts));
     }
     case HloOpcode::kPad:
-      if (instr->padding.size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("padding rank mismatch"));
-      return Share(ops::Pad(*ops[0], *ops[1], shape, instr->padding));
+      if (instr->padding().size() != ops[0]->shape.dims.size()) {
+        return fail(InvalidArgumentError("padding rank mismatch"));
+      }
+      return Share(ops::Pad(*ops[0], *ops[1], shape, instr->padding()));
     case HloOpcode::kConcatenate: {
       std::vector<const Value*> parts;
       for (const ValuePtr& v : ops) parts.push_back(v.get());
@@ -206,7 +210,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     case HloOpcode::kIota:
       return Share(ops::Iota(shape, instr->iota_dimension));
     case HloOpcode::kDot:
-      return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims));
+      return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
     case HloOpcode::kGather:
       return done(Gather(*instr, *ops[0], *ops[1]));
     case HloOpcode::kScatter:
@@ -277,10 +281,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return EvalComputation(branches[static_cast<size_t>(index)], {ops[static_cast<size_t>(index + 1)]});
     }
     case HloOpcode::kCustomCall: {
-      const CustomCallEvaluator* fn = FindCustomCallEvaluator(instr->custom_call_target);
+      const CustomCallEvaluator* fn = FindCustomCallEvaluator(instr->custom_call_target());
       if (fn == nullptr) {
         return fail(InvalidArgumentError(absl::StrCat("custom-call target \"",
-                                                      instr->custom_call_target,
+                                                      instr->custom_call_target(),
                                                       "\" is not supported by the evaluator")));
       }
       auto v = (*fn)(*instr, ops);
@@ -312,15 +316,15 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
         return fail(InvalidArgumentError("async-start must have a tuple shape ((operands), result, ...)"));
       }
       ValuePtr result;
-      if (!instr->async_sugar.empty()) {
-        auto base = ParseHloOpcode(instr->async_sugar);
+      if (!instr->async_sugar().empty()) {
+        auto base = ParseHloOpcode(instr->async_sugar());
         if (!base) return fail(InvalidArgumentError("unknown async wrapped opcode"));
         if (IsPlainCollective(*base)) {
           auto r = EvalCollective(instr, *base, shape.tuple_shapes[1], ops);
           if (!r.ok()) return r.status();
           result = *r;
         } else {
-          return fail(InvalidArgumentError(absl::StrCat("async ", instr->async_sugar,
+          return fail(InvalidArgumentError(absl::StrCat("async ", instr->async_sugar(),
                                                         " is not supported by the evaluator")));
         }
       } else {

@@ -243,7 +243,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
       root->operand(0)->opcode() == HloOpcode::kParameter &&
       root->operand(1)->opcode() == HloOpcode::kParameter &&
       root->operand(0)->parameter_number == 0 && root->operand(1)->parameter_number == 1 &&
-      root->comparison_direction.has_value() && root->comparison_type != "TOTALORDER" &&
+      root->comparison_direction.has_value() && root->comparison_type() != "TOTALORDER" &&
       (*root->comparison_direction == ComparisonDirection::kLt ||
        *root->comparison_direction == ComparisonDirection::kGt)) {
     fast_dir = root->comparison_direction;

@@ -14,7 +14,7 @@ namespace weave::eval {
 namespace {
 
 bool IsCall(const HloInstruction* h, std::string_view target) {
-  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target == target;
+  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target() == target;
 }
 
 // The sharding a conversion call refers to: FullToShard -> its operand's (the `Sharding` call
@@ -27,7 +27,7 @@ absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool 
   }
   if (!holder->sharding) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", h->name(), "' (", h->custom_call_target, "): no sharding says how the value is ",
+        "'", h->name(), "' (", h->custom_call_target(), "): no sharding says how the value is ",
         to_shard ? "split into shards" : "assembled from its shards"));
   }
   const Shape& global = to_shard ? h->operand(0)->shape() : h->shape();
@@ -38,7 +38,7 @@ absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool 
   }
   if (s->HasManualSubgroup() || s->IsManual()) {
     return absl::UnimplementedError(absl::StrCat(
-        "'", h->name(), "' (", h->custom_call_target, ") converts a partially manual value (",
+        "'", h->name(), "' (", h->custom_call_target(), ") converts a partially manual value (",
         s->ToString(), "): the global-view reference covers fully manual regions only"));
   }
   return *s;
@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
       }
       if ((*r)->shape().dims != h->shape().dims) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "'", h->name(), "' (", h->custom_call_target, ") is ", h->shape().ToString(false),
+            "'", h->name(), "' (", h->custom_call_target(), ") is ", h->shape().ToString(false),
             ", but the ", to_shard ? "tile" : "gathered value", " under ", s->ToString(), " is ",
             (*r)->shape().ToString(false)));
       }

@@ -56,8 +56,8 @@ PathPrecision Merge(const PathPrecision& a, const PathPrecision& b) {
 // The opcode an instruction computes: the wrapped one of a sugared async op
 // (`reduce-scatter-start` is an async-start of a reduce-scatter), else its own.
 HloOpcode EffectiveOpcode(const HloInstruction& i) {
-  if (i.opcode() == HloOpcode::kAsyncStart && !i.async_sugar.empty()) {
-    if (auto op = ParseHloOpcode(i.async_sugar)) return *op;
+  if (i.opcode() == HloOpcode::kAsyncStart && !i.async_sugar().empty()) {
+    if (auto op = ParseHloOpcode(i.async_sugar())) return *op;
   }
   return i.opcode();
 }
@@ -162,7 +162,7 @@ class Analysis {
       const bool runs_callees =
           i->opcode() == HloOpcode::kWhile || i->opcode() == HloOpcode::kCall ||
           i->opcode() == HloOpcode::kConditional || i->opcode() == HloOpcode::kFusion ||
-          (i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty()) ||
+          (i->opcode() == HloOpcode::kAsyncStart && i->async_sugar().empty()) ||
           i->opcode() == HloOpcode::kCustomCall;
       for (const HloComputation* callee : i->called_computations()) {
         if (!runs_callees) break;
@@ -187,7 +187,7 @@ class Analysis {
         if (IsReductionCollective(op)) own.ring = GroupSize(*i, n_);
         if (i->opcode() == HloOpcode::kDot && i->operand_count() >= 1) {
           int64_t k = 1;
-          for (int64_t d : i->dot_dims.lhs_contracting) {
+          for (int64_t d : i->dot_dims().lhs_contracting) {
             if (d >= 0 && d < i->operand(0)->shape().rank()) k *= i->operand(0)->shape().dims[static_cast<size_t>(d)];
           }
           own.k = k;
@@ -254,7 +254,7 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
         continue;
       }
       const bool gemm = op == HloOpcode::kCustomCall &&
-                        i->custom_call_target.find("__cublas$lt$matmul") == 0;
+                        i->custom_call_target().find("__cublas$lt$matmul") == 0;
       if (op != HloOpcode::kDot && !gemm && !IsReductionCollective(op)) continue;
       // A sum reducer is what a reduction collective must hold for |.| to bound it.
       if (IsReductionCollective(op) && !i->called_computations().empty()) {

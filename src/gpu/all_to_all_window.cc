@@ -12,7 +12,7 @@ namespace {
 bool IsGemmLike(const HloInstruction* i) {
   if (i->opcode() == HloOpcode::kDot) return true;
   if (i->opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = i->custom_call_target;
+  const std::string& t = i->custom_call_target();
   return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
 }
 

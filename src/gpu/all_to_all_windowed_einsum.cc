@@ -57,7 +57,7 @@ std::string AlreadyWindowed(const HloInstruction* dot) {
 
 // Why `t` is not a qualifying all-to-all ("" if it is); *group_size receives G.
 std::string QualifyAllToAll(const HloInstruction* t, int64_t* group_size) {
-  if (!t->async_sugar.empty()) return "asynchronous form";
+  if (!t->async_sugar().empty()) return "asynchronous form";
   if (t->operand_count() != 1 || !t->shape().IsArray()) {
     return "tuple form (no split dimension): nothing to chunk";
   }
@@ -191,12 +191,13 @@ std::string AnalyzeA(HloInstruction* t, int64_t group_size, bool unsafe, Candida
     return absl::StrFormat("dot '%s' reads the exchanged value on both sides", d->name());
   }
   c->side = d->operand(0) == cur ? 0 : 1;
-  if (d->dot_dims.lhs_contracting.size() != 1 || d->dot_dims.rhs_contracting.size() != 1) {
+  if (d->dot_dims().lhs_contracting.size() != 1 || d->dot_dims().rhs_contracting.size() != 1) {
     return absl::StrFormat("dot '%s' has %d/%d contracting dims (one per side needed)", d->name(),
-                           d->dot_dims.lhs_contracting.size(), d->dot_dims.rhs_contracting.size());
+                           d->dot_dims().lhs_contracting.size(),
+                           d->dot_dims().rhs_contracting.size());
   }
-  c->lhs_c = d->dot_dims.lhs_contracting[0];
-  c->rhs_c = d->dot_dims.rhs_contracting[0];
+  c->lhs_c = d->dot_dims().lhs_contracting[0];
+  c->rhs_c = d->dot_dims().rhs_contracting[0];
   c->split = s;
   const int64_t cl = c->side == 0 ? c->lhs_c : c->rhs_c;
   c->k = cur->shape().dims.at(static_cast<size_t>(cl));
@@ -253,12 +254,13 @@ std::string AnalyzeB(HloInstruction* t, int64_t group_size, Candidate* c) {
   HloInstruction* m = c->dot;
   if (m->operand_count() != 2) return "malformed dot";
   if (std::string why = AlreadyWindowed(m); !why.empty()) return why;
-  if (m->dot_dims.lhs_contracting.size() != 1 || m->dot_dims.rhs_contracting.size() != 1) {
+  if (m->dot_dims().lhs_contracting.size() != 1 || m->dot_dims().rhs_contracting.size() != 1) {
     return absl::StrFormat("dot '%s' has %d/%d contracting dims (one per side needed)", m->name(),
-                           m->dot_dims.lhs_contracting.size(), m->dot_dims.rhs_contracting.size());
+                           m->dot_dims().lhs_contracting.size(),
+                           m->dot_dims().rhs_contracting.size());
   }
-  c->lhs_c = m->dot_dims.lhs_contracting[0];
-  c->rhs_c = m->dot_dims.rhs_contracting[0];
+  c->lhs_c = m->dot_dims().lhs_contracting[0];
+  c->rhs_c = m->dot_dims().rhs_contracting[0];
   c->k = m->operand(1)->shape().dims.at(static_cast<size_t>(c->rhs_c));
   c->split = s;
   return "";
@@ -328,7 +330,7 @@ HloInstruction* SliceDimRange(HloComputation* comp, HloInstruction* v, int64_t d
   s.dims[static_cast<size_t>(dim)] = limit - start;
   HloInstruction* sl = comp->AddInstruction(HloOpcode::kSlice, s, {v}, name);
   for (int64_t d = 0; d < v->shape().rank(); ++d) {
-    sl->slice.push_back(d == dim ? SliceDim{start, limit, 1}
+    sl->mutable_slice()->push_back(d == dim ? SliceDim{start, limit, 1}
                                  : SliceDim{0, v->shape().dims[static_cast<size_t>(d)], 1});
   }
   Derive(derive_from, sl);

@@ -17,8 +17,8 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 std::string PrecisionName(const HloInstruction* dot, size_t i) {
-  if (i < dot->operand_precision.size() && !dot->operand_precision[i].empty()) {
-    return absl::AsciiStrToUpper(dot->operand_precision[i]);
+  if (i < dot->operand_precision().size() && !dot->operand_precision()[i].empty()) {
+    return absl::AsciiStrToUpper(dot->operand_precision()[i]);
   }
   return "DEFAULT";
 }

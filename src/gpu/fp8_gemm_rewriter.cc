@@ -252,7 +252,7 @@ HloInstruction* DotRewriter::PadMatrixDims(HloInstruction* x, int64_t first_matr
   if (!any) return x;
   HloInstruction* zero = ScalarConstant(s.element_type, 0.0, x->name() + ".padzero");
   HloInstruction* p = Add(HloOpcode::kPad, ps, {x, zero}, x->name() + ".pad16");
-  p->padding = pads;
+  p->set_padding(pads);
   return p;
 }
 
@@ -297,7 +297,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     return absl::StrCat("output type ", std::string(PrimitiveTypeName(out_t)),
                         " is not bf16, f16 or f32");
   }
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   const Shape& sa = dot->operand(0)->shape();
   const Shape& sb = dot->operand(1)->shape();
   if (dd.lhs_batch.size() != dd.rhs_batch.size() ||
@@ -387,7 +387,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   results.push_back(ws);
   HloInstruction* call = Add(HloOpcode::kCustomCall, Shape::Tuple(results), operands,
                              nb > 0 ? "cublas-batch-gemm" : "cublas-gemm");
-  call->custom_call_target = std::string(kCublasLtMatmulF8Target);
+  call->set_custom_call_target(std::string(kCublasLtMatmulF8Target));
   call->metadata = dot->metadata;
   call->frontend_attributes = dot->frontend_attributes;
   call->backend_config =
@@ -401,7 +401,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     Shape ss = d_shape;
     ss.dims = canon_out;
     HloInstruction* sl = Add(HloOpcode::kSlice, ss, {out}, call->name() + ".unpad");
-    for (int64_t d : canon_out) sl->slice.push_back(SliceDim{0, d, 1});
+    for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
     out = sl;
   }
   if (reshape_out) {

@@ -246,7 +246,7 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
       // AllocateBuffer, not a zero fill.
       HloInstruction* init = comp->AddInstruction(HloOpcode::kCustomCall, con.dot->shape(), {},
                                                   absl::StrCat(con.dot->name(), ".ring_init"));
-      init->custom_call_target = "AllocateBuffer";
+      init->set_custom_call_target("AllocateBuffer");
       init_extra.push_back(init);
     }
     // Init tuple.

@@ -27,7 +27,7 @@ namespace weave::handler_internal {
 // the dynamic-update-slice that merges the dot (batch / non-contracting dims), or from the
 // dynamic-slice of the stationary operand (contracting dim). nullptr if not found.
 HloInstruction* Handler::BlockOffset(const WindowedDot& d, int64_t w, int64_t dim) {
-  const DotDims& dd = d.dot->dot_dims;
+  const DotDims& dd = d.dot->dot_dims();
   const auto& wb = w == 0 ? dd.lhs_batch : dd.rhs_batch;
   const auto& wc = w == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   const auto& oc = w == 0 ? dd.rhs_contracting : dd.lhs_contracting;

@@ -336,7 +336,7 @@ std::optional<std::vector<int64_t>> ApplyRingSteps(const std::vector<RingStep>& 
     }
     if (!apply) continue;
     std::vector<int64_t> next(holder.size(), -1);
-    for (const auto& [s, t] : st.permute->source_target_pairs) {
+    for (const auto& [s, t] : st.permute->source_target_pairs()) {
       if (s >= 0 && s < n && t >= 0 && t < n) next[t] = holder[s];
     }
     holder = std::move(next);
@@ -361,7 +361,7 @@ static int64_t FindCounterIndex(const HloComputation* condition) {
 
 bool IsGemmCustomCallTarget(const HloInstruction& instr) {
   if (instr.opcode() != HloOpcode::kCustomCall || instr.operand_count() < 2) return false;
-  const std::string& t = instr.custom_call_target;
+  const std::string& t = instr.custom_call_target();
   return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
 }
 
@@ -471,15 +471,15 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
   // XLA's unrolled reduce-scatter layout on a ring of 2 shifts its accumulators by -2 = 0: every
   // permute of the body is the identity. Accepted below for reduce-scatter loops of 2 blocks only.
   L.identity_permutes = std::all_of(L.permutes.begin(), L.permutes.end(), [](HloInstruction* cp) {
-    return IsIdentityPairs(cp->source_target_pairs);
+    return IsIdentityPairs(cp->source_target_pairs());
   });
   for (HloInstruction* cp : L.permutes) {
-    if (!L.identity_permutes && !IsRingPairs(cp->source_target_pairs)) {
+    if (!L.identity_permutes && !IsRingPairs(cp->source_target_pairs())) {
       return fail(absl::StrCat("collective-permute '", cp->name(),
                                "' does not send around a ring (source_target_pairs)"));
     }
   }
-  L.source_target_pairs = L.permutes[0]->source_target_pairs;
+  L.source_target_pairs = L.permutes[0]->source_target_pairs();
 
   // All-gather: elements 0/1, one circulates, the other is passed through.
   std::string ag_why;

@@ -2,7 +2,9 @@
 // emplace, reset, = nullopt, ==). HloInstruction holds its large, rarely present attributes this
 // way (a constant's literal, a sharding, replica groups): one pointer (8 bytes) in every
 // instruction instead of the whole value (150-260 bytes each), so a pass walking a large module
-// touches fewer cache lines. Copies are deep, like std::optional's.
+// touches fewer cache lines. Copies are deep, like std::optional's. The attributes that read as
+// empty when absent (a dot's dimension numbers, a slice's bounds) use value_or_empty() and
+// ensure(): absent and present-but-empty mean the same.
 #pragma once
 
 #include <memory>
@@ -60,6 +62,16 @@ class Boxed {
     return *p_;
   }
   void reset() { p_.reset(); }
+  // The value, or T{} when absent (a shared empty value: never allocates).
+  const T& value_or_empty() const {
+    static const T* const kEmpty = new T();
+    return p_ ? *p_ : *kEmpty;
+  }
+  // The value, made present (as T{}) first if absent.
+  T& ensure() {
+    if (!p_) p_ = std::make_unique<T>();
+    return *p_;
+  }
   operator std::optional<T>() const {  // NOLINT(google-explicit-constructor)
     return p_ ? std::optional<T>(*p_) : std::nullopt;
   }

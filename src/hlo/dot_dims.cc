@@ -21,7 +21,7 @@ std::vector<int64_t> DotFreeDims(int64_t rank, const std::vector<int64_t>& batch
 }
 
 std::vector<int64_t> DotFreeDims(const HloInstruction* dot, int side) {
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   return DotFreeDims(dot->operand(side)->shape().rank(), side == 0 ? dd.lhs_batch : dd.rhs_batch,
                      side == 0 ? dd.lhs_contracting : dd.rhs_contracting);
 }
@@ -31,11 +31,11 @@ int64_t DotOutputDimOfFree(const HloInstruction* dot, int side, int64_t dim) {
   auto it = std::find(mine.begin(), mine.end(), dim);
   if (it == mine.end()) return -1;
   const int64_t lhs_free = side == 0 ? 0 : static_cast<int64_t>(DotFreeDims(dot, 0).size());
-  return static_cast<int64_t>(dot->dot_dims.lhs_batch.size()) + lhs_free + (it - mine.begin());
+  return static_cast<int64_t>(dot->dot_dims().lhs_batch.size()) + lhs_free + (it - mine.begin());
 }
 
 int64_t DotOperandDimOf(const HloInstruction* dot, int side, int64_t out_dim) {
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   const std::vector<int64_t>& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
   const int64_t nb = static_cast<int64_t>(batch.size());
   if (out_dim < 0) return -1;

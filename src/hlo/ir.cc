@@ -268,7 +268,7 @@ void HloInstruction::SetFrontendAttribute(const std::string& key,
 }
 
 const std::string* HloInstruction::GetRawAttribute(std::string_view key) const {
-  for (const auto& [k, v] : raw_attributes) {
+  for (const auto& [k, v] : raw_attributes()) {
     if (k == key) return &v;
   }
   return nullptr;
@@ -359,7 +359,7 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   HloInstruction* raw = instr.get();
   raw->parent_ = this;
   if (raw->name_.empty()) raw->name_ = std::string(HloOpcodeString(raw->opcode_));
-  if (parent_ != nullptr) raw->name_ = parent_->UniqueName(raw->name_);
+  if (parent_ != nullptr) parent_->UniquifyName(&raw->name_);
   // A new instruction is nobody's user yet: only a repeated operand (multiply(x, x)) can
   // already hold it, as its last user. This keeps building a value with many users linear.
   for (HloInstruction* op : raw->operands_) {
@@ -632,7 +632,7 @@ HloComputation* HloModule::AddComputation(std::unique_ptr<HloComputation> c) {
   raw->parent_ = this;
   NoteComputationName(name, +1);
   for (const auto& i : raw->instrs_) {
-    if (i != nullptr) i->name_ = UniqueName(i->name_);
+    if (i != nullptr) UniquifyName(&i->name_);
   }
   comps_.push_back(std::move(c));
   return raw;
@@ -711,22 +711,24 @@ void HloModule::UpdateEntryComputationLayout() {
 }
 
 std::string HloModule::UniqueName(std::string_view base) {
+  std::string name(base);
+  UniquifyName(&name);
+  return name;
+}
+
+void HloModule::UniquifyName(std::string* name) {
   // One probe when the name is free (the usual case); then one per suffix tried, each base
   // remembering where its suffixes stopped, so names are made in time linear overall.
-  const absl::string_view key(base.data(), base.size());
-  auto [it, inserted] = names_.try_emplace(key, 1);
-  if (inserted) return std::string(base);
+  auto [it, inserted] = names_.try_emplace(*name, 1);
+  if (inserted) return;
   // base + "." once; each probe rewrites only the suffix. `it` stays valid: a probe that finds
   // the name taken inserts nothing.
-  std::string candidate;
-  candidate.reserve(base.size() + 8);
-  candidate.append(base);
-  candidate.push_back('.');
-  const size_t stem = candidate.size();
+  name->push_back('.');
+  const size_t stem = name->size();
   while (true) {
-    candidate.resize(stem);
-    absl::StrAppend(&candidate, it->second++);
-    if (names_.try_emplace(candidate, 1).second) return candidate;
+    name->resize(stem);
+    absl::StrAppend(name, it->second++);
+    if (names_.try_emplace(*name, 1).second) return;
   }
 }
 

@@ -42,11 +42,13 @@ struct DotDims {
 // One dimension of a `slice={[start:limit:stride], ...}` attribute.
 struct SliceDim {
   int64_t start = 0, limit = 0, stride = 1;
+  bool operator==(const SliceDim&) const = default;
 };
 
 // One dimension of a `padding=lo_hi[_interior]x...` attribute (values may be negative).
 struct PadDim {
   int64_t lo = 0, hi = 0, interior = 0;
+  bool operator==(const PadDim&) const = default;
 };
 
 // A literal value for `constant`. Values are stored flat in row-major (logical) order:
@@ -71,6 +73,11 @@ struct Literal {
   int64_t GetAsInt(int64_t index) const;
   bool IsScalar() const { return shape.dims.empty(); }
 };
+
+// collective-permute `source_target_pairs`: (source, target) partition pairs, in order.
+using SourceTargetPairs = std::vector<std::pair<int64_t, int64_t>>;
+// Attributes the IR does not model, in their original order: (name, value text).
+using RawAttributes = std::vector<std::pair<std::string, std::string>>;
 
 // Comparison direction of `compare` (XLA ComparisonDirection).
 enum class ComparisonDirection { kEq, kNe, kLt, kLe, kGt, kGe };
@@ -142,23 +149,49 @@ class HloInstruction {
   std::vector<int64_t> dimensions;        // broadcast/transpose/reverse/concatenate/reduce/map/
                                           // sort/all-gather/reduce-scatter/all-to-all `dimensions=`
   bool has_dimensions_attr = false;       // `dimensions=` was (or must be) printed
-  DotDims dot_dims;                       // dot
-  std::vector<std::string> operand_precision;  // dot/convolution `operand_precision={..}`
-  std::vector<SliceDim> slice;            // slice
-  std::vector<int64_t> dynamic_slice_sizes;    // dynamic-slice
-  std::vector<PadDim> padding;            // pad
   std::optional<ComparisonDirection> comparison_direction;  // compare `direction=`
-  std::string comparison_type;            // compare `type=` (raw, e.g. "TOTALORDER"), may be empty
   Boxed<Literal> literal;                 // constant
-  std::string custom_call_target;         // custom-call
-  std::string fusion_kind;                // fusion `kind=` (e.g. "kLoop")
+
+  // ---- attributes few opcodes carry ----
+  // Each reads as empty when absent and is kept on the heap only when set (an instruction holds
+  // one pointer per attribute, 8 bytes, instead of 24-96): read with name(), change with
+  // mutable_name() or set_name(). A present value is assigned in place (a reference to it stays
+  // valid, as to a plain field); setting an absent one to empty allocates nothing.
+#define WEAVE_RARE_ATTRIBUTE(Type, name)                        \
+  const Type& name() const { return name##_.value_or_empty(); } \
+  Type* mutable_##name() { return &name##_.ensure(); }          \
+  void set_##name(Type v) {                                     \
+    if (name##_) {                                              \
+      *name##_ = std::move(v);                                  \
+    } else if (!(v == Type{})) {                                \
+      name##_ = std::move(v);                                   \
+    }                                                           \
+  }
+  WEAVE_RARE_ATTRIBUTE(DotDims, dot_dims)                         // dot, ragged-dot
+  // dot/convolution `operand_precision={..}`
+  WEAVE_RARE_ATTRIBUTE(std::vector<std::string>, operand_precision)
+  WEAVE_RARE_ATTRIBUTE(std::vector<SliceDim>, slice)              // slice
+  WEAVE_RARE_ATTRIBUTE(std::vector<int64_t>, dynamic_slice_sizes)  // dynamic-slice
+  WEAVE_RARE_ATTRIBUTE(std::vector<PadDim>, padding)              // pad
+  // compare `type=` (raw, e.g. "TOTALORDER"), may be empty
+  WEAVE_RARE_ATTRIBUTE(std::string, comparison_type)
+  WEAVE_RARE_ATTRIBUTE(std::string, custom_call_target)           // custom-call
+  WEAVE_RARE_ATTRIBUTE(std::string, fusion_kind)                  // fusion `kind=` (e.g. "kLoop")
+  // collective-permute `source_target_pairs={{s,t},...}`
+  WEAVE_RARE_ATTRIBUTE(SourceTargetPairs, source_target_pairs)
+  // Sugared async form: for `reduce-scatter-start` etc. the wrapped opcode name
+  // ("reduce-scatter"); printed back as `<name>-start/-update/-done`.
+  WEAVE_RARE_ATTRIBUTE(std::string, async_sugar)
+  // Attributes Weave does not model, in their original order: (name, value text).
+  WEAVE_RARE_ATTRIBUTE(RawAttributes, raw_attributes)
+#undef WEAVE_RARE_ATTRIBUTE
+
   int64_t exponent_bits = -1, mantissa_bits = -1;  // reduce-precision
   // Collectives.
   std::optional<int64_t> channel_id;
   Boxed<ReplicaGroups> replica_groups;
   bool use_global_device_ids = false;
   bool constrain_layout = false;
-  std::vector<std::pair<int64_t, int64_t>> source_target_pairs;  // collective-permute
   // Common attributes.
   Boxed<HloSharding> sharding;
   // `backend_config=` value verbatim (JSON object text for GPU configs, may be empty).
@@ -183,11 +216,6 @@ class HloInstruction {
   void DropAllControlDeps();
   // Every edge old -> this becomes v -> this (same position in the list). No-op without one.
   void ReplaceControlPredecessor(HloInstruction* old, HloInstruction* v);
-  // Sugared async form: for `reduce-scatter-start` etc. the wrapped opcode name
-  // ("reduce-scatter"); printed back as `<name>-start/-update/-done`.
-  std::string async_sugar;
-  // Attributes Weave does not model, in their original order: (name, value text).
-  std::vector<std::pair<std::string, std::string>> raw_attributes;
 
   // Frontend attribute helpers; value text is stored quoted (`"v"`), Get returns it unquoted.
   std::optional<std::string> GetFrontendAttribute(std::string_view key) const;
@@ -229,6 +257,15 @@ class HloInstruction {
   void RemoveUser(HloInstruction* u);
   // Drops c's kept post order (null: nothing); every change of operands or control edges calls it.
   static void Invalidate(HloComputation* c);
+  Boxed<DotDims> dot_dims_;
+  Boxed<std::vector<std::string>> operand_precision_;
+  Boxed<std::vector<SliceDim>> slice_;
+  Boxed<std::vector<int64_t>> dynamic_slice_sizes_;
+  Boxed<std::vector<PadDim>> padding_;
+  Boxed<std::string> comparison_type_, custom_call_target_, fusion_kind_;
+  Boxed<SourceTargetPairs> source_target_pairs_;
+  Boxed<std::string> async_sugar_;
+  Boxed<RawAttributes> raw_attributes_;
 };
 
 // A computation: an ordered list of instructions (the order they were parsed/added; printing
@@ -362,6 +399,8 @@ class HloModule {
 
   // Module-unique names: returns `base` if unused, else base.N.
   std::string UniqueName(std::string_view base);
+  // The same in place: `*name` is kept when unused (no copy), else becomes name.N.
+  void UniquifyName(std::string* name);
   // Registers a name as used (parser).
   void ReserveName(const std::string& name);
   int64_t NextUniqueId() { return next_id_++; }

@@ -369,7 +369,7 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   instr->set_name(std::string(name));
   instr->parameter_number = param_number;
   if (literal) instr->literal = std::move(literal);
-  if (!sugar.empty()) instr->async_sugar = std::string(sugar);
+  if (!sugar.empty()) instr->set_async_sugar(std::string(sugar));
 
   CalledSlots called;
   if (top_level) {

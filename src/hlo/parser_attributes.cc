@@ -95,17 +95,25 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
         size_t p = pos_;
         if (!ParseIntList(&pair)) return false;
         if (pair.size() != 2) return Error(p, "a source-target pair needs two ids");
-        instr->source_target_pairs.emplace_back(pair[0], pair[1]);
+        instr->mutable_source_target_pairs()->emplace_back(pair[0], pair[1]);
       } while (Consume(','));
       if (!Expect('}')) return false;
     }
     return true;
   }
   if (op == HloOpcode::kDot || op == HloOpcode::kRaggedDot) {
-    if (name == "lhs_batch_dims") return ParseIntList(&instr->dot_dims.lhs_batch);
-    if (name == "lhs_contracting_dims") return ParseIntList(&instr->dot_dims.lhs_contracting);
-    if (name == "rhs_batch_dims") return ParseIntList(&instr->dot_dims.rhs_batch);
-    if (name == "rhs_contracting_dims") return ParseIntList(&instr->dot_dims.rhs_contracting);
+    if (name == "lhs_batch_dims") {
+      return ParseIntList(&instr->mutable_dot_dims()->lhs_batch);
+    }
+    if (name == "lhs_contracting_dims") {
+      return ParseIntList(&instr->mutable_dot_dims()->lhs_contracting);
+    }
+    if (name == "rhs_batch_dims") {
+      return ParseIntList(&instr->mutable_dot_dims()->rhs_batch);
+    }
+    if (name == "rhs_contracting_dims") {
+      return ParseIntList(&instr->mutable_dot_dims()->rhs_contracting);
+    }
   }
   if (name == "operand_precision") {
     if (!Expect('{')) return false;
@@ -113,14 +121,14 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
       do {
         std::string_view p;
         if (!ParseIdent(&p, "a precision")) return false;
-        instr->operand_precision.push_back(absl::AsciiStrToLower(A(p)));
+        instr->mutable_operand_precision()->push_back(absl::AsciiStrToLower(A(p)));
       } while (Consume(','));
       if (!Expect('}')) return false;
     }
     return true;
   }
   if (name == "slice" && op == HloOpcode::kSlice) return ParseSliceAttr(instr);
-  if (name == "dynamic_slice_sizes") return ParseIntList(&instr->dynamic_slice_sizes);
+  if (name == "dynamic_slice_sizes") return ParseIntList(instr->mutable_dynamic_slice_sizes());
   if (name == "padding" && op == HloOpcode::kPad) return ParsePaddingAttr(instr);
   if (name == "iota_dimension" && op == HloOpcode::kIota) {
     return ParseInt(&instr->iota_dimension);
@@ -144,16 +152,16 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
   if (op == HloOpcode::kCompare && name == "type") {
     std::string_view t;
     if (!ParseIdent(&t, "a comparison type")) return false;
-    instr->comparison_type = absl::AsciiStrToUpper(A(t));
+    instr->set_comparison_type(absl::AsciiStrToUpper(A(t)));
     return true;
   }
   if (op == HloOpcode::kCustomCall && name == "custom_call_target") {
-    return ParseString(&instr->custom_call_target);
+    return ParseString(instr->mutable_custom_call_target());
   }
   if (op == HloOpcode::kFusion && name == "kind") {
     std::string_view k;
     if (!ParseIdent(&k, "a fusion kind")) return false;
-    instr->fusion_kind = std::string(k);
+    instr->set_fusion_kind(std::string(k));
     return true;
   }
   if (op == HloOpcode::kReducePrecision && name == "exponent_bits") {
@@ -165,7 +173,7 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
   // Anything else is kept verbatim.
   std::string_view v;
   if (!ScanRawValue(&v)) return false;
-  instr->raw_attributes.emplace_back(std::string(name), std::string(v));
+  instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
   return true;
 }
 
@@ -199,7 +207,7 @@ bool Parser::ParseSliceAttr(HloInstruction* instr) {
     if (!ParseInt(&d.start) || !Expect(':') || !ParseInt(&d.limit)) return false;
     if (Consume(':') && !ParseInt(&d.stride)) return false;
     if (!Expect(']')) return false;
-    instr->slice.push_back(d);
+    instr->mutable_slice()->push_back(d);
   } while (Consume(','));
   return Expect('}');
 }
@@ -225,7 +233,7 @@ bool Parser::ParsePaddingAttr(HloInstruction* instr) {
       }
       if (!ParseInt(parts[k])) return false;
     }
-    instr->padding.push_back(d);
+    instr->mutable_padding()->push_back(d);
     if (pos_ < src_.size() && src_[pos_] == 'x') {
       ++pos_;
       continue;

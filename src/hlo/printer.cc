@@ -168,21 +168,21 @@ std::string LiteralText(const Literal& lit) {
 
 HloOpcode AttributeOpcode(const HloInstruction& instr) {
   // Sugared `X-start` carries X's attributes; `X-update`/`X-done` carry none of their own.
-  if (!instr.async_sugar.empty() && instr.opcode() == HloOpcode::kAsyncStart) {
-    if (auto op = ParseHloOpcode(instr.async_sugar)) return *op;
+  if (!instr.async_sugar().empty() && instr.opcode() == HloOpcode::kAsyncStart) {
+    if (auto op = ParseHloOpcode(instr.async_sugar())) return *op;
   }
   return instr.opcode();
 }
 
 std::string OpcodeText(const HloInstruction& instr) {
-  if (!instr.async_sugar.empty()) {
+  if (!instr.async_sugar().empty()) {
     switch (instr.opcode()) {
       case HloOpcode::kAsyncStart:
-        return Cat(instr.async_sugar, "-start");
+        return Cat(instr.async_sugar(), "-start");
       case HloOpcode::kAsyncUpdate:
-        return Cat(instr.async_sugar, "-update");
+        return Cat(instr.async_sugar(), "-update");
       case HloOpcode::kAsyncDone:
-        return Cat(instr.async_sugar, "-done");
+        return Cat(instr.async_sugar(), "-done");
       default:
         break;
     }
@@ -249,7 +249,7 @@ void AppendCalledComputations(std::string* out, const HloInstruction& instr, Hlo
     case HloOpcode::kAsyncStart:
     case HloOpcode::kAsyncUpdate:
     case HloOpcode::kAsyncDone:
-      if (instr.async_sugar.empty()) {
+      if (instr.async_sugar().empty()) {
         single("calls");
         return;
       }
@@ -328,11 +328,11 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
         Append(out, ", direction=",
                         ComparisonDirectionString(*instr.comparison_direction));
       }
-      if (!instr.comparison_type.empty()) Append(out, ", type=", instr.comparison_type);
+      if (!instr.comparison_type().empty()) Append(out, ", type=", instr.comparison_type());
       return;
     case HloOpcode::kDot:
     case HloOpcode::kRaggedDot: {
-      const DotDims& d = instr.dot_dims;
+      const DotDims& d = instr.dot_dims();
       if (!d.lhs_batch.empty()) {
         out->append(", lhs_batch_dims=");
         AppendIntList(out, d.lhs_batch);
@@ -349,10 +349,10 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     }
     case HloOpcode::kSlice: {
       bool strided = false;
-      for (const SliceDim& s : instr.slice) strided |= s.stride != 1;
+      for (const SliceDim& s : instr.slice()) strided |= s.stride != 1;
       out->append(", slice={");
-      for (size_t i = 0; i < instr.slice.size(); ++i) {
-        const SliceDim& s = instr.slice[i];
+      for (size_t i = 0; i < instr.slice().size(); ++i) {
+        const SliceDim& s = instr.slice()[i];
         if (i) out->append(", ");
         Append(out, "[", s.start, ":", s.limit);
         if (strided) Append(out, ":", s.stride);
@@ -363,15 +363,15 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     }
     case HloOpcode::kDynamicSlice:
       out->append(", dynamic_slice_sizes=");
-      AppendIntList(out, instr.dynamic_slice_sizes);
+      AppendIntList(out, instr.dynamic_slice_sizes());
       return;
     case HloOpcode::kPad: {
       bool interior = false;
-      for (const PadDim& p : instr.padding) interior |= p.interior != 0;
-      if (instr.padding.empty()) return;
+      for (const PadDim& p : instr.padding()) interior |= p.interior != 0;
+      if (instr.padding().empty()) return;
       out->append(", padding=");
-      for (size_t i = 0; i < instr.padding.size(); ++i) {
-        const PadDim& p = instr.padding[i];
+      for (size_t i = 0; i < instr.padding().size(); ++i) {
+        const PadDim& p = instr.padding()[i];
         if (i) out->push_back('x');
         Append(out, p.lo, "_", p.hi);
         if (interior) Append(out, "_", p.interior);
@@ -379,7 +379,7 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
       return;
     }
     case HloOpcode::kFusion:
-      if (!instr.fusion_kind.empty()) Append(out, ", kind=", instr.fusion_kind);
+      if (!instr.fusion_kind().empty()) Append(out, ", kind=", instr.fusion_kind());
       return;
     case HloOpcode::kReducePrecision:
       Append(out, ", exponent_bits=", instr.exponent_bits,
@@ -388,13 +388,13 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     default:
       break;
   }
-  if (!instr.operand_precision.empty()) {
-    Append(out, ", operand_precision={", absl::StrJoin(instr.operand_precision, ","),
+  if (!instr.operand_precision().empty()) {
+    Append(out, ", operand_precision={", absl::StrJoin(instr.operand_precision(), ","),
                     "}");
   }
   if (op == HloOpcode::kDot || op == HloOpcode::kRaggedDot) return;
   if (op == HloOpcode::kCustomCall) {
-    Append(out, ", custom_call_target=\"", absl::CEscape(instr.custom_call_target),
+    Append(out, ", custom_call_target=\"", absl::CEscape(instr.custom_call_target()),
                     "\"");
   }
   // Collective attributes (also accepted on any other opcode that carries them).
@@ -420,19 +420,19 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
       dims();
       break;
   }
-  if (!instr.source_target_pairs.empty() || op == HloOpcode::kCollectivePermute ||
+  if (!instr.source_target_pairs().empty() || op == HloOpcode::kCollectivePermute ||
       op == HloOpcode::kCollectivePermuteStart) {
     out->append(", source_target_pairs={");
-    for (size_t i = 0; i < instr.source_target_pairs.size(); ++i) {
+    for (size_t i = 0; i < instr.source_target_pairs().size(); ++i) {
       if (i) out->push_back(',');
-      Append(out, "{", instr.source_target_pairs[i].first, ",",
-                      instr.source_target_pairs[i].second, "}");
+      Append(out, "{", instr.source_target_pairs()[i].first, ",",
+                      instr.source_target_pairs()[i].second, "}");
     }
     out->push_back('}');
   }
-  if (!instr.dynamic_slice_sizes.empty()) {
+  if (!instr.dynamic_slice_sizes().empty()) {
     out->append(", dynamic_slice_sizes=");
-    AppendIntList(out, instr.dynamic_slice_sizes);
+    AppendIntList(out, instr.dynamic_slice_sizes());
   }
 }
 
@@ -460,11 +460,11 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
   out->push_back(')');
 
   const HloOpcode aop = AttributeOpcode(instr);
-  for (const auto& [k, v] : instr.raw_attributes) {
+  for (const auto& [k, v] : instr.raw_attributes()) {
     if (IsEarlyRaw(k)) AppendAttr(out, k, v);
   }
   AppendTypedAttributes(out, instr, aop);
-  for (const auto& [k, v] : instr.raw_attributes) {
+  for (const auto& [k, v] : instr.raw_attributes()) {
     if (!IsEarlyRaw(k) && !IsCommonRaw(k)) AppendAttr(out, k, v);
   }
   AppendCalledComputations(out, instr, aop);
@@ -499,7 +499,7 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
     out->push_back('}');
   }
   for (std::string_view n : {"statistics", "result_accuracy", "origin"}) {
-    for (const auto& [k, v] : instr.raw_attributes) {
+    for (const auto& [k, v] : instr.raw_attributes()) {
       if (k == n) AppendAttr(out, k, v);
     }
   }

@@ -17,7 +17,7 @@ bool IsQuantizableCollective(const HloInstruction* i) {
     case HloOpcode::kAllGather:
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
-      return i->operand_count() == 1 && i->shape().IsArray() && i->async_sugar.empty();
+      return i->operand_count() == 1 && i->shape().IsArray() && i->async_sugar().empty();
     default:
       return false;
   }

@@ -21,7 +21,7 @@ bool IsCanonicalDot(const HloInstruction* dot) {
   if (dot->opcode() != HloOpcode::kDot || dot->operand_count() != 2 || !dot->shape().IsArray()) {
     return false;
   }
-  const DotDims& d = dot->dot_dims;
+  const DotDims& d = dot->dot_dims();
   const int64_t nb = static_cast<int64_t>(d.lhs_batch.size());
   if (static_cast<int64_t>(d.rhs_batch.size()) != nb || d.lhs_contracting.size() != 1 ||
       d.rhs_contracting.size() != 1) {
@@ -341,15 +341,15 @@ std::string Mismatch(const HloInstruction* a, const HloInstruction* b, int64_t s
       a->shape().element_type != b->shape().element_type) {
     return "element types differ";
   }
-  if (!(a->dot_dims == b->dot_dims)) return "dimension numbers differ";
-  if (a->operand_precision != b->operand_precision) return "operand precisions differ";
+  if (!(a->dot_dims() == b->dot_dims())) return "dimension numbers differ";
+  if (a->operand_precision() != b->operand_precision()) return "operand precisions differ";
   if (a->GetRawAttribute("algorithm") || b->GetRawAttribute("algorithm")) {
     return "a dot has an algorithm attribute";
   }
   const Shape& oa = a->operand(1 - side)->shape();
   const Shape& ob = b->operand(1 - side)->shape();
-  const int64_t nb = static_cast<int64_t>(a->dot_dims.lhs_batch.size());
-  const int64_t k = side == 0 ? a->dot_dims.rhs_contracting[0] : a->dot_dims.lhs_contracting[0];
+  const int64_t nb = static_cast<int64_t>(a->dot_dims().lhs_batch.size());
+  const int64_t k = side == 0 ? a->dot_dims().rhs_contracting[0] : a->dot_dims().lhs_contracting[0];
   const int64_t outer = k == nb ? nb + 1 : nb;
   for (int64_t d = 0; d < oa.rank(); ++d) {
     if (d != outer && oa.dims[static_cast<size_t>(d)] != ob.dims[static_cast<size_t>(d)]) {
@@ -362,8 +362,8 @@ std::string Mismatch(const HloInstruction* a, const HloInstruction* b, int64_t s
 
 // Merges a and b (sharing operand `side`); returns the merged dot.
 HloInstruction* Merge(HloComputation* comp, HloInstruction* a, HloInstruction* b, int64_t side) {
-  const int64_t nb = static_cast<int64_t>(a->dot_dims.lhs_batch.size());
-  const int64_t k = side == 0 ? a->dot_dims.rhs_contracting[0] : a->dot_dims.lhs_contracting[0];
+  const int64_t nb = static_cast<int64_t>(a->dot_dims().lhs_batch.size());
+  const int64_t k = side == 0 ? a->dot_dims().rhs_contracting[0] : a->dot_dims().lhs_contracting[0];
   const int64_t outer = k == nb ? nb + 1 : nb;
   HloInstruction* oa = a->operand(1 - side);
   HloInstruction* ob = b->operand(1 - side);
@@ -390,7 +390,7 @@ HloInstruction* Merge(HloComputation* comp, HloInstruction* a, HloInstruction* b
     for (int64_t i = 0; i < rank; ++i) {
       SliceDim sd{0, ms.dims[static_cast<size_t>(i)], 1};
       if (i == slice_dim) sd = SliceDim{start, start + d->shape().dims[static_cast<size_t>(i)], 1};
-      sl->slice.push_back(sd);
+      sl->mutable_slice()->push_back(sd);
     }
     start += d->shape().dims[static_cast<size_t>(slice_dim)];
     (void)d->ReplaceAllUsesWith(sl);

@@ -203,7 +203,7 @@ bool ForceEarliestSchedule(const json& config) {
 
 bool IsGemmCustomCall(const HloInstruction& instr) {
   if (instr.opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = instr.custom_call_target;
+  const std::string& t = instr.custom_call_target();
   return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
 }
 
@@ -211,7 +211,7 @@ int64_t CollectiveGroupSize(const HloInstruction& instr, int64_t num_partitions,
                             int64_t replica_count) {
   HloOpcode op = instr.opcode();
   if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
-    return static_cast<int64_t>(instr.source_target_pairs.size());
+    return static_cast<int64_t>(instr.source_target_pairs().size());
   }
   if (instr.replica_groups && !instr.replica_groups->groups.empty() &&
       !instr.replica_groups->groups[0].empty()) {
@@ -262,8 +262,8 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
       return c;
     case HloOpcode::kDot: {
       if (instr.operand_count() < 2) break;
-      GemmDims d = DimsFrom(instr.operand(0)->shape(), out, instr.dot_dims.lhs_batch,
-                            instr.dot_dims.lhs_contracting);
+      GemmDims d = DimsFrom(instr.operand(0)->shape(), out, instr.dot_dims().lhs_batch,
+                            instr.dot_dims().lhs_contracting);
       return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(out), &instr);
     }
     case HloOpcode::kAdd:
@@ -304,7 +304,7 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         }
         if (!found && lhs.rank() > 0) contracting = {lhs.rank() - 1};
         GemmDims d = DimsFrom(lhs, result, batch, contracting);
-        PrimitiveType t = instr.custom_call_target == "__cublas$lt$matmul$f8"
+        PrimitiveType t = instr.custom_call_target() == "__cublas$lt$matmul$f8"
                               ? PrimitiveType::F8E4M3FN
                               : WiderType(instr, 2);
         const HloInstruction* value = &instr;
@@ -316,7 +316,7 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         }
         return GemmCost(s, t, d, OperandBytes(instr) + ArrayBytes(result), value);
       }
-      if (IsFreeCustomCall(instr.custom_call_target)) {
+      if (IsFreeCustomCall(instr.custom_call_target())) {
         c.kind = CostKind::kPassThrough;
         return c;
       }
@@ -328,8 +328,8 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
       const double bytes = OperandBytes(instr) + ArrayBytes(out);
       if (const HloInstruction* dot = FindInComputation(fused, HloOpcode::kDot)) {
         if (dot->operand_count() >= 2) {
-          GemmDims d = DimsFrom(dot->operand(0)->shape(), dot->shape(), dot->dot_dims.lhs_batch,
-                                dot->dot_dims.lhs_contracting);
+          GemmDims d = DimsFrom(dot->operand(0)->shape(), dot->shape(), dot->dot_dims().lhs_batch,
+                                dot->dot_dims().lhs_contracting);
           return GemmCost(s, WiderType(*dot, 2), d, bytes, &instr);
         }
       }
@@ -384,10 +384,10 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         base = HloOpcode::kCollectivePermute;
       }
       if (op == HloOpcode::kRaggedAllToAll) base = HloOpcode::kAllToAll;
-      if (!instr.async_sugar.empty() && instr.async_sugar == "reduce-scatter") {
+      if (!instr.async_sugar().empty() && instr.async_sugar() == "reduce-scatter") {
         base = HloOpcode::kReduceScatter;
       }
-      if (!instr.async_sugar.empty() && instr.async_sugar == "all-to-all") {
+      if (!instr.async_sugar().empty() && instr.async_sugar() == "all-to-all") {
         base = HloOpcode::kAllToAll;
       }
       c.us = bytes > 0 ? CollectiveTimeUs(s, base, bytes, n) : 0;
@@ -395,8 +395,8 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
     }
     case HloOpcode::kAsyncStart: {
       // Sugared form (`reduce-scatter-start`): cost the wrapped collective on this instruction.
-      if (!instr.async_sugar.empty()) {
-        std::optional<HloOpcode> base = ParseHloOpcode(instr.async_sugar);
+      if (!instr.async_sugar().empty()) {
+        std::optional<HloOpcode> base = ParseHloOpcode(instr.async_sugar());
         if (base && IsCollective(*base)) {
           c.kind = CostKind::kComm;
           c.group = CollectiveGroupSize(instr, num_partitions, replica_count);

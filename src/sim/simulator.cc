@@ -90,7 +90,7 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
       if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
         permute += t.work;
         ++permutes;
-        if (ring == 0) ring = static_cast<int64_t>(t.instr->source_target_pairs.size());
+        if (ring == 0) ring = static_cast<int64_t>(t.instr->source_target_pairs().size());
       }
     }
     // The ring is the replica group the loop circulates over, not the permute's pair count when

@@ -14,7 +14,7 @@ namespace weave::spmd {
 namespace {
 
 bool IsTarget(const HloInstruction* h, std::string_view target) {
-  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target == target;
+  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target() == target;
 }
 
 bool StartsManual(const HloInstruction* h) {
@@ -113,7 +113,7 @@ InputFormReport DetectInputForm(const HloModule& m) {
     for (const HloInstruction* h : c->instructions()) {
       if (h->sharding) CollectDevices(*h->sharding, &device_sets);
       if (h->opcode() == HloOpcode::kCustomCall) {
-        const std::string& t = h->custom_call_target;
+        const std::string& t = h->custom_call_target();
         // CustomSPMDPartitioning: XLA's partitioner replaces it by the user's partitioned
         // program, so it only exists before partitioning.
         if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||

@@ -58,7 +58,7 @@ bool Contains(const std::vector<int64_t>& v, int64_t x) {
 }
 
 Space MakeSpace(const HloInstruction& dot) {
-  const DotDims& dd = dot.dot_dims;
+  const DotDims& dd = dot.dot_dims();
   Space s;
   const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
   s.nb = static_cast<int64_t>(dd.lhs_batch.size());
@@ -650,9 +650,9 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   HloInstruction* rhs = *r;
   if (!c_dims.empty()) {
     SpmdBuilder& b = cp.b();
-    lhs = b.MaskPadding(lhs, lreq, lg, h.dot_dims.lhs_contracting,
+    lhs = b.MaskPadding(lhs, lreq, lg, h.dot_dims().lhs_contracting,
                         b.ScalarConst(lg.element_type, 0));
-    rhs = b.MaskPadding(rhs, rreq, rg, h.dot_dims.rhs_contracting,
+    rhs = b.MaskPadding(rhs, rreq, rg, h.dot_dims().rhs_contracting,
                         b.ScalarConst(rg.element_type, 0));
   }
   HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), oreq), {lhs, rhs});

@@ -106,7 +106,7 @@ HloInstruction* SliceAlong(SpmdBuilder& b, HloInstruction* x, int64_t dim, int64
   HloInstruction* s = b.Add(HloOpcode::kSlice, Shape(x->shape().element_type, dims), {x}, "slice");
   for (size_t d = 0; d < dims.size(); ++d) {
     const int64_t lo = static_cast<int64_t>(d) == dim ? start : 0;
-    s->slice.push_back(SliceDim{lo, lo + dims[d], 1});
+    s->mutable_slice()->push_back(SliceDim{lo, lo + dims[d], 1});
   }
   return s;
 }
@@ -239,7 +239,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   for (int64_t d = 0; d < og.rank(); ++d) {
     if (g->pass_through[static_cast<size_t>(d)]) sizes[static_cast<size_t>(d)] = local_operand.dims[static_cast<size_t>(d)];
   }
-  for (auto& [key, value] : local->raw_attributes) {
+  for (auto& [key, value] : *local->mutable_raw_attributes()) {
     if (key == "slice_sizes") value = absl::StrCat("{", absl::StrJoin(sizes, ","), "}");
   }
   if (mask != nullptr) {

@@ -250,16 +250,16 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
   std::vector<bool> is_data(static_cast<size_t>(h.operand_count()), true);
   switch (op) {
     case HloOpcode::kSlice:
-      for (size_t d = 0; d < h.slice.size(); ++d) {
-        const SliceDim& s = h.slice[d];
+      for (size_t d = 0; d < h.slice().size(); ++d) {
+        const SliceDim& s = h.slice()[d];
         if (s.start != 0 || s.stride != 1 || s.limit != h.operand(0)->shape().dims[d]) {
           affected.push_back(static_cast<int64_t>(d));
         }
       }
       break;
     case HloOpcode::kPad:
-      for (size_t d = 0; d < h.padding.size(); ++d) {
-        const PadDim& p = h.padding[d];
+      for (size_t d = 0; d < h.padding().size(); ++d) {
+        const PadDim& p = h.padding()[d];
         if (p.lo != 0 || p.hi != 0 || p.interior != 0) affected.push_back(static_cast<int64_t>(d));
       }
       is_data[1] = false;
@@ -317,9 +317,9 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
   HloInstruction* local = cp.Clone(h, LocalShape(out, result), ops);
   if (op == HloOpcode::kSlice) {
     // Full slices of tiled dims cover the local extent.
-    for (size_t d = 0; d < local->slice.size(); ++d) {
+    for (size_t d = 0; d < local->slice().size(); ++d) {
       if (!Contains(affected, static_cast<int64_t>(d))) {
-        local->slice[d] = SliceDim{0, local->shape().dims[d], 1};
+        local->mutable_slice()->at(d) = SliceDim{0, local->shape().dims[d], 1};
       }
     }
   }
@@ -332,7 +332,7 @@ namespace {
 absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloInstruction& h,
                                         bool update) {
   const Shape& full = update ? h.shape() : h.operand(0)->shape();
-  const std::vector<int64_t>& part = update ? h.operand(1)->shape().dims : h.dynamic_slice_sizes;
+  const std::vector<int64_t>& part = update ? h.operand(1)->shape().dims : h.dynamic_slice_sizes();
   std::vector<int64_t> sliced;
   for (size_t d = 0; d < full.dims.size() && d < part.size(); ++d) {
     if (part[d] < full.dims[d]) sliced.push_back(static_cast<int64_t>(d));
@@ -359,7 +359,7 @@ absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloIns
   }
   const Shape local = LocalShape(h.shape(), *s);
   HloInstruction* x = cp.Clone(h, local, std::move(ops));
-  if (!update) x->dynamic_slice_sizes = local.dims;
+  if (!update) x->set_dynamic_slice_sizes(local.dims);
   return PValue{x, *s, h.shape()};
 }
 

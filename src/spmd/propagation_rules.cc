@@ -282,7 +282,7 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kDynamicSlice: {
       const Sharding& s = operand(0);
       std::optional<Sharding> r =
-          ReplicateDims(s, SlicedDims(h.operand(0)->shape().dims, h.dynamic_slice_sizes));
+          ReplicateDims(s, SlicedDims(h.operand(0)->shape().dims, h.dynamic_slice_sizes()));
       if (!r) return std::nullopt;
       return NonEmpty(*r);
     }
@@ -350,8 +350,8 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kRngBitGenerator:
       return Sharding::Broadcast(Sharding::Replicated(), shape);
     case HloOpcode::kCustomCall:
-      if (h.custom_call_target == "SPMDFullToShardShape" ||
-          h.custom_call_target == "SPMDShardToFullShape") {
+      if (h.custom_call_target() == "SPMDFullToShardShape" ||
+          h.custom_call_target() == "SPMDShardToFullShape") {
         return std::nullopt;
       }
       return Sharding::Broadcast(Sharding::Replicated(), shape);
@@ -405,7 +405,7 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
       return us;
     case HloOpcode::kDynamicSlice:
       if (i > 0) return Sharding::Replicated();
-      return ReplicateDims(us, SlicedDims(os.dims, user.dynamic_slice_sizes));
+      return ReplicateDims(us, SlicedDims(os.dims, user.dynamic_slice_sizes()));
     case HloOpcode::kDynamicUpdateSlice:
       if (i >= 2) return Sharding::Replicated();
       if (i == 0) return us;

@@ -53,8 +53,8 @@ std::optional<Match> MatchSlice(HloInstruction* ds, const HloModule& module, std
     return std::nullopt;
   }
   if (m.pad) {
-    for (size_t d = 0; d < m.pad->padding.size(); ++d) {
-      const PadDim& p = m.pad->padding[d];
+    for (size_t d = 0; d < m.pad->padding().size(); ++d) {
+      const PadDim& p = m.pad->padding()[d];
       if (p.lo != 0 || p.interior != 0 || p.hi < 0 ||
           (p.hi != 0 && static_cast<int64_t>(d) != m.dim)) {
         *why = absl::StrCat("pad '", m.pad->name(), "' is not a high-side pad of the sliced dim");

@@ -19,7 +19,7 @@ namespace {
 constexpr char kSdySharding[] = "xla.sdy.sharding";
 
 bool IsCall(const HloInstruction* h, std::string_view target) {
-  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target == target;
+  return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target() == target;
 }
 
 absl::Status Error(const HloInstruction* h, absl::string_view what) {
@@ -99,7 +99,7 @@ HloInstruction* AddCustomCall(HloComputation* c, const Shape& shape, HloInstruct
                               const std::string& target, const HloSharding& sharding,
                               const std::string& name) {
   HloInstruction* h = c->AddInstruction(HloOpcode::kCustomCall, shape, {operand}, name);
-  h->custom_call_target = target;
+  h->set_custom_call_target(target);
   h->sharding = sharding;
   return h;
 }
@@ -236,11 +236,9 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
       const bool under_root = c == entry && h->user_count() == 1 && h->users()[0] == root &&
                               root->opcode() == HloOpcode::kTuple && !h->IsRoot();
       if (!under_root) {
-        h->custom_call_target = "Sharding";
-        h->raw_attributes.erase(
-            std::remove_if(h->raw_attributes.begin(), h->raw_attributes.end(),
-                           [](const auto& a) { return a.first == "custom_call_has_side_effect"; }),
-            h->raw_attributes.end());
+        h->set_custom_call_target("Sharding");
+        std::erase_if(*h->mutable_raw_attributes(),
+                      [](const auto& a) { return a.first == "custom_call_has_side_effect"; });
         continue;
       }
       // Fold into the root's tuple sharding.

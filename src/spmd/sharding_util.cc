@@ -25,7 +25,7 @@ bool Contains(const std::vector<int64_t>& v, int64_t x) {
 
 // The dot's non-contracting, non-batch dims of operand `operand`, ascending.
 std::vector<int64_t> NonContracting(const HloInstruction& dot, int64_t operand) {
-  const DotDims& dd = dot.dot_dims;
+  const DotDims& dd = dot.dot_dims();
   const std::vector<int64_t>& batch = operand == 0 ? dd.lhs_batch : dd.rhs_batch;
   const std::vector<int64_t>& contr = operand == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   std::vector<int64_t> nc;
@@ -37,7 +37,7 @@ std::vector<int64_t> NonContracting(const HloInstruction& dot, int64_t operand) 
 
 // Output dim of each operand dim (-1 for contracting dims).
 std::vector<int64_t> OperandToOutputDims(const HloInstruction& dot, int64_t operand) {
-  const DotDims& dd = dot.dot_dims;
+  const DotDims& dd = dot.dot_dims();
   const std::vector<int64_t>& batch = operand == 0 ? dd.lhs_batch : dd.rhs_batch;
   std::vector<int64_t> map(static_cast<size_t>(dot.operand(operand)->shape().rank()), -1);
   for (size_t i = 0; i < batch.size(); ++i) map[static_cast<size_t>(batch[i])] = static_cast<int64_t>(i);
@@ -229,7 +229,7 @@ std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding
   if (!out.IsTiled() && !out.IsReplicated()) return std::nullopt;
   if (out.IsTiled() && !OnlyReplicatedSubgroups(out)) return std::nullopt;
   const std::vector<int64_t> map = OperandToOutputDims(dot, operand);
-  const DotDims& dd = dot.dot_dims;
+  const DotDims& dd = dot.dot_dims();
   const std::vector<int64_t>& own_c = operand == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   const std::vector<int64_t>& other_c = operand == 0 ? dd.rhs_contracting : dd.lhs_contracting;
   const int64_t rank = dot.operand(operand)->shape().rank();

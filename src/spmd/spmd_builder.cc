@@ -68,7 +68,7 @@ HloInstruction* SpmdBuilder::TableLookup(const std::vector<int64_t>& table) {
     HloInstruction* t = Constant(Literal::Vector(PrimitiveType::S32, table));
     HloInstruction* ds = Add(HloOpcode::kDynamicSlice, Shape(PrimitiveType::S32, {1}),
                              {t, PartitionId()}, "dynamic-slice");
-    ds->dynamic_slice_sizes = {1};
+    ds->set_dynamic_slice_sizes({1});
     out = Add(HloOpcode::kReshape, Shape::Scalar(PrimitiveType::S32), {ds}, "offset");
   }
   tables_[table] = out;
@@ -105,7 +105,7 @@ HloInstruction* SpmdBuilder::Transpose(HloInstruction* x, const std::vector<int6
 HloInstruction* SpmdBuilder::Slice(HloInstruction* x, const std::vector<int64_t>& limits) {
   if (x->shape().dims == limits) return x;
   HloInstruction* s = Add(HloOpcode::kSlice, Shape(x->shape().element_type, limits), {x}, "slice");
-  for (int64_t l : limits) s->slice.push_back(SliceDim{0, l, 1});
+  for (int64_t l : limits) s->mutable_slice()->push_back(SliceDim{0, l, 1});
   return s;
 }
 
@@ -114,7 +114,7 @@ HloInstruction* SpmdBuilder::PadHigh(HloInstruction* x, const std::vector<int64_
   HloInstruction* zero = ScalarConst(x->shape().element_type, 0);
   HloInstruction* p = Add(HloOpcode::kPad, Shape(x->shape().element_type, dims), {x, zero}, "pad");
   for (size_t d = 0; d < dims.size(); ++d) {
-    p->padding.push_back(PadDim{0, dims[d] - x->shape().dims[d], 0});
+    p->mutable_padding()->push_back(PadDim{0, dims[d] - x->shape().dims[d], 0});
   }
   return p;
 }
@@ -128,7 +128,7 @@ HloInstruction* SpmdBuilder::DynamicSlice(HloInstruction* x,
   HloInstruction* ds =
       Add(HloOpcode::kDynamicSlice, Shape(x->shape().element_type, sizes), std::move(ops),
           "dynamic-slice");
-  ds->dynamic_slice_sizes = sizes;
+  ds->set_dynamic_slice_sizes(sizes);
   return ds;
 }
 
@@ -209,7 +209,7 @@ HloInstruction* SpmdBuilder::CollectivePermute(
     HloInstruction* x, const std::vector<std::pair<int64_t, int64_t>>& pairs) {
   HloInstruction* p = Add(HloOpcode::kCollectivePermute, x->shape(), {x}, "collective-permute");
   p->channel_id = ctx_->next_channel_id++;
-  p->source_target_pairs = pairs;
+  p->set_source_target_pairs(pairs);
   return p;
 }
 

@@ -20,7 +20,7 @@ const Sharding& ReplicatedSharding() {
 }
 
 bool IsCall(const HloInstruction& h, std::string_view target) {
-  return h.opcode() == HloOpcode::kCustomCall && h.custom_call_target == target;
+  return h.opcode() == HloOpcode::kCustomCall && h.custom_call_target() == target;
 }
 
 absl::Status CheckDevices(const Sharding& s, int64_t n, const HloInstruction& h) {
@@ -296,7 +296,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
         // global value in its (target) sharding, whose local shape is the manual shape.
         return PValue{c, target, h.shape()};
       }
-      return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target,
+      return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target(),
                                         "\" has no partitioning rule"));
     }
     case HloOpcode::kPartitionId:
@@ -390,7 +390,7 @@ absl::Status CheckDeclinedCalls(const HloModule& module) {
           op_name = h->metadata.substr(p + 9, e == std::string::npos ? std::string::npos : e - p - 9);
         }
         declined.push_back(absl::StrCat("'", h->name(), "' (custom_call_target=\"",
-                                        h->custom_call_target, "\", op_name=\"", op_name, "\")"));
+                                        h->custom_call_target(), "\", op_name=\"", op_name, "\")"));
       }
     }
   }

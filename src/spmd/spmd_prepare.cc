@@ -18,7 +18,7 @@ bool IsManualBody(const HloComputation* c) {
 
 bool IsIdentityCall(const HloInstruction* h) {
   if (h->opcode() != HloOpcode::kCustomCall || h->operand_count() != 1) return false;
-  const std::string& t = h->custom_call_target;
+  const std::string& t = h->custom_call_target();
   return (t == "annotate_device_placement" || t == "MoveToHost" || t == "MoveToDevice" ||
           t == "xla.sdy.PropagationBarrier") &&
          h->shape().Compatible(h->operand(0)->shape());
@@ -68,7 +68,7 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
         ++identities;
         continue;
       }
-      if (h->opcode() != HloOpcode::kCustomCall || h->custom_call_target != "Sharding" ||
+      if (h->opcode() != HloOpcode::kCustomCall || h->custom_call_target() != "Sharding" ||
           h->operand_count() != 1) {
         continue;
       }

@@ -51,7 +51,7 @@ const HloInstruction* CollectiveAttributes(const HloInstruction* v) {
   }
   const HloInstruction* s = AsyncStartOf(const_cast<HloInstruction*>(v));
   if (s == nullptr) return nullptr;
-  if (s->opcode() != HloOpcode::kAsyncStart || !s->async_sugar.empty()) return s;
+  if (s->opcode() != HloOpcode::kAsyncStart || !s->async_sugar().empty()) return s;
   // Unsugared: the wrapped computation's root, a collective of the computation's parameters.
   if (s->called_computations().empty()) return nullptr;
   const HloComputation* c = s->called_computations()[0];
@@ -73,7 +73,7 @@ HloOpcode CollectiveKind(const HloInstruction* v) {
     case HloOpcode::kAllReduceStart:
       return HloOpcode::kAllReduce;
     case HloOpcode::kAsyncStart: {
-      std::optional<HloOpcode> op = ParseHloOpcode(a->async_sugar);
+      std::optional<HloOpcode> op = ParseHloOpcode(a->async_sugar());
       return op ? *op : HloOpcode::kTuple;
     }
     default:

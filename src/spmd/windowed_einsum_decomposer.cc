@@ -117,7 +117,7 @@ void AddAgSeeds(const HloInstruction* dot, const windowed_einsum::GatheredChain&
           }
         }
       } else if (u->opcode() == HloOpcode::kCustomCall &&
-                 absl::StartsWith(u->custom_call_target, "__cublas")) {
+                 absl::StartsWith(u->custom_call_target(), "__cublas")) {
         // A GEMM already rewritten to cuBLAS (compiling a compiled module again) that reads the
         // gathered value: no candidate, but its time is the module's in both variants.
         add(u);

@@ -61,7 +61,7 @@ HloInstruction* Emitter::Permute(HloInstruction* v, std::vector<std::pair<int64_
                                  int64_t channel, const std::string& name) {
   HloInstruction* p = Add(HloOpcode::kCollectivePermute, v->shape(), {v}, name);
   p->channel_id = channel;
-  p->source_target_pairs = std::move(pairs);
+  p->set_source_target_pairs(std::move(pairs));
   return p;
 }
 
@@ -70,7 +70,7 @@ HloInstruction* Emitter::TableLookup(HloInstruction* table, HloInstruction* inde
   PrimitiveType t = table->shape().element_type;
   HloInstruction* ds =
       Add(HloOpcode::kDynamicSlice, Shape(t, {1}), {table, index}, absl::StrCat(name, ".ds"));
-  ds->dynamic_slice_sizes = {1};
+  ds->set_dynamic_slice_sizes({1});
   return Add(HloOpcode::kReshape, Shape::Scalar(t), {ds}, name);
 }
 
@@ -81,7 +81,7 @@ HloInstruction* Emitter::DynamicSlice(HloInstruction* v, std::vector<HloInstruct
   std::vector<HloInstruction*> ops = {v};
   ops.insert(ops.end(), offsets.begin(), offsets.end());
   HloInstruction* ds = Add(HloOpcode::kDynamicSlice, s, std::move(ops), name);
-  ds->dynamic_slice_sizes = std::move(sizes);
+  ds->set_dynamic_slice_sizes(std::move(sizes));
   return ds;
 }
 
@@ -95,11 +95,11 @@ HloInstruction* Emitter::Dus(HloInstruction* buf, HloInstruction* upd,
 HloInstruction* Emitter::DotLike(const HloInstruction& proto, HloInstruction* lhs,
                                  HloInstruction* rhs, const Shape& shape, const std::string& name) {
   HloInstruction* d = Add(HloOpcode::kDot, shape, {lhs, rhs}, name);
-  d->dot_dims = proto.dot_dims;
-  d->operand_precision = proto.operand_precision;
+  d->set_dot_dims(proto.dot_dims());
+  d->set_operand_precision(proto.operand_precision());
   d->metadata = proto.metadata;
   d->frontend_attributes = proto.frontend_attributes;
-  d->raw_attributes = proto.raw_attributes;
+  d->set_raw_attributes(proto.raw_attributes());
   return d;
 }
 

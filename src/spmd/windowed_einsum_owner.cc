@@ -73,7 +73,7 @@ int64_t PlacedDim(const HloInstruction* dot, int64_t wi) {
     if (off->opcode() != HloOpcode::kConstant || !off->literal || off->literal->elided) return true;
     return off->literal->GetAsInt(0) != 0;
   };
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   const auto& wc = wi == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   const auto& oc = wi == 0 ? dd.rhs_contracting : dd.lhs_contracting;
   const HloInstruction* other = dot->operand(1 - wi);
@@ -183,7 +183,7 @@ std::string CheckServes(DecomposerContext& ctx, HloInstruction* w, int64_t wi, H
   auto ring = AnalyzePartitionRing(*attrs, ctx.num_partitions, ctx.module->replica_count);
   if (!ring.ok()) return std::string(ring.status().message());
   std::vector<std::pair<int64_t, int64_t>> want = ring->ShiftPairs(-1);
-  std::vector<std::pair<int64_t, int64_t>> have = cp->source_target_pairs;
+  std::vector<std::pair<int64_t, int64_t>> have = cp->source_target_pairs();
   std::sort(have.begin(), have.end());
   if (have != want) {
     return absl::StrCat("loop '", w->name(),
@@ -400,7 +400,7 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
            static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
     // FLOPs: 2 x output elements x contracted size.
-    for (int64_t c : u->dot_dims.lhs_contracting) {
+    for (int64_t c : u->dot_dims().lhs_contracting) {
       r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);
     }
     ranks.push_back(r);

@@ -141,7 +141,7 @@ bool CheckThreshold(const DecomposerContext& ctx, const HloInstruction* counted,
 // Maps scattered output dim `d` of `dot` to (side, operand dim). A batch dim maps to both
 // operands: side 2, *dim the lhs batch dim, *dim2 the rhs one.
 bool MapOutputDim(const HloInstruction* dot, int64_t d, int* side, int64_t* dim, int64_t* dim2) {
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   int64_t nb = static_cast<int64_t>(dd.lhs_batch.size());
   if (d < nb) {
     if (dd.rhs_batch.size() != dd.lhs_batch.size()) return false;
@@ -233,7 +233,7 @@ bool ClassifyGatheredDim(AgPlan& p, std::string* why) {
   const int side = p.side;
   const int64_t n = p.ring.size();
   const int64_t d = p.gathered_dim;
-  const DotDims& dd = dot->dot_dims;
+  const DotDims& dd = dot->dot_dims();
   const auto& batch = side == 0 ? dd.lhs_batch : dd.rhs_batch;
   const auto& contr = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
   const auto& other_contr = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;

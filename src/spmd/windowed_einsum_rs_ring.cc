@@ -156,7 +156,7 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
     std::vector<HloInstruction*> blocks = {own};
     blocks.insert(blocks.end(), received.begin(), received.end());
     sum = b.Add(HloOpcode::kFusion, acc_shape, blocks, "sum_blocks");
-    sum->fusion_kind = "kLoop";
+    sum->set_fusion_kind("kLoop");
     sum->mutable_called_computations()->push_back(adder);
   }
   HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
@@ -178,7 +178,7 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
 
   Emitter e(comp);
   HloInstruction* buffer = e.Add(HloOpcode::kCustomCall, acc_shape, {}, "windowed_result_buffer");
-  buffer->custom_call_target = "AllocateBuffer";
+  buffer->set_custom_call_target("AllocateBuffer");
   HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
   std::vector<HloInstruction*> init_ops = {carried[0].value, carried[1].value, buffer, k0};
   for (int s = 0; s < 2; ++s) {

@@ -180,9 +180,9 @@ void RunStats(const std::string& input, bool json, int* exit_code) {
         total_bytes += cost->bytes;
         collectives.push_back({{"name", i->name()},
                                {"computation", c->name()},
-                               {"opcode", i->async_sugar.empty()
+                               {"opcode", i->async_sugar().empty()
                                               ? std::string(HloOpcodeString(i->opcode()))
-                                              : i->async_sugar + "-start"},
+                                              : i->async_sugar() + "-start"},
                                {"shape", i->shape().ToString(false)},
                                {"group_size", cost->group_size},
                                {"bytes_per_partition", cost->bytes}});

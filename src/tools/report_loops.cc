@@ -62,7 +62,7 @@ bool IsRingReduceScatter(const std::vector<HloInstruction*>& order,
     if (!dep_gemm[p->operand(0)] || dep_perm[p->operand(0)]) return false;
     // A permutation of its partitions that moves every one of them (the block goes to its owner).
     std::set<int64_t> from, to;
-    for (const auto& [s, d] : p->source_target_pairs) {
+    for (const auto& [s, d] : p->source_target_pairs()) {
       if (s == d || !from.insert(s).second || !to.insert(d).second) return false;
     }
     if (from != to) return false;
@@ -91,7 +91,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
         PrimitiveType t = FirstArrayType(i->operand(0)->shape());
         if (t != PrimitiveType::kInvalid) wire.insert(std::string(PrimitiveTypeName(t)));
       }
-      for (const auto& [s, d] : i->source_target_pairs) {
+      for (const auto& [s, d] : i->source_target_pairs()) {
         rings.Union(s, d);
         if (first_device < 0) first_device = s;
       }

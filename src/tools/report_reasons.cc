@@ -262,7 +262,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   std::set<const HloComputation*> wrapped;
   for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* i : c->instructions()) {
-      if (i->opcode() != HloOpcode::kAsyncStart || !i->async_sugar.empty()) continue;
+      if (i->opcode() != HloOpcode::kAsyncStart || !i->async_sugar().empty()) continue;
       for (const HloComputation* w : i->called_computations()) wrapped.insert(w);
     }
   }
@@ -274,7 +274,7 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
       std::string_view base = CollectiveBaseName(*i);
       const HloInstruction* wrapped_root = nullptr;
-      if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar.empty() &&
+      if (base.empty() && i->opcode() == HloOpcode::kAsyncStart && i->async_sugar().empty() &&
           !i->called_computations().empty() && i->called_computations()[0]->root() != nullptr) {
         wrapped_root = i->called_computations()[0]->root();
         base = CollectiveBaseName(*wrapped_root);

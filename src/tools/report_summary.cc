@@ -52,7 +52,7 @@ std::string_view CollectiveBaseName(const HloInstruction& instr) {
       for (std::string_view base : {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                                     "ragged-all-to-all", "collective-permute",
                                     "collective-broadcast"}) {
-        if (instr.async_sugar == base) return base;
+        if (instr.async_sugar() == base) return base;
       }
       return "";
     default:
@@ -123,18 +123,18 @@ void CollectInline(const HloComputation* c, std::vector<const HloInstruction*>* 
 
 bool IsGemmCustomCall(const HloInstruction& instr) {
   if (instr.opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = instr.custom_call_target;
+  const std::string& t = instr.custom_call_target();
   return t == kFp8GemmTarget || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
 }
 
 bool IsFp8GemmCustomCall(const HloInstruction& instr) {
-  return instr.opcode() == HloOpcode::kCustomCall && instr.custom_call_target == kFp8GemmTarget;
+  return instr.opcode() == HloOpcode::kCustomCall && instr.custom_call_target() == kFp8GemmTarget;
 }
 
 int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group) {
   const std::string_view base = CollectiveBaseName(instr);
   if (base.empty() || instr.operand_count() == 0) return 0;
-  if (IsPermute(instr) && instr.source_target_pairs.empty()) return 0;
+  if (IsPermute(instr) && instr.source_target_pairs().empty()) return 0;
   // The shared accounting of analysis/cost.h (the same numbers `weave stats` prints); it has no
   // formula for collective-broadcast, and takes the module's sizes for empty replica groups.
   if (std::optional<CollectiveCost> c = CollectiveBytes(instr); c.has_value()) return c->bytes;

@@ -28,7 +28,7 @@ bool IsDataCollective(const HloInstruction* i) {
     case HloOpcode::kAllGather:
     case HloOpcode::kAllToAll:
     case HloOpcode::kCollectivePermute:
-      return i->operand_count() == 1 && i->shape().IsArray() && i->async_sugar.empty();
+      return i->operand_count() == 1 && i->shape().IsArray() && i->async_sugar().empty();
     default:
       return false;
   }
@@ -65,7 +65,7 @@ class RingReversed : public HloPass {
     for (HloComputation* body : WhileBodies(module)) {
       for (HloInstruction* i : body->instructions()) {
         if (i->opcode() != HloOpcode::kCollectivePermute) continue;
-        for (auto& [s, t] : i->source_target_pairs) std::swap(s, t);
+        for (auto& [s, t] : *i->mutable_source_target_pairs()) std::swap(s, t);
         changed = true;
       }
     }

@@ -45,8 +45,8 @@ TEST(DotMerger, MergesPlainDotsButNotFp8) {
   ASSERT_EQ(root->operand(0)->opcode(), HloOpcode::kSlice);
   const HloInstruction* merged = root->operand(0)->operand(0);
   EXPECT_EQ(merged->shape().dims, (std::vector<int64_t>{8, 16}));
-  EXPECT_EQ(root->operand(1)->slice[1].start, 4);
-  EXPECT_EQ(root->operand(1)->slice[1].limit, 16);
+  EXPECT_EQ(root->operand(1)->slice()[1].start, 4);
+  EXPECT_EQ(root->operand(1)->slice()[1].limit, 16);
   bool refused_fp8 = false;
   for (const Remark& rm : r.remarks) {
     refused_fp8 |= rm.location == "d2" && !rm.applied &&

@@ -276,7 +276,7 @@ TEST(GemmFlopsTest, ContractingDimsAsTheJsonDocumentSaysOverTrickyConfigs) {
     HloInstruction* b = e->AddParameter(Shape(PrimitiveType::F32, {6, 14, 3}), "b");
     HloInstruction* gemm = e->AddInstruction(HloOpcode::kCustomCall,
                                              Shape(PrimitiveType::F32, {6, 10, 3}), {a, b});
-    gemm->custom_call_target = "__cublas$gemm";
+    gemm->set_custom_call_target("__cublas$gemm");
     gemm->backend_config = config;
     EXPECT_EQ(GemmFlops(*gemm), by_document(config)) << config;
     EXPECT_EQ(GemmFlops(*gemm), by_document(config)) << config << " (again)";
