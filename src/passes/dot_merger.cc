@@ -11,6 +11,7 @@
 #include "analysis/dequantize.h"
 #include "nlohmann/json.hpp"
 #include "passes/fp8_operand.h"
+#include "passes/gpu_backend_config.h"
 
 namespace weave {
 namespace {
@@ -104,17 +105,10 @@ std::string StreamAnnotation(const HloInstruction* dot) {
   }
   const nlohmann::json j = nlohmann::json::parse(cfg, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return "";
-  auto q = j.find("operation_queue_id");
-  if (q != j.end()) {
-    std::string text;
-    if (q->is_string()) {
-      text = q->get<std::string>();
-    } else if (q->is_number_integer() || q->is_number_unsigned()) {
-      text = std::to_string(q->get<int64_t>());
-    }
-    if (!text.empty() && text.find_first_not_of('0') != std::string::npos) {
-      return absl::StrCat("operation_queue_id=", text);
-    }
+  // The queue as the passes that assign streams read it (a value that is no decimal integer, such
+  // as "12abc", is the main stream there, so it pins nothing here either).
+  if (const int64_t q = OperationQueueId(*dot); q != 0) {
+    return absl::StrCat("operation_queue_id=", q);
   }
   auto f = j.find("force_earliest_schedule");
   if (f != j.end() && f->is_boolean() && f->get<bool>()) return "force_earliest_schedule=true";

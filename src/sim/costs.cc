@@ -183,13 +183,6 @@ json BackendConfig(const HloInstruction& instr) {
   return json::parse(instr.backend_config, nullptr, /*allow_exceptions=*/false);
 }
 
-int64_t OperationQueueId(const json& config) {
-  if (!config.is_object()) return 0;
-  auto it = config.find("operation_queue_id");
-  if (it == config.end()) return 0;
-  return JsonInt(*it).value_or(0);
-}
-
 std::vector<int64_t> WaitOnOperationQueues(const json& config) {
   if (!config.is_object()) return {};
   return JsonIntList(config, "wait_on_operation_queues");

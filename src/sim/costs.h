@@ -58,8 +58,8 @@ const HloInstruction* FoldingAddOfGemm(const HloInstruction* gemm);
 
 // The backend_config JSON of an instruction (a discarded value when absent or not JSON).
 nlohmann::json BackendConfig(const HloInstruction& instr);
-// `operation_queue_id` (0 = the main stream).
-int64_t OperationQueueId(const nlohmann::json& config);
+// (`operation_queue_id`: read with weave::OperationQueueId, passes/gpu_backend_config.h, as the
+// passes that assign streams read it.)
 // `wait_on_operation_queues` ids.
 std::vector<int64_t> WaitOnOperationQueues(const nlohmann::json& config);
 // `force_earliest_schedule`.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gpu/windowed_loop.h"
+#include "passes/gpu_backend_config.h"
 
 namespace weave::sim::internal {
 
@@ -36,7 +37,8 @@ const InstrInfo& Expander::Info(const HloInstruction* instr) {
   InstrInfo info;
   info.cost = internal::CostOf(*instr, sys_, module_.num_partitions, module_.replica_count);
   nlohmann::json cfg = internal::BackendConfig(*instr);
-  info.queue = internal::OperationQueueId(cfg);
+  // The stream as every pass that assigns streams reads it (passes/gpu_backend_config.h).
+  info.queue = OperationQueueId(*instr);
   info.waits = internal::WaitOnOperationQueues(cfg);
   info.force_earliest = internal::ForceEarliestSchedule(cfg);
   return info_.emplace(instr, std::move(info)).first->second;

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 #include "pass_test_util.h"
 
@@ -172,12 +173,31 @@ TEST(DotMerger, KeepsDotsWithAStreamAnnotation) {
 }
 
 TEST(DotMerger, MergesDotsOnTheMainStream) {
-  // operation_queue_id 0 is the main stream: no pin, the pair merges.
-  auto m = Parse(StreamModule(R"({"operation_queue_id":"0","wait_on_operation_queues":[]})"));
+  // operation_queue_id 0 is the main stream: no pin, the pair merges. So is a queue id that is no
+  // decimal integer ("12abc", "-4", a float): the handler and the simulator read those as queue
+  // 0 (OperationQueueId, passes/gpu_backend_config.h), and the merger reads them the same way.
+  for (const char* cfg : {R"({"operation_queue_id":"0","wait_on_operation_queues":[]})",
+                          R"({"operation_queue_id":"12abc"})", R"({"operation_queue_id":"-4"})",
+                          R"({"operation_queue_id":3.0})"}) {
+    SCOPED_TRACE(cfg);
+    auto m = Parse(StreamModule(cfg));
+    ASSERT_NE(m, nullptr);
+    const HloInstruction* d1 = m->entry()->GetInstruction("d1");
+    ASSERT_NE(d1, nullptr);
+    EXPECT_EQ(OperationQueueId(*d1), 0);
+    PassRun r = RunPass(m.get(), "dot-merger");
+    EXPECT_TRUE(r.changed);
+    EXPECT_EQ(Count(*m, HloOpcode::kDot), 1);
+  }
+}
+
+TEST(DotMerger, StreamRemarkGivesTheQueueAsRead) {
+  // A queue written with leading zeros is that queue: the remark gives the number it reads.
+  auto m = Parse(StreamModule(R"({"operation_queue_id":"007"})"));
   ASSERT_NE(m, nullptr);
   PassRun r = RunPass(m.get(), "dot-merger");
-  EXPECT_TRUE(r.changed);
-  EXPECT_EQ(Count(*m, HloOpcode::kDot), 1);
+  EXPECT_FALSE(r.changed);
+  EXPECT_TRUE(HasMissed(r, "d1", "stream annotation (backend_config operation_queue_id=7)"));
 }
 
 }  // namespace

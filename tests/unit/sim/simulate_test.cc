@@ -320,6 +320,27 @@ ENTRY main {
   EXPECT_WITHIN(r.total_us, 2 * gemm + neg_us, 0.01);
 }
 
+TEST(SimulateTest, ReadsQueueIdsAsThePassesDo) {
+  // A queue id that is no decimal integer (signed, a float, trailing letters) is the main stream,
+  // as the handler and the dot-merger read it (OperationQueueId, passes/gpu_backend_config.h):
+  // the simulator opens no stream for it.
+  const std::string text = R"(
+HloModule odd_queues, num_partitions=8
+ENTRY main {
+  a = bf16[4096,8192] parameter(0)
+  b = bf16[8192,2048] parameter(1)
+  d1 = bf16[4096,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":"-4"}
+  d2 = bf16[4096,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":3.0}
+  d3 = bf16[4096,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":" 5"}
+  d4 = bf16[4096,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":"6"}
+  ROOT t = (bf16[4096,2048], bf16[4096,2048], bf16[4096,2048], bf16[4096,2048]) tuple(d1, d2, d3, d4)
+})";
+  SimOptions o = Ideal(true);
+  SimResult r = Simulate(text, H100(), o);
+  ASSERT_EQ(r.stream_names.size(), 3u);  // compute, comm, queue6
+  EXPECT_EQ(r.stream_names[2], "compute:queue6");
+}
+
 TEST(SimulateTest, ForceEarliestScheduleIssuesFirst) {
   const std::string text = R"(
 HloModule earliest, num_partitions=8
