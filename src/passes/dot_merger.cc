@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
-#include "nlohmann/json.hpp"
 #include "passes/fp8_operand.h"
 #include "passes/gpu_backend_config.h"
 
@@ -92,7 +91,9 @@ const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
 }
 
 // The stream annotation of `dot`'s backend_config that pins it (empty: none): a non-zero
-// "operation_queue_id" (a JSON string or integer) or "force_earliest_schedule": true.
+// "operation_queue_id" or "force_earliest_schedule": true, both read by the backend-config editor
+// (passes/gpu_backend_config.h) as the passes that assign streams read them: a queue id that is
+// no decimal integer (such as "12abc") is the main stream there, so it pins nothing here either.
 std::string StreamAnnotation(const HloInstruction* dot) {
   const std::string& cfg = dot->backend_config;
   if (cfg.empty() || cfg[0] != '{') return "";
@@ -103,15 +104,14 @@ std::string StreamAnnotation(const HloInstruction* dot) {
       cfg.find("force_earliest_schedule") == std::string::npos) {
     return "";
   }
-  const nlohmann::json j = nlohmann::json::parse(cfg, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
-  // The queue as the passes that assign streams read it (a value that is no decimal integer, such
-  // as "12abc", is the main stream there, so it pins nothing here either).
-  if (const int64_t q = OperationQueueId(*dot); q != 0) {
+  // Reading the stream fields does not depend on the schema version.
+  absl::StatusOr<GpuBackendConfigEditor> config =
+      GpuBackendConfigEditor::Of(*dot, XlaBackendConfigVersion::k2026);
+  if (!config.ok()) return "";
+  if (const int64_t q = config->operation_queue_id(); q != 0) {
     return absl::StrCat("operation_queue_id=", q);
   }
-  auto f = j.find("force_earliest_schedule");
-  if (f != j.end() && f->is_boolean() && f->get<bool>()) return "force_earliest_schedule=true";
+  if (config->force_earliest_schedule()) return "force_earliest_schedule=true";
   return "";
 }
 
