@@ -87,6 +87,14 @@ struct CostQuery {
   // idle SMs from several streams is a model claim without a measurement. GEMMs of a wave or
   // more keep their streams (filling each other's last wave is what rows C1/C2 calibrate).
   bool one_stream_bound = false;
+  // Optional: a topological index of the seeds' computation (an instruction's index is above
+  // every indexed instruction it reads, directly or through unindexed ones), -1 for an
+  // instruction it does not index. When it indexes every seed, the region's walk for paths
+  // between seeds (sim/cost_gate.h) does not go on above an instruction below the lowest seed's
+  // index, which no seed reaches: the region is the same, found in what lies between the seeds
+  // rather than in everything kPathDepth steps upstream. The windowed einsum decomposer gives
+  // its sweep's index (DecomposerContext::position).
+  std::function<int64_t(const HloInstruction*)> topological_index;
 
   // The usual two-variant query: {"without", no rewrite} and {with_label, rewrite, options}.
   static CostQuery WithOrWithout(std::string pass, std::string location, std::string what,

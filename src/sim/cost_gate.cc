@@ -145,7 +145,9 @@ namespace {
 // The region's text (CostRegionText) or, with `key` set, its key (CostRegionKey, but for the
 // queue ids): the same text printed in the printer's canonical-names mode
 // (hlo/instruction_text.h), with the entry and its root under names no other name can take.
-absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>& seeds, bool key) {
+absl::StatusOr<std::string> RegionText(
+    const std::vector<const HloInstruction*>& seeds, bool key,
+    const std::function<int64_t(const HloInstruction*)>& topological_index) {
   if (seeds.empty() || seeds[0] == nullptr) {
     return absl::InvalidArgumentError("no instructions in the candidate");
   }
@@ -166,6 +168,27 @@ absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>&
   // of its seeds), so a query costs what the candidate touches, not the computation.
   // The backward walk visits some hundred times the region (everything within kPathDepth
   // upstream): its marks are bytes by unique id, not a hash set.
+  // With a topological index of every seed, an instruction below the lowest seed's index is
+  // reached from no seed, and neither is anything above it that it reads: the walk marks it (it
+  // may be a path's end only if a seed reaches it, which none does) and goes no further. A
+  // node a seed reaches has its every path to a seed through nodes that seed reaches, none of
+  // them cut, so its depth and the forward walk's result are as without the index.
+  int64_t floor = -1;
+  if (topological_index != nullptr) {
+    for (const HloInstruction* s : seeds) {
+      const int64_t p = topological_index(s);
+      if (p < 0) {
+        floor = -1;
+        break;
+      }
+      floor = floor < 0 ? p : std::min(floor, p);
+    }
+  }
+  auto below_every_seed = [&](const HloInstruction* o) {
+    if (floor < 0) return false;
+    const int64_t p = topological_index(o);
+    return p >= 0 && p < floor;
+  };
   IdMarks bwd;
   {
     std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
@@ -173,7 +196,7 @@ absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>&
       next.clear();
       for (const HloInstruction* i : level) {
         for (const HloInstruction* o : i->operands()) {
-          if (bwd.Insert(o)) next.push_back(o);
+          if (bwd.Insert(o) && !below_every_seed(o)) next.push_back(o);
         }
       }
       level.swap(next);
@@ -379,8 +402,10 @@ absl::StatusOr<std::string> RegionText(const std::vector<const HloInstruction*>&
 
 }  // namespace
 
-absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds) {
-  return RegionText(seeds, /*key=*/false);
+absl::StatusOr<std::string> CostRegionText(
+    const std::vector<const HloInstruction*>& seeds,
+    const std::function<int64_t(const HloInstruction*)>& topological_index) {
+  return RegionText(seeds, /*key=*/false, topological_index);
 }
 
 absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text) {
@@ -474,8 +499,10 @@ std::string RankQueueIds(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::string> CostRegionKey(const std::vector<const HloInstruction*>& seeds) {
-  absl::StatusOr<std::string> printed = RegionText(seeds, /*key=*/true);
+absl::StatusOr<std::string> CostRegionKey(
+    const std::vector<const HloInstruction*>& seeds,
+    const std::function<int64_t(const HloInstruction*)>& topological_index) {
+  absl::StatusOr<std::string> printed = RegionText(seeds, /*key=*/true, topological_index);
   if (!printed.ok()) return printed.status();
   return RankQueueIds(*printed);
 }
@@ -557,7 +584,7 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
 
 absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
   // The region's key (CostRegionKey); its text is printed only when it is parsed.
-  absl::StatusOr<std::string> region_key = CostRegionKey(query.seeds);
+  absl::StatusOr<std::string> region_key = CostRegionKey(query.seeds, query.topological_index);
   if (!region_key.ok()) return region_key.status();
   std::string pass_key = absl::StrCat(query.pass, "\n", *region_key);
   // The region is printed and parsed, and its canonical text made, only for a region not seen
@@ -565,7 +592,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
   std::unique_ptr<HloModule> region;
   auto parse = [&]() -> absl::Status {
     if (region != nullptr) return absl::OkStatus();
-    absl::StatusOr<std::string> text = CostRegionText(query.seeds);
+    absl::StatusOr<std::string> text = CostRegionText(query.seeds, query.topological_index);
     if (!text.ok()) return text.status();
     absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseCostRegion(*text);
     if (!parsed.ok()) return parsed.status();

@@ -14,6 +14,8 @@
 // metadata dropped: CanonicalRegionText): the repeated layers of a model cost one estimate.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,7 +50,11 @@ absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
 // ExtractCostRegion in two steps: the region's HLO text (errors as above, but for the parse),
 // and its parse (InvalidArgument "the candidate's region does not stand alone: ..." when the
 // text does not parse).
-absl::StatusOr<std::string> CostRegionText(const std::vector<const HloInstruction*>& seeds);
+// With `topological_index` (CostQuery::topological_index), the same text, found with a walk that
+// stops below the lowest seed's index.
+absl::StatusOr<std::string> CostRegionText(
+    const std::vector<const HloInstruction*>& seeds,
+    const std::function<int64_t(const HloInstruction*)>& topological_index = nullptr);
 absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& text);
 
 // Text of `module` with every instruction and computation renamed in order (i0, i1, ...; c0,
@@ -67,7 +73,9 @@ std::string CanonicalRegionText(const HloModule& module);
 // layer of a model has one key, so a repeated layer costs one print of its region, not a parse.
 // Regions equal only up to the order of their text get two keys (and the same estimate).
 // Errors as CostRegionText's.
-absl::StatusOr<std::string> CostRegionKey(const std::vector<const HloInstruction*>& seeds);
+absl::StatusOr<std::string> CostRegionKey(
+    const std::vector<const HloInstruction*>& seeds,
+    const std::function<int64_t(const HloInstruction*)>& topological_index = nullptr);
 
 struct CostGateConfig {
   SystemSpec system;                   // after overrides and SimOptions

@@ -35,6 +35,11 @@ struct Gate {
   absl::flat_hash_map<const HloInstruction*, std::string> left;
 };
 
+// The sweep's topological index, for the gate's region walk (CostQuery::topological_index).
+std::function<int64_t(const HloInstruction*)> Index(const DecomposerContext& ctx) {
+  return [&ctx](const HloInstruction* h) { return ctx.PositionOf(h); };
+}
+
 // Asks the gate about one candidate. True when it is to be rewritten (or there is no gate); on
 // false the missed remark is given. The estimate is appended to `note` for the applied remark.
 bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* location,
@@ -44,6 +49,7 @@ bool GateAllows(DecomposerContext& ctx, Gate& gate, const HloInstruction* locati
   CostQuery q = CostQuery::WithOrWithout("windowed-einsum-decomposer", location->name(),
                                          std::move(what), std::move(seeds));
   q.one_stream_bound = true;
+  q.topological_index = Index(ctx);
   CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
     ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
@@ -70,6 +76,7 @@ bool ChooseRsLoop(DecomposerContext& ctx, Gate& gate, const HloInstruction* loca
     q.variants.push_back({"with the ring loop", true, {{"windowed-einsum-rs-layout", "ring"}}});
   }
   q.one_stream_bound = true;
+  q.topological_index = Index(ctx);
   CostEstimate e = gate.oracle->Decide(q);
   if (e.chosen == 0) {
     ctx.remark(location->name(), false, absl::StrCat("not decomposed: ", e.Note()),
@@ -180,6 +187,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
                             {{"windowed-einsum-loop-owner", "wide"}}});
       q.fallback = 1;  // without an estimate: the FP8 rule, as without the gate
       q.one_stream_bound = true;
+      q.topological_index = Index(ctx);
       CostEstimate e = gate.oracle->Decide(q);
       if (e.chosen == 0) {
         ctx.remark(dot->name(), false, absl::StrCat("not decomposed: ", e.Note()),

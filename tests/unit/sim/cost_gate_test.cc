@@ -2,6 +2,7 @@
 // variants through the real passes, caching.
 #include "sim/cost_gate.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
@@ -350,6 +351,63 @@ ENTRY main {
   for (int k = 0; k < 29; ++k) {
     EXPECT_NE((*chain)->entry()->GetInstruction(absl::StrCat("n", k)), nullptr) << k;
   }
+}
+
+// The walk for paths between seeds stops below the lowest seed of a topological index
+// (CostQuery::topological_index): the region's text is the same, and the walk does not climb
+// the 100 instructions upstream of the all-gather that no seed reaches.
+TEST(CostRegionText, ATopologicalIndexCutsTheWalkNotTheRegion) {
+  std::string text = R"(HloModule upstream, num_partitions=4
+ENTRY main {
+  x0 = bf16[256,512] parameter(0)
+)";
+  std::string prev = "x0";
+  for (int k = 0; k < 100; ++k) {
+    absl::StrAppend(&text, "  u", k, " = bf16[256,512] negate(", prev, ")\n");
+    prev = absl::StrCat("u", k);
+  }
+  absl::StrAppend(&text, "  g = bf16[1024,512] all-gather(", prev,
+                  "), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, "
+                  "use_global_device_ids=true\n"
+                  "  gn = bf16[1024,512] negate(g)\n"
+                  "  w = bf16[512,256] parameter(1)\n"
+                  "  d = bf16[1024,256] dot(gn, w), lhs_contracting_dims={1}, "
+                  "rhs_contracting_dims={0}\n"
+                  "  ROOT t = (bf16[1024,256], bf16[256,512]) tuple(d, ",
+                  prev, ")\n}\n");
+  auto m = Parse(text);
+  ASSERT_NE(m, nullptr);
+  absl::flat_hash_map<const HloInstruction*, int64_t> position;
+  for (const HloInstruction* i : m->entry()->MakeInstructionPostOrder()) {
+    position.emplace(i, static_cast<int64_t>(position.size()));
+  }
+  int64_t asked = 0;
+  auto index = [&](const HloInstruction* h) -> int64_t {
+    ++asked;
+    auto it = position.find(h);
+    return it == position.end() ? -1 : it->second;
+  };
+  const std::vector<const HloInstruction*> seeds = Seeds(*m, {"g", "d"});
+  absl::StatusOr<std::string> plain = CostRegionText(seeds);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::string> cut = CostRegionText(seeds, index);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(*cut, *plain);
+  EXPECT_THAT(*cut, ::testing::HasSubstr("negate(")) << "the path g -> gn -> d is in";
+  // The seeds, and what the walk reaches at or just below g: not the chain above it.
+  EXPECT_GT(asked, 0);
+  EXPECT_LT(asked, 10);
+  absl::StatusOr<std::string> plain_key = CostRegionKey(seeds);
+  absl::StatusOr<std::string> cut_key = CostRegionKey(seeds, index);
+  ASSERT_TRUE(plain_key.ok() && cut_key.ok());
+  EXPECT_EQ(*cut_key, *plain_key);
+  // A seed the index does not know (added since it was made): no cut, the same text.
+  position.erase(m->entry()->GetInstruction("d"));
+  asked = 0;
+  absl::StatusOr<std::string> unknown = CostRegionText(seeds, index);
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(*unknown, *plain);
+  EXPECT_LE(asked, 2) << "the walk asks nothing beyond the seeds";
 }
 
 CostGateConfig Config(const std::string& system) {
