@@ -104,13 +104,19 @@ std::string StreamAnnotation(const HloInstruction* dot) {
       cfg.find("force_earliest_schedule") == std::string::npos) {
     return "";
   }
+  // The queue as the editor reads it, without building the document (OperationQueueId: a windowed
+  // loop's unrolled dots all name one, and a parse per dot cost more than the rest of the pass).
+  if (const int64_t q = OperationQueueId(*dot); q != 0) {
+    return absl::StrCat("operation_queue_id=", q);
+  }
+  if (cfg.find('\\') == std::string::npos &&
+      cfg.find("force_earliest_schedule") == std::string::npos) {
+    return "";
+  }
   // Reading the stream fields does not depend on the schema version.
   absl::StatusOr<GpuBackendConfigEditor> config =
       GpuBackendConfigEditor::Of(*dot, XlaBackendConfigVersion::k2026);
   if (!config.ok()) return "";
-  if (const int64_t q = config->operation_queue_id(); q != 0) {
-    return absl::StrCat("operation_queue_id=", q);
-  }
   if (config->force_earliest_schedule()) return "force_earliest_schedule=true";
   return "";
 }
