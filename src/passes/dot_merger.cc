@@ -97,18 +97,13 @@ const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
 std::string StreamAnnotation(const HloInstruction* dot) {
   const std::string& cfg = dot->backend_config;
   if (cfg.empty() || cfg[0] != '{') return "";
-  // Neither key in the text (nor an escape that could spell one): no annotation, without parsing
-  // (most dots' configs name neither, and a parse costs far more than the two searches).
-  if (cfg.find('\\') == std::string::npos &&
-      cfg.find("operation_queue_id") == std::string::npos &&
-      cfg.find("force_earliest_schedule") == std::string::npos) {
-    return "";
-  }
-  // The queue as the editor reads it, without building the document (OperationQueueId: a windowed
-  // loop's unrolled dots all name one, and a parse per dot cost more than the rest of the pass).
+  // The queue as the editor reads it, without building the document (OperationQueueId, which
+  // skips a config that names no queue: a windowed loop's unrolled dots all name one, and a parse
+  // per dot cost more than the rest of the pass).
   if (const int64_t q = OperationQueueId(*dot); q != 0) {
     return absl::StrCat("operation_queue_id=", q);
   }
+  // No force_earliest_schedule in the text (nor an escape that could spell it): none, unparsed.
   if (cfg.find('\\') == std::string::npos &&
       cfg.find("force_earliest_schedule") == std::string::npos) {
     return "";
