@@ -615,7 +615,28 @@ class DotPlanner {
   int64_t lhs_bytes_ = 0, rhs_bytes_ = 0;
 };
 
+// Everything DotPlanner and the projections read: the partition count, the dot's dimension
+// numbers, its operand and result shapes, and the three physical shardings (by their text, which
+// is canonical).
+std::string DotDecisionKey(const HloInstruction& h, const Sharding& ls, const Sharding& rs,
+                           const Sharding& os, int64_t n) {
+  const DotDims& dd = h.dot_dims();
+  return absl::StrCat(n, "|", absl::StrJoin(dd.lhs_batch, ","), "|",
+                      absl::StrJoin(dd.lhs_contracting, ","), "|", absl::StrJoin(dd.rhs_batch, ","),
+                      "|", absl::StrJoin(dd.rhs_contracting, ","), "|",
+                      h.operand(0)->shape().ToString(), "|", h.operand(1)->shape().ToString(), "|",
+                      h.shape().ToString(), "|", ls.ToString(), "|", rs.ToString(), "|",
+                      os.ToString());
+}
+
 }  // namespace
+
+// PartitionDot's decision for one form of dot (SpmdContext::dot_decisions).
+struct DotDecision {
+  std::optional<Sharding> best;  // the iteration space's sharding (nullopt: none consistent)
+  Sharding lreq, rreq, oreq;     // best projected onto the operands and the output
+  std::vector<std::string> steps;
+};
 
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h) {
   const int64_t n = cp.num_partitions();
@@ -627,15 +648,29 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
     return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
   };
   const Sharding ls = physical(lv.sharding), rs = physical(rv.sharding), os = physical(out);
-  DotPlanner planner(sp, h, ls, rs, os, n);
-  DotPlanner::Plan plan = planner.Run();
-  std::optional<Sharding> best = Combine(sp, plan.parts, n);
+  std::shared_ptr<const DotDecision>& decided =
+      cp.ctx()->dot_decisions[DotDecisionKey(h, ls, rs, os, n)];
+  if (decided == nullptr) {
+    auto d = std::make_shared<DotDecision>();
+    DotPlanner planner(sp, h, ls, rs, os, n);
+    DotPlanner::Plan plan = planner.Run();
+    d->best = Combine(sp, plan.parts, n);
+    if (d->best) {
+      d->lreq = Project(*d->best, sp.lhs_map, n);
+      d->rreq = Project(*d->best, sp.rhs_map, n);
+      d->oreq = Project(*d->best, sp.out_map, n);
+    }
+    d->steps = std::move(plan.steps);
+    decided = std::move(d);
+  }
+  const DotDecision& decision = *decided;
+  const std::optional<Sharding>& best = decision.best;
   if (!best) return cp.Replicated(h, "dot: no consistent sharding of its iteration space");
   const Shape& lg = h.operand(0)->shape();
   const Shape& rg = h.operand(1)->shape();
-  const Sharding lreq = Project(*best, sp.lhs_map, n);
-  const Sharding rreq = Project(*best, sp.rhs_map, n);
-  const Sharding oreq = Project(*best, sp.out_map, n);
+  const Sharding& lreq = decision.lreq;
+  const Sharding& rreq = decision.rreq;
+  const Sharding& oreq = decision.oreq;
   absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, lreq);
   if (!l.ok()) return l.status();
   absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, rreq);
@@ -662,7 +697,7 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
                              cp.b().Reducer(HloOpcode::kAdd, h.shape().element_type));
   }
   cp.Remark(h, true,
-            absl::StrCat("dot by XLA's handler order: ", absl::StrJoin(plan.steps, "; then "),
+            absl::StrCat("dot by XLA's handler order: ", absl::StrJoin(decision.steps, "; then "),
                          "; iteration space ", best->ToString(), ": lhs ", lreq.ToString(),
                          ", rhs ", rreq.ToString(),
                          c_dims.empty() ? std::string()

@@ -2,8 +2,12 @@
 #include "spmd/sharding.h"
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -180,8 +184,48 @@ absl::StatusOr<Sharding> Sharding::Tiled(std::vector<int64_t> tiles,
   const Kind k = Canonicalize(*t);
   if (k != Kind::kTiled) return OfKind(k);
   Sharding s = OfKind(Kind::kTiled);
-  s.tiled_ = std::move(t);
+  s.tiled_ = Intern(std::move(t));
   return s;
+}
+
+std::shared_ptr<const Sharding::TiledData> Sharding::Intern(std::shared_ptr<TiledData> t) {
+  struct Hash {
+    size_t operator()(const std::shared_ptr<const TiledData>& d) const {
+      size_t h = absl::Hash<std::vector<int64_t>>()(d->tiles);
+      h = h * 1000003u ^ absl::Hash<std::vector<int64_t>>()(d->devices);
+      for (const Subgroup& g : d->subgroups) {
+        h = h * 1000003u ^ (static_cast<size_t>(g.size) * 4u + static_cast<size_t>(g.type));
+      }
+      return h;
+    }
+  };
+  struct Eq {
+    bool operator()(const std::shared_ptr<const TiledData>& a,
+                    const std::shared_ptr<const TiledData>& b) const {
+      return a->tiles == b->tiles && a->subgroups == b->subgroups && a->devices == b->devices;
+    }
+  };
+  struct Table {
+    std::mutex mu;
+    absl::flat_hash_set<std::shared_ptr<const TiledData>, Hash, Eq> set;
+    size_t purge_at = 4096;
+  };
+  static Table* const table = new Table();  // lives for the process
+  std::shared_ptr<const TiledData> fresh = std::move(t);
+  std::lock_guard<std::mutex> lock(table->mu);
+  auto [it, inserted] = table->set.insert(fresh);
+  if (!inserted) return *it;
+  if (table->set.size() >= table->purge_at) {
+    // Payloads only the table holds belong to no sharding any more: dropped, so that a long
+    // process (a fuzzing campaign) keeps the payloads in use, not every one ever made. The
+    // count is exact here: a payload not in the table's hands is reached only through a
+    // sharding that holds it, and a new holder takes it from the table under this lock.
+    absl::erase_if(table->set, [](const std::shared_ptr<const TiledData>& d) {
+      return d.use_count() == 1;
+    });
+    table->purge_at = std::max<size_t>(4096, 2 * table->set.size());
+  }
+  return fresh;
 }
 
 const Sharding::TiledData& Sharding::EmptyData() {
@@ -245,6 +289,12 @@ Sharding::Kind Sharding::Canonicalize(TiledData& t) {
   for (size_t k = 0; k < t.devices.size(); ++k) {
     t.position[static_cast<size_t>(t.devices[k])] = static_cast<int32_t>(k);
   }
+  t.array_dims = t.tiles;
+  t.subgroup_devices = 1;
+  for (const Subgroup& g : t.subgroups) {
+    t.array_dims.push_back(g.size);
+    t.subgroup_devices *= g.size;
+  }
   int64_t num_tiles = 1;
   for (int64_t x : t.tiles) num_tiles *= x;
   if (num_tiles == 1 && t.subgroups.size() <= 1) {
@@ -257,12 +307,6 @@ Sharding::Kind Sharding::Canonicalize(TiledData& t) {
 }
 
 bool Sharding::HasManualSubgroup() const { return SubgroupSize(SubgroupType::kManual) > 1; }
-
-std::vector<int64_t> Sharding::ArrayDims() const {
-  std::vector<int64_t> d = data().tiles;
-  for (const Subgroup& g : data().subgroups) d.push_back(g.size);
-  return d;
-}
 
 int64_t Sharding::NumTiles() const {
   int64_t n = 1;
@@ -285,7 +329,7 @@ int64_t Sharding::PositionOf(int64_t device) const {
 std::optional<std::vector<int64_t>> Sharding::ArrayIndex(int64_t device) const {
   int64_t p = PositionOf(device);
   if (p < 0) return std::nullopt;
-  const std::vector<int64_t> dims = ArrayDims();
+  const std::vector<int64_t>& dims = ArrayDims();
   std::vector<int64_t> idx(dims.size());
   for (size_t k = dims.size(); k-- > 0;) {
     idx[k] = p % dims[k];
@@ -297,9 +341,15 @@ std::optional<std::vector<int64_t>> Sharding::ArrayIndex(int64_t device) const {
 std::optional<std::vector<int64_t>> Sharding::TileIndex(int64_t device, int64_t rank) const {
   if (kind_ == Kind::kMaximal && device != device_) return std::nullopt;
   if (kind_ != Kind::kTiled) return std::vector<int64_t>(static_cast<size_t>(rank), 0);
-  auto idx = ArrayIndex(device);
-  if (!idx) return std::nullopt;
-  idx->resize(data().tiles.size());
+  int64_t p = PositionOf(device);
+  if (p < 0) return std::nullopt;
+  p /= data().subgroup_devices;  // the tile's position: the subgroup dims are minor
+  const std::vector<int64_t>& tiles = data().tiles;
+  std::vector<int64_t> idx(tiles.size());
+  for (size_t k = tiles.size(); k-- > 0;) {
+    idx[k] = p % tiles[k];
+    p /= tiles[k];
+  }
   return idx;
 }
 
@@ -308,10 +358,7 @@ bool Sharding::operator==(const Sharding& o) const {
   switch (kind_) {
     case Kind::kMaximal: return device_ == o.device_;
     case Kind::kTuple: return leaves_ == o.leaves_;
-    case Kind::kTiled:
-      return tiled_ == o.tiled_ || (data().tiles == o.data().tiles &&
-                                    data().subgroups == o.data().subgroups &&
-                                    data().devices == o.data().devices);
+    case Kind::kTiled: return tiled_ == o.tiled_;  // interned: equal payloads are one
     default: return true;
   }
 }
@@ -336,6 +383,14 @@ std::string Sharding::ToString() const {
     case Kind::kTiled: return TiledText();
   }
   return "{}";
+}
+
+void Sharding::AppendTo(std::string* out) const {
+  if (kind_ == Kind::kTiled) {
+    out->append(TiledText());
+  } else {
+    out->append(ToString());
+  }
 }
 
 const std::string& Sharding::TiledText() const {
@@ -496,6 +551,32 @@ absl::StatusOr<Sharding> Sharding::FromHlo(const HloSharding& h, const Shape& sh
       return absl::InvalidArgumentError(
           absl::StrCat("unsupported sharding form ", h.ToString()));
   }
+  // Tiled: built once per distinct attribute and rank (a module repeats a few shardings on
+  // thousands of instructions); the key is every field read below.
+  std::string key;
+  {
+    // Counts, then the fields' bytes: an unambiguous key without formatting a number.
+    const int64_t head[] = {shape.rank(), h.last_tile_dim_replicate ? 1 : 0,
+                            static_cast<int64_t>(h.last_tile_dims.size()),
+                            static_cast<int64_t>(h.tile_dims.size()),
+                            static_cast<int64_t>(h.devices.size())};
+    key.reserve(sizeof(head) + 8 * (h.tile_dims.size() + h.devices.size()) + 16);
+    key.append(reinterpret_cast<const char*>(head), sizeof(head));
+    key.append(reinterpret_cast<const char*>(h.tile_dims.data()), 8 * h.tile_dims.size());
+    key.append(reinterpret_cast<const char*>(h.devices.data()), 8 * h.devices.size());
+    for (const std::string& t : h.last_tile_dims) key.append(t).push_back('\0');
+  }
+  thread_local absl::flat_hash_map<std::string, Sharding> built;
+  if (auto it = built.find(key); it != built.end()) return it->second;
+  absl::StatusOr<Sharding> s = TiledFromHlo(h, shape);
+  if (s.ok()) {
+    if (built.size() >= (size_t{1} << 14)) built.clear();
+    built.emplace(std::move(key), *s);
+  }
+  return s;
+}
+
+absl::StatusOr<Sharding> Sharding::TiledFromHlo(const HloSharding& h, const Shape& shape) {
   std::vector<std::string> types = h.last_tile_dims;
   if (h.last_tile_dim_replicate) types.push_back("replicated");
   const int64_t data_rank = static_cast<int64_t>(h.tile_dims.size()) -

@@ -109,8 +109,8 @@ class Sharding {
   const std::vector<Subgroup>& subgroups() const { return data().subgroups; }
   // A, row-major over tiles() ++ subgroup sizes.
   const std::vector<int64_t>& devices() const { return data().devices; }
-  // The shape of A (tiles ++ subgroup sizes).
-  std::vector<int64_t> ArrayDims() const;
+  // The shape of A (tiles ++ subgroup sizes; empty unless tiled).
+  const std::vector<int64_t>& ArrayDims() const { return data().array_dims; }
   // Product of tiles (1 unless tiled).
   int64_t NumTiles() const;
   // Size of the replicated (manual, unreduced) subgroup; 1 if none or not tiled.
@@ -130,6 +130,8 @@ class Sharding {
   // XLA's GSPMD text with braces: `{devices=[1,4]<=[4]}`, `{replicated}`, `{{...}, {...}}`
   // (Unset prints as `{unset}`, only for messages).
   std::string ToString() const;
+  // Appends ToString()'s text to *out (without a copy of a tiled sharding's kept text).
+  void AppendTo(std::string* out) const;
   // The IR attribute form (text filled in as ToString() without braces).
   HloSharding ToHlo() const;
   // From the IR form, for a value of `shape` (a non-tuple sharding on a tuple applies to every
@@ -150,24 +152,33 @@ class Sharding {
   static Sharding Broadcast(const Sharding& s, const Shape& shape);
 
  private:
+  // FromHlo's tiled case, uncached (h tiled, shape an array).
+  static absl::StatusOr<Sharding> TiledFromHlo(const HloSharding& h, const Shape& shape);
   static Sharding OfKind(Kind k) {
     Sharding s;
     s.kind_ = k;
     return s;
   }
   // The tiled payload, immutable once built and shared between copies (propagation copies
-  // shardings a lot).
+  // shardings a lot) and between equal shardings (Intern).
   struct TiledData {
     std::vector<int64_t> tiles;
     std::vector<Subgroup> subgroups;
     std::vector<int64_t> devices;
     std::vector<int32_t> position;  // device id -> flat position in A (-1 absent)
+    std::vector<int64_t> array_dims;  // tiles ++ subgroup sizes (set by Canonicalize)
+    int64_t subgroup_devices = 1;     // product of the subgroup sizes
     // ToString's text, made once on first use (the data never changes after Tiled() builds
     // it, and many instructions share one TiledData).
     mutable std::once_flag text_once;
     mutable std::string text;
   };
   const std::string& TiledText() const;
+  // The one shared payload equal to `t` (canonical already): `t` itself when no equal one is
+  // alive, else the payload made first. Every tiled sharding's payload comes from here, so two
+  // tiled shardings are equal exactly when they share a payload (== is a pointer compare), and a
+  // payload's text is made once per distinct sharding, not once per copy built. Thread-safe.
+  static std::shared_ptr<const TiledData> Intern(std::shared_ptr<TiledData> t);
   static const TiledData& EmptyData();
   const TiledData& data() const { return tiled_ ? *tiled_ : EmptyData(); }
   // Canonicalizes `t`; returns the kind it collapses to (kTiled if none).

@@ -230,6 +230,9 @@ bool Propagator::Update(int32_t id, const Sharding& cand, int a, bool sync_group
     return UpdateLeaves(id, 0, c.leaves(), a, sync_group);
   }
   if (cand.IsTuple()) return false;
+  // A candidate equal to the current sharding improves nothing (ImproveWith gives it back: no
+  // merge of a sharding with itself has more tiles, and none is more specific than itself).
+  if (cand == n.s) return false;
   const bool provided = n.provided && !(!n.refinable_leaves.empty() && n.refinable_leaves[0]);
   Sharding next = ImproveWith(n, n.s, cand, provided, n.unspecified, shape, a);
   if (next == n.s) return false;

@@ -5,12 +5,59 @@
 #include <numeric>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
-
 #include "hlo/mesh.h"
 
 namespace weave::spmd {
 namespace {
+
+// Results of a pure sharding transformation by a key that holds everything it reads (shardings
+// by their canonical text, which Sharding caches per distinct tiled sharding). A propagation over
+// a stack of identical layers asks the same questions thousands of times; each answer is built
+// once. One table per transformation and per thread, emptied when it reaches kMemoEntries.
+using MemoTable = absl::flat_hash_map<std::string, std::optional<Sharding>>;
+constexpr size_t kMemoEntries = size_t{1} << 14;
+
+template <typename Compute>
+std::optional<Sharding> Memoized(MemoTable& memo, std::string key, Compute compute) {
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  std::optional<Sharding> result = compute();
+  if (memo.size() >= kMemoEntries) memo.clear();
+  memo.emplace(std::move(key), result);
+  return result;
+}
+
+void AppendKey(std::string* key, int64_t v) {
+  key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// The count, then the values' bytes (unambiguous, nothing formatted).
+void AppendKey(std::string* key, const std::vector<int64_t>& v) {
+  AppendKey(key, static_cast<int64_t>(v.size()));
+  key->append(reinterpret_cast<const char*>(v.data()), sizeof(int64_t) * v.size());
+}
+
+void AppendKey(std::string* key, const Sharding& s) {
+  const size_t at = key->size();
+  AppendKey(key, int64_t{0});  // the text's length, filled in below
+  key->push_back(static_cast<char>('A' + static_cast<int>(s.kind())));
+  s.AppendTo(key);
+  const int64_t length = static_cast<int64_t>(key->size() - at);
+  key->replace(at, sizeof(length), reinterpret_cast<const char*>(&length), sizeof(length));
+}
+
+// A dot's dimension numbers and operand/result ranks: all the dot-rule transformations read.
+void AppendDotKey(std::string* key, const HloInstruction& dot) {
+  const DotDims& dd = dot.dot_dims();
+  AppendKey(key, dd.lhs_batch);
+  AppendKey(key, dd.lhs_contracting);
+  AppendKey(key, dd.rhs_batch);
+  AppendKey(key, dd.rhs_contracting);
+  AppendKey(key, dot.operand(0)->shape().rank());
+  AppendKey(key, dot.operand(1)->shape().rank());
+  AppendKey(key, dot.shape().rank());
+}
 
 bool OnlyReplicatedSubgroups(const Sharding& s) {
   for (const Sharding::Subgroup& g : s.subgroups()) {
@@ -59,23 +106,52 @@ std::vector<int64_t> SortedDevices(const Sharding& s) {
   return d;
 }
 
-std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims) {
+namespace {
+
+std::optional<Sharding> ReplicateDimsUncached(const Sharding& s,
+                                               const std::vector<int64_t>& dims) {
   if (!s.IsTiled()) return s;
+  const int64_t rank = s.rank();
+  std::vector<bool> replicate(static_cast<size_t>(rank), false);
   bool any = false;
-  for (int64_t d : dims) any |= d < s.rank() && s.tile(d) > 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank) continue;
+    replicate[static_cast<size_t>(d)] = true;
+    any |= s.tile(d) > 1;
+  }
   if (!any) return s;
   if (!OnlyReplicatedSubgroups(s)) return std::nullopt;
-  std::vector<int64_t> tiles = s.tiles();
-  for (int64_t d : dims) {
-    if (d < s.rank()) tiles[static_cast<size_t>(d)] = 1;
+  // The device array with the replicated data dims moved next to the replication subgroup: in
+  // row-major order over the kept dims, each block of (their tiles x the old replication)
+  // devices holds one tile of the result (Tiled sorts the ids within a block).
+  std::vector<int64_t> tiles = s.tiles(), perm;
+  int64_t replication = s.ReplicationSize();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!replicate[static_cast<size_t>(d)]) perm.push_back(d);
   }
-  return Sharding::FromTileFunction(tiles, SortedDevices(s), [&](int64_t dev) {
-    std::vector<int64_t> idx = *s.TileIndex(dev, s.rank());
-    for (int64_t d : dims) {
-      if (d < s.rank()) idx[static_cast<size_t>(d)] = 0;
-    }
-    return idx;
-  });
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!replicate[static_cast<size_t>(d)]) continue;
+    perm.push_back(d);
+    replication *= tiles[static_cast<size_t>(d)];
+    tiles[static_cast<size_t>(d)] = 1;
+  }
+  for (size_t k = 0; k < s.subgroups().size(); ++k) perm.push_back(rank + static_cast<int64_t>(k));
+  absl::StatusOr<Sharding> out =
+      Sharding::Tiled(std::move(tiles), {{SubgroupType::kReplicated, replication}},
+                      TransposeDeviceArray(s.devices(), s.ArrayDims(), perm));
+  if (!out.ok()) return std::nullopt;
+  return *std::move(out);
+}
+
+}  // namespace
+
+std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims) {
+  if (!s.IsTiled()) return s;
+  thread_local MemoTable memo;
+  std::string key;
+  AppendKey(&key, s);
+  AppendKey(&key, dims);
+  return Memoized(memo, std::move(key), [&] { return ReplicateDimsUncached(s, dims); });
 }
 
 std::optional<Sharding> ReplicateAllDimsExcept(const Sharding& s,
@@ -203,8 +279,10 @@ std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int
   return *out;
 }
 
-std::optional<Sharding> DotOutputFromOperand(const Sharding& s, int64_t operand,
-                                             const HloInstruction& dot) {
+namespace {
+
+std::optional<Sharding> DotOutputFromOperandUncached(const Sharding& s, int64_t operand,
+                                                     const HloInstruction& dot) {
   if (s.IsReplicated() || s.IsManual()) return s;
   if (!s.IsTiled() || !OnlyReplicatedSubgroups(s)) return std::nullopt;
   const std::vector<int64_t> map = OperandToOutputDims(dot, operand);
@@ -223,8 +301,8 @@ std::optional<Sharding> DotOutputFromOperand(const Sharding& s, int64_t operand,
   });
 }
 
-std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding* other,
-                                             int64_t operand, const HloInstruction& dot) {
+std::optional<Sharding> DotOperandFromOutputUncached(const Sharding& out, const Sharding* other,
+                                                     int64_t operand, const HloInstruction& dot) {
   if (out.IsManual()) return out;
   if (!out.IsTiled() && !out.IsReplicated()) return std::nullopt;
   if (out.IsTiled() && !OnlyReplicatedSubgroups(out)) return std::nullopt;
@@ -272,6 +350,33 @@ std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding
     if (s) return s;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Sharding> DotOutputFromOperand(const Sharding& s, int64_t operand,
+                                             const HloInstruction& dot) {
+  if (s.IsReplicated() || s.IsManual()) return s;
+  thread_local MemoTable memo;
+  std::string key;
+  AppendKey(&key, operand);
+  AppendKey(&key, s);
+  AppendDotKey(&key, dot);
+  return Memoized(memo, std::move(key), [&] { return DotOutputFromOperandUncached(s, operand, dot); });
+}
+
+std::optional<Sharding> DotOperandFromOutput(const Sharding& out, const Sharding* other,
+                                             int64_t operand, const HloInstruction& dot) {
+  if (out.IsManual()) return out;
+  thread_local MemoTable memo;
+  std::string key;
+  AppendKey(&key, operand);
+  AppendKey(&key, out);
+  AppendKey(&key, int64_t{other != nullptr ? 1 : 0});
+  if (other != nullptr) AppendKey(&key, *other);
+  AppendDotKey(&key, dot);
+  return Memoized(memo, std::move(key),
+                  [&] { return DotOperandFromOutputUncached(out, other, operand, dot); });
 }
 
 bool IsMoreSpecific(const Sharding& a, const Sharding& b) {
@@ -337,6 +442,7 @@ bool IsSubTilingOrEqual(const std::vector<int64_t>& dims, const Sharding& sub, c
 Sharding ImproveLeaf(const Sharding& cur, const Sharding& cand, bool may_combine_partial,
                      bool aggressive, const std::vector<int64_t>& dims) {
   if (cand.IsUnset() || cand.IsUnknown() || cand.IsMaximal() || cand.IsTuple()) return cur;
+  if (cand == cur) return cur;  // what the steps below give for equal shardings
   if (cand.IsTiled() && cand.rank() != static_cast<int64_t>(dims.size())) return cur;
   if (cand.IsManual()) {
     return cur.IsUnset() || cur.IsUnknown() || cur.IsReplicatedOrMaximal() ? cand : cur;

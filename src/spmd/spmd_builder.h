@@ -10,13 +10,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "hlo/ir.h"
 #include "spmd/sharding.h"
 
 namespace weave::spmd {
+
+struct DotDecision;  // partition_dot.cc
 
 // Module-wide state shared by every computation's builder.
 struct SpmdContext {
@@ -28,6 +32,11 @@ struct SpmdContext {
   // say what XLA's partitioner would do at each dot (partition_dot.cc).
   double xla_windowed_threshold_mib = 100000;
   std::map<std::string, HloComputation*> reducers;  // "add.f32" -> scalar computation
+  // PartitionDot's decisions (the iteration-space sharding, the operand and output shardings it
+  // asks for, the steps it names) by everything they depend on (partition_dot.cc
+  // DotDecisionKey): a layer stack repeats one dot form thousands of times, and the decision
+  // procedure costs more than building the partitioned dot.
+  absl::flat_hash_map<std::string, std::shared_ptr<const DotDecision>> dot_decisions;
 };
 
 class SpmdBuilder {
