@@ -13,6 +13,9 @@
 //                            partitioning, then every all-gather and reduce-scatter windowed,
 //                            FP8 on the wire, FP8 GEMMs, cleanup, report
 //   BM_PartitionOnly         the SPMD pipeline alone (what `weave partition` does)
+//   BM_CloneOutput           a copy (HloModule::Clone) of BM_CompileGlobal's output, 4.1x the
+//                            input's instructions: the cost of only building what the compile
+//                            must build, with no decision and no text, as a floor under it
 // Each reports `x_parse_print`, its time over BM_ParsePrint's (run BM_ParsePrint first), and the
 // instruction counts.
 #include <chrono>
@@ -206,9 +209,44 @@ void BM_PartitionOnly(benchmark::State& state) {
   if (ParsePrintSeconds() > 0) state.counters["x_parse_print"] = per / ParsePrintSeconds();
 }
 
+void BM_CloneOutput(benchmark::State& state) {
+  auto parsed = weave::ParseHloModule(GlobalText(), "bench");
+  if (!parsed.ok()) {
+    state.SkipWithError(std::string(parsed.status().message()).c_str());
+    return;
+  }
+  weave::tools::CompileOptions o;
+  o.input = "<bench>";
+  o.quiet = true;
+  o.cost_gate = "off";
+  o.threshold_mib = "0";
+  weave::tools::CompileReport report;
+  std::unique_ptr<weave::HloModule> compiled;
+  std::ostringstream table;
+  if (weave::tools::CompileModule(o, (*parsed)->Clone(), table, &report, &compiled) != 0 ||
+      !compiled) {
+    state.SkipWithError("compile failed");
+    return;
+  }
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<weave::HloModule> copy = compiled->Clone();
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(copy.get());
+    state.PauseTiming();
+    copy.reset();
+    state.ResumeTiming();
+  }
+  const double per = total / static_cast<double>(state.iterations());
+  if (ParsePrintSeconds() > 0) state.counters["x_parse_print"] = per / ParsePrintSeconds();
+  state.counters["instructions_out"] = static_cast<double>(Instructions(*compiled));
+}
+
 BENCHMARK(BM_ParsePrint)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_CompileGlobal)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_PartitionOnly)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_CloneOutput)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -377,9 +378,17 @@ int64_t OperationQueueId(const HloInstruction& instr) {
       instr.backend_config.find("\\u") == std::string::npos) {
     return 0;
   }
+  // The same config is read by several passes (each stream-annotated dot's by the handler's
+  // and the consumers pass's scans, then the dot-merger): its answer is kept per thread by the
+  // text, a hash away instead of a parse. Emptied when full, so it stays a few MB.
+  thread_local absl::flat_hash_map<std::string, int64_t> known;
+  if (auto it = known.find(instr.backend_config); it != known.end()) return it->second;
   QueueIdReader reader;
-  if (!Json::sax_parse(instr.backend_config, &reader) || !reader.top_is_object) return 0;
-  return reader.value;
+  const int64_t id =
+      Json::sax_parse(instr.backend_config, &reader) && reader.top_is_object ? reader.value : 0;
+  if (known.size() >= (size_t{1} << 14)) known.clear();
+  known.emplace(instr.backend_config, id);
+  return id;
 }
 
 int64_t MaxOperationQueueId(const HloModule& module) {

@@ -57,5 +57,21 @@ TEST(OperationQueueIdTest, MatchesTheEditorOnEveryKindOfConfig) {
   }
 }
 
+// The per-thread table of texts already read: answers stay right across its emptying (more
+// distinct configs than it keeps) and follow a config that changes.
+TEST(OperationQueueIdTest, KeptAnswersFollowTheText) {
+  auto instr = HloInstruction::Create(HloOpcode::kCustomCall, Shape());
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t q = 0; q < 20000; ++q) {
+      instr->backend_config = "{\"operation_queue_id\":\"" + std::to_string(q) + "\"}";
+      ASSERT_EQ(OperationQueueId(*instr), q);
+    }
+  }
+  instr->backend_config = R"({"operation_queue_id":"3"})";
+  EXPECT_EQ(OperationQueueId(*instr), 3);
+  instr->backend_config = R"({"operation_queue_id":"4"})";
+  EXPECT_EQ(OperationQueueId(*instr), 4);
+}
+
 }  // namespace
 }  // namespace weave
