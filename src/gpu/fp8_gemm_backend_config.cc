@@ -2,9 +2,12 @@
 // fp8_gemm_internal.h), in the schema of the XLA version chosen by --xla-backend-config.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "gpu/fp8_gemm_internal.h"
 #include "nlohmann/json.hpp"
@@ -38,12 +41,12 @@ ordered_json JsonNumber(double v) {
 
 }  // namespace
 
-// The GpuBackendConfig of the call in the schema of XLA version `v`: the dot's own fields kept
-// (operation_queue_id, force_earliest_schedule, ...), gemm_backend_config set with the fields of
-// GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order.
-std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
-                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
-                          XlaBackendConfigVersion v) {
+namespace {
+
+// The config, built (see BackendConfig below for what it reads).
+std::string BuildBackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
+                               int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride,
+                               int64_t rhs_stride, XlaBackendConfigVersion v) {
   // Built member by member in place: nested initializer lists copy every value they hold. An
   // ordered object is a vector of (const key, value): room for its 11 members up front, so that
   // growing it does not copy the keys.
@@ -95,6 +98,56 @@ std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int
   }
   out.SetField("gemm_backend_config", std::move(gemm));
   return out.ToString();
+}
+
+}  // namespace
+
+// The GpuBackendConfig of the call in the schema of XLA version `v`: the dot's own fields kept
+// (operation_queue_id, force_earliest_schedule, ...), gemm_backend_config set with the fields of
+// GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order. Building one
+// goes through two JSON documents (about 40k machine instructions), and a module's GEMMs repeat
+// a few forms: each text is kept per thread by everything it is made of (the dot's config text,
+// algorithm, operand precisions and grad_x/grad_y attributes, the plan's alpha and amax, the
+// dimensions, strides and schema version), in a table emptied when it reaches 4k texts.
+std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
+                          int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
+                          XlaBackendConfigVersion v) {
+  std::string key;
+  auto put = [&key](int64_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof(x)); };
+  auto put_text = [&](std::string_view t) {
+    put(static_cast<int64_t>(t.size()));
+    key.append(t);
+  };
+  double alpha = plan.alpha;
+  int64_t alpha_bits = 0;
+  static_assert(sizeof(alpha) == sizeof(alpha_bits));
+  std::memcpy(&alpha_bits, &alpha, sizeof(alpha));
+  put(static_cast<int64_t>(v));
+  put(nb);
+  put(lhs_k);
+  put(rhs_k);
+  put(lhs_stride);
+  put(rhs_stride);
+  put(alpha_bits);
+  put(plan.amax_reduce != nullptr ? 1 : 0);
+  const std::string* algorithm = dot->GetRawAttribute("algorithm");
+  put(algorithm != nullptr ? 1 : 0);
+  if (algorithm != nullptr) put_text(*algorithm);
+  put(static_cast<int64_t>(dot->operand_precision().size()));
+  for (const std::string& p : dot->operand_precision()) put_text(p);
+  for (const char* attr : {"grad_x", "grad_y"}) {
+    const std::optional<std::string> a = dot->GetFrontendAttribute(attr);
+    put(a.has_value() ? 1 : 0);
+    if (a) put_text(*a);
+  }
+  put_text(dot->backend_config);
+  thread_local absl::flat_hash_map<std::string, std::string> built;
+  if (auto it = built.find(key); it != built.end()) return it->second;
+  std::string config =
+      BuildBackendConfig(dot, plan, nb, lhs_k, rhs_k, lhs_stride, rhs_stride, v);
+  if (built.size() >= (size_t{1} << 12)) built.clear();
+  built.emplace(std::move(key), config);
+  return config;
 }
 
 }  // namespace fp8_gemm_internal
