@@ -310,7 +310,9 @@ ENTRY main {
       EXPECT_NEAR(e.start_us, 0, 1e-6);
       EXPECT_WITHIN(e.duration_us, gemm, 0.01);
     }
-    if (e.name == "d2") EXPECT_WITHIN(e.start_us + e.duration_us, 2 * gemm, 0.01);
+    if (e.name == "d2") {
+      EXPECT_WITHIN(e.start_us + e.duration_us, 2 * gemm, 0.01);
+    }
     if (e.name == "n") neg = &e;
   }
   ASSERT_NE(neg, nullptr);
