@@ -145,14 +145,18 @@ void BM_ParsePrint(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(text.size() * state.iterations()));
 }
 
-// CompileModule on a copy of the parsed module per iteration (the copy not timed), with the
-// cost gate off and every candidate windowed, or with the defaults.
-void CompileGlobal(benchmark::State& state, bool gated) {
+// The global module, parsed; null (and the benchmark skipped) if it does not parse.
+std::unique_ptr<weave::HloModule> ParsedGlobal(benchmark::State& state) {
   auto parsed = weave::ParseHloModule(GlobalText(), "bench");
   if (!parsed.ok()) {
     state.SkipWithError(std::string(parsed.status().message()).c_str());
-    return;
+    return nullptr;
   }
+  return *std::move(parsed);
+}
+
+// The compile's options: the cost gate off and every candidate windowed, or the defaults.
+weave::tools::CompileOptions GlobalCompileOptions(bool gated) {
   weave::tools::CompileOptions o;
   o.input = "<bench>";
   o.quiet = true;
@@ -160,11 +164,19 @@ void CompileGlobal(benchmark::State& state, bool gated) {
     o.cost_gate = "off";
     o.threshold_mib = "0";
   }
+  return o;
+}
+
+// CompileModule on a copy of the parsed module per iteration (the copy not timed).
+void CompileGlobal(benchmark::State& state, bool gated) {
+  std::unique_ptr<weave::HloModule> parsed = ParsedGlobal(state);
+  if (parsed == nullptr) return;
+  const weave::tools::CompileOptions o = GlobalCompileOptions(gated);
   double total = 0;
   int64_t out_instructions = 0, loops = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    std::unique_ptr<weave::HloModule> m = (*parsed)->Clone();
+    std::unique_ptr<weave::HloModule> m = parsed->Clone();
     weave::tools::CompileReport report;
     std::unique_ptr<weave::HloModule> compiled;
     std::ostringstream table;
@@ -192,17 +204,14 @@ void BM_CompileGlobal(benchmark::State& state) { CompileGlobal(state, /*gated=*/
 void BM_CompileGlobalGated(benchmark::State& state) { CompileGlobal(state, /*gated=*/true); }
 
 void BM_PartitionOnly(benchmark::State& state) {
-  auto parsed = weave::ParseHloModule(GlobalText(), "bench");
-  if (!parsed.ok()) {
-    state.SkipWithError(std::string(parsed.status().message()).c_str());
-    return;
-  }
+  std::unique_ptr<weave::HloModule> parsed = ParsedGlobal(state);
+  if (parsed == nullptr) return;
   weave::spmd::PartitionOptions options;
   options.num_partitions = 4;
   double total = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    std::unique_ptr<weave::HloModule> m = (*parsed)->Clone();
+    std::unique_ptr<weave::HloModule> m = parsed->Clone();
     state.ResumeTiming();
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status st = weave::spmd::PartitionModule(m.get(), options);
@@ -220,20 +229,13 @@ void BM_PartitionOnly(benchmark::State& state) {
 }
 
 void BM_CloneOutput(benchmark::State& state) {
-  auto parsed = weave::ParseHloModule(GlobalText(), "bench");
-  if (!parsed.ok()) {
-    state.SkipWithError(std::string(parsed.status().message()).c_str());
-    return;
-  }
-  weave::tools::CompileOptions o;
-  o.input = "<bench>";
-  o.quiet = true;
-  o.cost_gate = "off";
-  o.threshold_mib = "0";
+  std::unique_ptr<weave::HloModule> parsed = ParsedGlobal(state);
+  if (parsed == nullptr) return;
   weave::tools::CompileReport report;
   std::unique_ptr<weave::HloModule> compiled;
   std::ostringstream table;
-  if (weave::tools::CompileModule(o, (*parsed)->Clone(), table, &report, &compiled) != 0 ||
+  if (weave::tools::CompileModule(GlobalCompileOptions(/*gated=*/false), std::move(parsed), table,
+                                  &report, &compiled) != 0 ||
       !compiled) {
     state.SkipWithError("compile failed");
     return;
