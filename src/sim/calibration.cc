@@ -49,8 +49,9 @@ std::string Waits(bool streams, int64_t q) {
 
 constexpr char kForceEarliest[] = ", backend_config={\"force_earliest_schedule\":true}";
 
-// u32 index (pid + add) mod n times `block`, as s32: the row offset of a block.
-void EmitOffset(std::string* t, const std::string& name, int64_t add, int64_t n, int64_t block) {
+// The s32 row offset of a block: (pid + add) mod nparts, times block (the module's `nparts` and
+// `block` constants, which the caller's text defines).
+void EmitOffset(std::string* t, const std::string& name, int64_t add) {
   absl::StrAppend(t, "  ", name, ".c = u32[] constant(", add, ")\n");
   absl::StrAppend(t, "  ", name, ".a = u32[] add(pid, ", name, ".c)\n");
   absl::StrAppend(t, "  ", name, ".i = u32[] remainder(", name, ".a, nparts)\n");
@@ -122,7 +123,7 @@ std::string TpMatmulDecomposedModule(const TpMatmul& m, bool streams) {
                         ", source_target_pairs=", Pairs(n, -st), kForceEarliest, "\n");
       }
       std::string off = absl::StrCat("off", st);
-      EmitOffset(&s, off, st, n, b);
+      EmitOffset(&s, off, st);
       for (int64_t d = 0; d < dots; ++d) {
         const int64_t q = 1 + st * dots + d;
         absl::StrAppend(&s, "  part", st, "_", d, " = ", Arr(t, {b, m.cols[d]}), " dot(", shard,
@@ -166,7 +167,7 @@ std::string TpMatmulDecomposedModule(const TpMatmul& m, bool streams) {
   for (int64_t k = 1; k <= n; ++k) {
     const int64_t st = k % n;  // blocks i+1, ..., i+n-1, then i's own
     std::string off = absl::StrCat("off", st);
-    EmitOffset(&s, off, st, n, b);
+    EmitOffset(&s, off, st);
     absl::StrAppend(&s, "  xs", st, " = ", Arr(t, {b, m.contracting}), " dynamic-slice(x, ", off,
                     ", zero), dynamic_slice_sizes={", b, ",", m.contracting, "}\n");
     absl::StrAppend(&s, "  part", st, " = ", Arr(t, {b, c}), " dot(xs", st,
