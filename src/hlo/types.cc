@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -215,6 +216,56 @@ void AppendInt(std::string* out, int64_t v) {
   out->append(digits, static_cast<size_t>(end - digits));
 }
 
+// AppendShape's text of an array shape, written into a stack buffer and appended once: the
+// common shape (a type, a few dims, a layout) costs one append, not a push_back per character.
+// False (nothing written) when the text might not fit the buffer; AppendShape then writes it
+// piece by piece.
+bool AppendArrayShapeFast(std::string* out, const Shape& s, bool print_layout) {
+  constexpr size_t kBuffer = 256;
+  const std::string_view type = PrimitiveTypeName(s.element_type);
+  const bool layout = print_layout && s.layout && (!s.dims.empty() || !s.layout->suffix.empty());
+  // Each number takes at most 20 characters and its separator one, "<=" two more.
+  const size_t bound = type.size() + 2 + 23 * s.dims.size() +
+                       (layout ? 3 + 21 * s.layout->minor_to_major.size() +
+                                     s.layout->suffix.size()
+                               : 0);
+  if (bound > kBuffer) return false;
+  char buf[kBuffer];
+  char* p = buf;
+  std::memcpy(p, type.data(), type.size());
+  p += type.size();
+  *p++ = '[';
+  for (size_t i = 0; i < s.dims.size(); ++i) {
+    if (i > 0) *p++ = ',';
+    if (s.dims[i] < 0) {
+      *p++ = '?';
+      continue;
+    }
+    if (i < s.dynamic.size() && s.dynamic[i]) {
+      *p++ = '<';
+      *p++ = '=';
+    }
+    p = std::to_chars(p, buf + kBuffer, s.dims[i]).ptr;
+  }
+  *p++ = ']';
+  if (layout) {
+    // Scalars print a layout only when it carries extensions.
+    *p++ = '{';
+    for (size_t i = 0; i < s.layout->minor_to_major.size(); ++i) {
+      if (i > 0) *p++ = ',';
+      p = std::to_chars(p, buf + kBuffer, s.layout->minor_to_major[i]).ptr;
+    }
+    if (!s.layout->suffix.empty()) {
+      *p++ = ':';
+      std::memcpy(p, s.layout->suffix.data(), s.layout->suffix.size());
+      p += s.layout->suffix.size();
+    }
+    *p++ = '}';
+  }
+  out->append(buf, static_cast<size_t>(p - buf));
+  return true;
+}
+
 // Shape::ToString into `out`, without a string per piece (shapes are printed for every
 // instruction the printer writes and for every key CSE makes).
 void AppendShape(std::string* out, const Shape& s, bool print_layout) {
@@ -232,6 +283,7 @@ void AppendShape(std::string* out, const Shape& s, bool print_layout) {
     out->push_back(')');
     return;
   }
+  if (s.IsArray() && AppendArrayShapeFast(out, s, print_layout)) return;
   out->append(PrimitiveTypeName(s.element_type));
   if (s.IsToken()) {
     out->append("[]");  // XLA prints the token shape as `token[]`

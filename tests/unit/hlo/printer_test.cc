@@ -22,6 +22,37 @@ std::unique_ptr<HloModule> Parse(std::string_view text) {
   return *std::move(m);
 }
 
+// Every form an array shape's text takes, short (written through a stack buffer at once) and
+// past that buffer (written piece by piece): both must give XLA's text.
+TEST(PrinterTest, ShapeTextsShortAndLong) {
+  Shape dyn(PrimitiveType::BF16, {8, 4, -1});
+  dyn.dynamic = {false, true, false};
+  dyn.layout = Layout{{2, 1, 0}, "T(8,128)(2,1)"};
+  EXPECT_EQ(dyn.ToString(), "bf16[8,<=4,?]{2,1,0:T(8,128)(2,1)}");
+  EXPECT_EQ(dyn.ToString(false), "bf16[8,<=4,?]");
+  Shape scalar(PrimitiveType::F32, {});
+  scalar.layout = Layout{{}, ""};
+  EXPECT_EQ(scalar.ToString(), "f32[]");  // a scalar's empty layout is not printed
+  scalar.layout = Layout{{}, "S(1)"};
+  EXPECT_EQ(scalar.ToString(), "f32[]{:S(1)}");
+  EXPECT_EQ(Shape(PrimitiveType::F8E4M3FN, {16, 32}).ToString(), "f8e4m3fn[16,32]{1,0}");
+  // Twelve 19-digit dims and a twelve-dim layout: more than the buffer holds.
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  Shape wide(PrimitiveType::S32, std::vector<int64_t>(12, big));
+  wide.dynamic.assign(12, true);
+  wide.layout = Layout{{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, ""};
+  std::string want = "s32[";
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&want, i ? "," : "", "<=", big);
+  absl::StrAppend(&want, "]{11,10,9,8,7,6,5,4,3,2,1,0}");
+  EXPECT_EQ(wide.ToString(), want);
+  // Ten such dims and no layout: within the buffer, written at once.
+  Shape under(PrimitiveType::S32, std::vector<int64_t>(10, big));
+  under.layout.reset();
+  std::string want_under = "s32[";
+  for (int i = 0; i < 10; ++i) absl::StrAppend(&want_under, i ? "," : "", big);
+  EXPECT_EQ(under.ToString(), want_under + "]");
+}
+
 TEST(PrinterTest, BuiltModuleInXlaDumpStyle) {
   HloModule m("built");
   m.num_partitions = 2;
