@@ -97,6 +97,8 @@ void BM_Compile(benchmark::State& state) {
   const std::string out_path = path + ".out.hlo";
   if (RunWeave({"compile", path, "-o", out_path, "-q"}) != 0) {
     state.SkipWithError("weave compile failed");
+    std::filesystem::remove(path);
+    std::filesystem::remove(out_path);
     return;
   }
   double compile_s = 0, roundtrip_s = 0, output_roundtrip_s = 0;

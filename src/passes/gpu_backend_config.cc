@@ -380,7 +380,8 @@ int64_t OperationQueueId(const HloInstruction& instr) {
   }
   // The same config is read by several passes (each stream-annotated dot's by the handler's
   // and the consumers pass's scans, then the dot-merger): its answer is kept per thread by the
-  // text, a hash away instead of a parse. Emptied when full, so it stays a few MB.
+  // text, a hash away instead of a parse. Emptied when it holds 16k texts (a few MB for the
+  // stream annotations passes write; more for long configs).
   thread_local absl::flat_hash_map<std::string, int64_t> known;
   if (auto it = known.find(instr.backend_config); it != known.end()) return it->second;
   QueueIdReader reader;

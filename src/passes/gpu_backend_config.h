@@ -107,7 +107,8 @@ class GpuBackendConfigEditor {
 // Never fails: 0 when the config does not name a queue, is not a JSON object, or holds a value
 // that is neither an integer nor a string of decimal digits (the editor's reading). Reads the
 // text once, without building the JSON document (nlohmann's SAX parser); a text this thread has
-// read before is answered from a table of the last 16k texts (passes read the same configs).
+// read before is answered from a per-thread table (up to 16k texts, emptied when full; passes
+// read the same configs).
 int64_t OperationQueueId(const HloInstruction& instr);
 
 // The largest OperationQueueId of any instruction of `module` (0 when none has one); new streams

@@ -17,7 +17,8 @@
 //    undefined; a trailing tile may be all padding). Devices that differ only in j hold the same
 //    tile: identical copies (replicated), separate manual programs, or partial sums (unreduced).
 //
-// Canonical form (Tiled; kept by every constructor, so == and Key() are semantic): size-1
+// Canonical form (Tiled; kept by every constructor, so == and ToString() are semantic; every
+// tiled payload is interned, so == on tiled shardings is a pointer compare): size-1
 // subgroups dropped, same-typed subgroups merged, subgroups ordered manual < unreduced <
 // replicated, device ids sorted within each replication group (the order of identical copies
 // means nothing), and trivial tilings collapsed to their kind (all tiles 1 and only a replicated
@@ -109,7 +110,8 @@ class Sharding {
   const std::vector<Subgroup>& subgroups() const { return data().subgroups; }
   // A, row-major over tiles() ++ subgroup sizes.
   const std::vector<int64_t>& devices() const { return data().devices; }
-  // The shape of A (tiles ++ subgroup sizes; empty unless tiled).
+  // The shape of A (tiles ++ subgroup sizes; empty unless tiled). The reference stays valid while
+  // this sharding or a copy of it lives (it is the shared payload's).
   const std::vector<int64_t>& ArrayDims() const { return data().array_dims; }
   // Product of tiles (1 unless tiled).
   int64_t NumTiles() const;

@@ -230,8 +230,9 @@ bool Propagator::Update(int32_t id, const Sharding& cand, int a, bool sync_group
     return UpdateLeaves(id, 0, c.leaves(), a, sync_group);
   }
   if (cand.IsTuple()) return false;
-  // A candidate equal to the current sharding improves nothing (ImproveWith gives it back: no
-  // merge of a sharding with itself has more tiles, and none is more specific than itself).
+  // A candidate equal to the current sharding improves nothing: ImproveWith gives the current
+  // one back (merging it with itself, or with a coarser copy of itself for a provided sharding
+  // with unspecified dims, gives no more tiles; and no sharding is more specific than itself).
   if (cand == n.s) return false;
   const bool provided = n.provided && !(!n.refinable_leaves.empty() && n.refinable_leaves[0]);
   Sharding next = ImproveWith(n, n.s, cand, provided, n.unspecified, shape, a);

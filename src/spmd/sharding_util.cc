@@ -40,7 +40,7 @@ void AppendKey(std::string* key, const std::vector<int64_t>& v) {
 
 void AppendKey(std::string* key, const Sharding& s) {
   const size_t at = key->size();
-  AppendKey(key, int64_t{0});  // the text's length, filled in below
+  AppendKey(key, int64_t{0});  // the entry's length (this count, kind, text), filled in below
   key->push_back(static_cast<char>('A' + static_cast<int>(s.kind())));
   s.AppendTo(key);
   const int64_t length = static_cast<int64_t>(key->size() - at);

@@ -346,11 +346,19 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     }
   }
   const int64_t compiled_instructions = o.timing ? CountInstructions(*module) : 0;
-  // The output's text is made on a second thread while this one verifies and analyses the
-  // module: all three only read it. The one state a read may write, a computation's kept post
-  // order (HloComputation::MakeInstructionPostOrder), is made here first, so that the threads
-  // only copy it. The text is written out at the end, only if the compile succeeds; a return
-  // before that waits for the thread (the future's destructor) and drops the text.
+  const auto t_verify = std::chrono::steady_clock::now();
+  if (absl::Status st = VerifyModule(*module); !st.ok()) {
+    std::cerr << "weave compile: the compiled module does not verify: " << st.message() << "\n";
+    return kInvalidInput;
+  }
+  if (o.timing) PrintTiming("verify", SecondsSince(t_verify), compiled_instructions);
+
+  // The verified module's text is made on a second thread while this one analyses it (the
+  // report, the numerics, the simulation): all only read it. The one state a read may write, a
+  // computation's kept post order (HloComputation::MakeInstructionPostOrder), is made here
+  // first, so that the threads only copy it. The text is written out at the end, only if the
+  // compile succeeds; a return before that waits for the thread (the future's destructor) and
+  // drops the text.
   double print_seconds = 0;
   std::future<std::string> printed;
   if (!o.output.empty()) {
@@ -362,12 +370,6 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
       return text;
     });
   }
-  const auto t_verify = std::chrono::steady_clock::now();
-  if (absl::Status st = VerifyModule(*module); !st.ok()) {
-    std::cerr << "weave compile: the compiled module does not verify: " << st.message() << "\n";
-    return kInvalidInput;
-  }
-  if (o.timing) PrintTiming("verify", SecondsSince(t_verify), compiled_instructions);
 
   if (oracle) report->cost_gate.decisions = oracle->decisions();
 
@@ -447,7 +449,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     const auto t_wait = std::chrono::steady_clock::now();
     std::string text = printed.get();
     if (o.timing) {
-      PrintTiming("print (beside verify and analysis)", print_seconds, compiled_instructions);
+      PrintTiming("print (beside the analysis)", print_seconds, compiled_instructions);
       PrintTiming("print: waited for", SecondsSince(t_wait), compiled_instructions);
     }
     if (absl::Status st = WriteFileAtomically(o.output, text); !st.ok()) {
