@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -118,21 +119,25 @@ absl::Status Propagator::Init() {
   // Computations whose instructions are partitioned: the entry and, recursively, loop bodies,
   // conditions and conditional branches.
   std::vector<HloComputation*> comps = {entry};
+  absl::flat_hash_set<const HloComputation*> listed = {entry};  // one lookup per callee
   for (size_t k = 0; k < comps.size(); ++k) {
     for (HloInstruction* h : comps[k]->instructions()) {
       if (h->opcode() == HloOpcode::kWhile || h->opcode() == HloOpcode::kConditional) {
         for (HloComputation* c : h->called_computations()) {
-          if (std::find(comps.begin(), comps.end(), c) == comps.end()) comps.push_back(c);
+          if (listed.insert(c).second) comps.push_back(c);
         }
       }
     }
   }
   std::reverse(comps.begin(), comps.end());  // callees first
   int64_t max_id = 0;
+  size_t node_count = 0;
   for (HloComputation* c : comps) {
     for (HloInstruction* h : c->instructions()) max_id = std::max(max_id, h->unique_id());
+    node_count += static_cast<size_t>(c->instruction_count());
   }
   index_.assign(static_cast<size_t>(max_id + 1), -1);
+  nodes_.reserve(node_count);  // a node per instruction: the vector never moves its nodes
   const std::vector<bool> allow_params =
       ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_parameters");
   const std::vector<bool> allow_out = ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_output");

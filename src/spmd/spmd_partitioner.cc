@@ -314,6 +314,10 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
                                          const Sharding* root) {
   const int64_t n = ctx_->num_partitions;
   std::vector<HloInstruction*> order = old_->MakeInstructionPostOrder();
+  // Both tables get one entry per instruction: sized once, they never rehash (a rehash moves
+  // every entry, a Shape and a Sharding each, into a fresh table twice the size).
+  targets_.reserve(order.size());
+  values_.reserve(order.size());
   for (HloInstruction* h : order) {
     Sharding s = Sharding::Broadcast(Sharding::Replicated(), h->shape());
     if (h->opcode() == HloOpcode::kParameter && h->parameter_number < static_cast<int64_t>(params.size())) {
