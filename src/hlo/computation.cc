@@ -113,16 +113,16 @@ HloInstruction* HloComputation::AddInstruction(std::unique_ptr<HloInstruction> i
   return raw;
 }
 
-HloInstruction* HloComputation::AddInstruction(HloOpcode op, const Shape& shape,
+HloInstruction* HloComputation::AddInstruction(HloOpcode op, Shape shape,
                                                std::vector<HloInstruction*> operands,
                                                std::string_view name) {
-  auto instr = HloInstruction::Create(op, shape, std::move(operands));
+  auto instr = HloInstruction::Create(op, std::move(shape), std::move(operands));
   instr->name_ = std::string(name);
   return AddInstruction(std::move(instr));
 }
 
-HloInstruction* HloComputation::AddParameter(const Shape& shape, std::string_view name) {
-  auto instr = HloInstruction::Create(HloOpcode::kParameter, shape);
+HloInstruction* HloComputation::AddParameter(Shape shape, std::string_view name) {
+  auto instr = HloInstruction::Create(HloOpcode::kParameter, std::move(shape));
   instr->parameter_number = num_parameters();
   instr->name_ = std::string(name);
   return AddInstruction(std::move(instr));

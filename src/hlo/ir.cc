@@ -85,11 +85,11 @@ std::string_view ComparisonDirectionString(ComparisonDirection d) {
 
 // ---------------------------------------------------------------- HloInstruction
 
-std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode op, const Shape& shape,
+std::unique_ptr<HloInstruction> HloInstruction::Create(HloOpcode op, Shape shape,
                                                        std::vector<HloInstruction*> operands) {
   auto instr = std::unique_ptr<HloInstruction>(new HloInstruction());
   instr->opcode_ = op;
-  instr->shape_ = shape;
+  instr->shape_ = std::move(shape);
   instr->operands_ = std::move(operands);
   instr->unique_id_ = g_next_instruction_id++;
   return instr;

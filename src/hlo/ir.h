@@ -247,7 +247,8 @@ class HloInstruction {
   int64_t unique_id() const { return unique_id_; }
 
   // Factory: a new free-standing instruction (add it to a computation with AddInstruction).
-  static std::unique_ptr<HloInstruction> Create(HloOpcode op, const Shape& shape,
+  // `shape` is taken by value: a temporary or moved shape is moved in, not copied.
+  static std::unique_ptr<HloInstruction> Create(HloOpcode op, Shape shape,
                                                 std::vector<HloInstruction*> operands = {});
 
  private:
@@ -304,8 +305,8 @@ class HloComputation {
   // (or from the opcode if empty), registers it as a user of its operands, and, for parameters,
   // in the parameter list. Returns the raw pointer.
   HloInstruction* AddInstruction(std::unique_ptr<HloInstruction> instr);
-  // Convenience: Create + AddInstruction.
-  HloInstruction* AddInstruction(HloOpcode op, const Shape& shape,
+  // Convenience: Create + AddInstruction (a temporary or moved `shape` is moved in).
+  HloInstruction* AddInstruction(HloOpcode op, Shape shape,
                                  std::vector<HloInstruction*> operands = {},
                                  std::string_view name = "");
   // Removes an instruction with no users that is not the root (fails otherwise), with its
@@ -333,7 +334,7 @@ class HloComputation {
 
   // Parameter from the signature when the computation is being built by hand: appends a
   // parameter instruction with the next parameter number.
-  HloInstruction* AddParameter(const Shape& shape, std::string_view name);
+  HloInstruction* AddParameter(Shape shape, std::string_view name);
 
  private:
   friend class HloModule;

@@ -441,7 +441,7 @@ void AppendInstruction(std::string* out, const HloInstruction& instr, bool detac
   if (!detached && instr.IsRoot()) out->append("ROOT ");
   AppendNameRef(out, instr.name());
   out->append(" = ");
-  out->append(instr.shape().ToString(true));
+  instr.shape().AppendTo(out, /*print_layout=*/true);
   out->push_back(' ');
   out->append(OpcodeText(instr));
   out->push_back('(');

@@ -328,4 +328,8 @@ std::string Shape::ToString(bool print_layout) const {
   return out;
 }
 
+void Shape::AppendTo(std::string* out, bool print_layout) const {
+  AppendShape(out, *this, print_layout);
+}
+
 }  // namespace weave

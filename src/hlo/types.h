@@ -101,6 +101,8 @@ struct Shape {
   // XLA text: `bf16[2,16,64]{2,1,0}`, `(f32[], s32[4]{0})`. With print_layout false the layout
   // is omitted (signatures and program shapes).
   std::string ToString(bool print_layout = true) const;
+  // The same text appended to `*out` (no string of its own: the printer's per-instruction path).
+  void AppendTo(std::string* out, bool print_layout = true) const;
 };
 
 }  // namespace weave

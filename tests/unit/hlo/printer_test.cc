@@ -53,6 +53,28 @@ TEST(PrinterTest, ShapeTextsShortAndLong) {
   EXPECT_EQ(under.ToString(), want_under + "]");
 }
 
+// AppendTo (the printer's path) appends exactly ToString's text after what is already there,
+// with and without the layout, for arrays, tuples, scalars and tokens.
+TEST(PrinterTest, ShapeAppendToMatchesToString) {
+  Shape dyn(PrimitiveType::BF16, {8, 4, -1});
+  dyn.dynamic = {false, true, false};
+  dyn.layout = Layout{{2, 1, 0}, "T(8,128)(2,1)"};
+  const Shape tuple = Shape::Tuple({Shape(PrimitiveType::F8E5M2, {3, 5}), dyn,
+                                    Shape::Scalar(PrimitiveType::S32)});
+  for (const Shape& s : {dyn, tuple, Shape::Scalar(PrimitiveType::PRED), Shape::Scalar(PrimitiveType::TOKEN),
+                         Shape(PrimitiveType::U8, {2, 2, 2})}) {
+    for (bool layout : {true, false}) {
+      std::string out = "x = ";
+      s.AppendTo(&out, layout);
+      EXPECT_EQ(out, "x = " + s.ToString(layout));
+    }
+  }
+  std::string twice;
+  dyn.AppendTo(&twice);
+  dyn.AppendTo(&twice, false);
+  EXPECT_EQ(twice, "bf16[8,<=4,?]{2,1,0:T(8,128)(2,1)}bf16[8,<=4,?]");
+}
+
 TEST(PrinterTest, BuiltModuleInXlaDumpStyle) {
   HloModule m("built");
   m.num_partitions = 2;
