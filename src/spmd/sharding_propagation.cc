@@ -137,7 +137,7 @@ absl::Status Propagator::Init() {
     node_count += static_cast<size_t>(c->instruction_count());
   }
   index_.assign(static_cast<size_t>(max_id + 1), -1);
-  nodes_.reserve(node_count);  // a node per instruction: the vector never moves its nodes
+  nodes_.reserve(node_count);  // a node per instruction: one allocation (speed only)
   const std::vector<bool> allow_params =
       ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_parameters");
   const std::vector<bool> allow_out = ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_output");
