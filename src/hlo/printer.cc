@@ -540,10 +540,15 @@ void AppendComputation(std::string* out, const HloComputation& c) {
         Append(out, "missing_param_", i, ": ()");
         continue;
       }
-      Append(out, p->name(), ": ", p->shape().ToString(false));
+      Append(out, p->name(), ": ");
+      p->shape().AppendTo(out, /*print_layout=*/false);
     }
     out->append(") -> ");
-    out->append(c.root() ? c.root()->shape().ToString(false) : std::string("()"));
+    if (c.root() != nullptr) {
+      c.root()->shape().AppendTo(out, /*print_layout=*/false);
+    } else {
+      out->append("()");
+    }
   }
   out->append(" {\n");
   for (const HloInstruction* i : PrintOrder(c)) {

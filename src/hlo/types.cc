@@ -324,7 +324,7 @@ void AppendShape(std::string* out, const Shape& s, bool print_layout) {
 std::string Shape::ToString(bool print_layout) const {
   std::string out;
   out.reserve(32);
-  AppendShape(&out, *this, print_layout);
+  AppendTo(&out, print_layout);
   return out;
 }
 
