@@ -272,14 +272,12 @@ int64_t HloInstruction::OperandIndex(const HloInstruction* v) const {
 }
 
 std::unique_ptr<HloInstruction> HloInstruction::CloneWithNewOperands(
-    const Shape& shape, std::vector<HloInstruction*> operands, std::string_view name_suffix) const {
+    Shape shape, std::vector<HloInstruction*> operands, std::string_view name_suffix) const {
+  // The copy has no edges (EdgeList): it is in no computation yet, and nobody points at it.
   auto c = std::unique_ptr<HloInstruction>(new HloInstruction(*this));
-  c->shape_ = shape;
+  c->shape_ = std::move(shape);
   c->operands_ = std::move(operands);
-  c->users_.clear();
   c->parent_ = nullptr;
-  c->control_preds_.clear();  // the copy is in no computation yet: nobody points at it
-  c->control_succs_.clear();
   c->slot_ = -1;
   c->unique_id_ = g_next_instruction_id++;
   if (!name_suffix.empty()) c->name_ = name_ + std::string(name_suffix);

@@ -30,6 +30,27 @@ namespace weave {
 class HloComputation;
 class HloModule;
 
+class HloInstruction;
+
+// An instruction's list of operands, users or control edges. These lists say where the
+// instruction sits in a graph, not what it computes, so a copied instruction starts with all of
+// them empty (whoever places the copy sets its operands; users and control edges follow from
+// that): copying a list gives an empty one, and a cloned instruction costs no copies of lists it
+// would drop. Otherwise a std::vector, read through const std::vector& everywhere.
+class EdgeList : public std::vector<HloInstruction*> {
+ public:
+  EdgeList() = default;
+  EdgeList(std::vector<HloInstruction*>&& v) : std::vector<HloInstruction*>(std::move(v)) {}
+  EdgeList(const EdgeList&) : std::vector<HloInstruction*>() {}
+  EdgeList(EdgeList&&) = default;
+  EdgeList& operator=(const EdgeList&) = delete;
+  EdgeList& operator=(EdgeList&&) = default;
+  EdgeList& operator=(std::vector<HloInstruction*>&& v) {
+    std::vector<HloInstruction*>::operator=(std::move(v));
+    return *this;
+  }
+};
+
 // dot / ragged-dot dimension numbers (XLA DotDimensionNumbers).
 struct DotDims {
   std::vector<int64_t> lhs_batch, lhs_contracting, rhs_batch, rhs_contracting;
@@ -92,12 +113,12 @@ class HloInstruction {
   // opcode, the id and the users. Declared before the attributes for that reason alone.
   HloComputation* parent_ = nullptr;
   int64_t slot_ = -1;  // index in the parent's instruction list (HloComputation::instrs_)
-  std::vector<HloInstruction*> operands_;
-  std::vector<HloInstruction*> control_preds_;
+  EdgeList operands_;
+  EdgeList control_preds_;
   HloOpcode opcode_ = HloOpcode::kTuple;
   int64_t unique_id_ = -1;
-  std::vector<HloInstruction*> users_;
-  std::vector<HloInstruction*> control_succs_;
+  EdgeList users_;
+  EdgeList control_succs_;
   std::vector<HloComputation*> called_;
   Shape shape_;
   std::string name_;
@@ -227,8 +248,9 @@ class HloInstruction {
   // Operand index of `v` (first occurrence) or -1.
   int64_t OperandIndex(const HloInstruction* v) const;
   // Deep copy of this instruction's attributes with new operands and shape, not yet in any
-  // computation: add it with HloComputation::AddInstruction.
-  std::unique_ptr<HloInstruction> CloneWithNewOperands(const Shape& shape,
+  // computation (no users, no control edges): add it with HloComputation::AddInstruction.
+  // `shape` is taken by value: a temporary or moved shape is moved in, not copied.
+  std::unique_ptr<HloInstruction> CloneWithNewOperands(Shape shape,
                                                        std::vector<HloInstruction*> operands,
                                                        std::string_view name_suffix = "") const;
   // One-line XLA text of this instruction (as the printer writes it, without indentation).

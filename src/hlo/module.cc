@@ -246,8 +246,8 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
     // Keep the original instruction order (and exact names).
     for (const auto& i : c->instrs_) {
       if (i == nullptr) continue;
+      // The copy's edge lists start empty (EdgeList); they are filled below, mapped.
       auto ni = std::unique_ptr<HloInstruction>(new HloInstruction(*i));
-      ni->users_.clear();
       ni->parent_ = raw;
       ni->slot_ = static_cast<int64_t>(raw->instrs_.size());
       ++raw->live_count_;
@@ -259,13 +259,18 @@ std::unique_ptr<HloModule> HloModule::Clone() const {
       }
       raw->instrs_.push_back(std::move(ni));
     }
-    for (const auto& ni : raw->instrs_) {
-      for (auto& op : ni->operands_) {
-        op = imap.at(op);
-        op->AddUser(ni.get());
+    size_t k = 0;  // raw->instrs_[k] is the copy of the k-th live instruction of c
+    for (const auto& i : c->instrs_) {
+      if (i == nullptr) continue;
+      HloInstruction* ni = raw->instrs_[k++].get();
+      ni->operands_.reserve(i->operands_.size());
+      for (HloInstruction* op : i->operands_) {
+        HloInstruction* mapped = imap.at(op);
+        ni->operands_.push_back(mapped);
+        mapped->AddUser(ni);
       }
-      for (auto& p : ni->control_preds_) p = imap.at(p);
-      for (auto& q : ni->control_succs_) q = imap.at(q);
+      for (HloInstruction* p : i->control_preds_) ni->control_preds_.push_back(imap.at(p));
+      for (HloInstruction* q : i->control_succs_) ni->control_succs_.push_back(imap.at(q));
       for (auto& cc : ni->called_) {
         if (cc != nullptr) cc = cmap.at(cc);
       }

@@ -295,6 +295,53 @@ TEST(IrTest, CloneKeepsControlEdgesAndDeadCodeDropsThem) {
   EXPECT_EQ(e->instructions().size(), 1u);
 }
 
+// A cloned instruction is placed by its caller: it has the operands given and no users or
+// control edges of its own, though the original has all of them.
+TEST(IrTest, CloneWithNewOperandsStartsWithNoEdges) {
+  auto parsed = ParseHloModule(kControl, "ctl.hlo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  HloComputation* e = (*parsed)->entry();
+  HloInstruction* b = e->GetInstruction("b");
+  HloInstruction* p = e->GetInstruction("p");
+  ASSERT_FALSE(b->users().empty());
+  ASSERT_FALSE(b->control_predecessors().empty());
+  ASSERT_FALSE(e->GetInstruction("a")->control_successors().empty());
+  auto clone = b->CloneWithNewOperands(b->shape(), {p}, ".copy");
+  EXPECT_THAT(clone->operands(), ElementsAre(p));
+  EXPECT_TRUE(clone->users().empty());
+  EXPECT_TRUE(clone->control_predecessors().empty());
+  EXPECT_TRUE(clone->control_successors().empty());
+  EXPECT_EQ(clone->name(), "b.copy");
+  HloInstruction* added = e->AddInstruction(std::move(clone));
+  EXPECT_THAT(p->users(), ::testing::Contains(added));
+  // The original keeps its edges.
+  EXPECT_EQ(b->control_predecessors().size(), 1u);
+  EXPECT_THAT(b->users(), ElementsAre(e->GetInstruction("t")));
+  EXPECT_EQ(b->control_successors().size(), 1u);  // c
+}
+
+// A module clone rebuilds every edge list in the original's order, pointing at its own copies.
+TEST(IrTest, ModuleCloneRebuildsEdgesInOrder) {
+  auto parsed = ParseHloModule(kControl, "ctl.hlo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  auto copy = (*parsed)->Clone();
+  auto names = [](const std::vector<HloInstruction*>& v) {
+    std::vector<std::string> out;
+    for (const HloInstruction* i : v) out.push_back(i->name());
+    return out;
+  };
+  for (const HloInstruction* i : (*parsed)->entry()->instructions()) {
+    const HloInstruction* c = copy->entry()->GetInstruction(i->name());
+    ASSERT_NE(c, nullptr) << i->name();
+    EXPECT_EQ(names(c->operands()), names(i->operands())) << i->name();
+    EXPECT_EQ(names(c->users()), names(i->users())) << i->name();
+    EXPECT_EQ(names(c->control_predecessors()), names(i->control_predecessors())) << i->name();
+    EXPECT_EQ(names(c->control_successors()), names(i->control_successors())) << i->name();
+    for (const HloInstruction* o : c->operands()) EXPECT_EQ(o->parent(), copy->entry());
+    for (const HloInstruction* u : c->users()) EXPECT_EQ(u->parent(), copy->entry());
+  }
+}
+
 // Removal leaves holes that a later compaction closes: the order of the rest never changes, and
 // counts, lookups and the printer see only live instructions.
 TEST(IrTest, ManyRemovalsKeepOrderAndCounts) {
