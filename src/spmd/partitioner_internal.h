@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "hlo/instruction_index.h"
 #include "passes/pass.h"
 #include "spmd/reshard.h"
 #include "spmd/spmd_builder.h"
@@ -50,7 +51,7 @@ class ComputationPartitioner {
   absl::StatusOr<PValue> Replicated(const HloInstruction& h, const std::string& why);
   // Clones `h` with new operands and shape into the fresh computation (attributes, metadata and
   // called computations kept, sharding dropped).
-  HloInstruction* Clone(const HloInstruction& h, const Shape& shape,
+  HloInstruction* Clone(const HloInstruction& h, Shape shape,
                         std::vector<HloInstruction*> operands);
   // Partitions a called computation (loop body/condition, branch) into a new one.
   absl::StatusOr<HloComputation*> PartitionCallee(const HloComputation* callee,
@@ -65,8 +66,13 @@ class ComputationPartitioner {
   SpmdBuilder b_;
   SpmdContext* ctx_;
   std::vector<weave::Remark>* remarks_;
-  absl::flat_hash_map<const HloInstruction*, Sharding> targets_;
-  absl::flat_hash_map<const HloInstruction*, PValue> values_;
+  // Per instruction of old_, by its slot (its position in old_'s post order): the target
+  // sharding, and the partitioned value (hlo null until partitioned). Dense arrays, not hash
+  // maps: each entry is written once and read by the instruction's users, and arrays sized to
+  // the computation touch only their own memory.
+  InstructionIndex slots_;
+  std::vector<Sharding> targets_;
+  std::vector<PValue> values_;
   std::map<std::pair<const HloInstruction*, std::string>, HloInstruction*> cache_;
   int64_t remat_count_ = 0;
 };

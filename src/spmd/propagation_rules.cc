@@ -360,6 +360,16 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
   }
 }
 
+int ForwardLevelClass(HloOpcode op, int a) {
+  if (a <= 0) return 0;
+  return op == HloOpcode::kBroadcast && a >= 3 ? 2 : 1;
+}
+
+int BackwardLevelClass(HloOpcode op, int a) {
+  if (a <= 0) return 0;
+  return op == HloOpcode::kBroadcast && a >= 2 ? 2 : 1;
+}
+
 std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t i,
                                              const ShardingOf& get, int a) {
   const Sharding& us = get(&user);

@@ -18,14 +18,24 @@ namespace weave::spmd {
 // The current sharding of an instruction (Unset when none).
 using ShardingOf = std::function<const Sharding&(const HloInstruction*)>;
 
-// Candidate sharding of `h`'s result from its operands.
+// Candidate sharding of `h`'s result from its operands. Reads (through `get`) the shardings of
+// h's operands only, except for a dot, whose lookahead (XLA's LookaheadUserSharding) also reads
+// down its chain of single users.
 std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a);
 
 // Candidate sharding of operand `i` of `user` from `user`'s sharding (`get` gives the other
 // operands' current shardings). For tuple-shaped operands the candidate may have Unset leaves
-// (no information for them).
+// (no information for them). Reads the shardings of `user` and of its operands only.
 std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t i,
                                              const ShardingOf& get, int a);
+
+// The levels at which an op's rule can differ, as a class of `a`: two levels with the same class
+// give the same candidate from the same shardings, and the same ImproveLeaf decision (which
+// reads a >= 1). Forward: a = 0 | 1-2 | 3 for broadcast (forward out of broadcast at 3), else
+// 0 | 1-3. Backward: a = 0 | 1 | 2-3 for broadcast (backward into broadcast from 2), else
+// 0 | 1-3. A rule that reads `a` in a new way must change these too.
+int ForwardLevelClass(HloOpcode op, int a);
+int BackwardLevelClass(HloOpcode op, int a);
 
 // Window sizes of a reduce-window's `window={size=1x3 ...}` (empty if absent).
 std::vector<int64_t> WindowSizes(const HloInstruction& h);

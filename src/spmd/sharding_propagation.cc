@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "hlo/instruction_index.h"
 #include "spmd/propagation_rules.h"
 #include "spmd/sharding_import.h"
 #include "spmd/sharding_util.h"
@@ -55,7 +56,7 @@ std::vector<int64_t> ParseDims(const std::string& text) {
 
 class Propagator {
  public:
-  explicit Propagator(HloModule* m) : m_(m) {}
+  Propagator(HloModule* m, bool recompute_all) : m_(m), recompute_all_(recompute_all) {}
 
   absl::Status Init();
   void Run();
@@ -80,11 +81,7 @@ class Propagator {
     std::vector<const Shape*> leaf_shapes;  // tuple-shaped nodes: flattened leaf shapes
   };
 
-  int32_t Id(const HloInstruction* h) const {
-    const int64_t u = h->unique_id();
-    if (u < 0 || u >= static_cast<int64_t>(index_.size())) return -1;
-    return index_[static_cast<size_t>(u)];
-  }
+  int32_t Id(const HloInstruction* h) const { return index_.Slot(h); }
   const Sharding& Get(const HloInstruction* h) const {
     const int32_t id = Id(h);
     return id < 0 ? unset_ : nodes_[static_cast<size_t>(id)].s;
@@ -98,14 +95,36 @@ class Propagator {
                        const std::vector<int64_t>& unspecified, const Shape& shape, int a) const;
   void MarkChanged(int32_t id);
   void SyncGroup(int32_t group, int32_t from, int a);
+  // A node's sharding was written (a change, or a non-tuple made a tuple of its leaves).
+  void Stamp(int32_t id) { stamp_[static_cast<size_t>(id)] = ++clock_; }
+  // True when node `id`'s step (forward or backward: `ok` and `cls` say which) last ran at level
+  // class `c` and changed nothing, and no sharding the step reads has been written since: the
+  // node's own (its Update reads it), its operands' and its branch source's. Running it again
+  // would compute the same candidates from the same shardings and change nothing again, so it
+  // is skipped; the result is the same as running every step (tested against recompute_all_).
+  bool Settled(const std::vector<uint64_t>& ok, const std::vector<uint8_t>& cls, int32_t id,
+               int c) const;
+  // Records the outcome of node `id`'s step at level class `c`.
+  void Record(std::vector<uint64_t>* ok, std::vector<uint8_t>* cls, int32_t id, int c,
+              bool changed) const {
+    (*ok)[static_cast<size_t>(id)] = changed ? 0 : clock_;
+    (*cls)[static_cast<size_t>(id)] = static_cast<uint8_t>(c);
+  }
 
   HloModule* m_;
+  bool recompute_all_;
   Sharding unset_;
   std::vector<Node> nodes_;
   // Per node: its forward / backward step must run again (a neighbour changed). Kept apart from
   // the nodes so that a sweep skipping settled nodes reads one byte each.
   std::vector<uint8_t> fwd_, bwd_;
-  std::vector<int32_t> index_;
+  // Settled steps (see Settled): per node, the clock of its sharding's last write (0: none yet),
+  // and the clock at which its forward / backward step last ran without a change (0: it has
+  // not, or it changed something) with that run's level class.
+  uint64_t clock_ = 0;
+  std::vector<uint64_t> stamp_, fwd_ok_, bwd_ok_;
+  std::vector<uint8_t> fwd_cls_, bwd_cls_;
+  InstructionIndex index_;  // instruction -> node (nodes_[k].h is index_.at(k))
   std::vector<std::vector<int32_t>> order_;  // per computation, post order
   std::vector<std::vector<int32_t>> groups_;
   std::vector<int64_t> rounds_;
@@ -130,20 +149,24 @@ absl::Status Propagator::Init() {
     }
   }
   std::reverse(comps.begin(), comps.end());  // callees first
-  int64_t max_id = 0;
-  size_t node_count = 0;
+  // A node per instruction, computation by computation in post order.
+  std::vector<HloInstruction*> all;
+  std::vector<size_t> comp_end;  // all[comp_end[k-1] .. comp_end[k]) is comps[k]'s post order
   for (HloComputation* c : comps) {
-    for (HloInstruction* h : c->instructions()) max_id = std::max(max_id, h->unique_id());
-    node_count += static_cast<size_t>(c->instruction_count());
+    const std::vector<HloInstruction*> post = c->MakeInstructionPostOrder();
+    all.insert(all.end(), post.begin(), post.end());
+    comp_end.push_back(all.size());
   }
-  index_.assign(static_cast<size_t>(max_id + 1), -1);
-  nodes_.reserve(node_count);  // a node per instruction: one allocation (speed only)
+  index_.Reset(all);
+  nodes_.reserve(all.size());  // one allocation (speed only)
   const std::vector<bool> allow_params =
       ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_parameters");
   const std::vector<bool> allow_out = ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_output");
-  for (HloComputation* c : comps) {
+  for (size_t k = 0; k < comps.size(); ++k) {
+    HloComputation* c = comps[k];
     std::vector<int32_t> order;
-    for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+    for (size_t i = k == 0 ? 0 : comp_end[k - 1]; i < comp_end[k]; ++i) {
+      HloInstruction* h = all[i];
       Node n;
       n.h = h;
       if (h->sharding) {
@@ -166,7 +189,6 @@ absl::Status Propagator::Init() {
       }
       if (auto u = h->GetFrontendAttribute(kUnspecifiedDimsAttr)) n.unspecified = ParseDims(*u);
       if (n.provided) ++provided_count_;
-      index_[static_cast<size_t>(h->unique_id())] = static_cast<int32_t>(nodes_.size());
       order.push_back(static_cast<int32_t>(nodes_.size()));
       nodes_.push_back(std::move(n));
     }
@@ -243,6 +265,7 @@ bool Propagator::Update(int32_t id, const Sharding& cand, int a, bool sync_group
   Sharding next = ImproveWith(n, n.s, cand, provided, n.unspecified, shape, a);
   if (next == n.s) return false;
   n.s = std::move(next);
+  Stamp(id);
   MarkChanged(id);
   if (sync_group && n.group >= 0) SyncGroup(n.group, id, a);
   return true;
@@ -257,6 +280,7 @@ bool Propagator::UpdateLeaves(int32_t id, size_t first, const std::vector<Shardi
   if (!n.s.IsTuple() || n.s.leaves().size() != count) {
     n.s = n.s.IsUnset() || n.s.IsTuple() ? Sharding::Tuple(std::vector<Sharding>(count))
                                          : Sharding::Tuple(std::vector<Sharding>(count, n.s));
+    Stamp(id);  // readers see a tuple now, though nothing is marked changed
   }
   bool changed = false;
   for (size_t k = 0; k < cand.size(); ++k) {
@@ -273,9 +297,24 @@ bool Propagator::UpdateLeaves(int32_t id, size_t first, const std::vector<Shardi
     }
   }
   if (!changed) return false;
+  Stamp(id);
   MarkChanged(id);
   if (sync_group && n.group >= 0) SyncGroup(n.group, id, a);
   return true;
+}
+
+bool Propagator::Settled(const std::vector<uint64_t>& ok, const std::vector<uint8_t>& cls,
+                         int32_t id, int c) const {
+  if (recompute_all_) return false;
+  const uint64_t t = ok[static_cast<size_t>(id)];
+  if (t == 0 || cls[static_cast<size_t>(id)] != c) return false;
+  if (stamp_[static_cast<size_t>(id)] > t) return false;
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  for (const HloInstruction* o : n.h->operands()) {
+    const int32_t oid = Id(o);
+    if (oid >= 0 && stamp_[static_cast<size_t>(oid)] > t) return false;
+  }
+  return n.source < 0 || stamp_[static_cast<size_t>(n.source)] <= t;
 }
 
 void Propagator::MarkChanged(int32_t id) {
@@ -306,6 +345,11 @@ void Propagator::Run() {
   const ShardingOf get = [this](const HloInstruction* h) -> const Sharding& { return Get(h); };
   fwd_.assign(nodes_.size(), 1);
   bwd_.assign(nodes_.size(), 1);
+  stamp_.assign(nodes_.size(), 0);
+  fwd_ok_.assign(nodes_.size(), 0);
+  bwd_ok_.assign(nodes_.size(), 0);
+  fwd_cls_.assign(nodes_.size(), 0);
+  bwd_cls_.assign(nodes_.size(), 0);
   // Groups start consistent.
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (int32_t m : groups_[g]) {
@@ -329,19 +373,29 @@ void Propagator::Run() {
           if (!fwd_[static_cast<size_t>(id)]) continue;
           fwd_[static_cast<size_t>(id)] = 0;
           Node& n = nodes_[static_cast<size_t>(id)];
+          const HloOpcode op = n.h->opcode();
+          const int c = ForwardLevelClass(op, a);
+          // A dot's forward rule also reads its users (the lookahead): never skipped.
+          if (op != HloOpcode::kDot && Settled(fwd_ok_, fwd_cls_, id, c)) continue;
           std::optional<Sharding> cand;
-          if (n.h->opcode() == HloOpcode::kParameter) {
+          if (op == HloOpcode::kParameter) {
             if (n.source >= 0) cand = nodes_[static_cast<size_t>(n.source)].s;
-          } else if (n.h->opcode() != HloOpcode::kConditional) {
+          } else if (op != HloOpcode::kConditional) {
             cand = InferFromOperands(*n.h, get, a);
           }
-          if (cand && !cand->IsUnset()) changed |= Update(id, *cand, a);
+          const bool step_changed = cand && !cand->IsUnset() && Update(id, *cand, a);
+          Record(&fwd_ok_, &fwd_cls_, id, c, step_changed);
+          changed |= step_changed;
         }
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
           if (!bwd_[static_cast<size_t>(*it)]) continue;
-          bwd_[static_cast<size_t>(*it)] = 0;
-          Node& n = nodes_[static_cast<size_t>(*it)];
+          const int32_t id = *it;
+          bwd_[static_cast<size_t>(id)] = 0;
+          Node& n = nodes_[static_cast<size_t>(id)];
           if (n.s.IsUnset()) continue;
+          const int c = BackwardLevelClass(n.h->opcode(), a);
+          if (Settled(bwd_ok_, bwd_cls_, id, c)) continue;
+          bool step_changed = false;
           if (n.h->opcode() == HloOpcode::kGetTupleElement) {
             // Only the element read is known: update those leaves alone.
             const int32_t oid = Id(n.h->operand(0));
@@ -352,20 +406,22 @@ void Propagator::Run() {
                 first += static_cast<size_t>(Sharding::LeafCount(ts.tuple_shapes[static_cast<size_t>(k)]));
               }
               const Sharding b = Sharding::Broadcast(n.s, n.h->shape());
-              changed |= UpdateLeaves(oid, first, b.IsTuple() ? b.leaves() : std::vector<Sharding>{b}, a);
+              step_changed = UpdateLeaves(oid, first, b.IsTuple() ? b.leaves() : std::vector<Sharding>{b}, a);
             }
-            continue;
+          } else {
+            for (int64_t i = 0; i < n.h->operand_count(); ++i) {
+              const int32_t oid = Id(n.h->operand(i));
+              if (oid < 0) continue;
+              std::optional<Sharding> cand = InferOperandFromUser(*n.h, i, get, a);
+              if (cand && !cand->IsUnset()) step_changed |= Update(oid, *cand, a);
+            }
+            // A branch parameter's sharding flows back to the conditional's operand.
+            if (n.h->opcode() == HloOpcode::kParameter && n.source >= 0) {
+              step_changed |= Update(n.source, n.s, a);
+            }
           }
-          for (int64_t i = 0; i < n.h->operand_count(); ++i) {
-            const int32_t oid = Id(n.h->operand(i));
-            if (oid < 0) continue;
-            std::optional<Sharding> cand = InferOperandFromUser(*n.h, i, get, a);
-            if (cand && !cand->IsUnset()) changed |= Update(oid, *cand, a);
-          }
-          // A branch parameter's sharding flows back to the conditional's operand.
-          if (n.h->opcode() == HloOpcode::kParameter && n.source >= 0) {
-            changed |= Update(n.source, n.s, a);
-          }
+          Record(&bwd_ok_, &bwd_cls_, id, c, step_changed);
+          changed |= step_changed;
         }
       }
     }
@@ -412,7 +468,7 @@ int64_t Propagator::WriteBack() {
 }  // namespace
 
 absl::StatusOr<bool> ShardingPropagation::Run(HloModule* module) {
-  Propagator p(module);
+  Propagator p(module, recompute_all_);
   if (absl::Status st = p.Init(); !st.ok()) return st;
   p.Run();
   const int64_t inferred = p.WriteBack();
@@ -425,8 +481,10 @@ absl::StatusOr<bool> ShardingPropagation::Run(HloModule* module) {
 }
 
 WEAVE_REGISTER_PASS("sharding-propagation",
-                    [](const PassOptions&) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      return std::make_unique<ShardingPropagation>();
+                    [](const PassOptions& o) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+                      absl::StatusOr<bool> all = o.GetBool("recompute-all", false);
+                      if (!all.ok()) return all.status();
+                      return std::make_unique<ShardingPropagation>(*all);
                     });
 
 }  // namespace weave::spmd

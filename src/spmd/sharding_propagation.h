@@ -11,7 +11,9 @@
 //
 // Algorithm: aggressiveness a = 0..3, each run to a fixed point; per round and computation
 // (callees first): forward in post order (result from operands), then backward in reverse post
-// order (operands from users), visiting only instructions whose neighbours changed. Rules per
+// order (operands from users), visiting only instructions whose neighbours changed, and at a
+// new level only steps whose rule differs there or whose inputs were written since the step last
+// ran without a change (the others would change nothing again). Rules per
 // op: propagation_rules.h. A sharding only becomes more specific (ImproveLeaf). A while, its
 // body parameter and root and its condition parameter share one sharding; conditional branch
 // parameters follow the operands and the result the branch roots. Finally Unset leaves become
@@ -30,8 +32,16 @@ namespace weave::spmd {
 
 class ShardingPropagation : public HloPass {
  public:
+  // `recompute_all` (pass option `--recompute-all`, default false): run every rule of every
+  // visited instruction, instead of skipping a step whose inputs have not been written since it
+  // last ran and changed nothing (which gives the same result: the reference it is tested
+  // against).
+  explicit ShardingPropagation(bool recompute_all = false) : recompute_all_(recompute_all) {}
   std::string_view name() const override { return "sharding-propagation"; }
   absl::StatusOr<bool> Run(HloModule* module) override;
+
+ private:
+  bool recompute_all_;
 };
 
 // Parses a header bit list `{true,false}` / `true` into per-index bits (empty = absent).

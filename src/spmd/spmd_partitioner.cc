@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,17 +57,24 @@ absl::Status CheckDevices(const Sharding& s, int64_t n, const HloInstruction& h)
 }  // namespace
 
 const Sharding& ComputationPartitioner::Target(const HloInstruction* old) const {
-  auto it = targets_.find(old);
-  return it == targets_.end() ? ReplicatedSharding() : it->second;
+  const int32_t slot = slots_.Slot(old);
+  return slot < 0 ? ReplicatedSharding() : targets_[static_cast<size_t>(slot)];
 }
 
 const PValue& ComputationPartitioner::Value(const HloInstruction* old) const {
-  return values_.at(old);
+  // Operands come before their users in the post order: an operand's value is always there.
+  static const PValue kNone;
+  const int32_t slot = slots_.Slot(old);
+  return slot < 0 ? kNone : values_[static_cast<size_t>(slot)];
 }
 
 absl::StatusOr<HloInstruction*> ComputationPartitioner::ValueIn(const HloInstruction* old,
                                                                 const Sharding& s) {
-  const PValue& v = values_.at(old);
+  const PValue& v = Value(old);
+  if (v.hlo == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("spmd-partitioner: '", old->name(), "' read before it was partitioned"));
+  }
   if (v.sharding == s) return v.hlo;
   const std::pair<const HloInstruction*, std::string> key(old, s.ToString());
   auto it = cache_.find(key);
@@ -116,9 +124,9 @@ void ComputationPartitioner::Analysis(const HloInstruction& h, std::string messa
   remarks_->push_back(std::move(r));
 }
 
-HloInstruction* ComputationPartitioner::Clone(const HloInstruction& h, const Shape& shape,
+HloInstruction* ComputationPartitioner::Clone(const HloInstruction& h, Shape shape,
                                               std::vector<HloInstruction*> operands) {
-  auto c = h.CloneWithNewOperands(shape, std::move(operands));
+  auto c = h.CloneWithNewOperands(std::move(shape), std::move(operands));
   c->sharding.reset();
   for (auto it = c->frontend_attributes.begin(); it != c->frontend_attributes.end();) {
     if (absl::StartsWith(it->first, "_weave_") && it->first != "_weave_xla_window") {
@@ -313,12 +321,12 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
 absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
                                          const Sharding* root) {
   const int64_t n = ctx_->num_partitions;
-  std::vector<HloInstruction*> order = old_->MakeInstructionPostOrder();
-  // Both tables get one entry per instruction: sized once, they never rehash (a rehash moves
-  // every entry, a Shape and a Sharding each, into a fresh table twice the size).
-  targets_.reserve(order.size());
-  values_.reserve(order.size());
-  for (HloInstruction* h : order) {
+  const std::vector<HloInstruction*> order = old_->MakeInstructionPostOrder();
+  slots_.Reset(order);
+  targets_.resize(order.size());
+  values_.resize(order.size());
+  for (size_t slot = 0; slot < order.size(); ++slot) {
+    HloInstruction* h = order[slot];
     Sharding s = Sharding::Broadcast(Sharding::Replicated(), h->shape());
     if (h->opcode() == HloOpcode::kParameter && h->parameter_number < static_cast<int64_t>(params.size())) {
       s = params[static_cast<size_t>(h->parameter_number)];
@@ -333,12 +341,16 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
     if (s.IsUnset() || s.IsUnknown()) s = Sharding::Replicated();
     s = Sharding::Broadcast(s, h->shape());
     if (absl::Status st = CheckDevices(s, n, *h); !st.ok()) return st;
-    targets_[h] = std::move(s);
+    targets_[slot] = std::move(s);
   }
-  absl::flat_hash_map<HloInstruction*, const HloInstruction*> main_of;
-  absl::flat_hash_map<const HloInstruction*, bool> claimed;
-  for (HloInstruction* h : order) {
-    const Sharding& target = targets_.at(h);
+  // Each local instruction that is some old instruction's value, with the first such old one
+  // (whose name it takes at the end).
+  std::vector<std::pair<HloInstruction*, const HloInstruction*>> main_of;
+  absl::flat_hash_set<const HloInstruction*> claimed;
+  claimed.reserve(order.size());
+  for (size_t slot = 0; slot < order.size(); ++slot) {
+    HloInstruction* h = order[slot];
+    const Sharding& target = targets_[slot];
     PValue v;
     if (h->opcode() == HloOpcode::kParameter) {
       // The local parameter keeps its number: parameters may be written in any order, and the
@@ -354,11 +366,10 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
       if (!r.ok()) return r.status();
       v = *std::move(r);
     }
-    if (v.hlo->parent() == fresh_ && !claimed[v.hlo]) {
-      main_of[v.hlo] = h;
+    if (claimed.insert(v.hlo).second && v.hlo->parent() == fresh_) {
+      main_of.emplace_back(v.hlo, h);
       if (v.hlo->metadata.empty()) v.hlo->metadata = h->metadata;
     }
-    claimed[v.hlo] = true;
     // Into the target sharding.
     const Sharding vs = Sharding::Broadcast(v.sharding, v.global);
     if (vs != target) {
@@ -366,9 +377,13 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
       if (!r.ok()) return r.status();
       v = PValue{*r, target, h->shape()};
     }
-    values_[h] = std::move(v);
+    values_[slot] = std::move(v);
   }
-  PValue rv = values_.at(old_->root());
+  if (old_->root() == nullptr || Value(old_->root()).hlo == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spmd-partitioner: computation '", old_->name(), "' has no root"));
+  }
+  PValue rv = Value(old_->root());
   if (root != nullptr && Sharding::Broadcast(*root, rv.global) != Sharding::Broadcast(rv.sharding, rv.global)) {
     absl::StatusOr<HloInstruction*> r = Reshard(rv, *root, *old_->root());
     if (!r.ok()) return r.status();
