@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/cost.h"
@@ -182,13 +183,16 @@ absl::Status VerifyModule(const HloModule& module) {
       }
     }
     const std::vector<HloInstruction*> instrs = c->instructions();
-    const absl::flat_hash_set<const HloInstruction*> own(instrs.begin(), instrs.end());
-    // (user, operand) pairs from the user lists, to check them against operand lists in O(edges).
-    absl::flat_hash_set<std::pair<const HloInstruction*, const HloInstruction*>> use_edges;
-    use_edges.reserve(instrs.size());
-    for (const HloInstruction* h : instrs) {
-      for (const HloInstruction* u : h->users()) use_edges.insert({u, h});
-    }
+    // Is `h` in the users of `o`? A short user list is scanned; a long one (a constant or a
+    // parameter read everywhere) is put in a set once, so the check stays O(edges) overall.
+    absl::flat_hash_map<const HloInstruction*, absl::flat_hash_set<const HloInstruction*>> wide;
+    auto is_user = [&wide](const HloInstruction* h, const HloInstruction* o) {
+      const std::vector<HloInstruction*>& users = o->users();
+      if (users.size() <= 16) return std::find(users.begin(), users.end(), h) != users.end();
+      auto [it, fresh] = wide.try_emplace(o);
+      if (fresh) it->second.insert(users.begin(), users.end());
+      return it->second.contains(h);
+    };
     for (const HloInstruction* h : instrs) {
       if (h->parent() != c) return StructErr(c, h, "has a wrong parent computation");
       if (h->opcode() == HloOpcode::kParameter &&
@@ -200,11 +204,11 @@ absl::Status VerifyModule(const HloModule& module) {
       for (int64_t i = 0; i < h->operand_count(); ++i) {
         const HloInstruction* o = h->operand(i);
         if (o == nullptr) return StructErr(c, h, absl::StrCat("operand ", i, " is null"));
-        if (!own.count(o)) {
+        if (!c->Holds(o)) {
           return StructErr(c, h, absl::StrCat("operand ", i, " ('", o->name(),
                                               "') is not in the same computation"));
         }
-        if (!use_edges.count({h, o})) {
+        if (!is_user(h, o)) {
           return StructErr(c, h, absl::StrCat("is missing from the users of operand ", i, " ('",
                                               o->name(), "')"));
         }

@@ -35,6 +35,12 @@ std::vector<HloInstruction*> HloComputation::instructions() const {
   return out;
 }
 
+bool HloComputation::Holds(const HloInstruction* h) const {
+  if (h == nullptr || h->parent_ != this || h->slot_ < 0) return false;
+  const size_t slot = static_cast<size_t>(h->slot_);
+  return slot < instrs_.size() && instrs_[slot].get() == h;
+}
+
 std::vector<HloInstruction*> HloComputation::MakeInstructionPostOrder() const {
   if (post_order_valid_) return post_order_;
   std::vector<HloInstruction*> order;

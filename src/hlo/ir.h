@@ -312,6 +312,9 @@ class HloComputation {
   // Instructions in their current order.
   std::vector<HloInstruction*> instructions() const;
   int64_t instruction_count() const { return live_count_; }
+  // True when `h` is one of this computation's instructions (O(1): its slot in the list is
+  // checked, not just its parent pointer).
+  bool Holds(const HloInstruction* h) const;
   // Operands before users; instructions not reachable from the root come too, in order.
   // The order is kept between calls (O(instructions) to copy) until the computation's graph
   // changes: any change of an instruction's operands or control edges, or a removal, drops it;
@@ -426,6 +429,9 @@ class HloModule {
   void UniquifyName(std::string* name);
   // Registers a name as used (parser).
   void ReserveName(const std::string& name);
+  // Room for `more` names beyond those used now (speed only: a pass about to add that many
+  // instructions spares the name table its regrowths).
+  void ReserveNames(size_t more);
   int64_t NextUniqueId() { return next_id_++; }
   // Largest channel_id in the module + 1 (for new collectives).
   int64_t NextChannelId() const;

@@ -213,6 +213,8 @@ void HloModule::UniquifyName(std::string* name) {
 
 void HloModule::ReserveName(const std::string& name) { names_.emplace(name, 1); }
 
+void HloModule::ReserveNames(size_t more) { names_.reserve(names_.size() + more); }
+
 int64_t HloModule::NextChannelId() const {
   int64_t next = 1;
   for (const auto& c : comps_) {

@@ -214,6 +214,32 @@ TEST(Verifier, StructuralErrors) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("instruction 'n'"));
 }
 
+// An operand in another computation (here the reducer's parameter) is named; a value read by
+// many users (past the short-list scan, into the set) verifies like one read by a few.
+TEST(Verifier, OperandOutsideTheComputationAndWideFanOut) {
+  std::string body = "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n";
+  std::string sum = "a";
+  for (int k = 0; k < 40; ++k) {
+    body += "  n" + std::to_string(k) + " = f32[4] negate(a)\n";
+    body += "  s" + std::to_string(k) + " = f32[4] add(" + sum + ", n" + std::to_string(k) + ")\n";
+    sum = "s" + std::to_string(k);
+  }
+  body += "  ROOT r = f32[] reduce(" + sum + ", z), dimensions={0}, to_apply=add";
+  auto m = ParseOrDie(Entry(body, "\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+                                  "  ROOT s = f32[] add(x, y)\n}\n"));
+  ASSERT_NE(m, nullptr);
+  ASSERT_GT(m->entry()->GetInstruction("a")->users().size(), 16u);
+  ASSERT_TRUE(VerifyModule(*m).ok()) << VerifyModule(*m).message();
+  HloInstruction* n0 = m->entry()->GetInstruction("n0");
+  HloInstruction* foreign = m->GetComputation("add")->parameter(0);
+  n0->set_shape(foreign->shape());
+  ASSERT_TRUE(n0->ReplaceOperandWith(0, foreign).ok());
+  absl::Status st = VerifyModule(*m);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("operand 0 ('x') is not in the same computation"));
+}
+
 TEST(Verifier, WhileShapes) {
   const std::string loop = R"(
 HloModule w
