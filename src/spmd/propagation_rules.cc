@@ -180,7 +180,8 @@ std::optional<Sharding> LookaheadUserSharding(const HloInstruction& h, const Sha
 // XLA's InferDotShardingFromOperands: each sharded operand implies an output sharding (its batch
 // and own non-contracting dims); with two, the one the lookahead user sharding is a sub-tiling
 // of comes first, else the larger operand's (bytes), and the other is merged into it.
-std::optional<Sharding> DotForward(const HloInstruction& h, const ShardingOf& get) {
+std::optional<Sharding> DotForward(const HloInstruction& h, const ShardingOf& get,
+                                   bool* read_users) {
   const Sharding& l = get(h.operand(0));
   const Sharding& r = get(h.operand(1));
   std::optional<Sharding> cl, cr;
@@ -189,6 +190,7 @@ std::optional<Sharding> DotForward(const HloInstruction& h, const ShardingOf& ge
   bool lhs_first =
       h.operand(0)->shape().ByteSize() >= h.operand(1)->shape().ByteSize();
   if (cl && cr && cl->IsTiled() && cr->IsTiled() && *cl != *cr) {
+    if (read_users != nullptr) *read_users = true;
     if (std::optional<Sharding> look = LookaheadUserSharding(h, get)) {
       const bool sub0 = IsSubTilingOrEqual(h.shape().dims, *look, *cl);
       const bool sub1 = IsSubTilingOrEqual(h.shape().dims, *look, *cr);
@@ -220,7 +222,8 @@ std::vector<int64_t> WindowSizes(const HloInstruction& h) {
   return out;
 }
 
-std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a) {
+std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a,
+                                          bool* read_users) {
   const HloOpcode op = h.opcode();
   const Shape& shape = LeafShape(h);
   auto operand = [&](int64_t i) -> const Sharding& { return get(h.operand(i)); };
@@ -323,7 +326,7 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
       return Sharding::Broadcast(*r, shape);
     }
     case HloOpcode::kDot:
-      return DotForward(h, get);
+      return DotForward(h, get, read_users);
     case HloOpcode::kGather:
       return GatherForward(h, get);
     case HloOpcode::kScatter:

@@ -19,9 +19,11 @@ namespace weave::spmd {
 using ShardingOf = std::function<const Sharding&(const HloInstruction*)>;
 
 // Candidate sharding of `h`'s result from its operands. Reads (through `get`) the shardings of
-// h's operands only, except for a dot, whose lookahead (XLA's LookaheadUserSharding) also reads
-// down its chain of single users.
-std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a);
+// h's operands only, except when it sets *read_users (when given) to true: a dot whose operands
+// imply two different tilings asks its lookahead (XLA's LookaheadUserSharding), which reads down
+// its chain of single users.
+std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a,
+                                          bool* read_users = nullptr);
 
 // Candidate sharding of operand `i` of `user` from `user`'s sharding (`get` gives the other
 // operands' current shardings). For tuple-shaped operands the candidate may have Unset leaves

@@ -104,10 +104,11 @@ class Propagator {
   // is skipped; the result is the same as running every step (tested against recompute_all_).
   bool Settled(const std::vector<uint64_t>& ok, const std::vector<uint8_t>& cls, int32_t id,
                int c) const;
-  // Records the outcome of node `id`'s step at level class `c`.
+  // Records the outcome of node `id`'s step at level class `c`: `settled` when it changed
+  // nothing and read no sharding but those Settled checks.
   void Record(std::vector<uint64_t>* ok, std::vector<uint8_t>* cls, int32_t id, int c,
-              bool changed) const {
-    (*ok)[static_cast<size_t>(id)] = changed ? 0 : clock_;
+              bool settled) const {
+    (*ok)[static_cast<size_t>(id)] = settled ? clock_ : 0;
     (*cls)[static_cast<size_t>(id)] = static_cast<uint8_t>(c);
   }
 
@@ -375,16 +376,16 @@ void Propagator::Run() {
           Node& n = nodes_[static_cast<size_t>(id)];
           const HloOpcode op = n.h->opcode();
           const int c = ForwardLevelClass(op, a);
-          // A dot's forward rule also reads its users (the lookahead): never skipped.
-          if (op != HloOpcode::kDot && Settled(fwd_ok_, fwd_cls_, id, c)) continue;
+          if (Settled(fwd_ok_, fwd_cls_, id, c)) continue;
           std::optional<Sharding> cand;
+          bool read_users = false;  // a dot's lookahead: then the step is never skipped
           if (op == HloOpcode::kParameter) {
             if (n.source >= 0) cand = nodes_[static_cast<size_t>(n.source)].s;
           } else if (op != HloOpcode::kConditional) {
-            cand = InferFromOperands(*n.h, get, a);
+            cand = InferFromOperands(*n.h, get, a, &read_users);
           }
           const bool step_changed = cand && !cand->IsUnset() && Update(id, *cand, a);
-          Record(&fwd_ok_, &fwd_cls_, id, c, step_changed);
+          Record(&fwd_ok_, &fwd_cls_, id, c, !step_changed && !read_users);
           changed |= step_changed;
         }
         for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -420,7 +421,7 @@ void Propagator::Run() {
               step_changed |= Update(n.source, n.s, a);
             }
           }
-          Record(&bwd_ok_, &bwd_cls_, id, c, step_changed);
+          Record(&bwd_ok_, &bwd_cls_, id, c, !step_changed);
           changed |= step_changed;
         }
       }

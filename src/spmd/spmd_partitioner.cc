@@ -454,6 +454,10 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
     if (rs.ok()) root_sharding = *rs;
   }
   root_sharding = Sharding::Broadcast(root_sharding, entry->root()->shape());
+  // Every instruction gets at least one local instruction, each with a name of its own.
+  int64_t instructions = 0;
+  for (const HloComputation* comp : module->computations()) instructions += comp->instruction_count();
+  module->ReserveNames(static_cast<size_t>(instructions));
   auto fresh = std::make_unique<HloComputation>(entry->name() + ".spmd");
   HloComputation* c = module->AddComputation(std::move(fresh));
   const std::string entry_name = entry->name();
