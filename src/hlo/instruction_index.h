@@ -62,6 +62,7 @@ class InstructionIndex {
 
   // The slot of `h`, or -1 if `h` is not in the set.
   int32_t Slot(const HloInstruction* h) const {
+    if (h == nullptr) return -1;
     if (!table_.empty()) {
       const int64_t k = h->unique_id() - base_;
       if (k < 0 || k >= static_cast<int64_t>(table_.size())) return -1;

@@ -35,13 +35,14 @@ class HloInstruction;
 // An instruction's list of operands, users or control edges. These lists say where the
 // instruction sits in a graph, not what it computes, so a copied instruction starts with all of
 // them empty (whoever places the copy sets its operands; users and control edges follow from
-// that): copying a list gives an empty one, and a cloned instruction costs no copies of lists it
-// would drop. Otherwise a std::vector, read through const std::vector& everywhere.
+// that), and a cloned instruction costs no copies of lists it would drop. Only that copy can copy
+// a list (the copy constructor is private to HloInstruction): anywhere else, copying one does not
+// compile, so no code can take an empty copy for the contents. Read it through
+// `const std::vector<HloInstruction*>&`, which copies as a vector does.
 class EdgeList : public std::vector<HloInstruction*> {
  public:
   EdgeList() = default;
-  EdgeList(std::vector<HloInstruction*>&& v) : std::vector<HloInstruction*>(std::move(v)) {}
-  EdgeList(const EdgeList&) : std::vector<HloInstruction*>() {}
+  explicit EdgeList(std::vector<HloInstruction*>&& v) : std::vector<HloInstruction*>(std::move(v)) {}
   EdgeList(EdgeList&&) = default;
   EdgeList& operator=(const EdgeList&) = delete;
   EdgeList& operator=(EdgeList&&) = default;
@@ -49,6 +50,10 @@ class EdgeList : public std::vector<HloInstruction*> {
     std::vector<HloInstruction*>::operator=(std::move(v));
     return *this;
   }
+
+ private:
+  friend class HloInstruction;  // its implicit copy constructor: the copy's lists start empty
+  EdgeList(const EdgeList&) : std::vector<HloInstruction*>() {}
 };
 
 // dot / ragged-dot dimension numbers (XLA DotDimensionNumbers).
