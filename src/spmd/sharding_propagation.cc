@@ -150,24 +150,19 @@ absl::Status Propagator::Init() {
     }
   }
   std::reverse(comps.begin(), comps.end());  // callees first
-  // A node per instruction, computation by computation in post order.
-  std::vector<HloInstruction*> all;
-  std::vector<size_t> comp_end;  // all[comp_end[k-1] .. comp_end[k]) is comps[k]'s post order
-  for (HloComputation* c : comps) {
-    const std::vector<HloInstruction*> post = c->MakeInstructionPostOrder();
-    all.insert(all.end(), post.begin(), post.end());
-    comp_end.push_back(all.size());
-  }
-  index_.Reset(all);
-  nodes_.reserve(all.size());  // one allocation (speed only)
+  size_t node_count = 0;
+  for (const HloComputation* c : comps) node_count += static_cast<size_t>(c->instruction_count());
+  nodes_.reserve(node_count);  // one allocation (speed only)
   const std::vector<bool> allow_params =
       ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_parameters");
   const std::vector<bool> allow_out = ParseAllowBits(*m_, "allow_spmd_sharding_propagation_to_output");
-  for (size_t k = 0; k < comps.size(); ++k) {
-    HloComputation* c = comps[k];
+  // A node per instruction, computation by computation in post order (nodes_[k].h is index_.at(k)).
+  std::vector<HloInstruction*> all;
+  all.reserve(node_count);
+  for (HloComputation* c : comps) {
     std::vector<int32_t> order;
-    for (size_t i = k == 0 ? 0 : comp_end[k - 1]; i < comp_end[k]; ++i) {
-      HloInstruction* h = all[i];
+    for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      all.push_back(h);
       Node n;
       n.h = h;
       if (h->sharding) {
@@ -195,6 +190,7 @@ absl::Status Propagator::Init() {
     }
     order_.push_back(std::move(order));
   }
+  index_.Reset(all);
   // Loop and conditional groups.
   for (HloComputation* c : comps) {
     for (HloInstruction* h : c->instructions()) {

@@ -11,9 +11,9 @@
 //
 // Algorithm: aggressiveness a = 0..3, each run to a fixed point; per round and computation
 // (callees first): forward in post order (result from operands), then backward in reverse post
-// order (operands from users), visiting only instructions whose neighbours changed, and at a
-// new level only steps whose rule differs there or whose inputs were written since the step last
-// ran without a change (the others would change nothing again). Rules per
+// order (operands from users), visiting only instructions whose neighbours changed, and skipping
+// a step that last ran without a change at a level where its rule is the same, if nothing it
+// reads was written since (it would change nothing again). Rules per
 // op: propagation_rules.h. A sharding only becomes more specific (ImproveLeaf). A while, its
 // body parameter and root and its condition parameter share one sharding; conditional branch
 // parameters follow the operands and the result the branch roots. Finally Unset leaves become
