@@ -35,6 +35,9 @@ FUZZ_MUTANTS := dequant-unproven ring-reversed drop-last-step
 FUZZ_LONG_SECONDS ?= 3600
 FUZZ_LONG_SEEDS ?= 0:20000
 FUZZ_OUT ?= build-fuzz/findings
+# ../shared/examples seeds the parser fuzzer where it is beside the checkout (empty in a clone on
+# its own: libFuzzer refuses a corpus folder that does not exist).
+SHARED_EXAMPLES := $(wildcard ../shared/examples)
 
 .PHONY: deps build test unit lit fuzz fuzz-smoke fuzz-diff fuzz-long demo bench clean
 
@@ -44,7 +47,9 @@ deps:
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; fi
 
-$(BUILD)/build.ninja:
+# The packages first (order-only: under `make -jN` the configure step would otherwise start while
+# apt-get is still installing, and fail to find abseil).
+$(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_EXTRA)
 
 build: deps $(BUILD)/build.ninja
@@ -87,7 +92,7 @@ fuzz-smoke: fuzz-build build
 ifneq ($(filter parser,$(FUZZ_SMOKE)),)
 	@set -o pipefail; mkdir -p build-fuzz/corpus && cp -f tests/lit/*.hlo build-fuzz/corpus/ 2>/dev/null; \
 	  build-fuzz/parser_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
-	  build-fuzz/corpus ../shared/examples 2>&1 | tail -3
+	  build-fuzz/corpus $(SHARED_EXAMPLES) 2>&1 | tail -3
 endif
 ifneq ($(filter pipeline,$(FUZZ_SMOKE)),)
 	@set -o pipefail; mkdir -p build-fuzz/pipeline-corpus && \
@@ -118,7 +123,7 @@ fuzz-diff: build
 fuzz: fuzz-build build
 	@mkdir -p build-fuzz/corpus build-fuzz/pipeline-corpus $(FUZZ_OUT)
 	$(BUILD)/weave-fuzz corpus --seeds 0:256 build-fuzz/pipeline-corpus
-	build-fuzz/parser_fuzzer -max_total_time=$${FUZZ_SECONDS:-300} -timeout=10 build-fuzz/corpus ../shared/examples
+	build-fuzz/parser_fuzzer -max_total_time=$${FUZZ_SECONDS:-300} -timeout=10 build-fuzz/corpus $(SHARED_EXAMPLES)
 	WEAVE_FUZZ_ALLOW=$(FUZZ_LIBFUZZER_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$${FUZZ_SECONDS:-300} -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus
@@ -138,7 +143,9 @@ fuzz-long: fuzz-build
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 nice build-asan/weave-fuzz run --seeds $(FUZZ_LONG_SEEDS) -j $(JOBS) --timeout 120 \
 	  $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW)) --out $(FUZZ_OUT) --summary build-fuzz/fuzz-long-summary.json | tee build-fuzz/fuzz-long.txt | tail -25
 
-demo: build
+# The demo needs the `weave` binary only: no test, benchmark or fuzzer is built.
+demo: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target weave -j $(JOBS)
 	$(BUILD)/weave demo
 
 bench: build

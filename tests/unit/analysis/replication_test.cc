@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "shared_files.h"
 
 namespace weave {
 namespace {
@@ -181,9 +182,24 @@ TEST(Replication, WhileLoopElements) {
   EXPECT_FALSE(Same(*m, "r"));
 }
 
+// A windowed FP8 all-gather loop of the project's own: its scales are replicated parameters,
+// the FP8 shard and the partition id are not.
+TEST(Replication, LoopScalesAreReplicated) {
+  absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModuleFile(
+      weave::testfiles::SourcePath("tests/lit/windowed-einsum-handler-convert-after-scale.hlo"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_TRUE(IsSameOnAllPartitions(Find(**m, "xs")));
+  EXPECT_TRUE(IsSameOnAllPartitions(Find(**m, "ws")));
+  EXPECT_TRUE(IsSameOnAllPartitions(Find(**m, "wd")));
+  EXPECT_FALSE(IsSameOnAllPartitions(Find(**m, "xq")));
+  EXPECT_FALSE(IsSameOnAllPartitions(Find(**m, "xd")));
+  EXPECT_FALSE(IsSameOnAllPartitions(Find(**m, "pid")));
+}
+
 TEST(Replication, ExampleScalesAreReplicated) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_fp8_two_consumers.hlo");
   absl::StatusOr<std::unique_ptr<HloModule>> m =
-      ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/examples/ag_fp8_two_consumers.hlo");
+      ParseHloModuleFile(weave::testfiles::SharedPath("examples/ag_fp8_two_consumers.hlo"));
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_TRUE(IsSameOnAllPartitions(Find(**m, "sx")));
   EXPECT_TRUE(IsSameOnAllPartitions(Find(**m, "sw")));

@@ -7,6 +7,7 @@
 #include "eval_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shared_files.h"
 
 namespace weave::eval {
 namespace {
@@ -14,14 +15,15 @@ namespace {
 using ::testing::HasSubstr;
 
 std::unique_ptr<HloModule> Load(const std::string& rel) {
-  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/" + rel);
+  auto m = ParseHloModuleFile(weave::testfiles::SharedPath(rel));
   EXPECT_TRUE(m.ok()) << rel << ": " << m.status().message();
   return m.ok() ? std::move(*m) : nullptr;
 }
 
 TEST(Modules, EveryExampleRunsTwiceIdentically) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(WEAVE_SHARED_DIR) + "/examples")) {
+  for (const auto& entry : std::filesystem::directory_iterator(weave::testfiles::SharedPath("examples"))) {
     if (entry.path().extension() != ".hlo") continue;
     ++count;
     auto m = Load("examples/" + entry.path().filename().string());
@@ -46,6 +48,7 @@ TEST(Modules, EveryExampleRunsTwiceIdentically) {
 // The windowed loops in ag_*/rs_* compute the same values as the plain all-gather/reduce-scatter
 // + dot modules (same parameters), up to the accumulation order.
 TEST(Modules, WindowedExamplesMatchPlainCounterparts) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
   for (auto [windowed, plain] : {std::pair{"ag_bf16_two_consumers.hlo", "plain_ag_bf16_two_consumers.hlo"},
                                  std::pair{"rs_fp8.hlo", "plain_rs_fp8.hlo"}}) {
     auto a = Load(std::string("examples/") + plain);
@@ -132,6 +135,7 @@ TEST(Modules, CompareRejectsDifferentParameters) {
 }
 
 TEST(Modules, SmallRealModulesRun) {
+  WEAVE_SKIP_WITHOUT_SHARED("real");
   for (const char* name : {"real/mha_block_1x12x128x64_bf16.hlo", "real/layer_norm_1x4096x768_bf16.hlo",
                            "real/dlrm_keras_jax_f32_test_step.hlo"}) {
     auto m = Load(name);
@@ -144,6 +148,7 @@ TEST(Modules, SmallRealModulesRun) {
 }
 
 TEST(Modules, HugeModulesAreRefusedUpFront) {
+  WEAVE_SKIP_WITHOUT_SHARED("real/hlo_llama31_70b_fp8_16x8.hlo");
   auto m = Load("real/hlo_llama31_70b_fp8_16x8.hlo");
   ASSERT_NE(m, nullptr);
   EvalOptions o;

@@ -10,6 +10,7 @@
 #include "gpu/windowed_loop.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "shared_files.h"
 #include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
@@ -17,7 +18,7 @@ namespace weave {
 namespace {
 
 std::unique_ptr<HloModule> Load(const std::string& example) {
-  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/examples/" + example);
+  auto m = ParseHloModuleFile(weave::testfiles::SharedPath("examples/" + example));
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? std::move(*m) : nullptr;
 }
@@ -85,6 +86,7 @@ ENTRY main {
 )";
 
 TEST(WindowedLoopTest, RecognisesUnrolledAllGatherLoop) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
   auto m = Load("ag_bf16_single.hlo");
   ASSERT_NE(m, nullptr);
   std::string why;
@@ -113,6 +115,7 @@ TEST(WindowedLoopTest, RecognisesUnrolledAllGatherLoop) {
 }
 
 TEST(WindowedLoopTest, RecognisesReduceScatterLoop) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/rs_fp8.hlo");
   auto m = Load("rs_fp8.hlo");
   ASSERT_NE(m, nullptr);
   std::string why;
@@ -173,6 +176,7 @@ TEST(WindowedLoopTest, RejectsWithReason) {
 }
 
 TEST(WindowedLoopTest, EvaluatesBlockOffsets) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
   auto m = Load("ag_bf16_single.hlo");
   ASSERT_NE(m, nullptr);
   HloInstruction* off1 = Find(m.get(), "off1");
@@ -185,6 +189,7 @@ TEST(WindowedLoopTest, EvaluatesBlockOffsets) {
 }
 
 TEST(WindowedEinsumHandlerTest, RewritesAndIsIdempotent) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_fp8_two_consumers.hlo");
   auto m = Load("ag_fp8_two_consumers.hlo");
   ASSERT_NE(m, nullptr);
   std::vector<Remark> remarks;
@@ -234,6 +239,7 @@ TEST(WindowedEinsumHandlerTest, RewritesAndIsIdempotent) {
 // backend-config editor reads it (passes/gpu_backend_config.h): a key spelled with a \u escape
 // counts (5), a value that is not all digits reads 0 (not 12, as std::stoll would give).
 TEST(WindowedEinsumHandlerTest, NewStreamsStartAboveTheEditorsQueueIds) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
   auto m = Load("ag_bf16_single.hlo");
   ASSERT_NE(m, nullptr);
   Find(m.get(), "zeros")->backend_config = R"({"operation\u005fqueue_id":"5"})";
@@ -256,6 +262,7 @@ TEST(WindowedEinsumHandlerTest, NewStreamsStartAboveTheEditorsQueueIds) {
 }
 
 TEST(WindowedEinsumHandlerTest, RegisteredWithUnrollOption) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
   PassOptions options;
   options.Set("windowed-einsum-unroll", "false");
   auto pass = PassRegistry::Get().Create("windowed-einsum-handler", options);

@@ -10,13 +10,14 @@
 #include "gpu/windowed_loop.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "shared_files.h"
 #include "passes/pass.h"
 
 namespace weave {
 namespace {
 
 std::unique_ptr<HloModule> Load(const std::string& example) {
-  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/examples/" + example);
+  auto m = ParseHloModuleFile(weave::testfiles::SharedPath("examples/" + example));
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? std::move(*m) : nullptr;
 }
@@ -40,6 +41,7 @@ std::vector<HloInstruction*> Whiles(HloModule* m) {
 }
 
 TEST(WindowedLoopMatcher, GemmCustomCallsAreDotsWhenAsked) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
   for (const char* example : {"plain_ag_fp8_two_consumers.hlo", "plain_rs_fp8.hlo"}) {
     SCOPED_TRACE(example);
     auto m = Load(example);

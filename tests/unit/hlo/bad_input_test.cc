@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "shared_files.h"
 
 namespace weave {
 namespace {
@@ -169,16 +170,15 @@ TEST(BadInputTest, MessageFormatIsFileLineColumn) {
   EXPECT_THAT(e, MatchesRegex("bad.hlo:5:[0-9]+: expected an integer, found 'x'"));
 }
 
-std::string ReadShared(const std::string& rel) {
-  std::ifstream in(std::string(WEAVE_SHARED_DIR) + rel, std::ios::binary);
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
-// Every prefix of a real file either parses or fails cleanly; so do single-byte corruptions.
-TEST(BadInputTest, TruncationsAndCorruptionsNeverCrash) {
-  const std::string text = ReadShared("/examples/ag_bf16_single.hlo");
+// Every prefix of `text` either parses or fails cleanly; so do single-byte corruptions.
+void TruncateAndCorrupt(const std::string& text) {
   ASSERT_FALSE(text.empty());
   int failures = 0;
   for (size_t n = 0; n < text.size(); n += 3) {
@@ -196,6 +196,18 @@ TEST(BadInputTest, TruncationsAndCorruptionsNeverCrash) {
     auto m = ParseHloModule(t, "flip.hlo");
     if (m.ok()) (void)(*m)->ToString();  // printing whatever parsed must not crash either
   }
+}
+
+// A windowed FP8 all-gather loop of the project's own (while, body and condition, shardings,
+// tuples, constants, comments).
+TEST(BadInputTest, TruncationsAndCorruptionsNeverCrash) {
+  TruncateAndCorrupt(ReadFile(weave::testfiles::SourcePath("tests/lit/windowed-einsum-handler-convert-after-scale.hlo")));
+}
+
+// XLA's own layout of such a loop (../shared/examples).
+TEST(BadInputTest, TruncationsAndCorruptionsOfASharedExampleNeverCrash) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
+  TruncateAndCorrupt(ReadFile(weave::testfiles::SharedPath("examples/ag_bf16_single.hlo")));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "shared_files.h"
 
 namespace weave {
 namespace {
@@ -478,9 +479,9 @@ ENTRY e {
 }
 
 TEST(ParserFileTest, ReadsFilesAndReportsMissingOnes) {
-  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/examples/plain_rs_fp8.hlo");
+  auto m = ParseHloModuleFile(weave::testfiles::SourcePath("tests/calibration/c1_ag_gemm_base.hlo"));
   ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ((*m)->name(), "plain_rs_fp8");
+  EXPECT_EQ((*m)->name(), "c1_ag_gemm_base");
   auto missing = ParseHloModuleFile("/nonexistent/dir/none.hlo");
   EXPECT_FALSE(missing.ok());
   EXPECT_TRUE(absl::IsNotFound(missing.status()));

@@ -1,5 +1,7 @@
-// Round trip over every file of ../shared/real and ../shared/examples: parse, print, parse,
-// print gives the same text the second time; XLA's own dumps come back byte for byte.
+// Round trip over the project's own modules (tests/calibration) and, where
+// ../shared is beside the checkout, every file of ../shared/real and ../shared/examples: parse,
+// print, parse, print gives the same text the second time; XLA's own dumps come back byte for
+// byte.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,22 +10,34 @@
 
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "shared_files.h"
 
 namespace weave {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> HloFiles() {
+// The .hlo files of `dirs` that exist, sorted.
+std::vector<std::string> HloFilesIn(const std::vector<std::string>& dirs) {
   std::vector<std::string> files;
-  for (const char* dir : {"/real", "/examples"}) {
-    fs::path p = fs::path(WEAVE_SHARED_DIR).concat(dir);
-    if (!fs::exists(p)) continue;
-    for (const auto& e : fs::directory_iterator(p)) {
+  for (const std::string& dir : dirs) {
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".hlo") files.push_back(e.path().string());
     }
   }
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::vector<std::string> SharedHloFiles() {
+  return HloFilesIn({weave::testfiles::SharedPath("real"), weave::testfiles::SharedPath("examples")});
+}
+
+std::vector<std::string> HloFiles() {
+  std::vector<std::string> files =
+      HloFilesIn({weave::testfiles::SourcePath("tests/calibration")});
+  for (const std::string& f : SharedHloFiles()) files.push_back(f);
   return files;
 }
 
@@ -65,7 +79,7 @@ TEST_P(RoundTripTest, PrintParsePrintIsStable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SharedFiles, RoundTripTest, ::testing::ValuesIn(HloFiles()),
+INSTANTIATE_TEST_SUITE_P(Files, RoundTripTest, ::testing::ValuesIn(HloFiles()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = fs::path(info.param).stem().string();
                            for (char& c : n) {
@@ -74,9 +88,16 @@ INSTANTIATE_TEST_SUITE_P(SharedFiles, RoundTripTest, ::testing::ValuesIn(HloFile
                            return n;
                          });
 
+TEST(RoundTripFilesTest, ProjectFilesArePresent) {
+  // The calibration modules: in every clone.
+  EXPECT_GE(HloFiles().size() - SharedHloFiles().size(), 40u);
+}
+
 TEST(RoundTripFilesTest, SharedFilesArePresent) {
-  // The real dumps and examples the issue names must all be found and tested.
-  EXPECT_GE(HloFiles().size(), 13u);
+  WEAVE_SKIP_WITHOUT_SHARED("real");
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
+  // The real dumps and examples must all be found and tested.
+  EXPECT_GE(SharedHloFiles().size(), 13u);
 }
 
 }  // namespace

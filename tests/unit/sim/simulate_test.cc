@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "shared_files.h"
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
@@ -466,8 +467,9 @@ ENTRY main {
 }
 
 TEST(SimulateTest, SharedExampleXlaUnrolledLoop) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
   absl::StatusOr<std::unique_ptr<HloModule>> m =
-      ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) + "/examples/ag_bf16_single.hlo");
+      ParseHloModuleFile(weave::testfiles::SharedPath("examples/ag_bf16_single.hlo"));
   ASSERT_TRUE(m.ok()) << m.status();
   SimOptions o;
   o.record_trace = true;
@@ -509,7 +511,8 @@ namespace {
 // Two rings of 4 in one collective-permute (8 partitions, groups {0..3} and {4..7}): the loop's
 // ring is 4, the group it circulates over, not the permute's 8 pairs; the ideal bound uses it.
 TEST(SimulateTest, RingSizeIsTheGroupNotThePairCount) {
-  std::ifstream in(std::string(WEAVE_SHARED_DIR) + "/examples/ag_bf16_single.hlo");
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_single.hlo");
+  std::ifstream in(weave::testfiles::SharedPath("examples/ag_bf16_single.hlo"));
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();

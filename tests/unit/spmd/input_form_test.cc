@@ -8,6 +8,7 @@
 #include "hlo/parser.h"
 #include "spmd/input_form.h"
 #include "spmd/partition_pipeline.h"
+#include "shared_files.h"
 
 namespace weave::spmd {
 namespace {
@@ -21,6 +22,8 @@ InputFormReport Detect(const std::string& text) {
 }
 
 TEST(InputFormTest, SharedModulesGetTheRightForm) {
+  WEAVE_SKIP_WITHOUT_SHARED("real");
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
   const std::map<std::string, InputForm> expected = {
       {"real/dlrm_keras_jax_f32_test_step.hlo", InputForm::kSingleDevice},
       {"real/hlo_llama31_70b_fp8_16x8.hlo", InputForm::kPartitioned},
@@ -29,7 +32,7 @@ TEST(InputFormTest, SharedModulesGetTheRightForm) {
       {"real/mha_block_1x12x128x64_bf16.hlo", InputForm::kSingleDevice},
       {"real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo", InputForm::kGlobal},
   };
-  const fs::path shared(WEAVE_SHARED_DIR);
+  const fs::path shared(weave::testfiles::SharedDir());
   int checked = 0;
   for (const char* dir : {"real", "examples"}) {
     for (const auto& e : fs::directory_iterator(shared / dir)) {
@@ -49,9 +52,25 @@ TEST(InputFormTest, SharedModulesGetTheRightForm) {
   EXPECT_GE(checked, 13);
 }
 
+// The project's calibration modules are partitioned: plain collectives + dots (*_base) and
+// windowed loops (*_decomposed), in every clone.
+TEST(InputFormTest, CalibrationModulesArePartitioned) {
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(weave::testfiles::SourcePath("tests/calibration"))) {
+    if (e.path().extension() != ".hlo") continue;
+    auto m = ParseHloModuleFile(e.path().string());
+    ASSERT_TRUE(m.ok()) << e.path() << ": " << m.status().message();
+    const InputFormReport r = DetectInputForm(**m);
+    EXPECT_EQ(r.form, InputForm::kPartitioned) << e.path() << ": " << r.Describe();
+    ++checked;
+  }
+  EXPECT_GE(checked, 40);
+}
+
 TEST(InputFormTest, DeepSeekPartitionCount) {
-  auto m = ParseHloModuleFile(std::string(WEAVE_SHARED_DIR) +
-                              "/real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo");
+  const std::string rel = "real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo";
+  WEAVE_SKIP_WITHOUT_SHARED(rel);
+  auto m = ParseHloModuleFile(weave::testfiles::SharedPath(rel));
   ASSERT_TRUE(m.ok());
   const InputFormReport r = DetectInputForm(**m);
   EXPECT_EQ(r.num_partitions, 4);

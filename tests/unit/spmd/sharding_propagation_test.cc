@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
+#include "shared_files.h"
 
 namespace weave {
 namespace {
@@ -52,8 +53,8 @@ TEST(ShardingPropagationTest, SkippingSettledStepsChangesNothingOnEveryCheckedIn
   std::vector<fs::path> files;
   for (const fs::path& dir : {fs::path(WEAVE_SOURCE_DIR) / "tests/lit",
                              fs::path(WEAVE_SOURCE_DIR) / "tests/lit/Inputs",
-                             fs::path(WEAVE_SHARED_DIR) / "examples",
-                             fs::path(WEAVE_SHARED_DIR) / "real"}) {
+                             fs::path(weave::testfiles::SharedDir()) / "examples",
+                             fs::path(weave::testfiles::SharedDir()) / "real"}) {
     if (!fs::exists(dir)) continue;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".hlo") files.push_back(e.path());

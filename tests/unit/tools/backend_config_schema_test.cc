@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shared_files.h"
 #include "hlo/parser.h"
 #include "passes/gpu_backend_config.h"
 
@@ -124,8 +125,10 @@ class BackendConfigOutput : public ::testing::Test {
 // Inputs: the shared examples, the demo block, and generated AG/RS loops (FP8 and wide).
 std::vector<std::string> Inputs(const fs::path& dir) {
   std::vector<std::string> in;
-  for (const auto& e : fs::directory_iterator(std::string(WEAVE_SHARED_DIR) + "/examples")) {
-    if (e.path().extension() == ".hlo") in.push_back(e.path().string());
+  if (weave::testfiles::HasShared("examples")) {
+    for (const auto& e : fs::directory_iterator(weave::testfiles::SharedPath("examples"))) {
+      if (e.path().extension() == ".hlo") in.push_back(e.path().string());
+    }
   }
   const std::string gen = std::string(WEAVE_SOURCE_DIR) + "/tests/gen/windowed_loops.py";
   const std::vector<std::string> variants = {

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "shared_files.h"
 
 namespace {
 
@@ -37,7 +38,32 @@ CmdResult Sh(const std::string& cmd) {
 }
 
 std::string Weave() { return std::string("'") + WEAVE_BINARY + "'"; }
-std::string Shared(const std::string& rel) { return std::string(WEAVE_SHARED_DIR) + "/" + rel; }
+std::string Shared(const std::string& rel) { return weave::testfiles::SharedPath(rel); }
+
+// A module of the project's own, in every clone: a plain bf16 all-gather over 4 partitions
+// feeding two column-sharded dots (what the decomposer windows and the handler caches).
+constexpr char kPlainAllGatherTwoDots[] = R"(HloModule own_plain_ag_two_dots, num_partitions=4
+
+ENTRY main {
+  act = bf16[4,8,32]{2,1,0} parameter(0), sharding={devices=[1,4,1]<=[4]}
+  gathered = bf16[4,32,32]{2,1,0} all-gather(act), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true
+  wa = bf16[32,24]{1,0} parameter(1), sharding={devices=[1,4]<=[4]}
+  ya = bf16[4,32,24]{2,1,0} dot(gathered, wa), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  wb = bf16[32,40]{1,0} parameter(2), sharding={devices=[1,4]<=[4]}
+  yb = bf16[4,32,40]{2,1,0} dot(gathered, wb), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  ROOT out = (bf16[4,32,24]{2,1,0}, bf16[4,32,40]{2,1,0}) tuple(ya, yb)
+}
+)";
+
+// A module without any collective, in every clone: nothing for the pipeline to window.
+constexpr char kNoCollective[] = R"(HloModule own_no_collective, num_partitions=4
+
+ENTRY main {
+  a = f32[16,8]{1,0} parameter(0)
+  b = f32[8,12]{1,0} parameter(1)
+  ROOT y = f32[16,12]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+)";
 
 class CompileE2E : public ::testing::Test {
  protected:
@@ -52,6 +78,12 @@ class CompileE2E : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   std::string Tmp(const std::string& name) const { return (dir_ / name).string(); }
+  // Writes `text` to a file of this test's folder; returns its path.
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = Tmp(name);
+    std::ofstream(path) << text;
+    return path;
+  }
   fs::path dir_;
 };
 
@@ -62,25 +94,38 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(ss.str(), nullptr, false);
 }
 
-// Every shared example compiles, its numerics verify on the evaluator, the output verifies.
+// Compiles `in` with its numerics verified on the evaluator; the output verifies.
+void CompileWithVerifiedNumerics(const std::string& in, const std::string& out) {
+  SCOPED_TRACE(in);
+  // Default tolerances: the FP8 all-gather examples (bf16 outputs) differ from their input by
+  // 1-2 bf16 ulps where the FP8 GEMM rounds once and the input rounds each dequantized operand;
+  // the comparison's norm-wise term (4 ulps at each output's largest magnitude) allows that.
+  CmdResult r = Sh(Weave() + " compile '" + in + "' -o '" + out + "' --verify-numerics=3 --report '" +
+                   out + ".json'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
+  ASSERT_TRUE(fs::exists(out));
+  CmdResult v = Sh(Weave() + " verify '" + out + "'");
+  EXPECT_EQ(v.code, 0) << v.out;
+  nlohmann::json j = ReadJson(out + ".json");
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["numerics"]["pass"], true);
+}
+
+// The project's own modules: a plain all-gather with two dots, an FP8 windowed loop.
+TEST_F(CompileE2E, OwnModulesCompileWithVerifiedNumerics) {
+  CompileWithVerifiedNumerics(Write("plain.hlo", kPlainAllGatherTwoDots), Tmp("plain.out.hlo"));
+  CompileWithVerifiedNumerics(
+      weave::testfiles::SourcePath("tests/lit/windowed-einsum-handler-convert-after-scale.hlo"),
+      Tmp("loop.out.hlo"));
+}
+
+// Every shared example.
 TEST_F(CompileE2E, ExamplesCompileWithVerifiedNumerics) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples");
   for (const auto& entry : fs::directory_iterator(Shared("examples"))) {
     if (entry.path().extension() != ".hlo") continue;
-    SCOPED_TRACE(entry.path().string());
-    std::string out = Tmp(entry.path().filename().string());
-    // Default tolerances: the FP8 all-gather examples (bf16 outputs) differ from their input by
-    // 1-2 bf16 ulps where the FP8 GEMM rounds once and the input rounds each dequantized operand;
-    // the comparison's norm-wise term (4 ulps at each output's largest magnitude) allows that.
-    CmdResult r = Sh(Weave() + " compile '" + entry.path().string() + "' -o '" + out +
-                     "' --verify-numerics=3 --report '" + out + ".json'");
-    EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_THAT(r.out, HasSubstr("Numerics: PASS"));
-    ASSERT_TRUE(fs::exists(out));
-    CmdResult v = Sh(Weave() + " verify '" + out + "'");
-    EXPECT_EQ(v.code, 0) << v.out;
-    nlohmann::json j = ReadJson(out + ".json");
-    ASSERT_FALSE(j.is_discarded());
-    EXPECT_EQ(j["numerics"]["pass"], true);
+    CompileWithVerifiedNumerics(entry.path().string(), Tmp(entry.path().filename().string()));
   }
 }
 
@@ -88,6 +133,7 @@ TEST_F(CompileE2E, ExamplesCompileWithVerifiedNumerics) {
 // plain_ag_fp8_two_consumers.hlo: x is f8e4m3fn[2,16,64] dequantized to bf16 and all-gathered
 // over 4 partitions; after the pipeline the ring carries the FP8 shard.
 TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
+  WEAVE_SKIP_WITHOUT_SHARED("examples/plain_ag_fp8_two_consumers.hlo");
   std::string out = Tmp("out.hlo"), rep = Tmp("report.json");
   // --cost-gate=off: the figures below are about the rewrite itself, not whether it pays at this
   // tiny size.
@@ -125,24 +171,22 @@ TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
 // --require fails with exit 4 when nothing fires, and no output is written.
 TEST_F(CompileE2E, RequireFailsWhenNothingFires) {
   std::string out = Tmp("ln.hlo");
-  CmdResult r = Sh(Weave() + " compile '" + Shared("real/layer_norm_1x4096x768_bf16.hlo") + "' -o '" +
-             out + "' --require=windowed");
+  CmdResult r = Sh(Weave() + " compile '" + Write("none.hlo", kNoCollective) + "' -o '" + out +
+                   "' --require=windowed");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_THAT(r.out, HasSubstr("windowed did not fire"));
   EXPECT_FALSE(fs::exists(out));
-  // Disabling the decomposer on a plain example: nothing windowed.
-  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") + "' -o '" +
-         out + "' --no-decompose --require=windowed,fp8-gemm");
+  // Disabling the decomposer on a plain all-gather: nothing windowed.
+  const std::string plain = Write("plain.hlo", kPlainAllGatherTwoDots);
+  r = Sh(Weave() + " compile '" + plain + "' -o '" + out + "' --no-decompose --require=windowed,fp8-gemm");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_FALSE(fs::exists(out));
   // An unknown rewrite name is a usage error.
-  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") +
-         "' --require=sparkle");
+  r = Sh(Weave() + " compile '" + plain + "' --require=sparkle");
   EXPECT_EQ(r.code, 2) << r.out;
-  // The same example with the decomposer on (every match: --cost-gate=off): the rewrite fires,
+  // The same module with the decomposer on (every match: --cost-gate=off): the rewrite fires,
   // the output is written.
-  r = Sh(Weave() + " compile '" + Shared("examples/plain_ag_bf16_two_consumers.hlo") + "' -o '" +
-         out + "' --require=windowed,cache --cost-gate=off");
+  r = Sh(Weave() + " compile '" + plain + "' -o '" + out + "' --require=windowed,cache --cost-gate=off");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(out));
 }
@@ -150,6 +194,7 @@ TEST_F(CompileE2E, RequireFailsWhenNothingFires) {
 // Every real dump compiles or is declined with a clear reason; every output verifies. Numerics
 // are off here (the big dumps would not fit), so this stays fast.
 TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
+  WEAVE_SKIP_WITHOUT_SHARED("real");
   int compiled = 0;
   for (const auto& entry : fs::directory_iterator(Shared("real"))) {
     if (entry.path().extension() != ".hlo") continue;
@@ -172,6 +217,7 @@ TEST_F(CompileE2E, RealDumpsCompileOrDecline) {
 // The DeepSeek dump is global (it would be partitioned first) but has 9 CustomSPMDPartitioning
 // calls: exit 1 listing each by name, target and op_name, with the dump to take instead.
 TEST_F(CompileE2E, DeclinesCustomSpmdPartitioning) {
+  WEAVE_SKIP_WITHOUT_SHARED("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo");
   std::string out = Tmp("ds.hlo");
   CmdResult r = Sh(Weave() + " compile -q '" +
              Shared("real/nv_maxtext_deepseek_1n4g_jit_train_step_before_optimization.hlo") +
@@ -217,7 +263,7 @@ TEST_F(CompileE2E, OutputThroughSymlinkKeepsTheLink) {
   { std::ofstream(target) << "stale\n"; }
   fs::create_symlink(target, Tmp("link.hlo"));
   fs::create_symlink(Tmp("report.real.json"), Tmp("report.json"));  // dangling: created
-  CmdResult r = Sh(Weave() + " compile '" + Shared("examples/ag_bf16_single.hlo") + "' -o '" +
+  CmdResult r = Sh(Weave() + " compile '" + Write("plain.hlo", kPlainAllGatherTwoDots) + "' -o '" +
                    Tmp("link.hlo") + "' --report '" + Tmp("report.json") + "' -q");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(Tmp("link.hlo"))));

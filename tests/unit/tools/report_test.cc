@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shared_files.h"
 #include "hlo/parser.h"
 #include "nlohmann/json.hpp"
 
@@ -130,7 +131,8 @@ TEST(SummarizeModule, LoopsCountTripCountTimes) {
 // The shared example with a plain all-gather feeding two dots: the byte and FLOP counts the
 // report gives for the input, by hand.
 TEST(SummarizeModule, PlainAllGatherExampleByHand) {
-  auto m = ParseFile(std::string(WEAVE_SHARED_DIR) + "/examples/plain_ag_bf16_two_consumers.hlo");
+  WEAVE_SKIP_WITHOUT_SHARED("examples/plain_ag_bf16_two_consumers.hlo");
+  auto m = ParseFile(weave::testfiles::SharedPath("examples/plain_ag_bf16_two_consumers.hlo"));
   ASSERT_NE(m, nullptr);
   ModuleSummary s = SummarizeModule(*m);
   // x: bf16[2,16,64] gathered over 4 partitions: 3 shards of 2*16*64*2 bytes leave each one.
@@ -143,7 +145,8 @@ TEST(SummarizeModule, PlainAllGatherExampleByHand) {
 }
 
 TEST(WindowedLoops, ExampleLoopIsFound) {
-  auto m = ParseFile(std::string(WEAVE_SHARED_DIR) + "/examples/ag_bf16_two_consumers.hlo");
+  WEAVE_SKIP_WITHOUT_SHARED("examples/ag_bf16_two_consumers.hlo");
+  auto m = ParseFile(weave::testfiles::SharedPath("examples/ag_bf16_two_consumers.hlo"));
   ASSERT_NE(m, nullptr);
   std::vector<WindowedLoopInfo> loops = FindWindowedLoops(*m);
   ASSERT_EQ(loops.size(), 1u);
