@@ -268,6 +268,39 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
 
 namespace {
 
+// Whether `s` tiles any of `dims` of `global` unevenly (its last tile holds padding).
+bool HasUnevenTiledDim(const Sharding& s, const Shape& global, const std::vector<int64_t>& dims) {
+  if (!s.IsTiled()) return false;
+  for (int64_t d : dims) {
+    if (d < s.rank() && s.tile(d) > 1 && global.dims[static_cast<size_t>(d)] % s.tile(d) != 0) return true;
+  }
+  return false;
+}
+
+// An index value no window of the scatter `g` (operand `og`, updates `ug`) can start at, for the
+// padding rows of an uneven index tile, as XLA's partitioner pads scatter indices: -1 for signed
+// index types (XLA's pad value); for unsigned ones the type's largest value, where it lies past
+// some indexed dim's last window start. nullopt when no value of the type is out of bounds
+// (u8/u16 indices into a dim longer than the type's range).
+std::optional<int64_t> OutOfBoundsIndex(PrimitiveType it, const GatherScatterDims& g, const Shape& og,
+                                        const Shape& ug) {
+  if (IsSignedInteger(it)) return -1;
+  if (!IsUnsignedInteger(it)) return std::nullopt;
+  const int bits = BitWidth(it);
+  // u64's largest value is all ones: -1 in the constant's int64 storage.
+  const int64_t largest = bits >= 64 ? -1 : (int64_t{1} << bits) - 1;
+  if (bits >= 63) return largest;
+  for (int64_t d : g.start_index_map) {
+    // The window extent along operand dim d: 1 where it is collapsed, else its update dim's size.
+    int64_t window = 1;
+    for (size_t j = 0; j < g.window_operand.size(); ++j) {
+      if (g.window_operand[j] == d) window = ug.dims[static_cast<size_t>(g.offset_dims[j])];
+    }
+    if (largest + window > og.dims[static_cast<size_t>(d)]) return largest;
+  }
+  return std::nullopt;
+}
+
 // Whether `c` is the scalar computation add(p0, p1).
 bool IsScalarAdd(const HloComputation* c) {
   if (c == nullptr || c->num_parameters() != 2) return false;
@@ -339,10 +372,26 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   if (!o.ok()) return o.status();
   absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
   if (!ix.ok()) return ix.status();
+  // The padding rows of an uneven index tile (a trailing tile past the global index count) hold
+  // no index: each is set out of bounds, so the local scatter skips its window (left as it is, a
+  // clamp in the program before the scatter would move it into range and its update would land
+  // twice).
+  std::optional<int64_t> oob;
+  if (idx_req.IsTiled()) {
+    oob = OutOfBoundsIndex(ig.element_type, *g, og, ug);
+    if (!oob && HasUnevenTiledDim(idx_req, ig, g->indices_batch)) {
+      return cp.Replicated(h, absl::StrCat("scatter: indices tiled unevenly and no ", std::string(PrimitiveTypeName(ig.element_type)),
+                                           " index is out of bounds to mask their padding with (no partitioning rule)"));
+    }
+  }
   absl::StatusOr<HloInstruction*> u = cp.Operand(h, 2, *upd);
   if (!u.ok()) return u.status();
   SpmdBuilder& b = cp.b();
   HloInstruction* indices = *ix;
+  if (oob) {
+    indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
+                            b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
+  }
   HloInstruction* base = *o;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
