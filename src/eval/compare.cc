@@ -30,9 +30,12 @@ namespace {
 
 // `ring_ulps` ulps of `ring_magnitude` (the largest magnitude of the terms the output sums,
 // from the magnitude run) join the norm-wise term.
+// `sum_atol` (the reassociated-sum allowance) joins it too; the elements that pass only thanks
+// to it are counted.
 OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double atol,
                              double norm_ulps, double norm_factor, PrimitiveType ulp_type,
-                             double ring_ulps = 0, const Value* ring_magnitude = nullptr) {
+                             double ring_ulps = 0, const Value* ring_magnitude = nullptr,
+                             double sum_atol = 0) {
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;
@@ -56,6 +59,9 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
       c.norm_atol += ring_ulps * UlpOf(c.ring_magnitude, ulp_type);
     }
   }
+  const double norm_atol_without_sum = c.norm_atol;
+  c.sum_atol = sum_atol;
+  c.norm_atol += sum_atol;
   for (int64_t k = 0; k < n; ++k) {
     if (ints) {
       const int64_t x = a.i[static_cast<size_t>(k)], y = b.i[static_cast<size_t>(k)];
@@ -86,7 +92,12 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
     c.max_abs_error = std::max(c.max_abs_error, diff);
     const double m = std::max(std::fabs(x), std::fabs(y));
     if (m > 0) c.max_rel_error = std::max(c.max_rel_error, diff / m);
-    if (diff > std::max(atol + rtol * std::fabs(x), c.norm_atol)) ++c.mismatches;
+    const double elementwise = atol + rtol * std::fabs(x);
+    if (diff > std::max(elementwise, c.norm_atol)) {
+      ++c.mismatches;
+    } else if (diff > std::max(elementwise, norm_atol_without_sum)) {
+      ++c.by_sum_allowance;
+    }
   }
   c.pass = c.mismatches == 0;
   return c;
@@ -190,10 +201,11 @@ OutputComparison CompareOutputValues(const Value& a, const Value& b,
 OutputComparison CompareOutputValuesOnPath(const Value& a, const Value& b,
                                            const CompareOptions& options,
                                            const PathPrecision& pp,
-                                           const Value* ring_magnitude) {
+                                           const Value* ring_magnitude, const Value* sum_magnitude) {
   const PrimitiveType out_type = a.shape.element_type;
   PrimitiveType judged = out_type;
   double factor = 1, ring_ulps = 0;
+  bool sums = false;
   std::string path;
   if (options.path_aware && IsFloatingPoint(out_type) && pp.type != PrimitiveType::kInvalid) {
     if (MantissaBits(pp.type) < MantissaBits(out_type)) {
@@ -204,15 +216,33 @@ OutputComparison CompareOutputValuesOnPath(const Value& a, const Value& b,
     if (MantissaBits(pp.type) <= MantissaBits(judged)) {
       factor = NormUlpsFactor(pp);
       ring_ulps = MagnitudeUlpsFactor(pp);
+      sums = sum_magnitude != nullptr && sum_magnitude->shape.Compatible(a.shape) && pp.sum_terms > 1;
     }
   }
   if (ring_magnitude != nullptr && !ring_magnitude->shape.Compatible(a.shape)) {
     ring_magnitude = nullptr;
   }
+  double sum_atol = 0, largest = 0;
+  if (sums) {
+    for (int64_t k = 0; k < sum_magnitude->size(); ++k) {
+      const double x = sum_magnitude->GetDouble(k);
+      if (std::isfinite(x)) largest = std::max(largest, std::fabs(x));
+    }
+    sum_atol = SumReassociationAtol(pp, largest);
+  }
   auto [rt, at] = DefaultTolerance(judged);
   OutputComparison c = CompareLeaf(a, b, options.rtol.value_or(rt), options.atol.value_or(at),
                                    options.norm_ulps.value_or(kDefaultNormUlps), factor, judged,
-                                   ring_magnitude != nullptr ? ring_ulps : 0, ring_magnitude);
+                                   ring_magnitude != nullptr ? ring_ulps : 0, ring_magnitude, sum_atol);
+  if (sum_atol > 0) {
+    c.sum_terms = pp.sum_terms;
+    if (!path.empty()) path += "; ";
+    absl::StrAppendFormat(&path,
+                          "a sum of %d terms at %s whose order may change: + %.4g "
+                          "(2*%g*sqrt(%d)*u*sum|x|, sum|x| = %.4g; Higham-Mary)",
+                          pp.sum_terms, std::string(PrimitiveTypeName(pp.type)), sum_atol, kSumLambda,
+                          pp.sum_terms, largest);
+  }
   c.judged_as = judged;
   c.norm_factor = factor;
   c.path = path;
@@ -319,6 +349,13 @@ std::string CompareReport::ToJson() const {
                             {"norm_factor", c.norm_factor}, {"path", c.path},
                             {"ring_ulps", c.ring_ulps}, {"ring_magnitude", c.ring_magnitude},
                             {"pass", c.pass}});
+    if (c.sum_terms > 0) {
+      nlohmann::json& o = j["outputs"].back();
+      o["sum_terms"] = c.sum_terms;
+      o["sum_atol"] = c.sum_atol;
+      o["by_sum_allowance"] = c.by_sum_allowance;
+      o["exact_sums"] = c.exact_sums;
+    }
   }
   return j.dump(2);
 }

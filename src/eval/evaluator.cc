@@ -150,6 +150,13 @@ absl::StatusOr<Value> DeviceEvaluator::ApplyBinaryComputation(const HloComputati
   auto simple = program_.simple_binary.find(c);
   const Shape& s = a.shape;
   if (simple != program_.simple_binary.end() && simple->second.has_value()) {
+    if (program_.exact_sums && *simple->second == HloOpcode::kAdd && a.storage() == Storage::kFloat &&
+        b.storage() == Storage::kFloat) {
+      // EvalOptions::exact_sums: the sum at f32, not rounded to the narrow result type.
+      absl::StatusOr<Value> r = ops::Binary(HloOpcode::kAdd, a, b, Shape(PrimitiveType::F32, s.dims));
+      if (r.ok()) r->shape = s;
+      return r;
+    }
     return ops::Binary(*simple->second, a, b, s);
   }
   Value r = Value::Zeros(s);
@@ -284,6 +291,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   });
   internal::Program program;
   program.module = &module;
+  program.exact_sums = options.exact_sums;
   for (const HloComputation* c : module.computations()) {
     program.plans.emplace(c, internal::BuildPlan(c));
     program.simple_binary.emplace(c, internal::SimpleBinary(c));

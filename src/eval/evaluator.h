@@ -47,6 +47,14 @@ struct EvalOptions {
   bool replicate_unsharded = true;
   // Refuse modules whose estimated memory (EstimateMemoryBytes) exceeds this many bytes.
   int64_t max_memory_bytes = int64_t{8} << 30;
+  // Sums without their narrow roundings: a `reduce` whose reducer is a scalar add, and an
+  // all-reduce / reduce-scatter with one, accumulate bf16/f16/FP8 values at f32 (the storage
+  // precision) and keep the f32 result instead of rounding it to the result type. Every other op
+  // rounds as XLA does. Two programs that compute the same sums in different orders (a global
+  // program and its partitioning) then agree to f32 precision, whatever the order: the
+  // global-vs-partitioned check's second run for outputs it judges as reassociated sums
+  // (global_compare.h). Off (XLA's semantics) by default.
+  bool exact_sums = false;
 };
 
 // Inputs per device: per_device[d][i] is parameter i of the entry on device d
@@ -154,6 +162,14 @@ struct OutputComparison {
   // when there are none), added to norm_atol.
   double ring_ulps = 0;
   double ring_magnitude = 0;
+  // The reassociated-sum allowance (global-vs-partitioned check only, SumReassociationAtol in
+  // output_precision.h): the most terms a sum reduce on the path adds, the allowance added to
+  // norm_atol, the elements that pass only thanks to it, and the verdict of the exact-sum run
+  // that then checks them ("" when it did not run).
+  int64_t sum_terms = 0;
+  double sum_atol = 0;
+  int64_t by_sum_allowance = 0;
+  std::string exact_sums;
   double max_abs_error = 0;  // over elements where both are finite
   double max_rel_error = 0;  // |a-b| / max(|a|,|b|) over finite elements with a nonzero value
   int64_t mismatches = 0;    // |a-b| > max(atol + rtol*|a|, norm_atol), or differing NaN/inf

@@ -50,6 +50,7 @@ struct Program {
   const HloModule* module = nullptr;
   absl::flat_hash_map<const HloComputation*, CompPlan> plans;
   absl::flat_hash_map<const HloComputation*, std::optional<HloOpcode>> simple_binary;
+  bool exact_sums = false;  // EvalOptions::exact_sums
 };
 
 // The per-device interpreter.

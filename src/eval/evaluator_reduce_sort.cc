@@ -46,7 +46,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
     switch (in.storage()) {
       case Storage::kFloat: {
         const float init = ops[1]->f[0];
-        const bool f32_add = op == HloOpcode::kAdd && t == PrimitiveType::F32;
+        // EvalOptions::exact_sums: a narrow sum accumulated and kept at f32.
+        const bool f32_add = op == HloOpcode::kAdd && (t == PrimitiveType::F32 || program_.exact_sums);
         for (int64_t o = 0; o < outer; ++o) {
           const float* row = in.f.data() + o * inner;
           if (f32_add) {

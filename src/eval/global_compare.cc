@@ -151,6 +151,71 @@ int64_t LargestReductionGroup(const HloModule& m) {
   return g;
 }
 
+// Runs `global` (the global program, or a clone of it such as SumMagnitudeModule's) on one device
+// with its parameter shardings dropped; with manual regions, its global view on the partitioned
+// module's P devices, every device on the full inputs. The reference outputs are device 0's.
+absl::StatusOr<EvalResult> RunReference(const HloModule& global, const HloModule& partitioned,
+                                        const EvalOptions& options, const EvalOptions& ge,
+                                        const Inputs& gin) {
+  absl::StatusOr<EvalResult> gr;
+  if (HasManualRegions(global)) {
+    const int64_t p = ResolvedNumPartitions(partitioned, options);
+    absl::StatusOr<std::unique_ptr<HloModule>> view = BuildGlobalViewModule(global, p);
+    if (!view.ok()) {
+      return absl::Status(view.status().code(),
+                          absl::StrCat("global module: manual regions: ", view.status().message()));
+    }
+    EvalOptions ve = ge;
+    ve.num_partitions = p;
+    Inputs vin;
+    vin.per_device.assign(static_cast<size_t>(p), gin.per_device[0]);
+    gr = RunModule(**view, ve, &vin);
+  } else {
+    std::unique_ptr<HloModule> ref = global.Clone();
+    for (HloInstruction* p : ref->entry()->parameters()) p->sharding.reset();
+    gr = RunModule(*ref, ge, &gin);
+  }
+  if (!gr.ok()) return absl::Status(gr.status().code(), absl::StrCat("global module: ", gr.status().message()));
+  return gr;
+}
+
+// The holders of each distinct tile of a value of `rank` with sharding `s` over n partitions and
+// `replicas` replicas, tiles in device-array order (replicated: every partition, in id order),
+// each tile's devices as r * n + p.
+std::vector<std::vector<int64_t>> TileHolders(const Sharding& s, int64_t rank, int64_t n, int64_t replicas) {
+  std::vector<int64_t> partitions;
+  if (s.IsTiled()) {
+    partitions = s.devices();
+  } else if (s.IsMaximal()) {
+    partitions = {s.maximal_device()};
+  } else {
+    for (int64_t p = 0; p < n; ++p) partitions.push_back(p);
+  }
+  std::map<std::vector<int64_t>, size_t> slot;
+  std::vector<std::vector<int64_t>> holders;
+  for (int64_t p : partitions) {
+    const std::vector<int64_t> t = *s.TileIndex(p, rank);
+    auto [it, fresh] = slot.emplace(t, holders.size());
+    if (fresh) holders.emplace_back();
+    for (int64_t r = 0; r < replicas; ++r) holders[it->second].push_back(r * n + p);
+  }
+  return holders;
+}
+
+// Output leaf k of a partitioned run reassembled into the global `shape` from its sharding `s`:
+// each tile from its first holder, padding stripped. `holders`: TileHolders.
+Value Reassemble(const EvalResult& pr, size_t k, const Sharding& s, const Shape& shape, int64_t n,
+                 const std::vector<std::vector<int64_t>>& holders) {
+  Value assembled = Value::Zeros(shape);
+  for (const std::vector<int64_t>& hs : holders) {
+    const Value& tile = *pr.outputs[static_cast<size_t>(hs[0])][k];
+    ForEachTileElement(tile.shape.dims, shape.dims, Offsets(s, hs[0] % n, shape), [&](int64_t lk, int64_t gi) {
+      if (gi >= 0) CopyElement(tile, lk, &assembled, gi);
+    });
+  }
+  return assembled;
+}
+
 }  // namespace
 
 bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partitioned,
@@ -208,24 +273,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   ge.replicate_unsharded = true;
   absl::StatusOr<Inputs> gin = MakeInputs(*ref, ge);
   if (!gin.ok()) return absl::Status(gin.status().code(), absl::StrCat("global module: ", gin.status().message()));
-  absl::StatusOr<EvalResult> gr;
-  if (HasManualRegions(global)) {
-    // Manual regions: the global view on P devices, each on the full inputs (global_view.h).
-    const int64_t p = ResolvedNumPartitions(partitioned, options.eval);
-    absl::StatusOr<std::unique_ptr<HloModule>> view = BuildGlobalViewModule(global, p);
-    if (!view.ok()) {
-      return absl::Status(view.status().code(),
-                          absl::StrCat("global module: manual regions: ", view.status().message()));
-    }
-    EvalOptions ve = ge;
-    ve.num_partitions = p;
-    Inputs vin;
-    vin.per_device.assign(static_cast<size_t>(p), gin->per_device[0]);
-    gr = RunModule(**view, ve, &vin);
-  } else {
-    gr = RunModule(*ref, ge, &*gin);
-  }
-  if (!gr.ok()) return absl::Status(gr.status().code(), absl::StrCat("global module: ", gr.status().message()));
+  absl::StatusOr<EvalResult> gr = RunReference(global, partitioned, options.eval, ge, *gin);
+  if (!gr.ok()) return gr.status();
   // 3. Tiles with poisoned padding.
   EvalOptions pe = options.eval;
   pe.num_partitions = ResolvedNumPartitions(partitioned, options.eval);
@@ -290,7 +339,21 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       if (paths[k].type == PrimitiveType::kInvalid ||
           MantissaBits(g.type) < MantissaBits(paths[k].type)) {
         paths[k] = g;
+      } else if (MantissaBits(g.type) == MantissaBits(paths[k].type)) {
+        // The global program's sums are the long ones the partitioned module splits.
+        paths[k].sum_terms = std::max(paths[k].sum_terms, g.sum_terms);
       }
+    }
+  }
+  // The global program's sum magnitudes (sum |x| of each sum reduce's terms, exact sums), for the
+  // reassociated-sum allowance of outputs with such a sum on their path.
+  std::optional<EvalResult> sr;
+  if (std::any_of(paths.begin(), paths.end(), [](const PathPrecision& p) { return p.sum_terms > 1; })) {
+    if (std::unique_ptr<HloModule> sums = SumMagnitudeModule(global)) {
+      EvalOptions se = ge;
+      se.exact_sums = true;
+      absl::StatusOr<EvalResult> r = RunReference(*sums, partitioned, options.eval, se, *gin);
+      if (r.ok()) sr = *std::move(r);
     }
   }
   for (size_t k = 0; k < leaf_shapes.size(); ++k) {
@@ -300,45 +363,27 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
                                                    ": cannot be reassembled"));
     }
-    Value assembled = Value::Zeros(gs);
-    Value magnitude = Value::Zeros(gs);
-    const bool with_magnitude = mr.has_value() && IsFloatingPoint(gs.element_type);
-    // Holders of each tile in device-array order (replicated: every partition, in id order).
-    std::map<std::vector<int64_t>, std::vector<int64_t>> holders;
-    std::vector<std::vector<int64_t>> order;
-    std::vector<int64_t> partitions;
-    if (s.IsTiled()) {
-      partitions = s.devices();
-    } else if (s.IsMaximal()) {
-      partitions = {s.maximal_device()};
-    } else {
-      for (int64_t p = 0; p < n; ++p) partitions.push_back(p);
-    }
-    for (int64_t p : partitions) {
-      const std::vector<int64_t> t = *s.TileIndex(p, gs.rank());
-      if (!holders.count(t)) order.push_back(t);
-      for (int64_t r = 0; r < pe.replica_count; ++r) holders[t].push_back(r * n + p);
-    }
-    for (const std::vector<int64_t>& t : order) {
-      const std::vector<int64_t>& hs = holders[t];
+    const std::vector<std::vector<int64_t>> holders = TileHolders(s, gs.rank(), n, pe.replica_count);
+    for (const std::vector<int64_t>& hs : holders) {
       const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
-      const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
       if (first.shape.dims != spmd::LocalShape(gs, s).dims) {
         return absl::InvalidArgumentError(absl::StrCat(
             "output ", k, " of device ", hs[0], " is ", first.shape.ToString(false),
             ", expected ", spmd::LocalShape(gs, s).ToString(false)));
       }
-      ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
-        if (gi >= 0) CopyElement(first, lk, &assembled, gi);
-      });
-      if (with_magnitude) {
-        const Value& m = *mr->outputs[static_cast<size_t>(hs[0])][k];
-        if (m.shape.Compatible(first.shape)) {
-          ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
-            if (gi >= 0) CopyElement(m, lk, &magnitude, gi);
-          });
-        }
-      }
+    }
+    const Value assembled = Reassemble(*pr, k, s, gs, n, holders);
+    // The magnitude run's tiles, where they have the output's shape.
+    bool with_magnitude = mr.has_value() && IsFloatingPoint(gs.element_type);
+    for (const std::vector<int64_t>& hs : holders) {
+      with_magnitude = with_magnitude && mr->outputs[static_cast<size_t>(hs[0])][k]->shape.Compatible(
+                                             pr->outputs[static_cast<size_t>(hs[0])][k]->shape);
+    }
+    const Value magnitude = with_magnitude ? Reassemble(*mr, k, s, gs, n, holders) : Value::Zeros(gs);
+    for (const std::vector<int64_t>& hs : holders) {
+      const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
+      const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
+      const std::vector<int64_t> t = *s.TileIndex(hs[0] % n, gs.rank());
       for (size_t h = 1; h < hs.size(); ++h) {
         const Value& other = *pr->outputs[static_cast<size_t>(hs[h])][k];
         int64_t bad = -1;
@@ -387,12 +432,48 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     OutputComparison c =
         k < paths.size()
             ? CompareOutputValuesOnPath(*ref_out[k], assembled, co, paths[k],
-                                        with_magnitude ? &magnitude : nullptr)
+                                        with_magnitude ? &magnitude : nullptr,
+                                        sr.has_value() ? sr->outputs[0][k].get() : nullptr)
             : CompareOutputValues(*ref_out[k], assembled, co);
     c.output = static_cast<int64_t>(k);
     c.device = -1;
     report.compare.pass &= c.pass;
     report.compare.outputs.push_back(std::move(c));
+  }
+  // 6. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
+  // exact sums on both sides: the same sums in any order then agree to f32, so a term dropped,
+  // added twice or taken from the wrong place shows.
+  std::vector<size_t> recheck;
+  for (size_t k = 0; k < report.compare.outputs.size(); ++k) {
+    const OutputComparison& c = report.compare.outputs[k];
+    if (c.pass && c.by_sum_allowance > 0) recheck.push_back(k);
+  }
+  if (!recheck.empty()) {
+    EvalOptions gx = ge, px = pe;
+    gx.exact_sums = px.exact_sums = true;
+    absl::StatusOr<EvalResult> gxr = RunReference(global, partitioned, options.eval, gx, *gin);
+    if (!gxr.ok()) return gxr.status();
+    absl::StatusOr<EvalResult> pxr = RunModule(partitioned, px, &pin);
+    if (!pxr.ok()) {
+      return absl::Status(pxr.status().code(),
+                          absl::StrCat("partitioned module (exact sums): ", pxr.status().message()));
+    }
+    for (size_t k : recheck) {
+      OutputComparison& c = report.compare.outputs[k];
+      const std::vector<std::vector<int64_t>> holders = TileHolders(leaves[k], leaf_shapes[k].rank(), n, pe.replica_count);
+      const Value exact = Reassemble(*pxr, k, leaves[k], leaf_shapes[k], n, holders);
+      PathPrecision without_sums = paths[k];
+      without_sums.sum_terms = 0;
+      const OutputComparison x = CompareOutputValuesOnPath(*gxr->outputs[0][k], exact, co, without_sums);
+      c.exact_sums = absl::StrFormat("exact-sum run: max_abs_err=%.4g mismatches=%d/%d (%g ulps at max |A| %.4g = %.4g) %s",
+                                     x.max_abs_error, x.mismatches, x.elements, x.norm_ulps,
+                                     x.max_abs_value, x.norm_atol, x.pass ? "PASS" : "FAIL");
+      if (!x.pass) {
+        c.pass = false;
+        c.mismatches += x.mismatches;
+        report.compare.pass = false;
+      }
+    }
   }
   report.pass &= report.compare.pass;
   return report;
@@ -416,6 +497,11 @@ std::string GlobalCompareReport::ToString() const {
                                                 c.norm_ulps, c.max_abs_value, c.norm_atol)
                               : std::string(),
                           c.pass ? "PASS" : "FAIL");
+    // An output judged as a reassociated sum says so, and what its exact-sum run found.
+    if (c.sum_terms > 0) {
+      absl::StrAppend(&s, "    ", c.path, "; ", c.by_sum_allowance, " element(s) within it",
+                      c.exact_sums.empty() ? "" : "; ", c.exact_sums, "\n");
+    }
   }
   s += pass ? "PASS\n" : "FAIL\n";
   return s;

@@ -49,8 +49,26 @@ PathPrecision Merge(const PathPrecision& a, const PathPrecision& b) {
   m.roundings = std::max(a.roundings, b.roundings);
   m.ring = std::max(a.ring, b.ring);
   m.k = std::max(a.k, b.k);
+  m.sum_terms = std::max(a.sum_terms, b.sum_terms);
   if (m.where.empty()) m.where = b.where;
   return m;
+}
+
+// Whether `c` is a scalar add of its two parameters (a sum reducer).
+bool IsSumReducer(const HloComputation* c) {
+  return c != nullptr && c->root() != nullptr && c->root()->opcode() == HloOpcode::kAdd;
+}
+
+// The number of terms each result element of a sum `reduce` adds (the product of its reduced
+// dims); 0 for any other reduce.
+int64_t SumTerms(const HloInstruction& i) {
+  if (i.opcode() != HloOpcode::kReduce || i.operand_count() < 2 || !IsSumReducer(i.to_apply())) return 0;
+  const Shape& in = i.operand(0)->shape();
+  int64_t terms = 1;
+  for (int64_t d : i.dimensions) {
+    if (d >= 0 && d < in.rank()) terms *= in.dims[static_cast<size_t>(d)];
+  }
+  return terms;
 }
 
 // The opcode an instruction computes: the wrapped one of a sugared async op
@@ -185,6 +203,7 @@ class Analysis {
         own.roundings = 1;
         own.where = absl::StrCat("'", i->name(), "' (", std::string(HloOpcodeString(op)), ")");
         if (IsReductionCollective(op)) own.ring = GroupSize(*i, n_);
+        own.sum_terms = SumTerms(*i);
         if (i->opcode() == HloOpcode::kDot && i->operand_count() >= 1) {
           int64_t k = 1;
           for (int64_t d : i->dot_dims().lhs_contracting) {
@@ -198,6 +217,7 @@ class Analysis {
           p.roundings += 1;
           p.ring = std::max(p.ring, own.ring);
           p.k = std::max(p.k, own.k);
+          p.sum_terms = std::max(p.sum_terms, own.sum_terms);
         }
       }
       values_[i] = p;
@@ -282,6 +302,33 @@ double NormUlpsFactor(const PathPrecision& p) {
 
 double MagnitudeUlpsFactor(const PathPrecision& p) {
   return 1 + (p.ring > 1 ? (static_cast<double>(p.ring) + 1) / 2 : 0);
+}
+
+std::unique_ptr<HloModule> SumMagnitudeModule(const HloModule& module) {
+  std::unique_ptr<HloModule> m = module.Clone();
+  bool changed = false;
+  for (HloComputation* c : m->computations()) {
+    for (HloInstruction* i : c->MakeInstructionPostOrder()) {
+      if (SumTerms(*i) == 0) continue;
+      // The data operands (the first half; the rest are the init values).
+      for (int64_t k = 0; k < i->operand_count() / 2; ++k) {
+        HloInstruction* o = i->operand(k);
+        if (!o->shape().IsArray() || !IsFloatingPoint(o->shape().element_type)) continue;
+        HloInstruction* a = c->AddInstruction(HloOpcode::kAbs, o->shape(), {o},
+                                              absl::StrCat(o->name(), ".magnitude"));
+        if (!i->ReplaceOperandWith(k, a).ok()) return nullptr;
+        changed = true;
+      }
+    }
+  }
+  return changed ? std::move(m) : nullptr;
+}
+
+double SumReassociationAtol(const PathPrecision& p, double magnitude) {
+  const int mantissa = MantissaBits(p.type);
+  if (p.sum_terms <= 1 || mantissa < 0 || !std::isfinite(magnitude)) return 0;
+  const double u = std::ldexp(1.0, -(mantissa + 1));
+  return 2 * kSumLambda * std::sqrt(static_cast<double>(p.sum_terms)) * u * magnitude;
 }
 
 }  // namespace weave::eval

@@ -54,6 +54,7 @@ struct PathPrecision {
   int64_t roundings = 0;  // roundings at `type` on the longest path
   int64_t ring = 1;       // largest group of a collective reduction at `type` (1: none)
   int64_t k = 0;          // largest contraction length of a dot rounding at `type`
+  int64_t sum_terms = 0;  // most terms one element of a sum `reduce` rounding at `type` adds
   std::string where;      // the first instruction found rounding at `type`, e.g. "'dq' (multiply)"
 };
 
@@ -84,17 +85,44 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module);
 // operands), plus (G + 1) / 2 for a collective reduction of G partitions on the path.
 double MagnitudeUlpsFactor(const PathPrecision& p);
 
+// The allowance for a sum whose order a correct partitioning changes: a `reduce` of L terms
+// (p.sum_terms) accumulated at p.type, each partial sum rounded (XLA's reduce semantics: the
+// partitioned program sums each shard, then all-reduces the shard sums). Two such recursive
+// sums of the same terms in different orders differ by at most
+//   2 * lambda * sqrt(L) * u * sum |x_i|      (u = 2^-(mantissa bits + 1) of p.type)
+// with high probability: Higham and Mary, "A New Approach to Probabilistic Rounding Error
+// Analysis", SIAM J. Sci. Comput. 41(5), 2019, Thm. 3.1 (|error| <= lambda sqrt(n) u sum |x_i|
+// for each sum, the worst-case bound being n u sum |x_i|). lambda = kSumLambda. `magnitude` is
+// sum |x_i|, the output's value in the sum-magnitude run (SumMagnitudeModule, run with exact
+// sums). 0 when p holds no sum reduce.
+//
+// The allowance is wide (at bf16 a sum of 1,000 terms may move by ~0.5 sum |x_i|): a value
+// passing only thanks to it is checked again by the global check's exact-sum run
+// (EvalOptions::exact_sums), where the same sums agree to f32 and a wrong term shows.
+inline constexpr double kSumLambda = 2;
+double SumReassociationAtol(const PathPrecision& p, double magnitude);
+
+// A clone of `module` in which the float data operands of every sum `reduce` (add reducer) are
+// replaced by their absolute values: run on the same inputs with EvalOptions::exact_sums (a
+// narrow sum of |x| would stall), a sum output's value is sum |x_i|. nullptr when the module
+// has no sum reduce.
+std::unique_ptr<HloModule> SumMagnitudeModule(const HloModule& module);
+
 struct CompareOptions;
 struct OutputComparison;
 struct Value;
 // One output leaf compared as CompareResults does with path-aware tolerance: judged at the
 // narrower of its own type and `path.type`, the norm-wise term scaled by NormUlpsFactor(path)
 // and, with `ring_magnitude` (the output of MagnitudeModule on the same inputs), the magnitude
-// term. Defined in compare.cc; used by the global-vs-partitioned check.
+// term. With `sum_magnitude` (the global-vs-partitioned check: the output of SumMagnitudeModule
+// on the same inputs) and a sum reduce on the path, SumReassociationAtol of its largest value
+// joins it too (OutputComparison::sum_atol, said in `path`). Defined in compare.cc; used by the
+// global-vs-partitioned check.
 OutputComparison CompareOutputValuesOnPath(const Value& a, const Value& b,
                                            const CompareOptions& options,
                                            const PathPrecision& path,
-                                           const Value* ring_magnitude = nullptr);
+                                           const Value* ring_magnitude = nullptr,
+                                           const Value* sum_magnitude = nullptr);
 
 // Mantissa bits (explicit) of float type t: f32 23, bf16 7, f16 10, f8e4m3fn 3, f8e5m2 2, ...;
 // -1 for non-float types.

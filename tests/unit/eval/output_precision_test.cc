@@ -272,3 +272,86 @@ ENTRY e {
 
 }  // namespace
 }  // namespace weave::eval
+
+namespace weave::eval {
+namespace {
+
+// 1,024 ones summed at bf16: each partial sum rounds, and from 256 on adding 1 rounds back to
+// the partial sum (256 + 1 is a tie between 256 and 258, to even: 256). With exact sums the
+// reduce adds at f32: 1024. An all-reduce of 256 and 1 rounds 257 to 256 at bf16 (a tie, to
+// even); with exact sums it keeps 257.
+TEST(ExactSums, ReduceAndAllReduceKeepTheirF32Sums) {
+  const char* text = R"(
+HloModule sums, num_partitions=2
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT c = bf16[] add(a, b)
+}
+ENTRY e {
+  x = bf16[1024] parameter(0)
+  y = bf16[] parameter(1)
+  zero = bf16[] constant(0)
+  total = bf16[] reduce(x, zero), dimensions={0}, to_apply=add
+  across = bf16[] all-reduce(y), channel_id=1, replica_groups={{0,1}}, to_apply=add
+  ROOT t = (bf16[], bf16[]) tuple(total, across)
+})";
+  auto m = testing::ParseOrDie(text);
+  ASSERT_NE(m, nullptr);
+  Inputs in;
+  const ValuePtr ones = testing::Arr(PrimitiveType::BF16, {1024}, std::vector<double>(1024, 1.0));
+  in.per_device = {{ones, testing::Arr(PrimitiveType::BF16, {}, {256.0})},
+                   {ones, testing::Arr(PrimitiveType::BF16, {}, {1.0})}};
+  EvalOptions o;
+  o.num_partitions = 2;
+  absl::StatusOr<EvalResult> xla = RunModule(*m, o, &in);
+  ASSERT_TRUE(xla.ok()) << xla.status();
+  EXPECT_EQ(xla->outputs[0][0]->GetDouble(0), 256.0);
+  EXPECT_EQ(xla->outputs[1][1]->GetDouble(0), 256.0);
+  o.exact_sums = true;
+  absl::StatusOr<EvalResult> exact = RunModule(*m, o, &in);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_EQ(exact->outputs[0][0]->GetDouble(0), 1024.0);
+  EXPECT_EQ(exact->outputs[1][1]->GetDouble(0), 257.0);
+}
+
+// A sum reduce's terms reach its output's path; a max reduce adds none; the allowance is
+// 2 * lambda * sqrt(L) * u * sum|x| at the path's type.
+TEST(ExactSums, SumTermsAndTheAllowance) {
+  auto m = testing::ParseOrDie(R"(
+HloModule terms
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT c = bf16[] add(a, b)
+}
+max {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT c = bf16[] maximum(a, b)
+}
+ENTRY e {
+  x = bf16[4,25,16] parameter(0)
+  zero = bf16[] constant(0)
+  s = bf16[25] reduce(x, zero), dimensions={0,2}, to_apply=add
+  mx = bf16[25] reduce(x, zero), dimensions={0,2}, to_apply=max
+  ROOT t = (bf16[25], bf16[25]) tuple(s, mx)
+})");
+  ASSERT_NE(m, nullptr);
+  const std::vector<PathPrecision> p = OutputPathPrecisions(*m, 1);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].sum_terms, 64);
+  EXPECT_EQ(p[1].sum_terms, 0);
+  // bf16: u = 2^-8; 2 * 2 * sqrt(64) * 2^-8 * 100 = 12.5.
+  EXPECT_DOUBLE_EQ(SumReassociationAtol(p[0], 100), 12.5);
+  EXPECT_DOUBLE_EQ(SumReassociationAtol(p[1], 100), 0);
+  // The sum-magnitude module takes |.| of the sum's data operand only.
+  std::unique_ptr<HloModule> sm = SumMagnitudeModule(*m);
+  ASSERT_NE(sm, nullptr);
+  EXPECT_EQ(sm->entry()->GetInstruction("s")->operand(0)->opcode(), HloOpcode::kAbs);
+  EXPECT_EQ(sm->entry()->GetInstruction("s")->operand(1)->opcode(), HloOpcode::kConstant);
+  EXPECT_EQ(sm->entry()->GetInstruction("mx")->operand(0)->opcode(), HloOpcode::kParameter);
+}
+
+}  // namespace
+}  // namespace weave::eval
