@@ -132,6 +132,7 @@ class Generator : public MotifContext {
   void GlobalMotifDot(const Mesh& mesh);
   void GlobalMotifChain(const Mesh& mesh);
   void GlobalMotifElementwise(const Mesh& mesh);
+  void GlobalMotifIndexed(const Mesh& mesh);
 
   ChoiceSource& c_;
   const GenOptions& o_;

@@ -325,7 +325,16 @@ void Generator::GlobalMotifElementwise(const Mesh& mesh) {
   const char* op = kOps[c_.Below(4)];
   Val v = b_.Op(op, wide, dims, {a, b});
   std::string post;
-  switch (c_.Weighted({40, 35, 25})) {
+  switch (c_.Weighted({35, 30, 20, 15})) {
+    case 3: {
+      // A full reduction to a scalar (the partitioned program sums each shard, then all-reduces:
+      // a bf16 sum in another order).
+      Val z = b_.ScalarConstant(wide, "0");
+      v = b_.Op("reduce", wide, {}, {v, z},
+                absl::StrCat("dimensions={0,1}, to_apply=", b_.Reducer("add", wide)), "total");
+      post = " reduce(all)";
+      break;
+    }
     case 1: {
       const int64_t d = static_cast<int64_t>(c_.Below(2));
       Val z = b_.ScalarConstant(wide, "0");
@@ -343,6 +352,66 @@ void Generator::GlobalMotifElementwise(const Mesh& mesh) {
   }
   GlobalOutput(mesh, v);
   motifs_.push_back(absl::StrCat("gelementwise ", op, " ", ad, ",", bd, post));
+}
+
+// A gather or a scatter-add of rows of a table at ids that are sharded over every device,
+// usually unevenly (K ids, K not a multiple of P: the last tiles hold padding), clamped into the
+// table or left as drawn (the evaluator draws ids in [0, 8), past the end of a 5- or 6-row
+// table: gather clamps them, scatter skips them). The scatter's updates are tiled like the ids
+// or replicated. The table takes a random sharding.
+void Generator::GlobalMotifIndexed(const Mesh& mesh) {
+  const std::string wide = Wide();
+  static const int64_t kRows[] = {5, 6, 8, 12};
+  static const int64_t kIds[] = {3, 4, 5, 7, 9, 12};
+  const int64_t rows = kRows[c_.Below(4)], width = GlobalSize(c_), k = kIds[c_.Below(6)];
+  std::string td;
+  const std::string table_sharding = GlobalSharding(mesh, {rows, width}, &td);
+  Val table = shardy_ ? b_.Param(wide, {rows, width}, "", "table")
+                      : b_.Param(wide, {rows, width}, table_sharding, "table");
+  if (shardy_) {
+    b_.AppendToLastLine(absl::StrCat(", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, ",
+                                     table_sharding, ">\"}"));
+  }
+  // The ids over every device in the mesh's order (Shardy: every mesh axis on the one dim).
+  std::vector<std::string> axes;
+  for (const std::string& n : mesh.names) axes.push_back(Quoted(n));
+  Val ids = shardy_ ? b_.Param("s32", {k}, "", "ids")
+                    : b_.Param("s32", {k}, absl::StrCat("{devices=[", P_, "]", IntList(mesh.devices), "}"), "ids");
+  if (shardy_) {
+    b_.AppendToLastLine(absl::StrCat(", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{",
+                                     absl::StrJoin(axes, ", "), "}]>\"}"));
+  }
+  const bool clamped = c_.Percent(65);
+  Val at = ids;
+  if (clamped) {
+    Val lo = b_.Splat("s32", "0", {k});
+    Val hi = b_.Splat("s32", absl::StrCat(rows - 1), {k});
+    at = b_.Op("clamp", "s32", {k}, {lo, ids, hi}, "", "at");
+  }
+  const bool gather = c_.Percent(50);
+  Val v;
+  if (gather) {
+    v = b_.Op("gather", wide, {k, width}, {table, at},
+              absl::StrCat("offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                           "index_vector_dim=1, slice_sizes={1,", width, "}"),
+              "rows");
+  } else {
+    const bool tiled = c_.Percent(50) && !shardy_;
+    Val upd = b_.Param(wide, {k, width},
+                       tiled ? absl::StrCat("{devices=[", P_, ",1]", IntList(mesh.devices), "}")
+                             : (shardy_ ? "" : "{replicated}"),
+                       "delta");
+    v = b_.Op("scatter", wide, {rows, width}, {table, at, upd},
+              absl::StrCat("update_window_dims={1}, inserted_window_dims={0}, "
+                           "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=",
+                           b_.Reducer("add", wide)),
+              "grown");
+    td += tiled ? " updates:tiled" : " updates:replicated";
+  }
+  GlobalOutput(mesh, v);
+  motifs_.push_back(absl::StrCat("g", gather ? "gather" : "scatter", " rows=", rows, " ids=", k,
+                                 k % P_ == 0 ? "" : "(uneven)", clamped ? " clamped" : " raw",
+                                 " table=", td, " ", wide));
 }
 
 GeneratedProgram Generator::RunGlobal(const std::string& name) {
@@ -386,10 +455,11 @@ GeneratedProgram Generator::RunGlobal(const std::string& name) {
   const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(std::min(o_.max_motifs, 2))));
   for (int m = 0; m < motifs; ++m) {
     b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
-    switch (c_.Weighted({45, 35, 20})) {
+    switch (c_.Weighted({40, 30, 18, 12})) {
       case 0: GlobalMotifDot(mesh); break;
       case 1: GlobalMotifChain(mesh); break;
-      default: GlobalMotifElementwise(mesh); break;
+      case 2: GlobalMotifElementwise(mesh); break;
+      default: GlobalMotifIndexed(mesh); break;
     }
   }
   b_.set_prefix("");
