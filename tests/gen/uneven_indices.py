@@ -7,6 +7,12 @@ last index tile holds padding), for the SPMD partitioner's padding mask (issue 5
            replicated: each partition slices its rows, the last one past the end) or tiled like
            the ids (--updates tiled: their padding rows are the check's poison)
   gather   rows of the table at clamp(ids), the result tiled like the ids
+  dynamic-slice, dynamic-update-slice, sort
+           the same padding question for the other ops that read a tiled value at a computed
+           position: f32[R,W] tiled N ways along --dim (0 or 1; R = --rows, W = --width, uneven
+           when N does not divide them), a dynamic-slice of 4 rows / an update of 3 rows at a
+           replicated row offset (the evaluator draws it in [0, 8): past the end at times,
+           clamped), or a sort along --sort-dim
 
 --drop-mask FILE: instead of generating, print FILE (a partitioned module) with the scatter's
 index operand replaced by the unmasked ids, a mutant the global check must reject.
@@ -52,6 +58,35 @@ def generate(kind, n, k, rows, width, index_type, updates):
         "}\n")
 
 
+def positional(kind, n, rows, width, dim, sort_dim):
+    tiles = ["1", "1"]
+    tiles[dim] = str(n)
+    sh = f"{{devices=[{','.join(tiles)}]<=[{n}]}}"
+    head = f"HloModule uneven_{kind.replace('-', '_')}_n{n}_d{dim}, num_partitions={n}\n\n"
+    x = f"  x = f32[{rows},{width}] parameter(0), sharding={sh}\n"
+    if kind == "sort":
+        return head + (
+            "less {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+            "  ROOT lt = pred[] compare(a, b), direction=LT\n}\n\n"
+            "ENTRY main {\n" + x +
+            f"  ROOT sorted = f32[{rows},{width}] sort(x), dimensions={{{sort_dim}}}, to_apply=less, "
+            f"sharding={sh}\n}}\n")
+    if kind == "dynamic-slice":
+        return head + (
+            "ENTRY main {\n" + x +
+            "  at = s32[] parameter(1), sharding={replicated}\n"
+            "  zero = s32[] constant(0)\n"
+            f"  ROOT window = f32[4,{width}] dynamic-slice(x, at, zero), dynamic_slice_sizes={{4,{width}}}, "
+            f"sharding={sh}\n}}\n")
+    tiles_u = sh
+    return head + (
+        "ENTRY main {\n" + x +
+        f"  patch = f32[3,{width}] parameter(1), sharding={tiles_u if dim == 1 else '{replicated}'}\n"
+        "  at = s32[] parameter(2), sharding={replicated}\n"
+        "  zero = s32[] constant(0)\n"
+        f"  ROOT patched = f32[{rows},{width}] dynamic-update-slice(x, patch, at, zero), sharding={sh}\n}}\n")
+
+
 def drop_mask(text):
     # The local scatter's second operand is the masked ids; the mutant reads the ids as the
     # program computed them (`at`, padding rows included).
@@ -63,7 +98,10 @@ def drop_mask(text):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kind", choices=["scatter", "gather"], default="scatter")
+    ap.add_argument("--kind", default="scatter",
+                    choices=["scatter", "gather", "dynamic-slice", "dynamic-update-slice", "sort"])
+    ap.add_argument("--dim", type=int, default=0)
+    ap.add_argument("--sort-dim", type=int, default=1)
     ap.add_argument("-n", type=int, default=3)
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("--rows", type=int, default=6)
@@ -76,7 +114,10 @@ def main():
         with open(a.drop_mask) as f:
             sys.stdout.write(drop_mask(f.read()))
         return
-    sys.stdout.write(generate(a.kind, a.n, a.k, a.rows, a.width, a.index_type, a.updates))
+    if a.kind in ("scatter", "gather"):
+        sys.stdout.write(generate(a.kind, a.n, a.k, a.rows, a.width, a.index_type, a.updates))
+    else:
+        sys.stdout.write(positional(a.kind, a.n, a.rows, a.width, a.dim, a.sort_dim))
 
 
 if __name__ == "__main__":
