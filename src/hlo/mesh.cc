@@ -440,8 +440,14 @@ absl::StatusOr<MeshSharding> ParseNamedSharding(std::string_view inner) {
     s.kind = MeshSharding::Kind::kMaximal;
     return finish();
   }
-  if (!c.Consume(',')) {
-    // `{mesh[...]}` alone: nothing sharded.
+  // The comma after the mesh is optional: XLA prints `{mesh[...], [...]}`, and its parser also
+  // takes `{mesh[...] [...]}` and `{mesh[...] replicated}` (the form of most named shardings in
+  // its partitioner tests).
+  const size_t after_mesh = c.pos();
+  c.Consume(',');
+  if (c.AtEnd() || c.ConsumeWord("metadata")) {
+    // `{mesh[...]}` alone (or with metadata only): nothing sharded.
+    c.set_pos(after_mesh);
     s.kind = MeshSharding::Kind::kReplicated;
     return finish();
   }

@@ -10,6 +10,7 @@
 // the other jobs are in parser_lexer.cc, parser_shapes.cc, parser_attributes.cc and
 // parser_sharding.cc (see parser_internal.h).
 #include "hlo/parser.h"
+#include "hlo/shape_inference.h"
 
 #include <filesystem>
 #include <fstream>
@@ -191,7 +192,9 @@ bool Parser::ParseComputation() {
                                           ")"));
     }
   }
-  if (sig_params >= 0 && sig_params != st.param_count) {
+  // `main() -> ...`: XLA's parser takes an empty parameter list whatever the computation's
+  // parameters (its partitioner tests write it); a list that names parameters must match.
+  if (sig_params > 0 && sig_params != st.param_count) {
     return Error(name_pos, Cat("signature of computation '", name, "' lists ",
                                         sig_params, " parameters but it has ", st.param_count));
   }
@@ -271,16 +274,22 @@ bool Parser::ParseInstruction(CompState& st) {
   Shape shape;
   SkipWs();
   const size_t shape_pos = pos_;
-  shape_owner_ = name;
-  const bool shape_ok = ParseShape(&shape);
-  shape_owner_ = {};
-  if (!shape_ok) return false;
-  if (!shape.CheckedByteSize()) {  // a tuple whose element byte sizes sum past int64
-    return Error(shape_pos, Cat("shape of instruction '", name,
-                                "' is too large: its byte size overflows int64"));
+  // `name = opcode(...)`: no result shape written (an identifier followed by '(' is an opcode;
+  // a shape is a type followed by '[' or a '(' tuple).
+  const std::string_view first = PeekIdent();
+  const bool infer = !first.empty() && pos_ + first.size() < src_.size() && src_[pos_ + first.size()] == '(';
+  if (!infer) {
+    shape_owner_ = name;
+    const bool shape_ok = ParseShape(&shape);
+    shape_owner_ = {};
+    if (!shape_ok) return false;
+    if (!shape.CheckedByteSize()) {  // a tuple whose element byte sizes sum past int64
+      return Error(shape_pos, Cat("shape of instruction '", name,
+                                  "' is too large: its byte size overflows int64"));
+    }
   }
   HloInstruction* instr = nullptr;
-  if (!ParseInstructionBody(st, std::move(shape), name, /*top_level=*/true, &instr)) {
+  if (!ParseInstructionBody(st, std::move(shape), name, /*top_level=*/true, &instr, infer)) {
     return false;
   }
   if (!Register(st, instr, name, name_pos, /*generated=*/false)) return false;
@@ -298,7 +307,7 @@ bool Parser::ParseInstruction(CompState& st) {
 // Parses `opcode(operands) [, attributes]` and adds the instruction to the computation.
 // Nested operands (test style) have no attributes.
 bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view name, bool top_level,
-                          HloInstruction** out) {
+                          HloInstruction** out, bool infer_shape) {
   SkipWs();
   size_t op_pos = pos_;
   std::string_view opname;
@@ -327,6 +336,10 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
       }
     }
     if (!op) return Error(op_pos, Cat("unknown opcode '", opname, "'"));
+  }
+  if (infer_shape && (*op == HloOpcode::kParameter || *op == HloOpcode::kConstant)) {
+    return Error(op_pos, Cat("instruction '", name, "' has no result shape: a ", opname,
+                             " must write its shape"));
   }
   if (!Expect('(')) return false;
 
@@ -380,6 +393,14 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
     }
   }
   if (!AssembleCalled(*op, attr_op, !sugar.empty(), called, instr, op_pos)) return false;
+  if (infer_shape) {
+    std::optional<Shape> inferred = sugar.empty() ? InferResultShape(*instr) : std::nullopt;
+    if (!inferred) {
+      return Error(op_pos, Cat("instruction '", name, "' has no result shape and Weave cannot infer one for ",
+                               opname, " on these operands: write its shape"));
+    }
+    instr->set_shape(std::move(*inferred));
+  }
   *out = st.comp->AddInstruction(std::move(owned));
   return true;
 }

@@ -209,9 +209,10 @@ class Parser {
   bool ParseInstruction(CompState& st);
 
   // Parses `opcode(operands) [, attributes]` and adds the instruction to the computation.
-  // Nested operands (test style) have no attributes.
+  // Nested operands (test style) have no attributes. `infer_shape`: the text gave no result
+  // shape; it is inferred from the operands and attributes (hlo/shape_inference.h) or an error.
   bool ParseInstructionBody(CompState& st, Shape shape, std::string_view name, bool top_level,
-                            HloInstruction** out);
+                            HloInstruction** out, bool infer_shape = false);
 
   bool AssembleCalled(HloOpcode op, HloOpcode attr_op, bool sugared, CalledSlots& c,
                       HloInstruction* instr, size_t op_pos);

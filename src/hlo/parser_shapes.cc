@@ -234,6 +234,20 @@ bool Parser::ParseLiteral(Literal* lit) {
       p = e;
     }
   }
+  if (values == 1 && max_depth == 0 && count > 1 && !is_complex) {
+    // One scalar written for an array constant, `f32[5,1024] constant(1)`: every element takes
+    // it (XLA's parser accepts this form; its partitioner tests use it).
+    if (count > (int64_t{1} << 28)) {
+      return Error(b, Cat("constant ", shape.ToString(), " written as one value has ", count,
+                          " elements: more than Weave expands (2^28)"));
+    }
+    if (is_float) {
+      lit->f.assign(static_cast<size_t>(count), lit->f[0]);
+    } else {
+      lit->i.assign(static_cast<size_t>(count), lit->i[0]);
+    }
+    return true;
+  }
   if (values != want) {
     return Error(b, Cat("constant has ", values, " values but its shape ",
                                  shape.ToString(), " holds ", count, " elements"));

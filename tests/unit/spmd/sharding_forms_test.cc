@@ -89,6 +89,12 @@ TEST(ShardingFormsTest, NamedAndGspmdFormsAgree) {
       {"{maximal_mesh[device_id=3]}", "{maximal device=3}", {8, 6}},
       {"{mesh['x'=4], manual}", "{manual}", {8, 6}},
       {"{mesh['x'=4], [{'x', ?}, {?}]}", "{devices=[4,1]<=[4]}", {8, 6}},
+      // Without the comma after the mesh (XLA's partitioner tests write them so).
+      {"{mesh['x'=4] [{'x'}, {}]}", "{devices=[4,1]<=[4]}", {8, 6}},
+      {"{mesh['data'=2,'model'=2] [{'model'}, {'data'}]}", "{devices=[2,2]<=[2,2]T(1,0)}", {8, 6}},
+      {"{mesh['x'=4] replicated}", "{replicated}", {8, 6}},
+      {"{mesh['x'=4] manual}", "{manual}", {8, 6}},
+      {"{mesh['x'=4]}", "{replicated}", {8, 6}},
   };
   for (const Equivalent& e : table) {
     const Shape shape = F32(e.shape);
