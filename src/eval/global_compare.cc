@@ -16,6 +16,7 @@
 #include "eval/numerics.h"
 #include "eval/output_precision.h"
 #include "spmd/sharding.h"
+#include "spmd/sharding_util.h"
 
 namespace weave::eval {
 namespace {
@@ -120,10 +121,33 @@ std::vector<int64_t> Offsets(const Sharding& s, int64_t p, const Shape& global) 
   return o;
 }
 
-// The local input of partition p: its tile of `g`, padding poisoned.
-Value TileOf(const Value& g, const Sharding& s, int64_t p) {
+// The local input of partition p (of n): its tile of `g`, padding poisoned. Under a sharding that
+// holds addends (unreduced) the partitions of an addend group hold 2x, -x and zeros (x the tile),
+// whose sum is x exactly (floats: doubling and the sum 2x - x are exact; integers wrap back), and
+// whose products are not: a partitioning that applies a non-linear op to the addends shows.
+Value TileOf(const Value& g, const Sharding& s, int64_t p, int64_t n) {
   const Shape local = spmd::LocalShape(g.shape, s);
   Value v = Value::Zeros(local);
+  int64_t addend = -1;  // p's position in its addend group
+  for (const std::vector<int64_t>& group : spmd::AddendGroups(s, n)) {
+    auto it = std::find(group.begin(), group.end(), p);
+    if (it != group.end()) addend = it - group.begin();
+  }
+  if (addend >= 0) {
+    const PrimitiveType t = g.shape.element_type;
+    ForEachTileElement(local.dims, g.shape.dims, Offsets(s, p, g.shape), [&](int64_t k, int64_t gi) {
+      if (gi < 0) {
+        Poison(&v, k);
+      } else if (addend <= 1 && v.storage() == Storage::kInt) {
+        const int64_t x = g.GetInt(gi);
+        v.SetInt(k, t == PrimitiveType::PRED ? x : WrapToType(addend == 0 ? 2 * x : -x, t));
+      } else if (addend <= 1) {
+        const double x = g.GetDouble(gi);
+        v.SetDouble(k, addend == 0 ? 2 * x : -x);
+      }
+    });
+    return v;
+  }
   if (s.IsMaximal() && s.maximal_device() != p) {
     for (int64_t k = 0; k < v.size(); ++k) Poison(&v, k);
     return v;
@@ -136,6 +160,35 @@ Value TileOf(const Value& g, const Sharding& s, int64_t p) {
     }
   });
   return v;
+}
+
+// Each output leaf whose sharding holds addends (unreduced) replaced, on every device, by the sum
+// over its addend group (within its replica), so that it reassembles under its Summed sharding;
+// *leaves gets those shardings.
+void SumAddendOutputs(EvalResult* r, std::vector<Sharding>* leaves, int64_t n, int64_t replicas) {
+  for (size_t k = 0; k < leaves->size(); ++k) {
+    const Sharding s = (*leaves)[k];
+    if (!spmd::HoldsAddends(s)) continue;
+    for (int64_t rep = 0; rep < replicas; ++rep) {
+      for (const std::vector<int64_t>& group : spmd::AddendGroups(s, n)) {
+        Value sum = *r->outputs[static_cast<size_t>(rep * n + group[0])][k];
+        for (size_t m = 1; m < group.size(); ++m) {
+          const Value& part = *r->outputs[static_cast<size_t>(rep * n + group[m])][k];
+          for (int64_t e = 0; e < sum.size() && e < part.size(); ++e) {
+            if (sum.storage() == Storage::kInt) {
+              const bool pred = sum.shape.element_type == PrimitiveType::PRED;
+              sum.SetInt(e, pred ? (sum.GetInt(e) | part.GetInt(e)) : sum.GetInt(e) + part.GetInt(e));
+            } else {
+              sum.SetDouble(e, sum.GetDouble(e) + part.GetDouble(e));
+            }
+          }
+        }
+        const ValuePtr shared = Share(std::move(sum));
+        for (int64_t p : group) r->outputs[static_cast<size_t>(rep * n + p)][k] = shared;
+      }
+    }
+    (*leaves)[k] = spmd::Summed(s);
+  }
 }
 
 int64_t LargestReductionGroup(const HloModule& m) {
@@ -291,7 +344,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       return absl::UnimplementedError(absl::StrCat("parameter ", i, " is a tuple: not supported"));
     }
     for (int64_t d = 0; d < devices; ++d) {
-      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(*g, *s, d % n)));
+      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(*g, *s, d % n, n)));
     }
   }
   absl::StatusOr<EvalResult> pr = RunModule(partitioned, pe, &pin);
@@ -317,8 +370,14 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   FlattenShapes(global.entry()->root()->shape(), &leaf_shapes);
   absl::StatusOr<Sharding> root_sharding = ShardingOf(pentry->root(), global.entry()->root()->shape());
   if (!root_sharding.ok()) return root_sharding.status();
-  const std::vector<Sharding> leaves =
-      LeafShardings(*root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  std::vector<Sharding> leaves = LeafShardings(*root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  // Partial (unreduced) outputs: summed over their addend groups first.
+  const std::vector<Sharding> given_leaves = leaves;
+  SumAddendOutputs(&*pr, &leaves, n, pe.replica_count);
+  if (mr) {
+    std::vector<Sharding> again = given_leaves;
+    SumAddendOutputs(&*mr, &again, n, pe.replica_count);
+  }
   const std::vector<ValuePtr>& ref_out = gr->outputs[0];
   if (ref_out.size() != leaf_shapes.size() || leaves.size() != leaf_shapes.size()) {
     return absl::InvalidArgumentError("output counts differ between the modules");
@@ -359,7 +418,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   for (size_t k = 0; k < leaf_shapes.size(); ++k) {
     const Sharding& s = leaves[k];
     const Shape& gs = leaf_shapes[k];
-    if (s.IsManual() || s.IsUnreduced() || s.HasManualSubgroup()) {
+    if (s.IsManual() || s.HasManualSubgroup()) {
       return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
                                                    ": cannot be reassembled"));
     }
@@ -458,6 +517,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       return absl::Status(pxr.status().code(),
                           absl::StrCat("partitioned module (exact sums): ", pxr.status().message()));
     }
+    std::vector<Sharding> again = given_leaves;
+    SumAddendOutputs(&*pxr, &again, n, pe.replica_count);
     for (size_t k : recheck) {
       OutputComparison& c = report.compare.outputs[k];
       const std::vector<std::vector<int64_t>> holders = TileHolders(leaves[k], leaf_shapes[k].rank(), n, pe.replica_count);

@@ -74,9 +74,14 @@ absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const Hl
       agree = false;
     }
   }
-  Sharding in = target;
+  // Partial values (an unreduced sharding) stay partial only through ops linear in every operand
+  // (a sum of sums, a sum of negations); any other op computes on the summed values.
+  const HloOpcode op = h.opcode();
+  const bool linear = op == HloOpcode::kAdd || op == HloOpcode::kSubtract || op == HloOpcode::kNegate ||
+                      op == HloOpcode::kCopy;
+  Sharding in = linear ? target : Summed(target);
   if (agree && common && (common->IsTiled() || common->IsReplicated()) && !common->HasManualSubgroup() &&
-      h.operand_count() > 0) {
+      (linear || !HoldsAddends(*common)) && h.operand_count() > 0) {
     in = *common;
   }
   std::vector<HloInstruction*> ops;

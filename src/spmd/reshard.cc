@@ -10,6 +10,7 @@
 namespace weave::spmd {
 namespace {
 
+// The sharding whose tiles the reshard moves (partial values are summed before, Reshard).
 Sharding Physical(const Sharding& s) {
   if (s.IsUnset() || s.IsUnknown() || s.IsMaximal() || s.IsUnreduced()) return Sharding::Replicated();
   return s;
@@ -85,7 +86,29 @@ absl::StatusOr<HloInstruction*> MaximalToReplicated(SpmdBuilder& b, HloInstructi
   return b.AllReduce(masked, {all}, b.Reducer(op, s.element_type));
 }
 
-// All-gathers dims `dims` (last first); returns the value and its new sharding.
+// A partial value summed: one all-reduce (add; or for pred) over each addend group, as XLA
+// reduces unreduced axes before any reshard that needs the whole value.
+HloInstruction* SumAddends(SpmdBuilder& b, HloInstruction* x, const Sharding& s) {
+  const PrimitiveType t = x->shape().element_type;
+  const HloOpcode op = t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
+  return b.AllReduce(x, AddendGroups(s, b.num_partitions()), b.Reducer(op, t));
+}
+
+// A whole value split into the addends of the partial sharding `to`: the first partition of each
+// addend group keeps it, the others hold zeros.
+HloInstruction* SplitIntoAddends(SpmdBuilder& b, HloInstruction* x, const Sharding& to) {
+  std::vector<int64_t> first(static_cast<size_t>(b.num_partitions()), 0);
+  for (const std::vector<int64_t>& g : AddendGroups(to, b.num_partitions())) {
+    if (!g.empty()) first[static_cast<size_t>(g[0])] = 1;
+  }
+  HloInstruction* keeps = b.Add(HloOpcode::kCompare, Shape::Scalar(PrimitiveType::PRED),
+                                {b.TableLookup(first), b.ScalarConst(PrimitiveType::S32, 1)}, "keeps");
+  keeps->comparison_direction = ComparisonDirection::kEq;
+  return b.Select(b.Splat(keeps, x->shape()), x, b.Zeros(x->shape()));
+}
+
+// All-gathers dims `dims` (last first); returns the value and its new sharding. `cur` has no
+// manual or unreduced subgroup (Reshard sums partial values first).
 HloInstruction* GatherDims(SpmdBuilder& b, HloInstruction* x, Sharding* cur, const Shape& global,
                            std::vector<int64_t> dims) {
   std::sort(dims.rbegin(), dims.rend());
@@ -342,6 +365,22 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
     return b.Add(HloOpcode::kTuple, Shape::Tuple(shapes), elements, "tuple");
   }
   HloInstruction* x = v.hlo;
+  if (HoldsAddends(v.sharding) || HoldsAddends(to_in)) {
+    // Partial values: summed before the reshard, split into addends after it.
+    if (v.sharding == to_in) return x;
+    if (v.sharding.HasManualSubgroup() || to_in.HasManualSubgroup()) {
+      return absl::UnimplementedError(absl::StrCat("cannot reshard a manual value from ",
+                                                   v.sharding.ToString(), " to ", to_in.ToString()));
+    }
+    PValue whole = v;
+    if (HoldsAddends(v.sharding)) {
+      whole.hlo = SumAddends(b, x, v.sharding);
+      whole.sharding = Summed(v.sharding);
+    }
+    absl::StatusOr<HloInstruction*> r = Reshard(b, whole, Summed(to_in), remat);
+    if (!r.ok() || !HoldsAddends(to_in)) return r;
+    return SplitIntoAddends(b, *r, to_in);
+  }
   Sharding from = Physical(v.sharding);
   if (v.sharding.IsMaximal()) {
     absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, x, v.sharding.maximal_device());

@@ -145,6 +145,36 @@ std::optional<Sharding> ReplicateDimsUncached(const Sharding& s,
 
 }  // namespace
 
+bool HoldsAddends(const Sharding& s) {
+  return s.IsUnreduced() || s.SubgroupSize(SubgroupType::kUnreduced) > 1;
+}
+
+Sharding Summed(const Sharding& s) {
+  if (s.IsUnreduced()) return Sharding::Replicated();
+  if (s.SubgroupSize(SubgroupType::kUnreduced) <= 1) return s;
+  std::vector<Sharding::Subgroup> subgroups = s.subgroups();
+  for (Sharding::Subgroup& g : subgroups) {
+    if (g.type == SubgroupType::kUnreduced) g.type = SubgroupType::kReplicated;
+  }
+  absl::StatusOr<Sharding> r = Sharding::Tiled(s.tiles(), std::move(subgroups), s.devices());
+  return r.ok() ? *std::move(r) : Sharding::Replicated();
+}
+
+std::vector<std::vector<int64_t>> AddendGroups(const Sharding& s, int64_t n) {
+  if (s.IsUnreduced()) {
+    std::vector<int64_t> all(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) all[static_cast<size_t>(p)] = p;
+    return {all};
+  }
+  if (!s.IsTiled()) return {};
+  for (size_t k = 0; k < s.subgroups().size(); ++k) {
+    if (s.subgroups()[k].type == SubgroupType::kUnreduced && s.subgroups()[k].size > 1) {
+      return DeviceGroups(s, {s.rank() + static_cast<int64_t>(k)});
+    }
+  }
+  return {};
+}
+
 std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims) {
   if (!s.IsTiled()) return s;
   thread_local MemoTable memo;

@@ -17,6 +17,17 @@ namespace weave::spmd {
 // Sorted device ids of a tiled sharding.
 std::vector<int64_t> SortedDevices(const Sharding& s);
 
+// Whether `s` describes partial values (XLA's unreduced: the devices of a group hold addends whose
+// sum is the value): Unreduced, or tiled with an unreduced subgroup.
+bool HoldsAddends(const Sharding& s);
+// `s` with its addends summed: the unreduced subgroup becomes a replicated one (Unreduced:
+// Replicated); `s` itself when it holds no addends.
+Sharding Summed(const Sharding& s);
+// The groups of partitions 0..n-1 that hold the addends of one value under `s` (HoldsAddends):
+// the devices that differ only in the unreduced subgroup, or every partition for Unreduced; the
+// first of each group is its lowest position in the device array. Empty when s holds none.
+std::vector<std::vector<int64_t>> AddendGroups(const Sharding& s, int64_t n);
+
 // `s` with the data dims `dims` untiled: their devices join the replicated subgroup (the tile
 // held by a device is the union of its old tiles along those dims). Non-tiled: s.
 std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims);
