@@ -265,4 +265,12 @@ void HloComputation::set_name(std::string n) {
   name_ = std::move(n);
 }
 
+void HloComputation::set_root(HloInstruction* r) {
+  if (root_ != nullptr && r != nullptr && root_ != r && root_->sharding && !r->sharding &&
+      root_->shape().Compatible(r->shape())) {
+    r->sharding = root_->sharding;
+  }
+  root_ = r;
+}
+
 }  // namespace weave

@@ -308,7 +308,11 @@ class HloComputation {
   bool IsEntry() const;
 
   HloInstruction* root() const { return root_; }
-  void set_root(HloInstruction* r) { root_ = r; }
+  // Makes `r` the root. The sharding of the root it replaces describes the computation's result
+  // (for the entry, the module's output: what --verify-numerics reassembles by); `r` takes it
+  // when it has none of its own and the same shape, as XLA's ReplaceInstruction keeps a replaced
+  // instruction's sharding.
+  void set_root(HloInstruction* r);
   // Parameters indexed by parameter_number.
   const std::vector<HloInstruction*>& parameters() const { return params_; }
   HloInstruction* parameter(int64_t i) const { return params_.at(static_cast<size_t>(i)); }

@@ -365,6 +365,8 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
     return b.Add(HloOpcode::kTuple, Shape::Tuple(shapes), elements, "tuple");
   }
   HloInstruction* x = v.hlo;
+  // A token carries no data: it is where it is, whatever the shardings say.
+  if (!global.IsArray()) return x;
   if (HoldsAddends(v.sharding) || HoldsAddends(to_in)) {
     // Partial values: summed before the reshard, split into addends after it.
     if (v.sharding == to_in) return x;
