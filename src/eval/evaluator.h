@@ -55,6 +55,10 @@ struct EvalOptions {
   // global-vs-partitioned check's second run for outputs it judges as reassociated sums
   // (global_compare.h). Off (XLA's semantics) by default.
   bool exact_sums = false;
+  // A while loop that runs this many iterations without its condition turning false stops the
+  // run with ResourceExhausted naming it (never a hang: XLA's test modules hold loops that are
+  // never meant to run, such as a counter its body does not advance). 2^20 by default.
+  int64_t max_while_trips = int64_t{1} << 20;
 };
 
 // Inputs per device: per_device[d][i] is parameter i of the entry on device d

@@ -255,6 +255,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
           return fail(InvalidArgumentError("while condition must return pred[]"));
         }
         if ((*cond)->i[0] == 0) break;
+        if (iter >= program_.max_while_trips) {
+          return fail(absl::ResourceExhaustedError(absl::StrCat(
+              "ran ", iter, " iterations without its condition turning false: not evaluated "
+              "further (the evaluator's limit)")));
+        }
         auto next = EvalComputation(instr->while_body(), {state});
         if (!next.ok()) return next.status();
         state = std::move(*next);

@@ -51,6 +51,7 @@ struct Program {
   absl::flat_hash_map<const HloComputation*, CompPlan> plans;
   absl::flat_hash_map<const HloComputation*, std::optional<HloOpcode>> simple_binary;
   bool exact_sums = false;  // EvalOptions::exact_sums
+  int64_t max_while_trips = int64_t{1} << 20;  // EvalOptions::max_while_trips
 };
 
 // The per-device interpreter.

@@ -35,6 +35,22 @@ std::string UnspecifiedDims(const HloInstruction* h) {
   return bc.substr(b, e - b + 1);
 }
 
+// A copy of `x` in `c`: `copy` of an array; of a tuple, the tuple of its elements' copies (an
+// HLO `copy` takes arrays only); a token as it is.
+HloInstruction* DeepCopy(HloComputation* c, HloInstruction* x) {
+  const Shape& s = x->shape();
+  if (s.IsArray()) return c->AddInstruction(HloOpcode::kCopy, s, {x}, "copy");
+  if (!s.IsTuple()) return x;
+  std::vector<HloInstruction*> elements;
+  for (size_t k = 0; k < s.tuple_shapes.size(); ++k) {
+    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, s.tuple_shapes[k], {x},
+                                          "get-tuple-element");
+    g->tuple_index = static_cast<int64_t>(k);
+    elements.push_back(DeepCopy(c, g));
+  }
+  return c->AddInstruction(HloOpcode::kTuple, s, elements, "copy");
+}
+
 }  // namespace
 
 absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
@@ -94,12 +110,13 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
       ++copies;
     }
   }
-  // 5. A while at the entry root gets a copy root.
+  // 5. A while at the entry root gets a copy root (a tuple-shaped loop: a tuple of copies of its
+  // array leaves, tokens passed through).
   bool while_root = false;
   if (entry != nullptr && entry->root() != nullptr &&
       entry->root()->opcode() == HloOpcode::kWhile) {
     HloInstruction* w = entry->root();
-    HloInstruction* copy = entry->AddInstruction(HloOpcode::kCopy, w->shape(), {w}, "copy");
+    HloInstruction* copy = DeepCopy(entry, w);
     copy->sharding = w->sharding;
     entry->set_root(copy);
     while_root = true;
