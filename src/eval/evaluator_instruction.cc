@@ -62,8 +62,14 @@ ValuePtr WrapStart(const Shape& shape, const std::vector<ValuePtr>& ops, const V
   return Share(std::move(t));
 }
 
+// The start indices of a dynamic-(update-)slice from operand `first` on: one scalar per dim, or
+// XLA's older packed form, one rank-1 operand holding them all.
 absl::StatusOr<std::vector<int64_t>> StartIndices(const std::vector<ValuePtr>& ops, size_t first) {
   std::vector<int64_t> starts;
+  if (ops.size() == first + 1 && ops[first]->shape.rank() == 1) {
+    for (int64_t k = 0; k < ops[first]->size(); ++k) starts.push_back(ops[first]->GetInt(k));
+    return starts;
+  }
   for (size_t k = first; k < ops.size(); ++k) {
     if (ops[k]->size() != 1) return InvalidArgumentError("start indices must be scalars");
     starts.push_back(ops[k]->GetInt(0));

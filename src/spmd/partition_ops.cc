@@ -351,15 +351,31 @@ absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloIns
     if (!o.ok()) return o.status();
     ops.push_back(*o);
   }
-  for (int64_t i = first_index; i < h.operand_count(); ++i) {
-    const int64_t d = i - first_index;
-    if (Contains(sliced, d)) {
-      absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, Sharding::Replicated());
+  // XLA's older packed form, all start indices in one rank-1 operand: unpacked into one scalar per
+  // dim (the local op is written in the scalar form).
+  const bool packed = h.operand_count() == first_index + 1 && full.rank() > 0 &&
+                      h.operand(first_index)->shape().rank() == 1 &&
+                      (full.rank() > 1 || h.operand(first_index)->shape().dims[0] == 1);
+  HloInstruction* packed_indices = nullptr;
+  if (packed) {
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, first_index, Sharding::Replicated());
+    if (!o.ok()) return o.status();
+    packed_indices = *o;
+  }
+  const int64_t index_count = packed ? full.rank() : h.operand_count() - first_index;
+  for (int64_t d = 0; d < index_count; ++d) {
+    const PrimitiveType it = h.operand(first_index + (packed ? 0 : d))->shape().element_type;
+    if (!Contains(sliced, d)) {
+      // A full-size dim: index 0 (the local extent is the whole tile).
+      ops.push_back(cp.b().ScalarConst(it, 0));
+    } else if (packed) {
+      HloInstruction* one = cp.b().Add(HloOpcode::kSlice, Shape(it, {1}), {packed_indices}, "slice");
+      one->mutable_slice()->push_back(SliceDim{d, d + 1, 1});
+      ops.push_back(cp.b().Reshape(one, {}));
+    } else {
+      absl::StatusOr<HloInstruction*> o = cp.Operand(h, first_index + d, Sharding::Replicated());
       if (!o.ok()) return o.status();
       ops.push_back(*o);
-    } else {
-      // A full-size dim: index 0 (the local extent is the whole tile).
-      ops.push_back(cp.b().ScalarConst(h.operand(i)->shape().element_type, 0));
     }
   }
   const Shape local = LocalShape(h.shape(), *s);
