@@ -39,20 +39,21 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> DeviceGroups(const HloInstruct
     mode = instr.use_global_device_ids ? kFlattened : kCrossReplicaAndPartition;
   }
   if (r == 1) {
-    // Single replica: members are partition ids. A group list naming only replica 0 keeps XLA's
-    // meaning (cross-replica: each partition alone; cross-replica-and-partition: all partitions).
+    // Single replica: members are partition ids. A group list naming only replica 0, or none,
+    // keeps XLA's meaning (cross-replica: each partition alone, so an all-reduce without a
+    // channel_id is a no-op, as in XLA; cross-replica-and-partition: all partitions).
     bool only_zero = !groups.empty();
     for (const auto& g : groups) {
       for (int64_t id : g) only_zero &= id == 0;
     }
     std::vector<std::vector<int64_t>> out;
+    if ((groups.empty() || only_zero) && mode == kCrossReplica) {
+      for (int64_t p = 0; p < n; ++p) out.push_back({p});
+      return out;
+    }
     if (groups.empty() || (only_zero && mode == kCrossReplicaAndPartition)) {
       out.emplace_back();
       for (int64_t p = 0; p < n; ++p) out.back().push_back(p);
-      return out;
-    }
-    if (only_zero && mode == kCrossReplica) {
-      for (int64_t p = 0; p < n; ++p) out.push_back({p});
       return out;
     }
     for (const auto& g : groups) {
