@@ -236,6 +236,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       if (!r.ok()) return fail(r.status());
       return r;
     }
+    case HloOpcode::kScan: {
+      auto r = EvalScan(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
     case HloOpcode::kMap: {
       const int64_t n = shape.ElementCount();
       Value out = Value::Zeros(shape);

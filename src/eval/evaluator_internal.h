@@ -74,6 +74,7 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalReduceWindow(const HloInstruction* instr,
                                             const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  absl::StatusOr<ValuePtr> EvalScan(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<Value> Scatter(const HloInstruction& instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
                                           const Shape& result_shape,

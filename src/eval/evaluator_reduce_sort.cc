@@ -1,11 +1,13 @@
 // The evaluator's reductions and sort (eval/evaluator_internal.h): reduce (K operands, a
 // reducer computation applied per element, XLA's order), reduce-window (window, strides,
-// padding, dilations), sort (a comparator computation, stable when asked).
+// padding, dilations), sort (a comparator computation, stable when asked), scan (a body
+// computation stepped along one dim, carries passed on).
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -291,6 +293,89 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   Value t;
   t.shape = instr->shape();
   for (Value& v : outs) t.elements.push_back(Share(std::move(v)));
+  return Share(std::move(t));
+}
+
+// XLA's scan (HloScanInstruction; the loop of xla/service/scan_expander.cc): operands are the
+// inputs, then `num_carries` initial carries; along the scan dim d (`dimensions={d}`), step k
+// (k = 0..L-1, or L-1..0 with is_reverse=true) calls to_apply(input slices at k (dim d
+// removed)..., carries...) -> (outputs..., new carries...), writes each output slice at k along
+// d of its result array, and passes the carries on. Result: (output arrays..., final carries...),
+// or the one value when the shape is not a tuple. is_associative does not change the values.
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
+                                                   const std::vector<ValuePtr>& ops) {
+  const HloComputation* body = instr->to_apply();
+  if (body == nullptr || instr->dimensions.size() != 1) {
+    return InvalidArgumentError("scan needs to_apply= and dimensions={d}");
+  }
+  int64_t carries = 0;
+  if (const std::string* v = instr->GetRawAttribute("num_carries")) {
+    if (!absl::SimpleAtoi(*v, &carries)) return InvalidArgumentError("bad num_carries");
+  }
+  const std::string* rev = instr->GetRawAttribute("is_reverse");
+  const bool reverse = rev != nullptr && *rev == "true";
+  const int64_t n_inputs = static_cast<int64_t>(ops.size()) - carries;
+  if (carries < 0 || n_inputs < 1) return InvalidArgumentError("scan needs an input and num_carries <= operands");
+  const int64_t d = instr->dimensions[0];
+  const Shape& in0 = ops[0]->shape;
+  if (d < 0 || d >= in0.rank()) return InvalidArgumentError("scan dimension out of range");
+  const int64_t length = in0.dims[static_cast<size_t>(d)];
+  const std::vector<Shape> results =
+      instr->shape().IsTuple() ? instr->shape().tuple_shapes : std::vector<Shape>{instr->shape()};
+  const int64_t n_outputs = static_cast<int64_t>(results.size()) - carries;
+  if (n_outputs < 0) return InvalidArgumentError("scan has fewer results than carries");
+  std::vector<Value> outputs;
+  for (int64_t o = 0; o < n_outputs; ++o) outputs.push_back(Value::Zeros(results[static_cast<size_t>(o)]));
+  std::vector<ValuePtr> state(ops.begin() + n_inputs, ops.end());
+  for (int64_t step = 0; step < length; ++step) {
+    const int64_t k = reverse ? length - 1 - step : step;
+    std::vector<ValuePtr> args;
+    for (int64_t i = 0; i < n_inputs; ++i) {
+      const Value& in = *ops[static_cast<size_t>(i)];
+      if (in.shape.rank() != in0.rank() || in.shape.dims[static_cast<size_t>(d)] != length) {
+        return InvalidArgumentError("scan inputs differ along the scan dimension");
+      }
+      Shape one = in.shape;
+      one.dims[static_cast<size_t>(d)] = 1;
+      std::vector<SliceDim> sl;
+      for (int64_t q = 0; q < in.shape.rank(); ++q) {
+        const int64_t lo = q == d ? k : 0;
+        sl.push_back(SliceDim{lo, lo + one.dims[static_cast<size_t>(q)], 1});
+      }
+      Value slice = ops::Slice(in, one, sl);
+      Shape squeezed = in.shape;
+      squeezed.dims.erase(squeezed.dims.begin() + d);
+      slice.shape = squeezed;
+      args.push_back(Share(std::move(slice)));
+    }
+    args.insert(args.end(), state.begin(), state.end());
+    absl::StatusOr<ValuePtr> r = EvalComputation(body, args);
+    if (!r.ok()) return r.status();
+    std::vector<ValuePtr> parts = (*r)->shape.IsTuple() ? (*r)->elements : std::vector<ValuePtr>{*r};
+    if (static_cast<int64_t>(parts.size()) != n_outputs + carries) {
+      return InvalidArgumentError("scan body's result count is not outputs + carries");
+    }
+    for (int64_t o = 0; o < n_outputs; ++o) {
+      Value& out = outputs[static_cast<size_t>(o)];
+      if (d >= out.shape.rank()) return InvalidArgumentError("scan output has no scan dimension");
+      Value piece = *parts[static_cast<size_t>(o)];
+      Shape expanded = out.shape;
+      expanded.dims[static_cast<size_t>(d)] = 1;
+      piece.shape = expanded;
+      std::vector<int64_t> starts(static_cast<size_t>(out.shape.rank()), 0);
+      starts[static_cast<size_t>(d)] = k;
+      out = ops::DynamicUpdateSlice(out, piece, starts);
+    }
+    state.assign(parts.begin() + n_outputs, parts.end());
+    if ((step & 255) == 255 && coord_->failed()) return absl::AbortedError("aborted because another device failed");
+  }
+  if (!instr->shape().IsTuple()) {
+    return n_outputs == 1 ? Share(std::move(outputs[0])) : state.at(0);
+  }
+  Value t;
+  t.shape = instr->shape();
+  for (Value& o : outputs) t.elements.push_back(Share(std::move(o)));
+  for (const ValuePtr& c : state) t.elements.push_back(c);
   return Share(std::move(t));
 }
 

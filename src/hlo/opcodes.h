@@ -106,6 +106,7 @@ namespace weave {
   V(kRoundNearestAfz, "round-nearest-afz")                     \
   V(kRoundNearestEven, "round-nearest-even")                   \
   V(kRsqrt, "rsqrt")                                           \
+  V(kScan, "scan")                                             \
   V(kScatter, "scatter")                                       \
   V(kSelect, "select")                                         \
   V(kSelectAndScatter, "select-and-scatter")                   \
