@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
+#include "analysis/user_attributes.h"
 #include "gpu/windowed_loop.h"
 #include "hlo/dot_dims.h"
 #include "passes/cost_oracle.h"
@@ -158,6 +159,10 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
           if (r->opcode() != HloOpcode::kDot || r->operand_count() != 2 ||
               r->operand(0) == r->operand(1)) {
             left.push_back(absl::StrCat("'", r->name(), "' (not a dot)"));
+            continue;
+          }
+          if (UserDisablesCollectiveMatmul(*r)) {
+            left.push_back(absl::StrCat("'", r->name(), "' (the user's _xla_collective_matmul=\"none\")"));
             continue;
           }
           Consumer k;

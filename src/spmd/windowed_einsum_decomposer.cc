@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "analysis/user_attributes.h"
 #include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
 #include "spmd/windowed_einsum_rs_ring.h"
@@ -219,6 +220,15 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
                                            const std::vector<HloInstruction*>& order,
                                            bool* changed) {
   HloInstruction* ag = chain.ag;
+  if (UserDisablesCollectiveMatmul(*dot)) {
+    // Not a loop of its own, nor a loop's owner; another consumer's loop may serve it its
+    // gathered operand through the handler's cache.
+    ctx.remark(dot->name(), false,
+               absl::StrCat("dot '", dot->name(), "' carries the user's _xla_collective_matmul=\"none\": ",
+                            "no windowed loop, as XLA honours it"),
+               windowed_einsum::CollectiveNames(ag));
+    return false;
+  }
   if (auto it = gate.left.find(ag); it != gate.left.end()) {
     if (it->second != dot->name()) {
       ctx.remark(dot->name(), false,

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
+#include "analysis/user_attributes.h"
 #include "hlo/dot_dims.h"
 #include "passes/fp8_operand.h"
 #include "spmd/windowed_einsum_plan.h"
@@ -397,6 +398,8 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
     bool depends = false;
     for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(ctx, u, o.dot));
     if (depends) continue;
+    // A dot the user keeps out of collective matmul reads the loop's cache, never owns the loop.
+    if (UserDisablesCollectiveMatmul(*u)) continue;
     Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
            static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
     // FLOPs: 2 x output elements x contracted size.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
+#include "analysis/user_attributes.h"
 #include "hlo/dot_dims.h"
 #include "spmd/windowed_einsum_emitter.h"
 
@@ -291,8 +292,18 @@ bool ClassifyGatheredDim(AgPlan& p, std::string* why) {
   return true;
 }
 
+// *why for a dot the user keeps out of windowed einsum (analysis/user_attributes.h).
+bool UserKeepsUnwindowed(const HloInstruction* dot, std::string* why) {
+  if (!UserDisablesCollectiveMatmul(*dot)) return false;
+  *why = absl::StrCat("dot '", dot->name(),
+                      "' carries the user's _xla_collective_matmul=\"none\": no windowed loop, as XLA "
+                      "honours it");
+  return true;
+}
+
 std::optional<AgPlan> PlanAllGatherDot(DecomposerContext& ctx, HloInstruction* dot, int side,
                                        const GatheredChain& chain, std::string* why) {
+  if (UserKeepsUnwindowed(dot, why)) return std::nullopt;
   HloInstruction* ag = chain.ag;
   AgPlan p;
   p.dot = dot;
@@ -381,6 +392,7 @@ std::optional<RsPlan> PlanReduceScatter(DecomposerContext& ctx, HloInstruction* 
     return std::nullopt;
   }
   p.dot = v;
+  if (UserKeepsUnwindowed(p.dot, why)) return std::nullopt;
   if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = "reduce-scatter reduction is not a sum";
     return std::nullopt;
@@ -452,6 +464,7 @@ std::optional<RsPlan> PlanAllReduceSlice(DecomposerContext& ctx, HloInstruction*
     *why = absl::StrCat("'", ar->name(), "' is not an all-reduce of a dot");
     return std::nullopt;
   }
+  if (UserKeepsUnwindowed(p.dot, why)) return std::nullopt;
   if (attrs->called_computations().empty() || !IsSumComputation(attrs->to_apply())) {
     *why = absl::StrCat("all-reduce '", ar->name(), "' reduction is not a sum");
     return std::nullopt;
