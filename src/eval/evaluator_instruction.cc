@@ -217,6 +217,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return Share(ops::Iota(shape, instr->iota_dimension));
     case HloOpcode::kDot:
       return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
+    case HloOpcode::kConvolution:
+      return done(Convolution(*instr, *ops[0], *ops[1]));
     case HloOpcode::kGather:
       return done(Gather(*instr, *ops[0], *ops[1]));
     case HloOpcode::kScatter:

@@ -92,6 +92,19 @@ class DeviceEvaluator {
   absl::flat_hash_map<const HloInstruction*, int64_t> exec_count_;
 };
 
+// One dim of a `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=..
+// rhs_reversal=..}` attribute (reduce-window, convolution; XLA's Window proto).
+struct WindowDim {
+  int64_t size = 1, stride = 1, lo = 0, hi = 0, lhs_dilate = 1, rhs_dilate = 1;
+  bool reversal = false;
+};
+// The window of `instr` over `rank` dims (all defaults without the attribute); InvalidArgument
+// for a malformed one (evaluator_reduce_sort.cc).
+absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank);
+
+// XLA's convolution (evaluator_convolution.cc).
+absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs, const Value& rhs);
+
 // Scalar element `k` of array `v` as a new rank-0 value.
 ValuePtr ScalarAt(const Value& v, int64_t k);
 // Stores the rank-0 value `s` as element `k` of `dst` (same storage).

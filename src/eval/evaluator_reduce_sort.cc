@@ -114,13 +114,6 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
   return Share(std::move(t));
 }
 
-namespace {
-
-// Parses `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=..}`.
-struct WindowDim {
-  int64_t size = 1, stride = 1, lo = 0, hi = 0, lhs_dilate = 1, rhs_dilate = 1;
-};
-
 absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank) {
   std::vector<WindowDim> w(rank);
   const std::string* text = instr.GetRawAttribute("window");
@@ -146,6 +139,7 @@ absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, 
           else if (kv[0] == "stride") w[d].stride = v;
           else if (kv[0] == "lhs_dilate") w[d].lhs_dilate = v;
           else if (kv[0] == "rhs_dilate") w[d].rhs_dilate = v;
+          else if (kv[0] == "rhs_reversal") w[d].reversal = v != 0;
           else return InvalidArgumentError(absl::StrCat("window field '", kv[0], "' is not supported"));
         }
       } catch (...) {
@@ -155,8 +149,6 @@ absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, 
   }
   return w;
 }
-
-}  // namespace
 
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction* instr,
                                                            const std::vector<ValuePtr>& ops) {
