@@ -4,6 +4,8 @@
 // computation stepped along one dim, carries passed on).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -231,18 +233,29 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   std::vector<Value> outs;
   for (const ValuePtr& v : ops) outs.push_back(*v);
   const HloComputation* c = instr->to_apply();
-  // Fast comparator: compare(p0, p1) LT/GT on the first operand.
+  // Fast comparator: compare(p0, p1) LT/GT on the first operand's pair (the other operands
+  // ride along, as in a sort of values with their iota indices), in IEEE or total order.
   std::optional<ComparisonDirection> fast_dir;
+  bool total_order = false;
   const HloInstruction* root = c->root();
-  if (ops.size() == 1 && root->opcode() == HloOpcode::kCompare &&
+  if (root->opcode() == HloOpcode::kCompare &&
       root->operand(0)->opcode() == HloOpcode::kParameter &&
       root->operand(1)->opcode() == HloOpcode::kParameter &&
       root->operand(0)->parameter_number == 0 && root->operand(1)->parameter_number == 1 &&
-      root->comparison_direction.has_value() && root->comparison_type() != "TOTALORDER" &&
+      root->comparison_direction.has_value() &&
       (*root->comparison_direction == ComparisonDirection::kLt ||
        *root->comparison_direction == ComparisonDirection::kGt)) {
     fast_dir = root->comparison_direction;
+    total_order = root->comparison_type() == "TOTALORDER";
   }
+  // XLA's total order of floats: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN, the order of
+  // the sign-magnitude bit patterns read as two's complement.
+  auto total_key = [](double v) {
+    int64_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    return bits < 0 ? std::numeric_limits<int64_t>::min() - bits - 1 : bits;
+  };
+  const bool float_keys = IsFloatingPoint(ops[0]->shape.element_type);
   absl::Status error;
   for (int64_t base = 0; base < n; ++base) {
     if ((base / stride) % extent != 0) continue;  // visit each line once (its first element)
@@ -253,6 +266,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
       if (!error.ok()) return false;
       if (fast_dir) {
         const double a = ops[0]->GetDouble(at(x)), b = ops[0]->GetDouble(at(y));
+        if (total_order && float_keys) {
+          const int64_t ka = total_key(a), kb = total_key(b);
+          return *fast_dir == ComparisonDirection::kLt ? ka < kb : ka > kb;
+        }
         return *fast_dir == ComparisonDirection::kLt ? a < b : a > b;
       }
       std::vector<ValuePtr> args;
