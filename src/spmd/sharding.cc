@@ -662,4 +662,9 @@ std::vector<std::vector<int64_t>> DeviceGroups(const Sharding& s,
   return groups;
 }
 
+const Shape& ShapeOfSharding(const HloInstruction& h) {
+  if (h.opcode() == HloOpcode::kOutfeed && h.operand_count() >= 1) return h.operand(0)->shape();
+  return h.shape();
+}
+
 }  // namespace weave::spmd

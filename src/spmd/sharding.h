@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hlo/ir.h"
 #include "hlo/sharding.h"
 #include "hlo/types.h"
 
@@ -212,6 +213,10 @@ int64_t TileOffset(const Sharding& s, int64_t device, int64_t dim, int64_t globa
 // ordered row-major over `dims` (listed order, first = major), so that a member's position in
 // its group is its index along those dims. Spec §3 "Groups".
 std::vector<std::vector<int64_t>> DeviceGroups(const Sharding& s, const std::vector<int64_t>& dims);
+
+// The shape an instruction's `sharding=` attribute describes: its data operand's for an outfeed
+// (XLA's outfeed sharding lays out what is sent; its result is a token), its own otherwise.
+const Shape& ShapeOfSharding(const HloInstruction& h);
 
 // Finds R and perm with a == iota(prod R) reshaped to R, transposed by perm, flattened, in
 // XLA's canonical form (no size-1 dims, adjacent dims merged); nullopt if `a` is no such array.

@@ -198,7 +198,7 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
         changed = true;
       } else if (h->sharding) {
         // GSPMD canonical text (named forms included).
-        absl::StatusOr<HloSharding> s = Canonical(*h->sharding, h->shape());
+        absl::StatusOr<HloSharding> s = Canonical(*h->sharding, ShapeOfSharding(*h));
         if (!s.ok()) return Error(h, s.status().message());
         if (s->text != h->sharding->text) changed = true;
         h->sharding = *std::move(s);

@@ -165,7 +165,12 @@ absl::Status Propagator::Init() {
       all.push_back(h);
       Node n;
       n.h = h;
-      if (h->sharding) {
+      if (h->opcode() == HloOpcode::kOutfeed) {
+        // Its sharding lays out its data operand (ShapeOfSharding), read by the partitioner and
+        // kept as written; its own value, a token, is replicated.
+        n.s = Sharding::Replicated();
+        n.provided = true;
+      } else if (h->sharding) {
         absl::StatusOr<Sharding> s = Sharding::FromHlo(*h->sharding, h->shape());
         if (!s.ok()) {
           return absl::InvalidArgumentError(absl::StrCat("sharding-propagation: '", h->name(),
@@ -457,6 +462,7 @@ int64_t Propagator::WriteBack() {
     }
     Sharding final_s = shape.IsTuple() ? Sharding::Tuple(std::move(leaves)) : leaves[0];
     if (!n.provided) ++inferred;
+    if (n.h->opcode() == HloOpcode::kOutfeed && n.h->sharding) continue;
     n.h->sharding = final_s.ToHlo();
   }
   return inferred;

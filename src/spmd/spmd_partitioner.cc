@@ -220,6 +220,32 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kSort:
     case HloOpcode::kReduceWindow:
       return PartitionAlongUntiledDims(*this, h);
+    case HloOpcode::kOutfeed: {
+      // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends
+      // its tile; the token passes as it is.
+      Sharding data = Sharding::Replicated();
+      if (h.sharding) {
+        absl::StatusOr<Sharding> s = Sharding::FromHlo(*h.sharding, ShapeOfSharding(h));
+        if (!s.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("spmd-partitioner: '", h.name(), "': ", s.status().message()));
+        }
+        data = *std::move(s);
+      }
+      std::vector<HloInstruction*> ops;
+      for (int64_t i = 0; i < h.operand_count(); ++i) {
+        absl::StatusOr<HloInstruction*> o =
+            Operand(h, i, i == 0 ? Sharding::Broadcast(data, h.operand(0)->shape()) : Sharding::Replicated());
+        if (!o.ok()) return o.status();
+        ops.push_back(*o);
+      }
+      HloInstruction* local = Clone(h, h.shape(), std::move(ops));
+      // `outfeed_shape` names what is sent: the local data (XLA's verifier wants them equal).
+      for (auto& [key, value] : *local->mutable_raw_attributes()) {
+        if (key == "outfeed_shape") value = local->operand(0)->shape().ToString(true);
+      }
+      return PValue{local, target, h.shape()};
+    }
     case HloOpcode::kDynamicSlice:
       return PartitionDynamicSlice(*this, h);
     case HloOpcode::kDynamicUpdateSlice:
@@ -330,7 +356,7 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
     Sharding s = Sharding::Broadcast(Sharding::Replicated(), h->shape());
     if (h->opcode() == HloOpcode::kParameter && h->parameter_number < static_cast<int64_t>(params.size())) {
       s = params[static_cast<size_t>(h->parameter_number)];
-    } else if (h->sharding) {
+    } else if (h->sharding && h->opcode() != HloOpcode::kOutfeed) {
       absl::StatusOr<Sharding> p = Sharding::FromHlo(*h->sharding, h->shape());
       if (!p.ok()) {
         return absl::InvalidArgumentError(
