@@ -257,6 +257,24 @@ std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t
   return out;
 }
 
+namespace {
+
+// Replaces each float array among the first `count` operands of `i` (in `c`) by its absolute
+// value; *changed when any was. False when an operand cannot be replaced.
+bool TakeMagnitudes(HloComputation* c, HloInstruction* i, int64_t count, bool* changed) {
+  for (int64_t k = 0; k < count; ++k) {
+    HloInstruction* o = i->operand(k);
+    if (!o->shape().IsArray() || !IsFloatingPoint(o->shape().element_type)) continue;
+    HloInstruction* a = c->AddInstruction(HloOpcode::kAbs, o->shape(), {o},
+                                          absl::StrCat(o->name(), ".magnitude"));
+    if (!i->ReplaceOperandWith(k, a).ok()) return false;
+    *changed = true;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
   std::unique_ptr<HloModule> m = module.Clone();
   bool changed = false;
@@ -281,14 +299,7 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
         const HloComputation* r = i->called_computations()[0];
         if (r == nullptr || r->root() == nullptr || r->root()->opcode() != HloOpcode::kAdd) continue;
       }
-      for (int64_t k = 0; k < i->operand_count(); ++k) {
-        HloInstruction* o = i->operand(k);
-        if (!o->shape().IsArray() || !IsFloatingPoint(o->shape().element_type)) continue;
-        HloInstruction* a = c->AddInstruction(HloOpcode::kAbs, o->shape(), {o},
-                                              absl::StrCat(o->name(), ".magnitude"));
-        if (!i->ReplaceOperandWith(k, a).ok()) return nullptr;
-        changed = true;
-      }
+      if (!TakeMagnitudes(c, i, i->operand_count(), &changed)) return nullptr;
     }
   }
   return changed ? std::move(m) : nullptr;
@@ -311,14 +322,7 @@ std::unique_ptr<HloModule> SumMagnitudeModule(const HloModule& module) {
     for (HloInstruction* i : c->MakeInstructionPostOrder()) {
       if (SumTerms(*i) == 0) continue;
       // The data operands (the first half; the rest are the init values).
-      for (int64_t k = 0; k < i->operand_count() / 2; ++k) {
-        HloInstruction* o = i->operand(k);
-        if (!o->shape().IsArray() || !IsFloatingPoint(o->shape().element_type)) continue;
-        HloInstruction* a = c->AddInstruction(HloOpcode::kAbs, o->shape(), {o},
-                                              absl::StrCat(o->name(), ".magnitude"));
-        if (!i->ReplaceOperandWith(k, a).ok()) return nullptr;
-        changed = true;
-      }
+      if (!TakeMagnitudes(c, i, i->operand_count() / 2, &changed)) return nullptr;
     }
   }
   return changed ? std::move(m) : nullptr;

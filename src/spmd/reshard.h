@@ -14,7 +14,10 @@
 //            involuntary full rematerialization.
 // A maximal source is first broadcast from its device (select(pid == d, x, 0) + all-reduce); a
 // maximal target is computed replicated (every device holds the value; device d's copy is the
-// one read). Manual shardings cannot be resharded (error).
+// one read). Partial values (XLA's unreduced: an unreduced subgroup, or `{unreduced}`) are summed
+// first, one all-reduce per addend group, and a partial target is made by keeping the value on
+// the first partition of each addend group and zeros on the others. A token is never moved.
+// Manual shardings cannot be resharded (Unimplemented, naming both).
 #pragma once
 
 #include <string>
