@@ -248,19 +248,49 @@ int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options
   return std::max<int64_t>(1, module.replica_count);
 }
 
-int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices) {
-  int64_t total = 0;
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* instr : c->instructions()) {
-      // Tuples, get-tuple-element and parameters of callees share storage with other values.
-      if (instr->shape().IsTuple() || instr->opcode() == HloOpcode::kGetTupleElement) continue;
-      if (instr->opcode() == HloOpcode::kParameter && c != module.entry()) continue;
-      const int64_t b = internal::StorageBytes(instr->shape());
-      if (total > (int64_t{1} << 60) - b) return int64_t{1} << 60;
-      total += b;
+namespace {
+
+constexpr int64_t kMemoryCap = int64_t{1} << 60;
+
+int64_t CappedAdd(int64_t a, int64_t b) { return a > kMemoryCap - b ? kMemoryCap : a + b; }
+
+// The peak of `c`'s live storage in the evaluator (see EstimateMemoryBytes), memoized.
+int64_t PeakBytes(const HloComputation* c, bool entry,
+                  absl::flat_hash_map<const HloComputation*, int64_t>* memo) {
+  if (auto it = memo->find(c); it != memo->end()) return it->second;
+  (*memo)[c] = 0;  // a computation reached again while being measured adds nothing more
+  const internal::CompPlan plan = internal::BuildPlan(c);
+  auto own = [&](const HloInstruction* h) -> int64_t {
+    if (h->shape().IsTuple() || h->opcode() == HloOpcode::kGetTupleElement) return 0;
+    if (h->opcode() == HloOpcode::kParameter && !entry) return 0;  // the caller's value
+    return internal::StorageBytes(h->shape());
+  };
+  int64_t live = 0, peak = 0;
+  for (size_t k = 0; k < plan.order.size(); ++k) {
+    const HloInstruction* h = plan.order[k];
+    int64_t callee = 0;
+    for (const HloComputation* called : h->called_computations()) {
+      if (called != nullptr) callee = std::max(callee, PeakBytes(called, false, memo));
+    }
+    peak = std::max(peak, CappedAdd(CappedAdd(live, own(h)), callee));
+    live = CappedAdd(live, own(h));
+    for (int32_t s : plan.release[k]) {
+      const HloInstruction* done = plan.order[static_cast<size_t>(s)];
+      if (entry && done->opcode() == HloOpcode::kParameter) continue;  // inputs stay
+      live -= own(done);
     }
   }
-  if (num_devices > 0 && total > (int64_t{1} << 60) / num_devices) return int64_t{1} << 60;
+  (*memo)[c] = peak;
+  return peak;
+}
+
+}  // namespace
+
+int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices) {
+  if (module.entry() == nullptr) return 0;
+  absl::flat_hash_map<const HloComputation*, int64_t> memo;
+  const int64_t total = PeakBytes(module.entry(), true, &memo);
+  if (num_devices > 0 && total > kMemoryCap / num_devices) return kMemoryCap;
   return total * std::max<int64_t>(1, num_devices);
 }
 

@@ -92,10 +92,13 @@ struct EvalResult {
 int64_t ResolvedNumPartitions(const HloModule& module, const EvalOptions& options);
 int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options);
 
-// Estimated peak memory in bytes of running `module` on `num_devices` devices: the storage of
-// every array the entry and its callees produce (evaluator storage: 4 bytes per <=32-bit float,
-// 8 per f64/integer/pred), times the device count. An over-estimate (values are freed after their
-// last use); used to refuse huge modules up front.
+// Estimated peak memory in bytes of running `module` on `num_devices` devices, times the device
+// count: the most storage alive at once (evaluator storage: 4 bytes per <=32-bit float, 8 per
+// f64/integer/pred), following the evaluator's own plan: a value is freed after its last use, the
+// entry's parameters (the inputs) stay for the whole run, and a callee's peak (loop body, branch,
+// called computation) stacks on the caller's live values at the call. Tuples and
+// get-tuple-elements share storage and count nothing. Used to refuse huge modules up front; 2^60
+// when the sums overflow.
 int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
 
 // Generates inputs from options.seed, respecting parameter shardings: a sharded parameter draws

@@ -38,6 +38,12 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
                 "input the global program on one device; exit 3 if they differ beyond tolerance, 5 if the check "
                 "cannot run (module too large without --force, or not evaluable)");
   cmd->add_flag("--force", o->force, "Verify numerics even when the module looks too large");
+  cmd->add_option_function<double>(
+         "--numerics-memory-gib",
+         [o](double gib) { o->numerics_memory_bytes = static_cast<int64_t>(gib * (1 << 30)); },
+         "Memory limit of --verify-numerics in GiB: a module whose evaluation is estimated above "
+         "it is not checked (exit 5) unless --force (default 2)")
+      ->check(Positive());
   cmd->add_option("--num-partitions", o->num_partitions,
                   "Global input: the partition count (default: the module's num_partitions, else "
                   "the shardings' device set); partitioned input: the partitions of "

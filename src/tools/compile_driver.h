@@ -42,7 +42,7 @@ constexpr int kRequiredMissing = 4;
 constexpr int kNumericsNotVerified = 5;
 
 // Modules whose evaluation is estimated above this (bytes) are skipped by --verify-numerics
-// unless --force is given.
+// unless --force is given; --numerics-memory-gib sets another limit.
 constexpr int64_t kNumericsMemoryLimit = int64_t{2} << 30;
 
 // The system the cost gate estimates on when --system is not given.
@@ -62,6 +62,9 @@ struct CompileOptions {
   std::string require;
   std::string verify_seed;  // empty: numerics not requested
   bool force = false;
+  // --numerics-memory-gib: the evaluator's memory limit of --verify-numerics, bytes
+  // (kNumericsMemoryLimit by default).
+  int64_t numerics_memory_bytes = kNumericsMemoryLimit;
   bool verbose = false;
   // --timing: each phase's time and instructions per second on stderr (parse, partitioning of a
   // global input, every pass, the final verify, the report's analysis, print, total).

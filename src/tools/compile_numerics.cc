@@ -49,16 +49,16 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
       std::max(eval::EstimateMemoryBytes(global != nullptr ? *global : input,
                                          global != nullptr ? n.num_partitions : devices),
                eval::EstimateMemoryBytes(compiled, devices));
-  if (n.estimated_bytes > kNumericsMemoryLimit && !o.force) {
+  if (n.estimated_bytes > o.numerics_memory_bytes && !o.force) {
     n.skipped = absl::StrFormat(
         "the module is too large to evaluate here: about %s on %s (limit %s); "
         "--force runs it anyway",
         FormatBytes(n.estimated_bytes), CountOf(devices, "device", "devices"),
-        FormatBytes(kNumericsMemoryLimit));
+        FormatBytes(o.numerics_memory_bytes));
     return;
   }
   copts.eval.max_memory_bytes =
-      o.force ? std::numeric_limits<int64_t>::max() : kNumericsMemoryLimit;
+      o.force ? std::numeric_limits<int64_t>::max() : o.numerics_memory_bytes;
 
   if (global != nullptr) {
     n.reference = "the global module on 1 device";

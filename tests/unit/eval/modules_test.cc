@@ -232,3 +232,50 @@ ENTRY e {
 
 }  // namespace
 }  // namespace weave::eval
+
+namespace weave::eval {
+namespace {
+
+// The memory estimate follows the evaluator's plan: a chain of three negates of f32[1024] (4 KiB
+// each) holds the input and two values at most (12 KiB), not all four; a loop body's peak stacks
+// on the values live at the loop; the device count multiplies.
+TEST(Modules, MemoryEstimateFollowsLiveness) {
+  auto chain = testing::ParseOrDie(R"(
+HloModule chain
+ENTRY e {
+  x = f32[1024] parameter(0)
+  a = f32[1024] negate(x)
+  b = f32[1024] negate(a)
+  ROOT c = f32[1024] negate(b)
+})");
+  EXPECT_EQ(EstimateMemoryBytes(*chain, 1), 3 * 4096);
+  EXPECT_EQ(EstimateMemoryBytes(*chain, 4), 4 * 3 * 4096);
+  auto loop = testing::ParseOrDie(R"(
+HloModule loop
+body {
+  s = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  v = f32[1024] get-tuple-element(s), index=1
+  w = f32[1024] negate(v)
+  u = f32[1024] negate(w)
+  ROOT t = (s32[], f32[1024]) tuple(i, u)
+}
+cond {
+  s = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY e {
+  x = f32[1024] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[1024]) tuple(zero, x)
+  ROOT w = (s32[], f32[1024]) while(init), condition=cond, body=body
+})");
+  // The input (4 KiB) lives at the loop (the constant died into the init tuple), whose body holds
+  // two values at most.
+  EXPECT_EQ(EstimateMemoryBytes(*loop, 1), 4096 + 2 * 4096);
+}
+
+}  // namespace
+}  // namespace weave::eval
