@@ -94,11 +94,11 @@ int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options
 
 // Estimated peak memory in bytes of running `module` on `num_devices` devices, times the device
 // count: the most storage alive at once (evaluator storage: 4 bytes per <=32-bit float, 8 per
-// f64/integer/pred), following the evaluator's own plan: a value is freed after its last use, the
-// entry's parameters (the inputs) stay for the whole run, and a callee's peak (loop body, branch,
-// called computation) stacks on the caller's live values at the call. Tuples and
-// get-tuple-elements share storage and count nothing. Used to refuse huge modules up front; 2^60
-// when the sums overflow.
+// f64/integer/pred), following the evaluator's own plan: a value is freed after its last use
+// (unless a tuple holds it), the entry's parameters (the inputs) stay for the whole run, and a
+// callee's peak (loop body, branch, called computation) stacks on the caller's live values at the
+// call. Tuples and get-tuple-elements share storage and count nothing; other tuple-shaped results
+// count their leaves. Used to refuse huge modules up front; 2^60 when the sums overflow.
 int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
 
 // Generates inputs from options.seed, respecting parameter shardings: a sharded parameter draws

@@ -161,6 +161,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
   const size_t rank = in.shape.dims.size();
   auto w = ParseWindow(*instr, rank);
   if (!w.ok()) return w.status();
+  for (const WindowDim& wd : *w) {
+    if (wd.reversal) return InvalidArgumentError("reduce-window takes no window reversal");
+  }
   const Shape& out_shape = instr->shape();
   Value out = Value::Zeros(out_shape);
   const std::vector<int64_t> is = ops::Strides(in.shape.dims);
@@ -264,6 +267,17 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
     auto at = [&](int64_t q) { return base + q * stride; };
     auto less = [&](int64_t x, int64_t y) -> bool {
       if (!error.ok()) return false;
+      if (fast_dir && ops[0]->storage() == Storage::kInt) {
+        // Integer keys as integers (s64/u64 keys past 2^53 are not exact as doubles).
+        const int64_t a = ops[0]->i[static_cast<size_t>(at(x))], b = ops[0]->i[static_cast<size_t>(at(y))];
+        const bool lt = IsUnsignedInteger(ops[0]->shape.element_type)
+                            ? static_cast<uint64_t>(a) < static_cast<uint64_t>(b)
+                            : a < b;
+        const bool gt = IsUnsignedInteger(ops[0]->shape.element_type)
+                            ? static_cast<uint64_t>(a) > static_cast<uint64_t>(b)
+                            : a > b;
+        return *fast_dir == ComparisonDirection::kLt ? lt : gt;
+      }
       if (fast_dir) {
         const double a = ops[0]->GetDouble(at(x)), b = ops[0]->GetDouble(at(y));
         if (total_order && float_keys) {
@@ -366,14 +380,38 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
     }
     for (int64_t o = 0; o < n_outputs; ++o) {
       Value& out = outputs[static_cast<size_t>(o)];
+      const Value& piece = *parts[static_cast<size_t>(o)];
       if (d >= out.shape.rank()) return InvalidArgumentError("scan output has no scan dimension");
-      Value piece = *parts[static_cast<size_t>(o)];
-      Shape expanded = out.shape;
-      expanded.dims[static_cast<size_t>(d)] = 1;
-      piece.shape = expanded;
-      std::vector<int64_t> starts(static_cast<size_t>(out.shape.rank()), 0);
-      starts[static_cast<size_t>(d)] = k;
-      out = ops::DynamicUpdateSlice(out, piece, starts);
+      // The piece is the output with the scan dim removed: written row-major at step k.
+      std::vector<int64_t> slice_dims = out.shape.dims;
+      slice_dims.erase(slice_dims.begin() + d);
+      if (piece.shape.element_type != out.shape.element_type || piece.shape.dims != slice_dims ||
+          piece.storage() != out.storage()) {
+        return InvalidArgumentError(absl::StrCat("scan body output ", o, " is ", piece.shape.ToString(false),
+                                                 ", not a slice of ", out.shape.ToString(false)));
+      }
+      const std::vector<int64_t> os = ops::Strides(out.shape.dims);
+      const int64_t inner = os[static_cast<size_t>(d)], dim = out.shape.dims[static_cast<size_t>(d)];
+      const int64_t outer = inner == 0 ? 0 : out.size() / (inner * dim);
+      for (int64_t a = 0; a < outer; ++a) {
+        for (int64_t q = 0; q < inner; ++q) {
+          const int64_t dst = (a * dim + k) * inner + q, src = a * inner + q;
+          switch (out.storage()) {
+            case Storage::kFloat: out.f[static_cast<size_t>(dst)] = piece.f[static_cast<size_t>(src)]; break;
+            case Storage::kDouble: out.d[static_cast<size_t>(dst)] = piece.d[static_cast<size_t>(src)]; break;
+            case Storage::kInt: out.i[static_cast<size_t>(dst)] = piece.i[static_cast<size_t>(src)]; break;
+            default: break;
+          }
+        }
+      }
+    }
+    for (int64_t c = 0; c < carries; ++c) {
+      const Shape& got = parts[static_cast<size_t>(n_outputs + c)]->shape;
+      const Shape& want = ops[static_cast<size_t>(n_inputs + c)]->shape;
+      if (!got.Compatible(want)) {
+        return InvalidArgumentError(absl::StrCat("scan body carry ", c, " is ", got.ToString(false),
+                                                 ", its init ", want.ToString(false)));
+      }
     }
     state.assign(parts.begin() + n_outputs, parts.end());
     if ((step & 255) == 255 && coord_->failed()) return absl::AbortedError("aborted because another device failed");

@@ -371,6 +371,16 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   absl::StatusOr<Sharding> root_sharding = ShardingOf(pentry->root(), global.entry()->root()->shape());
   if (!root_sharding.ok()) return root_sharding.status();
   std::vector<Sharding> leaves = LeafShardings(*root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  for (size_t k = 0; k < leaves.size(); ++k) {
+    std::vector<int64_t> devices = leaves[k].IsTiled() ? leaves[k].devices() : std::vector<int64_t>{};
+    if (leaves[k].IsMaximal()) devices.push_back(leaves[k].maximal_device());
+    for (int64_t d : devices) {
+      if (d < 0 || d >= n) {
+        return absl::InvalidArgumentError(absl::StrCat("output ", k, "'s sharding ", leaves[k].ToString(),
+                                                       " names device ", d, ", outside partitions 0..", n - 1));
+      }
+    }
+  }
   // Partial (unreduced) outputs: summed over their addend groups first.
   const std::vector<Sharding> given_leaves = leaves;
   SumAddendOutputs(&*pr, &leaves, n, pe.replica_count);
@@ -415,6 +425,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       if (r.ok()) sr = *std::move(r);
     }
   }
+  // Each output's magnitude run, reassembled (kept for the exact-sum recheck).
+  std::vector<std::optional<Value>> magnitudes(leaf_shapes.size());
   for (size_t k = 0; k < leaf_shapes.size(); ++k) {
     const Sharding& s = leaves[k];
     const Shape& gs = leaf_shapes[k];
@@ -439,6 +451,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
                                              pr->outputs[static_cast<size_t>(hs[0])][k]->shape);
     }
     const Value magnitude = with_magnitude ? Reassemble(*mr, k, s, gs, n, holders) : Value::Zeros(gs);
+    if (with_magnitude) magnitudes[k] = magnitude;
     for (const std::vector<int64_t>& hs : holders) {
       const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
       const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
@@ -525,7 +538,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       const Value exact = Reassemble(*pxr, k, leaves[k], leaf_shapes[k], n, holders);
       PathPrecision without_sums = paths[k];
       without_sums.sum_terms = 0;
-      const OutputComparison x = CompareOutputValuesOnPath(*gxr->outputs[0][k], exact, co, without_sums);
+      const OutputComparison x = CompareOutputValuesOnPath(
+          *gxr->outputs[0][k], exact, co, without_sums, magnitudes[k] ? &*magnitudes[k] : nullptr);
       c.exact_sums = absl::StrFormat("exact-sum run: max_abs_err=%.4g mismatches=%d/%d (%g ulps at max |A| %.4g = %.4g) %s",
                                      x.max_abs_error, x.mismatches, x.elements, x.norm_ulps,
                                      x.max_abs_value, x.norm_atol, x.pass ? "PASS" : "FAIL");

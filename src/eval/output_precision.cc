@@ -56,7 +56,10 @@ PathPrecision Merge(const PathPrecision& a, const PathPrecision& b) {
 
 // Whether `c` is a scalar add of its two parameters (a sum reducer).
 bool IsSumReducer(const HloComputation* c) {
-  return c != nullptr && c->root() != nullptr && c->root()->opcode() == HloOpcode::kAdd;
+  if (c == nullptr || c->root() == nullptr || c->root()->opcode() != HloOpcode::kAdd) return false;
+  const HloInstruction* r = c->root();
+  return r->operand_count() == 2 && r->operand(0)->opcode() == HloOpcode::kParameter &&
+         r->operand(1)->opcode() == HloOpcode::kParameter && r->operand(0) != r->operand(1);
 }
 
 // The number of terms each result element of a sum `reduce` adds (the product of its reduced

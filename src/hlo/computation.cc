@@ -267,7 +267,7 @@ void HloComputation::set_name(std::string n) {
 
 void HloComputation::set_root(HloInstruction* r) {
   if (root_ != nullptr && r != nullptr && root_ != r && root_->sharding && !r->sharding &&
-      root_->shape().Compatible(r->shape())) {
+      root_->opcode() != HloOpcode::kOutfeed && root_->shape().Compatible(r->shape())) {
     r->sharding = root_->sharding;
   }
   root_ = r;

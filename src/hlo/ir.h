@@ -311,7 +311,7 @@ class HloComputation {
   // Makes `r` the root. The sharding of the root it replaces describes the computation's result
   // (for the entry, the module's output: what --verify-numerics reassembles by); `r` takes it
   // when it has none of its own and the same shape, as XLA's ReplaceInstruction keeps a replaced
-  // instruction's sharding.
+  // instruction's sharding (not an outfeed's, which describes its data, not its token).
   void set_root(HloInstruction* r);
   // Parameters indexed by parameter_number.
   const std::vector<HloInstruction*>& parameters() const { return params_; }

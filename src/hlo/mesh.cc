@@ -165,6 +165,12 @@ absl::StatusOr<HloSharding> MeshShardingToHlo(const MeshSharding& s, std::string
     out.maximal_device = s.mesh.maximal_device.value_or(s.mesh.Devices().at(0));
     return out;
   }
+  if (s.reduction != "sum" && !s.unreduced.empty()) {
+    // Partial values combined by max or min: kept verbatim, not a form Weave partitions (it
+    // sums partial values).
+    out.kind = HloSharding::Kind::kOther;
+    return out;
+  }
   if (s.kind == MeshSharding::Kind::kReplicated) {
     out.kind = HloSharding::Kind::kReplicated;
     return out;

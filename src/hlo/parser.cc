@@ -399,6 +399,10 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
       return Error(op_pos, Cat("instruction '", name, "' has no result shape and Weave cannot infer one for ",
                                opname, " on these operands: write its shape"));
     }
+    if (!inferred->CheckedByteSize()) {
+      return Error(op_pos, Cat("inferred shape of instruction '", name,
+                               "' is too large: its byte size overflows int64"));
+    }
     instr->set_shape(std::move(*inferred));
   }
   *out = st.comp->AddInstruction(std::move(owned));

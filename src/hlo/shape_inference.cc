@@ -64,6 +64,8 @@ std::optional<Shape> InferResultShape(const HloInstruction& h) {
     if (n != 1 || !h.operand(0)->shape().IsArray()) return std::nullopt;
     Shape s = Plain(h.operand(0)->shape());
     if (SetsItsOwnType(op)) return std::nullopt;
+    // abs of a complex value is real (c64 -> f32): not inferred here.
+    if (op == HloOpcode::kAbs && IsComplex(s.element_type)) return std::nullopt;
     if (op == HloOpcode::kIsFinite) s.element_type = PrimitiveType::PRED;
     return s;
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_import.h"
+#include "spmd/sharding_util.h"
 
 namespace weave::spmd {
 namespace {
@@ -173,6 +174,25 @@ absl::StatusOr<HloComputation*> ComputationPartitioner::PartitionCallee(
 
 absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h) {
   const HloOpcode op = h.opcode();
+  // Partial values (unreduced shardings: each device of an addend group holds an addend) pass
+  // only through tuples and elementwise ops (whose rule keeps them where the op is linear);
+  // every other op reads its partial operands summed and computes the whole value.
+  if (!IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kTuple &&
+      op != HloOpcode::kGetTupleElement) {
+    for (const HloInstruction* o : h.operands()) {
+      const int32_t slot = slots_.Slot(o);
+      if (slot < 0 || !HoldsAddends(values_[static_cast<size_t>(slot)].sharding)) continue;
+      PValue& v = values_[static_cast<size_t>(slot)];
+      const Sharding whole = Summed(v.sharding);
+      absl::StatusOr<HloInstruction*> summed = Reshard(v, whole, h);
+      if (!summed.ok()) return summed.status();
+      v = PValue{*summed, whole, v.global};
+    }
+    const int32_t own = slots_.Slot(&h);
+    if (own >= 0 && HoldsAddends(targets_[static_cast<size_t>(own)])) {
+      targets_[static_cast<size_t>(own)] = Summed(targets_[static_cast<size_t>(own)]);
+    }
+  }
   const Sharding& target = Target(&h);
   // Manual regions are already per device: clone as is.
   if (target.IsManual() && !IsCall(h, "SPMDFullToShardShape")) {

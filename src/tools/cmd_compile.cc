@@ -40,7 +40,12 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_flag("--force", o->force, "Verify numerics even when the module looks too large");
   cmd->add_option_function<double>(
          "--numerics-memory-gib",
-         [o](double gib) { o->numerics_memory_bytes = static_cast<int64_t>(gib * (1 << 30)); },
+         [o](double gib) {
+           // Clamped to 2^60 bytes (a billion GiB: no limit in practice).
+           o->numerics_memory_bytes =
+               gib >= static_cast<double>(int64_t{1} << 30) ? int64_t{1} << 60
+                                                           : static_cast<int64_t>(gib * (1 << 30));
+         },
          "Memory limit of --verify-numerics in GiB: a module whose evaluation is estimated above "
          "it is not checked (exit 5) unless --force (default 2)")
       ->check(Positive());
