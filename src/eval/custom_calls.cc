@@ -62,6 +62,7 @@ void RegisterBuiltins() {
     RegisterCustomCallEvaluator(t, Identity);
   }
   RegisterFp8GemmCustomCall();
+  RegisterXlaCustomCalls();
 }
 
 }  // namespace

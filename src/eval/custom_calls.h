@@ -9,6 +9,9 @@
 //  - "AllocateBuffer": XLA's uninitialized buffer of the result shape (no operands); zeros here.
 //  - "__cublas$lt$matmul$f8": registered by RegisterFp8GemmCustomCall(), defined in
 //    src/eval/fp8_gemm_custom_call.cc (FP8 GEMM owner).
+//  - XLA's own targets found in global modules ("LayoutConstraint", "xla.debug.Log",
+//    "GetRngSeed", "TopK", "_SPMDInternalOp_RotateRight/MultiSlice/MultiPad"): registered by
+//    RegisterXlaCustomCalls(), src/eval/custom_calls_xla.cc, which states each meaning.
 // Any other target fails with an error naming the target and the instruction.
 #pragma once
 
@@ -38,5 +41,8 @@ const CustomCallEvaluator* FindCustomCallEvaluator(const std::string& target);
 // RegisterCustomCallEvaluator. Called once from the registry's lazy initialisation. A weak
 // no-op default exists (src/eval/zz_weak_defaults.cc) until that file lands.
 void RegisterFp8GemmCustomCall();
+
+// Defined by src/eval/custom_calls_xla.cc: registers the XLA-defined targets listed above.
+void RegisterXlaCustomCalls();
 
 }  // namespace weave::eval

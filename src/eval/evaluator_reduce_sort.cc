@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "eval/evaluator_internal.h"
+#include "eval/scalar_program.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
 
@@ -260,11 +261,48 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   };
   const bool float_keys = IsFloatingPoint(ops[0]->shape.element_type);
   absl::Status error;
+  // Other comparators run compiled (scalar_program.h) when every instruction allows it; the
+  // first comparisons are replayed through the interpreter and any difference keeps the
+  // interpreter for the whole sort.
+  std::optional<ScalarProgram> program;
+  std::vector<const Value*> prog_vals;
+  if (!fast_dir && c->num_parameters() == 2 * static_cast<int64_t>(ops.size())) {
+    program = ScalarProgram::Compile(*c);
+    for (const ValuePtr& v : ops) prog_vals.push_back(v.get());
+  }
+  auto interpret = [&](int64_t ex, int64_t ey) -> absl::StatusOr<bool> {
+    std::vector<ValuePtr> args;
+    for (const ValuePtr& v : ops) {
+      args.push_back(ScalarAt(*v, ex));
+      args.push_back(ScalarAt(*v, ey));
+    }
+    auto res = CallScalar(c, args);
+    if (!res.ok()) return res.status();
+    return (*res)->i.at(0) != 0;
+  };
+  bool replayed = false;
+  std::vector<int64_t> line_at(static_cast<size_t>(extent));
   for (int64_t base = 0; base < n; ++base) {
     if ((base / stride) % extent != 0) continue;  // visit each line once (its first element)
     std::vector<int64_t> perm(static_cast<size_t>(extent));
     for (int64_t q = 0; q < extent; ++q) perm[static_cast<size_t>(q)] = q;
     auto at = [&](int64_t q) { return base + q * stride; };
+    if (program) {
+      for (int64_t q = 0; q < extent; ++q) line_at[static_cast<size_t>(q)] = at(q);
+      program->CacheLine(prog_vals.data(), line_at);
+      if (!replayed) {
+        // Replay on the first line: neighbouring elements, both ways round.
+        replayed = true;
+        for (int64_t q = 0; q + 1 < std::min<int64_t>(extent, 33) && program; ++q) {
+          for (int flip = 0; flip < 2 && program; ++flip) {
+            const int64_t x = flip ? q + 1 : q, y = flip ? q : q + 1;
+            auto want = interpret(at(x), at(y));
+            if (!want.ok()) return want.status();
+            if (*want != (program->Compare(x, y) != 0)) program.reset();
+          }
+        }
+      }
+    }
     auto less = [&](int64_t x, int64_t y) -> bool {
       if (!error.ok()) return false;
       if (fast_dir && ops[0]->storage() == Storage::kInt) {
@@ -286,17 +324,13 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
         }
         return *fast_dir == ComparisonDirection::kLt ? a < b : a > b;
       }
-      std::vector<ValuePtr> args;
-      for (const ValuePtr& v : ops) {
-        args.push_back(ScalarAt(*v, at(x)));
-        args.push_back(ScalarAt(*v, at(y)));
-      }
-      auto res = CallScalar(c, args);
+      if (program) return program->Compare(x, y) != 0;
+      auto res = interpret(at(x), at(y));
       if (!res.ok()) {
         error = res.status();
         return false;
       }
-      return (*res)->i.at(0) != 0;
+      return *res;
     };
     std::stable_sort(perm.begin(), perm.end(), less);
     if (!error.ok()) return error;

@@ -307,6 +307,25 @@ bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partition
   return true;
 }
 
+// `v` with each array leaf replaced by tile(leaf), in leaf order; `*next` counts the leaves
+// visited (callers index per-leaf data with it).
+template <typename Fn>
+ValuePtr RebuildTuple(const Value& v, const Fn& tile, size_t* next) {
+  if (!v.shape.IsTuple()) {
+    ValuePtr r = tile(v);
+    ++*next;
+    return r;
+  }
+  Value t;
+  std::vector<Shape> shapes;
+  for (const ValuePtr& e : v.elements) {
+    t.elements.push_back(RebuildTuple(*e, tile, next));
+    shapes.push_back(t.elements.back()->shape);
+  }
+  t.shape = Shape::Tuple(std::move(shapes));
+  return Share(std::move(t));
+}
+
 absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
                                                                  const HloModule& partitioned,
                                                                  const CompareOptions& options,
@@ -341,7 +360,20 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     absl::StatusOr<Sharding> s = ShardingOf(pentry->parameter(i), g->shape);
     if (!s.ok()) return s.status();
     if (g->shape.IsTuple()) {
-      return absl::UnimplementedError(absl::StrCat("parameter ", i, " is a tuple: not supported"));
+      // A tuple parameter: each leaf tiled by its own sharding, the tuple rebuilt around them.
+      std::vector<ValuePtr> leaves;
+      FlattenLeaves(g, &leaves);
+      const std::vector<Sharding> ls = LeafShardings(*s, static_cast<int64_t>(leaves.size()));
+      if (ls.size() != leaves.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, "'s sharding has ", ls.size(),
+                                                       " leaves for ", leaves.size(), " tuple leaves"));
+      }
+      for (int64_t d = 0; d < devices; ++d) {
+        size_t next = 0;
+        pin.per_device[static_cast<size_t>(d)].push_back(
+            RebuildTuple(*g, [&](const Value& leaf) { return Share(TileOf(leaf, ls[next], d % n, n)); }, &next));
+      }
+      continue;
     }
     for (int64_t d = 0; d < devices; ++d) {
       pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(*g, *s, d % n, n)));

@@ -249,6 +249,11 @@ absl::StatusOr<Value> Binary(HloOpcode op, const Value& a0, const Value& b0, con
   }
   Value r = Empty(out);
   const PrimitiveType t = out.element_type;
+  if (a.storage() != r.storage() || b.storage() != r.storage()) {
+    return InvalidArgumentError(absl::StrCat("operand types ", TypeName(a.shape), " and ",
+                                             TypeName(b.shape), " do not fit the result ",
+                                             TypeName(out)));
+  }
   bool ok = true;
   switch (r.storage()) {
     case Storage::kFloat: {
@@ -310,6 +315,10 @@ absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const V
   const int64_t n = out.ElementCount();
   if (a.size() != n || b.size() != n) {
     return InvalidArgumentError("compare operands do not match the result shape");
+  }
+  if (a.storage() != b.storage()) {
+    return InvalidArgumentError(absl::StrCat("compare operands have different element types (",
+                                             TypeName(a.shape), " vs ", TypeName(b.shape), ")"));
   }
   if (a.storage() == Storage::kInt) {
     const bool u64 = a.shape.element_type == PrimitiveType::U64;
@@ -447,6 +456,11 @@ absl::StatusOr<Value> Select(const Value& p0, const Value& t, const Value& f, co
     return InvalidArgumentError("select operands do not match the result shape");
   }
   Value r = Empty(out);
+  if (p.storage() != Storage::kInt || a.storage() != r.storage() || b.storage() != r.storage()) {
+    return InvalidArgumentError(absl::StrCat("select operand types (", TypeName(p.shape), ", ",
+                                             TypeName(a.shape), ", ", TypeName(b.shape),
+                                             ") do not fit the result ", TypeName(out)));
+  }
   switch (r.storage()) {
     case Storage::kFloat:
       for (int64_t k = 0; k < n; ++k) r.f[k] = p.i[k] ? a.f[k] : b.f[k];

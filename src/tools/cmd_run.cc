@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "analysis/verifier.h"
 #include "eval/evaluator.h"
 #include "eval/global_compare.h"
 #include "eval/npy.h"
@@ -162,6 +163,8 @@ eval::EvalOptions MakeOptions(const RunArgs& a) {
 int DoRun(const RunArgs& a) {
   auto m = ParseHloModuleFile(a.module);
   if (!m.ok()) return Fail(m.status());
+  // The evaluator's kernels assume a verified module (operand types agree, and so on).
+  if (absl::Status v = VerifyModule(**m); !v.ok()) return Fail(v);
   eval::EvalOptions opts = MakeOptions(a);
   std::vector<eval::InputOverride> overrides;
   if (absl::Status s = ParseInputSpecs(opts, **m, a.inputs, &overrides); !s.ok()) return Fail(s);
@@ -227,6 +230,9 @@ int DoCompare(const RunArgs& a) {
   if (!ma.ok()) return Fail(ma.status());
   auto mb = ParseHloModuleFile(a.module_b);
   if (!mb.ok()) return Fail(mb.status());
+  for (const auto* m : {ma->get(), mb->get()}) {
+    if (absl::Status v = VerifyModule(*m); !v.ok()) return Fail(v);
+  }
   eval::CompareOptions co;
   co.eval = MakeOptions(a);
   if (a.rtol >= 0) co.rtol = a.rtol;

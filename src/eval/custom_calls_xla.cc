@@ -1,0 +1,381 @@
+// The evaluator's meaning for custom-call targets that XLA itself defines and that appear in
+// global modules users hand to Weave (XLA's SPMD partitioner tests hold each of them):
+//
+//  - "LayoutConstraint": an identity (XLA pins the operand's layout; layouts carry no values).
+//  - "xla.debug.Log": a side effect that prints its operands; the result is the empty tuple `()`.
+//  - "GetRngSeed": XLA's per-run RNG seed, a u64/s64 scalar. The evaluator returns a fixed value
+//    (kEvaluatorRngSeed) so that runs are deterministic: a global and a partitioned run read the
+//    same seed, which is what XLA gives every device of one run.
+//  - "TopK": operand T[..., n] -> (T[..., k], s32[..., k]), the k largest elements of each row of
+//    the last dimension with their indices, ties in index order (xla/service/topk_rewriter's custom
+//    call; the GPU and CPU TopK kernels). Its comparator, when it has one, must be
+//    `compare(p0, p1)` with direction GT (largest first) or LT (smallest first), IEEE or
+//    TOTALORDER; without one it is GT in total order. Any other comparator is an error.
+//  - XLA's partitioner-internal ops (xla/service/spmd/custom_call_handler.cc), by the global
+//    meaning their partitioning implements; `backend_config` holds `key=value` pairs:
+//      "_SPMDInternalOp_RotateRight" (dimension=d, amount=a): out[.., j, ..] = x[.., (j-a) mod n, ..].
+//      "_SPMDInternalOp_MultiSlice" (dimension=d, amount=a, start_indices=[..],
+//        limit_indices=[..], strides=[..]): a tuple of a+1 slices, slice i shifted by i along d.
+//      "_SPMDInternalOp_MultiPad" (dimension=d, amount=a; operands x, pad value): with
+//        p = pad(x, a low, a high along d), a tuple of a+1 windows of p, window i starting at i,
+//        each as long along d as the result shape says.
+//    "_SPMDInternalOp_MultiRotate" and "_SPMDInternalOp_Wrap" are defined by each shard's
+//    neighbours, not by a global value, and stay unsupported.
+// Errors: an InvalidArgumentError naming the instruction for a missing or malformed attribute, an
+// operand or result shape that does not fit, or an unsupported comparator.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "eval/custom_calls.h"
+#include "eval/ops.h"
+#include "hlo/ir.h"
+
+namespace weave::eval {
+namespace {
+
+// The seed GetRngSeed returns in every run of the evaluator.
+constexpr int64_t kEvaluatorRngSeed = 0x5eed;
+
+absl::Status Bad(const HloInstruction& instr, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("custom-call ", instr.name(), " (target \"",
+                                                 instr.custom_call_target(), "\"): ", what));
+}
+
+// `key=value` pairs of an SPMD internal op's backend_config; values are integers or `[a,b,..]`.
+struct OpaqueAttrs {
+  std::map<std::string, std::vector<int64_t>> values;
+  std::optional<int64_t> Int(const std::string& key) const {
+    auto it = values.find(key);
+    if (it == values.end() || it->second.size() != 1) return std::nullopt;
+    return it->second[0];
+  }
+  const std::vector<int64_t>* Array(const std::string& key) const {
+    auto it = values.find(key);
+    return it == values.end() ? nullptr : &it->second;
+  }
+};
+
+absl::StatusOr<OpaqueAttrs> ParseOpaque(const HloInstruction& instr) {
+  OpaqueAttrs out;
+  std::string text = instr.backend_config;
+  text.erase(std::remove_if(text.begin(), text.end(),
+                            [](char c) { return c == ' ' || c == '\n' || c == '"'; }),
+             text.end());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t eq = text.find('=', pos);
+    if (eq == std::string::npos) return Bad(instr, "backend_config is not key=value pairs");
+    const std::string key = text.substr(pos, eq - pos);
+    size_t end;
+    std::string value;
+    if (eq + 1 < text.size() && text[eq + 1] == '[') {
+      end = text.find(']', eq);
+      if (end == std::string::npos) return Bad(instr, "unclosed '[' in backend_config");
+      value = text.substr(eq + 2, end - eq - 2);
+      ++end;
+    } else {
+      end = text.find(',', eq);
+      if (end == std::string::npos) end = text.size();
+      value = text.substr(eq + 1, end - eq - 1);
+    }
+    std::vector<int64_t> nums;
+    for (absl::string_view piece : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      int64_t n;
+      if (!absl::SimpleAtoi(piece, &n)) {
+        return Bad(instr, absl::StrCat("backend_config value of '", key, "' is not an integer"));
+      }
+      nums.push_back(n);
+    }
+    out.values[key] = std::move(nums);
+    pos = end;
+    if (pos < text.size() && text[pos] == ',') ++pos;
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> NeedInt(const HloInstruction& instr, const OpaqueAttrs& a,
+                                const std::string& key) {
+  auto v = a.Int(key);
+  if (!v) return Bad(instr, absl::StrCat("backend_config needs an integer '", key, "'"));
+  return *v;
+}
+
+absl::StatusOr<Value> LayoutConstraint(const HloInstruction& instr,
+                                       const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.Compatible(instr.shape())) {
+    return Bad(instr, "expects one operand of the result's shape");
+  }
+  Value v = *ops[0];
+  v.shape = instr.shape();
+  return v;
+}
+
+absl::StatusOr<Value> DebugLog(const HloInstruction& instr, const std::vector<ValuePtr>&) {
+  if (!instr.shape().IsTuple() || !instr.shape().tuple_shapes.empty()) {
+    return Bad(instr, "the result must be the empty tuple ()");
+  }
+  Value v;
+  v.shape = instr.shape();
+  return v;
+}
+
+absl::StatusOr<Value> GetRngSeed(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  const Shape& s = instr.shape();
+  if (!ops.empty() || !s.IsArray() || !s.dims.empty() || !IsInteger(s.element_type)) {
+    return Bad(instr, "takes no operands and returns an integer scalar");
+  }
+  Value v = Value::Zeros(s);
+  v.SetInt(0, kEvaluatorRngSeed);
+  return v;
+}
+
+// XLA's total order of floats as an integer key (-NaN < -inf < ... < -0 < +0 < ... < +NaN).
+int64_t TotalOrderKey(double v) {
+  int64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bits < 0 ? std::numeric_limits<int64_t>::min() - bits - 1 : bits;
+}
+
+absl::StatusOr<Value> TopK(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  const Shape& s = instr.shape();
+  if (ops.size() != 1 || !ops[0]->shape.IsArray() || ops[0]->shape.dims.empty()) {
+    return Bad(instr, "expects one array operand of rank >= 1");
+  }
+  const Value& x = *ops[0];
+  const size_t rank = x.shape.dims.size();
+  if (!s.IsTuple() || s.tuple_shapes.size() != 2 || s.tuple_shapes[0].dims.size() != rank ||
+      s.tuple_shapes[1].dims.size() != rank || s.tuple_shapes[1].element_type != PrimitiveType::S32 ||
+      s.tuple_shapes[0].element_type != x.shape.element_type) {
+    return Bad(instr, "the result must be (T[..., k], s32[..., k]) for an operand T[..., n]");
+  }
+  const int64_t n = x.shape.dims.back(), k = s.tuple_shapes[0].dims.back();
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    if (s.tuple_shapes[0].dims[d] != x.shape.dims[d] || s.tuple_shapes[1].dims[d] != x.shape.dims[d]) {
+      return Bad(instr, "the result's leading dimensions differ from the operand's");
+    }
+  }
+  if (s.tuple_shapes[1].dims.back() != k || k > n) {
+    return Bad(instr, absl::StrCat("k = ", k, " must be at most n = ", n, " in both results"));
+  }
+  bool largest = true, total_order = true;
+  if (!instr.called_computations().empty()) {
+    const HloInstruction* root = instr.called_computations()[0]->root();
+    if (root->opcode() != HloOpcode::kCompare || root->operand(0)->opcode() != HloOpcode::kParameter ||
+        root->operand(1)->opcode() != HloOpcode::kParameter ||
+        root->operand(0)->parameter_number != 0 || root->operand(1)->parameter_number != 1 ||
+        !root->comparison_direction.has_value() ||
+        (*root->comparison_direction != ComparisonDirection::kGt &&
+         *root->comparison_direction != ComparisonDirection::kLt)) {
+      return Bad(instr, "the comparator must be compare(p0, p1) with direction GT or LT");
+    }
+    largest = *root->comparison_direction == ComparisonDirection::kGt;
+    total_order = root->comparison_type() == "TOTALORDER";
+  }
+  const bool ints = x.storage() == Storage::kInt;
+  const bool unsigned_keys = IsUnsignedInteger(x.shape.element_type);
+  Value vals = Value::Zeros(s.tuple_shapes[0]);
+  Value idx = Value::Zeros(s.tuple_shapes[1]);
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  const int64_t rows = n == 0 ? 0 : x.size() / n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = r * n;
+    std::iota(perm.begin(), perm.end(), 0);
+    auto before = [&](int64_t a, int64_t b) {  // a is ranked ahead of b
+      if (ints) {
+        const int64_t va = x.i[static_cast<size_t>(base + a)], vb = x.i[static_cast<size_t>(base + b)];
+        const bool lt = unsigned_keys ? static_cast<uint64_t>(va) < static_cast<uint64_t>(vb) : va < vb;
+        const bool gt = unsigned_keys ? static_cast<uint64_t>(va) > static_cast<uint64_t>(vb) : va > vb;
+        return largest ? gt : lt;
+      }
+      const double va = x.GetDouble(base + a), vb = x.GetDouble(base + b);
+      if (total_order) {
+        const int64_t ka = TotalOrderKey(va), kb = TotalOrderKey(vb);
+        return largest ? ka > kb : ka < kb;
+      }
+      return largest ? va > vb : va < vb;
+    };
+    std::stable_sort(perm.begin(), perm.end(), before);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t src = base + perm[static_cast<size_t>(j)], dst = r * k + j;
+      switch (x.storage()) {
+        case Storage::kFloat: vals.f[static_cast<size_t>(dst)] = x.f[static_cast<size_t>(src)]; break;
+        case Storage::kDouble: vals.d[static_cast<size_t>(dst)] = x.d[static_cast<size_t>(src)]; break;
+        case Storage::kInt: vals.i[static_cast<size_t>(dst)] = x.i[static_cast<size_t>(src)]; break;
+        default: return Bad(instr, "unsupported element type");
+      }
+      idx.i[static_cast<size_t>(dst)] = perm[static_cast<size_t>(j)];
+    }
+  }
+  Value t;
+  t.shape = s;
+  t.elements = {Share(std::move(vals)), Share(std::move(idx))};
+  return t;
+}
+
+absl::StatusOr<int64_t> CheckedDim(const HloInstruction& instr, const OpaqueAttrs& a,
+                                   const Shape& operand) {
+  auto dim = NeedInt(instr, a, "dimension");
+  if (!dim.ok()) return dim.status();
+  if (*dim < 0 || *dim >= static_cast<int64_t>(operand.dims.size())) {
+    return Bad(instr, absl::StrCat("dimension ", *dim, " is out of range for rank ",
+                                   operand.dims.size()));
+  }
+  return *dim;
+}
+
+absl::StatusOr<Value> RotateRight(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.IsArray() || !ops[0]->shape.Compatible(instr.shape())) {
+    return Bad(instr, "expects one array operand of the result's shape");
+  }
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  auto dim = CheckedDim(instr, *attrs, ops[0]->shape);
+  if (!dim.ok()) return dim.status();
+  auto amount = NeedInt(instr, *attrs, "amount");
+  if (!amount.ok()) return amount.status();
+  if (*amount < 0) return Bad(instr, "amount must not be negative");
+  const Value& x = *ops[0];
+  const int64_t n = x.shape.dims[static_cast<size_t>(*dim)];
+  const int64_t a = n == 0 ? 0 : *amount % n;
+  if (a == 0) {
+    Value v = x;
+    v.shape = instr.shape();
+    return v;
+  }
+  // out = concat(x[n-a:], x[:n-a]) along dim.
+  std::vector<SliceDim> tail, head;
+  for (size_t d = 0; d < x.shape.dims.size(); ++d) {
+    tail.push_back({0, x.shape.dims[d], 1});
+    head.push_back({0, x.shape.dims[d], 1});
+  }
+  tail[static_cast<size_t>(*dim)] = {n - a, n, 1};
+  head[static_cast<size_t>(*dim)] = {0, n - a, 1};
+  Shape ts = x.shape, hs = x.shape;
+  ts.dims[static_cast<size_t>(*dim)] = a;
+  hs.dims[static_cast<size_t>(*dim)] = n - a;
+  const Value t = ops::Slice(x, ts, tail), h = ops::Slice(x, hs, head);
+  return ops::Concatenate({&t, &h}, instr.shape(), *dim);
+}
+
+// Checks a tuple of `count` equal array shapes; returns the element shape.
+absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t count) {
+  const Shape& s = instr.shape();
+  if (!s.IsTuple() || static_cast<int64_t>(s.tuple_shapes.size()) != count) {
+    return Bad(instr, absl::StrCat("the result must be a tuple of amount + 1 = ", count, " arrays"));
+  }
+  for (const Shape& e : s.tuple_shapes) {
+    if (!e.IsArray() || !e.Compatible(s.tuple_shapes[0])) {
+      return Bad(instr, "the result's elements must have one shape");
+    }
+  }
+  return s.tuple_shapes[0];
+}
+
+absl::StatusOr<Value> MultiSlice(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  const Value& x = *ops[0];
+  auto dim = CheckedDim(instr, *attrs, x.shape);
+  if (!dim.ok()) return dim.status();
+  auto amount = NeedInt(instr, *attrs, "amount");
+  if (!amount.ok()) return amount.status();
+  if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amount is out of range");
+  const size_t rank = x.shape.dims.size();
+  const std::vector<int64_t>* starts = attrs->Array("start_indices");
+  const std::vector<int64_t>* limits = attrs->Array("limit_indices");
+  const std::vector<int64_t>* strides = attrs->Array("strides");
+  if (!starts || !limits || starts->size() != rank || limits->size() != rank ||
+      (strides && strides->size() != rank)) {
+    return Bad(instr, absl::StrCat("start_indices, limit_indices (and strides) need ", rank,
+                                   " entries each"));
+  }
+  auto elem = EqualTupleElements(instr, *amount + 1);
+  if (!elem.ok()) return elem.status();
+  Value t;
+  t.shape = instr.shape();
+  for (int64_t i = 0; i <= *amount; ++i) {
+    std::vector<SliceDim> sl(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t shift = static_cast<int64_t>(d) == *dim ? i : 0;
+      sl[d] = {(*starts)[d] + shift, (*limits)[d] + shift, strides ? (*strides)[d] : 1};
+      const int64_t len = sl[d].stride <= 0 ? -1
+                                            : (sl[d].limit - sl[d].start + sl[d].stride - 1) / sl[d].stride;
+      if (sl[d].start < 0 || sl[d].limit > x.shape.dims[d] || sl[d].stride <= 0 ||
+          len != elem->dims[d]) {
+        return Bad(instr, absl::StrCat("slice ", i, " [", sl[d].start, ":", sl[d].limit, ":",
+                                       sl[d].stride, "] of dimension ", d, " does not give ",
+                                       elem->dims[d], " elements of ", x.shape.dims[d]));
+      }
+    }
+    t.elements.push_back(Share(ops::Slice(x, *elem, sl)));
+  }
+  return t;
+}
+
+absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 2 || !ops[0]->shape.IsArray() || !ops[1]->shape.IsArray() ||
+      !ops[1]->shape.dims.empty() || ops[1]->shape.element_type != ops[0]->shape.element_type) {
+    return Bad(instr, "expects an array operand and a scalar pad value of its type");
+  }
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  const Value& x = *ops[0];
+  auto dim = CheckedDim(instr, *attrs, x.shape);
+  if (!dim.ok()) return dim.status();
+  auto amount = attrs->Int("amt") ? attrs->Int("amt") : attrs->Int("amount");
+  if (!amount) return Bad(instr, "backend_config needs an integer 'amt'");
+  if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amt is out of range");
+  auto elem = EqualTupleElements(instr, *amount + 1);
+  if (!elem.ok()) return elem.status();
+  const size_t rank = x.shape.dims.size(), d0 = static_cast<size_t>(*dim);
+  std::vector<PadDim> pads(rank);
+  pads[d0] = {*amount, *amount, 0};
+  Shape ps = x.shape;
+  ps.dims[d0] += 2 * *amount;
+  for (size_t d = 0; d < rank; ++d) {
+    // Along `dim` the window (amount + 1 starts) must lie inside the padded operand; elsewhere
+    // the result keeps the operand's extent.
+    const bool fits = d == d0 ? elem->dims[d] + *amount <= ps.dims[d] : elem->dims[d] == x.shape.dims[d];
+    if (!fits) {
+      return Bad(instr, absl::StrCat("the result's dimension ", d, " (", elem->dims[d],
+                                     ") does not fit the operand padded by ", *amount, " (",
+                                     ps.dims[d], ")"));
+    }
+  }
+  const Value padded = ops::Pad(x, *ops[1], ps, pads);
+  Value t;
+  t.shape = instr.shape();
+  for (int64_t i = 0; i <= *amount; ++i) {
+    std::vector<SliceDim> sl(rank);
+    for (size_t d = 0; d < rank; ++d) sl[d] = {0, ps.dims[d], 1};
+    sl[d0] = {i, i + elem->dims[d0], 1};
+    t.elements.push_back(Share(ops::Slice(padded, *elem, sl)));
+  }
+  return t;
+}
+
+}  // namespace
+
+void RegisterXlaCustomCalls() {
+  RegisterCustomCallEvaluator("LayoutConstraint", LayoutConstraint);
+  RegisterCustomCallEvaluator("xla.debug.Log", DebugLog);
+  RegisterCustomCallEvaluator("GetRngSeed", GetRngSeed);
+  RegisterCustomCallEvaluator("TopK", TopK);
+  RegisterCustomCallEvaluator("_SPMDInternalOp_RotateRight", RotateRight);
+  RegisterCustomCallEvaluator("_SPMDInternalOp_MultiSlice", MultiSlice);
+  RegisterCustomCallEvaluator("_SPMDInternalOp_MultiPad", MultiPad);
+}
+
+}  // namespace weave::eval
