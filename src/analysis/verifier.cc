@@ -79,6 +79,8 @@ absl::Status Checker::Check() {
       return CollectivePermute();
     case HloOpcode::kCustomCall:
       return CustomCall();
+    case HloOpcode::kBitcastConvert:
+      return BitcastConvert();
     default:
       break;
   }

@@ -78,6 +78,7 @@ class Checker {
   absl::Status Iota();
   absl::Status IdOp();
   absl::Status Unary();
+  absl::Status BitcastConvert();
   absl::Status Binary();
   absl::Status Select();
   absl::Status Clamp();

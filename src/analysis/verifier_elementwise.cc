@@ -50,6 +50,40 @@ absl::Status Checker::IdOp() {
   return absl::OkStatus();
 }
 
+// XLA's BitcastConvertType: the same dims when the widths agree; otherwise the narrower side is
+// the wider side's shape with one more, last dimension of size wide/narrow. Pred takes no part.
+absl::Status Checker::BitcastConvert() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape& in = Op(0);
+  const Shape& out = h_.shape();
+  const int wi = BitWidth(in.element_type), wo = BitWidth(out.element_type);
+  if (in.element_type == PrimitiveType::PRED || out.element_type == PrimitiveType::PRED ||
+      wi <= 0 || wo <= 0) {
+    return Err("bitcast-convert takes numeric element types (not pred)");
+  }
+  if (wi == wo) {
+    if (!DimsEqual(out.dims, in.dims)) {
+      return Err(absl::StrCat("result dims ", Dims(out.dims), " differ from operand dims ",
+                              Dims(in.dims)));
+    }
+    return absl::OkStatus();
+  }
+  const bool split = wi > wo;
+  const int ratio = split ? wi / wo : wo / wi;
+  if ((split ? wi % wo : wo % wi) != 0) return Err("the element widths are not multiples");
+  std::vector<int64_t> want = split ? in.dims : out.dims;
+  want.push_back(ratio);
+  const std::vector<int64_t>& narrow = split ? out.dims : in.dims;
+  if (!DimsEqual(narrow, want)) {
+    return Err(absl::StrCat(split ? "result" : "operand", " dims ", Dims(narrow), " must be ",
+                            Dims(want), ": the wider side's dims and a last dimension of ",
+                            ratio));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checker::Unary() {
   if (auto st = OperandCount(1); !st.ok()) return st;
   if (auto st = ArrayOperand(0); !st.ok()) return st;

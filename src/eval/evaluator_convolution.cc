@@ -12,10 +12,18 @@
 // Output element (n, o, y): the sum over the group's input features c and the kernel positions
 // k of lhs(n', c, x) * rhs(k', c, o), x_d = y_d * stride_d - lo_d + k_d * rhs_dilate_d in the
 // lhs's dilated coordinates (read where x_d is a multiple of lhs_dilate_d inside the dilated
-// lhs, padding and dilation holes contribute zero), k' = size - 1 - k on reversed dims. Sums are
-// accumulated in double and rounded once to the result type (a GEMM's wide accumulator).
+// lhs, padding and dilation holes contribute zero), k' = size - 1 - k on reversed dims. Computed
+// as an im2col GEMM over row chunks (linear in the output times the window): f32 and narrower
+// float operands through cblas_sgemm (an f32 accumulator, as the evaluator's dot and XLA's f32
+// convolutions), f64 and integers through cblas_dgemm; the sums are rounded once to the result
+// type.
+#include <cblas.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -74,11 +82,6 @@ int64_t IntAttr(const HloInstruction& h, std::string_view key, int64_t fallback)
   }
 }
 
-std::vector<double> AsDoubles(const Value& v) {
-  std::vector<double> out(static_cast<size_t>(v.size()));
-  for (int64_t k = 0; k < v.size(); ++k) out[static_cast<size_t>(k)] = v.GetDouble(k);
-  return out;
-}
 
 }  // namespace
 
@@ -130,62 +133,131 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
     }
   }
   const std::vector<int64_t> ls = ops::Strides(ld), ks = ops::Strides(kd), os = ops::Strides(od);
-  const std::vector<double> a = AsDoubles(lhs), k = AsDoubles(rhs);
+  // Element readers (no double copy of the operands: a kernel can be hundreds of MiB).
+  auto lhs_at = [&](int64_t i) {
+    return lhs.storage() == Storage::kFloat ? static_cast<double>(lhs.f[static_cast<size_t>(i)]) : lhs.GetDouble(i);
+  };
+  auto rhs_at = [&](int64_t i) {
+    return rhs.storage() == Storage::kFloat ? static_cast<double>(rhs.f[static_cast<size_t>(i)]) : rhs.GetDouble(i);
+  };
   Value out = Value::Zeros(out_shape);
   const int64_t per_group_out = out_features / groups, per_bgroup_out = out_features / bgroups;
   const int64_t out_batch = batch / bgroups;
   // Output spatial positions, enumerated row-major.
-  std::vector<int64_t> ospatial(ns), kpos(ns);
+  std::vector<int64_t> ospatial(ns);
   int64_t spatial_count = 1, kernel_count = 1;
   for (size_t j = 0; j < ns; ++j) {
     spatial_count *= od[static_cast<size_t>(O->spatial[j])];
     kernel_count *= kd[static_cast<size_t>(K->spatial[j])];
   }
   const int64_t lstride_f = ls[static_cast<size_t>(L->b)], kstride_i = ks[static_cast<size_t>(K->a)];
-  for (int64_t n = 0; n < out_batch; ++n) {
-    for (int64_t o = 0; o < out_features; ++o) {
-      const int64_t g = o / per_group_out, bg = o / per_bgroup_out;
-      const int64_t lhs_batch = bg * out_batch + n;
-      for (int64_t sp = 0; sp < spatial_count; ++sp) {
-        int64_t rem = sp;
-        for (size_t j = ns; j-- > 0;) {
-          const int64_t size = od[static_cast<size_t>(O->spatial[j])];
-          ospatial[j] = rem % size;
-          rem /= size;
-        }
-        double acc = 0;
+  // As a GEMM (im2col): for each block of output features with one feature group g and one batch
+  // group bg, the rows are (n, output position) pairs, the columns (kernel position, input
+  // feature c); P holds the lhs values each row reads (zero outside the lhs and in dilation
+  // holes), Km the kernel for the block, and P x Km (double, cblas_dgemm) the block's outputs.
+  // Rows go in chunks that keep P near 16 MiB, feature blocks in pieces that keep Km near 64 MiB.
+  const int64_t kc = kernel_count * kernel_in;
+  const int64_t rows_total = out_batch * spatial_count;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows_total, (int64_t{1} << 21) / std::max<int64_t>(1, kc)));
+  const int64_t group_blk = std::max<int64_t>(1, std::gcd(per_group_out, per_bgroup_out));
+  const int64_t max_cols = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(1, kc));
+  // Kernel positions, decoded once: the position per spatial dim and its (reversed) rhs offset.
+  std::vector<std::vector<int64_t>> kpositions(static_cast<size_t>(kernel_count), std::vector<int64_t>(ns));
+  std::vector<int64_t> koffset(static_cast<size_t>(kernel_count), 0);
+  for (int64_t kp = 0; kp < kernel_count; ++kp) {
+    int64_t krem = kp;
+    for (size_t j = ns; j-- > 0;) {
+      const int64_t size = kd[static_cast<size_t>(K->spatial[j])];
+      kpositions[static_cast<size_t>(kp)][j] = krem % size;
+      krem /= size;
+    }
+    for (size_t j = 0; j < ns; ++j) {
+      const WindowDim& wd = (*w)[j];
+      const int64_t kpj = kpositions[static_cast<size_t>(kp)][j];
+      koffset[static_cast<size_t>(kp)] += (wd.reversal ? wd.size - 1 - kpj : kpj) * ks[static_cast<size_t>(K->spatial[j])];
+    }
+  }
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> P, Km, R;
+    for (int64_t og = 0; og < out_features; og += group_blk) {
+      for (int64_t o0 = og; o0 < og + group_blk; o0 += max_cols) {
+        const int64_t blk = std::min(max_cols, og + group_blk - o0);
+        Km.assign(static_cast<size_t>(kc * blk), T(0));
+        const int64_t g = o0 / per_group_out, bg = o0 / per_bgroup_out;
         for (int64_t kp = 0; kp < kernel_count; ++kp) {
-          int64_t krem = kp;
-          for (size_t j = ns; j-- > 0;) {
-            const int64_t size = kd[static_cast<size_t>(K->spatial[j])];
-            kpos[j] = krem % size;
-            krem /= size;
-          }
-          int64_t lbase = lhs_batch * ls[static_cast<size_t>(L->a)] + g * kernel_in * lstride_f;
-          int64_t kbase = o * ks[static_cast<size_t>(K->b)];
-          bool inside = true;
-          for (size_t j = 0; j < ns && inside; ++j) {
-            const WindowDim& wd = (*w)[j];
-            const int64_t x = ospatial[j] * wd.stride - wd.lo + kpos[j] * wd.rhs_dilate;
-            const int64_t lsize = ld[static_cast<size_t>(L->spatial[j])];
-            if (x < 0 || x % wd.lhs_dilate != 0 || x / wd.lhs_dilate >= lsize) {
-              inside = false;
-              break;
-            }
-            lbase += (x / wd.lhs_dilate) * ls[static_cast<size_t>(L->spatial[j])];
-            const int64_t kk = wd.reversal ? wd.size - 1 - kpos[j] : kpos[j];
-            kbase += kk * ks[static_cast<size_t>(K->spatial[j])];
-          }
-          if (!inside) continue;
           for (int64_t c = 0; c < kernel_in; ++c) {
-            acc += a[static_cast<size_t>(lbase + c * lstride_f)] * k[static_cast<size_t>(kbase + c * kstride_i)];
+            for (int64_t q = 0; q < blk; ++q) {
+              Km[static_cast<size_t>((kp * kernel_in + c) * blk + q)] =
+                  static_cast<T>(rhs_at(koffset[static_cast<size_t>(kp)] + c * kstride_i + (o0 + q) * ks[static_cast<size_t>(K->b)]));
+            }
           }
         }
-        int64_t oi = n * os[static_cast<size_t>(O->a)] + o * os[static_cast<size_t>(O->b)];
-        for (size_t j = 0; j < ns; ++j) oi += ospatial[j] * os[static_cast<size_t>(O->spatial[j])];
-        out.SetDouble(oi, acc);
+        for (int64_t r0 = 0; r0 < rows_total; r0 += chunk) {
+          const int64_t rows = std::min(chunk, rows_total - r0);
+          P.assign(static_cast<size_t>(rows * kc), T(0));
+          R.assign(static_cast<size_t>(rows * blk), T(0));
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t n = (r0 + r) / spatial_count, sp = (r0 + r) % spatial_count;
+            int64_t rem = sp;
+            for (size_t j = ns; j-- > 0;) {
+              const int64_t size = od[static_cast<size_t>(O->spatial[j])];
+              ospatial[j] = rem % size;
+              rem /= size;
+            }
+            const int64_t lhs_batch = bg * out_batch + n;
+            for (int64_t kp = 0; kp < kernel_count; ++kp) {
+              int64_t lbase = lhs_batch * ls[static_cast<size_t>(L->a)] + g * kernel_in * lstride_f;
+              bool inside = true;
+              for (size_t j = 0; j < ns; ++j) {
+                const WindowDim& wd = (*w)[j];
+                const int64_t x = ospatial[j] * wd.stride - wd.lo + kpositions[static_cast<size_t>(kp)][j] * wd.rhs_dilate;
+                const int64_t lsize = ld[static_cast<size_t>(L->spatial[j])];
+                if (x < 0 || x % wd.lhs_dilate != 0 || x / wd.lhs_dilate >= lsize) {
+                  inside = false;
+                  break;
+                }
+                lbase += (x / wd.lhs_dilate) * ls[static_cast<size_t>(L->spatial[j])];
+              }
+              if (!inside) continue;
+              T* row = P.data() + r * kc + kp * kernel_in;
+              for (int64_t c = 0; c < kernel_in; ++c) row[c] = static_cast<T>(lhs_at(lbase + c * lstride_f));
+            }
+          }
+          if (kc > 0) {
+            if constexpr (std::is_same_v<T, float>) {
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(blk),
+                          static_cast<int>(kc), 1.0f, P.data(), static_cast<int>(kc), Km.data(), static_cast<int>(blk),
+                          0.0f, R.data(), static_cast<int>(blk));
+            } else {
+              cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(blk),
+                          static_cast<int>(kc), 1.0, P.data(), static_cast<int>(kc), Km.data(), static_cast<int>(blk),
+                          0.0, R.data(), static_cast<int>(blk));
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t n = (r0 + r) / spatial_count, sp = (r0 + r) % spatial_count;
+            int64_t rem = sp, oi = n * os[static_cast<size_t>(O->a)];
+            for (size_t j = ns; j-- > 0;) {
+              const int64_t size = od[static_cast<size_t>(O->spatial[j])];
+              oi += (rem % size) * os[static_cast<size_t>(O->spatial[j])];
+              rem /= size;
+            }
+            for (int64_t q = 0; q < blk; ++q) {
+              out.SetDouble(oi + (o0 + q) * os[static_cast<size_t>(O->b)], R[static_cast<size_t>(r * blk + q)]);
+            }
+          }
+        }
       }
     }
+  };
+  // f32 and narrower floats accumulate in f32 (cblas_sgemm, as the dot kernel and XLA's f32
+  // convolutions); f64 and integers in double.
+  if (lhs.storage() == Storage::kFloat && rhs.storage() == Storage::kFloat &&
+      out.storage() == Storage::kFloat) {
+    run(0.0f);
+  } else {
+    run(0.0);
   }
   return out;
 }

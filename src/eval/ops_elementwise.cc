@@ -406,12 +406,71 @@ absl::StatusOr<Value> Convert(const Value& a, const Shape& out) {
   return r;
 }
 
+// Between types of different widths (XLA's BitcastConvertType): the narrower side has one more
+// dimension, last, of size wide/narrow, and piece j of a wide element is its bits
+// [j*narrow, (j+1)*narrow), the little-endian order of XLA's evaluator.
+absl::StatusOr<Value> BitcastConvertResize(const Value& a, const Shape& out) {
+  const PrimitiveType st = a.shape.element_type, dt = out.element_type;
+  const int ws = BitWidth(st), wd = BitWidth(dt);
+  const bool split = ws > wd;
+  const int narrow = split ? wd : ws, ratio = split ? ws / wd : wd / ws;
+  const Shape& wide_shape = split ? a.shape : out;
+  const Shape& narrow_shape = split ? out : a.shape;
+  std::vector<int64_t> want = wide_shape.dims;
+  want.push_back(ratio);
+  if (narrow <= 0 || (split ? ws % wd : wd % ws) != 0 || narrow_shape.dims != want ||
+      st == PrimitiveType::PRED || dt == PrimitiveType::PRED || a.storage() == Storage::kNone ||
+      StorageFor(dt) == Storage::kNone) {
+    return InvalidArgumentError(absl::StrCat(
+        "bitcast-convert from ", TypeName(a.shape), " to ", TypeName(out),
+        ": the narrower side must be the wider side's shape with a last dimension of ", ratio));
+  }
+  auto bits_of = [&](int64_t k) -> uint64_t {
+    switch (a.storage()) {
+      case Storage::kFloat: return EncodeFloat(a.f[static_cast<size_t>(k)], st);
+      case Storage::kDouble: {
+        uint64_t u;
+        std::memcpy(&u, &a.d[static_cast<size_t>(k)], 8);
+        return u;
+      }
+      default: {
+        const uint64_t mask = ws >= 64 ? ~uint64_t{0} : ((uint64_t{1} << ws) - 1);
+        return static_cast<uint64_t>(a.i[static_cast<size_t>(k)]) & mask;
+      }
+    }
+  };
+  Value r = Empty(out);
+  auto put = [&](int64_t k, uint64_t u) {
+    switch (r.storage()) {
+      case Storage::kFloat:
+        r.f[static_cast<size_t>(k)] = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), dt));
+        break;
+      case Storage::kDouble: std::memcpy(&r.d[static_cast<size_t>(k)], &u, 8); break;
+      default: r.i[static_cast<size_t>(k)] = WrapToType(static_cast<int64_t>(u), dt); break;
+    }
+  };
+  const uint64_t piece_mask = narrow >= 64 ? ~uint64_t{0} : ((uint64_t{1} << narrow) - 1);
+  if (split) {
+    for (int64_t k = 0; k < a.size(); ++k) {
+      const uint64_t u = bits_of(k);
+      for (int j = 0; j < ratio; ++j) put(k * ratio + j, (u >> (j * narrow)) & piece_mask);
+    }
+  } else {
+    for (int64_t k = 0; k < out.ElementCount(); ++k) {
+      uint64_t u = 0;
+      for (int j = 0; j < ratio; ++j) u |= (bits_of(k * ratio + j) & piece_mask) << (j * narrow);
+      put(k, u);
+    }
+  }
+  return r;
+}
+
 absl::StatusOr<Value> BitcastConvert(const Value& a, const Shape& out) {
   const PrimitiveType st = a.shape.element_type, dt = out.element_type;
-  if (BitWidth(st) != BitWidth(dt) || a.size() != out.ElementCount()) {
-    return InvalidArgumentError(absl::StrCat(
-        "bitcast-convert between types of different widths (", TypeName(a.shape), " to ",
-        TypeName(out), ") is not supported"));
+  if (BitWidth(st) != BitWidth(dt)) return BitcastConvertResize(a, out);
+  if (a.size() != out.ElementCount()) {
+    return InvalidArgumentError(absl::StrCat("bitcast-convert from ", TypeName(a.shape), " to ",
+                                             TypeName(out), " changes the element count"));
   }
   auto bits_of = [&](int64_t k) -> uint64_t {
     switch (a.storage()) {

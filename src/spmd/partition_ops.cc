@@ -60,7 +60,37 @@ bool UniformLiteral(const Literal& l) {
 
 }  // namespace
 
+// A bitcast-convert between element widths (XLA's BitcastConvertType) adds or drops the last,
+// narrow-side dim of wide/narrow pieces: that dim stays whole on every device, the others keep
+// the target's tiling (XLA's partitioner does the same: HandleBitcastConvert).
+absl::StatusOr<PValue> PartitionBitcastConvertResize(ComputationPartitioner& cp, const HloInstruction& h) {
+  const Sharding target = Summed(cp.Target(&h));
+  const int64_t in_rank = h.operand(0)->shape().rank(), out_rank = h.shape().rank();
+  std::optional<Sharding> in_s, out_s;
+  if (target.IsTiled() && !target.HasManualSubgroup()) {
+    if (out_rank == in_rank + 1) {  // split: the result's last dim is the pieces
+      if (std::optional<Sharding> r = ReplicateDims(target, {out_rank - 1})) {
+        in_s = RemoveDims(*r, {out_rank - 1});
+        out_s = r;
+      }
+    } else {  // join: the operand's last dim is the pieces
+      in_s = InsertDims(target, {in_rank - 1});
+      out_s = target;
+    }
+  } else if (target.IsReplicated()) {
+    in_s = out_s = Sharding::Replicated();
+  }
+  if (!in_s || !out_s) in_s = out_s = Sharding::Replicated();
+  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, *in_s);
+  if (!o.ok()) return o.status();
+  return PValue{cp.Clone(h, LocalShape(h.shape(), *out_s), {*o}), *out_s, h.shape()};
+}
+
 absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const HloInstruction& h) {
+  if (h.opcode() == HloOpcode::kBitcastConvert && h.operand_count() == 1 &&
+      h.operand(0)->shape().rank() != h.shape().rank()) {
+    return PartitionBitcastConvertResize(cp, h);
+  }
   const Sharding& target = cp.Target(&h);
   // Operands that already agree among themselves: compute in their sharding.
   std::optional<Sharding> common;

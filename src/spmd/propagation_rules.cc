@@ -227,6 +227,16 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
   const HloOpcode op = h.opcode();
   const Shape& shape = LeafShape(h);
   auto operand = [&](int64_t i) -> const Sharding& { return get(h.operand(i)); };
+  if (op == HloOpcode::kBitcastConvert && h.operand_count() == 1 &&
+      h.operand(0)->shape().rank() != shape.rank()) {
+    // Between element widths: the narrow side's last dim (the pieces) is never tiled.
+    const Sharding& s = operand(0);
+    if (s.IsUnset() || s.IsUnknown()) return std::nullopt;
+    const int64_t in_last = h.operand(0)->shape().rank() - 1;
+    if (shape.rank() > h.operand(0)->shape().rank()) return InsertDims(s, {shape.rank() - 1});
+    std::optional<Sharding> r = ReplicateDims(s, {in_last});
+    return r ? RemoveDims(*r, {in_last}) : std::nullopt;
+  }
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
     if (h.operand_count() == 0 || shape.IsTuple()) return std::nullopt;
     std::vector<const Sharding*> c;
@@ -379,6 +389,12 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
   if (us.IsUnset() || us.IsUnknown()) return std::nullopt;
   const HloOpcode op = user.opcode();
   const Shape& os = user.operand(i)->shape();
+  if (op == HloOpcode::kBitcastConvert && os.rank() != user.shape().rank()) {
+    const int64_t out_last = user.shape().rank() - 1;
+    if (os.rank() > user.shape().rank()) return InsertDims(us, {os.rank() - 1});
+    std::optional<Sharding> r = ReplicateDims(us, {out_last});
+    return r ? RemoveDims(*r, {out_last}) : std::nullopt;
+  }
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
     if (os.rank() != user.shape().rank() || user.shape().IsTuple()) return std::nullopt;
     return us;
