@@ -238,6 +238,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       if (!r.ok()) return fail(r.status());
       return r;
     }
+    case HloOpcode::kSelectAndScatter: {
+      auto r = EvalSelectAndScatter(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
     case HloOpcode::kScan: {
       auto r = EvalScan(instr, ops);
       if (!r.ok()) return fail(r.status());

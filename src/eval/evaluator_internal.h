@@ -75,6 +75,9 @@ class DeviceEvaluator {
                                             const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalScan(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  // evaluator_select_and_scatter.cc
+  absl::StatusOr<ValuePtr> EvalSelectAndScatter(const HloInstruction* instr,
+                                                const std::vector<ValuePtr>& ops);
   absl::StatusOr<Value> Scatter(const HloInstruction& instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
                                           const Shape& result_shape,

@@ -1,0 +1,141 @@
+// The evaluator's select-and-scatter (eval/evaluator_internal.h), XLA's SelectAndScatter
+// (https://openxla.org/xla/operation_semantics#selectandscatter; the reference evaluator's
+// HandleSelectAndScatter): operands (operand, source, init_value), computations {select,
+// scatter}, a `window=` over the operand as for reduce-window; the source has the window
+// positions' shape. The result, of the operand's shape, starts as init_value everywhere. For each
+// source element in row-major order, the window's elements inside the operand (padding is never
+// chosen) are visited in row-major window order: the first is chosen, and a later element e
+// replaces the chosen c whenever select(c, e) is false. The chosen position then becomes
+// scatter(result[chosen], source element). A window with no element inside the operand scatters
+// nothing.
+// Fast paths: a select that is compare(p0, p1) (any direction, IEEE or TOTALORDER) and a scatter
+// that is a plain binary op of its two parameters (add, max, ...); anything else runs through the
+// interpreter per element.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "eval/evaluator_internal.h"
+#include "eval/ops.h"
+
+namespace weave::eval::internal {
+
+using absl::InvalidArgumentError;
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruction* instr,
+                                                               const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 3 || instr->called_computations().size() != 2 || instr->shape().IsTuple()) {
+    return InvalidArgumentError("select-and-scatter takes (operand, source, init_value) and {select, scatter}");
+  }
+  const Value& in = *ops[0];
+  const Value& src = *ops[1];
+  const size_t rank = in.shape.dims.size();
+  if (!in.shape.Compatible(instr->shape()) || src.shape.dims.size() != rank) {
+    return InvalidArgumentError("select-and-scatter: the result must have the operand's shape, the source its rank");
+  }
+  auto w = ParseWindow(*instr, rank);
+  if (!w.ok()) return w.status();
+  for (const WindowDim& wd : *w) {
+    if (wd.reversal || wd.lhs_dilate != 1 || wd.rhs_dilate != 1 || wd.stride < 1 || wd.size < 1) {
+      return InvalidArgumentError("select-and-scatter takes a window without dilation or reversal");
+    }
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    const WindowDim& wd = (*w)[d];
+    const int64_t padded = in.shape.dims[d] + wd.lo + wd.hi;
+    const int64_t positions = padded < wd.size ? 0 : (padded - wd.size) / wd.stride + 1;
+    if (src.shape.dims[d] != positions) {
+      return InvalidArgumentError(absl::StrCat("select-and-scatter: the source has ", src.shape.dims[d],
+                                               " positions in dim ", d, ", the window gives ", positions));
+    }
+  }
+  const HloComputation* select = instr->called_computations()[0];
+  const HloComputation* scatter = instr->called_computations()[1];
+  // The select's fast form.
+  std::optional<ComparisonDirection> dir;
+  bool total_order = false;
+  {
+    const HloInstruction* r = select->root();
+    if (r->opcode() == HloOpcode::kCompare && r->comparison_direction.has_value() &&
+        r->operand(0)->opcode() == HloOpcode::kParameter && r->operand(1)->opcode() == HloOpcode::kParameter &&
+        r->operand(0)->parameter_number == 0 && r->operand(1)->parameter_number == 1) {
+      dir = r->comparison_direction;
+      total_order = r->comparison_type() == "TOTALORDER";
+    }
+  }
+  auto simple = program_.simple_binary.find(scatter);
+  const std::optional<HloOpcode> combine =
+      simple != program_.simple_binary.end() ? simple->second : std::nullopt;
+  Value out = Value::Zeros(instr->shape());
+  for (int64_t k = 0; k < out.size(); ++k) {
+    if (out.storage() == Storage::kInt) out.SetInt(k, ops[2]->GetInt(0));
+    else out.SetDouble(k, ops[2]->GetDouble(0));
+  }
+  const std::vector<int64_t> is = ops::Strides(in.shape.dims);
+  int64_t wcount = 1;
+  for (const WindowDim& wd : *w) wcount *= wd.size;
+  std::vector<int64_t> sidx(rank), widx(rank);
+  auto selects = [&](int64_t cur, int64_t cand) -> absl::StatusOr<bool> {
+    if (dir) {
+      const Value c = ops::Compare(*dir, total_order, *ScalarAt(in, cur), *ScalarAt(in, cand),
+                                   Shape(PrimitiveType::PRED, {})).value_or(Value());
+      if (c.i.size() != 1) return InvalidArgumentError("select-and-scatter: select did not compare");
+      return c.i[0] != 0;
+    }
+    auto r = CallScalar(select, {ScalarAt(in, cur), ScalarAt(in, cand)});
+    if (!r.ok()) return r.status();
+    return (*r)->i.at(0) != 0;
+  };
+  for (int64_t s = 0; s < src.size(); ++s) {
+    int64_t rem = s;
+    for (size_t d = rank; d-- > 0;) {
+      sidx[d] = rem % src.shape.dims[d];
+      rem /= src.shape.dims[d];
+    }
+    int64_t chosen = -1;
+    for (int64_t q = 0; q < wcount; ++q) {
+      int64_t wr = q;
+      for (size_t d = rank; d-- > 0;) {
+        widx[d] = wr % (*w)[d].size;
+        wr /= (*w)[d].size;
+      }
+      int64_t flat = 0;
+      bool inside = true;
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t pos = sidx[d] * (*w)[d].stride + widx[d] - (*w)[d].lo;
+        if (pos < 0 || pos >= in.shape.dims[d]) {
+          inside = false;
+          break;
+        }
+        flat += pos * is[d];
+      }
+      if (!inside) continue;
+      if (chosen < 0) {
+        chosen = flat;
+        continue;
+      }
+      auto keep = selects(chosen, flat);
+      if (!keep.ok()) return keep.status();
+      if (!*keep) chosen = flat;
+    }
+    if (chosen < 0) continue;
+    if (combine) {
+      if (out.storage() == Storage::kInt) {
+        out.i[static_cast<size_t>(chosen)] =
+            ops::CombineInt(*combine, out.i[static_cast<size_t>(chosen)], src.GetInt(s), out.shape.element_type);
+      } else {
+        out.SetDouble(chosen, ops::CombineFloat(*combine, out.GetDouble(chosen), src.GetDouble(s),
+                                                out.shape.element_type));
+      }
+    } else {
+      auto r = CallScalar(scatter, {ScalarAt(out, chosen), ScalarAt(src, s)});
+      if (!r.ok()) return r.status();
+      StoreScalar(**r, &out, chosen);
+    }
+  }
+  return Share(std::move(out));
+}
+
+}  // namespace weave::eval::internal
