@@ -105,6 +105,13 @@ struct WindowDim {
 // for a malformed one (evaluator_reduce_sort.cc).
 absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank);
 
+// The flat operand index (row-major `strides` over `dims`) that window element q (row-major over
+// the window's sizes; decoded into *widx) of window position `oidx` reads, or -1 where it falls in
+// padding or a dilation hole: the window walk of reduce-window and select-and-scatter.
+int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>& oidx, int64_t q,
+                     const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                     std::vector<int64_t>* widx);
+
 // XLA's convolution (evaluator_convolution.cc).
 absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs, const Value& rhs);
 

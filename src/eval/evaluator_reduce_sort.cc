@@ -153,6 +153,26 @@ absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, 
   return w;
 }
 
+int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>& oidx, int64_t q,
+                     const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                     std::vector<int64_t>* widx) {
+  const size_t rank = w.size();
+  for (size_t d = rank; d-- > 0;) {
+    (*widx)[d] = q % w[d].size;
+    q /= w[d].size;
+  }
+  int64_t flat = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    const WindowDim& wd = w[d];
+    int64_t pos = oidx[d] * wd.stride + (*widx)[d] * wd.rhs_dilate - wd.lo;
+    if (pos < 0 || pos % wd.lhs_dilate != 0) return -1;
+    pos /= wd.lhs_dilate;
+    if (pos >= dims[d]) return -1;
+    flat += pos * strides[d];
+  }
+  return flat;
+}
+
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction* instr,
                                                            const std::vector<ValuePtr>& ops) {
   if (ops.size() != 2 || instr->shape().IsTuple()) {
@@ -187,22 +207,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
     double facc = ops[1]->GetDouble(0);
     int64_t iacc = ops[1]->storage() == Storage::kInt ? ops[1]->i[0] : 0;
     for (int64_t q = 0; q < wcount; ++q) {
-      int64_t wr = q;
-      for (size_t d = rank; d-- > 0;) {
-        widx[d] = wr % (*w)[d].size;
-        wr /= (*w)[d].size;
-      }
-      int64_t flat = 0;
-      bool inside = true;
-      for (size_t d = 0; d < rank && inside; ++d) {
-        const WindowDim& wd = (*w)[d];
-        int64_t pos = oidx[d] * wd.stride + widx[d] * wd.rhs_dilate - wd.lo;
-        if (pos < 0 || pos % wd.lhs_dilate != 0) { inside = false; break; }
-        pos /= wd.lhs_dilate;
-        if (pos >= in.shape.dims[d]) { inside = false; break; }
-        flat += pos * is[d];
-      }
-      if (!inside) continue;  // padding holds the init value: combining with it is a no-op
+      const int64_t flat = WindowSource(*w, oidx, q, in.shape.dims, is, &widx);
+      if (flat < 0) continue;  // padding holds the init value: combining with it is a no-op
       if (fast) {
         if (in.storage() == Storage::kInt) {
           iacc = ops::CombineInt(*simple->second, iacc, in.i[static_cast<size_t>(flat)], t);

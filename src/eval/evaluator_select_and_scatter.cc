@@ -66,8 +66,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
     }
   }
   auto simple = program_.simple_binary.find(scatter);
-  const std::optional<HloOpcode> combine =
-      simple != program_.simple_binary.end() ? simple->second : std::nullopt;
+  const bool has_combine = simple != program_.simple_binary.end() && simple->second.has_value();
+  const HloOpcode combine = has_combine ? *simple->second : HloOpcode::kAdd;
   Value out = Value::Zeros(instr->shape());
   for (int64_t k = 0; k < out.size(); ++k) {
     if (out.storage() == Storage::kInt) out.SetInt(k, ops[2]->GetInt(0));
@@ -96,22 +96,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
     }
     int64_t chosen = -1;
     for (int64_t q = 0; q < wcount; ++q) {
-      int64_t wr = q;
-      for (size_t d = rank; d-- > 0;) {
-        widx[d] = wr % (*w)[d].size;
-        wr /= (*w)[d].size;
-      }
-      int64_t flat = 0;
-      bool inside = true;
-      for (size_t d = 0; d < rank; ++d) {
-        const int64_t pos = sidx[d] * (*w)[d].stride + widx[d] - (*w)[d].lo;
-        if (pos < 0 || pos >= in.shape.dims[d]) {
-          inside = false;
-          break;
-        }
-        flat += pos * is[d];
-      }
-      if (!inside) continue;
+      const int64_t flat = WindowSource(*w, sidx, q, in.shape.dims, is, &widx);
+      if (flat < 0) continue;  // padding is never chosen
       if (chosen < 0) {
         chosen = flat;
         continue;
@@ -121,12 +107,12 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
       if (!*keep) chosen = flat;
     }
     if (chosen < 0) continue;
-    if (combine) {
+    if (has_combine) {
       if (out.storage() == Storage::kInt) {
         out.i[static_cast<size_t>(chosen)] =
-            ops::CombineInt(*combine, out.i[static_cast<size_t>(chosen)], src.GetInt(s), out.shape.element_type);
+            ops::CombineInt(combine, out.i[static_cast<size_t>(chosen)], src.GetInt(s), out.shape.element_type);
       } else {
-        out.SetDouble(chosen, ops::CombineFloat(*combine, out.GetDouble(chosen), src.GetDouble(s),
+        out.SetDouble(chosen, ops::CombineFloat(combine, out.GetDouble(chosen), src.GetDouble(s),
                                                 out.shape.element_type));
       }
     } else {

@@ -406,10 +406,40 @@ absl::StatusOr<Value> Convert(const Value& a, const Shape& out) {
   return r;
 }
 
+// The bit pattern of element k of `a` (its type's width, zero-extended).
+static uint64_t ElementBits(const Value& a, int64_t k) {
+  const PrimitiveType t = a.shape.element_type;
+  switch (a.storage()) {
+    case Storage::kFloat: return EncodeFloat(a.f[static_cast<size_t>(k)], t);
+    case Storage::kDouble: {
+      uint64_t u;
+      std::memcpy(&u, &a.d[static_cast<size_t>(k)], 8);
+      return u;
+    }
+    default: {
+      const int w = BitWidth(t);
+      const uint64_t mask = w >= 64 ? ~uint64_t{0} : ((uint64_t{1} << w) - 1);
+      return static_cast<uint64_t>(a.i[static_cast<size_t>(k)]) & mask;
+    }
+  }
+}
+
+// Sets element k of `r` to the value of bit pattern u in r's type.
+static void SetFromBits(Value* r, int64_t k, uint64_t u) {
+  const PrimitiveType t = r->shape.element_type;
+  switch (r->storage()) {
+    case Storage::kFloat:
+      r->f[static_cast<size_t>(k)] = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), t));
+      break;
+    case Storage::kDouble: std::memcpy(&r->d[static_cast<size_t>(k)], &u, 8); break;
+    default: r->i[static_cast<size_t>(k)] = WrapToType(static_cast<int64_t>(u), t); break;
+  }
+}
+
 // Between types of different widths (XLA's BitcastConvertType): the narrower side has one more
 // dimension, last, of size wide/narrow, and piece j of a wide element is its bits
 // [j*narrow, (j+1)*narrow), the little-endian order of XLA's evaluator.
-absl::StatusOr<Value> BitcastConvertResize(const Value& a, const Shape& out) {
+static absl::StatusOr<Value> BitcastConvertResize(const Value& a, const Shape& out) {
   const PrimitiveType st = a.shape.element_type, dt = out.element_type;
   const int ws = BitWidth(st), wd = BitWidth(dt);
   const bool split = ws > wd;
@@ -425,30 +455,9 @@ absl::StatusOr<Value> BitcastConvertResize(const Value& a, const Shape& out) {
         "bitcast-convert from ", TypeName(a.shape), " to ", TypeName(out),
         ": the narrower side must be the wider side's shape with a last dimension of ", ratio));
   }
-  auto bits_of = [&](int64_t k) -> uint64_t {
-    switch (a.storage()) {
-      case Storage::kFloat: return EncodeFloat(a.f[static_cast<size_t>(k)], st);
-      case Storage::kDouble: {
-        uint64_t u;
-        std::memcpy(&u, &a.d[static_cast<size_t>(k)], 8);
-        return u;
-      }
-      default: {
-        const uint64_t mask = ws >= 64 ? ~uint64_t{0} : ((uint64_t{1} << ws) - 1);
-        return static_cast<uint64_t>(a.i[static_cast<size_t>(k)]) & mask;
-      }
-    }
-  };
+  auto bits_of = [&](int64_t k) { return ElementBits(a, k); };
   Value r = Empty(out);
-  auto put = [&](int64_t k, uint64_t u) {
-    switch (r.storage()) {
-      case Storage::kFloat:
-        r.f[static_cast<size_t>(k)] = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), dt));
-        break;
-      case Storage::kDouble: std::memcpy(&r.d[static_cast<size_t>(k)], &u, 8); break;
-      default: r.i[static_cast<size_t>(k)] = WrapToType(static_cast<int64_t>(u), dt); break;
-    }
-  };
+  auto put = [&](int64_t k, uint64_t u) { SetFromBits(&r, k, u); };
   const uint64_t piece_mask = narrow >= 64 ? ~uint64_t{0} : ((uint64_t{1} << narrow) - 1);
   if (split) {
     for (int64_t k = 0; k < a.size(); ++k) {
@@ -472,36 +481,13 @@ absl::StatusOr<Value> BitcastConvert(const Value& a, const Shape& out) {
     return InvalidArgumentError(absl::StrCat("bitcast-convert from ", TypeName(a.shape), " to ",
                                              TypeName(out), " changes the element count"));
   }
-  auto bits_of = [&](int64_t k) -> uint64_t {
-    switch (a.storage()) {
-      case Storage::kFloat: return EncodeFloat(a.f[static_cast<size_t>(k)], st);
-      case Storage::kDouble: {
-        uint64_t u;
-        std::memcpy(&u, &a.d[static_cast<size_t>(k)], 8);
-        return u;
-      }
-      default: {
-        const int w = BitWidth(st);
-        const uint64_t mask = w >= 64 ? ~uint64_t{0} : ((uint64_t{1} << w) - 1);
-        return static_cast<uint64_t>(a.i[static_cast<size_t>(k)]) & mask;
-      }
-    }
-  };
+  auto bits_of = [&](int64_t k) { return ElementBits(a, k); };
   Value r = Empty(out);
   if (r.storage() == Storage::kNone || a.storage() == Storage::kNone) {
     return InvalidArgumentError(absl::StrCat("bitcast-convert to ", TypeName(out),
                                              " is not supported"));
   }
-  for (int64_t k = 0; k < out.ElementCount(); ++k) {
-    const uint64_t u = bits_of(k);
-    switch (r.storage()) {
-      case Storage::kFloat:
-        r.f[static_cast<size_t>(k)] = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), dt));
-        break;
-      case Storage::kDouble: std::memcpy(&r.d[static_cast<size_t>(k)], &u, 8); break;
-      default: r.i[static_cast<size_t>(k)] = WrapToType(static_cast<int64_t>(u), dt); break;
-    }
-  }
+  for (int64_t k = 0; k < out.ElementCount(); ++k) SetFromBits(&r, k, bits_of(k));
   return r;
 }
 
