@@ -145,10 +145,22 @@ absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
 // skipped (as XLA's evaluator does).
 absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
                                                const std::vector<ValuePtr>& ops) {
-  if (ops.size() != 3) return InvalidArgumentError("only single-operand scatter is supported");
+  // Variadic scatter (XLA: N operands, the indices, N updates; the combiner takes the N current
+  // values then the N updates and returns N values as a tuple): the indexing follows operand 0
+  // and updates 0, whose shapes the others share.
+  if (ops.size() < 3 || ops.size() % 2 == 0) {
+    return InvalidArgumentError("scatter takes N operands, the indices and N updates");
+  }
+  const size_t count = (ops.size() - 1) / 2;
+  for (size_t j = 1; j < count; ++j) {
+    if (!ops[j]->shape.IsArray() || ops[j]->shape.dims != ops[0]->shape.dims ||
+        ops[count + 1 + j]->shape.dims != ops[count + 1]->shape.dims) {
+      return InvalidArgumentError("a variadic scatter's operands (and its updates) must share their dims");
+    }
+  }
   const Value& operand = *ops[0];
-  const Value& indices = *ops[1];
-  const Value& updates = *ops[2];
+  const Value& indices = *ops[count];
+  const Value& updates = *ops[count + 1];
   auto window_dims = IntListAttr(instr, "update_window_dims", true);
   auto inserted = IntListAttr(instr, "inserted_window_dims", false);
   auto to_operand = IntListAttr(instr, "scatter_dims_to_operand_dims", true);
@@ -192,11 +204,15 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
   }
   const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
   const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
-  Value out = operand;
-  out.shape = instr.shape();
+  std::vector<Value> outs;
+  for (size_t j = 0; j < count; ++j) {
+    outs.push_back(*ops[j]);
+    outs.back().shape = count == 1 ? instr.shape() : instr.shape().tuple_shapes.at(j);
+  }
+  Value& out = outs[0];
   const HloComputation* c = instr.to_apply();
   auto simple = program_.simple_binary.find(c);
-  const bool fast = simple != program_.simple_binary.end() && simple->second.has_value();
+  const bool fast = count == 1 && simple != program_.simple_binary.end() && simple->second.has_value();
   const PrimitiveType t = operand.shape.element_type;
   const int64_t n = updates.shape.ElementCount();
   std::vector<int64_t> uidx(urank), start(orank);
@@ -242,13 +258,28 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
       } else {
         out.SetDouble(dst, ops::CombineFloat(*simple->second, out.GetDouble(dst), updates.GetDouble(k), t));
       }
-    } else {
+    } else if (count == 1) {
       auto r = CallScalar(c, {ScalarAt(out, dst), ScalarAt(updates, k)});
       if (!r.ok()) return r.status();
       StoreScalar(**r, &out, dst);
+    } else {
+      std::vector<ValuePtr> args;
+      for (size_t j = 0; j < count; ++j) args.push_back(ScalarAt(outs[j], dst));
+      for (size_t j = 0; j < count; ++j) args.push_back(ScalarAt(*ops[count + 1 + j], k));
+      auto r = CallScalar(c, args);
+      if (!r.ok()) return r.status();
+      if ((*r)->elements.size() != count) {
+        return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", (*r)->elements.size(),
+                                                 " values for ", count, " operands"));
+      }
+      for (size_t j = 0; j < count; ++j) StoreScalar(*(*r)->elements[j], &outs[j], dst);
     }
   }
-  return out;
+  if (count == 1) return std::move(outs[0]);
+  Value tuple;
+  tuple.shape = instr.shape();
+  for (Value& v : outs) tuple.elements.push_back(Share(std::move(v)));
+  return tuple;
 }
 
 }  // namespace weave::eval::internal
