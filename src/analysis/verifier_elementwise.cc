@@ -63,6 +63,9 @@ absl::Status Checker::BitcastConvert() {
       wi <= 0 || wo <= 0) {
     return Err("bitcast-convert takes numeric element types (not pred)");
   }
+  if (IsComplex(in.element_type) != IsComplex(out.element_type)) {
+    return Err("bitcast-convert between complex and real types");
+  }
   if (wi == wo) {
     if (!DimsEqual(out.dims, in.dims)) {
       return Err(absl::StrCat("result dims ", Dims(out.dims), " differ from operand dims ",

@@ -95,6 +95,9 @@ absl::StatusOr<OpaqueAttrs> ParseOpaque(const HloInstruction& instr) {
       if (!absl::SimpleAtoi(piece, &n)) {
         return Bad(instr, absl::StrCat("backend_config value of '", key, "' is not an integer"));
       }
+      if (n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) {
+        return Bad(instr, absl::StrCat("backend_config value of '", key, "' is out of range"));
+      }
       nums.push_back(n);
     }
     out.values[key] = std::move(nums);

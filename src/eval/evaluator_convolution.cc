@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -157,6 +158,10 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
   // holes), Km the kernel for the block, and P x Km (double, cblas_dgemm) the block's outputs.
   // Rows go in chunks that keep P near 16 MiB, feature blocks in pieces that keep Km near 64 MiB.
   const int64_t kc = kernel_count * kernel_in;
+  if (kc > std::numeric_limits<int>::max()) {
+    return InvalidArgumentError(absl::StrCat("convolution '", instr.name(), "': a window of ", kc,
+                                             " elements is more than the evaluator's GEMM takes"));
+  }
   const int64_t rows_total = out_batch * spatial_count;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows_total, (int64_t{1} << 21) / std::max<int64_t>(1, kc)));
   const int64_t group_blk = std::max<int64_t>(1, std::gcd(per_group_out, per_bgroup_out));

@@ -204,10 +204,22 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
   }
   const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
   const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
+  if (count > 1 && (!instr.shape().IsTuple() || instr.shape().tuple_shapes.size() != count)) {
+    return InvalidArgumentError(absl::StrCat("a scatter of ", count, " operands returns a tuple of ", count,
+                                             " arrays, not ", instr.shape().ToString(false)));
+  }
   std::vector<Value> outs;
   for (size_t j = 0; j < count; ++j) {
+    const Shape& rs = count == 1 ? instr.shape() : instr.shape().tuple_shapes[j];
+    const PrimitiveType tj = ops[j]->shape.element_type;
+    if (!rs.IsArray() || rs.element_type != tj || rs.dims != ops[j]->shape.dims ||
+        ops[count + 1 + j]->shape.element_type != tj) {
+      return InvalidArgumentError(absl::StrCat("scatter result ", j, " (", rs.ToString(false),
+                                               ") and updates ", j, " must have operand ", j, "'s type and shape ",
+                                               ops[j]->shape.ToString(false)));
+    }
     outs.push_back(*ops[j]);
-    outs.back().shape = count == 1 ? instr.shape() : instr.shape().tuple_shapes.at(j);
+    outs.back().shape = rs;
   }
   Value& out = outs[0];
   const HloComputation* c = instr.to_apply();
@@ -261,6 +273,10 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
     } else if (count == 1) {
       auto r = CallScalar(c, {ScalarAt(out, dst), ScalarAt(updates, k)});
       if (!r.ok()) return r.status();
+      if ((*r)->shape.IsTuple() || (*r)->size() != 1 || (*r)->shape.element_type != out.shape.element_type) {
+        return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", (*r)->shape.ToString(false),
+                                                 ", not a scalar of the operand's type"));
+      }
       StoreScalar(**r, &out, dst);
     } else {
       std::vector<ValuePtr> args;
@@ -271,6 +287,13 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
       if ((*r)->elements.size() != count) {
         return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", (*r)->elements.size(),
                                                  " values for ", count, " operands"));
+      }
+      for (size_t j = 0; j < count; ++j) {
+        const Value& e = *(*r)->elements[j];
+        if (e.shape.IsTuple() || e.size() != 1 || e.shape.element_type != outs[j].shape.element_type) {
+          return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", e.shape.ToString(false),
+                                                   " as value ", j, ", not a scalar of operand ", j, "'s type"));
+        }
       }
       for (size_t j = 0; j < count; ++j) StoreScalar(*(*r)->elements[j], &outs[j], dst);
     }

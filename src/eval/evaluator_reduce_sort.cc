@@ -234,6 +234,18 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
                                                    const std::vector<ValuePtr>& ops) {
   if (ops.empty() || instr->dimensions.size() != 1) return InvalidArgumentError("sort needs one dimension");
+  for (const ValuePtr& v : ops) {
+    if (!v->shape.IsArray() || v->shape.dims != ops[0]->shape.dims) {
+      return InvalidArgumentError(absl::StrCat("sort operands must share their dims: ", v->shape.ToString(false),
+                                               " vs ", ops[0]->shape.ToString(false)));
+    }
+  }
+  if (instr->to_apply()->num_parameters() != 2 * static_cast<int64_t>(ops.size())) {
+    return InvalidArgumentError("sort's comparator must take two parameters per operand");
+  }
+  if (instr->dimensions[0] < 0 || instr->dimensions[0] >= static_cast<int64_t>(ops[0]->shape.dims.size())) {
+    return InvalidArgumentError("sort dimension out of range");
+  }
   const Shape& s = ops[0]->shape;
   const int64_t dim = instr->dimensions[0];
   const int64_t extent = s.dims[static_cast<size_t>(dim)];
@@ -272,7 +284,14 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   // interpreter for the whole sort.
   std::optional<ScalarProgram> program;
   std::vector<const Value*> prog_vals;
-  if (!fast_dir && c->num_parameters() == 2 * static_cast<int64_t>(ops.size())) {
+  bool param_types_match = true;
+  for (size_t j = 0; j < ops.size(); ++j) {
+    for (int64_t side = 0; side < 2; ++side) {
+      param_types_match &= c->parameter(static_cast<int64_t>(2 * j) + side)->shape().element_type ==
+                           ops[j]->shape.element_type;
+    }
+  }
+  if (!fast_dir && param_types_match) {
     program = ScalarProgram::Compile(*c);
     for (const ValuePtr& v : ops) prog_vals.push_back(v.get());
   }

@@ -6,8 +6,13 @@
 // source element in row-major order, the window's elements inside the operand (padding is never
 // chosen) are visited in row-major window order: the first is chosen, and a later element e
 // replaces the chosen c whenever select(c, e) is false. The chosen position then becomes
-// scatter(result[chosen], source element). A window with no element inside the operand scatters
-// nothing.
+// scatter(result[chosen], source element): the order of XLA's SelectAndScatterExpander and its
+// backends' lowering (XLA's reference evaluator passes the two the other way round; only a
+// scatter that is not commutative tells them apart). A window with no element inside the operand
+// scatters nothing.
+// Errors: operands of other types or shapes than these (the source and init_value of the
+// operand's element type, init_value a scalar), a select that does not return pred, or a scatter
+// that does not return a scalar of the operand's type.
 // Fast paths: a select that is compare(p0, p1) (any direction, IEEE or TOTALORDER) and a scatter
 // that is a plain binary op of its two parameters (add, max, ...); anything else runs through the
 // interpreter per element.
@@ -34,6 +39,13 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
   const size_t rank = in.shape.dims.size();
   if (!in.shape.Compatible(instr->shape()) || src.shape.dims.size() != rank) {
     return InvalidArgumentError("select-and-scatter: the result must have the operand's shape, the source its rank");
+  }
+  const PrimitiveType t = in.shape.element_type;
+  if (src.shape.element_type != t || ops[2]->shape.element_type != t || !ops[2]->shape.IsArray() ||
+      ops[2]->size() != 1 || !ops[2]->shape.dims.empty()) {
+    return InvalidArgumentError(absl::StrCat(
+        "select-and-scatter: the source and init_value must be of the operand's type ", std::string(PrimitiveTypeName(t)),
+        ", init_value a scalar"));
   }
   auto w = ParseWindow(*instr, rank);
   if (!w.ok()) return w.status();
@@ -86,7 +98,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
     }
     auto r = CallScalar(select, {ScalarAt(in, cur), ScalarAt(in, cand)});
     if (!r.ok()) return r.status();
-    return (*r)->i.at(0) != 0;
+    if ((*r)->shape.element_type != PrimitiveType::PRED || (*r)->i.size() != 1) {
+      return InvalidArgumentError("select-and-scatter: select must return pred[]");
+    }
+    return (*r)->i[0] != 0;
   };
   for (int64_t s = 0; s < src.size(); ++s) {
     int64_t rem = s;
@@ -110,14 +125,18 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
     if (has_combine) {
       if (out.storage() == Storage::kInt) {
         out.i[static_cast<size_t>(chosen)] =
-            ops::CombineInt(combine, out.i[static_cast<size_t>(chosen)], src.GetInt(s), out.shape.element_type);
+            ops::CombineInt(combine, out.i[static_cast<size_t>(chosen)], src.GetInt(s), t);
       } else {
         out.SetDouble(chosen, ops::CombineFloat(combine, out.GetDouble(chosen), src.GetDouble(s),
-                                                out.shape.element_type));
+                                                t));
       }
     } else {
       auto r = CallScalar(scatter, {ScalarAt(out, chosen), ScalarAt(src, s)});
       if (!r.ok()) return r.status();
+      if ((*r)->shape.element_type != t || (*r)->size() != 1 || (*r)->shape.IsTuple()) {
+        return InvalidArgumentError(absl::StrCat("select-and-scatter: scatter must return ",
+                                                 std::string(PrimitiveTypeName(t)), "[]"));
+      }
       StoreScalar(**r, &out, chosen);
     }
   }

@@ -410,7 +410,15 @@ absl::StatusOr<Value> Convert(const Value& a, const Shape& out) {
 static uint64_t ElementBits(const Value& a, int64_t k) {
   const PrimitiveType t = a.shape.element_type;
   switch (a.storage()) {
-    case Storage::kFloat: return EncodeFloat(a.f[static_cast<size_t>(k)], t);
+    case Storage::kFloat:
+      if (t == PrimitiveType::F32 || t == PrimitiveType::BF16) {
+        // The stored float's own bits (bf16: its upper half): NaN payloads and signs kept, as
+        // XLA's bitcast copies memory.
+        uint32_t u;
+        std::memcpy(&u, &a.f[static_cast<size_t>(k)], 4);
+        return t == PrimitiveType::F32 ? u : (u >> 16);
+      }
+      return EncodeFloat(a.f[static_cast<size_t>(k)], t);
     case Storage::kDouble: {
       uint64_t u;
       std::memcpy(&u, &a.d[static_cast<size_t>(k)], 8);
@@ -429,6 +437,11 @@ static void SetFromBits(Value* r, int64_t k, uint64_t u) {
   const PrimitiveType t = r->shape.element_type;
   switch (r->storage()) {
     case Storage::kFloat:
+      if (t == PrimitiveType::F32 || t == PrimitiveType::BF16) {
+        const uint32_t bits = t == PrimitiveType::F32 ? static_cast<uint32_t>(u) : static_cast<uint32_t>(u) << 16;
+        std::memcpy(&r->f[static_cast<size_t>(k)], &bits, 4);
+        break;
+      }
       r->f[static_cast<size_t>(k)] = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), t));
       break;
     case Storage::kDouble: std::memcpy(&r->d[static_cast<size_t>(k)], &u, 8); break;

@@ -57,7 +57,14 @@ bool CompareFloats(ComparisonDirection dir, double x, double y, bool total_order
 // The bit pattern of a register holding a value of type t.
 uint64_t BitsOf(double d, int64_t i, PrimitiveType t) {
   switch (StorageFor(t)) {
-    case Storage::kFloat: return EncodeFloat(d, t);
+    case Storage::kFloat:
+      if (t == PrimitiveType::F32 || t == PrimitiveType::BF16) {  // as ops_elementwise.cc: NaN payloads kept
+        const float f = static_cast<float>(d);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return t == PrimitiveType::F32 ? u : (u >> 16);
+      }
+      return EncodeFloat(d, t);
     case Storage::kDouble: {
       uint64_t u;
       std::memcpy(&u, &d, 8);
@@ -159,7 +166,7 @@ std::optional<ScalarProgram> ScalarProgram::Compile(const HloComputation& c) {
       case HloOpcode::kNot:
       case HloOpcode::kNegate:
       case HloOpcode::kAbs:
-        if (nops != 1) return std::nullopt;
+        if (nops != 1 || (in->opcode() == HloOpcode::kNot && !IsIntLike(s.type))) return std::nullopt;
         s.kind = Kind::kUnary;
         s.op = in->opcode();
         s.a = operand(0);
@@ -287,7 +294,17 @@ void ScalarProgram::Exec(size_t k, const Value* const* vals, const int64_t* idx)
         const Reg& x = r[s.a];
         const uint64_t u = BitsOf(x.d, x.i, s.from);
         switch (StorageFor(s.type)) {
-          case Storage::kFloat: out.d = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), s.type)); break;
+          case Storage::kFloat:
+            if (s.type == PrimitiveType::F32 || s.type == PrimitiveType::BF16) {
+              const uint32_t bits = s.type == PrimitiveType::F32 ? static_cast<uint32_t>(u)
+                                                                 : static_cast<uint32_t>(u) << 16;
+              float f;
+              std::memcpy(&f, &bits, 4);
+              out.d = f;
+            } else {
+              out.d = static_cast<float>(DecodeFloat(static_cast<uint32_t>(u), s.type));
+            }
+            break;
           case Storage::kDouble: std::memcpy(&out.d, &u, 8); break;
           default: out.i = WrapToType(static_cast<int64_t>(u), s.type); break;
         }

@@ -145,6 +145,86 @@ TEST(ScalarProgram, EveryDirectionOnTiesAndOrder) {
   }
 }
 
+TEST(ScalarProgram, TotalOrderUnsignedUnaryConvertAndMinMaxByHand) {
+  // One comparator per step kind the others leave out, each against values worked out by hand:
+  //  t: f32 TOTALORDER LT: -0 < +0 and -NaN < -inf, +inf < +NaN (IEEE says false for all three);
+  //  u: u64 LT on values past 2^63 (unsigned);
+  //  n: negate/abs on s8 wrap (-(-128) = -128, |-128| = -128);
+  //  c: f64 -> s32 convert truncates toward zero (-2.7 -> -2) and min/max pick by value.
+  auto m = ParseOrDie(R"(HloModule m
+t {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+u {
+  a = u64[] parameter(0)
+  b = u64[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+n {
+  a = s8[] parameter(0)
+  b = s8[] parameter(1)
+  na = s8[] negate(a)
+  ab = s8[] abs(b)
+  ROOT eq = pred[] compare(na, ab), direction=EQ
+}
+c {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ia = s32[] convert(a)
+  lo = f64[] minimum(a, b)
+  hi = f64[] maximum(a, b)
+  m2 = s32[] constant(-2)
+  trunc = pred[] compare(ia, m2), direction=EQ
+  order = pred[] compare(lo, hi), direction=LT
+  ROOT both = pred[] and(trunc, order)
+}
+ENTRY e {
+  ROOT k = f32[] constant(0)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  const double inf = std::numeric_limits<double>::infinity();
+  auto t = ScalarProgram::Compile(*m->GetComputation("t"));
+  ASSERT_TRUE(t.has_value());
+  auto tv = Arr(PrimitiveType::F32, {6}, {-0.0, 0.0, -std::numeric_limits<double>::quiet_NaN(), -inf, inf,
+                                          std::numeric_limits<double>::quiet_NaN()});
+  const Value* tvals[1] = {tv.get()};
+  t->CacheLine(tvals, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(t->Compare(0, 1), 1);  // -0 < +0
+  EXPECT_EQ(t->Compare(1, 0), 0);
+  EXPECT_EQ(t->Compare(2, 3), 1);  // -NaN < -inf
+  EXPECT_EQ(t->Compare(4, 5), 1);  // +inf < +NaN
+  EXPECT_EQ(t->Compare(5, 4), 0);
+
+  auto u = ScalarProgram::Compile(*m->GetComputation("u"));
+  ASSERT_TRUE(u.has_value());
+  Value uv = Value::Zeros(Shape(PrimitiveType::U64, {2}));
+  uv.i = {1, static_cast<int64_t>(uint64_t{1} << 63)};  // 1 and 2^63 (negative as int64)
+  const Value* uvals[1] = {&uv};
+  u->CacheLine(uvals, {0, 1});
+  EXPECT_EQ(u->Compare(0, 1), 1);  // 1 < 2^63 unsigned
+  EXPECT_EQ(u->Compare(1, 0), 0);
+
+  auto n = ScalarProgram::Compile(*m->GetComputation("n"));
+  ASSERT_TRUE(n.has_value());
+  auto nv = Arr(PrimitiveType::S8, {2}, {-128, 5});
+  const Value* nvals[1] = {nv.get()};
+  n->CacheLine(nvals, {0, 1});
+  EXPECT_EQ(n->Compare(0, 0), 1);  // -(-128) wraps to -128 == |-128| wraps to -128
+  EXPECT_EQ(n->Compare(1, 1), 0);  // -5 != 5
+
+  auto c = ScalarProgram::Compile(*m->GetComputation("c"));
+  ASSERT_TRUE(c.has_value());
+  auto cv = Arr(PrimitiveType::F64, {2}, {-2.7, 10.5});
+  const Value* cvals[1] = {cv.get()};
+  c->CacheLine(cvals, {0, 1});
+  EXPECT_EQ(c->Compare(0, 1), 1);  // convert(-2.7) = -2; min -2.7 < max 10.5
+  EXPECT_EQ(c->Compare(1, 0), 0);  // convert(10.5) = 10
+  EXPECT_EQ(c->Compare(0, 0), 0);  // min == max
+}
+
 TEST(ScalarProgram, DeclinesWhatItDoesNotCompile) {
   auto m = ParseOrDie(R"(HloModule m
 c {
