@@ -24,8 +24,6 @@
 // Errors: an InvalidArgumentError naming the instruction for a missing or malformed attribute, an
 // operand or result shape that does not fit, or an unsupported comparator.
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -143,13 +141,6 @@ absl::StatusOr<Value> GetRngSeed(const HloInstruction& instr, const std::vector<
   return v;
 }
 
-// XLA's total order of floats as an integer key (-NaN < -inf < ... < -0 < +0 < ... < +NaN).
-int64_t TotalOrderKey(double v) {
-  int64_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
-  return bits < 0 ? std::numeric_limits<int64_t>::min() - bits - 1 : bits;
-}
-
 absl::StatusOr<Value> TopK(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   const Shape& s = instr.shape();
   if (ops.size() != 1 || !ops[0]->shape.IsArray() || ops[0]->shape.dims.empty()) {
@@ -173,17 +164,12 @@ absl::StatusOr<Value> TopK(const HloInstruction& instr, const std::vector<ValueP
   }
   bool largest = true, total_order = true;
   if (!instr.called_computations().empty()) {
-    const HloInstruction* root = instr.called_computations()[0]->root();
-    if (root->opcode() != HloOpcode::kCompare || root->operand(0)->opcode() != HloOpcode::kParameter ||
-        root->operand(1)->opcode() != HloOpcode::kParameter ||
-        root->operand(0)->parameter_number != 0 || root->operand(1)->parameter_number != 1 ||
-        !root->comparison_direction.has_value() ||
-        (*root->comparison_direction != ComparisonDirection::kGt &&
-         *root->comparison_direction != ComparisonDirection::kLt)) {
+    std::optional<ops::ParamCompare> pc = ops::MatchParamCompare(*instr.called_computations()[0]);
+    if (!pc || (pc->dir != ComparisonDirection::kGt && pc->dir != ComparisonDirection::kLt)) {
       return Bad(instr, "the comparator must be compare(p0, p1) with direction GT or LT");
     }
-    largest = *root->comparison_direction == ComparisonDirection::kGt;
-    total_order = root->comparison_type() == "TOTALORDER";
+    largest = pc->dir == ComparisonDirection::kGt;
+    total_order = pc->total_order;
   }
   const bool ints = x.storage() == Storage::kInt;
   const bool unsigned_keys = IsUnsignedInteger(x.shape.element_type);
@@ -194,19 +180,13 @@ absl::StatusOr<Value> TopK(const HloInstruction& instr, const std::vector<ValueP
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = r * n;
     std::iota(perm.begin(), perm.end(), 0);
+    const ComparisonDirection dir = largest ? ComparisonDirection::kGt : ComparisonDirection::kLt;
     auto before = [&](int64_t a, int64_t b) {  // a is ranked ahead of b
       if (ints) {
-        const int64_t va = x.i[static_cast<size_t>(base + a)], vb = x.i[static_cast<size_t>(base + b)];
-        const bool lt = unsigned_keys ? static_cast<uint64_t>(va) < static_cast<uint64_t>(vb) : va < vb;
-        const bool gt = unsigned_keys ? static_cast<uint64_t>(va) > static_cast<uint64_t>(vb) : va > vb;
-        return largest ? gt : lt;
+        return ops::CompareInts(dir, x.i[static_cast<size_t>(base + a)], x.i[static_cast<size_t>(base + b)],
+                                unsigned_keys);
       }
-      const double va = x.GetDouble(base + a), vb = x.GetDouble(base + b);
-      if (total_order) {
-        const int64_t ka = TotalOrderKey(va), kb = TotalOrderKey(vb);
-        return largest ? ka > kb : ka < kb;
-      }
-      return largest ? va > vb : va < vb;
+      return ops::CompareFloats(dir, x.GetDouble(base + a), x.GetDouble(base + b), total_order);
     };
     std::stable_sort(perm.begin(), perm.end(), before);
     for (int64_t j = 0; j < k; ++j) {

@@ -4,8 +4,6 @@
 // computation stepped along one dim, carries passed on).
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <optional>
 #include <vector>
 
@@ -259,24 +257,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   // ride along, as in a sort of values with their iota indices), in IEEE or total order.
   std::optional<ComparisonDirection> fast_dir;
   bool total_order = false;
-  const HloInstruction* root = c->root();
-  if (root->opcode() == HloOpcode::kCompare &&
-      root->operand(0)->opcode() == HloOpcode::kParameter &&
-      root->operand(1)->opcode() == HloOpcode::kParameter &&
-      root->operand(0)->parameter_number == 0 && root->operand(1)->parameter_number == 1 &&
-      root->comparison_direction.has_value() &&
-      (*root->comparison_direction == ComparisonDirection::kLt ||
-       *root->comparison_direction == ComparisonDirection::kGt)) {
-    fast_dir = root->comparison_direction;
-    total_order = root->comparison_type() == "TOTALORDER";
+  if (std::optional<ops::ParamCompare> pc = ops::MatchParamCompare(*c);
+      pc && (pc->dir == ComparisonDirection::kLt || pc->dir == ComparisonDirection::kGt)) {
+    fast_dir = pc->dir;
+    total_order = pc->total_order;
   }
-  // XLA's total order of floats: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN, the order of
-  // the sign-magnitude bit patterns read as two's complement.
-  auto total_key = [](double v) {
-    int64_t bits;
-    std::memcpy(&bits, &v, sizeof(bits));
-    return bits < 0 ? std::numeric_limits<int64_t>::min() - bits - 1 : bits;
-  };
   const bool float_keys = IsFloatingPoint(ops[0]->shape.element_type);
   absl::Status error;
   // Other comparators run compiled (scalar_program.h) when every instruction allows it; the
@@ -332,22 +317,12 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
       if (!error.ok()) return false;
       if (fast_dir && ops[0]->storage() == Storage::kInt) {
         // Integer keys as integers (s64/u64 keys past 2^53 are not exact as doubles).
-        const int64_t a = ops[0]->i[static_cast<size_t>(at(x))], b = ops[0]->i[static_cast<size_t>(at(y))];
-        const bool lt = IsUnsignedInteger(ops[0]->shape.element_type)
-                            ? static_cast<uint64_t>(a) < static_cast<uint64_t>(b)
-                            : a < b;
-        const bool gt = IsUnsignedInteger(ops[0]->shape.element_type)
-                            ? static_cast<uint64_t>(a) > static_cast<uint64_t>(b)
-                            : a > b;
-        return *fast_dir == ComparisonDirection::kLt ? lt : gt;
+        return ops::CompareInts(*fast_dir, ops[0]->i[static_cast<size_t>(at(x))], ops[0]->i[static_cast<size_t>(at(y))],
+                                IsUnsignedInteger(ops[0]->shape.element_type));
       }
       if (fast_dir) {
-        const double a = ops[0]->GetDouble(at(x)), b = ops[0]->GetDouble(at(y));
-        if (total_order && float_keys) {
-          const int64_t ka = total_key(a), kb = total_key(b);
-          return *fast_dir == ComparisonDirection::kLt ? ka < kb : ka > kb;
-        }
-        return *fast_dir == ComparisonDirection::kLt ? a < b : a > b;
+        return ops::CompareFloats(*fast_dir, ops[0]->GetDouble(at(x)), ops[0]->GetDouble(at(y)),
+                                  total_order && float_keys);
       }
       if (program) return program->Compare(x, y) != 0;
       auto res = interpret(at(x), at(y));

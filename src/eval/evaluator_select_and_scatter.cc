@@ -13,9 +13,9 @@
 // Errors: operands of other types or shapes than these (the source and init_value of the
 // operand's element type, init_value a scalar), a select that does not return pred, or a scatter
 // that does not return a scalar of the operand's type.
-// Fast paths: a select that is compare(p0, p1) (any direction, IEEE or TOTALORDER) and a scatter
-// that is a plain binary op of its two parameters (add, max, ...); anything else runs through the
-// interpreter per element.
+// Fast paths: a select that is compare(p0, p1) (ops::MatchParamCompare; any direction, IEEE or
+// TOTALORDER, compared without building values) and a scatter that is a plain binary op of its
+// two parameters (add, max, ...); anything else runs through the interpreter per element.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -65,18 +65,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
   }
   const HloComputation* select = instr->called_computations()[0];
   const HloComputation* scatter = instr->called_computations()[1];
-  // The select's fast form.
-  std::optional<ComparisonDirection> dir;
-  bool total_order = false;
-  {
-    const HloInstruction* r = select->root();
-    if (r->opcode() == HloOpcode::kCompare && r->comparison_direction.has_value() &&
-        r->operand(0)->opcode() == HloOpcode::kParameter && r->operand(1)->opcode() == HloOpcode::kParameter &&
-        r->operand(0)->parameter_number == 0 && r->operand(1)->parameter_number == 1) {
-      dir = r->comparison_direction;
-      total_order = r->comparison_type() == "TOTALORDER";
-    }
-  }
+  // The select's fast form: compare(p0, p1), any direction.
+  const std::optional<ops::ParamCompare> fast_select = ops::MatchParamCompare(*select);
   auto simple = program_.simple_binary.find(scatter);
   const bool has_combine = simple != program_.simple_binary.end() && simple->second.has_value();
   const HloOpcode combine = has_combine ? *simple->second : HloOpcode::kAdd;
@@ -90,11 +80,12 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
   for (const WindowDim& wd : *w) wcount *= wd.size;
   std::vector<int64_t> sidx(rank), widx(rank);
   auto selects = [&](int64_t cur, int64_t cand) -> absl::StatusOr<bool> {
-    if (dir) {
-      const Value c = ops::Compare(*dir, total_order, *ScalarAt(in, cur), *ScalarAt(in, cand),
-                                   Shape(PrimitiveType::PRED, {})).value_or(Value());
-      if (c.i.size() != 1) return InvalidArgumentError("select-and-scatter: select did not compare");
-      return c.i[0] != 0;
+    if (fast_select) {
+      return in.storage() == Storage::kInt
+                 ? ops::CompareInts(fast_select->dir, in.i[static_cast<size_t>(cur)], in.i[static_cast<size_t>(cand)],
+                                    in.shape.element_type == PrimitiveType::U64)
+                 : ops::CompareFloats(fast_select->dir, in.GetDouble(cur), in.GetDouble(cand),
+                                      fast_select->total_order);
     }
     auto r = CallScalar(select, {ScalarAt(in, cur), ScalarAt(in, cand)});
     if (!r.ok()) return r.status();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +53,24 @@ Value MoveReducedDimsLast(const Value& a, const std::vector<int64_t>& reduced, i
 // dot with XLA DotDimensionNumbers: result dims = batch, lhs free, rhs free. Floats go through
 // cblas_sgemm (f32 accumulation) or cblas_dgemm (f64), integers through int64 loops (wrapping).
 absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, const DotDims& dims);
+// One element of `compare` (XLA's Compare): integers as stored (u64 compared unsigned; the other
+// unsigned types are zero-extended, so signed order is theirs), floats in IEEE order or, with
+// total_order (type=TOTALORDER), in TotalOrderKey order. The array kernel Compare and the
+// scalar fast paths (sort, TopK, select-and-scatter, scalar_program.h) share these.
+bool CompareInts(ComparisonDirection dir, int64_t x, int64_t y, bool u64);
+bool CompareFloats(ComparisonDirection dir, double x, double y, bool total_order);
+// XLA's total order of floats as an integer key: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN
+// (the sign-magnitude bit pattern of the double read as two's complement).
+int64_t TotalOrderKey(double v);
+
+// A computation whose root is compare(parameter 0, parameter 1): its direction and whether it
+// is TOTALORDER; nullopt for anything else. The sort, TopK and select-and-scatter fast paths.
+struct ParamCompare {
+  ComparisonDirection dir;
+  bool total_order;
+};
+std::optional<ParamCompare> MatchParamCompare(const HloComputation& c);
+
 // A constant's literal as a value. An elided `{...}` literal (values not dumped) gives zeros,
 // as XLA's text parser does; RunModule reports a warning for it.
 absl::StatusOr<Value> FromLiteral(const Literal& lit, const Shape& shape);

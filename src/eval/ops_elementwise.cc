@@ -31,17 +31,6 @@ const Value& MaybeBroadcastScalar(const Value& v, const Shape& out, Value* tmp) 
   return v;
 }
 
-bool IsTotalOrderLess(double a, double b) {
-  // Total order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
-  auto k2 = [&](double x) {
-    int64_t k;
-    std::memcpy(&k, &x, 8);
-    // Map sign-magnitude to two's complement ordering.
-    return k < 0 ? -(k & std::numeric_limits<int64_t>::max()) - 1 : k;
-  };
-  return k2(a) < k2(b);
-}
-
 int64_t ClzN(uint64_t v, int bits) {
   if (bits <= 0) return 0;
   uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
@@ -306,6 +295,54 @@ int64_t CombineInt(HloOpcode op, int64_t a, int64_t b, PrimitiveType t) {
   return WrapToType(BinaryInt(op, a, b, t, &ok), t);
 }
 
+int64_t TotalOrderKey(double v) {
+  int64_t k;
+  std::memcpy(&k, &v, 8);
+  return k < 0 ? -(k & std::numeric_limits<int64_t>::max()) - 1 : k;
+}
+
+bool CompareInts(ComparisonDirection dir, int64_t x, int64_t y, bool u64) {
+  const bool lt = u64 ? static_cast<uint64_t>(x) < static_cast<uint64_t>(y) : x < y;
+  const bool gt = u64 ? static_cast<uint64_t>(x) > static_cast<uint64_t>(y) : x > y;
+  switch (dir) {
+    case ComparisonDirection::kEq: return x == y;
+    case ComparisonDirection::kNe: return x != y;
+    case ComparisonDirection::kLt: return lt;
+    case ComparisonDirection::kLe: return !gt;
+    case ComparisonDirection::kGt: return gt;
+    case ComparisonDirection::kGe: return !lt;
+  }
+  return false;
+}
+
+bool CompareFloats(ComparisonDirection dir, double x, double y, bool total_order) {
+  if (total_order) return CompareInts(dir, TotalOrderKey(x), TotalOrderKey(y), false);
+  switch (dir) {
+    case ComparisonDirection::kEq: return x == y;
+    case ComparisonDirection::kNe: return x != y;
+    case ComparisonDirection::kLt: return x < y;
+    case ComparisonDirection::kLe: return x <= y;
+    case ComparisonDirection::kGt: return x > y;
+    case ComparisonDirection::kGe: return x >= y;
+  }
+  return false;
+}
+
+std::optional<ParamCompare> MatchParamCompare(const HloComputation& c) {
+  const HloInstruction* r = c.root();
+  if (r == nullptr || r->opcode() != HloOpcode::kCompare || r->operand_count() != 2 ||
+      !r->comparison_direction.has_value()) {
+    return std::nullopt;
+  }
+  const HloInstruction* p0 = r->operand(0);
+  const HloInstruction* p1 = r->operand(1);
+  if (p0->opcode() != HloOpcode::kParameter || p1->opcode() != HloOpcode::kParameter ||
+      p0->parameter_number != 0 || p1->parameter_number != 1) {
+    return std::nullopt;
+  }
+  return ParamCompare{*r->comparison_direction, r->comparison_type() == "TOTALORDER"};
+}
+
 absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const Value& a0,
                               const Value& b0, const Shape& out) {
   Value ta, tb;
@@ -323,46 +360,12 @@ absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const V
   if (a.storage() == Storage::kInt) {
     const bool u64 = a.shape.element_type == PrimitiveType::U64;
     for (int64_t k = 0; k < n; ++k) {
-      const int64_t x = a.i[static_cast<size_t>(k)], y = b.i[static_cast<size_t>(k)];
-      bool res = false;
-      const bool lt = u64 ? static_cast<uint64_t>(x) < static_cast<uint64_t>(y) : x < y;
-      const bool gt = u64 ? static_cast<uint64_t>(x) > static_cast<uint64_t>(y) : x > y;
-      switch (dir) {
-        case ComparisonDirection::kEq: res = x == y; break;
-        case ComparisonDirection::kNe: res = x != y; break;
-        case ComparisonDirection::kLt: res = lt; break;
-        case ComparisonDirection::kLe: res = !gt; break;
-        case ComparisonDirection::kGt: res = gt; break;
-        case ComparisonDirection::kGe: res = !lt; break;
-      }
-      r.i[static_cast<size_t>(k)] = res;
+      r.i[static_cast<size_t>(k)] = CompareInts(dir, a.i[static_cast<size_t>(k)], b.i[static_cast<size_t>(k)], u64);
     }
     return r;
   }
   for (int64_t k = 0; k < n; ++k) {
-    const double x = a.GetDouble(k), y = b.GetDouble(k);
-    bool res = false;
-    if (total_order) {
-      const bool lt = IsTotalOrderLess(x, y), gt = IsTotalOrderLess(y, x);
-      switch (dir) {
-        case ComparisonDirection::kEq: res = !lt && !gt; break;
-        case ComparisonDirection::kNe: res = lt || gt; break;
-        case ComparisonDirection::kLt: res = lt; break;
-        case ComparisonDirection::kLe: res = !gt; break;
-        case ComparisonDirection::kGt: res = gt; break;
-        case ComparisonDirection::kGe: res = !lt; break;
-      }
-    } else {
-      switch (dir) {
-        case ComparisonDirection::kEq: res = x == y; break;
-        case ComparisonDirection::kNe: res = x != y; break;
-        case ComparisonDirection::kLt: res = x < y; break;
-        case ComparisonDirection::kLe: res = x <= y; break;
-        case ComparisonDirection::kGt: res = x > y; break;
-        case ComparisonDirection::kGe: res = x >= y; break;
-      }
-    }
-    r.i[static_cast<size_t>(k)] = res;
+    r.i[static_cast<size_t>(k)] = CompareFloats(dir, a.GetDouble(k), b.GetDouble(k), total_order);
   }
   return r;
 }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "eval/numerics.h"
@@ -18,40 +17,6 @@ bool IsScalarOfUsableType(const Shape& s) {
   return s.IsArray() && s.dims.empty() &&
          (IsIntLike(s.element_type) ||
           (IsFloatingPoint(s.element_type) && StorageFor(s.element_type) != Storage::kNone));
-}
-
-// XLA's total order of doubles (-NaN < -inf < ... < -0 < +0 < ... < +NaN) as an integer key.
-int64_t TotalKey(double x) {
-  int64_t k;
-  std::memcpy(&k, &x, 8);
-  return k < 0 ? -(k & std::numeric_limits<int64_t>::max()) - 1 : k;
-}
-
-bool CompareInts(ComparisonDirection dir, int64_t x, int64_t y, bool u64) {
-  const bool lt = u64 ? static_cast<uint64_t>(x) < static_cast<uint64_t>(y) : x < y;
-  const bool gt = u64 ? static_cast<uint64_t>(x) > static_cast<uint64_t>(y) : x > y;
-  switch (dir) {
-    case ComparisonDirection::kEq: return x == y;
-    case ComparisonDirection::kNe: return x != y;
-    case ComparisonDirection::kLt: return lt;
-    case ComparisonDirection::kLe: return !gt;
-    case ComparisonDirection::kGt: return gt;
-    case ComparisonDirection::kGe: return !lt;
-  }
-  return false;
-}
-
-bool CompareFloats(ComparisonDirection dir, double x, double y, bool total_order) {
-  if (total_order) return CompareInts(dir, TotalKey(x), TotalKey(y), false);
-  switch (dir) {
-    case ComparisonDirection::kEq: return x == y;
-    case ComparisonDirection::kNe: return x != y;
-    case ComparisonDirection::kLt: return x < y;
-    case ComparisonDirection::kLe: return x <= y;
-    case ComparisonDirection::kGt: return x > y;
-    case ComparisonDirection::kGe: return x >= y;
-  }
-  return false;
 }
 
 // The bit pattern of a register holding a value of type t.
@@ -313,8 +278,8 @@ void ScalarProgram::Exec(size_t k, const Value* const* vals, const int64_t* idx)
       case Kind::kCompare: {
         const Reg& x = r[s.a];
         const Reg& y = r[s.b];
-        out.i = IsIntLike(s.from) ? CompareInts(s.dir, x.i, y.i, s.from == PrimitiveType::U64)
-                                  : CompareFloats(s.dir, x.d, y.d, s.total_order);
+        out.i = IsIntLike(s.from) ? ops::CompareInts(s.dir, x.i, y.i, s.from == PrimitiveType::U64)
+                                  : ops::CompareFloats(s.dir, x.d, y.d, s.total_order);
         break;
       }
       case Kind::kSelect:
