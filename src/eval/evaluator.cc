@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -418,7 +419,18 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   } else {
     std::vector<std::thread> threads;
     threads.reserve(static_cast<size_t>(devices));
-    for (int64_t d = 0; d < devices; ++d) threads.emplace_back(run_device, d);
+    for (int64_t d = 0; d < devices; ++d) {
+      try {
+        threads.emplace_back(run_device, d);
+      } catch (const std::system_error& e) {
+        // No thread for device d (a process or address-space limit): the devices already running
+        // are told to stop at their next collective, and the run fails with the reason.
+        coord.Fail(d, absl::ResourceExhaustedError(absl::StrCat(
+                          "evaluating module '", module.name(), "': could not start a thread for device ",
+                          d, " of ", devices, ": ", e.what())));
+        break;
+      }
+    }
     for (std::thread& t : threads) t.join();
   }
   if (coord.failed()) return coord.failure();

@@ -21,5 +21,9 @@ if os.path.isdir(os.path.join(shared, "examples")) and os.path.isdir(os.path.joi
 else:
     lit_config.note("no ../shared beside the checkout (%s): tests that read its dumps and "
                     "examples are UNSUPPORTED" % shared)
+# A sanitizer build (make test SANITIZE=1 uses build-asan) reserves terabytes of address space:
+# tests that cap it with `ulimit -v` say `UNSUPPORTED: asan`.
+if "asan" in os.path.basename(os.path.normpath(build)):
+    config.available_features.add("asan")
 config.substitutions.append(("%shared", shared))
 config.substitutions.append(("%weave", os.path.join(build, "weave")))
