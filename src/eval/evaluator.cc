@@ -347,6 +347,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   program.module = &module;
   program.exact_sums = options.exact_sums;
   program.max_while_trips = options.max_while_trips;
+  program.seed = options.seed;
   for (const HloComputation* c : module.computations()) {
     program.plans.emplace(c, internal::BuildPlan(c));
     program.simple_binary.emplace(c, internal::SimpleBinary(c));

@@ -233,6 +233,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       if (!r.ok()) return fail(r.status());
       return r;
     }
+    case HloOpcode::kRng: {
+      auto r = EvalRng(instr, ops);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
     case HloOpcode::kSort: {
       auto r = EvalSort(instr, ops);
       if (!r.ok()) return fail(r.status());

@@ -7,6 +7,7 @@
 //   evaluator_reduce_sort.cc     reduce, reduce-window, sort (a computation applied per element)
 //   evaluator_gather_scatter.cc  gather, scatter
 //   evaluator_collectives.cc     replica groups and each collective's per-device result
+//   evaluator_random.cc          rng (deterministic, a different stream on every device)
 //   evaluator_inputs.cc          generated and given inputs (sharded parameters tiled from one
 //                                global array)
 // Only these files include it.
@@ -52,6 +53,7 @@ struct Program {
   absl::flat_hash_map<const HloComputation*, std::optional<HloOpcode>> simple_binary;
   bool exact_sums = false;  // EvalOptions::exact_sums
   int64_t max_while_trips = int64_t{1} << 20;  // EvalOptions::max_while_trips
+  uint64_t seed = 0;  // EvalOptions::seed: also the seed of `rng` (evaluator_random.cc)
 };
 
 // The per-device interpreter.
@@ -75,6 +77,8 @@ class DeviceEvaluator {
                                             const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalScan(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  // evaluator_random.cc
+  absl::StatusOr<ValuePtr> EvalRng(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   // evaluator_select_and_scatter.cc
   absl::StatusOr<ValuePtr> EvalSelectAndScatter(const HloInstruction* instr,
                                                 const std::vector<ValuePtr>& ops);

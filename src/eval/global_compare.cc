@@ -10,11 +10,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "eval/global_view.h"
 #include "eval/numerics.h"
 #include "eval/output_precision.h"
+#include "eval/random_outputs.h"
 #include "spmd/sharding.h"
 #include "spmd/sharding_util.h"
 
@@ -326,6 +328,25 @@ ValuePtr RebuildTuple(const Value& v, const Fn& tile, size_t* next) {
   return Share(std::move(t));
 }
 
+// Output k of a manual root: every device's value against the global view's value on the same
+// partition; the comparison reported is the worst device's (its `device` set).
+OutputComparison CompareManualOutput(const EvalResult& view, const EvalResult& partitioned,
+                                     size_t k, int64_t devices, int64_t n,
+                                     const CompareOptions& co) {
+  OutputComparison worst;
+  for (int64_t d = 0; d < devices; ++d) {
+    OutputComparison c = CompareOutputValues(*view.outputs[static_cast<size_t>(d % n)][k],
+                                             *partitioned.outputs[static_cast<size_t>(d)][k], co);
+    c.device = d;
+    if (d == 0 || (worst.pass && !c.pass) ||
+        (worst.pass == c.pass && c.max_abs_error > worst.max_abs_error)) {
+      worst = std::move(c);
+    }
+  }
+  worst.path = "manual: every device's output against the global view's on that device";
+  return worst;
+}
+
 absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
                                                                  const HloModule& partitioned,
                                                                  const CompareOptions& options,
@@ -457,11 +478,27 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       if (r.ok()) sr = *std::move(r);
     }
   }
+  // Outputs that depend on an rng: compared on shape, range and copies (random_outputs.h).
+  const std::vector<RandomOutput> random = RandomOutputs(global);
   // Each output's magnitude run, reassembled (kept for the exact-sum recheck).
   std::vector<std::optional<Value>> magnitudes(leaf_shapes.size());
   for (size_t k = 0; k < leaf_shapes.size(); ++k) {
     const Sharding& s = leaves[k];
     const Shape& gs = leaf_shapes[k];
+    const bool is_random = k < random.size() && random[k].rng != nullptr;
+    if (s.IsManual() && gr->outputs.size() >= static_cast<size_t>(n)) {
+      // A manual output is per device: each device's against the global view's on that device
+      // (the view runs the program on every device with the same inputs, global_view.h).
+      report.compare.outputs.push_back(CompareManualOutput(*gr, *pr, k, devices, n, co));
+      if (is_random) {
+        OutputComparison& c = report.compare.outputs.back();
+        c = CompareRandomOutput(random[k], *gr->outputs[0][k], *pr->outputs[0][k], gin->per_device[0]);
+        c.device = 0;
+      }
+      report.compare.outputs.back().output = static_cast<int64_t>(k);
+      report.compare.pass &= report.compare.outputs.back().pass;
+      continue;
+    }
     if (s.IsManual() || s.HasManualSubgroup()) {
       return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
                                                    ": cannot be reassembled"));
@@ -534,7 +571,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       }
     }
     OutputComparison c =
-        k < paths.size()
+        is_random ? CompareRandomOutput(random[k], *ref_out[k], assembled, gin->per_device[0])
+        : k < paths.size()
             ? CompareOutputValuesOnPath(*ref_out[k], assembled, co, paths[k],
                                         with_magnitude ? &magnitude : nullptr,
                                         sr.has_value() ? sr->outputs[0][k].get() : nullptr)
@@ -595,9 +633,11 @@ std::string GlobalCompareReport::ToString() const {
   for (const std::string& m : copy_mismatches) absl::StrAppend(&s, "  ", m, "\n");
   for (const OutputComparison& c : compare.outputs) {
     absl::StrAppendFormat(&s,
-                          "  output %d %s (reassembled): max_abs_err=%.4g max_rel_err=%.4g "
+                          "  output %d %s (%s): max_abs_err=%.4g max_rel_err=%.4g "
                           "mismatches=%d/%d nan_diffs=%d inf_diffs=%d (rtol=%g atol=%g%s) %s\n",
-                          c.output, c.shape, c.max_abs_error, c.max_rel_error, c.mismatches,
+                          c.output, c.shape,
+                          c.device < 0 ? std::string("reassembled") : absl::StrCat("device ", c.device),
+                          c.max_abs_error, c.max_rel_error, c.mismatches,
                           c.elements, c.nan_diffs, c.inf_diffs, c.rtol, c.atol,
                           c.norm_ulps > 0
                               ? absl::StrFormat(", or %g ulps at max |A| %.4g = %.4g",
@@ -605,6 +645,9 @@ std::string GlobalCompareReport::ToString() const {
                               : std::string(),
                           c.pass ? "PASS" : "FAIL");
     // An output judged as a reassociated sum says so, and what its exact-sum run found.
+    if (c.sum_terms == 0 && (absl::StartsWith(c.path, "random:") || absl::StartsWith(c.path, "manual:"))) {
+      absl::StrAppend(&s, "    ", c.path, "\n");
+    }
     if (c.sum_terms > 0) {
       absl::StrAppend(&s, "    ", c.path, "; ", c.by_sum_allowance, " element(s) within it",
                       c.exact_sums.empty() ? "" : "; ", c.exact_sums, "\n");

@@ -16,7 +16,10 @@
 //  5. compared with `weave compare`'s tolerances, the norm-wise floor max(4, 2·G) ulps with G the
 //     largest all-reduce/reduce-scatter group (bf16 partial sums round before the all-reduce, the
 //     reference rounds once).
-// Manual or unreduced root leaves and partially manual regions are declined (Unimplemented).
+//  6. a manual root leaf (the global module has manual values, so its reference is the global
+//     view): each device's output against the view's on the same partition; an output that
+//     depends on an rng: on shape, range and the agreement of its copies (random_outputs.h).
+// Partially manual root leaves and regions are declined (Unimplemented).
 #pragma once
 
 #include <string>

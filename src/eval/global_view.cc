@@ -49,7 +49,8 @@ absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool 
 bool HasManualRegions(const HloModule& module) {
   for (const HloComputation* c : module.computations()) {
     for (const HloInstruction* h : c->instructions()) {
-      if (IsCall(h, "SPMDFullToShardShape") || IsCall(h, "SPMDShardToFullShape") ||
+      if ((h->sharding && h->sharding->kind == HloSharding::Kind::kManual) ||
+          IsCall(h, "SPMDFullToShardShape") || IsCall(h, "SPMDShardToFullShape") ||
           IsCall(h, "xla.sdy.GlobalToLocalShape") || IsCall(h, "xla.sdy.LocalToGlobalShape")) {
         return true;
       }

@@ -22,8 +22,10 @@
 
 namespace weave::eval {
 
-// Whether `module` has SPMDFullToShardShape/SPMDShardToFullShape calls or Shardy manual
-// computations (xla.sdy.GlobalToLocalShape / LocalToGlobalShape).
+// Whether `module` has SPMDFullToShardShape/SPMDShardToFullShape calls, Shardy manual
+// computations (xla.sdy.GlobalToLocalShape / LocalToGlobalShape), or values that are manual
+// throughout (`sharding={manual}`: a per-device program from its parameters on, which every
+// device of the view runs on the same inputs).
 bool HasManualRegions(const HloModule& module);
 
 // The global-view module for `num_partitions` devices (see above): a clone of `global`, its

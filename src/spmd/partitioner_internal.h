@@ -86,6 +86,8 @@ absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloIns
 absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInstruction& h);
 absl::StatusOr<PValue> PartitionConstant(ComputationPartitioner& cp, const HloInstruction& h);
 absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_rng.cc: rng drawn per tile, its copies made to agree (XLA's HandleRng).
+absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruction& h);
 // slice, pad, concatenate, reverse, sort, reduce-window: local on untiled affected dims.
 absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h);

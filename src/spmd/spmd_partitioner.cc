@@ -25,6 +25,12 @@ bool IsCall(const HloInstruction& h, std::string_view target) {
   return h.opcode() == HloOpcode::kCustomCall && h.custom_call_target() == target;
 }
 
+bool AllManual(const Sharding& s) {
+  if (!s.IsTuple()) return s.IsManual();
+  return !s.leaves().empty() &&
+         std::all_of(s.leaves().begin(), s.leaves().end(), [](const Sharding& l) { return l.IsManual(); });
+}
+
 absl::Status CheckDevices(const Sharding& s, int64_t n, const HloInstruction& h) {
   if (s.IsTuple()) {
     for (const Sharding& l : s.leaves()) {
@@ -194,8 +200,9 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
   }
   const Sharding& target = Target(&h);
-  // Manual regions are already per device: clone as is.
-  if (target.IsManual() && !IsCall(h, "SPMDFullToShardShape")) {
+  // Manual regions are already per device: clone as is (a tuple manual in every leaf too, such
+  // as a manual loop's state).
+  if (AllManual(target) && !IsCall(h, "SPMDFullToShardShape")) {
     std::vector<HloInstruction*> ops;
     for (int64_t i = 0; i < h.operand_count(); ++i) {
       const PValue& v = Value(h.operand(i));
@@ -355,8 +362,9 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
-    case HloOpcode::kAfterAll:
     case HloOpcode::kRng:
+      return PartitionRng(*this, h);
+    case HloOpcode::kAfterAll:
     case HloOpcode::kRngBitGenerator:
       return Replicated(h, "");
     default:

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "eval/evaluator.h"
 #include "eval/global_compare.h"
+#include "eval/global_view.h"
 #include "sim/simulator.h"
 #include "tools/cli_util.h"
 
@@ -20,7 +21,31 @@ void RecordComparison(const eval::CompareReport& cmp, NumericsRecord* n) {
     n->max_abs_error = std::max(n->max_abs_error, c.max_abs_error);
     n->max_rel_error = std::max(n->max_rel_error, c.max_rel_error);
     n->mismatches += c.mismatches;
+    // Outputs not compared value for value against one reassembled array say how they were.
+    if (c.path.rfind("random:", 0) == 0 || c.path.rfind("manual:", 0) == 0) {
+      n->notes.push_back(absl::StrCat("output ", c.output, ": ", c.path));
+    }
   }
+}
+
+// Bytes the evaluator holds for the entry's parameters and outputs of `m` (its storage: 4 bytes
+// per float of 32 bits or fewer, 8 per other element).
+int64_t EntryIoBytes(const HloModule& m) {
+  int64_t total = 0;
+  std::vector<const Shape*> stack;
+  for (const HloInstruction* p : m.entry()->parameters()) stack.push_back(&p->shape());
+  stack.push_back(&m.entry()->root()->shape());
+  while (!stack.empty()) {
+    const Shape* s = stack.back();
+    stack.pop_back();
+    if (s->IsTuple()) {
+      for (const Shape& e : s->tuple_shapes) stack.push_back(&e);
+      continue;
+    }
+    const int64_t bytes = IsFloatingPoint(s->element_type) && BitWidth(s->element_type) <= 32 ? 4 : 8;
+    total += s->ElementCount() * bytes;
+  }
+  return total;
 }
 
 }  // namespace
@@ -45,10 +70,17 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   n.num_partitions = eval::ResolvedNumPartitions(global != nullptr ? compiled : input, copts.eval);
   const int64_t devices =
       n.num_partitions * eval::ResolvedReplicaCount(global != nullptr ? compiled : input, copts.eval);
-  n.estimated_bytes =
-      std::max(eval::EstimateMemoryBytes(global != nullptr ? *global : input,
-                                         global != nullptr ? n.num_partitions : devices),
-               eval::EstimateMemoryBytes(compiled, devices));
+  // The reference runs first (the global program on one device, or its global view on every
+  // partition when it has manual regions); its inputs and outputs stay while the compiled module
+  // runs on every device.
+  if (global != nullptr) {
+    const int64_t ref_devices = eval::HasManualRegions(*global) ? n.num_partitions : 1;
+    n.estimated_bytes = std::max(eval::EstimateMemoryBytes(*global, ref_devices),
+                                 eval::EstimateMemoryBytes(compiled, devices) + EntryIoBytes(*global));
+  } else {
+    n.estimated_bytes = std::max(eval::EstimateMemoryBytes(input, devices),
+                                 eval::EstimateMemoryBytes(compiled, devices));
+  }
   if (n.estimated_bytes > o.numerics_memory_bytes && !o.force) {
     n.skipped = absl::StrFormat(
         "the module is too large to evaluate here: about %s on %s (limit %s); "
@@ -61,7 +93,11 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
       o.force ? std::numeric_limits<int64_t>::max() : o.numerics_memory_bytes;
 
   if (global != nullptr) {
-    n.reference = "the global module on 1 device";
+    n.reference = eval::HasManualRegions(*global)
+                      ? absl::StrCat("the global module's global view on ",
+                                     CountOf(n.num_partitions, "device", "devices"),
+                                     " (it has manual values)")
+                      : "the global module on 1 device";
     absl::StatusOr<eval::GlobalCompareReport> cmp =
         eval::CompareGlobalWithPartitioned(*global, compiled, copts, /*exact_copies=*/false);
     if (!cmp.ok()) {

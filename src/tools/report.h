@@ -160,6 +160,9 @@ struct NumericsRecord {
   // What the compiled module was compared with: "the input" (a partitioned input, on the same
   // partitions) or "the global module on 1 device" (a global input: the program as written).
   std::string reference;
+  // Outputs compared otherwise than value for value with one reassembled array: "output 0:
+  // random: depends on rng 'r'; compared on shape ...", "output 1: manual: ...".
+  std::vector<std::string> notes;
 };
 
 // report_numerics.cc: the `numerics` JSON object and the table's "Numerics:" line.

@@ -23,6 +23,7 @@ nlohmann::json NumericsToJson(const NumericsRecord& n) {
   if (!n.skipped.empty()) num["skipped"] = n.skipped;
   if (!n.scaled_copy.empty()) num["scaled_copy"] = n.scaled_copy;
   if (!n.reference.empty()) num["reference"] = n.reference;
+  if (!n.notes.empty()) num["notes"] = n.notes;
   return num;
 }
 
@@ -42,6 +43,7 @@ std::string NumericsToTable(const NumericsRecord& n) {
       if (!n.reference.empty()) {
         absl::StrAppend(&o, "  compared with ", n.reference, "\n");
       }
+      for (const std::string& note : n.notes) absl::StrAppend(&o, "  ", note, "\n");
     } else {
       absl::StrAppend(&o, "Numerics: skipped: ", n.skipped, "\n");
     }
