@@ -217,6 +217,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return Share(ops::Iota(shape, instr->iota_dimension));
     case HloOpcode::kDot:
       return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
+    case HloOpcode::kRaggedDot:
+      if (ops.size() != 3) return fail(InvalidArgumentError("ragged-dot takes lhs, rhs and group sizes"));
+      return done(RaggedDot(*instr, *ops[0], *ops[1], *ops[2]));
     case HloOpcode::kConvolution:
       return done(Convolution(*instr, *ops[0], *ops[1]));
     case HloOpcode::kGather:

@@ -7,6 +7,7 @@
 //   evaluator_reduce_sort.cc     reduce, reduce-window, sort (a computation applied per element)
 //   evaluator_gather_scatter.cc  gather, scatter
 //   evaluator_collectives.cc     replica groups and each collective's per-device result
+//   evaluator_ragged_dot.cc      ragged-dot (its three modes)
 //   evaluator_random.cc          rng (deterministic, a different stream on every device)
 //   evaluator_inputs.cc          generated and given inputs (sharded parameters tiled from one
 //                                global array)
@@ -118,6 +119,10 @@ int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>
 
 // XLA's convolution (evaluator_convolution.cc).
 absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs, const Value& rhs);
+
+// XLA's ragged-dot of lhs, rhs and group sizes (evaluator_ragged_dot.cc).
+absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, const Value& rhs,
+                                const Value& group_sizes);
 
 // Scalar element `k` of array `v` as a new rank-0 value.
 ValuePtr ScalarAt(const Value& v, int64_t k);
