@@ -57,10 +57,14 @@ std::optional<HloOpcode> SimpleBinary(const HloComputation* c) {
 CompPlan BuildPlan(const HloComputation* c) {
   CompPlan plan;
   std::vector<HloInstruction*> post = c->MakeInstructionPostOrder();
-  // Reachable from the root (and parameters, which are always bound).
+  // Reachable from the root (and parameters, which are always bound), or from an infeed or
+  // outfeed: side effects run whether or not the root reads them, as in XLA.
   std::set<const HloInstruction*> live;
   std::vector<const HloInstruction*> stack;
   if (c->root() != nullptr) stack.push_back(c->root());
+  for (const HloInstruction* x : post) {
+    if (x->opcode() == HloOpcode::kOutfeed || x->opcode() == HloOpcode::kInfeed) stack.push_back(x);
+  }
   while (!stack.empty()) {
     const HloInstruction* x = stack.back();
     stack.pop_back();
@@ -399,6 +403,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   }
   internal::Coordinator coord(n, r);
   result.outputs.assign(static_cast<size_t>(devices), {});
+  result.outfeeds.assign(static_cast<size_t>(devices), {});
   auto run_device = [&](int64_t d) {
     internal::DeviceEvaluator ev(program, &coord, d, n, r);
     absl::StatusOr<ValuePtr> out = absl::UnknownError("not run");
@@ -413,6 +418,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
       return;
     }
     FlattenLeaves(*out, &result.outputs[static_cast<size_t>(d)]);
+    result.outfeeds[static_cast<size_t>(d)] = ev.TakeOutfeeds();
     coord.Finish(d);
   };
   if (devices == 1) {

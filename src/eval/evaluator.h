@@ -83,6 +83,13 @@ struct EvalResult {
   int64_t num_partitions = 1;
   int64_t replica_count = 1;
   std::vector<std::vector<ValuePtr>> outputs;
+  // What each device sent by outfeed, in the order it sent it: the outfeed's name and its data
+  // operand (the global-vs-partitioned check compares them, global_compare.h).
+  struct Outfeed {
+    std::string name;
+    ValuePtr data;
+  };
+  std::vector<std::vector<Outfeed>> outfeeds;
   Inputs inputs;  // the inputs the run used
   // Non-fatal notes, e.g. elided `{...}` constants evaluated as zeros.
   std::vector<std::string> warnings;

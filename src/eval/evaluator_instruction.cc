@@ -236,6 +236,19 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       if (!r.ok()) return fail(r.status());
       return r;
     }
+    case HloOpcode::kOutfeed: {
+      // Records what is sent; the result is the token.
+      if (ops.empty()) return fail(InvalidArgumentError("outfeed needs its data operand"));
+      outfeeds_.push_back(EvalResult::Outfeed{instr->name(), ops[0]});
+      Value token;
+      token.shape = shape;
+      return Share(std::move(token));
+    }
+    case HloOpcode::kInfeed: {
+      auto r = EvalInfeed(instr);
+      if (!r.ok()) return fail(r.status());
+      return r;
+    }
     case HloOpcode::kRng: {
       auto r = EvalRng(instr, ops);
       if (!r.ok()) return fail(r.status());

@@ -8,7 +8,8 @@
 //   evaluator_gather_scatter.cc  gather, scatter
 //   evaluator_collectives.cc     replica groups and each collective's per-device result
 //   evaluator_ragged_dot.cc      ragged-dot (its three modes)
-//   evaluator_random.cc          rng (deterministic, a different stream on every device)
+//   evaluator_random.cc          rng (deterministic, a different stream on every device) and
+//                                infeed (the same queue of generated values on every device)
 //   evaluator_inputs.cc          generated and given inputs (sharded parameters tiled from one
 //                                global array)
 // Only these files include it.
@@ -67,6 +68,8 @@ class DeviceEvaluator {
 
   absl::StatusOr<ValuePtr> EvalComputation(const HloComputation* c,
                                            const std::vector<ValuePtr>& args);
+  // What this device sent by outfeed so far, in order.
+  std::vector<EvalResult::Outfeed> TakeOutfeeds() { return std::move(outfeeds_); }
 
  private:
   absl::StatusOr<ValuePtr> EvalInstruction(const HloInstruction* instr,
@@ -80,6 +83,7 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalScan(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   // evaluator_random.cc
   absl::StatusOr<ValuePtr> EvalRng(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  absl::StatusOr<ValuePtr> EvalInfeed(const HloInstruction* instr);
   // evaluator_select_and_scatter.cc
   absl::StatusOr<ValuePtr> EvalSelectAndScatter(const HloInstruction* instr,
                                                 const std::vector<ValuePtr>& ops);
@@ -98,6 +102,8 @@ class DeviceEvaluator {
   Coordinator* coord_;
   const int64_t device_, n_, r_;
   absl::flat_hash_map<const HloInstruction*, int64_t> exec_count_;
+  int64_t infeeds_ = 0;  // infeeds this device has read (the position in its infeed queue)
+  std::vector<EvalResult::Outfeed> outfeeds_;
 };
 
 // One dim of a `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=..

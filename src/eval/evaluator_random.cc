@@ -13,6 +13,14 @@
 // them agree (XLA's partitioner computes it on one device of each group and broadcasts it); the
 // global-vs-partitioned check (global_compare.h) compares random outputs on shape, range and
 // the agreement of their copies, never on values.
+//
+// infeed: the host's queue, modelled as the same queue on every device: the k-th infeed a device
+// reads holds generated values (SplitMix64 of the seed, k and the element: multiples of 1/8 in
+// [-2, 2) for floats, exact in every float type; [-8, 8) for signed and [0, 16) for unsigned
+// integers; pred 0/1) at the infeed's declared data shape (tuple leaves in order). A partitioned
+// module that reads a global-shaped infeed on every device therefore reads what the global program
+// reads; one that reads its local tile (XLA's partitioned infeed, fed per device by the runtime)
+// is not modelled.
 #include <cmath>
 #include <string_view>
 
@@ -86,6 +94,70 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalRng(const HloInstruction* instr,
     if (!(v.GetDouble(k) < b)) v.SetDouble(k, a);
   }
   return Share(std::move(v));
+}
+
+namespace {
+
+void FillInfeed(const Shape& shape, uint64_t key, uint64_t* leaf, std::vector<ValuePtr>* out) {
+  if (shape.IsTuple()) {
+    for (const Shape& e : shape.tuple_shapes) FillInfeed(e, key, leaf, out);
+    return;
+  }
+  Value v = Value::Zeros(shape);
+  const uint64_t base = Mix(key ^ Mix(++*leaf));
+  for (int64_t k = 0; k < v.size(); ++k) {
+    const uint64_t h = Mix(base + static_cast<uint64_t>(k));
+    if (shape.element_type == PrimitiveType::PRED) {
+      v.SetInt(k, static_cast<int64_t>(h & 1));
+    } else if (v.storage() == Storage::kInt) {
+      v.SetInt(k, IsUnsignedInteger(shape.element_type) ? static_cast<int64_t>(h % 16)
+                                                          : static_cast<int64_t>(h % 16) - 8);
+    } else if (v.storage() == Storage::kFloat || v.storage() == Storage::kDouble) {
+      v.SetDouble(k, (static_cast<double>(h % 32) - 16.0) / 8.0);
+    }
+  }
+  out->push_back(Share(std::move(v)));
+}
+
+ValuePtr Rebuild(const Shape& shape, const std::vector<ValuePtr>& leaves, size_t* next) {
+  if (!shape.IsTuple()) return leaves[(*next)++];
+  Value t;
+  t.shape = shape;
+  for (const Shape& e : shape.tuple_shapes) t.elements.push_back(Rebuild(e, leaves, next));
+  return Share(std::move(t));
+}
+
+}  // namespace
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInfeed(const HloInstruction* instr) {
+  const Shape& shape = instr->shape();
+  if (!shape.IsTuple() || shape.tuple_shapes.size() != 2) {
+    return absl::InvalidArgumentError("infeed must have the shape (data, token[])");
+  }
+  const Shape& data = shape.tuple_shapes[0];
+  std::vector<const Shape*> stack = {&data};
+  while (!stack.empty()) {
+    const Shape* s = stack.back();
+    stack.pop_back();
+    if (s->IsTuple()) {
+      for (const Shape& e : s->tuple_shapes) stack.push_back(&e);
+    } else if (!s->IsArray() || StorageFor(s->element_type) == Storage::kNone) {
+      return absl::InvalidArgumentError(absl::StrCat("infeed data of type ", s->ToString(false),
+                                                     " is not supported by the evaluator"));
+    }
+  }
+  const uint64_t key = Mix(Mix(program_.seed ^ 0x696e66656564ULL) ^ static_cast<uint64_t>(infeeds_++));
+  std::vector<ValuePtr> leaves;
+  uint64_t leaf = 0;
+  FillInfeed(data, key, &leaf, &leaves);
+  size_t next = 0;
+  Value t;
+  t.shape = shape;
+  t.elements.push_back(Rebuild(data, leaves, &next));
+  Value token;
+  token.shape = shape.tuple_shapes[1];
+  t.elements.push_back(Share(std::move(token)));
+  return Share(std::move(t));
 }
 
 }  // namespace weave::eval::internal

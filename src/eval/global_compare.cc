@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -328,6 +329,80 @@ ValuePtr RebuildTuple(const Value& v, const Fn& tile, size_t* next) {
   return Share(std::move(t));
 }
 
+// Outfeeds: the k-th outfeed of the global program against the k-th outfeed of every device,
+// reassembled by the global outfeed's sharding (XLA's outfeed sharding lays out the data sent:
+// each device sends its tile; maximal: the device named). One comparison per data leaf, numbered
+// after the root's leaves from *next; a device that sent a different number of outfeeds fails.
+void CompareOutfeeds(const HloModule& global, const EvalResult& ref, const EvalResult& part,
+                     int64_t n, int64_t replicas, const CompareOptions& co, int64_t* next,
+                     GlobalCompareReport* report) {
+  const std::vector<EvalResult::Outfeed> none;
+  const std::vector<EvalResult::Outfeed>& want = ref.outfeeds.empty() ? none : ref.outfeeds[0];
+  const int64_t devices = static_cast<int64_t>(part.outfeeds.size());
+  for (int64_t d = 0; d < devices; ++d) {
+    const size_t got = part.outfeeds[static_cast<size_t>(d)].size();
+    if (got != want.size()) {
+      report->pass = false;
+      report->copy_mismatches.push_back(absl::StrCat("device ", d, " sent ", got, " outfeed(s), the global program ",
+                                                     want.size()));
+      return;
+    }
+  }
+  absl::flat_hash_map<std::string, const HloInstruction*> by_name;
+  for (const HloComputation* c : global.computations()) {
+    for (const HloInstruction* h : c->instructions()) {
+      if (h->opcode() == HloOpcode::kOutfeed) by_name[h->name()] = h;
+    }
+  }
+  for (size_t j = 0; j < want.size(); ++j) {
+    const EvalResult::Outfeed& w = want[j];
+    Sharding s = Sharding::Replicated();
+    auto it = by_name.find(w.name);
+    if (it != by_name.end() && it->second->sharding) {
+      absl::StatusOr<Sharding> hs = Sharding::FromHlo(*it->second->sharding, w.data->shape);
+      if (hs.ok()) s = *std::move(hs);
+    }
+    std::vector<ValuePtr> gleaves;
+    FlattenLeaves(w.data, &gleaves);
+    const std::vector<Sharding> ls = LeafShardings(s, static_cast<int64_t>(gleaves.size()));
+    EvalResult sent;
+    sent.outputs.resize(static_cast<size_t>(devices));
+    for (int64_t d = 0; d < devices; ++d) {
+      FlattenLeaves(part.outfeeds[static_cast<size_t>(d)][j].data, &sent.outputs[static_cast<size_t>(d)]);
+    }
+    for (size_t l = 0; l < gleaves.size(); ++l) {
+      OutputComparison c;
+      const Shape& gs = gleaves[l]->shape;
+      const std::string what = absl::StrCat("outfeed '", w.name, "' #", j,
+                                            gleaves.size() > 1 ? absl::StrCat(" leaf ", l) : std::string());
+      const bool shapes_ok = l < ls.size() && !ls[l].IsManual() && !ls[l].HasManualSubgroup() &&
+                             std::all_of(sent.outputs.begin(), sent.outputs.end(),
+                                         [&](const std::vector<ValuePtr>& o) { return o.size() == gleaves.size(); });
+      std::vector<std::vector<int64_t>> holders;
+      bool tiles_ok = shapes_ok;
+      if (shapes_ok) {
+        holders = TileHolders(ls[l], gs.rank(), n, replicas);
+        for (const std::vector<int64_t>& hs : holders) {
+          tiles_ok = tiles_ok && sent.outputs[static_cast<size_t>(hs[0])][l]->shape.dims == spmd::LocalShape(gs, ls[l]).dims;
+        }
+      }
+      if (!tiles_ok) {
+        c.shape = gs.ToString(false);
+        c.pass = false;
+        c.path = absl::StrCat(what, ": the data sent does not have the tiles of ", gs.ToString(false), " under ",
+                              l < ls.size() ? ls[l].ToString() : std::string("its sharding"));
+      } else {
+        c = CompareOutputValues(*gleaves[l], Reassemble(sent, l, ls[l], gs, n, holders), co);
+        c.path = absl::StrCat(what, ": the devices' data reassembled by ", ls[l].ToString());
+      }
+      c.output = (*next)++;
+      c.device = -1;
+      report->compare.pass &= c.pass;
+      report->compare.outputs.push_back(std::move(c));
+    }
+  }
+}
+
 // Output k of a manual root: every device's value against the global view's value on the same
 // partition; the comparison reported is the worst device's (its `device` set).
 OutputComparison CompareManualOutput(const EvalResult& view, const EvalResult& partitioned,
@@ -582,6 +657,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     report.compare.pass &= c.pass;
     report.compare.outputs.push_back(std::move(c));
   }
+  int64_t next_output = static_cast<int64_t>(leaf_shapes.size());
+  CompareOutfeeds(global, *gr, *pr, n, pe.replica_count, co, &next_output, &report);
   // 6. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
   // exact sums on both sides: the same sums in any order then agree to f32, so a term dropped,
   // added twice or taken from the wrong place shows.
@@ -645,7 +722,8 @@ std::string GlobalCompareReport::ToString() const {
                               : std::string(),
                           c.pass ? "PASS" : "FAIL");
     // An output judged as a reassociated sum says so, and what its exact-sum run found.
-    if (c.sum_terms == 0 && (absl::StartsWith(c.path, "random:") || absl::StartsWith(c.path, "manual:"))) {
+    if (c.sum_terms == 0 && (absl::StartsWith(c.path, "random:") || absl::StartsWith(c.path, "manual:") ||
+                             absl::StartsWith(c.path, "outfeed "))) {
       absl::StrAppend(&s, "    ", c.path, "\n");
     }
     if (c.sum_terms > 0) {
