@@ -214,7 +214,7 @@ absl::StatusOr<EvalResult> RunReference(const HloModule& global, const HloModule
                                         const EvalOptions& options, const EvalOptions& ge,
                                         const Inputs& gin) {
   absl::StatusOr<EvalResult> gr;
-  if (HasManualRegions(global)) {
+  if (!GlobalViewReason(global).empty()) {
     const int64_t p = ResolvedNumPartitions(partitioned, options);
     absl::StatusOr<std::unique_ptr<HloModule>> view = BuildGlobalViewModule(global, p);
     if (!view.ok()) {

@@ -59,6 +59,16 @@ bool HasManualRegions(const HloModule& module) {
   return false;
 }
 
+std::string GlobalViewReason(const HloModule& module) {
+  if (HasManualRegions(module)) return "it has manual values";
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* h : c->instructions()) {
+      if (IsCollective(h->opcode()) && h->channel_id.has_value()) return "it calls cross-partition collectives";
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule& global,
                                                                  int64_t num_partitions) {
   std::unique_ptr<HloModule> m = global.Clone();

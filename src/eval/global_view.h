@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "hlo/ir.h"
@@ -34,6 +35,13 @@ bool HasManualRegions(const HloModule& module);
 // inputs). Errors: InvalidArgument naming the call when a FullToShard operand has no tiled
 // sharding or the shapes disagree; Unimplemented for partially manual regions (a manual
 // subgroup).
+// Why the reference of `module` is its global view: "it has manual values" (HasManualRegions),
+// "it calls cross-partition collectives" (a collective with a channel_id in the global program:
+// XLA's partitioner keeps such a user collective, so the reference runs it among P devices that
+// all hold the whole program, as the partitioned one runs it among the devices), or "" when the
+// global program runs on one device.
+std::string GlobalViewReason(const HloModule& module);
+
 absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule& global,
                                                                  int64_t num_partitions);
 

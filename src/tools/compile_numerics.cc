@@ -76,7 +76,7 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   // partition when it has manual regions); its inputs and outputs stay while the compiled module
   // runs on every device.
   if (global != nullptr) {
-    const int64_t ref_devices = eval::HasManualRegions(*global) ? n.num_partitions : 1;
+    const int64_t ref_devices = eval::GlobalViewReason(*global).empty() ? 1 : n.num_partitions;
     n.estimated_bytes = std::max(eval::EstimateMemoryBytes(*global, ref_devices),
                                  eval::EstimateMemoryBytes(compiled, devices) + EntryIoBytes(*global));
   } else {
@@ -95,11 +95,11 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
       o.force ? std::numeric_limits<int64_t>::max() : o.numerics_memory_bytes;
 
   if (global != nullptr) {
-    n.reference = eval::HasManualRegions(*global)
-                      ? absl::StrCat("the global module's global view on ",
-                                     CountOf(n.num_partitions, "device", "devices"),
-                                     " (it has manual values)")
-                      : "the global module on 1 device";
+    const std::string view = eval::GlobalViewReason(*global);
+    n.reference = !view.empty() ? absl::StrCat("the global module's global view on ",
+                                               CountOf(n.num_partitions, "device", "devices"),
+                                               " (", view, ")")
+                                : "the global module on 1 device";
     absl::StatusOr<eval::GlobalCompareReport> cmp =
         eval::CompareGlobalWithPartitioned(*global, compiled, copts, /*exact_copies=*/false);
     if (!cmp.ok()) {
