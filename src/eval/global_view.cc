@@ -1,6 +1,8 @@
 // The global-view reference of manual regions (see global_view.h).
 #include "eval/global_view.h"
 
+#include <algorithm>
+
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -20,6 +22,16 @@ bool IsCall(const HloInstruction* h, std::string_view target) {
 // The sharding a conversion call refers to: FullToShard -> its operand's (the `Sharding` call
 // JAX puts before it), else its own if tiled; ShardToFull -> its own.
 absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool to_shard) {
+  // The call's own sharding (to_shard) or its operand's (ShardToFull) says how manual the region
+  // is: a manual subgroup beside tiled or replicated devices is a partially manual region.
+  const HloInstruction* region = to_shard ? h : h->operand(0);
+  if (region->sharding && region->sharding->kind == HloSharding::Kind::kTiled &&
+      std::find(region->sharding->last_tile_dims.begin(), region->sharding->last_tile_dims.end(),
+                "manual") != region->sharding->last_tile_dims.end()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "'", h->name(), "' (", h->custom_call_target(), ") bounds a partially manual region (",
+        region->sharding->ToString(), "): the global-view reference covers fully manual regions only"));
+  }
   const HloInstruction* holder = h;
   if (to_shard) {
     holder = h->operand(0);

@@ -239,6 +239,158 @@ HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, const Sharding& from
   return x;
 }
 
+// ---- manual subgroups (XLA's subgroup-manual shardings: last_tile_dims={manual, ...}) ----
+// A value with a manual subgroup is separate per manual group (each group runs its own program);
+// inside a group it is tiled by the data dims. Reshards of such values move data only inside
+// the groups: the all-gathers' groups come from the device array with the manual index fixed.
+
+// Position of the manual subgroup in the device array (tiles ++ subgroups), or -1.
+int64_t ManualArrayDim(const Sharding& s) {
+  if (!s.IsTiled()) return -1;
+  int64_t dim = s.rank();
+  for (const Sharding::Subgroup& g : s.subgroups()) {
+    if (g.type == SubgroupType::kManual) return dim;
+    ++dim;
+  }
+  return -1;
+}
+
+// The device array `devices` of shape `dims` transposed by `perm` (row-major).
+std::vector<int64_t> Transposed(const std::vector<int64_t>& devices, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& perm) {
+  std::vector<int64_t> out_dims, strides(dims.size(), 1), out;
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  for (int64_t p : perm) out_dims.push_back(dims[static_cast<size_t>(p)]);
+  std::vector<int64_t> idx(out_dims.size(), 0);
+  out.reserve(devices.size());
+  for (size_t k = 0; k < devices.size(); ++k) {
+    int64_t src = 0;
+    for (size_t i = 0; i < perm.size(); ++i) src += idx[i] * strides[static_cast<size_t>(perm[i])];
+    out.push_back(devices[static_cast<size_t>(src)]);
+    for (size_t i = idx.size(); i-- > 0;) {
+      if (++idx[i] < out_dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+
+// `s` (with a manual subgroup and no unreduced one) with the data dims `dims` untiled inside its
+// manual groups: their devices join the replicated subgroup, the manual subgroup stays.
+std::optional<Sharding> ReplicateDimsInManualGroups(const Sharding& s, const std::vector<int64_t>& dims) {
+  const int64_t mdim = ManualArrayDim(s);
+  if (mdim < 0 || s.SubgroupSize(SubgroupType::kUnreduced) > 1) return std::nullopt;
+  const int64_t rank = s.rank();
+  std::vector<int64_t> tiles = s.tiles(), perm;
+  int64_t replication = s.ReplicationSize();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  }
+  perm.push_back(mdim);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
+    perm.push_back(d);
+    replication *= tiles[static_cast<size_t>(d)];
+    tiles[static_cast<size_t>(d)] = 1;
+  }
+  for (int64_t a = rank; a < static_cast<int64_t>(s.ArrayDims().size()); ++a) {
+    if (a != mdim) perm.push_back(a);
+  }
+  std::vector<Sharding::Subgroup> subgroups = {{SubgroupType::kManual, s.SubgroupSize(SubgroupType::kManual)}};
+  if (replication > 1) subgroups.push_back({SubgroupType::kReplicated, replication});
+  absl::StatusOr<Sharding> out =
+      Sharding::Tiled(std::move(tiles), std::move(subgroups), Transposed(s.devices(), s.ArrayDims(), perm));
+  if (!out.ok()) return std::nullopt;
+  return *std::move(out);
+}
+
+// `s` (replicated, or tiled with at most a replicated subgroup) read inside the manual groups of
+// `m`: the same tiling in every group, the members of each group (in m's order) taking the tiles
+// in row-major order, each tile on size/tiles members. nullopt when the tiles do not divide a
+// group.
+std::optional<Sharding> InManualGroups(const Sharding& s, const Sharding& m, int64_t rank) {
+  const int64_t mdim = ManualArrayDim(m);
+  if (mdim < 0 || (s.IsTiled() && (s.HasManualSubgroup() || s.SubgroupSize(SubgroupType::kUnreduced) > 1)) ||
+      !(s.IsTiled() || s.IsReplicated())) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> others;
+  for (int64_t a = 0; a < static_cast<int64_t>(m.ArrayDims().size()); ++a) {
+    if (a != mdim) others.push_back(a);
+  }
+  const std::vector<std::vector<int64_t>> groups = DeviceGroups(m, others);  // one per manual index
+  const std::vector<int64_t> tiles = s.IsTiled() ? s.tiles() : std::vector<int64_t>(static_cast<size_t>(rank), 1);
+  int64_t t = 1;
+  for (int64_t x : tiles) t *= x;
+  const int64_t k = groups.empty() ? 0 : static_cast<int64_t>(groups[0].size());
+  if (k == 0 || k % t != 0) return std::nullopt;
+  // Array [tiles.., M, k/t]: device(tile i, group g, copy j) = groups[g][i * (k/t) + j].
+  std::vector<int64_t> devices;
+  for (int64_t i = 0; i < t; ++i) {
+    for (const std::vector<int64_t>& g : groups) {
+      for (int64_t j = 0; j < k / t; ++j) devices.push_back(g[static_cast<size_t>(i * (k / t) + j)]);
+    }
+  }
+  std::vector<Sharding::Subgroup> subgroups = {{SubgroupType::kManual, static_cast<int64_t>(groups.size())}};
+  if (k / t > 1) subgroups.push_back({SubgroupType::kReplicated, k / t});
+  absl::StatusOr<Sharding> out = Sharding::Tiled(tiles, std::move(subgroups), std::move(devices));
+  if (!out.ok()) return std::nullopt;
+  return *std::move(out);
+}
+
+// Whether every device has the same manual index in `a` and `b` (both with manual subgroups).
+bool SameManualGroups(const Sharding& a, const Sharding& b, int64_t n) {
+  const int64_t ma = ManualArrayDim(a), mb = ManualArrayDim(b);
+  for (int64_t p = 0; p < n; ++p) {
+    const std::optional<std::vector<int64_t>> ia = a.ArrayIndex(p), ib = b.ArrayIndex(p);
+    if (!ia || !ib || (*ia)[static_cast<size_t>(ma)] != (*ib)[static_cast<size_t>(mb)]) return false;
+  }
+  return true;
+}
+
+// The reshard of a value with a manual subgroup, or into one, inside the manual groups (see
+// above). Unimplemented when the groups differ or the move is not a gather and/or a slice.
+absl::StatusOr<HloInstruction*> ReshardInManualGroups(SpmdBuilder& b, HloInstruction* x,
+                                                      const Sharding& from_in, const Sharding& to_in,
+                                                      const Shape& global) {
+  const int64_t n = b.num_partitions();
+  auto refuse = [&]() {
+    return absl::UnimplementedError(absl::StrCat("cannot reshard a manual value from ", from_in.ToString(),
+                                                 " to ", to_in.ToString(), " inside its manual groups"));
+  };
+  std::optional<Sharding> from = from_in.HasManualSubgroup() ? std::optional<Sharding>(from_in)
+                                                              : InManualGroups(from_in, to_in, global.rank());
+  std::optional<Sharding> to = to_in.HasManualSubgroup() ? std::optional<Sharding>(to_in)
+                                                          : InManualGroups(to_in, from_in, global.rank());
+  if (!from || !to || !SameDeviceSet(*from, n) || !SameDeviceSet(*to, n) || !SameManualGroups(*from, *to, n) ||
+      from->rank() != global.rank() || to->rank() != global.rank()) {
+    return refuse();
+  }
+  if (*from == *to) return x;
+  if (RefinesOnEveryDevice(*from, *to, global, n)) return SliceToRefinement(b, x, *from, *to, global);
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < from->rank(); ++d) {
+    if (from->tile(d) > 1 && to->tile(d) != from->tile(d)) dims.push_back(d);
+  }
+  std::sort(dims.rbegin(), dims.rend());
+  Sharding cur = *from;
+  for (int64_t d : dims) {
+    x = b.AllGather(x, d, DeviceGroups(cur, {d}));
+    std::optional<Sharding> next = ReplicateDimsInManualGroups(cur, {d});
+    if (!next) return refuse();
+    cur = *std::move(next);
+    const int64_t size = global.dims[static_cast<size_t>(d)];
+    if (x->shape().dims[static_cast<size_t>(d)] > size) {
+      std::vector<int64_t> limits = x->shape().dims;
+      limits[static_cast<size_t>(d)] = size;
+      x = b.Slice(x, limits);
+    }
+  }
+  if (cur == *to) return x;
+  if (!RefinesOnEveryDevice(cur, *to, global, n)) return refuse();
+  return SliceToRefinement(b, x, cur, *to, global);
+}
+
 }  // namespace
 
 std::string_view ReshardKindName(ReshardKind k) {
@@ -391,6 +543,13 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
   }
   const Sharding to = Physical(to_in);
   if (from == to) return x;
+  // A manual value is each device's own: read replicated (or a replicated value read as manual),
+  // it is the same data on every device, as XLA's partitioner reads the unannotated ops inside a
+  // manual region. Partially manual values move inside their manual groups.
+  if ((from.IsManual() && to.IsReplicated()) || (from.IsReplicated() && to.IsManual())) return x;
+  if (!from.IsManual() && !to.IsManual() && (from.HasManualSubgroup() || to.HasManualSubgroup())) {
+    return ReshardInManualGroups(b, x, from, to, global);
+  }
   if (from.IsManual() || to.IsManual() || from.HasManualSubgroup() || to.HasManualSubgroup()) {
     return absl::UnimplementedError(absl::StrCat("cannot reshard a manual value from ",
                                                  from.ToString(), " to ", to.ToString()));

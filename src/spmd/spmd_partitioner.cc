@@ -25,6 +25,38 @@ bool IsCall(const HloInstruction& h, std::string_view target) {
   return h.opcode() == HloOpcode::kCustomCall && h.custom_call_target() == target;
 }
 
+// A collective the user wrote inside a partially manual region (its sharding has a manual
+// subgroup) may only join devices that differ in their manual index: the other devices of a
+// replica group run the same manual program on other data. XLA's partitioner refuses the rest
+// ("manual all-reduce across devices that belong to different manual subgroups").
+absl::Status CheckManualSubgroupCollective(const HloInstruction& h, const Sharding& s) {
+  if (!IsCollective(h.opcode()) || !s.IsTiled() || !s.HasManualSubgroup() || !h.replica_groups) {
+    return absl::OkStatus();
+  }
+  int64_t mdim = s.rank();
+  for (const Sharding::Subgroup& g : s.subgroups()) {
+    if (g.type == SubgroupType::kManual) break;
+    ++mdim;
+  }
+  for (const std::vector<int64_t>& group : h.replica_groups->groups) {
+    std::optional<std::vector<int64_t>> first;
+    for (int64_t d : group) {
+      std::optional<std::vector<int64_t>> idx = s.ArrayIndex(d);
+      if (!idx) continue;
+      (*idx)[static_cast<size_t>(mdim)] = 0;
+      if (!first) {
+        first = std::move(idx);
+      } else if (*idx != *first) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spmd-partitioner: '", h.name(), "': manual ", std::string(HloOpcodeString(h.opcode())),
+            " across devices that belong to different manual subgroups: replica group {",
+            absl::StrJoin(group, ","), "} joins devices that hold different tiles of ", s.ToString()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool AllManual(const Sharding& s) {
   if (!s.IsTuple()) return s.IsManual();
   return !s.leaves().empty() &&
@@ -200,6 +232,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
   }
   const Sharding& target = Target(&h);
+  if (absl::Status st = CheckManualSubgroupCollective(h, target); !st.ok()) return st;
   // Manual regions are already per device: clone as is (a tuple manual in every leaf too, such
   // as a manual loop's state).
   if (AllManual(target) && !IsCall(h, "SPMDFullToShardShape")) {
