@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -212,7 +213,8 @@ int64_t LargestReductionGroup(const HloModule& m) {
 // module's P devices, every device on the full inputs. The reference outputs are device 0's.
 absl::StatusOr<EvalResult> RunReference(const HloModule& global, const HloModule& partitioned,
                                         const EvalOptions& options, const EvalOptions& ge,
-                                        const Inputs& gin) {
+                                        const Inputs& gin,
+                                        const std::vector<std::vector<ValuePtr>>* view_inputs = nullptr) {
   absl::StatusOr<EvalResult> gr;
   if (!GlobalViewReason(global).empty()) {
     const int64_t p = ResolvedNumPartitions(partitioned, options);
@@ -224,7 +226,11 @@ absl::StatusOr<EvalResult> RunReference(const HloModule& global, const HloModule
     EvalOptions ve = ge;
     ve.num_partitions = p;
     Inputs vin;
-    vin.per_device.assign(static_cast<size_t>(p), gin.per_device[0]);
+    if (view_inputs != nullptr && static_cast<int64_t>(view_inputs->size()) == p) {
+      vin.per_device = *view_inputs;
+    } else {
+      vin.per_device.assign(static_cast<size_t>(p), gin.per_device[0]);
+    }
     gr = RunModule(**view, ve, &vin);
   } else {
     std::unique_ptr<HloModule> ref = global.Clone();
@@ -327,6 +333,105 @@ ValuePtr RebuildTuple(const Value& v, const Fn& tile, size_t* next) {
   }
   t.shape = Shape::Tuple(std::move(shapes));
   return Share(std::move(t));
+}
+
+// The manual index of every partition under the partitioned module's partially manual parameter
+// shardings (a manual subgroup; XLA's subgroup-manual shardings), or empty when no parameter has
+// one. Unimplemented when two parameters group the devices differently.
+absl::StatusOr<std::vector<int64_t>> ManualGroupsOfParameters(const HloModule& partitioned,
+                                                              const HloModule& global, int64_t n) {
+  std::vector<int64_t> groups;
+  for (int64_t i = 0; i < partitioned.entry()->num_parameters(); ++i) {
+    const HloInstruction* p = partitioned.entry()->parameter(i);
+    if (!p->sharding || global.entry()->parameter(i)->shape().IsTuple()) continue;
+    absl::StatusOr<Sharding> s = ShardingOf(p, global.entry()->parameter(i)->shape());
+    if (!s.ok() || !s->IsTiled() || !s->HasManualSubgroup()) continue;
+    int64_t mdim = s->rank();
+    for (const Sharding::Subgroup& g : s->subgroups()) {
+      if (g.type == spmd::SubgroupType::kManual) break;
+      ++mdim;
+    }
+    std::vector<int64_t> mine(static_cast<size_t>(n), 0);
+    for (int64_t d = 0; d < n; ++d) {
+      std::optional<std::vector<int64_t>> idx = s->ArrayIndex(d);
+      if (!idx) return absl::UnimplementedError(absl::StrCat("parameter ", i, "'s sharding ", s->ToString(), " leaves out device ", d));
+      mine[static_cast<size_t>(d)] = (*idx)[static_cast<size_t>(mdim)];
+    }
+    if (!groups.empty() && groups != mine) {
+      return absl::UnimplementedError("the partially manual parameters group the devices differently");
+    }
+    groups = std::move(mine);
+  }
+  return groups;
+}
+
+// Output leaf k with a manual subgroup, when the manual groups ran on their own inputs: each
+// group's tiles reassembled and compared with the reference of that group (grs[m]), every copy
+// of a tile inside a group agreeing with its first (bit for bit, or within the type's default
+// tolerance when !exact); the worst group's comparison, its `device` the group's first holder.
+OutputComparison CompareManualGroups(const std::vector<EvalResult>& grs, const EvalResult& pr, size_t k,
+                                     const Sharding& s, const Shape& gs, int64_t n, int64_t replicas,
+                                     const std::function<int64_t(int64_t)>& group_of,
+                                     const CompareOptions& co, bool exact,
+                                     std::vector<std::string>* copy_mismatches) {
+  OutputComparison worst;
+  const std::vector<std::vector<int64_t>> all = TileHolders(s, gs.rank(), n, replicas);
+  const Shape local = spmd::LocalShape(gs, s);
+  for (int64_t m = 0; m < static_cast<int64_t>(grs.size()); ++m) {
+    std::vector<std::vector<int64_t>> holders;
+    for (const std::vector<int64_t>& hs : all) {
+      std::vector<int64_t> mine;
+      for (int64_t d : hs) {
+        if (group_of(d) == m) mine.push_back(d);
+      }
+      if (!mine.empty()) holders.push_back(std::move(mine));
+    }
+    OutputComparison c;
+    c.shape = gs.ToString(false);
+    bool shapes_ok = !holders.empty();
+    for (const std::vector<int64_t>& hs : holders) {
+      shapes_ok = shapes_ok && pr.outputs[static_cast<size_t>(hs[0])][k]->shape.dims == local.dims;
+    }
+    if (!shapes_ok) {
+      c.pass = false;
+      c.path = absl::StrCat("manual group ", m, ": the devices' outputs are not the tiles of ", gs.ToString(false),
+                            " under ", s.ToString());
+    } else {
+      const std::pair<double, double> tol = DefaultTolerance(gs.element_type);
+      for (const std::vector<int64_t>& hs : holders) {
+        const Value& first = *pr.outputs[static_cast<size_t>(hs[0])][k];
+        for (size_t h = 1; h < hs.size(); ++h) {
+          const Value& other = *pr.outputs[static_cast<size_t>(hs[h])][k];
+          int64_t bad = -1;
+          ForEachTileElement(first.shape.dims, gs.dims, Offsets(s, hs[0] % n, gs), [&](int64_t lk, int64_t gi) {
+            if (gi < 0 || bad >= 0 || SameBits(first, lk, other, lk)) return;
+            const double x = first.GetDouble(lk), y = other.GetDouble(lk);
+            if (exact || !IsFloatingPoint(gs.element_type) ||
+                !(std::fabs(x - y) <= tol.second + tol.first * std::max(std::fabs(x), std::fabs(y)))) {
+              bad = lk;
+            }
+          });
+          if (bad >= 0) {
+            c.pass = false;
+            copy_mismatches->push_back(absl::StrFormat(
+                "output %d, manual group %d: device %d differs from device %d at local element %d "
+                "(%g vs %g): copies of a tile inside a manual group must agree",
+                k, m, hs[h], hs[0], bad, other.GetDouble(bad), first.GetDouble(bad)));
+          }
+        }
+      }
+      const bool copies_ok = c.pass;
+      c = CompareOutputValues(*grs[static_cast<size_t>(m)].outputs[0][k], Reassemble(pr, k, s, gs, n, holders), co);
+      c.pass = c.pass && copies_ok;
+      c.path = absl::StrCat("manual groups: each of the ", grs.size(),
+                            " groups' tiles against the reference run on that group's inputs");
+    }
+    c.device = holders.empty() ? -1 : holders[0][0];
+    if (m == 0 || (worst.pass && !c.pass) || (worst.pass == c.pass && c.max_abs_error > worst.max_abs_error)) {
+      worst = std::move(c);
+    }
+  }
+  return worst;
 }
 
 // Whether `m` calls partition-id or replica-id.
@@ -451,14 +556,60 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   ge.replicate_unsharded = true;
   absl::StatusOr<Inputs> gin = MakeInputs(*ref, ge);
   if (!gin.ok()) return absl::Status(gin.status().code(), absl::StrCat("global module: ", gin.status().message()));
-  absl::StatusOr<EvalResult> gr = RunReference(global, partitioned, options.eval, ge, *gin);
-  if (!gr.ok()) return gr.status();
-  // 3. Tiles with poisoned padding.
   EvalOptions pe = options.eval;
   pe.num_partitions = ResolvedNumPartitions(partitioned, options.eval);
   pe.replica_count = ResolvedReplicaCount(partitioned, options.eval);
   const int64_t n = pe.num_partitions, devices = n * pe.replica_count;
   const HloComputation* pentry = partitioned.entry();
+  // Partially manual parameters: every manual group runs its own program, so each group gets its
+  // own inputs (a group reading another's data then shows), and its outputs are checked against
+  // the reference run on them; the other parameters are the same for every group.
+  absl::StatusOr<std::vector<int64_t>> mgroup = ManualGroupsOfParameters(partitioned, global, n);
+  if (!mgroup.ok()) return mgroup.status();
+  const int64_t num_groups =
+      mgroup->empty() ? 1 : *std::max_element(mgroup->begin(), mgroup->end()) + 1;
+  std::vector<Inputs> gins = {*gin};
+  for (int64_t m = 1; m < num_groups; ++m) {
+    EvalOptions gm = ge;
+    gm.seed = ge.seed + 0x9e3779b9ULL * static_cast<uint64_t>(m);
+    absl::StatusOr<Inputs> in = MakeInputs(*ref, gm);
+    if (!in.ok()) return absl::Status(in.status().code(), absl::StrCat("global module: ", in.status().message()));
+    for (int64_t i = 0; i < pentry->num_parameters(); ++i) {
+      const HloInstruction* p = pentry->parameter(i);
+      absl::StatusOr<Sharding> ps = ShardingOf(p, global.entry()->parameter(i)->shape());
+      if (!ps.ok() || !ps->IsTiled() || !ps->HasManualSubgroup()) {
+        in->per_device[0][static_cast<size_t>(i)] = gin->per_device[0][static_cast<size_t>(i)];
+      }
+    }
+    gins.push_back(*std::move(in));
+  }
+  auto group_of = [&](int64_t d) { return mgroup->empty() ? int64_t{0} : (*mgroup)[static_cast<size_t>(d % n)]; };
+  std::vector<EvalResult> grs;
+  if (num_groups > 1 && !GlobalViewReason(global).empty()) {
+    std::vector<std::vector<ValuePtr>> view_in;
+    for (int64_t d = 0; d < n; ++d) view_in.push_back(gins[static_cast<size_t>(group_of(d))].per_device[0]);
+    absl::StatusOr<EvalResult> r = RunReference(global, partitioned, options.eval, ge, *gin, &view_in);
+    if (!r.ok()) return r.status();
+    // Group m's reference: the view's outputs on the first device of group m.
+    for (int64_t m = 0; m < num_groups; ++m) {
+      EvalResult g = *r;
+      for (int64_t d = 0; d < n; ++d) {
+        if (group_of(d) == m) {
+          g.outputs[0] = r->outputs[static_cast<size_t>(d)];
+          break;
+        }
+      }
+      grs.push_back(std::move(g));
+    }
+  } else {
+    for (int64_t m = 0; m < num_groups; ++m) {
+      absl::StatusOr<EvalResult> r = RunReference(global, partitioned, options.eval, ge, gins[static_cast<size_t>(m)]);
+      if (!r.ok()) return r.status();
+      grs.push_back(*std::move(r));
+    }
+  }
+  EvalResult* gr = &grs[0];
+  // 3. Tiles with poisoned padding.
   Inputs pin;
   pin.per_device.assign(static_cast<size_t>(devices), {});
   for (int64_t i = 0; i < pentry->num_parameters(); ++i) {
@@ -482,7 +633,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       continue;
     }
     for (int64_t d = 0; d < devices; ++d) {
-      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(*g, *s, d % n, n)));
+      const Value& gv = *gins[static_cast<size_t>(group_of(d))].per_device[0][static_cast<size_t>(i)];
+      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(gv, *s, d % n, n)));
     }
   }
   absl::StatusOr<EvalResult> pr = RunModule(partitioned, pe, &pin);
@@ -571,6 +723,15 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     const Sharding& s = leaves[k];
     const Shape& gs = leaf_shapes[k];
     const bool is_random = k < random.size() && random[k].rng != nullptr;
+    // With partially manual parameters, every output is per manual group: one without the manual
+    // subgroup in its sharding is that sharding inside each group (as the partitioner reads it).
+    if (num_groups > 1 && !s.IsManual() && !s.IsMaximal()) {
+      report.compare.outputs.push_back(CompareManualGroups(grs, *pr, k, s, gs, n, pe.replica_count, group_of, co,
+                                                           exact_copies, &report.copy_mismatches));
+      report.compare.outputs.back().output = static_cast<int64_t>(k);
+      report.compare.pass &= report.compare.outputs.back().pass;
+      continue;
+    }
     if (s.IsManual() && gr->outputs.size() >= static_cast<size_t>(n)) {
       // A manual output is per device: each device's against the global view's on that device
       // (the view runs the program on every device with the same inputs, global_view.h).
@@ -735,7 +896,7 @@ std::string GlobalCompareReport::ToString() const {
                               : std::string(),
                           c.pass ? "PASS" : "FAIL");
     // An output judged as a reassociated sum says so, and what its exact-sum run found.
-    if (c.sum_terms == 0 && (absl::StartsWith(c.path, "random:") || absl::StartsWith(c.path, "manual:") ||
+    if (c.sum_terms == 0 && (absl::StartsWith(c.path, "random:") || absl::StartsWith(c.path, "manual") ||
                              absl::StartsWith(c.path, "outfeed "))) {
       absl::StrAppend(&s, "    ", c.path, "\n");
     }

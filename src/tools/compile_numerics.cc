@@ -22,7 +22,7 @@ void RecordComparison(const eval::CompareReport& cmp, NumericsRecord* n) {
     n->max_rel_error = std::max(n->max_rel_error, c.max_rel_error);
     n->mismatches += c.mismatches;
     // Outputs not compared value for value against one reassembled array say how they were.
-    if (c.path.rfind("random:", 0) == 0 || c.path.rfind("manual:", 0) == 0 ||
+    if (c.path.rfind("random:", 0) == 0 || c.path.rfind("manual", 0) == 0 ||
         c.path.rfind("outfeed ", 0) == 0) {
       n->notes.push_back(c.path.rfind("outfeed ", 0) == 0 ? c.path
                                                            : absl::StrCat("output ", c.output, ": ", c.path));
