@@ -75,20 +75,24 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   // The reference runs first (the global program on one device, or its global view on every
   // partition when it has manual regions); its inputs and outputs stay while the compiled module
   // runs on every device.
+  int64_t global_alone = -1;  // the reference run's own estimate (global input only)
   if (global != nullptr) {
     const int64_t ref_devices = eval::GlobalViewReason(*global).empty() ? 1 : n.num_partitions;
-    n.estimated_bytes = std::max(eval::EstimateMemoryBytes(*global, ref_devices),
-                                 eval::EstimateMemoryBytes(compiled, devices) + EntryIoBytes(*global));
+    global_alone = eval::EstimateMemoryBytes(*global, ref_devices);
+    n.estimated_bytes = std::max(global_alone, eval::EstimateMemoryBytes(compiled, devices) + EntryIoBytes(*global));
   } else {
     n.estimated_bytes = std::max(eval::EstimateMemoryBytes(input, devices),
                                  eval::EstimateMemoryBytes(compiled, devices));
   }
   if (n.estimated_bytes > o.numerics_memory_bytes && !o.force) {
     n.skipped = absl::StrFormat(
-        "the module is too large to evaluate here: about %s on %s (limit %s); "
+        "the module is too large to evaluate here: about %s on %s (limit %s%s); "
         "--force runs it anyway",
         FormatBytes(n.estimated_bytes), CountOf(devices, "device", "devices"),
-        FormatBytes(o.numerics_memory_bytes));
+        FormatBytes(o.numerics_memory_bytes),
+        global_alone < 0 ? std::string()
+                         : absl::StrCat("; the global program alone: about ", FormatBytes(global_alone),
+                                        global_alone <= o.numerics_memory_bytes ? ", which fits" : ""));
     return;
   }
   copts.eval.max_memory_bytes =
