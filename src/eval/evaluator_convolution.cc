@@ -155,17 +155,23 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
   // As a GEMM (im2col): for each block of output features with one feature group g and one batch
   // group bg, the rows are (n, output position) pairs, the columns (kernel position, input
   // feature c); P holds the lhs values each row reads (zero outside the lhs and in dilation
-  // holes), Km the kernel for the block, and P x Km (double, cblas_dgemm) the block's outputs.
-  // Rows go in chunks that keep P near 16 MiB, feature blocks in pieces that keep Km near 64 MiB.
+  // holes), Km the kernel, and R += P x Km accumulates the block's outputs over chunks of the
+  // columns (kernel positions), so that a window of millions of elements (a weight gradient over
+  // whole images) still runs as large GEMMs. Each P chunk (about 8 MiB) is built once and serves
+  // every output-feature block of its group; each Km chunk stays near 32 MiB, R near 16 MiB.
   const int64_t kc = kernel_count * kernel_in;
   if (kc > std::numeric_limits<int>::max()) {
     return InvalidArgumentError(absl::StrCat("convolution '", instr.name(), "': a window of ", kc,
                                              " elements is more than the evaluator's GEMM takes"));
   }
   const int64_t rows_total = out_batch * spatial_count;
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows_total, (int64_t{1} << 21) / std::max<int64_t>(1, kc)));
+  const int64_t kp_chunk = std::max<int64_t>(1, std::min<int64_t>(kernel_count, 8192 / std::max<int64_t>(1, kernel_in)));
+  const int64_t kchunk_max = kp_chunk * kernel_in;
   const int64_t group_blk = std::max<int64_t>(1, std::gcd(per_group_out, per_bgroup_out));
-  const int64_t max_cols = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(1, kc));
+  // Rows per chunk: P (rows x kchunk) near 8 MiB and R (rows x group_blk) near 16 MiB.
+  const int64_t chunk = std::max<int64_t>(
+      1, std::min({rows_total, (int64_t{1} << 21) / std::max<int64_t>(1, kchunk_max), (int64_t{1} << 22) / group_blk}));
+  const int64_t max_cols = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(1, kchunk_max));
   // Kernel positions, decoded once: the position per spatial dim and its (reversed) rhs offset.
   std::vector<std::vector<int64_t>> kpositions(static_cast<size_t>(kernel_count), std::vector<int64_t>(ns));
   std::vector<int64_t> koffset(static_cast<size_t>(kernel_count), 0);
@@ -186,22 +192,13 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
     using T = decltype(zero);
     std::vector<T> P, Km, R;
     for (int64_t og = 0; og < out_features; og += group_blk) {
-      for (int64_t o0 = og; o0 < og + group_blk; o0 += max_cols) {
-        const int64_t blk = std::min(max_cols, og + group_blk - o0);
-        Km.assign(static_cast<size_t>(kc * blk), T(0));
-        const int64_t g = o0 / per_group_out, bg = o0 / per_bgroup_out;
-        for (int64_t kp = 0; kp < kernel_count; ++kp) {
-          for (int64_t c = 0; c < kernel_in; ++c) {
-            for (int64_t q = 0; q < blk; ++q) {
-              Km[static_cast<size_t>((kp * kernel_in + c) * blk + q)] =
-                  static_cast<T>(rhs_at(koffset[static_cast<size_t>(kp)] + c * kstride_i + (o0 + q) * ks[static_cast<size_t>(K->b)]));
-            }
-          }
-        }
-        for (int64_t r0 = 0; r0 < rows_total; r0 += chunk) {
-          const int64_t rows = std::min(chunk, rows_total - r0);
-          P.assign(static_cast<size_t>(rows * kc), T(0));
-          R.assign(static_cast<size_t>(rows * blk), T(0));
+      const int64_t g = og / per_group_out, bg = og / per_bgroup_out;
+      for (int64_t r0 = 0; r0 < rows_total; r0 += chunk) {
+        const int64_t rows = std::min(chunk, rows_total - r0);
+        R.assign(static_cast<size_t>(rows * group_blk), T(0));
+        for (int64_t kp0 = 0; kp0 < kernel_count; kp0 += kp_chunk) {
+          const int64_t kps = std::min(kp_chunk, kernel_count - kp0), kcols = kps * kernel_in;
+          P.assign(static_cast<size_t>(rows * kcols), T(0));
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t n = (r0 + r) / spatial_count, sp = (r0 + r) % spatial_count;
             int64_t rem = sp;
@@ -211,7 +208,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
               rem /= size;
             }
             const int64_t lhs_batch = bg * out_batch + n;
-            for (int64_t kp = 0; kp < kernel_count; ++kp) {
+            for (int64_t kp = kp0; kp < kp0 + kps; ++kp) {
               int64_t lbase = lhs_batch * ls[static_cast<size_t>(L->a)] + g * kernel_in * lstride_f;
               bool inside = true;
               for (size_t j = 0; j < ns; ++j) {
@@ -225,32 +222,45 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
                 lbase += (x / wd.lhs_dilate) * ls[static_cast<size_t>(L->spatial[j])];
               }
               if (!inside) continue;
-              T* row = P.data() + r * kc + kp * kernel_in;
+              T* row = P.data() + r * kcols + (kp - kp0) * kernel_in;
               for (int64_t c = 0; c < kernel_in; ++c) row[c] = static_cast<T>(lhs_at(lbase + c * lstride_f));
             }
           }
-          if (kc > 0) {
+          for (int64_t o0 = og; o0 < og + group_blk; o0 += max_cols) {
+            const int64_t blk = std::min(max_cols, og + group_blk - o0);
+            Km.assign(static_cast<size_t>(kcols * blk), T(0));
+            for (int64_t kp = kp0; kp < kp0 + kps; ++kp) {
+              for (int64_t c = 0; c < kernel_in; ++c) {
+                T* dst = Km.data() + ((kp - kp0) * kernel_in + c) * blk;
+                const int64_t src = koffset[static_cast<size_t>(kp)] + c * kstride_i;
+                for (int64_t q = 0; q < blk; ++q) {
+                  dst[q] = static_cast<T>(rhs_at(src + (o0 + q) * ks[static_cast<size_t>(K->b)]));
+                }
+              }
+            }
+            if (kcols == 0) continue;
+            T* out_block = R.data() + (o0 - og);
             if constexpr (std::is_same_v<T, float>) {
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(blk),
-                          static_cast<int>(kc), 1.0f, P.data(), static_cast<int>(kc), Km.data(), static_cast<int>(blk),
-                          0.0f, R.data(), static_cast<int>(blk));
+                          static_cast<int>(kcols), 1.0f, P.data(), static_cast<int>(kcols), Km.data(),
+                          static_cast<int>(blk), 1.0f, out_block, static_cast<int>(group_blk));
             } else {
               cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(blk),
-                          static_cast<int>(kc), 1.0, P.data(), static_cast<int>(kc), Km.data(), static_cast<int>(blk),
-                          0.0, R.data(), static_cast<int>(blk));
+                          static_cast<int>(kcols), 1.0, P.data(), static_cast<int>(kcols), Km.data(),
+                          static_cast<int>(blk), 1.0, out_block, static_cast<int>(group_blk));
             }
           }
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t n = (r0 + r) / spatial_count, sp = (r0 + r) % spatial_count;
-            int64_t rem = sp, oi = n * os[static_cast<size_t>(O->a)];
-            for (size_t j = ns; j-- > 0;) {
-              const int64_t size = od[static_cast<size_t>(O->spatial[j])];
-              oi += (rem % size) * os[static_cast<size_t>(O->spatial[j])];
-              rem /= size;
-            }
-            for (int64_t q = 0; q < blk; ++q) {
-              out.SetDouble(oi + (o0 + q) * os[static_cast<size_t>(O->b)], R[static_cast<size_t>(r * blk + q)]);
-            }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t n = (r0 + r) / spatial_count, sp = (r0 + r) % spatial_count;
+          int64_t rem = sp, oi = n * os[static_cast<size_t>(O->a)];
+          for (size_t j = ns; j-- > 0;) {
+            const int64_t size = od[static_cast<size_t>(O->spatial[j])];
+            oi += (rem % size) * os[static_cast<size_t>(O->spatial[j])];
+            rem /= size;
+          }
+          for (int64_t q = 0; q < group_blk; ++q) {
+            out.SetDouble(oi + (og + q) * os[static_cast<size_t>(O->b)], R[static_cast<size_t>(r * group_blk + q)]);
           }
         }
       }

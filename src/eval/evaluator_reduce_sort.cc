@@ -194,6 +194,61 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
   const PrimitiveType t = out_shape.element_type;
   int64_t wcount = 1;
   for (const WindowDim& wd : *w) wcount *= wd.size;
+  if (fast) {
+    // The source offsets each output index reads along each dim, in window order (WindowSource's
+    // rule: padding and lhs-dilation holes left out). An output then walks the product of its
+    // dims' lists in row-major window order, the order the generic walk combines in, so the
+    // results are the same bits, and only the elements it reads cost anything.
+    std::vector<std::vector<std::vector<int64_t>>> src(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      const WindowDim& wd = (*w)[d];
+      src[d].resize(static_cast<size_t>(out_shape.dims[d]));
+      for (int64_t o = 0; o < out_shape.dims[d]; ++o) {
+        for (int64_t k = 0; k < wd.size; ++k) {
+          int64_t pos = o * wd.stride + k * wd.rhs_dilate - wd.lo;
+          if (pos < 0 || pos % wd.lhs_dilate != 0) continue;
+          pos /= wd.lhs_dilate;
+          if (pos >= in.shape.dims[d]) continue;
+          src[d][static_cast<size_t>(o)].push_back(pos * is[d]);
+        }
+      }
+    }
+    const HloOpcode op = *simple->second;
+    const bool is_int = in.storage() == Storage::kInt;
+    std::vector<size_t> pick(rank, 0);
+    for (int64_t o = 0; o < n_out; ++o) {
+      int64_t rem = o;
+      for (size_t d = rank; d-- > 0;) {
+        oidx[d] = rem % out_shape.dims[d];
+        rem /= out_shape.dims[d];
+      }
+      double facc = ops[1]->GetDouble(0);
+      int64_t iacc = ops[1]->storage() == Storage::kInt ? ops[1]->i[0] : 0;
+      bool empty = false;
+      for (size_t d = 0; d < rank; ++d) empty |= src[d][static_cast<size_t>(oidx[d])].empty();
+      if (!empty) {
+        std::fill(pick.begin(), pick.end(), 0);
+        while (true) {
+          int64_t flat = 0;
+          for (size_t d = 0; d < rank; ++d) flat += src[d][static_cast<size_t>(oidx[d])][pick[d]];
+          if (is_int) {
+            iacc = ops::CombineInt(op, iacc, in.i[static_cast<size_t>(flat)], t);
+          } else {
+            facc = ops::CombineFloat(op, facc, in.GetDouble(flat), t);
+          }
+          size_t d = rank;
+          while (d > 0 && ++pick[d - 1] == src[d - 1][static_cast<size_t>(oidx[d - 1])].size()) pick[--d] = 0;
+          if (d == 0) break;
+        }
+      }
+      if (out.storage() == Storage::kInt) {
+        out.i[static_cast<size_t>(o)] = iacc;
+      } else {
+        out.SetDouble(o, facc);
+      }
+    }
+    return Share(std::move(out));
+  }
   for (int64_t o = 0; o < n_out; ++o) {
     // Decode o into oidx.
     int64_t rem = o;
