@@ -217,6 +217,12 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return Share(ops::Iota(shape, instr->iota_dimension));
     case HloOpcode::kDot:
       return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
+    case HloOpcode::kTriangularSolve:
+      if (ops.size() != 2) return fail(InvalidArgumentError("triangular-solve takes a and b"));
+      return done(TriangularSolve(*instr, *ops[0], *ops[1]));
+    case HloOpcode::kCholesky:
+      if (ops.size() != 1) return fail(InvalidArgumentError("cholesky takes one operand"));
+      return done(Cholesky(*instr, *ops[0]));
     case HloOpcode::kRaggedDot:
       if (ops.size() != 3) return fail(InvalidArgumentError("ragged-dot takes lhs, rhs and group sizes"));
       return done(RaggedDot(*instr, *ops[0], *ops[1], *ops[2]));

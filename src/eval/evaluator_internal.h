@@ -8,6 +8,7 @@
 //   evaluator_gather_scatter.cc  gather, scatter
 //   evaluator_collectives.cc     replica groups and each collective's per-device result
 //   evaluator_ragged_dot.cc      ragged-dot (its three modes)
+//   evaluator_linalg.cc          triangular-solve, cholesky
 //   evaluator_random.cc          rng (deterministic, a different stream on every device) and
 //                                infeed (the same queue of generated values on every device)
 //   evaluator_inputs.cc          generated and given inputs (sharded parameters tiled from one
@@ -125,6 +126,10 @@ int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>
 
 // XLA's convolution (evaluator_convolution.cc).
 absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs, const Value& rhs);
+
+// XLA's triangular-solve and cholesky (evaluator_linalg.cc).
+absl::StatusOr<Value> TriangularSolve(const HloInstruction& instr, const Value& a, const Value& b);
+absl::StatusOr<Value> Cholesky(const HloInstruction& instr, const Value& a);
 
 // XLA's ragged-dot of lhs, rhs and group sizes (evaluator_ragged_dot.cc).
 absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, const Value& rhs,
