@@ -28,11 +28,19 @@
 //                               regions unchanged; others computed replicated (remark);
 //                               CustomSPMDPartitioning and side-effecting calls on sharded
 //                               values: declined (error naming each)
+//   rng                         partition_rng.cc (XLA's HandleRng): tiled draws local; copies
+//                               made to agree (replicated: device 0's broadcast; partially
+//                               replicated: each group's first device's, all-reduced)
+//   manual values               {manual} (and tuples manual in every leaf) cloned as they are;
+//                               {manual} <-> {replicated} reads are identities; partially
+//                               manual values (a manual subgroup) resharded inside their manual
+//                               groups (reshard.cc); a user collective there that joins devices
+//                               of different manual subgroups is refused, as XLA refuses it
 // An op without a rule is computed replicated with a remark ("involuntary full
 // rematerialization", XLA's term). Entry parameters and root keep their shardings; the header
 // gets num_partitions=P and a local entry_computation_layout; allow_spmd_* attributes go.
 // Errors (InvalidArgument / Unimplemented, naming the instruction): shardings on devices outside
-// 0..P-1, manual values that would need resharding, declined calls.
+// 0..P-1, manual values that would need resharding across manual groups, declined calls.
 #pragma once
 
 #include "passes/pass.h"
