@@ -10,4 +10,9 @@ void StopIdleBlasThreads() {
   if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
 }
 
+std::mutex& BlasMutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+
 }  // namespace weave::eval

@@ -1,6 +1,8 @@
 // The BLAS worker threads of a process that may never multiply.
 #pragma once
 
+#include <mutex>
+
 namespace weave::eval {
 
 // Stops OpenBLAS's worker threads, which a pthreads build of OpenBLAS (Debian's default
@@ -12,5 +14,12 @@ namespace weave::eval {
 // A no-op with another BLAS (the OpenBLAS entry point, blas_thread_shutdown_, is a weak symbol).
 // Call once, at the start of main, before any other thread exists.
 void StopIdleBlasThreads();
+
+// One GEMM at a time in the process: held around every cblas call of the evaluator. Its device
+// threads (one per simulated device, up to thousands) calling OpenBLAS at once would each take
+// an OpenBLAS work buffer (tens of MiB of address space per call), which an address-space limit
+// (the XLA conformance runner's 4 GiB) turned into a livelock in the allocator; OpenBLAS spreads
+// each GEMM over the cores itself.
+std::mutex& BlasMutex();
 
 }  // namespace weave::eval

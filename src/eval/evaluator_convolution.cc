@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -29,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "eval/blas_threads.h"
 #include "eval/evaluator_internal.h"
 #include "eval/ops.h"
 
@@ -240,6 +242,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
             }
             if (kcols == 0) continue;
             T* out_block = R.data() + (o0 - og);
+            std::lock_guard<std::mutex> blas(BlasMutex());
             if constexpr (std::is_same_v<T, float>) {
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(blk),
                           static_cast<int>(kcols), 1.0f, P.data(), static_cast<int>(kcols), Km.data(),

@@ -346,11 +346,7 @@ absl::StatusOr<std::vector<int64_t>> ManualGroupsOfParameters(const HloModule& p
     if (!p->sharding || global.entry()->parameter(i)->shape().IsTuple()) continue;
     absl::StatusOr<Sharding> s = ShardingOf(p, global.entry()->parameter(i)->shape());
     if (!s.ok() || !s->IsTiled() || !s->HasManualSubgroup()) continue;
-    int64_t mdim = s->rank();
-    for (const Sharding::Subgroup& g : s->subgroups()) {
-      if (g.type == spmd::SubgroupType::kManual) break;
-      ++mdim;
-    }
+    const int64_t mdim = s->SubgroupArrayDim(spmd::SubgroupType::kManual);
     std::vector<int64_t> mine(static_cast<size_t>(n), 0);
     for (int64_t d = 0; d < n; ++d) {
       std::optional<std::vector<int64_t>> idx = s->ArrayIndex(d);

@@ -4,12 +4,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 #include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "eval/blas_threads.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
 #include "eval/ops_internal.h"
@@ -184,6 +186,7 @@ absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, cons
       cbuf.resize(static_cast<size_t>(batch * m * n));
       pc = cbuf.data();
     }
+    std::unique_lock<std::mutex> blas(BlasMutex());
     for (int64_t bi = 0; bi < batch; ++bi) {
       if (k == 0) {
         std::fill(pc + bi * m * n, pc + (bi + 1) * m * n, 0.0);
@@ -195,6 +198,7 @@ absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, cons
                   pb + bi * k * n, static_cast<int>(trans_b ? k : n), 0.0, pc + bi * m * n,
                   static_cast<int>(n));
     }
+    blas.unlock();
     if (r.storage() == Storage::kFloat) {
       for (size_t q = 0; q < cbuf.size(); ++q) r.f[q] = static_cast<float>(RoundToType(cbuf[q], ot));
     }
@@ -204,6 +208,7 @@ absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, cons
   const float* pa = PrepareOperand<float>(a, a_ord, &abuf);
   const float* pb = PrepareOperand<float>(b, b_ord, &bbuf);
   float* pc = r.f.data();
+  std::unique_lock<std::mutex> blas(BlasMutex());
   for (int64_t bi = 0; bi < batch; ++bi) {
     if (k == 0) {
       std::fill(pc + bi * m * n, pc + (bi + 1) * m * n, 0.0f);
@@ -215,6 +220,7 @@ absl::StatusOr<Value> Dot(const Value& a, const Value& b, const Shape& out, cons
                 pb + bi * k * n, static_cast<int>(trans_b ? k : n), 0.0f, pc + bi * m * n,
                 static_cast<int>(n));
   }
+  blas.unlock();
   if (ot != PrimitiveType::F32) {
     const size_t total = r.f.size();
     if (ot == PrimitiveType::BF16) {

@@ -39,13 +39,8 @@ absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruc
   const Shape local = LocalShape(h.shape(), target);
   HloInstruction* x = cp.Clone(h, local, bounds);
   if (!target.HasPartialReplication()) return PValue{x, target, h.shape()};
-  // The replicated subgroup's position in the device array (tiles ++ subgroups).
-  int64_t dim = target.rank();
-  for (const Sharding::Subgroup& g : target.subgroups()) {
-    if (g.type == SubgroupType::kReplicated) break;
-    ++dim;
-  }
-  const std::vector<std::vector<int64_t>> groups = DeviceGroups(target, {dim});
+  const std::vector<std::vector<int64_t>> groups =
+      DeviceGroups(target, {target.SubgroupArrayDim(SubgroupType::kReplicated)});
   SpmdBuilder& b = cp.b();
   std::vector<int64_t> leader(static_cast<size_t>(b.num_partitions()), 0);
   for (const std::vector<int64_t>& g : groups) {

@@ -245,15 +245,7 @@ HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, const Sharding& from
 // the groups: the all-gathers' groups come from the device array with the manual index fixed.
 
 // Position of the manual subgroup in the device array (tiles ++ subgroups), or -1.
-int64_t ManualArrayDim(const Sharding& s) {
-  if (!s.IsTiled()) return -1;
-  int64_t dim = s.rank();
-  for (const Sharding::Subgroup& g : s.subgroups()) {
-    if (g.type == SubgroupType::kManual) return dim;
-    ++dim;
-  }
-  return -1;
-}
+int64_t ManualArrayDim(const Sharding& s) { return s.SubgroupArrayDim(SubgroupType::kManual); }
 
 // The device array `devices` of shape `dims` transposed by `perm` (row-major).
 std::vector<int64_t> Transposed(const std::vector<int64_t>& devices, const std::vector<int64_t>& dims,

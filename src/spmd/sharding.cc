@@ -321,6 +321,14 @@ int64_t Sharding::SubgroupSize(SubgroupType t) const {
   return 1;
 }
 
+int64_t Sharding::SubgroupArrayDim(SubgroupType t) const {
+  if (!IsTiled()) return -1;
+  for (size_t k = 0; k < data().subgroups.size(); ++k) {
+    if (data().subgroups[k].type == t) return rank() + static_cast<int64_t>(k);
+  }
+  return -1;
+}
+
 int64_t Sharding::PositionOf(int64_t device) const {
   if (device < 0 || device >= static_cast<int64_t>(data().position.size())) return -1;
   return data().position[static_cast<size_t>(device)];

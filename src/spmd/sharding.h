@@ -119,6 +119,9 @@ class Sharding {
   // Size of the replicated (manual, unreduced) subgroup; 1 if none or not tiled.
   int64_t ReplicationSize() const { return SubgroupSize(SubgroupType::kReplicated); }
   int64_t SubgroupSize(SubgroupType t) const;
+  // Position of the subgroup of type `t` among the device array's dims (tiles ++ subgroups), or
+  // -1 when there is none (or not tiled).
+  int64_t SubgroupArrayDim(SubgroupType t) const;
   // Flat position of `device` in A, or -1.
   int64_t PositionOf(int64_t device) const;
   // Index of `device` along every dim of A (tiles ++ subgroups); nullopt if absent.

@@ -33,11 +33,7 @@ absl::Status CheckManualSubgroupCollective(const HloInstruction& h, const Shardi
   if (!IsCollective(h.opcode()) || !s.IsTiled() || !s.HasManualSubgroup() || !h.replica_groups) {
     return absl::OkStatus();
   }
-  int64_t mdim = s.rank();
-  for (const Sharding::Subgroup& g : s.subgroups()) {
-    if (g.type == SubgroupType::kManual) break;
-    ++mdim;
-  }
+  const int64_t mdim = s.SubgroupArrayDim(SubgroupType::kManual);
   for (const std::vector<int64_t>& group : h.replica_groups->groups) {
     std::optional<std::vector<int64_t>> first;
     for (int64_t d : group) {
