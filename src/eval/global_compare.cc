@@ -470,8 +470,14 @@ void CompareOutfeeds(const HloModule& global, const EvalResult& ref, const EvalR
     Sharding s = Sharding::Replicated();
     auto it = by_name.find(w.name);
     if (it != by_name.end() && it->second->sharding) {
-      absl::StatusOr<Sharding> hs = Sharding::FromHlo(*it->second->sharding, w.data->shape);
-      if (hs.ok()) s = *std::move(hs);
+      // A tuple sharding may name the token too, after the data's leaves: that entry goes.
+      HloSharding hs = *it->second->sharding;
+      if (hs.kind == HloSharding::Kind::kTuple &&
+          static_cast<int64_t>(hs.tuple.size()) == Sharding::LeafCount(w.data->shape) + 1) {
+        hs.tuple.pop_back();
+      }
+      absl::StatusOr<Sharding> parsed = Sharding::FromHlo(hs, w.data->shape);
+      if (parsed.ok()) s = *std::move(parsed);
     }
     std::vector<ValuePtr> gleaves;
     FlattenLeaves(w.data, &gleaves);
@@ -496,6 +502,27 @@ void CompareOutfeeds(const HloModule& global, const EvalResult& ref, const EvalR
         for (const std::vector<int64_t>& hs : holders) {
           tiles_ok = tiles_ok && sent.outputs[static_cast<size_t>(hs[0])][l]->shape.dims == spmd::LocalShape(gs, ls[l]).dims;
         }
+      }
+      if (l < ls.size() && ls[l].IsManual() && static_cast<int64_t>(ref.outfeeds.size()) >= n) {
+        // A manual outfeed: each device sends its own data, compared with what the global view
+        // sends on that device.
+        OutputComparison worst;
+        for (int64_t d = 0; d < devices; ++d) {
+          std::vector<ValuePtr> mine;
+          FlattenLeaves(ref.outfeeds[static_cast<size_t>(d % n)][j].data, &mine);
+          OutputComparison cd = l < mine.size() && l < sent.outputs[static_cast<size_t>(d)].size()
+                                    ? CompareOutputValues(*mine[l], *sent.outputs[static_cast<size_t>(d)][l], co)
+                                    : OutputComparison{};
+          if (l >= mine.size() || l >= sent.outputs[static_cast<size_t>(d)].size()) cd.pass = false;
+          cd.device = d;
+          if (d == 0 || (worst.pass && !cd.pass)) worst = std::move(cd);
+        }
+        c = std::move(worst);
+        c.path = absl::StrCat(what, ": manual, every device's data against the global view's on that device");
+        c.output = (*next)++;
+        report->compare.pass &= c.pass;
+        report->compare.outputs.push_back(std::move(c));
+        continue;
       }
       if (!tiles_ok) {
         c.shape = gs.ToString(false);

@@ -197,6 +197,16 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
         ++imported;
         changed = true;
       } else if (h->sharding) {
+        // An outfeed's tuple sharding may also name its token, after the data's leaves (XLA
+        // prints {{data..}, {token}}): the token's entry carries nothing and goes.
+        if (h->opcode() == HloOpcode::kOutfeed && h->sharding->kind == HloSharding::Kind::kTuple &&
+            static_cast<int64_t>(h->sharding->tuple.size()) == Sharding::LeafCount(ShapeOfSharding(*h)) + 1) {
+          HloSharding data = *h->sharding;
+          data.tuple.pop_back();
+          data.text.clear();
+          h->sharding = std::move(data);
+          changed = true;
+        }
         // GSPMD canonical text (named forms included).
         absl::StatusOr<HloSharding> s = Canonical(*h->sharding, ShapeOfSharding(*h));
         if (!s.ok()) return Error(h, s.status().message());
