@@ -115,9 +115,6 @@ std::optional<int64_t> CheckedStorageBytes(const Shape& s) {
   return bytes;
 }
 
-int64_t StorageBytes(const Shape& s) {
-  return CheckedStorageBytes(s).value_or(int64_t{1} << 60);
-}
 
 // The largest single value the evaluator allocates (all devices together are bounded separately
 // by EvalOptions::max_memory_bytes, which --force lifts; this bound is not lifted).
@@ -277,11 +274,11 @@ int64_t PeakBytes(const HloComputation* c, bool entry,
       // A GEMM's trailing s8 workspace is given no storage (fp8_gemm_custom_call.cc).
       int64_t bytes = 0;
       for (size_t i = 0; i + 1 < s.tuple_shapes.size(); ++i) {
-        bytes = CappedAdd(bytes, internal::StorageBytes(s.tuple_shapes[i]));
+        bytes = CappedAdd(bytes, StorageBytes(s.tuple_shapes[i]));
       }
       return bytes;
     }
-    return internal::StorageBytes(s);
+    return StorageBytes(s);
   };
   // A value that a tuple takes stays reachable through it: never released (an over-estimate).
   auto kept_by_tuple = [&](const HloInstruction* h) {
@@ -292,7 +289,7 @@ int64_t PeakBytes(const HloComputation* c, bool entry,
   };
   int64_t live = 0, peak = 0;
   if (entry) {
-    for (const HloInstruction* p : c->parameters()) live = CappedAdd(live, internal::StorageBytes(p->shape()));
+    for (const HloInstruction* p : c->parameters()) live = CappedAdd(live, StorageBytes(p->shape()));
     peak = live;
   }
   for (size_t k = 0; k < plan.order.size(); ++k) {
@@ -442,6 +439,10 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   }
   if (coord.failed()) return coord.failure();
   return result;
+}
+
+int64_t StorageBytes(const Shape& s) {
+  return internal::CheckedStorageBytes(s).value_or(int64_t{1} << 60);
 }
 
 }  // namespace weave::eval

@@ -108,6 +108,11 @@ int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options
 // count their leaves. Used to refuse huge modules up front; 2^60 when the sums overflow.
 int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
 
+// Bytes the evaluator stores for one value of shape `s`: 4 per element of a float type of 32
+// bits or fewer, 8 per other element (f64, integers, pred), tuples summed, tokens 0; 2^60 when
+// the count overflows int64.
+int64_t StorageBytes(const Shape& s);
+
 // Generates inputs from options.seed, respecting parameter shardings: a sharded parameter draws
 // one global array (the local shape scaled by the tile counts) and each device gets its tile per
 // the tile assignment; `{replicated}` gives equal values everywhere; unsharded parameters are

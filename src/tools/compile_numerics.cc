@@ -30,23 +30,10 @@ void RecordComparison(const eval::CompareReport& cmp, NumericsRecord* n) {
   }
 }
 
-// Bytes the evaluator holds for the entry's parameters and outputs of `m` (its storage: 4 bytes
-// per float of 32 bits or fewer, 8 per other element).
+// Bytes the evaluator holds for the entry's parameters and outputs of `m`.
 int64_t EntryIoBytes(const HloModule& m) {
-  int64_t total = 0;
-  std::vector<const Shape*> stack;
-  for (const HloInstruction* p : m.entry()->parameters()) stack.push_back(&p->shape());
-  stack.push_back(&m.entry()->root()->shape());
-  while (!stack.empty()) {
-    const Shape* s = stack.back();
-    stack.pop_back();
-    if (s->IsTuple()) {
-      for (const Shape& e : s->tuple_shapes) stack.push_back(&e);
-      continue;
-    }
-    const int64_t bytes = IsFloatingPoint(s->element_type) && BitWidth(s->element_type) <= 32 ? 4 : 8;
-    total += s->ElementCount() * bytes;
-  }
+  int64_t total = eval::StorageBytes(m.entry()->root()->shape());
+  for (const HloInstruction* p : m.entry()->parameters()) total += eval::StorageBytes(p->shape());
   return total;
 }
 
