@@ -164,8 +164,7 @@ void StampXlaWindow(ComputationPartitioner& cp, const HloInstruction& h, HloInst
   for (int i = 0; i < 2; ++i) {
     const Sharding& from = i == 0 ? ls : rs;
     const Sharding& to = i == 0 ? lreq : rreq;
-    const ReshardKind k = PlanReshard(from, to, h.operand(i)->shape(), n).kind;
-    if (k == ReshardKind::kGather || k == ReshardKind::kFull) {
+    if (PlanReshard(from, to, h.operand(i)->shape(), n).Gathers()) {
       form = absl::StrCat("all-gather of ", i == 0 ? "lhs" : "rhs", " '", h.operand(i)->name(),
                           "' into the dot");
       bytes = std::max(bytes, static_cast<double>(h.operand(i)->shape().ByteSize()));
@@ -444,9 +443,9 @@ class DotPlanner {
     std::optional<Sharding> x = Combine(sp_, p.parts, n_);
     if (!x) return false;
     const Sharding req = Project(*x, *comp_[other].map, n_);
-    const ReshardKind k =
-        PlanReshard(*comp_[other].s, req, h_.operand(other == kLhs ? 0 : 1)->shape(), n_).kind;
-    return k == ReshardKind::kNone || k == ReshardKind::kPermute || k == ReshardKind::kAllToAll;
+    const ReshardPlan r = PlanReshard(*comp_[other].s, req, h_.operand(other == kLhs ? 0 : 1)->shape(), n_);
+    return r.kind == ReshardKind::kNone || r.kind == ReshardKind::kPermute ||
+           r.kind == ReshardKind::kAllToAll || (r.kind == ReshardKind::kSteps && !r.Gathers());
   }
 
   std::optional<Plan> GroupOnBatch(const Sub& s, bool req) const {

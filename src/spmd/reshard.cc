@@ -186,29 +186,35 @@ HloInstruction* Permute(SpmdBuilder& b, HloInstruction* x, const Sharding& from,
   return b.CollectivePermute(x, pairs);
 }
 
-HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, const Sharding& from, int64_t i,
-                         int64_t j, const Shape& global) {
-  const int64_t k = from.tile(i);
+int64_t TileCount(const Sharding& s, int64_t d) { return s.IsTiled() ? s.tile(d) : 1; }
+
+// The factor g of dim i's tiling moved to dim j within `groups` (member k holds factor index k
+// of dim i, and takes chunk k of dim j): ci_after = dim i's tiles after, cj_before = dim j's
+// tiles before. 1. pad dim j to g chunks of its new tile and split it into [g, chunk];
+// 2. all-to-all over the chunk dim; 3. move the chunk dim in front of dim i and merge (the g
+// received tiles of dim i, in member order); 4. slice dim i's padding off when it ends untiled.
+HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, int64_t i, int64_t j, int64_t g,
+                         const std::vector<std::vector<int64_t>>& groups, int64_t ci_after,
+                         int64_t cj_before, const Shape& global) {
   const int64_t si = global.dims[static_cast<size_t>(i)];
   const int64_t sj = global.dims[static_cast<size_t>(j)];
-  const int64_t cj = ShardSize(sj, k);
-  const int64_t ci = ShardSize(si, k);
-  // 1. Pad dim j to k * cj and split it into [k, cj].
+  const int64_t cj = ShardSize(sj, cj_before * g);
+  // 1. Pad dim j to g * cj and split it into [g, cj].
   std::vector<int64_t> dims = x->shape().dims;
-  dims[static_cast<size_t>(j)] = k * cj;
+  dims[static_cast<size_t>(j)] = g * cj;
   x = b.PadHigh(x, dims);
   std::vector<int64_t> split;
   for (size_t d = 0; d < dims.size(); ++d) {
     if (static_cast<int64_t>(d) == j) {
-      split.push_back(k);
+      split.push_back(g);
       split.push_back(cj);
     } else {
       split.push_back(dims[d]);
     }
   }
   x = b.Reshape(x, split);
-  // 2. Exchange the k chunks within the groups along dim i.
-  x = b.AllToAll(x, j, DeviceGroups(from, {i}));
+  // 2. Exchange the g chunks within the groups.
+  x = b.AllToAll(x, j, groups);
   // 3. Move the chunk dim in front of dim i and merge them.
   const int64_t kpos = j;
   const int64_t ipos = i < j ? i : i + 1;
@@ -231,10 +237,39 @@ HloInstruction* AllToAll(SpmdBuilder& b, HloInstruction* x, const Sharding& from
   }
   x = b.Reshape(x, merged);
   // 4. Slice the padding of dim i off.
-  if (k * ci > si) {
+  if (ci_after == 1 && x->shape().dims[static_cast<size_t>(i)] > si) {
     std::vector<int64_t> limits = x->shape().dims;
     limits[static_cast<size_t>(i)] = si;
     x = b.Slice(x, limits);
+  }
+  return x;
+}
+
+// The steps of a kSteps plan (reshard_steps.h), each from its `before` to its `after`.
+HloInstruction* EmitSteps(SpmdBuilder& b, HloInstruction* x, const ReshardSteps& plan, const Shape& global) {
+  for (const ReshardStep& s : plan.steps) {
+    switch (s.kind) {
+      case ReshardStepKind::kSlice:
+        x = SliceToRefinement(b, x, s.before, s.after, global);
+        break;
+      case ReshardStepKind::kPermute:
+        x = Permute(b, x, s.before, s.after);
+        break;
+      case ReshardStepKind::kAllToAll:
+        x = AllToAll(b, x, s.dim, s.to_dim, s.factor, s.groups, TileCount(s.after, s.dim),
+                     TileCount(s.before, s.to_dim), global);
+        break;
+      case ReshardStepKind::kAllGather: {
+        x = b.AllGather(x, s.dim, s.groups);
+        const int64_t size = global.dims[static_cast<size_t>(s.dim)];
+        if (TileCount(s.after, s.dim) == 1 && x->shape().dims[static_cast<size_t>(s.dim)] > size) {
+          std::vector<int64_t> limits = x->shape().dims;
+          limits[static_cast<size_t>(s.dim)] = size;
+          x = b.Slice(x, limits);
+        }
+        break;
+      }
+    }
   }
   return x;
 }
@@ -385,12 +420,20 @@ absl::StatusOr<HloInstruction*> ReshardInManualGroups(SpmdBuilder& b, HloInstruc
 
 }  // namespace
 
+bool ReshardPlan::Gathers() const {
+  if (kind == ReshardKind::kGather || kind == ReshardKind::kFull) return true;
+  if (kind != ReshardKind::kSteps) return false;
+  return std::any_of(steps.steps.begin(), steps.steps.end(),
+                     [](const ReshardStep& s) { return s.kind == ReshardStepKind::kAllGather; });
+}
+
 std::string_view ReshardKindName(ReshardKind k) {
   switch (k) {
     case ReshardKind::kNone: return "none";
     case ReshardKind::kSlice: return "slice";
     case ReshardKind::kPermute: return "collective-permute";
     case ReshardKind::kAllToAll: return "all-to-all";
+    case ReshardKind::kSteps: return "steps";
     case ReshardKind::kGather: return "all-gather";
     case ReshardKind::kFull: return "full rematerialization";
   }
@@ -438,6 +481,8 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
     plan.kind = ReshardKind::kAllToAll;
     return plan;
   }
+  // Gather whole dims and slice, or the cheapest chain of steps, whichever receives fewer bytes.
+  std::optional<double> gather_bytes;
   if (from.IsTiled() && SameDeviceSet(from, n)) {
     std::vector<int64_t> dims;
     for (int64_t d = 0; d < from.rank(); ++d) {
@@ -448,13 +493,21 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
       // Gathering everything to slice a tiled target again is the full fallback (remarked).
       const bool everything = inter && inter->IsReplicated() && !to.IsReplicated();
       if (inter && !everything && (*inter == to || RefinesOnEveryDevice(*inter, to, global, n))) {
-        plan.kind = ReshardKind::kGather;
         plan.gather_dims = std::move(dims);
-        return plan;
+        gather_bytes = static_cast<double>(LocalBytes(*inter, global) - LocalBytes(from, global));
       }
     }
   }
-  plan.kind = ReshardKind::kFull;
+  if (global.IsArray() && SameDeviceSet(from, n) && SameDeviceSet(to, n)) {
+    std::optional<ReshardSteps> steps = PlanReshardSteps(from, to, global, n);
+    if (steps && (!gather_bytes || steps->bytes < *gather_bytes)) {
+      plan.kind = ReshardKind::kSteps;
+      plan.gather_dims.clear();
+      plan.steps = *std::move(steps);
+      return plan;
+    }
+  }
+  plan.kind = gather_bytes ? ReshardKind::kGather : ReshardKind::kFull;
   return plan;
 }
 
@@ -470,6 +523,8 @@ double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Sh
       return static_cast<double>(LocalBytes(to, global));
     case ReshardKind::kAllToAll:
       return static_cast<double>(LocalBytes(from, global));
+    case ReshardKind::kSteps:
+      return plan.steps.bytes;
     case ReshardKind::kGather: {
       std::optional<Sharding> inter = ReplicateDims(from, plan.gather_dims);
       return static_cast<double>(LocalBytes(*inter, global) - LocalBytes(from, global));
@@ -556,7 +611,10 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
     case ReshardKind::kPermute:
       return Permute(b, x, from, to);
     case ReshardKind::kAllToAll:
-      return AllToAll(b, x, from, plan.from_dim, plan.to_dim, global);
+      return AllToAll(b, x, plan.from_dim, plan.to_dim, from.tile(plan.from_dim),
+                      DeviceGroups(from, {plan.from_dim}), 1, 1, global);
+    case ReshardKind::kSteps:
+      return EmitSteps(b, x, plan.steps, global);
     case ReshardKind::kGather: {
       Sharding cur = from;
       x = GatherDims(b, x, &cur, global, plan.gather_dims);

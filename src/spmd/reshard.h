@@ -10,6 +10,11 @@
 //   gather   the target drops tiling of some dims: one all-gather per such dim (last dim first,
 //            over the devices that agree on every other dim of the device array), padding
 //            sliced off, then a local slice if the target is finer;
+//   steps    where cheaper than gather, or where gather would replicate: the cheapest chain of
+//            slices, all-to-alls moving a factor of one dim's tiling to another, all-gathers of
+//            a factor, and a final collective-permute (reshard_steps.h), e.g. [2,2] -> [4,1] as
+//            one all-to-all, [4,1] -> [2,1] x 2 replicas as one all-gather of groups of 2,
+//            [2,4,8,1] -> [4,2,1,8] as two all-to-alls;
 //   full     anything else: replicate (all-gather every dim) and slice, reported as an
 //            involuntary full rematerialization.
 // A maximal source is first broadcast from its device (select(pid == d, x, 0) + all-reduce); a
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "spmd/reshard_steps.h"
 #include "spmd/spmd_builder.h"
 
 namespace weave::spmd {
@@ -35,13 +41,16 @@ struct PValue {
   Shape global;
 };
 
-enum class ReshardKind { kNone, kSlice, kPermute, kAllToAll, kGather, kFull };
+enum class ReshardKind { kNone, kSlice, kPermute, kAllToAll, kGather, kSteps, kFull };
 std::string_view ReshardKindName(ReshardKind k);
 
 struct ReshardPlan {
   ReshardKind kind = ReshardKind::kNone;
   std::vector<int64_t> gather_dims;  // kGather: dims all-gathered (then a slice if needed)
   int64_t from_dim = -1, to_dim = -1;  // kAllToAll
+  ReshardSteps steps;                  // kSteps
+  // Whether the plan all-gathers (kGather, kFull, or kSteps with an all-gather step).
+  bool Gathers() const;
 };
 
 // The plan for an array value of `global` shape (Unset counts as replicated, Maximal targets as

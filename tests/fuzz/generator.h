@@ -133,6 +133,7 @@ class Generator : public MotifContext {
   void GlobalMotifChain(const Mesh& mesh);
   void GlobalMotifElementwise(const Mesh& mesh);
   void GlobalMotifIndexed(const Mesh& mesh);
+  void GlobalMotifReshard(const Mesh& mesh);
 
   ChoiceSource& c_;
   const GenOptions& o_;
@@ -147,6 +148,8 @@ class Generator : public MotifContext {
   std::vector<std::string> motifs_;
   // Global mode: Shardy forms (parameters annotated with xla.sdy.sharding over mesh `mesh`).
   bool shardy_ = false;
+  // GlobalSharding may tile a dim unevenly (any dim at least as long as its tile count).
+  bool uneven_ = false;
   std::string root_sharding_;  // global mode: the root's sharding attribute ("" none)
 };
 

@@ -73,7 +73,7 @@ std::string Generator::GlobalSharding(const Mesh& mesh, const std::vector<int64_
     const int64_t s = mesh.shape[a];
     std::vector<size_t> cand;
     for (size_t d = 0; d < rank; ++d) {
-      if (dims[d] % (tiles[d] * s) == 0) cand.push_back(d);
+      if (dims[d] % (tiles[d] * s) == 0 || (uneven_ && dims[d] >= tiles[d] * s)) cand.push_back(d);
     }
     if (replicated || cand.empty() || c_.Percent(25)) {
       rep_axes.push_back(a);
@@ -354,6 +354,35 @@ void Generator::GlobalMotifElementwise(const Mesh& mesh) {
   motifs_.push_back(absl::StrCat("gelementwise ", op, " ", ad, ",", bd, post));
 }
 
+// A value moved through 1-3 `Sharding` calls with random shardings, dims often uneven (5, 7, 9,
+// 10 rows over 2-8 devices): every reshard the partitioner chooses between two shardings
+// (slices, all-to-alls of a factor of a dim's tiling, all-gathers of a factor, permutes, the
+// full fallback) is checked against the global program with its padding poisoned.
+void Generator::GlobalMotifReshard(const Mesh& mesh) {
+  const std::string wide = Wide();
+  static const int64_t kSizes[] = {5, 6, 7, 8, 9, 10, 12, 16, 4};
+  std::vector<int64_t> dims;
+  const size_t rank = 2 + c_.Below(2);
+  for (size_t d = 0; d < rank; ++d) dims.push_back(kSizes[c_.Below(9)]);
+  uneven_ = c_.Percent(60);
+  std::string desc;
+  Val v = GlobalOperand(mesh, wide, dims, &desc);
+  const int hops = 1 + static_cast<int>(c_.Below(3));
+  for (int k = 0; k < hops; ++k) {
+    std::string hd;
+    const std::string s = GlobalSharding(mesh, dims, &hd);
+    const std::string attrs =
+        shardy_ ? absl::StrCat("custom_call_target=\"Sharding\", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding_per_value<[<@mesh, ",
+                               s, ">]>\"}")
+                : absl::StrCat("custom_call_target=\"Sharding\", sharding=", s);
+    v = b_.Op("custom-call", v.type, v.dims, {v}, attrs, "hop");
+    absl::StrAppend(&desc, " -> ", hd);
+  }
+  GlobalOutput(mesh, v);
+  uneven_ = false;
+  motifs_.push_back(absl::StrCat("greshard [", IntList(dims), "] ", desc));
+}
+
 // A gather or a scatter-add of rows of a table at ids that are sharded over every device,
 // usually unevenly (K ids, K not a multiple of P: the last tiles hold padding), clamped into the
 // table or left as drawn (the evaluator draws ids in [0, 8), past the end of a 5- or 6-row
@@ -455,11 +484,12 @@ GeneratedProgram Generator::RunGlobal(const std::string& name) {
   const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(std::min(o_.max_motifs, 2))));
   for (int m = 0; m < motifs; ++m) {
     b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
-    switch (c_.Weighted({40, 30, 18, 12})) {
+    switch (c_.Weighted({34, 26, 16, 12, 12})) {
       case 0: GlobalMotifDot(mesh); break;
       case 1: GlobalMotifChain(mesh); break;
       case 2: GlobalMotifElementwise(mesh); break;
-      default: GlobalMotifIndexed(mesh); break;
+      case 3: GlobalMotifIndexed(mesh); break;
+      default: GlobalMotifReshard(mesh); break;
     }
   }
   b_.set_prefix("");

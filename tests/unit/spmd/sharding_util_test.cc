@@ -94,12 +94,16 @@ TEST(ReshardPlanTest, Kinds) {
       {"{devices=[4,1]<=[4]}", "{devices=[1,4]<=[4]}", ReshardKind::kAllToAll},
       {"{devices=[4,1]<=[4]}", "{replicated}", ReshardKind::kGather},
       {"{devices=[2,2]<=[4]}", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", ReshardKind::kGather},
-      {"{devices=[2,2]<=[4]}", "{devices=[4,1]<=[4]}", ReshardKind::kFull},
+      {"{devices=[2,2]<=[4]}", "{devices=[4,1]<=[4]}", ReshardKind::kSteps},
   };
   for (const Row& r : table) {
     const Sharding from = S(r.from, g.dims), to = S(r.to, g.dims);
     EXPECT_EQ(PlanReshard(from, to, g, 4).kind, r.kind) << r.from << " -> " << r.to;
   }
+  // 10 rows: halves of 5 do not split into quarters of 3, nor do the columns' halves line up.
+  const Shape ten(PrimitiveType::F32, {10, 6});
+  EXPECT_EQ(PlanReshard(S("{devices=[2,2]<=[4]}", ten.dims), S("{devices=[4,1]<=[4]}", ten.dims), ten, 4).kind,
+            ReshardKind::kFull);
   // A tile that is all padding (9 rows over 4: 3, 3, 3, 0) refines anything.
   const Shape u(PrimitiveType::F32, {9, 4});
   EXPECT_TRUE(RefinesOnEveryDevice(Sharding::Replicated(), S("{devices=[4,1]<=[4]}", u.dims), u, 4));
