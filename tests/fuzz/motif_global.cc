@@ -377,6 +377,49 @@ void Generator::GlobalMotifReshard(const Mesh& mesh) {
                 : absl::StrCat("custom_call_target=\"Sharding\", sharding=", s);
     v = b_.Op("custom-call", v.type, v.dims, {v}, attrs, "hop");
     absl::StrAppend(&desc, " -> ", hd);
+    if (c_.Percent(40)) {
+      // A slice or a pad of the value (halo exchange where the result stays tiled along the
+      // sliced or padded dim), annotated with the value's own sharding half the time.
+      std::vector<int64_t> out = v.dims;
+      std::vector<std::string> fields;
+      const bool pad = c_.Percent(50);
+      for (size_t d = 0; d < out.size(); ++d) {
+        const int64_t size = out[d];
+        if (c_.Percent(40)) {
+          fields.push_back(pad ? "0_0" : absl::StrCat("[0:", size, "]"));
+          continue;
+        }
+        if (pad) {
+          const int64_t lo = static_cast<int64_t>(c_.Below(6)) - 2, hi = static_cast<int64_t>(c_.Below(6)) - 2;
+          const int64_t interior = c_.Percent(10) ? 1 : 0;
+          const int64_t n = size + (size - 1) * interior + lo + hi;
+          if (n < 1) {
+            fields.push_back("0_0");
+            continue;
+          }
+          out[d] = n;
+          fields.push_back(interior ? absl::StrCat(lo, "_", hi, "_", interior) : absl::StrCat(lo, "_", hi));
+        } else {
+          const int64_t start = static_cast<int64_t>(c_.Below(static_cast<uint64_t>(size)));
+          const int64_t limit = start + 1 + static_cast<int64_t>(c_.Below(static_cast<uint64_t>(size - start)));
+          const int64_t stride = c_.Percent(25) ? 2 + static_cast<int64_t>(c_.Below(2)) : 1;
+          out[d] = (limit - start + stride - 1) / stride;
+          fields.push_back(stride == 1 ? absl::StrCat("[", start, ":", limit, "]")
+                                       : absl::StrCat("[", start, ":", limit, ":", stride, "]"));
+        }
+      }
+      std::string attrs2 = pad ? absl::StrCat("padding=", absl::StrJoin(fields, "x"))
+                               : absl::StrCat("slice={", absl::StrJoin(fields, ", "), "}");
+      if (!shardy_ && c_.Percent(50)) absl::StrAppend(&attrs2, ", sharding=", s);
+      if (pad) {
+        Val z = b_.ScalarConstant(v.type, c_.Percent(50) ? "0" : "-3");
+        v = b_.Op("pad", v.type, out, {v, z}, attrs2, "padded");
+      } else {
+        v = b_.Op("slice", v.type, out, {v}, attrs2, "sliced");
+      }
+      dims = out;
+      absl::StrAppend(&desc, pad ? " pad " : " slice ", absl::StrJoin(fields, pad ? "x" : ","));
+    }
   }
   GlobalOutput(mesh, v);
   uneven_ = false;

@@ -185,6 +185,60 @@ def is_hlo_module(text):
     return re.search(r"^\s*ENTRY\b", text, re.M) is not None
 
 
+# The collectives a test body asserts about the partitioned module (issue 48's measure): op::
+# matchers, NumOfInstructions(..., HloOpcode::kX) counts, FileCheck lines. "present" kinds must
+# be in the module, "absent" ones must not.
+COLLECTIVE_KINDS = {"AllToAll": "all-to-all", "CollectivePermute": "collective-permute",
+                    "AllGather": "all-gather", "AllReduce": "all-reduce",
+                    "ReduceScatter": "reduce-scatter"}
+COLLECTIVE_TEXT = re.compile(r"\b(all-to-all|collective-permute|all-gather|all-reduce|reduce-scatter)"
+                             r"(?:-start)?\(")
+
+
+def asserted_collectives(body):
+    present, absent = set(), set()
+    names = "|".join(COLLECTIVE_KINDS)
+    for m in re.finditer(r"(Not\(\s*)?op::(%s)\b" % names, body):
+        (absent if m.group(1) else present).add(COLLECTIVE_KINDS[m.group(2)])
+    for m in re.finditer(r"HloOpcode::k(%s)\s*\)\s*,\s*(\d+)" % names, body):
+        (present if int(m.group(2)) > 0 else absent).add(COLLECTIVE_KINDS[m.group(1)])
+    for line in body.splitlines():
+        m = re.search(r"CHECK(-[A-Z]+)?:", line)
+        if not m:
+            continue
+        for k in COLLECTIVE_TEXT.finditer(line[m.end():]):
+            (absent if m.group(1) == "-NOT" else present).add(k.group(1))
+    present -= absent
+    return sorted(present), sorted(absent)
+
+
+def collective_cell(r):
+    """'as asserted', or what the test asserts that the partitioned module misses; '' if no
+    assertion or no partitioned module."""
+    want, avoid, has = r.get("asserted_present"), r.get("asserted_absent"), r.get("collectives")
+    if has is None or not (want or avoid):
+        return ""
+    missing = [k for k in want if k not in has]
+    extra = [k for k in avoid if k in has]
+    if not missing and not extra:
+        return "as asserted"
+    parts = []
+    if missing:
+        parts.append("lacks " + ", ".join(missing))
+    if extra:
+        parts.append("has " + ", ".join(extra) + " (asserted absent)")
+    return "; ".join(parts) + "; has: " + (", ".join(has) or "none")
+
+
+def partitioned_collectives(path):
+    """The collective kinds in Weave's partitioned module (None when it was not written)."""
+    try:
+        with open(path) as f:
+            return sorted({m.group(1) for m in COLLECTIVE_TEXT.finditer(f.read())})
+    except OSError:
+        return None
+
+
 def extract_modules(src):
     """The test modules of the file, in file order.
 
@@ -292,12 +346,13 @@ def extract_modules(src):
         if re.search(r"EXPECT_FALSE\([^;]*\.ok\(\)\s*\)", body):
             sub = re.search(r'HasSubstr\(\s*"((?:[^"\\]|\\.)*)"(?:\s*"((?:[^"\\]|\\.)*)")*', body)
             expect_error = "".join(x for x in (sub.groups() if sub else ()) if x) or ""
+        asserted = asserted_collectives(body)
         for k, (mod, n, n_source, note) in enumerate(entries):
             name = t["name"] if len(entries) == 1 else "%s.%d" % (t["name"], k + 1)
             modules.append(dict(name=name, test=t["name"], fixture=t["fixture"],
                                 line=mod["line"], test_line=line_of(src, t["start"]), n=n,
                                 n_source=n_source, note=note, hlo=mod["text"],
-                                expect_error=expect_error))
+                                expect_error=expect_error, asserted=asserted))
         if not entries:
             modules.append(dict(name=t["name"], test=t["name"], fixture=t["fixture"],
                                 line=line_of(src, t["start"]), test_line=line_of(src, t["start"]),
@@ -506,8 +561,8 @@ def run_one(mod, args, scratch):
            "--num-partitions", str(mod["n"]), "--verify-numerics", "--cost-gate=off",
            "--numerics-memory-gib", "%g" % args.numerics_gib,
            "--report", rep, "--timing"]
-    if args.keep:
-        cmd += ["--partitioned-output", os.path.join(d, "partitioned.hlo")]
+    part = os.path.join(d, "partitioned.hlo")
+    cmd += ["--partitioned-output", part]
     t0 = time.monotonic()
     timed_out = False
     with RUNNING_LOCK:
@@ -552,7 +607,8 @@ def run_one(mod, args, scratch):
         reason = "XLA's test expects an error%s; Weave: %s" % (
             (' ("%s")' % mod["expect_error"]) if mod["expect_error"] else "", reason)
     return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else proc.returncode,
-                seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr))
+                seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr),
+                collectives=partitioned_collectives(part))
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,6 +660,17 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
                     sum(1 for r in third if r["class"] == "numerics-fail"), global_big,
                     passed, len(third) - global_big,
                     100.0 * passed / max(1, len(third) - global_big)))
+    # Issue 48's measure: of the partitioned modules whose test asserts collective kinds, those
+    # whose partitioned module has every kind asserted present and none asserted absent.
+    asserting = [r for r in results if (r.get("asserted_present") or r.get("asserted_absent"))
+                 and r.get("collectives") is not None]
+    if asserting:
+        agree = [r for r in asserting if set(r["asserted_present"]) <= set(r["collectives"])
+                 and not set(r["asserted_absent"]) & set(r["collectives"])]
+        fh.write("Collectives as XLA's test asserts them (issue 48): %d of %d partitioned modules "
+                 "whose test names collective kinds (op:: matchers, NumOfInstructions counts, "
+                 "FileCheck lines) have every kind asserted present and none asserted absent.\n\n"
+                 % (len(agree), len(asserting)))
     opts = sum(1 for r in results if "not reproduced" in (r.get("note") or ""))
     hand = sum(1 for r in results if r.get("n_source") == "SpmdPartitioner")
     if opts or hand:
@@ -616,12 +683,13 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
     if remat:
         fh.write("Modules with involuntary full rematerializations (Weave's remark): %d, "
                  "%d in all.\n\n" % (len(remat), sum(r["remat"] for r in remat)))
-    fh.write("| module | N | class | reason | remat |\n|---|---:|---|---|---:|\n")
+    fh.write("| module | N | class | reason | remat | collectives (issue 48) |\n"
+             "|---|---:|---|---|---:|---|\n")
     for r in results:
         reason = clip(r["reason"])
-        fh.write("| %s | %s | %s | %s | %s |\n" % (
+        fh.write("| %s | %s | %s | %s | %s | %s |\n" % (
             md_cell(r["name"]), r["n"] if r["n"] is not None else "?", r["class"],
-            md_cell(reason), r["remat"] if r.get("remat") else ""))
+            md_cell(reason), r["remat"] if r.get("remat") else "", md_cell(collective_cell(r))))
 
 
 def main():
@@ -685,7 +753,10 @@ def main():
                 results[i] = dict(name=m["name"], test=m["test"], fixture=m["fixture"],
                                   line=m["line"], n=m["n"], n_source=m["n_source"],
                                   note=m["note"], **{"class": r["cls"]}, reason=r["reason"],
-                                  exit_code=r["rc"], seconds=r["seconds"], remat=r["remat"])
+                                  exit_code=r["rc"], seconds=r["seconds"], remat=r["remat"],
+                                  asserted_present=m.get("asserted", ([], []))[0],
+                                  asserted_absent=m.get("asserted", ([], []))[1],
+                                  collectives=r.get("collectives"))
                 done += 1
                 sys.stderr.write("[%d/%d] %-60s %s\n" % (done, len(modules), m["name"], r["cls"]))
                 sys.stderr.flush()

@@ -1,0 +1,43 @@
+// Halo exchange: each device's window of a value sharded along one dim, fetched from the
+// neighbouring tiles by collective-permutes instead of an all-gather of the whole dim (XLA's
+// ExchangeHalo and PartitionedHlo::ReshardAsWindowedInput in spmd_partitioner_util.cc /
+// spmd_partitioner.cc; ../shared/specs/spmd-partitioner.md §3).
+//
+// The value x is the local tile of a global array of shape `global` under sharding `s`, tiled
+// k ways along dim `dim` with tiles of T = ceil(G / k) elements (the last may end in padding).
+// The device holding tile i wants the W elements at global indices lo(i) .. lo(i) + W - 1 along
+// `dim`, with lo(i) = first + i * step (any integers: a window may start before 0 or end past
+// G). The result, on every device, is its window: shape x's with `dim` = W.
+//
+// How: the widest reach left and right of a tile over all tiles (only where the window holds
+// data, indices in [0, G)) is fetched as halo pieces from the tiles 1, 2, ... away, one
+// collective-permute per piece (a device at the edge receives zeros), concatenated around the
+// local tile, padded with zeros where a window reaches past the data, and each device
+// dynamic-slices its window at its own offset (a partition-id table). With `fill` (a scalar of
+// x's type), window elements at indices outside [0, G) are set to it (select on an iota of the
+// global index); without, they are left unspecified (a slice never reads them).
+//
+// Errors: Unimplemented when `s` is not tiled along `dim`, carries a manual or unreduced
+// subgroup, or the halo would need more pieces than the other k - 1 tiles (an all-gather is
+// then no costlier; the caller falls back to it). Cost: linear in the pieces and the devices.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "spmd/spmd_builder.h"
+
+namespace weave::spmd {
+
+struct HaloWindow {
+  int64_t dim = 0;
+  int64_t first = 0;  // lo(0)
+  int64_t step = 0;   // lo(i) = first + i * step
+  int64_t size = 0;   // W
+};
+
+absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
+                                             const Shape& global, const HaloWindow& w,
+                                             HloInstruction* fill);
+
+}  // namespace weave::spmd

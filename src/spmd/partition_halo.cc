@@ -1,0 +1,91 @@
+// Slice and pad along tiled dims by halo exchange (halo_exchange.h), as XLA's partitioner does
+// (HandleSlice / HandlePad through ReshardAsWindowedInput): the result keeps its target's tiling
+// and each device fetches only the neighbouring elements its tile of the result reads.
+#include "absl/strings/str_cat.h"
+#include "spmd/halo_exchange.h"
+#include "spmd/partitioner_internal.h"
+#include "spmd/sharding_util.h"
+
+namespace weave::spmd {
+
+absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
+                                       const std::vector<int64_t>& affected) {
+  const Shape& out = h.shape();
+  const Shape& in = h.operand(0)->shape();
+  const Sharding target = cp.Target(&h);
+  if (!out.IsArray() || !target.IsTiled() || target.rank() != out.rank()) {
+    return absl::UnimplementedError("the result is not tiled");
+  }
+  for (const Sharding::Subgroup& g : target.subgroups()) {
+    if (g.type != SubgroupType::kReplicated) return absl::UnimplementedError("a manual or unreduced result");
+  }
+  std::vector<int64_t> dims;  // affected dims the result is tiled along: windows by halo
+  for (int64_t d : affected) {
+    if (target.tile(d) > 1) dims.push_back(d);
+  }
+  if (dims.empty()) return absl::UnimplementedError("the result is not tiled along the affected dims");
+  const bool pad = h.opcode() == HloOpcode::kPad;
+  if (!pad && h.opcode() != HloOpcode::kSlice) return absl::UnimplementedError("not a slice or pad");
+  for (int64_t d : dims) {
+    if (pad && h.padding()[static_cast<size_t>(d)].interior != 0) {
+      return absl::UnimplementedError(absl::StrCat("interior padding on dim ", d));
+    }
+  }
+  SpmdBuilder& b = cp.b();
+  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, target);
+  if (!x.ok()) return x.status();
+  HloInstruction* fill = nullptr;
+  if (pad) {
+    absl::StatusOr<HloInstruction*> v = cp.Operand(h, 1, Sharding::Replicated());
+    if (!v.ok()) return v.status();
+    fill = *v;
+  }
+  HloInstruction* local = *x;
+  for (int64_t d : dims) {
+    const int64_t to = ShardSize(out.dims[static_cast<size_t>(d)], target.tile(d));
+    HaloWindow w;
+    w.dim = d;
+    if (pad) {
+      w.first = -h.padding()[static_cast<size_t>(d)].lo;
+      w.step = to;
+      w.size = to;
+    } else {
+      const SliceDim& s = h.slice()[static_cast<size_t>(d)];
+      w.first = s.start;
+      w.step = to * s.stride;
+      w.size = (to - 1) * s.stride + 1;
+    }
+    absl::StatusOr<HloInstruction*> win = ExchangeHalo(b, local, target, in, w, fill);
+    if (!win.ok()) return win.status();
+    local = *win;
+  }
+  // The op on what is left: the untiled affected dims as written, the windowed dims whole (a
+  // slice keeps its stride), the other dims whole.
+  const Shape want = LocalShape(out, target);
+  std::vector<HloInstruction*> ops = {local};
+  if (pad) ops.push_back(fill);
+  HloInstruction* r = cp.Clone(h, want, ops);
+  bool trivial = true;
+  for (int64_t d = 0; d < out.rank(); ++d) {
+    const bool windowed = std::find(dims.begin(), dims.end(), d) != dims.end();
+    const bool touched = std::find(affected.begin(), affected.end(), d) != affected.end();
+    const int64_t extent = local->shape().dims[static_cast<size_t>(d)];
+    if (pad) {
+      PadDim& p = r->mutable_padding()->at(static_cast<size_t>(d));
+      if (windowed || !touched) p = PadDim{0, 0, 0};
+      trivial &= p.lo == 0 && p.hi == 0 && p.interior == 0;
+    } else {
+      SliceDim& s = r->mutable_slice()->at(static_cast<size_t>(d));
+      if (windowed) {
+        s = SliceDim{0, extent, s.stride};
+      } else if (!touched) {
+        s = SliceDim{0, extent, 1};
+      }
+      trivial &= s.start == 0 && s.limit == extent && s.stride == 1;
+    }
+  }
+  if (trivial && local->shape().dims == want.dims) return PValue{local, target, out};
+  return PValue{r, target, out};
+}
+
+}  // namespace weave::spmd
