@@ -29,6 +29,7 @@
 #include "eval/evaluator_rendezvous.h"
 #include "eval/value.h"
 #include "hlo/ir.h"
+#include "hlo/window.h"
 
 namespace weave::eval::internal {
 
@@ -107,15 +108,9 @@ class DeviceEvaluator {
   std::vector<EvalResult::Outfeed> outfeeds_;
 };
 
-// One dim of a `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=..
-// rhs_reversal=..}` attribute (reduce-window, convolution; XLA's Window proto).
-struct WindowDim {
-  int64_t size = 1, stride = 1, lo = 0, hi = 0, lhs_dilate = 1, rhs_dilate = 1;
-  bool reversal = false;
-};
-// The window of `instr` over `rank` dims (all defaults without the attribute); InvalidArgument
-// for a malformed one (evaluator_reduce_sort.cc).
-absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank);
+// Windows of reduce-window, select-and-scatter and convolution: hlo/window.h.
+using ::weave::ParseWindow;
+using ::weave::WindowDim;
 
 // The flat operand index (row-major `strides` over `dims`) that window element q (row-major over
 // the window's sizes; decoded into *widx) of window position `oidx` reads, or -1 where it falls in

@@ -115,42 +115,6 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
   return Share(std::move(t));
 }
 
-absl::StatusOr<std::vector<WindowDim>> ParseWindow(const HloInstruction& instr, size_t rank) {
-  std::vector<WindowDim> w(rank);
-  const std::string* text = instr.GetRawAttribute("window");
-  if (text == nullptr) return w;
-  std::string body = *text;
-  body.erase(std::remove(body.begin(), body.end(), '{'), body.end());
-  body.erase(std::remove(body.begin(), body.end(), '}'), body.end());
-  for (absl::string_view item : absl::StrSplit(body, ' ', absl::SkipEmpty())) {
-    std::vector<std::string> kv = absl::StrSplit(item, '=');
-    if (kv.size() != 2) continue;
-    std::vector<std::string> parts = absl::StrSplit(kv[1], 'x');
-    if (parts.size() != rank) return InvalidArgumentError(absl::StrCat("bad window attribute '", *text, "'"));
-    for (size_t d = 0; d < rank; ++d) {
-      try {
-        if (kv[0] == "pad") {
-          std::vector<std::string> lh = absl::StrSplit(parts[d], '_');
-          if (lh.size() != 2) return InvalidArgumentError("bad window padding");
-          w[d].lo = std::stoll(lh[0]);
-          w[d].hi = std::stoll(lh[1]);
-        } else {
-          const int64_t v = std::stoll(parts[d]);
-          if (kv[0] == "size") w[d].size = v;
-          else if (kv[0] == "stride") w[d].stride = v;
-          else if (kv[0] == "lhs_dilate") w[d].lhs_dilate = v;
-          else if (kv[0] == "rhs_dilate") w[d].rhs_dilate = v;
-          else if (kv[0] == "rhs_reversal") w[d].reversal = v != 0;
-          else return InvalidArgumentError(absl::StrCat("window field '", kv[0], "' is not supported"));
-        }
-      } catch (...) {
-        return InvalidArgumentError(absl::StrCat("bad window attribute '", *text, "'"));
-      }
-    }
-  }
-  return w;
-}
-
 int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>& oidx, int64_t q,
                      const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
                      std::vector<int64_t>* widx) {

@@ -80,9 +80,9 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     rd = std::max(rd, z - (i + 1) * t);
   }
   const int64_t nl = (ld + t - 1) / t, nr = (rd + t - 1) / t;
-  if (nl + nr > k - 1) {
+  if (nl > k - 1 || nr > k - 1 || ld + rd > (k - 1) * t) {
     return absl::UnimplementedError(absl::StrCat("the halo (", ld, " left, ", rd, " right of ", t,
-                                                 "-element tiles) reaches past the other tiles"));
+                                                 "-element tiles) is as large as the other tiles"));
   }
   // Piece j of the left halo comes from the tile j to the left (its last elements), piece j of
   // the right halo from the tile j to the right (its first elements).

@@ -18,8 +18,8 @@
 // global index); without, they are left unspecified (a slice never reads them).
 //
 // Errors: Unimplemented when `s` is not tiled along `dim`, carries a manual or unreduced
-// subgroup, or the halo would need more pieces than the other k - 1 tiles (an all-gather is
-// then no costlier; the caller falls back to it). Cost: linear in the pieces and the devices.
+// subgroup, or the halo is as large as the other k - 1 tiles together (an all-gather is then no
+// costlier; the caller falls back to it). Cost: linear in the pieces and the devices.
 #pragma once
 
 #include <cstdint>

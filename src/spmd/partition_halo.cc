@@ -1,7 +1,10 @@
-// Slice and pad along tiled dims by halo exchange (halo_exchange.h), as XLA's partitioner does
-// (HandleSlice / HandlePad through ReshardAsWindowedInput): the result keeps its target's tiling
-// and each device fetches only the neighbouring elements its tile of the result reads.
+// Slice, pad and reduce-window along tiled dims by halo exchange (halo_exchange.h), as XLA's
+// partitioner does (HandleSlice / HandlePad / HandleReduceWindow through
+// ReshardAsWindowedInput): the result keeps its target's tiling and each device fetches only the
+// neighbouring elements its tile of the result reads. A reduce-window's padding becomes its init
+// value in the fetched window (masked), and the local reduce-window runs unpadded on those dims.
 #include "absl/strings/str_cat.h"
+#include "hlo/window.h"
 #include "spmd/halo_exchange.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
@@ -25,17 +28,28 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
   }
   if (dims.empty()) return absl::UnimplementedError("the result is not tiled along the affected dims");
   const bool pad = h.opcode() == HloOpcode::kPad;
-  if (!pad && h.opcode() != HloOpcode::kSlice) return absl::UnimplementedError("not a slice or pad");
+  const bool rw = h.opcode() == HloOpcode::kReduceWindow;
+  if (!pad && !rw && h.opcode() != HloOpcode::kSlice) return absl::UnimplementedError("not a slice, pad or reduce-window");
+  std::vector<WindowDim> window;
+  if (rw) {
+    if (h.operand_count() != 2) return absl::UnimplementedError("a variadic reduce-window");
+    absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(h, static_cast<size_t>(in.rank()));
+    if (!w.ok()) return absl::UnimplementedError(std::string(w.status().message()));
+    window = *std::move(w);
+  }
   for (int64_t d : dims) {
     if (pad && h.padding()[static_cast<size_t>(d)].interior != 0) {
       return absl::UnimplementedError(absl::StrCat("interior padding on dim ", d));
+    }
+    if (rw && window[static_cast<size_t>(d)].lhs_dilate != 1) {
+      return absl::UnimplementedError(absl::StrCat("base dilation on dim ", d));
     }
   }
   SpmdBuilder& b = cp.b();
   absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, target);
   if (!x.ok()) return x.status();
   HloInstruction* fill = nullptr;
-  if (pad) {
+  if (pad || rw) {
     absl::StatusOr<HloInstruction*> v = cp.Operand(h, 1, Sharding::Replicated());
     if (!v.ok()) return v.status();
     fill = *v;
@@ -49,6 +63,11 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
       w.first = -h.padding()[static_cast<size_t>(d)].lo;
       w.step = to;
       w.size = to;
+    } else if (rw) {
+      const WindowDim& wd = window[static_cast<size_t>(d)];
+      w.first = -wd.lo;
+      w.step = to * wd.stride;
+      w.size = (to - 1) * wd.stride + (wd.size - 1) * wd.rhs_dilate + 1;  // window dilation kept
     } else {
       const SliceDim& s = h.slice()[static_cast<size_t>(d)];
       w.first = s.start;
@@ -63,8 +82,16 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
   // slice keeps its stride), the other dims whole.
   const Shape want = LocalShape(out, target);
   std::vector<HloInstruction*> ops = {local};
-  if (pad) ops.push_back(fill);
+  if (pad || rw) ops.push_back(fill);
   HloInstruction* r = cp.Clone(h, want, ops);
+  if (rw) {
+    for (int64_t d : dims) {
+      window[static_cast<size_t>(d)].lo = 0;
+      window[static_cast<size_t>(d)].hi = 0;
+    }
+    SetWindow(r, window);
+    return PValue{r, target, out};
+  }
   bool trivial = true;
   for (int64_t d = 0; d < out.rank(); ++d) {
     const bool windowed = std::find(dims.begin(), dims.end(), d) != dims.end();

@@ -320,9 +320,9 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
   if (!s || (s->IsTiled() && s->rank() != leaf_shape.rank())) {
     return cp.Replicated(h, absl::StrCat(std::string(HloOpcodeString(op)), ": no sharding without its dims"));
   }
-  // Tiled along an affected dim (the result's target or a data operand): a slice or pad whose
-  // result is tiled there exchanges halos (partition_halo.cc); otherwise that dim is computed
-  // replicated (XLA also exchanges halos for reduce-window; sort works on its whole sort dim).
+  // Tiled along an affected dim (the result's target or a data operand): a slice, pad or
+  // reduce-window whose result is tiled there exchanges halos (partition_halo.cc); otherwise
+  // that dim is computed replicated (sort works on its whole sort dim).
   std::vector<int64_t> tiled_affected;
   for (int64_t d : affected) {
     bool tiled = target.IsTiled() && d < target.rank() && target.tile(d) > 1;
@@ -334,7 +334,8 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     if (tiled) tiled_affected.push_back(d);
   }
   std::string halo_why;
-  if (!tiled_affected.empty() && (op == HloOpcode::kSlice || op == HloOpcode::kPad)) {
+  if (!tiled_affected.empty() &&
+      (op == HloOpcode::kSlice || op == HloOpcode::kPad || op == HloOpcode::kReduceWindow)) {
     absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
     if (r.ok()) return r;
     halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");

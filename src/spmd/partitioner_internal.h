@@ -91,7 +91,8 @@ absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruc
 // slice, pad, concatenate, reverse, sort, reduce-window: local on untiled affected dims.
 absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h);
-// partition_halo.cc: slice / pad with the result tiled along an `affected` dim, by halo exchange
+// partition_halo.cc: slice / pad / reduce-window with the result tiled along an `affected` dim,
+// by halo exchange
 // (Unimplemented where it does not apply; the caller then gathers those dims).
 absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
                                        const std::vector<int64_t>& affected);

@@ -377,7 +377,47 @@ void Generator::GlobalMotifReshard(const Mesh& mesh) {
                 : absl::StrCat("custom_call_target=\"Sharding\", sharding=", s);
     v = b_.Op("custom-call", v.type, v.dims, {v}, attrs, "hop");
     absl::StrAppend(&desc, " -> ", hd);
-    if (c_.Percent(40)) {
+    if (c_.Percent(15)) {
+      // A reduce-window (sum or max) over some dims: halo exchange of the window's reach.
+      std::vector<int64_t> out = v.dims;
+      std::vector<std::string> size, stride, pad, lhs, rhs;
+      bool any_lhs = false, any_rhs = false;
+      for (size_t d = 0; d < out.size(); ++d) {
+        int64_t w = 1, st = 1, lo = 0, hi = 0, ld = 1, rd = 1;
+        if (c_.Percent(60)) {
+          w = 1 + static_cast<int64_t>(c_.Below(4));
+          st = 1 + static_cast<int64_t>(c_.Below(3));
+          lo = static_cast<int64_t>(c_.Below(3));
+          hi = static_cast<int64_t>(c_.Below(3));
+          if (c_.Percent(15)) rd = 2;
+          if (c_.Percent(8)) ld = 2;
+        }
+        const int64_t padded = out[d] + (out[d] - 1) * (ld - 1) + lo + hi;
+        const int64_t eff = (w - 1) * rd + 1;
+        if (padded < eff) {
+          w = 1, st = 1, lo = 0, hi = 0, ld = 1, rd = 1;
+        }
+        out[d] = (out[d] + (out[d] - 1) * (ld - 1) + lo + hi - ((w - 1) * rd + 1)) / st + 1;
+        size.push_back(absl::StrCat(w));
+        stride.push_back(absl::StrCat(st));
+        pad.push_back(absl::StrCat(lo, "_", hi));
+        lhs.push_back(absl::StrCat(ld));
+        rhs.push_back(absl::StrCat(rd));
+        any_lhs |= ld != 1;
+        any_rhs |= rd != 1;
+      }
+      const bool max = c_.Percent(40);
+      std::string win = absl::StrCat("window={size=", absl::StrJoin(size, "x"), " stride=", absl::StrJoin(stride, "x"),
+                                     " pad=", absl::StrJoin(pad, "x"));
+      if (any_lhs) absl::StrAppend(&win, " lhs_dilate=", absl::StrJoin(lhs, "x"));
+      if (any_rhs) absl::StrAppend(&win, " rhs_dilate=", absl::StrJoin(rhs, "x"));
+      absl::StrAppend(&win, "}, to_apply=", b_.Reducer(max ? "maximum" : "add", v.type));
+      if (!shardy_ && c_.Percent(50)) absl::StrAppend(&win, ", sharding=", s);
+      Val init = b_.ScalarConstant(v.type, max ? "-inf" : "0");
+      v = b_.Op("reduce-window", v.type, out, {v, init}, win, "pooled");
+      dims = out;
+      absl::StrAppend(&desc, " reduce-window ", max ? "max " : "sum ", absl::StrJoin(size, "x"));
+    } else if (c_.Percent(40)) {
       // A slice or a pad of the value (halo exchange where the result stays tiled along the
       // sliced or padded dim), annotated with the value's own sharding half the time.
       std::vector<int64_t> out = v.dims;
