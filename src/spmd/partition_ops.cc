@@ -276,6 +276,38 @@ absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstru
   return PValue{sum, target, h.shape()};
 }
 
+// `s` with the tiling of `dims` moved onto one other dim of `shape` (its tile index there
+// becomes old * f + the index over `dims`, f the tiles moved), the largest dim that the new tile
+// count divides; nullopt when `s` is not tiled along `dims`, has a manual or unreduced subgroup,
+// or no dim has room. XLA's HandleSort moves a sharded sort dim's tiling the same way.
+std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64_t>& dims, const Shape& shape) {
+  if (!s.IsTiled() || s.rank() != shape.rank() || s.HasManualSubgroup() || HoldsAddends(s)) return std::nullopt;
+  int64_t f = 1;
+  for (int64_t d : dims) f *= s.tile(d);
+  if (f == 1) return std::nullopt;
+  int64_t to = -1;
+  for (int64_t d = 0; d < s.rank(); ++d) {
+    if (Contains(dims, d)) continue;
+    const int64_t need = s.tile(d) * f;
+    if (shape.dims[static_cast<size_t>(d)] % need != 0) continue;
+    if (to < 0 || shape.dims[static_cast<size_t>(d)] > shape.dims[static_cast<size_t>(to)]) to = d;
+  }
+  if (to < 0) return std::nullopt;
+  std::vector<int64_t> tiles = s.tiles();
+  tiles[static_cast<size_t>(to)] *= f;
+  for (int64_t d : dims) tiles[static_cast<size_t>(d)] = 1;
+  return Sharding::FromTileFunction(tiles, s.devices(), [&](int64_t p) {
+    std::vector<int64_t> idx = *s.TileIndex(p, s.rank());
+    int64_t moved = 0;
+    for (int64_t d : dims) {
+      moved = moved * s.tile(d) + idx[static_cast<size_t>(d)];
+      idx[static_cast<size_t>(d)] = 0;
+    }
+    idx[static_cast<size_t>(to)] = idx[static_cast<size_t>(to)] * f + moved;
+    return idx;
+  });
+}
+
 absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h) {
   const HloOpcode op = h.opcode();
@@ -339,6 +371,22 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
     if (r.ok()) return r;
     halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");
+  }
+  // The result tiled along an affected dim and another dim free: the op runs with that tiling
+  // moved there (the reshards to and from it are all-to-alls) instead of replicated.
+  std::vector<int64_t> target_affected;
+  for (int64_t d : affected) {
+    if (target.IsTiled() && d < target.rank() && target.tile(d) > 1) target_affected.push_back(d);
+  }
+  if (!target_affected.empty()) {
+    if (std::optional<Sharding> moved = MoveTilingOff(target, target_affected, leaf_shape)) {
+      cp.Remark(h, true,
+                absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
+                             absl::StrJoin(target_affected, ","), ": computed with their tiling moved to ",
+                             moved->ToString(), " (all-to-all there and back)", halo_why));
+      s = *moved;
+      tiled_affected.clear();
+    }
   }
   if (!tiled_affected.empty()) {
     cp.Remark(h, false,
