@@ -1,7 +1,7 @@
 // The `window={size=2x2 stride=1x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=.. rhs_reversal=..}`
 // attribute of reduce-window, select-and-scatter and convolution (XLA's Window proto), parsed
 // from and printed to its text form. The instruction keeps the text as a raw attribute; the
-// evaluator and the SPMD partitioner read it through here.
+// evaluator and the SPMD partitioner (its window dims, its halo rule) read it through here.
 #pragma once
 
 #include <cstdint>

@@ -36,11 +36,14 @@ HloInstruction* ConcatAlong(SpmdBuilder& b, const std::vector<HloInstruction*>& 
   return c;
 }
 
-}  // namespace
+// What a halo exchange needs: tiles, reaches and the zeros past the data.
+struct HaloPlan {
+  int64_t k = 0, size = 0, t = 0;
+  int64_t ld = 0, rd = 0, nl = 0, nr = 0, extra_lo = 0, extra_hi = 0;
+  std::vector<std::vector<int64_t>> index;  // [partition] -> its index in the device array
+};
 
-absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
-                                             const Shape& global, const HaloWindow& w,
-                                             HloInstruction* fill) {
+absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n) {
   const int64_t dim = w.dim;
   if (!s.IsTiled() || dim < 0 || dim >= s.rank() || s.tile(dim) < 2 || w.size < 1) {
     return absl::UnimplementedError("halo exchange needs a value tiled along the window's dim");
@@ -50,19 +53,58 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
       return absl::UnimplementedError("halo exchange of a value with a manual or unreduced subgroup");
     }
   }
+  HaloPlan p;
+  p.k = s.tile(dim);
+  p.size = global.dims[static_cast<size_t>(dim)];
+  p.t = ShardSize(p.size, p.k);
+  p.index.resize(static_cast<size_t>(n));
+  for (int64_t q = 0; q < n; ++q) {
+    std::optional<std::vector<int64_t>> idx = s.ArrayIndex(q);
+    if (!idx) return absl::UnimplementedError(absl::StrCat("partition ", q, " holds no tile of ", s.ToString()));
+    p.index[static_cast<size_t>(q)] = *std::move(idx);
+  }
+  auto lo = [&](int64_t i) { return w.first + i * w.step; };
+  // The reach left (ld) and right (rd) of a tile where its window holds data.
+  for (int64_t i = 0; i < p.k; ++i) {
+    const int64_t a = std::max<int64_t>(lo(i), 0), z = std::min<int64_t>(lo(i) + w.size, p.size);
+    if (a >= z) continue;
+    p.ld = std::max(p.ld, i * p.t - a);
+    p.rd = std::max(p.rd, z - (i + 1) * p.t);
+  }
+  p.nl = (p.ld + p.t - 1) / p.t;
+  p.nr = (p.rd + p.t - 1) / p.t;
+  // Zeros where a window reaches past what is fetched (indices outside [0, G) only).
+  for (int64_t i = 0; i < p.k; ++i) {
+    p.extra_lo = std::max(p.extra_lo, (i * p.t - p.ld) - lo(i));
+    p.extra_hi = std::max(p.extra_hi, lo(i) + w.size - ((i + 1) * p.t + p.rd));
+  }
+  const int64_t others = (p.k - 1) * p.t;
+  if (p.nl > p.k - 1 || p.nr > p.k - 1 || p.ld + p.rd >= others) {
+    return absl::UnimplementedError(absl::StrCat("the halo (", p.ld, " left, ", p.rd, " right of ", p.t,
+                                                 "-element tiles) is as large as the other tiles"));
+  }
+  return p;
+}
+
+}  // namespace
+
+absl::Status CheckHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n) {
+  return PlanHalo(s, global, w, n).status();
+}
+
+absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
+                                             const Shape& global, const HaloWindow& w,
+                                             HloInstruction* fill) {
+  const int64_t dim = w.dim;
   const int64_t n = b.num_partitions();
-  const int64_t k = s.tile(dim);
-  const int64_t size = global.dims[static_cast<size_t>(dim)];
-  const int64_t t = ShardSize(size, k);
+  absl::StatusOr<HaloPlan> plan = PlanHalo(s, global, w, n);
+  if (!plan.ok()) return plan.status();
+  const int64_t k = plan->k, size = plan->size, t = plan->t;
+  const int64_t ld = plan->ld, rd = plan->rd, nl = plan->nl, nr = plan->nr;
+  const int64_t extra_lo = plan->extra_lo, extra_hi = plan->extra_hi;
+  const std::vector<std::vector<int64_t>>& index = plan->index;
   if (x->shape().dims[static_cast<size_t>(dim)] != t) {
     return absl::UnimplementedError("halo exchange of a value whose local extent is not its tile");
-  }
-  // Each device's array index (its tile along dim at [dim]), and the device at each index.
-  std::vector<std::vector<int64_t>> index(static_cast<size_t>(n));
-  for (int64_t p = 0; p < n; ++p) {
-    std::optional<std::vector<int64_t>> idx = s.ArrayIndex(p);
-    if (!idx) return absl::UnimplementedError(absl::StrCat("partition ", p, " holds no tile of ", s.ToString()));
-    index[static_cast<size_t>(p)] = *std::move(idx);
   }
   auto device_at = [&](std::vector<int64_t> idx) {
     int64_t flat = 0;
@@ -71,19 +113,6 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     return s.devices()[static_cast<size_t>(flat)];
   };
   auto lo = [&](int64_t i) { return w.first + i * w.step; };
-  // The reach left (ld) and right (rd) of a tile where its window holds data.
-  int64_t ld = 0, rd = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t a = std::max<int64_t>(lo(i), 0), z = std::min<int64_t>(lo(i) + w.size, size);
-    if (a >= z) continue;
-    ld = std::max(ld, i * t - a);
-    rd = std::max(rd, z - (i + 1) * t);
-  }
-  const int64_t nl = (ld + t - 1) / t, nr = (rd + t - 1) / t;
-  if (nl > k - 1 || nr > k - 1 || ld + rd > (k - 1) * t) {
-    return absl::UnimplementedError(absl::StrCat("the halo (", ld, " left, ", rd, " right of ", t,
-                                                 "-element tiles) is as large as the other tiles"));
-  }
   // Piece j of the left halo comes from the tile j to the left (its last elements), piece j of
   // the right halo from the tile j to the right (its first elements).
   auto fetch = [&](int64_t j, bool left, int64_t start, int64_t limit) {
@@ -110,11 +139,6 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   }
   HloInstruction* buffer = ConcatAlong(b, parts, dim);
   // Zeros where a window reaches past what was fetched (indices outside [0, G) only).
-  int64_t extra_lo = 0, extra_hi = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    extra_lo = std::max(extra_lo, (i * t - ld) - lo(i));
-    extra_hi = std::max(extra_hi, lo(i) + w.size - ((i + 1) * t + rd));
-  }
   if (extra_lo > 0 || extra_hi > 0) {
     std::vector<int64_t> dims = buffer->shape().dims;
     dims[static_cast<size_t>(dim)] += extra_lo + extra_hi;

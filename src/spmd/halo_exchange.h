@@ -19,7 +19,9 @@
 //
 // Errors: Unimplemented when `s` is not tiled along `dim`, carries a manual or unreduced
 // subgroup, or the halo is as large as the other k - 1 tiles together (an all-gather is then no
-// costlier; the caller falls back to it). Cost: linear in the pieces and the devices.
+// costlier; the caller falls back to it). Memory: the buffer spans the fetched halo and the
+// zeros a window reaches past the data (a pad far past the end: up to the padded extent, as the
+// gathered fallback). Cost: linear in the pieces and the devices.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,10 @@ struct HaloWindow {
   int64_t step = 0;   // lo(i) = first + i * step
   int64_t size = 0;   // W
 };
+
+// Whether ExchangeHalo applies to `w` on a value of `global` shape under `s` over partitions
+// 0..n-1 (OkStatus), or the Unimplemented error it would return; no instruction is built.
+absl::Status CheckHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n);
 
 absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
                                              const Shape& global, const HaloWindow& w,

@@ -45,16 +45,8 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
       return absl::UnimplementedError(absl::StrCat("base dilation on dim ", d));
     }
   }
-  SpmdBuilder& b = cp.b();
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, target);
-  if (!x.ok()) return x.status();
-  HloInstruction* fill = nullptr;
-  if (pad || rw) {
-    absl::StatusOr<HloInstruction*> v = cp.Operand(h, 1, Sharding::Replicated());
-    if (!v.ok()) return v.status();
-    fill = *v;
-  }
-  HloInstruction* local = *x;
+  // The windows, checked before any reshard is built (a declined halo leaves no remark behind).
+  std::vector<HaloWindow> windows;
   for (int64_t d : dims) {
     const int64_t to = ShardSize(out.dims[static_cast<size_t>(d)], target.tile(d));
     HaloWindow w;
@@ -74,6 +66,21 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
       w.step = to * s.stride;
       w.size = (to - 1) * s.stride + 1;
     }
+    absl::Status ok = CheckHalo(target, in, w, cp.num_partitions());
+    if (!ok.ok()) return ok;
+    windows.push_back(w);
+  }
+  SpmdBuilder& b = cp.b();
+  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, target);
+  if (!x.ok()) return x.status();
+  HloInstruction* fill = nullptr;
+  if (pad || rw) {
+    absl::StatusOr<HloInstruction*> v = cp.Operand(h, 1, Sharding::Replicated());
+    if (!v.ok()) return v.status();
+    fill = *v;
+  }
+  HloInstruction* local = *x;
+  for (const HaloWindow& w : windows) {
     absl::StatusOr<HloInstruction*> win = ExchangeHalo(b, local, target, in, w, fill);
     if (!win.ok()) return win.status();
     local = *win;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "hlo/window.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/propagation_rules.h"
 #include "spmd/sharding_util.h"
@@ -23,27 +24,22 @@ Sharding Leaf(const Sharding& s) {
   return s;
 }
 
-// Dims a reduce-window's window touches (size, stride, padding or dilation not trivial).
+// Dims a reduce-window's window touches (size, stride, padding or dilation not trivial); every
+// dim when the window does not parse (the op is then computed replicated along them).
 std::vector<int64_t> WindowDims(const HloInstruction& h) {
-  std::vector<int64_t> out;
-  const std::string* w = h.GetRawAttribute("window");
-  if (w == nullptr) return out;
   const int64_t rank = h.operand(0)->shape().rank();
-  std::vector<bool> touched(static_cast<size_t>(rank), false);
-  for (absl::string_view field : absl::StrSplit(*w, absl::ByAnyChar("{} "), absl::SkipEmpty())) {
-    const size_t eq = field.find('=');
-    if (eq == absl::string_view::npos) continue;
-    const absl::string_view key = field.substr(0, eq);
-    std::vector<std::string> parts = absl::StrSplit(field.substr(eq + 1), 'x');
-    for (size_t d = 0; d < parts.size() && d < touched.size(); ++d) {
-      const std::string& p = parts[d];
-      const bool trivial = key == "pad" ? (p == "0_0") : (p == "1");
-      if (key == "rhs_reversal") continue;
-      if (!trivial) touched[d] = true;
-    }
-  }
+  std::vector<int64_t> out;
+  absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(h, static_cast<size_t>(rank));
   for (int64_t d = 0; d < rank; ++d) {
-    if (touched[static_cast<size_t>(d)]) out.push_back(d);
+    if (!w.ok()) {
+      out.push_back(d);
+      continue;
+    }
+    const WindowDim& x = (*w)[static_cast<size_t>(d)];
+    if (x.size != 1 || x.stride != 1 || x.lo != 0 || x.hi != 0 || x.lhs_dilate != 1 || x.rhs_dilate != 1 ||
+        x.reversal) {
+      out.push_back(d);
+    }
   }
   return out;
 }
@@ -276,18 +272,20 @@ absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstru
   return PValue{sum, target, h.shape()};
 }
 
-// `s` with the tiling of `dims` moved onto one other dim of `shape` (its tile index there
-// becomes old * f + the index over `dims`, f the tiles moved), the largest dim that the new tile
-// count divides; nullopt when `s` is not tiled along `dims`, has a manual or unreduced subgroup,
-// or no dim has room. XLA's HandleSort moves a sharded sort dim's tiling the same way.
-std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64_t>& dims, const Shape& shape) {
+// `s` with the tiling of `dims` moved onto one dim of `shape` outside `avoid` (every dim the op
+// needs whole; `dims` among them): its tile index there becomes old * f + the index over
+// `dims`, f the tiles moved; the largest such dim that the new tile count divides. nullopt when
+// `s` is not tiled along `dims`, has a manual or unreduced subgroup, or no dim has room. XLA's
+// HandleSort moves a sharded sort dim's tiling the same way.
+std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64_t>& dims,
+                                      const std::vector<int64_t>& avoid, const Shape& shape) {
   if (!s.IsTiled() || s.rank() != shape.rank() || s.HasManualSubgroup() || HoldsAddends(s)) return std::nullopt;
   int64_t f = 1;
   for (int64_t d : dims) f *= s.tile(d);
   if (f == 1) return std::nullopt;
   int64_t to = -1;
   for (int64_t d = 0; d < s.rank(); ++d) {
-    if (Contains(dims, d)) continue;
+    if (Contains(dims, d) || Contains(avoid, d)) continue;
     const int64_t need = s.tile(d) * f;
     if (shape.dims[static_cast<size_t>(d)] % need != 0) continue;
     if (to < 0 || shape.dims[static_cast<size_t>(d)] > shape.dims[static_cast<size_t>(to)]) to = d;
@@ -379,7 +377,7 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     if (target.IsTiled() && d < target.rank() && target.tile(d) > 1) target_affected.push_back(d);
   }
   if (!target_affected.empty()) {
-    if (std::optional<Sharding> moved = MoveTilingOff(target, target_affected, leaf_shape)) {
+    if (std::optional<Sharding> moved = MoveTilingOff(target, target_affected, affected, leaf_shape)) {
       cp.Remark(h, true,
                 absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
                              absl::StrJoin(target_affected, ","), ": computed with their tiling moved to ",

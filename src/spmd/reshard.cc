@@ -500,7 +500,13 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
   }
   if (global.IsArray() && SameDeviceSet(from, n) && SameDeviceSet(to, n)) {
     std::optional<ReshardSteps> steps = PlanReshardSteps(from, to, global, n);
-    if (steps && (!gather_bytes || steps->bytes < *gather_bytes)) {
+    // A chain through the replicated value to slice a tiled target again is the full fallback,
+    // which is remarked (an involuntary full rematerialization), whatever reaches it.
+    const bool replicates =
+        steps && !to.IsReplicated() &&
+        std::any_of(steps->steps.begin(), steps->steps.end(),
+                    [](const ReshardStep& st) { return st.after.IsReplicated(); });
+    if (steps && !replicates && (!gather_bytes || steps->bytes < *gather_bytes)) {
       plan.kind = ReshardKind::kSteps;
       plan.gather_dims.clear();
       plan.steps = *std::move(steps);

@@ -104,6 +104,11 @@ TEST(ReshardPlanTest, Kinds) {
   const Shape ten(PrimitiveType::F32, {10, 6});
   EXPECT_EQ(PlanReshard(S("{devices=[2,2]<=[4]}", ten.dims), S("{devices=[4,1]<=[4]}", ten.dims), ten, 4).kind,
             ReshardKind::kFull);
+  // A chain through the replicated value (gather all, slice the other device order) is the full
+  // fallback, remarked, not a quiet chain of steps.
+  const Shape wide(PrimitiveType::F32, {2, 100});
+  EXPECT_EQ(PlanReshard(S("{devices=[2,1]0,1}", wide.dims), S("{devices=[1,2]1,0}", wide.dims), wide, 2).kind,
+            ReshardKind::kFull);
   // A tile that is all padding (9 rows over 4: 3, 3, 3, 0) refines anything.
   const Shape u(PrimitiveType::F32, {9, 4});
   EXPECT_TRUE(RefinesOnEveryDevice(Sharding::Replicated(), S("{devices=[4,1]<=[4]}", u.dims), u, 4));
