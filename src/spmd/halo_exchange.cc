@@ -36,12 +36,18 @@ HloInstruction* ConcatAlong(SpmdBuilder& b, const std::vector<HloInstruction*>& 
   return c;
 }
 
-// What a halo exchange needs: tiles, reaches and the zeros past the data.
+// What a halo exchange needs. Relative to the start of its own tile (i * T), every device reads
+// the same range [from, to) of positions (the union over the tiles of where their windows hold
+// data); the buffer is that range, fetched piece by piece from the tiles it spans (piece j from
+// the tile j to the right, j < 0 to the left, j = 0 the device's own), then zeros where a window
+// reaches past it (extra_lo, extra_hi; indices outside the data only).
 struct HaloPlan {
   int64_t k = 0, size = 0, t = 0;
-  int64_t ld = 0, rd = 0, nl = 0, nr = 0, extra_lo = 0, extra_hi = 0;
+  int64_t from = 0, to = 0, extra_lo = 0, extra_hi = 0, fetched = 0;
   std::vector<std::vector<int64_t>> index;  // [partition] -> its index in the device array
 };
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n) {
   const int64_t dim = w.dim;
@@ -64,24 +70,28 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
     p.index[static_cast<size_t>(q)] = *std::move(idx);
   }
   auto lo = [&](int64_t i) { return w.first + i * w.step; };
-  // The reach left (ld) and right (rd) of a tile where its window holds data.
+  bool any = false;
   for (int64_t i = 0; i < p.k; ++i) {
     const int64_t a = std::max<int64_t>(lo(i), 0), z = std::min<int64_t>(lo(i) + w.size, p.size);
     if (a >= z) continue;
-    p.ld = std::max(p.ld, i * p.t - a);
-    p.rd = std::max(p.rd, z - (i + 1) * p.t);
+    p.from = any ? std::min(p.from, a - i * p.t) : a - i * p.t;
+    p.to = any ? std::max(p.to, z - i * p.t) : z - i * p.t;
+    any = true;
   }
-  p.nl = (p.ld + p.t - 1) / p.t;
-  p.nr = (p.rd + p.t - 1) / p.t;
-  // Zeros where a window reaches past what is fetched (indices outside [0, G) only).
+  if (!any) {  // every window lies outside the data: the own tile, all of it masked or unread
+    p.from = 0;
+    p.to = p.t;
+  }
   for (int64_t i = 0; i < p.k; ++i) {
-    p.extra_lo = std::max(p.extra_lo, (i * p.t - p.ld) - lo(i));
-    p.extra_hi = std::max(p.extra_hi, lo(i) + w.size - ((i + 1) * p.t + p.rd));
+    p.extra_lo = std::max(p.extra_lo, (i * p.t + p.from) - lo(i));
+    p.extra_hi = std::max(p.extra_hi, lo(i) + w.size - (i * p.t + p.to));
   }
-  const int64_t others = (p.k - 1) * p.t;
-  if (p.nl > p.k - 1 || p.nr > p.k - 1 || p.ld + p.rd >= others) {
-    return absl::UnimplementedError(absl::StrCat("the halo (", p.ld, " left, ", p.rd, " right of ", p.t,
-                                                 "-element tiles) is as large as the other tiles"));
+  for (int64_t j = FloorDiv(p.from, p.t); j <= FloorDiv(p.to - 1, p.t); ++j) {
+    if (j != 0) p.fetched += std::min(p.to - j * p.t, p.t) - std::max(p.from - j * p.t, int64_t{0});
+  }
+  if (FloorDiv(p.from, p.t) < -(p.k - 1) || FloorDiv(p.to - 1, p.t) > p.k - 1 || p.fetched > (p.k - 1) * p.t) {
+    return absl::UnimplementedError(absl::StrCat("the halo (", p.fetched, " elements of ", p.t,
+                                                 "-element tiles) is larger than the other tiles"));
   }
   return p;
 }
@@ -100,7 +110,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   absl::StatusOr<HaloPlan> plan = PlanHalo(s, global, w, n);
   if (!plan.ok()) return plan.status();
   const int64_t k = plan->k, size = plan->size, t = plan->t;
-  const int64_t ld = plan->ld, rd = plan->rd, nl = plan->nl, nr = plan->nr;
+  const int64_t from = plan->from, to = plan->to;
   const int64_t extra_lo = plan->extra_lo, extra_hi = plan->extra_hi;
   const std::vector<std::vector<int64_t>>& index = plan->index;
   if (x->shape().dims[static_cast<size_t>(dim)] != t) {
@@ -113,29 +123,24 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     return s.devices()[static_cast<size_t>(flat)];
   };
   auto lo = [&](int64_t i) { return w.first + i * w.step; };
-  // Piece j of the left halo comes from the tile j to the left (its last elements), piece j of
-  // the right halo from the tile j to the right (its first elements).
-  auto fetch = [&](int64_t j, bool left, int64_t start, int64_t limit) {
-    HloInstruction* piece = SliceAlong(b, x, dim, start, limit);
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    for (int64_t q = 0; q < n; ++q) {
-      std::vector<int64_t> to = index[static_cast<size_t>(q)];
-      to[static_cast<size_t>(dim)] += left ? j : -j;
-      if (to[static_cast<size_t>(dim)] < 0 || to[static_cast<size_t>(dim)] >= k) continue;
-      pairs.push_back({q, device_at(to)});
-    }
-    std::sort(pairs.begin(), pairs.end());
-    return b.CollectivePermute(piece, pairs);
-  };
+  // Piece j (positions [start, limit) of a tile) comes from the tile j to the right: each tile
+  // sends it to the device j to its left (none beyond the edge: that device receives zeros).
   std::vector<HloInstruction*> parts;
-  for (int64_t j = nl; j >= 1; --j) {
-    const int64_t m = std::min(t, ld - (j - 1) * t);
-    parts.push_back(fetch(j, true, t - m, t));
-  }
-  parts.push_back(x);
-  for (int64_t j = 1; j <= nr; ++j) {
-    const int64_t m = std::min(t, rd - (j - 1) * t);
-    parts.push_back(fetch(j, false, 0, m));
+  for (int64_t j = FloorDiv(from, t); j <= FloorDiv(to - 1, t); ++j) {
+    const int64_t start = std::max(from - j * t, int64_t{0}), limit = std::min(to - j * t, t);
+    HloInstruction* piece = SliceAlong(b, x, dim, start, limit);
+    if (j != 0) {
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      for (int64_t q = 0; q < n; ++q) {
+        std::vector<int64_t> dst = index[static_cast<size_t>(q)];
+        dst[static_cast<size_t>(dim)] -= j;
+        if (dst[static_cast<size_t>(dim)] < 0 || dst[static_cast<size_t>(dim)] >= k) continue;
+        pairs.push_back({q, device_at(dst)});
+      }
+      std::sort(pairs.begin(), pairs.end());
+      piece = b.CollectivePermute(piece, pairs);
+    }
+    parts.push_back(piece);
   }
   HloInstruction* buffer = ConcatAlong(b, parts, dim);
   // Zeros where a window reaches past what was fetched (indices outside [0, G) only).
@@ -149,11 +154,11 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     }
     buffer = p;
   }
-  // Each device's window at its offset in the buffer (which starts at index i*T - ld - extra_lo).
+  // Each device's window at its offset in the buffer (which starts at index i*T + from - extra_lo).
   std::vector<int64_t> offsets(static_cast<size_t>(n)), starts(static_cast<size_t>(n));
   for (int64_t p = 0; p < n; ++p) {
     const int64_t i = index[static_cast<size_t>(p)][static_cast<size_t>(dim)];
-    offsets[static_cast<size_t>(p)] = lo(i) - (i * t - ld - extra_lo);
+    offsets[static_cast<size_t>(p)] = lo(i) - (i * t + from - extra_lo);
     starts[static_cast<size_t>(p)] = lo(i);
   }
   std::vector<int64_t> sizes = x->shape().dims;

@@ -9,17 +9,19 @@
 // `dim`, with lo(i) = first + i * step (any integers: a window may start before 0 or end past
 // G). The result, on every device, is its window: shape x's with `dim` = W.
 //
-// How: the widest reach left and right of a tile over all tiles (only where the window holds
-// data, indices in [0, G)) is fetched as halo pieces from the tiles 1, 2, ... away, one
-// collective-permute per piece (a device at the edge receives zeros), concatenated around the
-// local tile, padded with zeros where a window reaches past the data, and each device
-// dynamic-slices its window at its own offset (a partition-id table). With `fill` (a scalar of
-// x's type), window elements at indices outside [0, G) are set to it (select on an iota of the
-// global index); without, they are left unspecified (a slice never reads them).
+// How: relative to the start of its own tile every device reads the same range of positions
+// (the union over the tiles of where their windows hold data, indices in [0, G)); that range is
+// fetched piece by piece from the tiles it spans, one collective-permute per piece (a device at
+// the edge receives zeros; the own tile's part is a local slice, and a tile nobody reads is not
+// fetched: slice [3:4] of 4 tiles moves one element), concatenated, padded with zeros where a
+// window reaches past the data, and each device dynamic-slices its window at its own offset (a
+// partition-id table). With `fill` (a scalar of x's type), window elements at indices outside
+// [0, G) are set to it (select on an iota of the global index); without, they are left
+// unspecified (a slice never reads them).
 //
 // Errors: Unimplemented when `s` is not tiled along `dim`, carries a manual or unreduced
-// subgroup, or the halo is as large as the other k - 1 tiles together (an all-gather is then no
-// costlier; the caller falls back to it). Memory: the buffer spans the fetched halo and the
+// subgroup, or the fetched halo is larger than the other k - 1 tiles together (an all-gather is
+// then cheaper; the caller falls back to it). Memory: the buffer spans the fetched halo and the
 // zeros a window reaches past the data (a pad far past the end: up to the padded extent, as the
 // gathered fallback). Cost: linear in the pieces and the devices.
 #pragma once

@@ -3,11 +3,14 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <limits>
 #include <numeric>
 #include <queue>
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "spmd/reshard.h"
 #include "spmd/sharding_util.h"
 
@@ -136,6 +139,16 @@ std::vector<int64_t> Iota(int64_t n) {
   return v;
 }
 
+// Every device's tile index along every dim, flat: [p * rank + d] (no allocation per device).
+std::vector<int64_t> IndexesOf(const Model& m, int64_t n) {
+  const size_t rank = m.dims.size();
+  std::vector<int64_t> out(static_cast<size_t>(n) * rank);
+  for (int64_t p = 0; p < n; ++p) {
+    for (size_t d = 0; d < rank; ++d) out[static_cast<size_t>(p) * rank + d] = Radix(m, p, m.dims[d]);
+  }
+  return out;
+}
+
 std::optional<Sharding> ShardingOf(const Model& m, int64_t n) {
   return Sharding::FromTileFunction(Tiles(m), Iota(n), [&](int64_t p) { return TileIndexOf(m, p); });
 }
@@ -165,20 +178,33 @@ class Search {
     std::optional<Model> m = ModelOf(to, rank_, n);
     if (!m) return;
     target_tiles_ = Tiles(*m);
-    for (int64_t p = 0; p < n; ++p) target_index_.push_back(TileIndexOf(*m, p));
+    target_idx_ = IndexesOf(*m, n);
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t d = 0; d < rank_; ++d) {
+        const int64_t size = Dim(d), c = to.IsTiled() ? to.tile(d) : 1;
+        const int64_t a = c == 1 ? 0 : TileOffset(to, p, d, size);
+        target_range_.push_back({std::min(a, size), std::min(size, a + ShardSize(size, c))});
+      }
+    }
+    element_bytes_ = static_cast<double>(global.ByteSize()) /
+                     std::max<double>(1.0, static_cast<double>(global.ElementCount()));
     valid_ = true;
   }
 
   std::optional<ReshardSteps> Run(const Sharding& from) {
     if (!valid_) return std::nullopt;
     nodes_.push_back(Node{from, -1, {}, 0, 0, false});
-    queue_.push({0, 0, 0});
+    std::optional<Model> fm = ModelOf(from, rank_, n_);
+    if (!fm) return std::nullopt;
+    queue_.push({Missing(Tiles(*fm), IndexesOf(*fm, n_)), 0, 0});
     std::set<std::string> expanded;
-    int64_t budget = kBudget;
+    // Fewer states for more devices (each costs O(n)): 2000 up to 30 devices, 39 at 1536.
+    int64_t budget = std::clamp<int64_t>(60000 / std::max<int64_t>(n_, 1), 16, 2000);
     while (!queue_.empty() && budget > 0) {
       const Entry e = queue_.top();
       queue_.pop();
       if (nodes_[static_cast<size_t>(e.node)].goal) return PathTo(e.node);
+      if (e.bytes > best_goal_) break;  // nothing cheaper left to find
       if (!expanded.insert(nodes_[static_cast<size_t>(e.node)].sharding.ToString()).second) continue;
       --budget;
       Expand(e.node);
@@ -187,8 +213,6 @@ class Search {
   }
 
  private:
-  static constexpr int64_t kBudget = 2000;  // states expanded before giving up
-
   struct Node {
     Sharding sharding;
     int64_t parent;
@@ -197,8 +221,9 @@ class Search {
     int64_t steps;
     bool goal;
   };
+  // Queued by bytes so far plus a lower bound of the bytes still to receive (A*).
   struct Entry {
-    double bytes;
+    double bytes;  // f = g + h
     int64_t steps;
     int64_t node;
     bool operator<(const Entry& o) const {  // reversed: the queue's top is the cheapest
@@ -208,22 +233,77 @@ class Search {
     }
   };
 
+  // The plan to `node`, with the groups of its all-to-alls and all-gathers (made only here, for
+  // the plan chosen: from each step's `before` as the search's move made it).
   ReshardSteps PathTo(int64_t node) const {
     ReshardSteps out;
     out.bytes = nodes_[static_cast<size_t>(node)].bytes;
     for (int64_t k = node; nodes_[static_cast<size_t>(k)].parent >= 0; k = nodes_[static_cast<size_t>(k)].parent) {
       out.steps.insert(out.steps.begin(), nodes_[static_cast<size_t>(k)].step);
     }
+    for (ReshardStep& st : out.steps) {
+      if (st.kind != ReshardStepKind::kAllToAll && st.kind != ReshardStepKind::kAllGather) continue;
+      std::optional<Model> m = ModelOf(st.before, rank_, n_);
+      std::optional<std::vector<int64_t>> moved = TakeMinor(*m, m->dims[static_cast<size_t>(st.dim)], st.factor);
+      st.groups = GroupsOver(*m, *moved, n_);
+    }
     return out;
   }
 
-  void Add(int64_t parent, ReshardStep step, bool goal) {
+  // A lower bound of the bytes any chain from `s` still makes a device receive: the most data a
+  // device's target tile holds outside its tile under `s` (every step's cost is at least what
+  // each device receives in it), so the search is A* and stays optimal.
+  double Missing(const std::vector<int64_t>& tiles, const std::vector<int64_t>& idx) const {
+    double worst = 0;
+    for (int64_t p = 0; p < n_; ++p) {
+      double need = 1, have = 1;
+      for (int64_t d = 0; d < rank_; ++d) {
+        const int64_t size = Dim(d);
+        const auto [ta, tz] = target_range_[static_cast<size_t>(p * rank_ + d)];
+        const int64_t len = ShardSize(size, tiles[static_cast<size_t>(d)]);
+        const int64_t a = idx[static_cast<size_t>(p * rank_ + d)] * len;
+        const int64_t z = std::min(size, a + len);
+        need *= static_cast<double>(std::max<int64_t>(0, tz - ta));
+        have *= static_cast<double>(std::max<int64_t>(0, std::min(tz, z) - std::max(ta, a)));
+      }
+      worst = std::max(worst, need - have);
+    }
+    return worst * element_bytes_;
+  }
+
+  // Whether every device's tile under (tb, ib) lies within (the data of) its tile under (ta, ia):
+  // RefinesOnEveryDevice on index tables.
+  bool Within(const std::vector<int64_t>& ta, const std::vector<int64_t>& ia, const std::vector<int64_t>& tb,
+              const std::vector<int64_t>& ib) const {
+    for (int64_t p = 0; p < n_; ++p) {
+      for (int64_t d = 0; d < rank_; ++d) {
+        const int64_t size = Dim(d);
+        const int64_t lb = ShardSize(size, tb[static_cast<size_t>(d)]);
+        const int64_t ob = ib[static_cast<size_t>(p * rank_ + d)] * lb;
+        if (ob >= size) continue;  // an all-padding tile
+        const int64_t la = ShardSize(size, ta[static_cast<size_t>(d)]);
+        const int64_t oa = ia[static_cast<size_t>(p * rank_ + d)] * la;
+        if (ob < oa || std::min(ob + lb, size) > std::min(oa + la, size)) return false;
+      }
+    }
+    return true;
+  }
+
+  // Whether a step of `bytes` from `parent` can still beat the cheapest plan queued so far.
+  bool Worth(int64_t parent, double bytes) const {
+    return nodes_[static_cast<size_t>(parent)].bytes + bytes <= best_goal_;
+  }
+
+  void Add(int64_t parent, ReshardStep step, bool goal, double h = 0) {
     const Node& p = nodes_[static_cast<size_t>(parent)];
     const double bytes = p.bytes + step.bytes;
     const int64_t steps = p.steps + 1;
+    if (bytes > best_goal_) return;
+    if (goal) best_goal_ = std::min(best_goal_, bytes);
     Sharding after = step.after;
+    if (bytes + h > best_goal_) return;
     nodes_.push_back(Node{std::move(after), parent, std::move(step), bytes, steps, goal});
-    queue_.push({bytes, steps, static_cast<int64_t>(nodes_.size()) - 1});
+    queue_.push({bytes + h, steps, static_cast<int64_t>(nodes_.size()) - 1});
   }
 
   void Expand(int64_t node) {
@@ -231,10 +311,9 @@ class Search {
     std::optional<Model> m = ModelOf(cur, rank_, n_);
     if (!m) return;
     const std::vector<int64_t> c = Tiles(*m);
+    const std::vector<int64_t> idx = IndexesOf(*m, n_);
     if (c == target_tiles_) {
-      bool placed = true;
-      for (int64_t p = 0; p < n_ && placed; ++p) placed = TileIndexOf(*m, p) == target_index_[static_cast<size_t>(p)];
-      if (placed) {
+      if (idx == target_idx_) {
         // The devices hold the target's tiles already: the path so far is the plan.
         nodes_[static_cast<size_t>(node)].goal = true;
         queue_.push({nodes_[static_cast<size_t>(node)].bytes, nodes_[static_cast<size_t>(node)].steps, node});
@@ -243,7 +322,7 @@ class Search {
       }
       return;
     }
-    if (RefinesOnEveryDevice(cur, to_, global_, n_)) {
+    if (Within(c, idx, target_tiles_, target_idx_)) {
       Add(node, ReshardStep{ReshardStepKind::kSlice, -1, -1, 1, {}, cur, to_, 0}, true);
       return;
     }
@@ -256,7 +335,7 @@ class Search {
     }
     for (int64_t j = 0; j < rank_; ++j) {
       const int64_t g = std::gcd(deficit[static_cast<size_t>(j)], Product(*m, m->repl));
-      if (g > 1) TrySlice(node, cur, *m, j, g);
+      if (g > 1) TrySlice(node, cur, *m, idx, j, g);
     }
     // Any factor of what must move: an all-gather of part of a dim before an all-to-all of the
     // rest can place the tiles where the target wants them. An all-to-all may also take more of
@@ -266,20 +345,36 @@ class Search {
       for (int64_t j = 0; j < rank_; ++j) {
         if (i == j) continue;
         const int64_t most = std::gcd(c[static_cast<size_t>(i)], deficit[static_cast<size_t>(j)]);
-        for (int64_t g : Divisors(most)) TryAllToAll(node, cur, *m, i, j, g);
+        for (int64_t g : Factors(most, deficit)) TryAllToAll(node, cur, *m, i, j, g);
       }
     }
     for (int64_t i = 0; i < rank_; ++i) {
-      for (int64_t g : Divisors(excess[static_cast<size_t>(i)])) TryGather(node, cur, *m, i, g);
+      for (int64_t g : Factors(excess[static_cast<size_t>(i)], deficit)) TryGather(node, cur, *m, i, g);
     }
   }
 
-  // The divisors of k above 1, largest first.
-  static std::vector<int64_t> Divisors(int64_t k) {
+  // The factors a move may take of k, largest first: every divisor above 1 on up to 128 devices;
+  // beyond (the states multiply with the divisors, each costing O(n)), k itself and the parts
+  // of k that leave room for, or match, another dim's deficit (gather 24 of 1536 row tiles, then
+  // move the other 64 to the columns).
+  std::vector<int64_t> Factors(int64_t k, const std::vector<int64_t>& deficit) const {
     std::vector<int64_t> out;
-    for (int64_t g = k; g > 1; --g) {
-      if (k % g == 0) out.push_back(g);
+    if (k <= 1) return out;
+    if (n_ <= 128) {
+      for (int64_t g = k; g > 1; --g) {
+        if (k % g == 0) out.push_back(g);
+      }
+      return out;
     }
+    out.push_back(k);
+    for (int64_t f : deficit) {
+      if (f <= 1) continue;
+      out.push_back(k / std::gcd(k, f));
+      out.push_back(std::gcd(k, f));
+    }
+    std::sort(out.rbegin(), out.rend());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    while (!out.empty() && out.back() <= 1) out.pop_back();
     return out;
   }
 
@@ -287,7 +382,8 @@ class Search {
 
   // A replicated factor g becomes part of dim j's tiling. First as the target places it (each
   // device takes the coarsened target tile it will hold); else as the model's minor split.
-  void TrySlice(int64_t node, const Sharding& cur, const Model& m, int64_t j, int64_t g) {
+  void TrySlice(int64_t node, const Sharding& cur, const Model& m, const std::vector<int64_t>& idx, int64_t j,
+                int64_t g) {
     const std::vector<int64_t> c = Tiles(m);
     const int64_t cj = c[static_cast<size_t>(j)];
     const int64_t tj = target_tiles_[static_cast<size_t>(j)];
@@ -295,14 +391,18 @@ class Search {
       std::vector<int64_t> tiles = c;
       tiles[static_cast<size_t>(j)] = cj * g;
       const int64_t coarsen = tj / (cj * g);
-      std::optional<Sharding> after = Sharding::FromTileFunction(tiles, Iota(n_), [&](int64_t p) {
-        std::vector<int64_t> t = TileIndexOf(m, p);
-        t[static_cast<size_t>(j)] = target_index_[static_cast<size_t>(p)][static_cast<size_t>(j)] / coarsen;
-        return t;
-      });
-      if (after && RefinesOnEveryDevice(cur, *after, global_, n_)) {
-        Add(node, ReshardStep{ReshardStepKind::kSlice, j, -1, g, {}, cur, *after, 0}, false);
-        return;
+      std::vector<int64_t> idx2 = idx;
+      for (int64_t p = 0; p < n_; ++p) {
+        idx2[static_cast<size_t>(p * rank_ + j)] = target_idx_[static_cast<size_t>(p * rank_ + j)] / coarsen;
+      }
+      if (Within(c, idx, tiles, idx2)) {
+        std::optional<Sharding> after = Sharding::FromTileFunction(tiles, Iota(n_), [&](int64_t p) {
+          return std::vector<int64_t>(idx2.begin() + p * rank_, idx2.begin() + (p + 1) * rank_);
+        });
+        if (after) {
+          Add(node, ReshardStep{ReshardStepKind::kSlice, j, -1, g, {}, cur, *after, 0}, false, Missing(tiles, idx2));
+          return;
+        }
       }
     }
     Model m2 = m;
@@ -310,10 +410,10 @@ class Search {
     if (!moved) return;
     std::vector<int64_t>& axes = m2.dims[static_cast<size_t>(j)];
     axes.insert(axes.end(), moved->begin(), moved->end());
+    const std::vector<int64_t> tiles2 = Tiles(m2), idx2 = IndexesOf(m2, n_);
+    if (!Within(c, idx, tiles2, idx2)) return;
     std::optional<Sharding> after = ShardingOf(m2, n_);
-    if (after && RefinesOnEveryDevice(cur, *after, global_, n_)) {
-      Add(node, ReshardStep{ReshardStepKind::kSlice, j, -1, g, {}, cur, *after, 0}, false);
-    }
+    if (after) Add(node, ReshardStep{ReshardStepKind::kSlice, j, -1, g, {}, cur, *after, 0}, false, Missing(tiles2, idx2));
   }
 
   void TryAllToAll(int64_t node, const Sharding& cur, const Model& m, int64_t i, int64_t j, int64_t g) {
@@ -321,29 +421,38 @@ class Search {
     if (!MergesEvenly(Dim(i), c[static_cast<size_t>(i)], g) || !SplitsEvenly(Dim(j), c[static_cast<size_t>(j)], g)) {
       return;
     }
+    const double bytes = LocalBytesOf(cur, global_) * static_cast<double>(g - 1) / static_cast<double>(g);
+    if (!Worth(node, bytes)) return;
     Model m2 = m;
     std::optional<std::vector<int64_t>> moved = TakeMinor(m2, m2.dims[static_cast<size_t>(i)], g);
     if (!moved) return;
-    std::vector<std::vector<int64_t>> groups = GroupsOver(m2, *moved, n_);
     std::vector<int64_t>& axes = m2.dims[static_cast<size_t>(j)];
     axes.insert(axes.end(), moved->begin(), moved->end());
     std::optional<Sharding> after = ShardingOf(m2, n_);
     if (!after) return;
-    const double bytes = LocalBytesOf(cur, global_) * static_cast<double>(g - 1) / static_cast<double>(g);
-    Add(node, ReshardStep{ReshardStepKind::kAllToAll, i, j, g, std::move(groups), cur, *after, bytes}, false);
+    Add(node, ReshardStep{ReshardStepKind::kAllToAll, i, j, g, {}, cur, *after, bytes}, false,
+        Missing(Tiles(m2), IndexesOf(m2, n_)));
   }
 
   void TryGather(int64_t node, const Sharding& cur, const Model& m, int64_t i, int64_t g) {
-    if (!MergesEvenly(Dim(i), Tiles(m)[static_cast<size_t>(i)], g)) return;
+    std::vector<int64_t> c = Tiles(m);
+    if (!MergesEvenly(Dim(i), c[static_cast<size_t>(i)], g)) return;
+    // Bytes from the tile counts alone (each device receives (g-1)/g of its new tile).
+    c[static_cast<size_t>(i)] /= g;
+    int64_t elems = 1;
+    for (int64_t d = 0; d < rank_; ++d) elems *= ShardSize(Dim(d), c[static_cast<size_t>(d)]);
+    const double bytes = static_cast<double>(elems) * static_cast<double>(global_.ByteSize()) /
+                         std::max<double>(1.0, static_cast<double>(global_.ElementCount())) *
+                         static_cast<double>(g - 1) / static_cast<double>(g);
+    if (!Worth(node, bytes)) return;
     Model m2 = m;
     std::optional<std::vector<int64_t>> moved = TakeMinor(m2, m2.dims[static_cast<size_t>(i)], g);
     if (!moved) return;
-    std::vector<std::vector<int64_t>> groups = GroupsOver(m2, *moved, n_);
     m2.repl.insert(m2.repl.end(), moved->begin(), moved->end());
     std::optional<Sharding> after = ShardingOf(m2, n_);
     if (!after) return;
-    const double bytes = LocalBytesOf(*after, global_) * static_cast<double>(g - 1) / static_cast<double>(g);
-    Add(node, ReshardStep{ReshardStepKind::kAllGather, i, -1, g, std::move(groups), cur, *after, bytes}, false);
+    Add(node, ReshardStep{ReshardStepKind::kAllGather, i, -1, g, {}, cur, *after, bytes}, false,
+        Missing(Tiles(m2), IndexesOf(m2, n_)));
   }
 
   const Sharding& to_;
@@ -352,19 +461,41 @@ class Search {
   int64_t rank_ = 0;
   bool valid_ = false;
   std::vector<int64_t> target_tiles_;
-  std::vector<std::vector<int64_t>> target_index_;
+  std::vector<int64_t> target_idx_;  // [p * rank + d]
   std::vector<Node> nodes_;
   std::priority_queue<Entry> queue_;
+  double best_goal_ = std::numeric_limits<double>::infinity();  // cheapest plan queued so far
+  std::vector<std::pair<int64_t, int64_t>> target_range_;  // [p * rank + d]: [start, end) in the data
+  double element_bytes_ = 0;
 };
 
 }  // namespace
 
+std::optional<ReshardSteps> SearchReshardSteps(const Sharding& from, const Sharding& to, const Shape& global,
+                                               int64_t n) {
+  if (!global.IsArray() || global.rank() == 0 || n < 1) return std::nullopt;
+  if (!ModelOf(from, global.rank(), n)) return std::nullopt;
+  return Search(to, global, n).Run(from);
+}
+
 std::optional<ReshardSteps> PlanReshardSteps(const Sharding& from, const Sharding& to, const Shape& global,
                                              int64_t n) {
   if (!global.IsArray() || global.rank() == 0 || n < 1) return std::nullopt;
-  if (!ModelOf(from, global.rank(), n)) return std::nullopt;
-  Search search(to, global, n);
-  return search.Run(from);
+  // Plans by (from, to, shape, n): the partitioner asks for the same pair many times (each dot
+  // strategy it weighs, each use of a value), and a search on many devices costs milliseconds.
+  static std::mutex mu;
+  static std::map<std::string, std::optional<ReshardSteps>> cache;
+  const std::string key = absl::StrCat(from.ToString(), "|", to.ToString(), "|", global.ToString(false), "|", n);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::optional<ReshardSteps> plan = SearchReshardSteps(from, to, global, n);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 4096) cache.clear();
+  cache.emplace(key, plan);
+  return plan;
 }
 
 }  // namespace weave::spmd

@@ -54,6 +54,10 @@ TEST(ReshardStepsTest, KnownChains) {
        "a2a10x2,a2a23x8"},
       {{24, 16}, "{devices=[8,1]<=[8]}", "{devices=[1,2,4]<=[8] last_tile_dim_replicate}", 8, "ag0x4,a2a01x2"},
       {{8, 12}, "{devices=[4,1]<=[4]}", "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 4, "ag0x2"},
+      // Many devices (only whole factors and deficit-matched parts are tried): still two
+      // all-to-alls, and an all-gather of 24 then an all-to-all of 64.
+      {{1536, 1536, 96}, "{devices=[64,24,1]<=[1536]}", "{devices=[1,64,24]<=[1536]}", 1536, "a2a12x24,a2a01x64"},
+      {{1536, 1536, 96}, "{devices=[1536,1,1]<=[1536]}", "{devices=[1,64,1,24]<=[1536] last_tile_dim_replicate}", 1536, "ag0x24,a2a01x64"},
       // 10 rows: no chain lines the padded tiles up.
       {{10, 6}, "{devices=[2,2]<=[4]}", "{devices=[4,1]<=[4]}", 4, ""},
   };
