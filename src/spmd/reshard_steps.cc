@@ -169,7 +169,7 @@ bool SplitsEvenly(int64_t s, int64_t c, int64_t g) {
   return c == 1 || ShardSize(s, c) == g * ShardSize(s, c * g);
 }
 
-// Uniform-cost search over shardings: the cheapest plan (bytes received per device, then fewest
+// A* search over shardings: the cheapest plan (bytes received per device, then fewest
 // steps) is the first to reach the goal.
 class Search {
  public:
