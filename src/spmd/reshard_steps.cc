@@ -441,9 +441,8 @@ class Search {
     c[static_cast<size_t>(i)] /= g;
     int64_t elems = 1;
     for (int64_t d = 0; d < rank_; ++d) elems *= ShardSize(Dim(d), c[static_cast<size_t>(d)]);
-    const double bytes = static_cast<double>(elems) * static_cast<double>(global_.ByteSize()) /
-                         std::max<double>(1.0, static_cast<double>(global_.ElementCount())) *
-                         static_cast<double>(g - 1) / static_cast<double>(g);
+    const double bytes =
+        static_cast<double>(elems) * element_bytes_ * static_cast<double>(g - 1) / static_cast<double>(g);
     if (!Worth(node, bytes)) return;
     Model m2 = m;
     std::optional<std::vector<int64_t>> moved = TakeMinor(m2, m2.dims[static_cast<size_t>(i)], g);
