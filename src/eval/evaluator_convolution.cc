@@ -33,58 +33,12 @@
 #include "eval/blas_threads.h"
 #include "eval/evaluator_internal.h"
 #include "eval/ops.h"
+#include "hlo/conv_dims.h"
 
 namespace weave::eval::internal {
 namespace {
 
 using absl::InvalidArgumentError;
-
-// The dims of one operand in `dim_labels`: batch/feature (or input/output feature) and the
-// spatial dims by number.
-struct Labels {
-  int64_t a = -1, b = -1;      // lhs/out: batch, feature; rhs: input feature, output feature
-  std::vector<int64_t> spatial;  // spatial[j]: the dim labelled j
-};
-
-absl::StatusOr<Labels> ParseLabels(std::string_view part, char a, char b, int64_t rank) {
-  const std::string text(part);
-  Labels l;
-  l.spatial.assign(static_cast<size_t>(rank), -1);
-  int64_t spatial = 0;
-  if (static_cast<int64_t>(text.size()) != rank) {
-    return InvalidArgumentError(absl::StrCat("dim_labels part '", text, "' does not have ", rank, " dims"));
-  }
-  for (int64_t d = 0; d < rank; ++d) {
-    const char c = text[static_cast<size_t>(d)];
-    if (c == a) {
-      l.a = d;
-    } else if (c == b) {
-      l.b = d;
-    } else if (c >= '0' && c <= '9' && c - '0' < rank) {
-      l.spatial[static_cast<size_t>(c - '0')] = d;
-      ++spatial;
-    } else {
-      return InvalidArgumentError(absl::StrCat("bad dim_labels part '", text, "'"));
-    }
-  }
-  if (l.a < 0 || l.b < 0) return InvalidArgumentError(absl::StrCat("dim_labels part '", text, "' lacks a label"));
-  l.spatial.resize(static_cast<size_t>(spatial));
-  for (int64_t s : l.spatial) {
-    if (s < 0) return InvalidArgumentError(absl::StrCat("dim_labels part '", text, "' skips a spatial dim"));
-  }
-  return l;
-}
-
-int64_t IntAttr(const HloInstruction& h, std::string_view key, int64_t fallback) {
-  const std::string* v = h.GetRawAttribute(key);
-  if (v == nullptr) return fallback;
-  try {
-    return std::stoll(*v);
-  } catch (...) {
-    return -1;
-  }
-}
-
 
 }  // namespace
 
@@ -94,26 +48,16 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
   if (rhs.shape.rank() != rank || out_shape.rank() != rank || rank < 2) {
     return InvalidArgumentError("convolution operands and result must have one rank (>= 2)");
   }
-  const std::string* labels = instr.GetRawAttribute("dim_labels");
-  if (labels == nullptr) return InvalidArgumentError("convolution needs dim_labels=");
-  const size_t us = labels->find('_'), arrow = labels->find("->");
-  if (us == std::string::npos || arrow == std::string::npos || arrow < us) {
-    return InvalidArgumentError(absl::StrCat("bad dim_labels '", *labels, "'"));
-  }
-  absl::StatusOr<Labels> L = ParseLabels(std::string_view(*labels).substr(0, us), 'b', 'f', rank);
-  absl::StatusOr<Labels> K = ParseLabels(std::string_view(*labels).substr(us + 1, arrow - us - 1), 'i', 'o', rank);
-  absl::StatusOr<Labels> O = ParseLabels(std::string_view(*labels).substr(arrow + 2), 'b', 'f', rank);
-  if (!L.ok()) return L.status();
-  if (!K.ok()) return K.status();
-  if (!O.ok()) return O.status();
+  absl::StatusOr<ConvDims> dims = ParseConvDims(instr, rank);
+  if (!dims.ok()) return dims.status();
+  const ConvLabels* L = &dims->lhs;
+  const ConvLabels* K = &dims->kernel;
+  const ConvLabels* O = &dims->out;
   const size_t ns = L->spatial.size();
-  if (K->spatial.size() != ns || O->spatial.size() != ns) {
-    return InvalidArgumentError("dim_labels give the operands different spatial dims");
-  }
   absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(instr, ns);
   if (!w.ok()) return w.status();
-  const int64_t groups = IntAttr(instr, "feature_group_count", 1);
-  const int64_t bgroups = IntAttr(instr, "batch_group_count", 1);
+  const int64_t groups = dims->feature_group_count;
+  const int64_t bgroups = dims->batch_group_count;
   const std::vector<int64_t>& ld = lhs.shape.dims;
   const std::vector<int64_t>& kd = rhs.shape.dims;
   const std::vector<int64_t>& od = out_shape.dims;

@@ -264,6 +264,17 @@ const std::string* HloInstruction::GetRawAttribute(std::string_view key) const {
   return nullptr;
 }
 
+void HloInstruction::SetRawAttribute(std::string_view key, std::string value) {
+  RawAttributes* attrs = mutable_raw_attributes();
+  for (auto& [k, v] : *attrs) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  attrs->emplace_back(std::string(key), std::move(value));
+}
+
 int64_t HloInstruction::OperandIndex(const HloInstruction* v) const {
   for (size_t i = 0; i < operands_.size(); ++i) {
     if (operands_[i] == v) return static_cast<int64_t>(i);

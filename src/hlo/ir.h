@@ -248,6 +248,8 @@ class HloInstruction {
   void SetFrontendAttribute(const std::string& key, const std::string& unquoted_value);
   // Raw attribute lookup (nullptr if absent).
   const std::string* GetRawAttribute(std::string_view key) const;
+  // Replaces the raw attribute `key`'s text (`feature_group_count` -> "4"), or appends it.
+  void SetRawAttribute(std::string_view key, std::string value);
 
   // ---- convenience ----
   // Operand index of `v` (first occurrence) or -1.

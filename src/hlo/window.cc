@@ -74,15 +74,7 @@ std::string WindowText(const std::vector<WindowDim>& w) {
 }
 
 void SetWindow(HloInstruction* instr, const std::vector<WindowDim>& w) {
-  RawAttributes* attrs = instr->mutable_raw_attributes();
-  const std::string text = WindowText(w);
-  for (auto& [key, value] : *attrs) {
-    if (key == "window") {
-      value = text;
-      return;
-    }
-  }
-  attrs->push_back({"window", text});
+  instr->SetRawAttribute("window", WindowText(w));
 }
 
 }  // namespace weave

@@ -101,6 +101,8 @@ absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
                                                    const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_convolution.cc: dims read as an einsum's (einsum_planner.h), sliding windows by halo.
+absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_gather_scatter.cc:
 absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h);
 absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloInstruction& h);

@@ -20,7 +20,7 @@
 
 namespace weave::spmd {
 
-struct DotDecision;  // partition_dot.cc
+struct EinsumDecision;  // einsum_planner.h
 
 // Module-wide state shared by every computation's builder.
 struct SpmdContext {
@@ -36,7 +36,7 @@ struct SpmdContext {
   // asks for, the steps it names) by everything they depend on (partition_dot.cc
   // DotDecisionKey): a layer stack repeats one dot form thousands of times, and the decision
   // procedure costs more than building the partitioned dot.
-  absl::flat_hash_map<std::string, std::shared_ptr<const DotDecision>> dot_decisions;
+  absl::flat_hash_map<std::string, std::shared_ptr<const EinsumDecision>> dot_decisions;
 };
 
 class SpmdBuilder {

@@ -265,6 +265,8 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       return PartitionReduce(*this, h);
     case HloOpcode::kDot:
       return PartitionDot(*this, h);
+    case HloOpcode::kConvolution:
+      return PartitionConvolution(*this, h);
     case HloOpcode::kGather:
       return PartitionGather(*this, h);
     case HloOpcode::kScatter:
