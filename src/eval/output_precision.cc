@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/conv_dims.h"
 
 namespace weave::eval {
 
@@ -214,6 +215,14 @@ class Analysis {
           }
           own.k = k;
         }
+        if (i->opcode() == HloOpcode::kConvolution && i->operand_count() == 2) {
+          // A convolution contracts the kernel's input features over its window positions.
+          own.k = i->operand(1)->shape().ElementCount();
+          if (absl::StatusOr<ConvDims> cd = ParseConvDims(*i, i->operand(1)->shape().rank()); cd.ok()) {
+            const int64_t out_features = i->operand(1)->shape().dims[static_cast<size_t>(cd->kernel.b)];
+            if (out_features > 0) own.k /= out_features;
+          }
+        }
         if (Narrower(t, p.type)) {
           p = own;
         } else if (SamePrecision(t, p.type)) {
@@ -296,7 +305,7 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
       }
       const bool gemm = op == HloOpcode::kCustomCall &&
                         i->custom_call_target().find("__cublas$lt$matmul") == 0;
-      if (op != HloOpcode::kDot && !gemm && !IsReductionCollective(op)) continue;
+      if (op != HloOpcode::kDot && op != HloOpcode::kConvolution && !gemm && !IsReductionCollective(op)) continue;
       // A sum reducer is what a reduction collective must hold for |.| to bound it.
       if (IsReductionCollective(op) && !i->called_computations().empty()) {
         const HloComputation* r = i->called_computations()[0];

@@ -53,7 +53,7 @@ struct PathPrecision {
   PrimitiveType type = PrimitiveType::kInvalid;
   int64_t roundings = 0;  // roundings at `type` on the longest path
   int64_t ring = 1;       // largest group of a collective reduction at `type` (1: none)
-  int64_t k = 0;          // largest contraction length of a dot rounding at `type`
+  int64_t k = 0;          // largest contraction length of a dot or convolution rounding at `type`
   int64_t sum_terms = 0;  // most terms one element of a sum `reduce` rounding at `type` adds
   std::string where;      // the first instruction found rounding at `type`, e.g. "'dq' (multiply)"
 };
@@ -69,7 +69,7 @@ std::vector<PathPrecision> OutputPathPrecisions(const HloModule& module, int64_t
 double NormUlpsFactor(const PathPrecision& p);
 
 // The magnitude module of `module` (the K-aware term): a clone in which every float operand of
-// a dot, of an FP8 GEMM custom call and of a sum reduction collective (all-reduce,
+// a dot, a convolution, of an FP8 GEMM custom call and of a sum reduction collective (all-reduce,
 // reduce-scatter and their async forms) is replaced by its absolute value. Run on the same
 // inputs, its outputs bound the magnitudes a correct rewrite's rounding differences scale with:
 // sum_k |x_k| |w_k| for a dot of K terms (input rounding skipped by an FP8 GEMM, summation

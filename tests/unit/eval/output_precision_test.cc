@@ -353,5 +353,26 @@ ENTRY e {
   EXPECT_EQ(sm->entry()->GetInstruction("mx")->operand(0)->opcode(), HloOpcode::kParameter);
 }
 
+// A convolution contracts like a dot: its magnitude run takes |lhs| and |kernel|, and its path
+// records the contraction length (input features x window positions).
+TEST(OutputPrecision, ConvolutionIsAContraction) {
+  auto a = testing::ParseOrDie(R"(
+HloModule m
+ENTRY e {
+  x = f32[2,9,6] parameter(0)
+  k = f32[3,6,5] parameter(1)
+  ROOT c = f32[2,7,5] convolution(x, k), window={size=3}, dim_labels=b0f_0io->b0f
+})");
+  ASSERT_NE(a, nullptr);
+  auto mag = MagnitudeModule(*a);
+  ASSERT_NE(mag, nullptr);
+  const std::string text = mag->ToString();
+  EXPECT_NE(text.find("abs(%x)"), std::string::npos) << text;
+  EXPECT_NE(text.find("abs(%k)"), std::string::npos) << text;
+  const std::vector<PathPrecision> p = OutputPathPrecisions(*a, 1);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].k, 18);  // 6 input features x 3 window positions
+}
+
 }  // namespace
 }  // namespace weave::eval
