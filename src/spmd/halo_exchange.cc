@@ -176,15 +176,24 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   bool outside = false;
   for (int64_t i = 0; i < k; ++i) outside |= lo(i) < 0 || lo(i) + w.size > size;
   if (!outside) return win;
-  const Shape s32(PrimitiveType::S32, sizes), pred(PrimitiveType::PRED, sizes);
+  // The mask along `dim` only (1-D), broadcast over the other dims: a rank-1 index instead of a
+  // full-size s32 one (the window can be most of the device's memory).
+  const int64_t wsize = sizes[static_cast<size_t>(dim)];
+  const Shape s32(PrimitiveType::S32, {wsize}), pred(PrimitiveType::PRED, {wsize});
   HloInstruction* iota = b.Add(HloOpcode::kIota, s32, {}, "iota");
-  iota->iota_dimension = dim;
+  iota->iota_dimension = 0;
   HloInstruction* at = b.Add(HloOpcode::kAdd, s32, {iota, b.Splat(b.TableLookup(starts), s32)}, "halo_index");
   HloInstruction* ge = b.Add(HloOpcode::kCompare, pred, {at, b.Splat(b.ScalarConst(PrimitiveType::S32, 0), s32)}, "in_low");
   ge->comparison_direction = ComparisonDirection::kGe;
   HloInstruction* lt = b.Add(HloOpcode::kCompare, pred, {at, b.Splat(b.ScalarConst(PrimitiveType::S32, static_cast<double>(size)), s32)}, "in_high");
   lt->comparison_direction = ComparisonDirection::kLt;
-  HloInstruction* in = b.Add(HloOpcode::kAnd, pred, {ge, lt}, "in_bounds");
+  HloInstruction* in1 = b.Add(HloOpcode::kAnd, pred, {ge, lt}, "in_bounds");
+  HloInstruction* in = in1;
+  if (sizes.size() > 1) {
+    in = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, sizes), {in1}, "in_bounds");
+    in->dimensions = {dim};
+    in->has_dimensions_attr = true;
+  }
   return b.Select(in, win, b.Splat(fill, win->shape()));
 }
 

@@ -216,7 +216,23 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
         halos.push_back(hw);
       }
     }
-    if (!drop) break;
+    if (!drop) {
+      // Nothing tiled: a sliding dim the output is not tiled along can only be gathered; without
+      // it in the space the other tilings may still serve (an lhs moved to its contracting dim).
+      const bool untiled = !decision.best->IsTiled() || decision.best->NumTiles() <= 1;
+      const size_t before = dims.size();
+      if (untiled) {
+        dims.erase(std::remove_if(dims.begin(), dims.end(),
+                                  [&](const ConvSpaceDim& d) {
+                                    return d.role == Role::kSlideOut && TileOf(os, d.out) <= 1 &&
+                                           TileOf(ls, d.lhs) > 1;
+                                  }),
+                   dims.end());
+      }
+      if (dims.size() == before) break;
+      whole.push_back("the lhs's tiling along its sliding dims, with the output whole there");
+      continue;
+    }
     for (size_t k = 0; k < dims.size(); ++k) {
       const ConvSpaceDim& d = order[*drop];
       if (dims[k].role == d.role && dims[k].lhs == d.lhs && dims[k].rhs == d.rhs && dims[k].out == d.out) {
