@@ -134,6 +134,7 @@ class Generator : public MotifContext {
   void GlobalMotifElementwise(const Mesh& mesh);
   void GlobalMotifIndexed(const Mesh& mesh);
   void GlobalMotifReshard(const Mesh& mesh);
+  void GlobalMotifConvolution(const Mesh& mesh);
 
   ChoiceSource& c_;
   const GenOptions& o_;

@@ -526,6 +526,106 @@ void Generator::GlobalMotifIndexed(const Mesh& mesh) {
                                  " table=", td, " ", wide));
 }
 
+// A convolution with random dim labels (the operands' dims in any order), 1 or 2 spatial dims,
+// windows with stride, padding (negative too), window and base dilation and reversal, feature
+// or batch groups, sometimes a kernel nearly as long as the input (a filter gradient), and
+// random shardings (uneven tiles allowed) on both operands and sometimes on the result: the
+// partitioner's einsum mapping, halo exchange and group splitting.
+void Generator::GlobalMotifConvolution(const Mesh& mesh) {
+  const std::string wide = Wide();
+  const size_t ns = 1 + c_.Below(2);
+  auto pick = [&](std::initializer_list<int64_t> v) { return std::vector<int64_t>(v)[c_.Below(v.size())]; };  // NOLINT
+  int64_t batch = pick({2, 3, 4, 6}), feat = pick({2, 4, 6, 8}), ofeat = pick({2, 3, 4, 8});
+  int64_t fgc = 1, bgc = 1;
+  const size_t groups = c_.Weighted({70, 18, 12});
+  if (groups == 1) {
+    fgc = feat;
+    if (c_.Percent(40) && feat % 2 == 0) fgc = feat / 2;
+    ofeat = fgc * pick({1, 2});
+  } else if (groups == 2) {
+    bgc = pick({2, 3});
+    batch = bgc * pick({1, 2});
+    ofeat = bgc * pick({1, 2});
+  }
+  std::vector<int64_t> lsz, ksz, osz;
+  std::vector<std::string> size, stride, pad, lhs_d, rhs_d, rev;
+  bool any_ld = false, any_rd = false, any_rev = false;
+  for (size_t j = 0; j < ns; ++j) {
+    const int64_t l = ns == 1 ? 5 + static_cast<int64_t>(c_.Below(12)) : 4 + static_cast<int64_t>(c_.Below(7));
+    int64_t w = 1 + static_cast<int64_t>(c_.Below(4)), st = 1 + static_cast<int64_t>(c_.Below(2));
+    int64_t lo = static_cast<int64_t>(c_.Below(4)) - 1, hi = static_cast<int64_t>(c_.Below(4)) - 1;
+    int64_t ld = c_.Percent(8) ? 2 : 1, rd = c_.Percent(15) ? 2 : 1;
+    const bool r = c_.Percent(10);
+    if (c_.Percent(25)) {  // a filter gradient: the window spans most of the input
+      w = std::max<int64_t>(1, l - static_cast<int64_t>(c_.Below(3)));
+      st = 1;
+      rd = 1;
+      ld = 1;
+    } else if (c_.Percent(20)) {  // pointwise
+      w = 1, st = 1, lo = 0, hi = 0, ld = 1, rd = 1;
+    }
+    const int64_t padded = (l - 1) * ld + 1 + lo + hi, eff = (w - 1) * rd + 1;
+    if (padded < eff) {
+      lo = std::max<int64_t>(lo, 0);
+      hi = std::max<int64_t>(hi, 0);
+      w = 1, rd = 1;
+    }
+    const int64_t o = ((l - 1) * ld + 1 + lo + hi - ((w - 1) * rd + 1)) / st + 1;
+    lsz.push_back(l);
+    ksz.push_back(w);
+    osz.push_back(o);
+    size.push_back(absl::StrCat(w));
+    stride.push_back(absl::StrCat(st));
+    pad.push_back(absl::StrCat(lo, "_", hi));
+    lhs_d.push_back(absl::StrCat(ld));
+    rhs_d.push_back(absl::StrCat(rd));
+    rev.push_back(r ? "1" : "0");
+    any_ld |= ld != 1;
+    any_rd |= rd != 1;
+    any_rev |= r;
+  }
+  // Dim orders: a random permutation of the labels per operand.
+  auto layout = [&](char a, char b) {
+    std::vector<char> l = {a, b};
+    for (size_t j = 0; j < ns; ++j) l.push_back(static_cast<char>('0' + j));
+    if (c_.Percent(60)) c_.Shuffle(l);
+    return std::string(l.begin(), l.end());
+  };
+  const std::string ll = layout('b', 'f'), kl = layout('i', 'o'), ol = layout('b', 'f');
+  auto dims_of = [&](const std::string& labels, int64_t a, int64_t b, const std::vector<int64_t>& sp) {
+    std::vector<int64_t> d;
+    for (char c : labels) {
+      d.push_back(c == 'b' || c == 'i' ? a : c == 'f' || c == 'o' ? b : sp[static_cast<size_t>(c - '0')]);
+    }
+    return d;
+  };
+  const std::vector<int64_t> ldims = dims_of(ll, batch, feat, lsz);
+  const std::vector<int64_t> kdims = dims_of(kl, feat / fgc, ofeat, ksz);
+  const std::vector<int64_t> odims = dims_of(ol, batch / bgc, ofeat, osz);
+  if (Product(ldims) > o_.max_elements || Product(kdims) > o_.max_elements || Product(odims) > o_.max_elements) {
+    return GlobalMotifDot(mesh);
+  }
+  uneven_ = c_.Percent(50);
+  std::string ld, kd, cd;
+  Val x = GlobalOperand(mesh, wide, ldims, &ld);
+  Val k = GlobalOperand(mesh, wide, kdims, &kd);
+  std::string attrs = absl::StrCat("window={size=", absl::StrJoin(size, "x"), " stride=", absl::StrJoin(stride, "x"),
+                                   " pad=", absl::StrJoin(pad, "x"));
+  if (any_ld) absl::StrAppend(&attrs, " lhs_dilate=", absl::StrJoin(lhs_d, "x"));
+  if (any_rd) absl::StrAppend(&attrs, " rhs_dilate=", absl::StrJoin(rhs_d, "x"));
+  if (any_rev) absl::StrAppend(&attrs, " rhs_reversal=", absl::StrJoin(rev, "x"));
+  absl::StrAppend(&attrs, "}, dim_labels=", ll, "_", kl, "->", ol);
+  if (fgc > 1) absl::StrAppend(&attrs, ", feature_group_count=", fgc);
+  if (bgc > 1) absl::StrAppend(&attrs, ", batch_group_count=", bgc);
+  if (!shardy_ && c_.Percent(40)) absl::StrAppend(&attrs, ", sharding=", GlobalSharding(mesh, odims, &cd));
+  Val v = b_.Op("convolution", wide, odims, {x, k}, attrs, "conv");
+  uneven_ = false;
+  GlobalOutput(mesh, v);
+  motifs_.push_back(absl::StrCat("gconv ", ll, "_", kl, "->", ol, " lhs=", ld, " kernel=", kd,
+                                 fgc > 1 ? absl::StrCat(" fgc=", fgc) : "", bgc > 1 ? absl::StrCat(" bgc=", bgc) : "",
+                                 cd.empty() ? "" : " conv:" + cd));
+}
+
 GeneratedProgram Generator::RunGlobal(const std::string& name) {
   static const int64_t kParts[] = {4, 2, 8, 6};
   P_ = kParts[c_.Weighted({35, 20, 35, 10})];
@@ -567,12 +667,13 @@ GeneratedProgram Generator::RunGlobal(const std::string& name) {
   const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(std::min(o_.max_motifs, 2))));
   for (int m = 0; m < motifs; ++m) {
     b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
-    switch (c_.Weighted({34, 26, 16, 12, 12})) {
+    switch (c_.Weighted({30, 23, 14, 11, 12, 10})) {
       case 0: GlobalMotifDot(mesh); break;
       case 1: GlobalMotifChain(mesh); break;
       case 2: GlobalMotifElementwise(mesh); break;
       case 3: GlobalMotifIndexed(mesh); break;
-      default: GlobalMotifReshard(mesh); break;
+      case 4: GlobalMotifReshard(mesh); break;
+      default: GlobalMotifConvolution(mesh); break;
     }
   }
   b_.set_prefix("");
