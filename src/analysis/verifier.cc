@@ -38,6 +38,8 @@ absl::Status Checker::Check() {
       return Transpose();
     case HloOpcode::kDot:
       return Dot();
+    case HloOpcode::kConvolution:
+      return Convolution();
     case HloOpcode::kSlice:
       return Slice();
     case HloOpcode::kDynamicSlice:

@@ -6,7 +6,8 @@
 //                              binary ops, select, clamp
 //   verifier_data_movement.cc  broadcast, reshape, transpose, slice, dynamic-slice,
 //                              dynamic-update-slice, pad, concatenate
-//   verifier_dot_reduce.cc     dot, reduce, reduce-window and their reducer computations
+//   verifier_dot_reduce.cc     dot, convolution, reduce, reduce-window and their reducer
+//                              computations
 //   verifier_control_flow.cc   while, conditional, call, tuple, get-tuple-element, custom-call
 //   verifier_collectives.cc    replica groups, all-gather, reduce-scatter, all-reduce, all-to-all,
 //                              collective-permute
@@ -97,6 +98,7 @@ class Checker {
 
   // verifier_dot_reduce.cc
   absl::Status Dot();
+  absl::Status Convolution();
   // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
   absl::Status Reducer(const std::vector<PrimitiveType>& acc_types) const;
   absl::Status Reduce();

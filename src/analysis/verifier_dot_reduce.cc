@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/conv_dims.h"
 #include "hlo/dot_dims.h"
+#include "hlo/window.h"
 
 namespace weave::verifier_internal {
 
@@ -81,6 +83,56 @@ absl::Status Checker::Dot() {
                             " (batch, lhs free, rhs free)"));
   }
   return absl::OkStatus();
+}
+
+// XLA's ShapeInference::InferConvolveShape: operands and result of one rank (>= 2), dim_labels
+// naming each dim once, feature_group_count G and batch_group_count B (not both > 1) dividing
+// the lhs features (= G x kernel input features) / batch and the kernel output features, a
+// window of the kernel's spatial sizes, and result dims: batch / B, the kernel's output features,
+// and per spatial dim floor((dilated input + padding - dilated window) / stride) + 1.
+absl::Status Checker::Convolution() {
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  for (int64_t i = 0; i < 2; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+  }
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape& l = Op(0);
+  const Shape& k = Op(1);
+  const Shape& o = h_.shape();
+  if (l.rank() < 2 || k.rank() != l.rank() || o.rank() != l.rank()) {
+    return Err(absl::StrCat("lhs ", ShapeText(l), ", kernel ", ShapeText(k), " and result ",
+                            ShapeText(o), " must have one rank, at least 2"));
+  }
+  absl::StatusOr<ConvDims> cd = ParseConvDims(h_, l.rank());
+  if (!cd.ok()) return Err(std::string(cd.status().message()));
+  absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(h_, cd->lhs.spatial.size());
+  if (!w.ok()) return Err(std::string(w.status().message()));
+  auto dim = [](const Shape& s, int64_t d) { return s.dims[static_cast<size_t>(d)]; };
+  const int64_t g = cd->feature_group_count, b = cd->batch_group_count;
+  const int64_t batch = dim(l, cd->lhs.a), features = dim(l, cd->lhs.b);
+  const int64_t kin = dim(k, cd->kernel.a), kout = dim(k, cd->kernel.b);
+  if (g > 1 && b > 1) return Err("feature_group_count and batch_group_count cannot both exceed 1");
+  if (features != kin * g || kout % g != 0 || kout % b != 0 || batch % b != 0) {
+    return Err(absl::StrCat("feature_group_count=", g, " batch_group_count=", b, " do not fit lhs ",
+                            ShapeText(l), " (", features, " features, batch ", batch, ") and kernel ",
+                            ShapeText(k), " (", kin, " input, ", kout, " output features)"));
+  }
+  std::vector<int64_t> want(static_cast<size_t>(o.rank()), 0);
+  want[static_cast<size_t>(cd->out.a)] = batch / b;
+  want[static_cast<size_t>(cd->out.b)] = kout;
+  for (size_t j = 0; j < w->size(); ++j) {
+    const WindowDim& wd = (*w)[j];
+    const int64_t ks = dim(k, cd->kernel.spatial[j]);
+    if (wd.size != ks || wd.stride < 1 || wd.lhs_dilate < 1 || wd.rhs_dilate < 1) {
+      return Err(absl::StrCat("window dim ", j, " (size ", wd.size, ", stride ", wd.stride,
+                              ") does not fit the kernel's spatial size ", ks));
+    }
+    const int64_t in = dim(l, cd->lhs.spatial[j]);
+    const int64_t padded = (in > 0 ? (in - 1) * wd.lhs_dilate + 1 : 0) + wd.lo + wd.hi;
+    const int64_t extent = (wd.size - 1) * wd.rhs_dilate + 1;
+    want[static_cast<size_t>(cd->out.spatial[j])] = padded < extent ? 0 : (padded - extent) / wd.stride + 1;
+  }
+  return ResultIs(Shape(o.element_type, want), "shape its dims and window give");
 }
 
 // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.

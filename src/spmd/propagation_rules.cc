@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "hlo/conv_dims.h"
 #include "spmd/sharding_util.h"
 
 namespace weave::spmd {
@@ -177,6 +178,41 @@ std::optional<Sharding> LookaheadUserSharding(const HloInstruction& h, const Sha
   return s;
 }
 
+// The tile count `s` gives the group dim of a grouped convolution's operand or result (`which`:
+// 0 lhs, 1 kernel, 2 result); 1 without groups or tiling.
+int64_t ConvolutionGroupTiles(const HloInstruction& conv, int which, const Sharding& s) {
+  if (!s.IsTiled()) return 1;
+  absl::StatusOr<ConvDims> cd = ParseConvDims(conv, conv.shape().rank());
+  if (!cd.ok()) return 1;
+  int64_t dim = -1;
+  if (cd->feature_group_count > 1) {
+    dim = which == 0 ? cd->lhs.b : which == 1 ? cd->kernel.b : cd->out.b;
+  } else if (cd->batch_group_count > 1) {
+    dim = which == 0 ? cd->lhs.a : which == 1 ? cd->kernel.b : cd->out.b;
+  }
+  return dim >= 0 && dim < s.rank() ? s.tile(dim) : 1;
+}
+
+// A convolution's result from its operands (XLA's InferConvolutionShardingFromOperands, through
+// the dims ConvolutionOperandToOutputDims maps): each sharded operand implies a result sharding;
+// the larger operand's comes first and the other is merged into it.
+std::optional<Sharding> ConvolutionForward(const HloInstruction& h, const ShardingOf& get) {
+  std::optional<Sharding> c[2];
+  for (int i = 0; i < 2; ++i) {
+    const Sharding& s = get(h.operand(i));
+    if (s.IsUnset() || s.IsUnknown()) continue;
+    const std::vector<int64_t> map = ConvolutionOperandToOutputDims(h, i, ConvolutionGroupTiles(h, i, s));
+    if (map.empty()) continue;
+    c[i] = MapShardingDims(s, map, h.shape().rank());
+  }
+  const bool lhs_first = h.operand(0)->shape().ByteSize() >= h.operand(1)->shape().ByteSize();
+  std::vector<const Sharding*> order;
+  for (int i : {lhs_first ? 0 : 1, lhs_first ? 1 : 0}) {
+    if (c[i]) order.push_back(&*c[i]);
+  }
+  return NonEmpty(MergeAll(order, h.shape().dims, 1));
+}
+
 // XLA's InferDotShardingFromOperands: each sharded operand implies an output sharding (its batch
 // and own non-contracting dims); with two, the one the lookahead user sharding is a sub-tiling
 // of comes first, else the larger operand's (bytes), and the other is merged into it.
@@ -337,6 +373,8 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     }
     case HloOpcode::kDot:
       return DotForward(h, get, read_users);
+    case HloOpcode::kConvolution:
+      return ConvolutionForward(h, get);
     case HloOpcode::kGather:
       return GatherForward(h, get);
     case HloOpcode::kScatter:
@@ -465,6 +503,18 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
       const Sharding& other = get(user.operand(1 - i));
       const Sharding* o = other.IsTiled() ? &other : nullptr;
       return DotOperandFromOutput(us, o, i, user);
+    }
+    case HloOpcode::kConvolution: {
+      // The operand's dims that map to result dims take their tiles; the rest replicated.
+      if (us.IsTuple() || i > 1) return std::nullopt;
+      const std::vector<int64_t> map =
+          ConvolutionOperandToOutputDims(user, i, ConvolutionGroupTiles(user, 2, us));
+      if (map.empty()) return std::nullopt;
+      std::vector<int64_t> inverse(static_cast<size_t>(user.shape().rank()), -1);
+      for (size_t d = 0; d < map.size(); ++d) {
+        if (map[d] >= 0) inverse[static_cast<size_t>(map[d])] = static_cast<int64_t>(d);
+      }
+      return MapShardingDims(us, inverse, os.rank());
     }
     case HloOpcode::kGather:
       return GatherBackward(user, i, us);

@@ -7,7 +7,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
+#include "hlo/conv_dims.h"
 #include "hlo/mesh.h"
+#include "hlo/window.h"
 
 namespace weave::spmd {
 namespace {
@@ -309,16 +311,15 @@ std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int
   return *out;
 }
 
-namespace {
-
-std::optional<Sharding> DotOutputFromOperandUncached(const Sharding& s, int64_t operand,
-                                                     const HloInstruction& dot) {
+std::optional<Sharding> MapShardingDims(const Sharding& s, const std::vector<int64_t>& map,
+                                        int64_t out_rank) {
   if (s.IsReplicated() || s.IsManual()) return s;
-  if (!s.IsTiled() || !OnlyReplicatedSubgroups(s)) return std::nullopt;
-  const std::vector<int64_t> map = OperandToOutputDims(dot, operand);
-  const int64_t out_rank = dot.shape().rank();
+  if (!s.IsTiled() || !OnlyReplicatedSubgroups(s) || static_cast<int64_t>(map.size()) != s.rank()) {
+    return std::nullopt;
+  }
   std::vector<int64_t> tiles(static_cast<size_t>(out_rank), 1);
   for (size_t d = 0; d < map.size(); ++d) {
+    if (map[d] >= out_rank) return std::nullopt;
     if (map[d] >= 0) tiles[static_cast<size_t>(map[d])] = s.tile(static_cast<int64_t>(d));
   }
   return Sharding::FromTileFunction(tiles, SortedDevices(s), [&](int64_t dev) {
@@ -329,6 +330,40 @@ std::optional<Sharding> DotOutputFromOperandUncached(const Sharding& s, int64_t 
     }
     return out;
   });
+}
+
+std::vector<int64_t> ConvolutionOperandToOutputDims(const HloInstruction& conv, int64_t operand,
+                                                    int64_t tiles_of_groups) {
+  const Shape& os = conv.operand(operand)->shape();
+  absl::StatusOr<ConvDims> cd = ParseConvDims(conv, os.rank());
+  if (!cd.ok()) return {};
+  absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(conv, cd->lhs.spatial.size());
+  if (!w.ok()) return {};
+  std::vector<int64_t> map(static_cast<size_t>(os.rank()), -1);
+  const int64_t fgc = cd->feature_group_count, bgc = cd->batch_group_count;
+  const bool groups_split = tiles_of_groups >= 1 && (fgc > 1 ? fgc : bgc) % tiles_of_groups == 0;
+  if (operand == 0) {
+    if (bgc == 1) map[static_cast<size_t>(cd->lhs.a)] = cd->out.a;
+    if (fgc > 1 && groups_split) map[static_cast<size_t>(cd->lhs.b)] = cd->out.b;
+    if (bgc > 1 && groups_split) map[static_cast<size_t>(cd->lhs.a)] = cd->out.b;
+    for (size_t j = 0; j < w->size(); ++j) {
+      const WindowDim& wd = (*w)[j];
+      const int64_t in = os.dims[static_cast<size_t>(cd->lhs.spatial[j])];
+      if (wd.lhs_dilate == 1 && 2 * ((wd.size - 1) * wd.rhs_dilate + 1) <= std::max<int64_t>(in, 2)) {
+        map[static_cast<size_t>(cd->lhs.spatial[j])] = cd->out.spatial[j];
+      }
+    }
+  } else if ((fgc == 1 && bgc == 1) || groups_split) {
+    map[static_cast<size_t>(cd->kernel.b)] = cd->out.b;
+  }
+  return map;
+}
+
+namespace {
+
+std::optional<Sharding> DotOutputFromOperandUncached(const Sharding& s, int64_t operand,
+                                                     const HloInstruction& dot) {
+  return MapShardingDims(s, OperandToOutputDims(dot, operand), dot.shape().rank());
 }
 
 std::optional<Sharding> DotOperandFromOutputUncached(const Sharding& out, const Sharding* other,

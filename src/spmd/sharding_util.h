@@ -47,6 +47,21 @@ std::optional<Sharding> InsertDims(const Sharding& s, const std::vector<int64_t>
 std::optional<Sharding> ReshapeSharding(const Sharding& s, const std::vector<int64_t>& from,
                                         const std::vector<int64_t>& to);
 
+// `s` (tiled with replicated subgroups only) carried to a value of rank `out_rank` whose dim
+// map[d] is s's dim d (-1: d has no image; the devices along it join replication). Replicated
+// and manual shardings pass as they are; nullopt for other subgroups or an inconsistent map.
+std::optional<Sharding> MapShardingDims(const Sharding& s, const std::vector<int64_t>& map,
+                                        int64_t out_rank);
+
+// For a convolution: operand `operand`'s dim -> result dim, -1 where none (XLA's
+// InferConvolutionShardingFromOperands and its backward rule): lhs batch (no batch groups),
+// lhs feature (feature groups, when `tiles_of_groups` divide them: pass the operand's tile on
+// that dim), lhs spatial dims with a sliding window (no base dilation, the window's extent at
+// most half the input: a window spanning the input is a contraction); kernel output feature (no
+// groups, or tiles dividing them). Empty when the dims are unreadable.
+std::vector<int64_t> ConvolutionOperandToOutputDims(const HloInstruction& conv, int64_t operand,
+                                                    int64_t tiles_of_groups);
+
 // For a dot: the output sharding implied by operand `operand` (0 lhs, 1 rhs): batch and own
 // non-contracting dims keep their tiles, contracting dims replicated, the other operand's
 // non-contracting dims untiled.

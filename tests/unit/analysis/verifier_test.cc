@@ -63,6 +63,12 @@ TEST(Verifier, AcceptsWellFormedOps) {
   cp = f32[2,8,32] collective-permute(a2a), channel_id=5, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
   rw = f32[2,4,32] reduce-window(cp, z), window={size=1x2x1 stride=1x2x1}, to_apply=sum
   cv = bf16[2,4,32] convert(rw)
+  img = f32[2,9,7,6] parameter(2)
+  ker = f32[3,2,3,8] parameter(3)
+  conv = f32[2,4,5,8] convolution(img, ker), window={size=3x2 stride=2x1 pad=1_0x0_0 rhs_dilate=1x2}, dim_labels=b01f_01io->b01f, feature_group_count=2
+  gimg = f32[6,5,4] parameter(4)
+  gker = f32[4,5,6] parameter(5)
+  grad = bf16[2,1,6] convolution(gimg, gker), window={size=5}, dim_labels=b0f_i0o->b0f, batch_group_count=3
   ROOT tup = (bf16[2,4,32], s32[4,4], u32[], f32[15]) tuple(cv, io, pid, cc)
 )";
   absl::Status st = VerifyText(Entry(body, kSum));
@@ -116,6 +122,26 @@ INSTANTIATE_TEST_SUITE_P(
   b = f32[3,64,8] parameter(1)
   ROOT bad = f32[2,4,8] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1})",
                 "batch dimension"},
+        BadCase{"conv_groups", R"(
+  a = f32[2,9,6] parameter(0)
+  k = f32[3,6,8] parameter(1)
+  ROOT bad = f32[2,7,8] convolution(a, k), window={size=3}, dim_labels=b0f_0io->b0f, feature_group_count=2)",
+                "feature_group_count=2 batch_group_count=1 do not fit"},
+        BadCase{"conv_window", R"(
+  a = f32[2,9,6] parameter(0)
+  k = f32[3,6,8] parameter(1)
+  ROOT bad = f32[2,8,8] convolution(a, k), window={size=2}, dim_labels=b0f_0io->b0f)",
+                "does not fit the kernel's spatial size 3"},
+        BadCase{"conv_result", R"(
+  a = f32[2,9,6] parameter(0)
+  k = f32[3,6,8] parameter(1)
+  ROOT bad = f32[2,9,8] convolution(a, k), window={size=3 stride=2 pad=1_1}, dim_labels=b0f_0io->b0f)",
+                "result shape f32[2,9,8] does not match the shape its dims and window give f32[2,5,8]"},
+        BadCase{"conv_labels", R"(
+  a = f32[2,9,6] parameter(0)
+  k = f32[3,6,8] parameter(1)
+  ROOT bad = f32[2,7,8] convolution(a, k), window={size=3}, dim_labels=b0f_0ii->b0f)",
+                "bad dim_labels part '0ii'"},
         BadCase{"gte_shape", R"(
   a = f32[4] parameter(0)
   t = (f32[4], s32[4]) tuple(a, a))", "instruction 't'"},
