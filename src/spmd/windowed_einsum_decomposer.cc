@@ -16,6 +16,7 @@
 #include "passes/cost_oracle.h"
 #include "spmd/windowed_einsum_plan.h"
 #include "spmd/windowed_einsum_rs_ring.h"
+#include "spmd/windowed_einsum_uneven.h"
 
 // The pass driver: visits every computation in post order and hands each candidate to the
 // planner (windowed_einsum_plan.cc) and the loop builders (windowed_einsum_ag_loop.cc,
@@ -295,6 +296,12 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
 
 absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloComputation* comp) {
   bool changed = false;
+  // Uneven gathered / scattered dims: the dot next to its collective first.
+  std::vector<std::string> uneven;
+  absl::StatusOr<int64_t> canonical = spmd::CanonicalizeUnevenWindows(comp, &uneven);
+  if (!canonical.ok()) return canonical.status();
+  changed |= *canonical > 0;
+  for (const std::string& line : uneven) ctx.remark(comp->name(), true, line, {});
   ctx.removed.clear();
   const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
   ctx.position.clear();

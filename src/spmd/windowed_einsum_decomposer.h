@@ -22,6 +22,9 @@
 //    rotates; the operand owning the scattered dim is dynamic-sliced per step (both operands
 //    for a batch dim). N even: two accumulators (elements 2 and 3) permuted s -> s-2, then after the loop
 //    `add(collective-permute(gte 2, s -> s+1), gte 3)`. N odd: rolled with the conditional.
+//  - Uneven dims (windowed_einsum_uneven.h): the partitioner's slice of a padded all-gather
+//    (non-contracting) moves after the dot and its zero pad before a reduce-scatter moves into
+//    the dot's operand first, so both windows run over the padded dim.
 // The offset tables are s32[N] constants {0, b, 2b, ...} indexed by the in-group position i,
 // which is partition-id itself for one group {0..P-1}, else read from a u32[P] constant table
 // indexed by partition-id. source_target_pairs use global partition ids; every new collective gets

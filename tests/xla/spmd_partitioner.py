@@ -619,6 +619,16 @@ def run_one(mod, args, scratch):
         cls = "rejected-as-xla"
         reason = "XLA's test expects an error%s; Weave: %s" % (
             (' ("%s")' % mod["expect_error"]) if mod["expect_error"] else "", reason)
+    if cls == "unchecked" and not os.path.exists(out):
+        # The check could not run (the module too large to evaluate): compile it again without
+        # the check, for the compiled module's collectives (its windowed loops).
+        plain = [a for a in cmd if a != "--verify-numerics"]
+        plain = plain[:plain.index("--report")]
+        try:
+            subprocess.run(plain, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=args.timeout, preexec_fn=limit_child(int(args.mem_gib * 2**30)))
+        except subprocess.TimeoutExpired:
+            pass
     return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else proc.returncode,
                 seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr),
                 collectives=partitioned_collectives(part, out))
@@ -683,8 +693,9 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
         fh.write("Collectives as XLA's test asserts them (issue 48): %d of %d partitioned modules "
                  "whose test names collective kinds (op:: matchers, NumOfInstructions counts, "
                  "FileCheck lines) have every kind asserted present and none asserted absent "
-                 "(Weave's kinds: the partitioned and the compiled module's, a reduce-scatter "
-                 "also counting as an all-reduce).\n\n"
+                 "(Weave's kinds: the partitioned and the compiled module's, compiled again "
+                 "without the check where it could not run; a reduce-scatter also counting as "
+                 "an all-reduce).\n\n"
                  % (len(agree), len(asserting)))
     opts = sum(1 for r in results if "not reproduced" in (r.get("note") or ""))
     hand = sum(1 for r in results if r.get("n_source") == "SpmdPartitioner")

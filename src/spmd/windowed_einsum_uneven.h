@@ -1,0 +1,32 @@
+// Uneven windowed dims for the windowed einsum decomposer (windowed_einsum_decomposer.h). When
+// the dim a collective matmul gathers or scatters is not a multiple of the ring, the SPMD
+// partitioner pads it to whole tiles and puts a view between the dot and the collective (XLA's
+// partitioner does the same and windows the padded dim: spmd_partitioner_test.cc's
+// EinsumRHSWindowed* tests, dims of 39295 on 2 and 4 devices):
+//
+//   AG:  dot(slice(all-gather(x)), w)   the slice drops the gathered dim's padding
+//     -> slice(dot(all-gather(x), w))   when that dim is a non-contracting dim of the dot
+//   RS:  reduce-scatter(pad(dot(a, b), 0))        the pad fills the scattered dim to whole blocks
+//     -> reduce-scatter(dot(pad(a, 0), b))        when each padded dim is an operand's
+//                                                 non-contracting dim (all-reduce alike)
+//
+// after which the decomposer finds the dot next to its collective and windows the padded dim.
+// Both are exact: the padded rows of the AG form are computed and dropped (they never mix with
+// the others), and the RS form's padded rows are zero either way. Not rewritten (the decomposer
+// then says why it leaves the collective): a slice that trims a contracting or batch dim, or
+// anything but the tail of one dim; a pad with low or interior padding, a non-zero value, a
+// padded batch dim, or a dot with other users.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hlo/ir.h"
+
+namespace weave::spmd {
+
+// Rewrites `comp` as above; appends one line per rewrite to `done` ("'dot.3': ..."), for the
+// pass's remarks. Linear in the computation's instructions.
+absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, std::vector<std::string>* done);
+
+}  // namespace weave::spmd
