@@ -1,15 +1,69 @@
-// Slice, pad and reduce-window along tiled dims by halo exchange (halo_exchange.h), as XLA's
-// partitioner does (HandleSlice / HandlePad / HandleReduceWindow through
+// Slice, pad, reduce-window and reverse along tiled dims by halo exchange (halo_exchange.h), as
+// XLA's partitioner does (HandleSlice / HandlePad / HandleReduceWindow through
 // ReshardAsWindowedInput): the result keeps its target's tiling and each device fetches only the
 // neighbouring elements its tile of the result reads. A reduce-window's padding becomes its init
 // value in the fetched window (masked), and the local reduce-window runs unpadded on those dims.
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "hlo/window.h"
 #include "spmd/halo_exchange.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
 
 namespace weave::spmd {
+namespace {
+
+// reverse along tiled dims (XLA's HandleReverse: the operand resharded so that each device holds
+// the tile its result tile mirrors, then a local reverse). Along a dim of G elements in k tiles
+// of T, result tile i holds operand elements [G - (i+1) T, G - i T) reversed: with the operand's
+// tile order flipped along the dim (a collective-permute), the device holding result tile i holds
+// operand tile k-1-i = [(k-1-i) T, (k-i) T), which is that range when T k = G, else that range
+// shifted by p = T k - G: a halo of p elements from the neighbouring tile (the window's first p
+// elements, before the data, land in the last tile's padding).
+absl::StatusOr<PValue> ReverseByPermute(ComputationPartitioner& cp, const HloInstruction& h,
+                                        const std::vector<int64_t>& dims, const Sharding& target) {
+  const Shape& out = h.shape();
+  const int64_t rank = out.rank();
+  std::vector<int64_t> tiles;
+  for (int64_t d = 0; d < rank; ++d) tiles.push_back(target.tile(d));
+  std::optional<Sharding> flipped =
+      Sharding::FromTileFunction(tiles, SortedDevices(target), [&](int64_t dev) {
+        std::vector<int64_t> idx = *target.TileIndex(dev, rank);
+        for (int64_t d : dims) idx[static_cast<size_t>(d)] = target.tile(d) - 1 - idx[static_cast<size_t>(d)];
+        return idx;
+      });
+  if (!flipped) return absl::UnimplementedError("no flipped tile order for the operand");
+  std::vector<HaloWindow> windows;
+  for (int64_t d : dims) {
+    const int64_t g = out.dims[static_cast<size_t>(d)], k = target.tile(d), t = ShardSize(g, k);
+    if (t * k == g) continue;
+    HaloWindow w;
+    w.dim = d;
+    w.first = g - t * k;
+    w.step = t;
+    w.size = t;
+    absl::Status ok = CheckHalo(*flipped, out, w, cp.num_partitions());
+    if (!ok.ok()) return ok;
+    windows.push_back(w);
+  }
+  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *flipped);
+  if (!x.ok()) return x.status();
+  HloInstruction* local = *x;
+  for (const HaloWindow& w : windows) {
+    absl::StatusOr<HloInstruction*> win = ExchangeHalo(cp.b(), local, *flipped, out, w, nullptr);
+    if (!win.ok()) return win.status();
+    local = *win;
+  }
+  HloInstruction* r = cp.Clone(h, LocalShape(out, target), {local});
+  cp.Remark(h, true,
+            absl::StrCat("reverse along tiled dim(s) ", absl::StrJoin(dims, ","), ": operand in the mirrored tile order ",
+                         flipped->ToString(), windows.empty() ? std::string()
+                                                              : absl::StrCat(", ", windows.size(), " halo shift(s) for uneven tiles"),
+                         ", local reverse"));
+  return PValue{r, target, out};
+}
+
+}  // namespace
 
 absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
                                        const std::vector<int64_t>& affected) {
@@ -27,6 +81,7 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
     if (target.tile(d) > 1) dims.push_back(d);
   }
   if (dims.empty()) return absl::UnimplementedError("the result is not tiled along the affected dims");
+  if (h.opcode() == HloOpcode::kReverse) return ReverseByPermute(cp, h, dims, target);
   const bool pad = h.opcode() == HloOpcode::kPad;
   const bool rw = h.opcode() == HloOpcode::kReduceWindow;
   if (!pad && !rw && h.opcode() != HloOpcode::kSlice) return absl::UnimplementedError("not a slice, pad or reduce-window");

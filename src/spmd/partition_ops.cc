@@ -365,7 +365,8 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
   }
   std::string halo_why;
   if (!tiled_affected.empty() &&
-      (op == HloOpcode::kSlice || op == HloOpcode::kPad || op == HloOpcode::kReduceWindow)) {
+      (op == HloOpcode::kSlice || op == HloOpcode::kPad || op == HloOpcode::kReduceWindow ||
+       op == HloOpcode::kReverse)) {
     absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
     if (r.ok()) return r;
     halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");

@@ -92,7 +92,7 @@ absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruc
 absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h);
 // partition_halo.cc: slice / pad / reduce-window with the result tiled along an `affected` dim,
-// by halo exchange
+// by halo exchange; reverse by a permute to the mirrored tile order (and a halo shift when uneven)
 // (Unimplemented where it does not apply; the caller then gathers those dims).
 absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
                                        const std::vector<int64_t>& affected);
