@@ -417,6 +417,18 @@ void Generator::GlobalMotifReshard(const Mesh& mesh) {
       v = b_.Op("reduce-window", v.type, out, {v, init}, win, "pooled");
       dims = out;
       absl::StrAppend(&desc, " reduce-window ", max ? "max " : "sum ", absl::StrJoin(size, "x"));
+    } else if (c_.Percent(15)) {
+      // A reverse of some dims (a permute to the mirrored tile order, a halo shift when uneven),
+      // annotated with the value's own sharding half the time.
+      std::vector<int64_t> rdims;
+      for (size_t d = 0; d < v.dims.size(); ++d) {
+        if (c_.Percent(50)) rdims.push_back(static_cast<int64_t>(d));
+      }
+      if (rdims.empty()) rdims.push_back(0);
+      std::string attrs2 = absl::StrCat("dimensions={", IntList(rdims), "}");
+      if (!shardy_ && c_.Percent(50)) absl::StrAppend(&attrs2, ", sharding=", s);
+      v = b_.Op("reverse", v.type, v.dims, {v}, attrs2, "reversed");
+      absl::StrAppend(&desc, " reverse {", IntList(rdims), "}");
     } else if (c_.Percent(40)) {
       // A slice or a pad of the value (halo exchange where the result stays tiled along the
       // sliced or padded dim), annotated with the value's own sharding half the time.
