@@ -298,7 +298,8 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
   bool changed = false;
   // Uneven gathered / scattered dims: the dot next to its collective first.
   std::vector<std::string> uneven;
-  absl::StatusOr<int64_t> canonical = spmd::CanonicalizeUnevenWindows(comp, &uneven);
+  absl::StatusOr<int64_t> canonical = spmd::CanonicalizeUnevenWindows(
+      comp, ctx.num_partitions, ctx.module->replica_count, &uneven);
   if (!canonical.ok()) return canonical.status();
   changed |= *canonical > 0;
   for (const std::string& line : uneven) ctx.remark(comp->name(), true, line, {});

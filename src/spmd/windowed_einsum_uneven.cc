@@ -4,10 +4,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "spmd/partition_ring.h"
 #include "spmd/windowed_einsum_plan.h"
 
 namespace weave::spmd {
 namespace {
+
+struct RingContext {
+  int64_t num_partitions = 1, replica_count = 1;
+};
 
 bool Contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -49,9 +54,88 @@ HloInstruction* SliceOf(HloComputation* comp, HloInstruction* x, const Shape& to
   return s;
 }
 
+// The all-gather's shard with the elements past `valid` along the gathered dim set to zero: a
+// device's shard starts at (its index in its group) * T of the gathered dim (XLA's all-gather
+// concatenates in group order). nullptr when the groups cannot be read.
+HloInstruction* ZeroPastEnd(HloComputation* comp, HloInstruction* ag, int64_t dim, int64_t valid,
+                            const RingContext& ring) {
+  if (ag->opcode() != HloOpcode::kAllGather || ag->operand_count() != 1) return nullptr;
+  absl::StatusOr<PartitionRing> r = AnalyzePartitionRing(*ag, ring.num_partitions, ring.replica_count);
+  if (!r.ok()) return nullptr;
+  HloInstruction* x = ag->operand(0);
+  const Shape& xs = x->shape();
+  const int64_t t = xs.dims[static_cast<size_t>(dim)];
+  std::vector<int64_t> starts;
+  for (int64_t p = 0; p < ring.num_partitions; ++p) starts.push_back(r->index_in_group[static_cast<size_t>(p)] * t);
+  const std::string base = absl::StrCat(ag->name(), ".valid");
+  HloInstruction* table = comp->AddInstruction(HloOpcode::kConstant, Shape(PrimitiveType::S32, {ring.num_partitions}), {}, base);
+  table->literal = Literal::Vector(PrimitiveType::S32, starts);
+  HloInstruction* pid = comp->AddInstruction(HloOpcode::kPartitionId, Shape::Scalar(PrimitiveType::U32), {}, base);
+  HloInstruction* at = comp->AddInstruction(HloOpcode::kDynamicSlice, Shape(PrimitiveType::S32, {1}), {table, pid}, base);
+  at->set_dynamic_slice_sizes({1});
+  HloInstruction* start = comp->AddInstruction(HloOpcode::kReshape, Shape::Scalar(PrimitiveType::S32), {at}, base);
+  const Shape s32(PrimitiveType::S32, {t}), pred(PrimitiveType::PRED, {t});
+  HloInstruction* iota = comp->AddInstruction(HloOpcode::kIota, s32, {}, base);
+  iota->iota_dimension = 0;
+  HloInstruction* sb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {start}, base);
+  sb->has_dimensions_attr = true;
+  HloInstruction* index = comp->AddInstruction(HloOpcode::kAdd, s32, {iota, sb}, base);
+  HloInstruction* limit = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, base);
+  limit->literal = Literal::ScalarInt(PrimitiveType::S32, valid);
+  HloInstruction* lb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, base);
+  lb->has_dimensions_attr = true;
+  HloInstruction* in = comp->AddInstruction(HloOpcode::kCompare, pred, {index, lb}, base);
+  in->comparison_direction = ComparisonDirection::kLt;
+  HloInstruction* mask = comp->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, xs.dims), {in}, base);
+  mask->dimensions = {dim};
+  mask->has_dimensions_attr = true;
+  const PrimitiveType et = xs.element_type;
+  HloInstruction* zero = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(et), {}, base);
+  zero->literal = et == PrimitiveType::PRED || IsInteger(et) ? Literal::ScalarInt(et, 0) : Literal::Scalar(et, 0);
+  HloInstruction* zeros = comp->AddInstruction(HloOpcode::kBroadcast, xs, {zero}, base);
+  zeros->has_dimensions_attr = true;
+  HloInstruction* masked = comp->AddInstruction(HloOpcode::kSelect, xs, {mask, x, zeros}, base);
+  return comp->AddInstruction(ag->CloneWithNewOperands(ag->shape(), {masked}, ".valid"));
+}
+
+// AG form on a contracting dim: dot(slice(all-gather(x)), w) with the slice trimming contracting
+// dim `dim` -> dot(all-gather(x with its padding zeroed), pad(w, 0)) over the padded length.
+absl::StatusOr<HloInstruction*> ZeroPaddedContraction(HloComputation* comp, HloInstruction* dot, int side,
+                                                      HloInstruction* s, HloInstruction* ag, int64_t dim,
+                                                      const RingContext& ring, std::vector<std::string>* done) {
+  const DotDims& dd = dot->dot_dims();
+  const std::vector<int64_t>& own = side == 0 ? dd.lhs_contracting : dd.rhs_contracting;
+  const std::vector<int64_t>& other = side == 0 ? dd.rhs_contracting : dd.lhs_contracting;
+  const auto it = std::find(own.begin(), own.end(), dim);
+  if (it == own.end()) return nullptr;
+  const int64_t odim = other[static_cast<size_t>(it - own.begin())];
+  const int64_t valid = s->shape().dims[static_cast<size_t>(dim)];
+  const int64_t full = ag->shape().dims[static_cast<size_t>(dim)];
+  HloInstruction* gathered = ZeroPastEnd(comp, ag, dim, valid, ring);
+  if (gathered == nullptr) return nullptr;
+  HloInstruction* w = dot->operand(1 - side);
+  Shape ps = w->shape();
+  ps.dims[static_cast<size_t>(odim)] = full;
+  const PrimitiveType et = w->shape().element_type;
+  HloInstruction* zero = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(et), {}, absl::StrCat(w->name(), ".zero"));
+  zero->literal = et == PrimitiveType::PRED || IsInteger(et) ? Literal::ScalarInt(et, 0) : Literal::Scalar(et, 0);
+  HloInstruction* wp = comp->AddInstruction(HloOpcode::kPad, ps, {w, zero}, absl::StrCat(w->name(), ".padded"));
+  std::vector<PadDim> pads(static_cast<size_t>(ps.rank()), PadDim{0, 0, 0});
+  pads[static_cast<size_t>(odim)].hi = full - valid;
+  *wp->mutable_padding() = pads;
+  std::vector<HloInstruction*> ops(2);
+  ops[static_cast<size_t>(side)] = gathered;
+  ops[static_cast<size_t>(1 - side)] = wp;
+  HloInstruction* wider = comp->AddInstruction(dot->CloneWithNewOperands(dot->shape(), ops, ".padded"));
+  done->push_back(absl::StrCat("'", dot->name(), "': uneven gathered contracting dim ", dim, " (", valid,
+                               " of ", full, " gathered): the shard's padding zeroed before the all-gather, "
+                               "the other operand zero-padded to match"));
+  return wider;
+}
+
 // AG form at operand `side` of `dot`; the new result (a slice of the wider dot) or nullptr.
 absl::StatusOr<HloInstruction*> PullSliceOut(HloComputation* comp, HloInstruction* dot, int side,
-                                             std::vector<std::string>* done) {
+                                             const RingContext& ring, std::vector<std::string>* done) {
   HloInstruction* s = dot->operand(side);
   if (s->opcode() != HloOpcode::kSlice || s->operand_count() != 1) return nullptr;
   HloInstruction* ag = s->operand(0);
@@ -69,7 +153,8 @@ absl::StatusOr<HloInstruction*> PullSliceOut(HloComputation* comp, HloInstructio
   std::vector<bool> batch;
   const std::vector<int64_t> map = ResultDims(*dot, side, &batch);
   const int64_t out_dim = map[static_cast<size_t>(trimmed)];
-  if (out_dim < 0 || batch[static_cast<size_t>(trimmed)]) return nullptr;
+  if (batch[static_cast<size_t>(trimmed)]) return nullptr;
+  if (out_dim < 0) return ZeroPaddedContraction(comp, dot, side, s, ag, trimmed, ring, done);
   Shape shape = dot->shape();
   shape.dims[static_cast<size_t>(out_dim)] = wide.dims[static_cast<size_t>(trimmed)];
   std::vector<HloInstruction*> ops = {dot->operand(0), dot->operand(1)};
@@ -139,13 +224,15 @@ absl::StatusOr<HloInstruction*> PushPadIn(HloComputation* comp, HloInstruction* 
 
 }  // namespace
 
-absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, std::vector<std::string>* done) {
+absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t num_partitions,
+                                                 int64_t replica_count, std::vector<std::string>* done) {
+  const RingContext ring{num_partitions, replica_count};
   int64_t rewrites = 0;
   for (HloInstruction* h : comp->MakeInstructionPostOrder()) {
     HloInstruction* replacement = nullptr;
     if (h->opcode() == HloOpcode::kDot && h->operand_count() == 2 && h->shape().IsArray()) {
       for (int side = 0; side < 2 && replacement == nullptr; ++side) {
-        absl::StatusOr<HloInstruction*> r = PullSliceOut(comp, h, side, done);
+        absl::StatusOr<HloInstruction*> r = PullSliceOut(comp, h, side, ring, done);
         if (!r.ok()) return r.status();
         replacement = *r;
       }
