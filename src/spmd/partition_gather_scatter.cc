@@ -22,14 +22,16 @@
 //    partition subtracts its offset from the index components on those dims and scatters
 //    locally; an update whose row is in another shard lands out of the local bounds and is
 //    skipped (scatter's semantics); no communication, the result keeps the operand's sharding.
-//  - index-parallel (indices and updates tiled on their scatter dims): with an `add` combiner,
-//    the first device of each group of batch tiles scatters into the operand, the others into
-//    zeros (add's identity), then one all-reduce (add) over the group; without batch tiling the
-//    local scatter needs no communication.
+//  - index-parallel (indices and updates tiled on their scatter dims): with an add, multiply,
+//    minimum, maximum, and or or combiner, the first device of each group of batch tiles scatters
+//    into the operand, the others into the combiner's identity, then one all-reduce with the
+//    combiner over the group; without batch tiling the local scatter needs no communication.
 // Anything else (operand tiled on a sliced dim that is neither, batching dims, unsigned indices
-// with a vocab-sharded operand, batch-tiled indices with a combiner other than add, scatters of
-// several operands): computed replicated with the remark naming the reason.
+// with a vocab-sharded operand, batch-tiled indices with another combiner, scatters of several
+// operands): computed replicated with the remark naming the reason.
 #include <algorithm>
+#include <climits>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -301,12 +303,51 @@ std::optional<int64_t> OutOfBoundsIndex(PrimitiveType it, const GatherScatterDim
   return std::nullopt;
 }
 
-// Whether `c` is the scalar computation add(p0, p1).
-bool IsScalarAdd(const HloComputation* c) {
-  if (c == nullptr || c->num_parameters() != 2) return false;
+// The combiner of a scatter whose index-parallel form Weave partitions: the scalar computation
+// op(p0, p1) for an associative, commutative op with an identity of type `t` (add 0, multiply 1,
+// minimum +inf / the type's largest, maximum -inf / its smallest, and true, or false): the
+// devices of a batch group that do not own the operand start from the identity, and one
+// all-reduce with `op` combines them (XLA's PartitionScatterIndexPassthroughDimensions). nullopt
+// otherwise.
+struct Combiner {
+  HloOpcode op;
+  Literal identity;
+};
+std::optional<Combiner> ScatterCombiner(const HloComputation* c, PrimitiveType t) {
+  if (c == nullptr || c->num_parameters() != 2) return std::nullopt;
   const HloInstruction* r = c->root();
-  return r->opcode() == HloOpcode::kAdd && r->operand(0)->opcode() == HloOpcode::kParameter &&
-         r->operand(1)->opcode() == HloOpcode::kParameter && r->operand(0) != r->operand(1);
+  if (r->operand_count() != 2 || r->operand(0)->opcode() != HloOpcode::kParameter ||
+      r->operand(1)->opcode() != HloOpcode::kParameter || r->operand(0) == r->operand(1)) {
+    return std::nullopt;
+  }
+  const bool fp = IsFloatingPoint(t), sint = IsSignedInteger(t), uint = IsUnsignedInteger(t);
+  const int bits = BitWidth(t);
+  auto lit = [&](double f, int64_t i) { return fp ? Literal::Scalar(t, f) : Literal::ScalarInt(t, i); };
+  switch (r->opcode()) {
+    case HloOpcode::kAdd:
+      if (t == PrimitiveType::PRED) return std::nullopt;
+      return Combiner{HloOpcode::kAdd, lit(0, 0)};
+    case HloOpcode::kMultiply:
+      if (t == PrimitiveType::PRED) return std::nullopt;
+      return Combiner{HloOpcode::kMultiply, lit(1, 1)};
+    case HloOpcode::kMinimum:
+    case HloOpcode::kMaximum: {
+      const bool mn = r->opcode() == HloOpcode::kMinimum;
+      if (fp) return Combiner{r->opcode(), Literal::Scalar(t, mn ? HUGE_VAL : -HUGE_VAL)};
+      if (sint && bits <= 64) {
+        const int64_t hi = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1;
+        return Combiner{r->opcode(), Literal::ScalarInt(t, mn ? hi : -hi - 1)};
+      }
+      if (uint && bits < 64) return Combiner{r->opcode(), Literal::ScalarInt(t, mn ? (int64_t{1} << bits) - 1 : 0)};
+      return std::nullopt;
+    }
+    case HloOpcode::kAnd:
+    case HloOpcode::kOr:
+      if (t != PrimitiveType::PRED) return std::nullopt;
+      return Combiner{r->opcode(), Literal::ScalarInt(t, r->opcode() == HloOpcode::kAnd ? 1 : 0)};
+    default:
+      return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -338,9 +379,9 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     std::optional<Sharding> r =
         g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;
     if (r) idx_req = *r;
-    if (idx_req.IsTiled() && !IsScalarAdd(h.to_apply())) {
-      return cp.Replicated(h, "scatter: indices tiled on their batch dims with a combiner other than "
-                              "add (no partitioning rule)");
+    if (idx_req.IsTiled() && !ScatterCombiner(h.to_apply(), h.shape().element_type)) {
+      return cp.Replicated(h, "scatter: indices tiled on their batch dims with a combiner that is not "
+                              "add, multiply, minimum, maximum, and or or (no partitioning rule)");
     }
   }
   // The updates: scatter dims like the indices' batch dims, window dims like the operand's
@@ -425,7 +466,8 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
                                  {is_first}, "broadcast");
     pred->has_dimensions_attr = true;
-    base = b.Select(pred, base, b.Zeros(base->shape()));
+    base = b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(h.to_apply(), h.shape().element_type)->identity),
+                                        base->shape()));
   }
   HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), osh), {base, indices, *u});
   if (!vocab.empty()) {
@@ -435,12 +477,13 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                            "for other shards fall out of bounds and are skipped), local scatter; "
                            "result ", osh.ToString()));
   } else if (!groups.empty()) {
-    local = b.AllReduce(local, groups, b.Reducer(HloOpcode::kAdd, h.shape().element_type));
+    const HloOpcode op = ScatterCombiner(h.to_apply(), h.shape().element_type)->op;
+    local = b.AllReduce(local, groups, b.Reducer(op, h.shape().element_type));
     cp.Remark(h, true,
               absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
                            upd->ToString(), "; the first device of each batch group scatters into "
-                           "the operand, the others into zeros, one all-reduce (add); result ",
-                           osh.ToString()));
+                           "the operand, the others into the combiner's identity, one all-reduce (",
+                           std::string(HloOpcodeString(op)), "); result ", osh.ToString()));
   } else if (upd->IsTiled() || osh.IsTiled()) {
     cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString()));
   }
