@@ -123,7 +123,7 @@ absl::Status Checker::Convolution() {
   for (size_t j = 0; j < w->size(); ++j) {
     const WindowDim& wd = (*w)[j];
     const int64_t ks = dim(k, cd->kernel.spatial[j]);
-    if (wd.size != ks || wd.stride < 1 || wd.lhs_dilate < 1 || wd.rhs_dilate < 1) {
+    if (wd.size != ks || wd.size < 1 || wd.stride < 1 || wd.lhs_dilate < 1 || wd.rhs_dilate < 1) {
       return Err(absl::StrCat("window dim ", j, " (size ", wd.size, ", stride ", wd.stride,
                               ") does not fit the kernel's spatial size ", ks));
     }

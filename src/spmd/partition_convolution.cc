@@ -29,7 +29,9 @@
 // not; else the output form. A decision the halo cannot serve (the fetched halo larger than the
 // other tiles together) or a group dim whose tiles do not divide its groups leaves that dim
 // whole and decides again. Uneven contracting tiles are zero-masked (the kernel's padding;
-// the lhs's by the halo's zero fill). Both group counts > 1, or unreadable dims: computed
+// the lhs's by the halo's zero fill outside the lhs). With the kernel tiled unevenly along a
+// sliding dim, the kernel's padding positions meet real lhs elements: exact for finite data, an
+// inf or NaN there turns the zero product into NaN (as XLA's own zero-masked padding). Both group counts > 1, or unreadable dims: computed
 // replicated, with the remark naming why.
 #include <algorithm>
 
@@ -188,10 +190,17 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
   std::vector<ConvSpaceDim> order;
   EinsumDecision decision;
   std::vector<HaloWindow> halos;
-  for (size_t attempt = 0; attempt <= dims.size(); ++attempt) {
+  // Each retry drops at least one dim: at most as many retries as dims, and the last decision
+  // taken is one nothing was dropped from (else the op is computed replicated).
+  bool settled = false;
+  const size_t max_attempts = dims.size() + 1;
+  for (size_t attempt = 0; attempt < max_attempts && !settled; ++attempt) {
     const EinsumSpace sp = MakeConvSpace(dims, rank, &order);
     decision = PlanEinsum(sp, lg, rg, og, ls, rs, os, n);
-    if (!decision.best) break;
+    if (!decision.best) {
+      settled = true;
+      break;
+    }
     halos.clear();
     std::optional<size_t> drop;
     for (size_t k = 0; k < order.size() && !drop; ++k) {
@@ -229,7 +238,10 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
                                   }),
                    dims.end());
       }
-      if (dims.size() == before) break;
+      if (dims.size() == before) {
+        settled = true;
+        break;
+      }
       whole.push_back("the lhs's tiling along its sliding dims, with the output whole there");
       continue;
     }
@@ -241,6 +253,7 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
       }
     }
   }
+  if (!settled) return cp.Replicated(h, "convolution: no decision after dropping every dim it could not serve");
   if (!decision.best) return cp.Replicated(h, "convolution: no consistent sharding of its iteration space");
   const Sharding& best = *decision.best;
   if (!best.IsTiled() || best.NumTiles() <= 1) {

@@ -305,7 +305,8 @@ std::optional<int64_t> OutOfBoundsIndex(PrimitiveType it, const GatherScatterDim
 
 // The combiner of a scatter whose index-parallel form Weave partitions: the scalar computation
 // op(p0, p1) for an associative, commutative op with an identity of type `t` (add 0, multiply 1,
-// minimum +inf / the type's largest, maximum -inf / its smallest, and true, or false): the
+// minimum +inf / the type's largest, maximum -inf / its smallest (float types with an
+// infinity only), and true, or false): the
 // devices of a batch group that do not own the operand start from the identity, and one
 // all-reduce with `op` combines them (XLA's PartitionScatterIndexPassthroughDimensions). nullopt
 // otherwise.
@@ -333,7 +334,15 @@ std::optional<Combiner> ScatterCombiner(const HloComputation* c, PrimitiveType t
     case HloOpcode::kMinimum:
     case HloOpcode::kMaximum: {
       const bool mn = r->opcode() == HloOpcode::kMinimum;
-      if (fp) return Combiner{r->opcode(), Literal::Scalar(t, mn ? HUGE_VAL : -HUGE_VAL)};
+      if (fp) {
+        // +-inf is the identity only where the type has an infinity (not the FN / FNUZ / E8M0
+        // FP8 types, nor FP6 / FP4).
+        const bool has_inf = t == PrimitiveType::F16 || t == PrimitiveType::BF16 || t == PrimitiveType::F32 ||
+                             t == PrimitiveType::F64 || t == PrimitiveType::F8E5M2 ||
+                             t == PrimitiveType::F8E4M3 || t == PrimitiveType::F8E3M4;
+        if (!has_inf) return std::nullopt;
+        return Combiner{r->opcode(), Literal::Scalar(t, mn ? HUGE_VAL : -HUGE_VAL)};
+      }
       if (sint && bits <= 64) {
         const int64_t hi = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1;
         return Combiner{r->opcode(), Literal::ScalarInt(t, mn ? hi : -hi - 1)};

@@ -150,6 +150,9 @@ absl::StatusOr<HloInstruction*> PullSliceOut(HloComputation* comp, HloInstructio
     trimmed = static_cast<int64_t>(d);
   }
   if (trimmed < 0) return nullptr;
+  // The trimmed dim must be the gathered one (its padding is the all-gather's).
+  const HloInstruction* attrs = windowed_einsum::CollectiveAttributes(ag);
+  if (attrs == nullptr || attrs->dimensions.size() != 1 || attrs->dimensions[0] != trimmed) return nullptr;
   std::vector<bool> batch;
   const std::vector<int64_t> map = ResultDims(*dot, side, &batch);
   const int64_t out_dim = map[static_cast<size_t>(trimmed)];
@@ -255,9 +258,13 @@ absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t 
     ++rewrites;
     // The replaced dot (or pad and its dot) and a slice nothing else reads go now, so that the
     // decomposer's sweep never meets them.
+    // So is an all-gather the contracting form replaced by its masked copy.
     std::vector<HloInstruction*> dead = {h};
     for (HloInstruction* o : h->operands()) {
       if (o->opcode() == HloOpcode::kSlice || o->opcode() == HloOpcode::kDot) dead.push_back(o);
+      if (o->opcode() == HloOpcode::kSlice && o->operand(0)->opcode() == HloOpcode::kAllGather) {
+        dead.push_back(o->operand(0));
+      }
     }
     for (HloInstruction* d : dead) {
       if (d->user_count() == 0 && !d->IsRoot()) {

@@ -137,6 +137,11 @@ INSTANTIATE_TEST_SUITE_P(
   k = f32[3,6,8] parameter(1)
   ROOT bad = f32[2,9,8] convolution(a, k), window={size=3 stride=2 pad=1_1}, dim_labels=b0f_0io->b0f)",
                 "result shape f32[2,9,8] does not match the shape its dims and window give f32[2,5,8]"},
+        BadCase{"conv_empty_window", R"(
+  a = f32[2,9,6] parameter(0)
+  k = f32[0,6,8] parameter(1)
+  ROOT bad = f32[2,10,8] convolution(a, k), window={size=0}, dim_labels=b0f_0io->b0f)",
+                "window dim 0 (size 0"},
         BadCase{"conv_labels", R"(
   a = f32[2,9,6] parameter(0)
   k = f32[3,6,8] parameter(1)
