@@ -201,8 +201,14 @@ std::optional<Sharding> ConvolutionForward(const HloInstruction& h, const Shardi
   for (int i = 0; i < 2; ++i) {
     const Sharding& s = get(h.operand(i));
     if (s.IsUnset() || s.IsUnknown()) continue;
-    const std::vector<int64_t> map = ConvolutionOperandToOutputDims(h, i, ConvolutionGroupTiles(h, i, s));
+    std::vector<int64_t> map = ConvolutionOperandToOutputDims(h, i, ConvolutionGroupTiles(h, i, s));
     if (map.empty()) continue;
+    // A strided window shrinks the dim: no more tiles than the result has elements there.
+    for (size_t d = 0; d < map.size(); ++d) {
+      if (map[d] >= 0 && s.IsTiled() && s.tile(static_cast<int64_t>(d)) > h.shape().dims[static_cast<size_t>(map[d])]) {
+        map[d] = -1;
+      }
+    }
     c[i] = MapShardingDims(s, map, h.shape().rank());
   }
   const bool lhs_first = h.operand(0)->shape().ByteSize() >= h.operand(1)->shape().ByteSize();
