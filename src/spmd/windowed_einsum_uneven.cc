@@ -48,6 +48,13 @@ bool IsZeroScalar(const HloInstruction* v) {
   return !l.elided && (l.f.empty() ? l.GetAsInt(0) == 0 : l.GetAsDouble(0) == 0.0);
 }
 
+// A scalar zero of type `t` (false for pred).
+HloInstruction* ZeroOf(HloComputation* comp, PrimitiveType t, const std::string& name) {
+  HloInstruction* z = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
+  z->literal = t == PrimitiveType::PRED || IsInteger(t) ? Literal::ScalarInt(t, 0) : Literal::Scalar(t, 0);
+  return z;
+}
+
 HloInstruction* SliceOf(HloComputation* comp, HloInstruction* x, const Shape& to, const std::string& name) {
   HloInstruction* s = comp->AddInstruction(HloOpcode::kSlice, to, {x}, name);
   for (size_t d = 0; d < to.dims.size(); ++d) s->mutable_slice()->push_back(SliceDim{0, to.dims[d], 1});
@@ -89,9 +96,7 @@ HloInstruction* ZeroPastEnd(HloComputation* comp, HloInstruction* ag, int64_t di
   HloInstruction* mask = comp->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, xs.dims), {in}, base);
   mask->dimensions = {dim};
   mask->has_dimensions_attr = true;
-  const PrimitiveType et = xs.element_type;
-  HloInstruction* zero = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(et), {}, base);
-  zero->literal = et == PrimitiveType::PRED || IsInteger(et) ? Literal::ScalarInt(et, 0) : Literal::Scalar(et, 0);
+  HloInstruction* zero = ZeroOf(comp, xs.element_type, base);
   HloInstruction* zeros = comp->AddInstruction(HloOpcode::kBroadcast, xs, {zero}, base);
   zeros->has_dimensions_attr = true;
   HloInstruction* masked = comp->AddInstruction(HloOpcode::kSelect, xs, {mask, x, zeros}, base);
@@ -116,9 +121,7 @@ absl::StatusOr<HloInstruction*> ZeroPaddedContraction(HloComputation* comp, HloI
   HloInstruction* w = dot->operand(1 - side);
   Shape ps = w->shape();
   ps.dims[static_cast<size_t>(odim)] = full;
-  const PrimitiveType et = w->shape().element_type;
-  HloInstruction* zero = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(et), {}, absl::StrCat(w->name(), ".zero"));
-  zero->literal = et == PrimitiveType::PRED || IsInteger(et) ? Literal::ScalarInt(et, 0) : Literal::Scalar(et, 0);
+  HloInstruction* zero = ZeroOf(comp, w->shape().element_type, absl::StrCat(w->name(), ".zero"));
   HloInstruction* wp = comp->AddInstruction(HloOpcode::kPad, ps, {w, zero}, absl::StrCat(w->name(), ".padded"));
   std::vector<PadDim> pads(static_cast<size_t>(ps.rank()), PadDim{0, 0, 0});
   pads[static_cast<size_t>(odim)].hi = full - valid;
@@ -211,10 +214,7 @@ absl::StatusOr<HloInstruction*> PushPadIn(HloComputation* comp, HloInstruction* 
     HloInstruction* x = ops[static_cast<size_t>(side)];
     Shape ps = x->shape();
     for (size_t d = 0; d < ps.dims.size(); ++d) ps.dims[d] += pads[static_cast<size_t>(side)][d].hi;
-    HloInstruction* zero = comp->AddInstruction(
-        HloOpcode::kConstant, Shape::Scalar(x->shape().element_type), {}, absl::StrCat(x->name(), ".zero"));
-    const PrimitiveType et = x->shape().element_type;
-    zero->literal = et == PrimitiveType::PRED || IsInteger(et) ? Literal::ScalarInt(et, 0) : Literal::Scalar(et, 0);
+    HloInstruction* zero = ZeroOf(comp, x->shape().element_type, absl::StrCat(x->name(), ".zero"));
     HloInstruction* xp = comp->AddInstruction(HloOpcode::kPad, ps, {x, zero}, absl::StrCat(x->name(), ".padded"));
     *xp->mutable_padding() = pads[static_cast<size_t>(side)];
     ops[static_cast<size_t>(side)] = xp;

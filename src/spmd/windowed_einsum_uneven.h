@@ -31,7 +31,9 @@ namespace weave::spmd {
 
 // Rewrites `comp` (of a module with `num_partitions` partitions and `replica_count` replicas, for
 // the all-gathers' groups) as above; appends one line per rewrite to `done` ("'dot.3': ..."), for
-// the pass's remarks. Linear in the computation's instructions.
+// the pass's remarks. Returns the number of rewrites; an error only when the IR refuses a
+// replacement or removal (an internal inconsistency), never for a form it leaves alone. Linear
+// in the computation's instructions.
 absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t num_partitions,
                                                  int64_t replica_count, std::vector<std::string>* done);
 
