@@ -315,7 +315,7 @@ class EinsumPlanner {
     const Sharding req = Project(*x, *comp_[other].map, n_);
     const ReshardPlan r = PlanReshard(*comp_[other].s, req, *shapes_[static_cast<size_t>(other)], n_);
     return r.kind == ReshardKind::kNone || r.kind == ReshardKind::kPermute ||
-           r.kind == ReshardKind::kAllToAll || (r.kind == ReshardKind::kSteps && !r.Gathers());
+           r.kind == ReshardKind::kAllToAll || ((r.kind == ReshardKind::kSteps || r.kind == ReshardKind::kHalo) && !r.Gathers());
   }
 
   std::optional<Plan> GroupOnBatch(const Sub& s, bool req) const {

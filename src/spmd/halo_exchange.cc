@@ -45,6 +45,7 @@ struct HaloPlan {
   int64_t k = 0, size = 0, t = 0;
   int64_t from = 0, to = 0, extra_lo = 0, extra_hi = 0, fetched = 0;
   std::vector<std::vector<int64_t>> index;  // [partition] -> its index in the device array
+  std::vector<int64_t> lo;                  // [partition] -> where its window starts
 };
 
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -69,10 +70,21 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
     if (!idx) return absl::UnimplementedError(absl::StrCat("partition ", q, " holds no tile of ", s.ToString()));
     p.index[static_cast<size_t>(q)] = *std::move(idx);
   }
-  auto lo = [&](int64_t i) { return w.first + i * w.step; };
+  if (!w.starts.empty() && static_cast<int64_t>(w.starts.size()) != n) {
+    return absl::UnimplementedError("halo exchange: one window start per partition expected");
+  }
+  p.lo.resize(static_cast<size_t>(n));
+  for (int64_t q = 0; q < n; ++q) {
+    p.lo[static_cast<size_t>(q)] = w.starts.empty()
+                                       ? w.first + p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)] * w.step
+                                       : w.starts[static_cast<size_t>(q)];
+  }
+  // Every device's window, relative to the start of its tile; the union is what is fetched.
   bool any = false;
-  for (int64_t i = 0; i < p.k; ++i) {
-    const int64_t a = std::max<int64_t>(lo(i), 0), z = std::min<int64_t>(lo(i) + w.size, p.size);
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t i = p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)];
+    const int64_t l = p.lo[static_cast<size_t>(q)];
+    const int64_t a = std::max<int64_t>(l, 0), z = std::min<int64_t>(l + w.size, p.size);
     if (a >= z) continue;
     p.from = any ? std::min(p.from, a - i * p.t) : a - i * p.t;
     p.to = any ? std::max(p.to, z - i * p.t) : z - i * p.t;
@@ -82,9 +94,11 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
     p.from = 0;
     p.to = p.t;
   }
-  for (int64_t i = 0; i < p.k; ++i) {
-    p.extra_lo = std::max(p.extra_lo, (i * p.t + p.from) - lo(i));
-    p.extra_hi = std::max(p.extra_hi, lo(i) + w.size - (i * p.t + p.to));
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t i = p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)];
+    const int64_t l = p.lo[static_cast<size_t>(q)];
+    p.extra_lo = std::max(p.extra_lo, (i * p.t + p.from) - l);
+    p.extra_hi = std::max(p.extra_hi, l + w.size - (i * p.t + p.to));
   }
   for (int64_t j = FloorDiv(p.from, p.t); j <= FloorDiv(p.to - 1, p.t); ++j) {
     if (j != 0) p.fetched += std::min(p.to - j * p.t, p.t) - std::max(p.from - j * p.t, int64_t{0});
@@ -122,7 +136,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     for (size_t d = 0; d < a.size(); ++d) flat = flat * a[d] + idx[d];
     return s.devices()[static_cast<size_t>(flat)];
   };
-  auto lo = [&](int64_t i) { return w.first + i * w.step; };
+  const std::vector<int64_t>& lo = plan->lo;
   // Piece j (positions [start, limit) of a tile) comes from the tile j to the right: each tile
   // sends it to the device j to its left (none beyond the edge: that device receives zeros).
   std::vector<HloInstruction*> parts;
@@ -158,8 +172,8 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   std::vector<int64_t> offsets(static_cast<size_t>(n)), starts(static_cast<size_t>(n));
   for (int64_t p = 0; p < n; ++p) {
     const int64_t i = index[static_cast<size_t>(p)][static_cast<size_t>(dim)];
-    offsets[static_cast<size_t>(p)] = lo(i) - (i * t + from - extra_lo);
-    starts[static_cast<size_t>(p)] = lo(i);
+    offsets[static_cast<size_t>(p)] = lo[static_cast<size_t>(p)] - (i * t + from - extra_lo);
+    starts[static_cast<size_t>(p)] = lo[static_cast<size_t>(p)];
   }
   std::vector<int64_t> sizes = x->shape().dims;
   sizes[static_cast<size_t>(dim)] = w.size;
@@ -174,7 +188,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   }
   if (fill == nullptr) return win;
   bool outside = false;
-  for (int64_t i = 0; i < k; ++i) outside |= lo(i) < 0 || lo(i) + w.size > size;
+  for (int64_t l : lo) outside |= l < 0 || l + w.size > size;
   if (!outside) return win;
   // The mask along `dim` only (1-D), broadcast over the other dims: a rank-1 index instead of a
   // full-size s32 one (the window can be most of the device's memory).

@@ -7,7 +7,7 @@
 // k ways along dim `dim` with tiles of T = ceil(G / k) elements (the last may end in padding).
 // The device holding tile i wants the W elements at global indices lo(i) .. lo(i) + W - 1 along
 // `dim`, with lo(i) = first + i * step (any integers: a window may start before 0 or end past
-// G). The result, on every device, is its window: shape x's with `dim` = W.
+// G), or, with `starts`, each device p those from starts[p] on. The result, on every device, is its window: shape x's with `dim` = W.
 //
 // How: relative to the start of its own tile every device reads the same range of positions
 // (the union over the tiles of where their windows hold data, indices in [0, G)); that range is
@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "spmd/spmd_builder.h"
@@ -38,6 +39,10 @@ struct HaloWindow {
   int64_t first = 0;  // lo(0)
   int64_t step = 0;   // lo(i) = first + i * step
   int64_t size = 0;   // W
+  // When not empty (one entry per partition 0..n-1): partition p's window starts at starts[p],
+  // whatever its tile index; first and step are then unused (reshard_halo.h: a reshard whose
+  // target tiles do not follow the source tile order).
+  std::vector<int64_t> starts;
 };
 
 // Whether ExchangeHalo applies to `w` on a value of `global` shape under `s` over partitions

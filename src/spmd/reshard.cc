@@ -107,6 +107,44 @@ HloInstruction* SplitIntoAddends(SpmdBuilder& b, HloInstruction* x, const Shardi
   return b.Select(b.Splat(keeps, x->shape()), x, b.Zeros(x->shape()));
 }
 
+// Dim d of x (tiled g ways in `cur`, the whole dim gathered over `groups`) made whole on every
+// device of each group. As XLA's PartitionedHlo::ReplicatePartial: where the dim holds at most
+// g / 2 elements (most tiles are padding; with 1 element only the first tile holds data), each
+// device zeroes its padding, writes its tile into zeros of the whole dim at its offset
+// (dynamic-update-slice; a one-element dim needs none) and the group sums by all-reduce (or, for
+// pred): a broadcast by all-reduce that moves `size` elements where an all-gather moves g tiles.
+// Otherwise an all-gather, its padding sliced off.
+HloInstruction* GatherWholeDim(SpmdBuilder& b, HloInstruction* x, const Sharding& cur, int64_t d,
+                               const std::vector<std::vector<int64_t>>& groups, const Shape& global) {
+  const int64_t size = global.dims[static_cast<size_t>(d)];
+  const int64_t g = cur.IsTiled() && d < cur.rank() ? cur.tile(d) : 1;
+  const Shape& local = x->shape();
+  if (size >= 1 && g >= 2 && size <= g / 2 && local.IsArray() && local.dims[static_cast<size_t>(d)] == 1) {
+    const PrimitiveType t = local.element_type;
+    HloInstruction* masked = b.MaskPadding(x, cur, global, {d}, b.ScalarConst(t, 0));
+    HloInstruction* whole = masked;
+    if (size > 1) {
+      Shape full = local;
+      full.dims[static_cast<size_t>(d)] = size;
+      std::vector<HloInstruction*> ops = {b.Zeros(full), masked};
+      for (int64_t k = 0; k < global.rank(); ++k) {
+        ops.push_back(k == d ? b.TableLookup(b.OffsetTable(cur, global, d))
+                             : b.ScalarConst(PrimitiveType::S32, 0));
+      }
+      whole = b.Add(HloOpcode::kDynamicUpdateSlice, full, ops, "dynamic-update-slice");
+    }
+    const HloOpcode op = t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
+    return b.AllReduce(whole, groups, b.Reducer(op, t));
+  }
+  x = b.AllGather(x, d, groups);
+  if (x->shape().dims[static_cast<size_t>(d)] > size) {
+    std::vector<int64_t> limits = x->shape().dims;
+    limits[static_cast<size_t>(d)] = size;
+    x = b.Slice(x, limits);
+  }
+  return x;
+}
+
 // All-gathers dims `dims` (last first); returns the value and its new sharding. `cur` has no
 // manual or unreduced subgroup (Reshard sums partial values first).
 HloInstruction* GatherDims(SpmdBuilder& b, HloInstruction* x, Sharding* cur, const Shape& global,
@@ -114,14 +152,8 @@ HloInstruction* GatherDims(SpmdBuilder& b, HloInstruction* x, Sharding* cur, con
   std::sort(dims.rbegin(), dims.rend());
   for (int64_t d : dims) {
     if (!cur->IsTiled() || cur->tile(d) == 1) continue;
-    const int64_t size = global.dims[static_cast<size_t>(d)];
-    x = b.AllGather(x, d, DeviceGroups(*cur, {d}));
+    x = GatherWholeDim(b, x, *cur, d, DeviceGroups(*cur, {d}), global);
     *cur = *ReplicateDims(*cur, {d});
-    if (x->shape().dims[static_cast<size_t>(d)] > size) {
-      std::vector<int64_t> limits = x->shape().dims;
-      limits[static_cast<size_t>(d)] = size;
-      x = b.Slice(x, limits);
-    }
   }
   return x;
 }
@@ -260,6 +292,10 @@ HloInstruction* EmitSteps(SpmdBuilder& b, HloInstruction* x, const ReshardSteps&
                      TileCount(s.before, s.to_dim), global);
         break;
       case ReshardStepKind::kAllGather: {
+        if (TileCount(s.after, s.dim) == 1 && TileCount(s.before, s.dim) == s.factor) {
+          x = GatherWholeDim(b, x, s.before, s.dim, s.groups, global);
+          break;
+        }
         x = b.AllGather(x, s.dim, s.groups);
         const int64_t size = global.dims[static_cast<size_t>(s.dim)];
         if (TileCount(s.after, s.dim) == 1 && x->shape().dims[static_cast<size_t>(s.dim)] > size) {
@@ -422,6 +458,7 @@ absl::StatusOr<HloInstruction*> ReshardInManualGroups(SpmdBuilder& b, HloInstruc
 
 bool ReshardPlan::Gathers() const {
   if (kind == ReshardKind::kGather || kind == ReshardKind::kFull) return true;
+  if (kind == ReshardKind::kHalo) return halo.r > 1;
   if (kind != ReshardKind::kSteps) return false;
   return std::any_of(steps.steps.begin(), steps.steps.end(),
                      [](const ReshardStep& s) { return s.kind == ReshardStepKind::kAllGather; });
@@ -433,6 +470,7 @@ std::string_view ReshardKindName(ReshardKind k) {
     case ReshardKind::kSlice: return "slice";
     case ReshardKind::kPermute: return "collective-permute";
     case ReshardKind::kAllToAll: return "all-to-all";
+    case ReshardKind::kHalo: return "halo exchange";
     case ReshardKind::kSteps: return "steps";
     case ReshardKind::kGather: return "all-gather";
     case ReshardKind::kFull: return "full rematerialization";
@@ -481,7 +519,9 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
     plan.kind = ReshardKind::kAllToAll;
     return plan;
   }
-  // Gather whole dims and slice, or the cheapest chain of steps, whichever receives fewer bytes.
+  // A halo exchange, gathering whole dims and slicing, or the cheapest chain of steps, whichever
+  // receives fewer bytes.
+  std::optional<HaloReshard> halo = PlanHaloReshard(from, to, global, n);
   std::optional<double> gather_bytes;
   if (from.IsTiled() && SameDeviceSet(from, n)) {
     std::vector<int64_t> dims;
@@ -506,12 +546,19 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
         steps && !to.IsReplicated() &&
         std::any_of(steps->steps.begin(), steps->steps.end(),
                     [](const ReshardStep& st) { return st.after.IsReplicated(); });
-    if (steps && !replicates && (!gather_bytes || steps->bytes < *gather_bytes)) {
+    if (steps && !replicates && (!gather_bytes || steps->bytes < *gather_bytes) &&
+        (!halo || steps->bytes <= halo->bytes)) {
       plan.kind = ReshardKind::kSteps;
       plan.gather_dims.clear();
       plan.steps = *std::move(steps);
       return plan;
     }
+  }
+  if (halo && (!gather_bytes || halo->bytes < *gather_bytes)) {
+    plan.kind = ReshardKind::kHalo;
+    plan.gather_dims.clear();
+    plan.halo = *std::move(halo);
+    return plan;
   }
   plan.kind = gather_bytes ? ReshardKind::kGather : ReshardKind::kFull;
   return plan;
@@ -531,6 +578,8 @@ double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Sh
       return static_cast<double>(LocalBytes(from, global));
     case ReshardKind::kSteps:
       return plan.steps.bytes;
+    case ReshardKind::kHalo:
+      return plan.halo.bytes;
     case ReshardKind::kGather: {
       std::optional<Sharding> inter = ReplicateDims(from, plan.gather_dims);
       return static_cast<double>(LocalBytes(*inter, global) - LocalBytes(from, global));
@@ -621,6 +670,8 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
                       DeviceGroups(from, {plan.from_dim}), 1, 1, global);
     case ReshardKind::kSteps:
       return EmitSteps(b, x, plan.steps, global);
+    case ReshardKind::kHalo:
+      return EmitHaloReshard(b, x, from, plan.halo, global);
     case ReshardKind::kGather: {
       Sharding cur = from;
       x = GatherDims(b, x, &cur, global, plan.gather_dims);

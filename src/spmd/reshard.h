@@ -7,6 +7,10 @@
 //   permute  same tile counts, other device order: one collective-permute;
 //   a2a      tiles moved from one dim to another ([4,1] -> [1,4]): pad and split the target
 //            dim, all-to-all, transpose, merge, slice off padding;
+//   halo     one dim's tile count changes and the tiles do not line up (6 rows from 2 to 4
+//            tiles): collective-permutes of the halo, then for a coarser target an all-gather
+//            (or all-reduce) of sub-tiles in groups (reshard_halo.h), where cheaper than the
+//            alternatives below;
 //   gather   the target drops tiling of some dims: one all-gather per such dim (last dim first,
 //            over the devices that agree on every other dim of the device array), padding
 //            sliced off, then a local slice if the target is finer;
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "spmd/reshard_halo.h"
 #include "spmd/reshard_steps.h"
 #include "spmd/spmd_builder.h"
 
@@ -41,7 +46,7 @@ struct PValue {
   Shape global;
 };
 
-enum class ReshardKind { kNone, kSlice, kPermute, kAllToAll, kGather, kSteps, kFull };
+enum class ReshardKind { kNone, kSlice, kPermute, kAllToAll, kHalo, kGather, kSteps, kFull };
 std::string_view ReshardKindName(ReshardKind k);
 
 struct ReshardPlan {
@@ -49,7 +54,9 @@ struct ReshardPlan {
   std::vector<int64_t> gather_dims;  // kGather: dims all-gathered (then a slice if needed)
   int64_t from_dim = -1, to_dim = -1;  // kAllToAll
   ReshardSteps steps;                  // kSteps
-  // Whether the plan all-gathers (kGather, kFull, or kSteps with an all-gather step).
+  HaloReshard halo;                    // kHalo
+  // Whether the plan all-gathers (kGather, kFull, kSteps with an all-gather step, or kHalo
+  // joining sub-tiles).
   bool Gathers() const;
 };
 

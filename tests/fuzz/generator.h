@@ -152,6 +152,16 @@ class Generator : public MotifContext {
   // GlobalSharding may tile a dim unevenly (any dim at least as long as its tile count).
   bool uneven_ = false;
   std::string root_sharding_;  // global mode: the root's sharding attribute ("" none)
+  // The mesh axes GlobalSharding gave each dim (minor last) and the replicated ones, last call.
+  struct AxisChoice {
+    std::vector<std::vector<size_t>> dim_axes;
+    std::vector<size_t> rep_axes;
+  };
+  AxisChoice last_axes_;
+  // When set, the next GlobalSharding call returns last_axes_ with one axis moved between one
+  // dim's tiling and the replicated axes: one dim's tile count changes, every other dim keeps
+  // its tiles (the halo reshards, reshard_halo.h), uneven tiles included.
+  bool neighbour_ = false;
 };
 
 }  // namespace weave::fuzz

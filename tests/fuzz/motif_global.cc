@@ -83,6 +83,51 @@ std::string Generator::GlobalSharding(const Mesh& mesh, const std::vector<int64_
     dim_axes[d].push_back(a);
     tiles[d] *= s;
   }
+  if (neighbour_ && last_axes_.dim_axes.size() == rank && !replicated) {
+    // One axis of the previous choice moves: replicated -> minor of dim d, or d's minor -> replicated.
+    AxisChoice next = last_axes_;
+    std::vector<size_t> tiled;
+    for (size_t d = 0; d < rank; ++d) {
+      if (!next.dim_axes[d].empty()) tiled.push_back(d);
+    }
+    if (!next.rep_axes.empty() && (tiled.empty() || c_.Percent(50))) {
+      const size_t k = c_.Below(next.rep_axes.size());
+      const size_t a = next.rep_axes[k];
+      std::vector<size_t> cand;
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t t = mesh.shape[a];
+        for (size_t b : next.dim_axes[d]) t *= mesh.shape[b];
+        if (dims[d] >= t) cand.push_back(d);
+      }
+      // Mostly onto a dim already tiled: its tile count changes from k >= 2 to k * s.
+      std::vector<size_t> stacked;
+      for (size_t d : cand) {
+        if (!next.dim_axes[d].empty()) stacked.push_back(d);
+      }
+      if (!stacked.empty() && c_.Percent(80)) cand = stacked;
+      if (!cand.empty()) {
+        next.dim_axes[c_.Pick(cand)].push_back(a);
+        next.rep_axes.erase(next.rep_axes.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    } else if (!tiled.empty()) {
+      // Mostly from a dim tiled by several axes: its tile count drops from k to k / s >= 2.
+      std::vector<size_t> multi;
+      for (size_t d : tiled) {
+        if (next.dim_axes[d].size() > 1) multi.push_back(d);
+      }
+      const size_t d = !multi.empty() && c_.Percent(80) ? c_.Pick(multi) : c_.Pick(tiled);
+      next.rep_axes.push_back(next.dim_axes[d].back());
+      next.dim_axes[d].pop_back();
+    }
+    dim_axes = next.dim_axes;
+    rep_axes = next.rep_axes;
+    for (size_t d = 0; d < rank; ++d) {
+      tiles[d] = 1;
+      for (size_t a : dim_axes[d]) tiles[d] *= mesh.shape[a];
+    }
+  }
+  neighbour_ = false;
+  last_axes_ = AxisChoice{dim_axes, rep_axes};
   int64_t rep = 1;
   for (size_t a : rep_axes) rep *= mesh.shape[a];
   if (shardy_) {
@@ -370,6 +415,9 @@ void Generator::GlobalMotifReshard(const Mesh& mesh) {
   const int hops = 1 + static_cast<int>(c_.Below(3));
   for (int k = 0; k < hops; ++k) {
     std::string hd;
+    // A third of the hops change one dim's tile count only (the previous sharding's axes with
+    // one moved to or from the replicated ones).
+    neighbour_ = c_.Percent(35);
     const std::string s = GlobalSharding(mesh, dims, &hd);
     const std::string attrs =
         shardy_ ? absl::StrCat("custom_call_target=\"Sharding\", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding_per_value<[<@mesh, ",
