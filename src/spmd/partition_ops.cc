@@ -181,6 +181,24 @@ absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloIns
   if (fwd && local_ok(v.sharding, *fwd)) {
     return PValue{cp.Clone(h, LocalShape(h.shape(), *fwd), {v.hlo}), *fwd, h.shape()};
   }
+  // Else the target with fewer tiles on one dim (the rest replicated), as XLA's HandleReshape
+  // reshards through a partially replicated form: 24 elements in 4 tiles of 6 cannot become
+  // [6,4] in 4 row tiles of 1.5 rows, but in 2 tiles of 3 rows they can; the result is then
+  // resharded to the target (a halo exchange where the tiles do not line up).
+  if (target.IsTiled()) {
+    for (int64_t f = 2; f <= cp.b().num_partitions(); ++f) {
+      for (int64_t d = 0; d < target.rank(); ++d) {
+        if (target.tile(d) % f != 0) continue;
+        std::optional<Sharding> fewer = ReplicateTileFactor(target, d, f);
+        if (!fewer || fewer->NumTiles() < 2) continue;  // replicated: the remark below
+        std::optional<Sharding> back = ReshapeSharding(*fewer, h.shape().dims, in.dims);
+        if (!back || !local_ok(*back, *fewer)) continue;
+        absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *back);
+        if (!x.ok()) return x.status();
+        return PValue{cp.Clone(h, LocalShape(h.shape(), *fewer), {*x}), *fewer, h.shape()};
+      }
+    }
+  }
   return cp.Replicated(h, "reshape: the sharding cannot follow the reshape");
 }
 

@@ -177,6 +177,36 @@ std::vector<std::vector<int64_t>> AddendGroups(const Sharding& s, int64_t n) {
   return {};
 }
 
+std::optional<Sharding> ReplicateTileFactor(const Sharding& s, int64_t d, int64_t f) {
+  if (!s.IsTiled() || d < 0 || d >= s.rank() || f < 1 || s.tile(d) % f != 0) return std::nullopt;
+  if (f == 1) return s;
+  if (!OnlyReplicatedSubgroups(s)) return std::nullopt;
+  // The device array with dim d split into [tile / f, f] (row-major: the same device list), the
+  // f part moved in front of the replication subgroup.
+  const int64_t rank = s.rank();
+  std::vector<int64_t> split, perm;
+  for (int64_t a = 0; a < static_cast<int64_t>(s.ArrayDims().size()); ++a) {
+    if (a == d) {
+      split.push_back(s.tile(d) / f);
+      split.push_back(f);
+    } else {
+      split.push_back(s.ArrayDims()[static_cast<size_t>(a)]);
+    }
+  }
+  for (int64_t a = 0; a <= rank; ++a) {
+    if (a != d + 1) perm.push_back(a);
+  }
+  perm.push_back(d + 1);
+  for (int64_t a = rank + 1; a < static_cast<int64_t>(split.size()); ++a) perm.push_back(a);
+  std::vector<int64_t> tiles = s.tiles();
+  tiles[static_cast<size_t>(d)] /= f;
+  absl::StatusOr<Sharding> out =
+      Sharding::Tiled(std::move(tiles), {{SubgroupType::kReplicated, f * s.ReplicationSize()}},
+                      TransposeDeviceArray(s.devices(), split, perm));
+  if (!out.ok()) return std::nullopt;
+  return *std::move(out);
+}
+
 std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims) {
   if (!s.IsTiled()) return s;
   thread_local MemoTable memo;

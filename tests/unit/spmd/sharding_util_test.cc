@@ -31,6 +31,19 @@ TEST(ShardingUtilTest, ReplicateTransposeInsertRemove) {
   EXPECT_FALSE(RemoveDims(s, {0}).has_value());  // a tiled dim cannot just go
 }
 
+TEST(ShardingUtilTest, ReplicateTileFactor) {
+  // The minor factor leaves: devices that differed only in it now share a tile.
+  EXPECT_EQ(Str(ReplicateTileFactor(S("{devices=[4]<=[4]}", {24}), 0, 2)),
+            "{devices=[2,2]<=[4] last_tile_dim_replicate}");
+  EXPECT_EQ(Str(ReplicateTileFactor(S("{devices=[4,2]<=[8]}", {8, 8}), 0, 2)),
+            "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}");
+  // Joining an existing replicated subgroup (the factor major in it).
+  EXPECT_EQ(Str(ReplicateTileFactor(S("{devices=[4,1,2]<=[8] last_tile_dim_replicate}", {8, 8}), 0, 2)),
+            "{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
+  EXPECT_EQ(Str(ReplicateTileFactor(S("{devices=[4]<=[4]}", {24}), 0, 3)), "none");  // 3 does not divide 4
+  EXPECT_EQ(Str(ReplicateTileFactor(S("{devices=[4]<=[4]}", {24}), 1, 2)), "none");  // no dim 1
+}
+
 TEST(ShardingUtilTest, Reshape) {
   struct Row {
     const char* from;
