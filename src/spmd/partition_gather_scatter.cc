@@ -148,17 +148,26 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "gather: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
-  const Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& out = h.shape();
   std::vector<int64_t> vocab, unsupported;
   ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
+  std::string gathered;  // the remark's note on dims the rules cannot use
   if (!unsupported.empty()) {
-    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that it neither takes whole nor indexes with slice size 1 "
-                                         "(no partitioning rule)"));
+    // As XLA's gather handler: those dims are all-gathered, the rules use the rest.
+    std::optional<Sharding> rest = ReplicateDims(osh, unsupported);
+    // Nothing left to partition by (operand whole, indices replicated): the replicated fallback.
+    if (!rest || (rest->NumTiles() < 2 && !ish.IsTiled())) {
+      return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                           " that it neither takes whole nor indexes with slice size 1 "
+                                           "(no partitioning rule)"));
+    }
+    gathered = absl::StrCat(" (operand dim(s) ", absl::StrJoin(unsupported, ","),
+                            ", neither taken whole nor indexed with slice size 1, gathered first)");
+    osh = *std::move(rest);
   }
   if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
     return cp.Replicated(h, "gather: vocab-sharded operand with unsigned indices (no partitioning rule)");
@@ -258,12 +267,12 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
               absl::StrCat("gather from an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
                            " (vocab-sharded): indices ", idx_req.ToString(),
                            " shifted by the partition's offset, out-of-shard rows zeroed, local "
-                           "gather, one all-reduce (add); result ", out_s->ToString()));
+                           "gather, one all-reduce (add); result ", out_s->ToString(), gathered));
   } else if (out_s->IsTiled()) {
     cp.Remark(h, true,
               absl::StrCat("gather, index-parallel / operand pass-through: local gather with "
                            "operand ", osh.ToString(), ", indices ", idx_req.ToString(), "; result ",
-                           out_s->ToString()));
+                           out_s->ToString(), gathered));
   }
   return PValue{local, *out_s, out};
 }
@@ -368,17 +377,26 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "scatter: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
-  const Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& ug = h.operand(2)->shape();
   std::vector<int64_t> vocab, unsupported;
   ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
+  std::string gathered;  // the remark's note on dims the rules cannot use
   if (!unsupported.empty()) {
-    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that its windows neither cover whole nor update one row "
-                                         "of (no partitioning rule)"));
+    // As XLA's scatter handler: those dims are all-gathered, the rules use the rest.
+    std::optional<Sharding> rest = ReplicateDims(osh, unsupported);
+    // Nothing left to partition by (operand whole, indices replicated): the replicated fallback.
+    if (!rest || (rest->NumTiles() < 2 && !ish.IsTiled())) {
+      return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                           " that its windows neither cover whole nor update one row "
+                                           "of (no partitioning rule)"));
+    }
+    gathered = absl::StrCat(" (operand dim(s) ", absl::StrJoin(unsupported, ","),
+                            ", neither covered whole by the windows nor updated one row at a time, gathered first)");
+    osh = *std::move(rest);
   }
   if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
     return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
@@ -484,7 +502,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
               absl::StrCat("scatter into an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
                            " (vocab-sharded): indices shifted by the partition's offset (updates "
                            "for other shards fall out of bounds and are skipped), local scatter; "
-                           "result ", osh.ToString()));
+                           "result ", osh.ToString(), gathered));
   } else if (!groups.empty()) {
     const HloOpcode op = ScatterCombiner(h.to_apply(), h.shape().element_type)->op;
     local = b.AllReduce(local, groups, b.Reducer(op, h.shape().element_type));
@@ -492,9 +510,9 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
               absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
                            upd->ToString(), "; the first device of each batch group scatters into "
                            "the operand, the others into the combiner's identity, one all-reduce (",
-                           std::string(HloOpcodeString(op)), "); result ", osh.ToString()));
+                           std::string(HloOpcodeString(op)), "); result ", osh.ToString(), gathered));
   } else if (upd->IsTiled() || osh.IsTiled()) {
-    cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString()));
+    cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString(), gathered));
   }
   return PValue{local, osh, h.shape()};
 }
