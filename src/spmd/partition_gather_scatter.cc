@@ -119,15 +119,97 @@ Sharding PhysicalSharding(const Sharding& s) {
   return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
 }
 
+// An operand dim and an indices dim that move together (XLA's index-parallel dims,
+// hlo_sharding_util::GetGatherScatterBatchParallelDims): an explicit batching pair, or an operand
+// dim read with slice size 1 at the index an iota along the indices dim gives (row r of the
+// indices reads operand row r: tf.reverse_sequence, take_along_axis). Tiled alike, every device
+// gathers from its own tile, an iota pair's index shifted by the tile's offset.
+struct ParallelDim {
+  int64_t operand_dim = -1, indices_dim = -1;
+  bool iota = false;  // false: an explicit batching pair (the index is implicit)
+};
+
+// The dim of the index array `x` along which its values are their own position (iota, a
+// broadcast of one, an integer constant of that form; through copies), or nullopt.
+std::optional<int64_t> IotaDim(const HloInstruction* x) {
+  while (x->opcode() == HloOpcode::kCopy) x = x->operand(0);
+  if (x->opcode() == HloOpcode::kIota) return x->iota_dimension;
+  if (x->opcode() == HloOpcode::kBroadcast) {
+    std::optional<int64_t> d = IotaDim(x->operand(0));
+    if (!d || *d >= static_cast<int64_t>(x->dimensions.size())) return std::nullopt;
+    return x->dimensions[static_cast<size_t>(*d)];
+  }
+  if (x->opcode() == HloOpcode::kConstant && x->literal && IsSignedInt(x->shape().element_type) &&
+      x->shape().IsArray() && x->shape().ElementCount() <= (int64_t{1} << 20)) {
+    const std::vector<int64_t>& dims = x->shape().dims;
+    const int64_t count = x->shape().ElementCount();
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] < 2) continue;
+      int64_t stride = 1;
+      for (size_t e = d + 1; e < dims.size(); ++e) stride *= dims[e];
+      bool iota = true;
+      for (int64_t k = 0; k < count && iota; ++k) iota = x->literal->GetAsInt(k) == (k / stride) % dims[d];
+      if (iota) return static_cast<int64_t>(d);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<ParallelDim> ParallelDims(const HloInstruction& h, const GatherScatterDims& g) {
+  std::vector<ParallelDim> out;
+  for (size_t k = 0; k < g.operand_batching.size() && k < g.indices_batching.size(); ++k) {
+    out.push_back({g.operand_batching[k], g.indices_batching[k], false});
+  }
+  const HloInstruction* idx = h.operand(1);
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ig = idx->shape();
+  if (!IsSignedInt(ig.element_type)) return out;
+  while (idx->opcode() == HloOpcode::kCopy) idx = idx->operand(0);
+  const int64_t ivd = g.index_vector_dim, rank = ig.rank();
+  std::vector<int64_t> comp(g.start_index_map.size(), -1);  // component -> its iota dim
+  if (idx->opcode() == HloOpcode::kConcatenate && ivd < rank && idx->dimensions.size() == 1 &&
+      idx->dimensions[0] == ivd) {
+    size_t c = 0;
+    for (const HloInstruction* piece : idx->operands()) {
+      const int64_t k = piece->shape().dims[static_cast<size_t>(ivd)];
+      std::optional<int64_t> d = IotaDim(piece);
+      for (int64_t j = 0; j < k && c < comp.size(); ++j, ++c) {
+        if (d && *d != ivd) comp[c] = *d;
+      }
+    }
+  } else if (std::optional<int64_t> d = IotaDim(idx); d && *d != ivd) {
+    std::fill(comp.begin(), comp.end(), *d);
+  }
+  const std::vector<ParallelDim> explicit_only = out;
+  for (size_t j = 0; j < comp.size(); ++j) {
+    const int64_t i = comp[j], o = g.start_index_map[j];
+    if (i < 0 || g.slice_sizes[static_cast<size_t>(o)] != 1 ||
+        std::find(g.indices_batching.begin(), g.indices_batching.end(), i) != g.indices_batching.end()) {
+      continue;
+    }
+    if (og.dims[static_cast<size_t>(o)] != ig.dims[static_cast<size_t>(i)]) return explicit_only;
+    for (const ParallelDim& p : out) {
+      if (p.indices_dim == i || p.operand_dim == o) return explicit_only;
+    }
+    out.push_back({o, i, true});
+  }
+  return out;
+}
+
+bool IsParallelOperandDim(const std::vector<ParallelDim>& par, int64_t d) {
+  return std::any_of(par.begin(), par.end(), [&](const ParallelDim& p) { return p.operand_dim == d; });
+}
+
 // The operand dims of a gather/scatter that `osh` tiles (rank `rank`), by what the rules do with
 // them: *vocab, dims indexed with slice size 1 (each partition holds a vocabulary range);
 // *unsupported, dims neither taken whole (pass-through) nor indexed with slice size 1.
-// Pass-through dims are in neither list.
+// Pass-through and parallel (`par`) dims are in neither list.
 void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatterDims& g,
-                           std::vector<int64_t>* vocab, std::vector<int64_t>* unsupported) {
+                           const std::vector<ParallelDim>& par, std::vector<int64_t>* vocab,
+                           std::vector<int64_t>* unsupported) {
   if (!osh.IsTiled()) return;
   for (int64_t d = 0; d < rank; ++d) {
-    if (osh.tile(d) == 1) continue;
+    if (osh.tile(d) == 1 || IsParallelOperandDim(par, d)) continue;
     if (g.trivially_sliced[static_cast<size_t>(d)]) {
       vocab->push_back(d);
     } else if (!g.pass_through[static_cast<size_t>(d)]) {
@@ -136,10 +218,76 @@ void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatte
   }
 }
 
+// Operand and indices shardings tiled alike on the parallel dims: where the operand tiles one,
+// the indices take the operand's tiling of them (*idx; other operand dims' devices replicate);
+// else where the indices tile one (not index_vector_dim), the operand takes theirs (*osh). False
+// when neither tiles a parallel dim or the shardings cannot be carried over.
+bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
+                       Sharding* osh, const Sharding& ish, Sharding* idx) {
+  if (par.empty()) return false;
+  std::vector<int64_t> o2i(static_cast<size_t>(og.rank()), -1), i2o(static_cast<size_t>(ig.rank()), -1);
+  bool op_tiles = false, ix_tiles = false;
+  for (const ParallelDim& p : par) {
+    o2i[static_cast<size_t>(p.operand_dim)] = p.indices_dim;
+    i2o[static_cast<size_t>(p.indices_dim)] = p.operand_dim;
+    op_tiles |= osh->IsTiled() && osh->tile(p.operand_dim) > 1;
+    ix_tiles |= ish.IsTiled() && ish.tile(p.indices_dim) > 1;
+  }
+  if (op_tiles) {
+    std::optional<Sharding> m = MapShardingDims(*osh, o2i, ig.rank());
+    if (!m) return false;
+    *idx = *std::move(m);
+    return true;
+  }
+  if (ix_tiles) {
+    std::optional<Sharding> m = MapShardingDims(ish, i2o, og.rank());
+    if (!m) return false;
+    *osh = *m;
+    std::optional<Sharding> back = MapShardingDims(*m, o2i, ig.rank());
+    if (!back) return false;
+    *idx = *std::move(back);
+    return true;
+  }
+  return false;
+}
+
+// The indices with each component on an iota-parallel dim tiled in `osh` shifted by the
+// partition's offset along it (its rows then index the local tile).
+HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                     const std::vector<ParallelDim>& par, const Sharding& osh,
+                                     const Shape& og, PrimitiveType it);
+
 HloInstruction* Compare(SpmdBuilder& b, HloInstruction* x, HloInstruction* y, ComparisonDirection d) {
   HloInstruction* c = b.Add(HloOpcode::kCompare, Shape(PrimitiveType::PRED, x->shape().dims), {x, y}, "compare");
   c->comparison_direction = d;
   return c;
+}
+
+HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                     const std::vector<ParallelDim>& par, const Sharding& osh,
+                                     const Shape& og, PrimitiveType it) {
+  std::vector<int64_t> shifted;  // operand dims whose index is shifted
+  for (const ParallelDim& p : par) {
+    if (p.iota && osh.IsTiled() && osh.tile(p.operand_dim) > 1) shifted.push_back(p.operand_dim);
+  }
+  if (shifted.empty()) return indices;
+  const bool has_ivd = g.index_vector_dim < indices->shape().rank();
+  std::vector<HloInstruction*> comps;
+  for (size_t j = 0; j < g.start_index_map.size(); ++j) {
+    HloInstruction* c = has_ivd ? SliceAlong(b, indices, g.index_vector_dim, static_cast<int64_t>(j)) : indices;
+    const int64_t o = g.start_index_map[j];
+    if (std::find(shifted.begin(), shifted.end(), o) != shifted.end()) {
+      HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, o));
+      if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
+      c = b.Add(HloOpcode::kSubtract, c->shape(), {c, b.Splat(off, c->shape())}, "local_index");
+    }
+    comps.push_back(c);
+  }
+  if (!has_ivd) return comps[0];
+  HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
+  cat->dimensions = {g.index_vector_dim};
+  cat->has_dimensions_attr = true;
+  return cat;
 }
 
 }  // namespace
@@ -153,8 +301,9 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& out = h.shape();
+  const std::vector<ParallelDim> par = ParallelDims(h, *g);
   std::vector<int64_t> vocab, unsupported;
-  ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
+  ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
   std::string gathered;  // the remark's note on dims the rules cannot use
   if (!unsupported.empty()) {
     // As XLA's gather handler: those dims are all-gathered, the rules use the rest.
@@ -181,6 +330,14 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   } else if (ish.IsTiled()) {
     idx_req = ish;
   }
+  // Index-parallel dims: operand and indices tiled alike on them.
+  const bool parallel = AlignParallelDims(par, og, ig, &osh, ish, &idx_req);
+  if (parallel) {
+    vocab.clear();
+    unsupported.clear();
+    ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
+    if (!unsupported.empty()) return cp.Replicated(h, "gather: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  }
   // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
   // the same output tile.
   const std::vector<std::vector<int64_t>> vocab_groups =
@@ -194,6 +351,9 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     return true;
   };
   std::optional<Sharding> out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
+  if (parallel && (!out_s || !groups_agree(*out_s))) {
+    return cp.Replicated(h, "gather: index-parallel dims do not combine with the other tilings (no partitioning rule)");
+  }
   if (!out_s || !groups_agree(*out_s)) {
     idx_req = Sharding::Replicated();
     out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
@@ -205,7 +365,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
   if (!ix.ok()) return ix.status();
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = *ix;
+  HloInstruction* indices = ShiftParallelIndices(b, *ix, *g, par, osh, og, ig.element_type);
   HloInstruction* mask = nullptr;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
@@ -268,6 +428,16 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
                            " (vocab-sharded): indices ", idx_req.ToString(),
                            " shifted by the partition's offset, out-of-shard rows zeroed, local "
                            "gather, one all-reduce (add); result ", out_s->ToString(), gathered));
+  } else if (parallel) {
+    std::vector<std::string> pairs;
+    for (const ParallelDim& p : par) {
+      pairs.push_back(absl::StrCat(p.operand_dim, "~", p.indices_dim, p.iota ? " (iota)" : " (batching)"));
+    }
+    cp.Remark(h, true,
+              absl::StrCat("gather, index-parallel dims (operand~indices) ", absl::StrJoin(pairs, ", "),
+                           ": operand ", osh.ToString(), ", indices ", idx_req.ToString(),
+                           ", iota indices shifted by the tile's offset, local gather; result ",
+                           out_s->ToString(), gathered));
   } else if (out_s->IsTiled()) {
     cp.Remark(h, true,
               absl::StrCat("gather, index-parallel / operand pass-through: local gather with "
@@ -382,8 +552,9 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& ug = h.operand(2)->shape();
+  const std::vector<ParallelDim> par = ParallelDims(h, *g);
   std::vector<int64_t> vocab, unsupported;
-  ClassifyOperandTiling(osh, og.rank(), *g, &vocab, &unsupported);
+  ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
   std::string gathered;  // the remark's note on dims the rules cannot use
   if (!unsupported.empty()) {
     // As XLA's scatter handler: those dims are all-gathered, the rules use the rest.
@@ -402,7 +573,17 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
   }
   Sharding idx_req = Sharding::Replicated();
-  if (vocab.empty() && ish.IsTiled()) {
+  // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
+  const bool parallel = AlignParallelDims(par, og, ig, &osh, ish, &idx_req);
+  if (parallel) {
+    vocab.clear();
+    unsupported.clear();
+    ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
+    if (!unsupported.empty()) return cp.Replicated(h, "scatter: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  }
+  std::vector<bool> par_index(static_cast<size_t>(ig.rank()), false);
+  for (const ParallelDim& p : par) par_index[static_cast<size_t>(p.indices_dim)] = parallel;
+  if (!parallel && vocab.empty() && ish.IsTiled()) {
     std::optional<Sharding> r =
         g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;
     if (r) idx_req = *r;
@@ -418,9 +599,10 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   auto groups_ok = [&](const Sharding& u) {
     groups.clear();
     if (!u.IsTiled()) return true;
-    std::vector<int64_t> dims;
-    for (int64_t d : g->batch_out) {
-      if (u.tile(d) > 1) dims.push_back(d);
+    std::vector<int64_t> dims;  // batch dims tiled, parallel ones aside (not combined)
+    for (size_t k = 0; k < g->batch_out.size(); ++k) {
+      const int64_t d = g->batch_out[k];
+      if (u.tile(d) > 1 && !par_index[static_cast<size_t>(g->indices_batch[k])]) dims.push_back(d);
     }
     if (dims.empty()) return true;
     groups = DeviceGroups(u, dims);
@@ -431,6 +613,9 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     }
     return true;
   };
+  if (parallel && (!upd || !groups_ok(*upd))) {
+    return cp.Replicated(h, "scatter: index-parallel dims do not combine with the other tilings (no partitioning rule)");
+  }
   if (!upd || !groups_ok(*upd)) {
     idx_req = Sharding::Replicated();
     upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
@@ -460,6 +645,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
                             b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
   }
+  indices = ShiftParallelIndices(b, indices, *g, par, osh, og, ig.element_type);
   HloInstruction* base = *o;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
@@ -511,6 +697,11 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                            upd->ToString(), "; the first device of each batch group scatters into "
                            "the operand, the others into the combiner's identity, one all-reduce (",
                            std::string(HloOpcodeString(op)), "); result ", osh.ToString(), gathered));
+  } else if (parallel) {
+    cp.Remark(h, true, absl::StrCat("scatter, index-parallel dims: operand ", osh.ToString(), ", indices ",
+                                    idx_req.ToString(), ", updates ", upd->ToString(),
+                                    ", iota indices shifted by the tile's offset, local scatter; result ",
+                                    osh.ToString(), gathered));
   } else if (upd->IsTiled() || osh.IsTiled()) {
     cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString(), gathered));
   }

@@ -642,7 +642,7 @@ std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h)
   for (int64_t v : g.start_index_map) {
     if (v < 0 || v >= orank) return std::nullopt;
     g.trivially_sliced[static_cast<size_t>(v)] =
-        g.slice_sizes[static_cast<size_t>(v)] == 1 && Has(g.collapsed, v);
+        g.slice_sizes[static_cast<size_t>(v)] == 1;
   }
   return g;
 }

@@ -116,7 +116,8 @@ struct GatherScatterDims {
   // Per operand dim: taken whole (slice size = dim size: the start index is clamped to 0), so
   // its tiling passes through to its offset dim.
   std::vector<bool> pass_through;
-  // Per operand dim: indexed with slice size 1 and collapsed (an embedding's vocab dim).
+  // Per operand dim: indexed with slice size 1, collapsed or not (an embedding's vocab dim;
+  // XLA's trivially sliced dims).
   std::vector<bool> trivially_sliced;
 };
 // nullopt when an attribute is missing or malformed (the caller leaves the op alone).
