@@ -38,6 +38,7 @@
 #include "eval/custom_calls.h"
 #include "eval/ops.h"
 #include "hlo/ir.h"
+#include "hlo/spmd_internal_config.h"
 
 namespace weave::eval {
 namespace {
@@ -50,59 +51,12 @@ absl::Status Bad(const HloInstruction& instr, const std::string& what) {
                                                  instr.custom_call_target(), "\"): ", what));
 }
 
-// `key=value` pairs of an SPMD internal op's backend_config; values are integers or `[a,b,..]`.
-struct OpaqueAttrs {
-  std::map<std::string, std::vector<int64_t>> values;
-  std::optional<int64_t> Int(const std::string& key) const {
-    auto it = values.find(key);
-    if (it == values.end() || it->second.size() != 1) return std::nullopt;
-    return it->second[0];
-  }
-  const std::vector<int64_t>* Array(const std::string& key) const {
-    auto it = values.find(key);
-    return it == values.end() ? nullptr : &it->second;
-  }
-};
+using OpaqueAttrs = SpmdInternalConfig;
 
 absl::StatusOr<OpaqueAttrs> ParseOpaque(const HloInstruction& instr) {
-  OpaqueAttrs out;
-  std::string text = instr.backend_config;
-  text.erase(std::remove_if(text.begin(), text.end(),
-                            [](char c) { return c == ' ' || c == '\n' || c == '"'; }),
-             text.end());
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t eq = text.find('=', pos);
-    if (eq == std::string::npos) return Bad(instr, "backend_config is not key=value pairs");
-    const std::string key = text.substr(pos, eq - pos);
-    size_t end;
-    std::string value;
-    if (eq + 1 < text.size() && text[eq + 1] == '[') {
-      end = text.find(']', eq);
-      if (end == std::string::npos) return Bad(instr, "unclosed '[' in backend_config");
-      value = text.substr(eq + 2, end - eq - 2);
-      ++end;
-    } else {
-      end = text.find(',', eq);
-      if (end == std::string::npos) end = text.size();
-      value = text.substr(eq + 1, end - eq - 1);
-    }
-    std::vector<int64_t> nums;
-    for (absl::string_view piece : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-      int64_t n;
-      if (!absl::SimpleAtoi(piece, &n)) {
-        return Bad(instr, absl::StrCat("backend_config value of '", key, "' is not an integer"));
-      }
-      if (n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) {
-        return Bad(instr, absl::StrCat("backend_config value of '", key, "' is out of range"));
-      }
-      nums.push_back(n);
-    }
-    out.values[key] = std::move(nums);
-    pos = end;
-    if (pos < text.size() && text[pos] == ',') ++pos;
-  }
-  return out;
+  absl::StatusOr<SpmdInternalConfig> c = ParseSpmdInternalConfig(instr.backend_config);
+  if (!c.ok()) return Bad(instr, std::string(c.status().message()));
+  return c;
 }
 
 absl::StatusOr<int64_t> NeedInt(const HloInstruction& instr, const OpaqueAttrs& a,

@@ -219,11 +219,12 @@ void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatte
 }
 
 // Operand and indices shardings tiled alike on the parallel dims: where the operand tiles one,
-// the indices take the operand's tiling of them (*idx; other operand dims' devices replicate);
+// the indices keep their own tiling if it matches on those dims, else take the operand's tiling
+// of them (*idx; other operand dims' devices replicate);
 // else where the indices tile one (not index_vector_dim), the operand takes theirs (*osh). False
 // when neither tiles a parallel dim or the shardings cannot be carried over.
 bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
-                       Sharding* osh, const Sharding& ish, Sharding* idx) {
+                       int64_t g_ivd, Sharding* osh, const Sharding& ish, Sharding* idx) {
   if (par.empty()) return false;
   std::vector<int64_t> o2i(static_cast<size_t>(og.rank()), -1), i2o(static_cast<size_t>(ig.rank()), -1);
   bool op_tiles = false, ix_tiles = false;
@@ -232,6 +233,32 @@ bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, con
     i2o[static_cast<size_t>(p.indices_dim)] = p.operand_dim;
     op_tiles |= osh->IsTiled() && osh->tile(p.operand_dim) > 1;
     ix_tiles |= ish.IsTiled() && ish.tile(p.indices_dim) > 1;
+  }
+  // The indices' own tiling (index_vector_dim untiled) where it already matches the operand's on
+  // every parallel dim: kept, so its other batch dims stay tiled (index pass-through, merged with
+  // the parallel dims as XLA merges them).
+  if (op_tiles && ish.IsTiled() && ish.rank() == ig.rank() &&
+      (g_ivd >= ig.rank() || ish.tile(g_ivd) == 1)) {
+    bool aligned = true;
+    for (const ParallelDim& p : par) {
+      aligned &= osh->tile(p.operand_dim) == ish.tile(p.indices_dim);
+    }
+    const int64_t n = static_cast<int64_t>(ish.devices().size());
+    for (int64_t dev = 0; dev < n && aligned; ++dev) {
+      std::optional<std::vector<int64_t>> a = osh->TileIndex(dev, og.rank());
+      std::optional<std::vector<int64_t>> b = ish.TileIndex(dev, ig.rank());
+      if (!a || !b) {
+        aligned = false;
+        break;
+      }
+      for (const ParallelDim& p : par) {
+        aligned &= (*a)[static_cast<size_t>(p.operand_dim)] == (*b)[static_cast<size_t>(p.indices_dim)];
+      }
+    }
+    if (aligned) {
+      *idx = ish;
+      return true;
+    }
   }
   if (op_tiles) {
     std::optional<Sharding> m = MapShardingDims(*osh, o2i, ig.rank());
@@ -331,7 +358,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     idx_req = ish;
   }
   // Index-parallel dims: operand and indices tiled alike on them.
-  const bool parallel = AlignParallelDims(par, og, ig, &osh, ish, &idx_req);
+  const bool parallel = AlignParallelDims(par, og, ig, g->index_vector_dim, &osh, ish, &idx_req);
   if (parallel) {
     vocab.clear();
     unsupported.clear();
@@ -574,7 +601,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   }
   Sharding idx_req = Sharding::Replicated();
   // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
-  const bool parallel = AlignParallelDims(par, og, ig, &osh, ish, &idx_req);
+  const bool parallel = AlignParallelDims(par, og, ig, g->index_vector_dim, &osh, ish, &idx_req);
   if (parallel) {
     vocab.clear();
     unsupported.clear();
@@ -583,6 +610,17 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   }
   std::vector<bool> par_index(static_cast<size_t>(ig.rank()), false);
   for (const ParallelDim& p : par) par_index[static_cast<size_t>(p.indices_dim)] = parallel;
+  if (parallel && idx_req.IsTiled()) {
+    // Indices also tiled on other batch dims (index pass-through merged with the parallel dims):
+    // partial scatters combined by an all-reduce, which needs the combiner and no vocab shift.
+    bool other = false;
+    for (int64_t d : g->indices_batch) other |= idx_req.tile(d) > 1 && !par_index[static_cast<size_t>(d)];
+    if (other && (!vocab.empty() || !ScatterCombiner(h.to_apply(), h.shape().element_type))) {
+      return cp.Replicated(h, "scatter: indices tiled on parallel and other batch dims with a vocab-sharded "
+                              "operand or a combiner that is not add, multiply, minimum, maximum, and or or "
+                              "(no partitioning rule)");
+    }
+  }
   if (!parallel && vocab.empty() && ish.IsTiled()) {
     std::optional<Sharding> r =
         g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;

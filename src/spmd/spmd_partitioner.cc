@@ -1,6 +1,7 @@
 // spmd-partitioner: the driver (see spmd_partitioner.h); per-op rules in partition_ops.cc and
 // partition_dot.cc.
 #include "spmd/spmd_partitioner.h"
+#include "spmd/partition_expand.h"
 
 #include <algorithm>
 
@@ -513,6 +514,9 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   HloComputation* entry = module->entry();
   if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
   if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
+  for (auto& [name, message] : ExpandForPartitioning(module)) {
+    if (remarks_) remarks_->push_back({"spmd-partitioner", name, true, std::move(message)});
+  }
   SpmdContext ctx;
   ctx.module = module;
   ctx.num_partitions = std::max<int64_t>(1, module->num_partitions);
