@@ -93,8 +93,8 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
     window = *std::move(w);
   }
   for (int64_t d : dims) {
-    if (pad && h.padding()[static_cast<size_t>(d)].interior != 0) {
-      return absl::UnimplementedError(absl::StrCat("interior padding on dim ", d));
+    if (pad && h.padding()[static_cast<size_t>(d)].interior < 0) {
+      return absl::UnimplementedError(absl::StrCat("negative interior padding on dim ", d));
     }
     if (rw && window[static_cast<size_t>(d)].lhs_dilate != 1) {
       return absl::UnimplementedError(absl::StrCat("base dilation on dim ", d));
@@ -106,7 +106,19 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
     const int64_t to = ShardSize(out.dims[static_cast<size_t>(d)], target.tile(d));
     HaloWindow w;
     w.dim = d;
-    if (pad) {
+    if (pad && h.padding()[static_cast<size_t>(d)].interior > 0) {
+      // Interior padding: output index lo + k (i + 1) holds input k. Each device fetches the
+      // inputs from floor((o - lo) / (i + 1)) on, enough for its tile once padded locally
+      // (interior i, i more at the end), then slices its tile at its offset (below).
+      const PadDim& pd = h.padding()[static_cast<size_t>(d)];
+      const int64_t step = pd.interior + 1, size = out.dims[static_cast<size_t>(d)];
+      w.size = (pd.interior + to + step - 1) / step;
+      w.starts.resize(static_cast<size_t>(cp.num_partitions()));
+      for (int64_t q = 0; q < cp.num_partitions(); ++q) {
+        const int64_t rel = TileOffset(target, q, d, size) - pd.lo;
+        w.starts[static_cast<size_t>(q)] = rel >= 0 ? rel / step : -((-rel + step - 1) / step);
+      }
+    } else if (pad) {
       w.first = -h.padding()[static_cast<size_t>(d)].lo;
       w.step = to;
       w.size = to;
@@ -155,13 +167,21 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
     return PValue{r, target, out};
   }
   bool trivial = true;
+  Shape padded = want;              // the local pad's result (interior dims: before their slice)
+  std::vector<int64_t> interior;    // windowed dims with interior padding
   for (int64_t d = 0; d < out.rank(); ++d) {
     const bool windowed = std::find(dims.begin(), dims.end(), d) != dims.end();
     const bool touched = std::find(affected.begin(), affected.end(), d) != affected.end();
     const int64_t extent = local->shape().dims[static_cast<size_t>(d)];
     if (pad) {
       PadDim& p = r->mutable_padding()->at(static_cast<size_t>(d));
-      if (windowed || !touched) p = PadDim{0, 0, 0};
+      if (windowed && p.interior > 0) {
+        p = PadDim{0, p.interior, p.interior};
+        padded.dims[static_cast<size_t>(d)] = extent * (p.interior + 1);
+        interior.push_back(d);
+      } else if (windowed || !touched) {
+        p = PadDim{0, 0, 0};
+      }
       trivial &= p.lo == 0 && p.hi == 0 && p.interior == 0;
     } else {
       SliceDim& s = r->mutable_slice()->at(static_cast<size_t>(d));
@@ -174,6 +194,26 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
     }
   }
   if (trivial && local->shape().dims == want.dims) return PValue{local, target, out};
+  if (!interior.empty()) {
+    // Each device's tile starts (o - lo) mod (i + 1) into its locally padded window.
+    r->set_shape(padded);
+    std::vector<HloInstruction*> at;
+    for (int64_t d = 0; d < out.rank(); ++d) {
+      if (std::find(interior.begin(), interior.end(), d) == interior.end()) {
+        at.push_back(b.ScalarConst(PrimitiveType::S32, 0));
+        continue;
+      }
+      const PadDim& pd = h.padding()[static_cast<size_t>(d)];
+      const int64_t step = pd.interior + 1;
+      std::vector<int64_t> offsets(static_cast<size_t>(cp.num_partitions()));
+      for (int64_t q = 0; q < cp.num_partitions(); ++q) {
+        const int64_t rel = TileOffset(target, q, d, out.dims[static_cast<size_t>(d)]) - pd.lo;
+        offsets[static_cast<size_t>(q)] = ((rel % step) + step) % step;
+      }
+      at.push_back(b.TableLookup(offsets));
+    }
+    return PValue{b.DynamicSlice(r, at, want.dims), target, out};
+  }
   return PValue{r, target, out};
 }
 
