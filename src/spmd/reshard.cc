@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spmd/sharding_util.h"
 
@@ -564,10 +565,9 @@ ReshardPlan PlanReshard(const Sharding& from_in, const Sharding& to_in, const Sh
   return plan;
 }
 
-double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Shape& global,
-                        int64_t n) {
-  const Sharding from = Physical(from_in), to = Physical(to_in);
-  const ReshardPlan plan = PlanReshard(from, to, global, n);
+namespace {
+
+double PlanBytes(const ReshardPlan& plan, const Sharding& from, const Sharding& to, const Shape& global) {
   switch (plan.kind) {
     case ReshardKind::kNone:
     case ReshardKind::kSlice:
@@ -590,8 +590,26 @@ double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Sh
   return 0;
 }
 
+}  // namespace
+
+double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Shape& global,
+                        int64_t n) {
+  const Sharding from = Physical(from_in), to = Physical(to_in);
+  return PlanBytes(PlanReshard(from, to, global, n), from, to, global);
+}
+
+void ReshardSummary::Add(std::string_view kind, double b) {
+  bytes += b;
+  const std::string k(kind);
+  if (kinds.empty()) {
+    kinds = k;
+  } else if (!absl::StrContains(kinds, k)) {
+    absl::StrAppend(&kinds, "+", k);
+  }
+}
+
 absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const Sharding& to_in,
-                                        std::string* remat) {
+                                        std::string* remat, ReshardSummary* summary) {
   const Shape& global = v.global;
   if (global.IsTuple()) {
     const Sharding from_t = Sharding::Broadcast(v.sharding, global);
@@ -608,7 +626,7 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
       g->tuple_index = static_cast<int64_t>(k);
       e.hlo = g;
       absl::StatusOr<HloInstruction*> r =
-          Reshard(b, e, to_t.TupleElement(global, static_cast<int64_t>(k)), remat);
+          Reshard(b, e, to_t.TupleElement(global, static_cast<int64_t>(k)), remat, summary);
       if (!r.ok()) return r.status();
       changed |= *r != g;
       elements.push_back(*r);
@@ -632,8 +650,9 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
     if (HoldsAddends(v.sharding)) {
       whole.hlo = SumAddends(b, x, v.sharding);
       whole.sharding = Summed(v.sharding);
+      if (summary) summary->Add("all-reduce (partial sums)", static_cast<double>(x->shape().ByteSize()));
     }
-    absl::StatusOr<HloInstruction*> r = Reshard(b, whole, Summed(to_in), remat);
+    absl::StatusOr<HloInstruction*> r = Reshard(b, whole, Summed(to_in), remat, summary);
     if (!r.ok() || !HoldsAddends(to_in)) return r;
     return SplitIntoAddends(b, *r, to_in);
   }
@@ -642,6 +661,7 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
     absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, x, v.sharding.maximal_device());
     if (!r.ok()) return r.status();
     x = *r;
+    if (summary) summary->Add("maximal broadcast", static_cast<double>(x->shape().ByteSize()));
   }
   const Sharding to = Physical(to_in);
   if (from == to) return x;
@@ -658,6 +678,9 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
   }
   const int64_t n = b.num_partitions();
   const ReshardPlan plan = PlanReshard(from, to, global, n);
+  if (summary && plan.kind != ReshardKind::kNone) {
+    summary->Add(ReshardKindName(plan.kind), PlanBytes(plan, from, to, global));
+  }
   switch (plan.kind) {
     case ReshardKind::kNone:
       return x;

@@ -71,9 +71,21 @@ double ReshardCostBytes(const Sharding& from, const Sharding& to, const Shape& g
 bool RefinesOnEveryDevice(const Sharding& from, const Sharding& to, const Shape& global,
                           int64_t num_partitions);
 
+// What a reshard did, for its remark: the kinds it used (ReshardKindName, plus "all-reduce
+// (partial sums)" and "maximal broadcast"; joined with "+" over a tuple's elements and the
+// steps of a partial value) and the estimated bytes one device receives (ReshardCostBytes'
+// estimate of each array reshard, summed).
+struct ReshardSummary {
+  std::string kinds;
+  double bytes = 0;
+  void Add(std::string_view kind, double b);
+};
+
 // Emits the reshard of `v` to `to` with builder `b`. Tuple values are resharded per element.
-// `remat` (optional) receives a note when the full fallback was used.
+// `remat` (optional) receives a note when the full fallback was used; `summary` (optional) what
+// was done.
 absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const Sharding& to,
-                                        std::string* remat = nullptr);
+                                        std::string* remat = nullptr,
+                                        ReshardSummary* summary = nullptr);
 
 }  // namespace weave::spmd

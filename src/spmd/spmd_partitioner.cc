@@ -116,7 +116,8 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::ValueIn(const HloInstruc
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   std::string remat;
-  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat);
+  ReshardSummary summary;
+  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat, &summary);
   if (!r.ok()) {
     return absl::Status(r.status().code(),
                         absl::StrCat("spmd-partitioner: '", old->name(), "': ", r.status().message()));
@@ -125,6 +126,7 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::ValueIn(const HloInstruc
     ++remat_count_;
     if (remarks_) remarks_->push_back({"spmd-partitioner", old->name(), false, remat});
   }
+  NoteReshard(*old, v.sharding, s, summary);
   cache_[key] = *r;
   return *r;
 }
@@ -137,7 +139,8 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::Operand(const HloInstruc
 absl::StatusOr<HloInstruction*> ComputationPartitioner::Reshard(const PValue& v, const Sharding& s,
                                                                 const HloInstruction& for_instr) {
   std::string remat;
-  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat);
+  ReshardSummary summary;
+  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat, &summary);
   if (!r.ok()) {
     return absl::Status(r.status().code(), absl::StrCat("spmd-partitioner: '", for_instr.name(),
                                                         "': ", r.status().message()));
@@ -146,7 +149,15 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::Reshard(const PValue& v,
     ++remat_count_;
     if (remarks_) remarks_->push_back({"spmd-partitioner", for_instr.name(), false, remat});
   }
+  NoteReshard(for_instr, v.sharding, s, summary);
   return r;
+}
+
+void ComputationPartitioner::NoteReshard(const HloInstruction& h, const Sharding& from, const Sharding& to,
+                                         const ReshardSummary& summary) {
+  if (!remarks_ || summary.kinds.empty()) return;
+  Analysis(h, absl::StrCat("reshard ", from.ToString(), " -> ", to.ToString(), ": ", summary.kinds, ", about ",
+                           static_cast<int64_t>(summary.bytes), " bytes received per device"));
 }
 
 void ComputationPartitioner::Remark(const HloInstruction& h, bool applied, std::string message) {
