@@ -66,10 +66,10 @@ absl::StatusOr<PValue> ReverseByPermute(ComputationPartitioner& cp, const HloIns
 }  // namespace
 
 absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
-                                       const std::vector<int64_t>& affected) {
+                                       const std::vector<int64_t>& affected, const Sharding* result) {
   const Shape& out = h.shape();
   const Shape& in = h.operand(0)->shape();
-  const Sharding target = cp.Target(&h);
+  const Sharding target = result != nullptr ? *result : cp.Target(&h);
   if (!out.IsArray() || !target.IsTiled() || target.rank() != out.rank()) {
     return absl::UnimplementedError("the result is not tiled");
   }

@@ -388,6 +388,24 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
     if (r.ok()) return r;
     halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");
+    // A slice taking at most half of the operand's tiled dims, its result wanted whole there:
+    // computed in the operand's tiling and its (smaller) result resharded after, as XLA does
+    // (a small result is then made whole by an all-reduce, reshard.cc), not the operand gathered.
+    const Sharding os = Leaf(cp.Value(h.operand(0)).sharding);
+    bool small = op == HloOpcode::kSlice && os.IsTiled() && os.rank() == leaf_shape.rank();
+    for (int64_t d : tiled_affected) {
+      small &= !(target.IsTiled() && d < target.rank() && target.tile(d) > 1) &&
+               2 * out.dims[static_cast<size_t>(d)] <= h.operand(0)->shape().dims[static_cast<size_t>(d)];
+    }
+    if (small) {
+      absl::StatusOr<PValue> in_operand = PartitionByHalo(cp, h, affected, &os);
+      if (in_operand.ok()) {
+        cp.Remark(h, true, absl::StrCat("slice of at most half of tiled dim(s) ", absl::StrJoin(tiled_affected, ","),
+                                        ": computed in the operand's tiling ", os.ToString(),
+                                        ", the result resharded after"));
+        return in_operand;
+      }
+    }
   }
   // The result tiled along an affected dim and another dim free: the op runs with that tiling
   // moved there (the reshards to and from it are all-to-alls) instead of replicated.

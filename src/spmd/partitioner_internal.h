@@ -97,9 +97,11 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h);
 // partition_halo.cc: slice / pad / reduce-window with the result tiled along an `affected` dim,
 // by halo exchange; reverse by a permute to the mirrored tile order (and a halo shift when uneven)
-// (Unimplemented where it does not apply; the caller then gathers those dims).
+// (Unimplemented where it does not apply; the caller then gathers those dims). `result`, when
+// given, is the sharding to compute in instead of h's target (the caller's reshard follows).
 absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInstruction& h,
-                                       const std::vector<int64_t>& affected);
+                                       const std::vector<int64_t>& affected,
+                                       const Sharding* result = nullptr);
 absl::StatusOr<PValue> PartitionDynamicSlice(ComputationPartitioner& cp, const HloInstruction& h);
 absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
                                                    const HloInstruction& h);
