@@ -219,11 +219,14 @@ absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInst
     if (!o.ok()) return o.status();
     inits.push_back(*o);
   }
-  if (n == 1 && tiled_reduced && !in.HasManualSubgroup()) {
-    // Keep the reduced dims sharded: masked local reduce, then all-reduce per tiled dim.
+  if (n == 1 && tiled_reduced && in.SubgroupSize(SubgroupType::kUnreduced) <= 1) {
+    // Keep the reduced dims sharded: masked local reduce, then all-reduce per tiled dim (inside
+    // each manual group where the value is partially manual: the groups of DeviceGroups differ
+    // only along the reduced dim).
     const PValue& v = cp.Value(h.operand(0));
     HloInstruction* x = cp.b().MaskPadding(v.hlo, in, in_shape, reduced, inits[0]);
-    std::optional<Sharding> r = ReplicateDims(in, reduced);
+    std::optional<Sharding> r = in.HasManualSubgroup() ? ReplicateDimsInManualGroups(in, reduced)
+                                                       : ReplicateDims(in, reduced);
     if (r) r = RemoveDims(*r, reduced);
     if (r) {
       HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), *r), {x, inits[0]});

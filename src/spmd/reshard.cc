@@ -319,54 +319,6 @@ HloInstruction* EmitSteps(SpmdBuilder& b, HloInstruction* x, const ReshardSteps&
 // Position of the manual subgroup in the device array (tiles ++ subgroups), or -1.
 int64_t ManualArrayDim(const Sharding& s) { return s.SubgroupArrayDim(SubgroupType::kManual); }
 
-// The device array `devices` of shape `dims` transposed by `perm` (row-major).
-std::vector<int64_t> Transposed(const std::vector<int64_t>& devices, const std::vector<int64_t>& dims,
-                                const std::vector<int64_t>& perm) {
-  std::vector<int64_t> out_dims, strides(dims.size(), 1), out;
-  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
-  for (int64_t p : perm) out_dims.push_back(dims[static_cast<size_t>(p)]);
-  std::vector<int64_t> idx(out_dims.size(), 0);
-  out.reserve(devices.size());
-  for (size_t k = 0; k < devices.size(); ++k) {
-    int64_t src = 0;
-    for (size_t i = 0; i < perm.size(); ++i) src += idx[i] * strides[static_cast<size_t>(perm[i])];
-    out.push_back(devices[static_cast<size_t>(src)]);
-    for (size_t i = idx.size(); i-- > 0;) {
-      if (++idx[i] < out_dims[i]) break;
-      idx[i] = 0;
-    }
-  }
-  return out;
-}
-
-// `s` (with a manual subgroup and no unreduced one) with the data dims `dims` untiled inside its
-// manual groups: their devices join the replicated subgroup, the manual subgroup stays.
-std::optional<Sharding> ReplicateDimsInManualGroups(const Sharding& s, const std::vector<int64_t>& dims) {
-  const int64_t mdim = ManualArrayDim(s);
-  if (mdim < 0 || s.SubgroupSize(SubgroupType::kUnreduced) > 1) return std::nullopt;
-  const int64_t rank = s.rank();
-  std::vector<int64_t> tiles = s.tiles(), perm;
-  int64_t replication = s.ReplicationSize();
-  for (int64_t d = 0; d < rank; ++d) {
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
-  }
-  perm.push_back(mdim);
-  for (int64_t d = 0; d < rank; ++d) {
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
-    perm.push_back(d);
-    replication *= tiles[static_cast<size_t>(d)];
-    tiles[static_cast<size_t>(d)] = 1;
-  }
-  for (int64_t a = rank; a < static_cast<int64_t>(s.ArrayDims().size()); ++a) {
-    if (a != mdim) perm.push_back(a);
-  }
-  std::vector<Sharding::Subgroup> subgroups = {{SubgroupType::kManual, s.SubgroupSize(SubgroupType::kManual)}};
-  if (replication > 1) subgroups.push_back({SubgroupType::kReplicated, replication});
-  absl::StatusOr<Sharding> out =
-      Sharding::Tiled(std::move(tiles), std::move(subgroups), Transposed(s.devices(), s.ArrayDims(), perm));
-  if (!out.ok()) return std::nullopt;
-  return *std::move(out);
-}
 
 // `s` (replicated, or tiled with at most a replicated subgroup) read inside the manual groups of
 // `m`: the same tiling in every group, the members of each group (in m's order) taking the tiles

@@ -177,6 +177,33 @@ std::vector<std::vector<int64_t>> AddendGroups(const Sharding& s, int64_t n) {
   return {};
 }
 
+std::optional<Sharding> ReplicateDimsInManualGroups(const Sharding& s, const std::vector<int64_t>& dims) {
+  const int64_t mdim = s.SubgroupArrayDim(SubgroupType::kManual);
+  if (mdim < 0 || s.SubgroupSize(SubgroupType::kUnreduced) > 1) return std::nullopt;
+  const int64_t rank = s.rank();
+  std::vector<int64_t> tiles = s.tiles(), perm;
+  int64_t replication = s.ReplicationSize();
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  }
+  perm.push_back(mdim);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
+    perm.push_back(d);
+    replication *= tiles[static_cast<size_t>(d)];
+    tiles[static_cast<size_t>(d)] = 1;
+  }
+  for (int64_t a = rank; a < static_cast<int64_t>(s.ArrayDims().size()); ++a) {
+    if (a != mdim) perm.push_back(a);
+  }
+  std::vector<Sharding::Subgroup> subgroups = {{SubgroupType::kManual, s.SubgroupSize(SubgroupType::kManual)}};
+  if (replication > 1) subgroups.push_back({SubgroupType::kReplicated, replication});
+  absl::StatusOr<Sharding> out =
+      Sharding::Tiled(std::move(tiles), std::move(subgroups), TransposeDeviceArray(s.devices(), s.ArrayDims(), perm));
+  if (!out.ok()) return std::nullopt;
+  return *std::move(out);
+}
+
 std::optional<Sharding> ReplicateTileFactor(const Sharding& s, int64_t d, int64_t f) {
   if (!s.IsTiled() || d < 0 || d >= s.rank() || f < 1 || s.tile(d) % f != 0) return std::nullopt;
   if (f == 1) return s;

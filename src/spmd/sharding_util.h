@@ -31,6 +31,10 @@ std::vector<std::vector<int64_t>> AddendGroups(const Sharding& s, int64_t n);
 // `s` with the data dims `dims` untiled: their devices join the replicated subgroup (the tile
 // held by a device is the union of its old tiles along those dims). Non-tiled: s.
 std::optional<Sharding> ReplicateDims(const Sharding& s, const std::vector<int64_t>& dims);
+// `s` (with a manual subgroup and no unreduced one) with the data dims `dims` untiled inside its
+// manual groups: their devices join the replicated subgroup, the manual subgroup stays. nullopt
+// without a manual subgroup.
+std::optional<Sharding> ReplicateDimsInManualGroups(const Sharding& s, const std::vector<int64_t>& dims);
 // `s` with the minor factor f of dim d's tiling untiled (its devices join the replicated
 // subgroup): dim d keeps tile(d) / f tiles, each the union of f old ones. nullopt unless `s` is
 // tiled with only a replicated subgroup and f divides tile(d).
