@@ -223,8 +223,8 @@ void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatte
 // of them (*idx; other operand dims' devices replicate);
 // else where the indices tile one (not index_vector_dim), the operand takes theirs (*osh). False
 // when neither tiles a parallel dim or the shardings cannot be carried over.
-bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
-                       int64_t g_ivd, Sharding* osh, const Sharding& ish, Sharding* idx) {
+bool AlignParallelDimsOnly(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
+                           int64_t g_ivd, Sharding* osh, const Sharding& ish, Sharding* idx) {
   if (par.empty()) return false;
   std::vector<int64_t> o2i(static_cast<size_t>(og.rank()), -1), i2o(static_cast<size_t>(ig.rank()), -1);
   bool op_tiles = false, ix_tiles = false;
@@ -278,11 +278,35 @@ bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, con
   return false;
 }
 
+// AlignParallelDimsOnly, then the operand's tiled dims classified again under the new *osh.
+bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
+                       const GatherScatterDims& g, Sharding* osh, const Sharding& ish, Sharding* idx,
+                       std::vector<int64_t>* vocab, std::vector<int64_t>* unsupported) {
+  if (!AlignParallelDimsOnly(par, og, ig, g.index_vector_dim, osh, ish, idx)) return false;
+  vocab->clear();
+  unsupported->clear();
+  ClassifyOperandTiling(*osh, og.rank(), g, par, vocab, unsupported);
+  return true;
+}
+
 // The indices with each component on an iota-parallel dim tiled in `osh` shifted by the
 // partition's offset along it (its rows then index the local tile).
 HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
                                      const std::vector<ParallelDim>& par, const Sharding& osh,
                                      const Shape& og, PrimitiveType it);
+
+// Operand dims no rule uses (`unsupported`, described by `why`) all-gathered first, as XLA's
+// gather and scatter handlers do: *osh loses their tiling and *note says so for the remark.
+// False (nothing changed) when the sharding cannot drop them or nothing would be left to
+// partition by (operand whole, indices replicated): the caller computes the op replicated.
+bool DropUnusableOperandDims(Sharding* osh, const Sharding& ish, const std::vector<int64_t>& unsupported,
+                             std::string_view why, std::string* note) {
+  std::optional<Sharding> rest = ReplicateDims(*osh, unsupported);
+  if (!rest || (rest->NumTiles() < 2 && !ish.IsTiled())) return false;
+  *note = absl::StrCat(" (operand dim(s) ", absl::StrJoin(unsupported, ","), ", ", std::string(why), ", gathered first)");
+  *osh = *std::move(rest);
+  return true;
+}
 
 HloInstruction* Compare(SpmdBuilder& b, HloInstruction* x, HloInstruction* y, ComparisonDirection d) {
   HloInstruction* c = b.Add(HloOpcode::kCompare, Shape(PrimitiveType::PRED, x->shape().dims), {x, y}, "compare");
@@ -332,18 +356,12 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   std::vector<int64_t> vocab, unsupported;
   ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
   std::string gathered;  // the remark's note on dims the rules cannot use
-  if (!unsupported.empty()) {
-    // As XLA's gather handler: those dims are all-gathered, the rules use the rest.
-    std::optional<Sharding> rest = ReplicateDims(osh, unsupported);
-    // Nothing left to partition by (operand whole, indices replicated): the replicated fallback.
-    if (!rest || (rest->NumTiles() < 2 && !ish.IsTiled())) {
-      return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                           " that it neither takes whole nor indexes with slice size 1 "
-                                           "(no partitioning rule)"));
-    }
-    gathered = absl::StrCat(" (operand dim(s) ", absl::StrJoin(unsupported, ","),
-                            ", neither taken whole nor indexed with slice size 1, gathered first)");
-    osh = *std::move(rest);
+  if (!unsupported.empty() &&
+      !DropUnusableOperandDims(&osh, ish, unsupported, "neither taken whole nor indexed with slice size 1",
+                               &gathered)) {
+    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that it neither takes whole nor indexes with slice size 1 "
+                                         "(no partitioning rule)"));
   }
   if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
     return cp.Replicated(h, "gather: vocab-sharded operand with unsigned indices (no partitioning rule)");
@@ -358,12 +376,9 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     idx_req = ish;
   }
   // Index-parallel dims: operand and indices tiled alike on them.
-  const bool parallel = AlignParallelDims(par, og, ig, g->index_vector_dim, &osh, ish, &idx_req);
-  if (parallel) {
-    vocab.clear();
-    unsupported.clear();
-    ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
-    if (!unsupported.empty()) return cp.Replicated(h, "gather: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
+  if (parallel && !unsupported.empty()) {
+    return cp.Replicated(h, "gather: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
   }
   // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
   // the same output tile.
@@ -583,30 +598,21 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   std::vector<int64_t> vocab, unsupported;
   ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
   std::string gathered;  // the remark's note on dims the rules cannot use
-  if (!unsupported.empty()) {
-    // As XLA's scatter handler: those dims are all-gathered, the rules use the rest.
-    std::optional<Sharding> rest = ReplicateDims(osh, unsupported);
-    // Nothing left to partition by (operand whole, indices replicated): the replicated fallback.
-    if (!rest || (rest->NumTiles() < 2 && !ish.IsTiled())) {
-      return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                           " that its windows neither cover whole nor update one row "
-                                           "of (no partitioning rule)"));
-    }
-    gathered = absl::StrCat(" (operand dim(s) ", absl::StrJoin(unsupported, ","),
-                            ", neither covered whole by the windows nor updated one row at a time, gathered first)");
-    osh = *std::move(rest);
+  if (!unsupported.empty() &&
+      !DropUnusableOperandDims(&osh, ish, unsupported,
+                               "neither covered whole by the windows nor updated one row at a time", &gathered)) {
+    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that its windows neither cover whole nor update one row "
+                                         "of (no partitioning rule)"));
   }
   if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
     return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
   }
   Sharding idx_req = Sharding::Replicated();
   // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
-  const bool parallel = AlignParallelDims(par, og, ig, g->index_vector_dim, &osh, ish, &idx_req);
-  if (parallel) {
-    vocab.clear();
-    unsupported.clear();
-    ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
-    if (!unsupported.empty()) return cp.Replicated(h, "scatter: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
+  if (parallel && !unsupported.empty()) {
+    return cp.Replicated(h, "scatter: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
   }
   std::vector<bool> par_index(static_cast<size_t>(ig.rank()), false);
   for (const ParallelDim& p : par) par_index[static_cast<size_t>(p.indices_dim)] = parallel;
