@@ -3,8 +3,8 @@
 // ...OperandPassthroughDimensions, ...TrivialSlicedOperandDimensions).
 //
 // Rules, for a gather whose operand is tiled only on dims it takes whole (pass-through: slice
-// size = dim size) and on dims it indexes with slice size 1 and collapses (trivially sliced: an
-// embedding table's vocab dim):
+// size = dim size) and on dims it indexes with slice size 1 (trivially sliced: an embedding
+// table's vocab dim):
 //  - index-parallel / pass-through: the indices keep their tiling on their batch dims
 //    (index_vector_dim untiled), the operand its pass-through tiling; the local gather gives the
 //    output tiled on its batch dims like the indices and on its offset dims like the operand.
@@ -22,29 +22,28 @@
 //    partition subtracts its offset from the index components on those dims and scatters
 //    locally; an update whose row is in another shard lands out of the local bounds and is
 //    skipped (scatter's semantics); no communication, the result keeps the operand's sharding.
-//  - index-parallel (indices and updates tiled on their scatter dims): with an add, multiply,
-//    minimum, maximum, and or or combiner, the first device of each group of batch tiles scatters
-//    into the operand, the others into the combiner's identity, then one all-reduce with the
-//    combiner over the group; without batch tiling the local scatter needs no communication.
-// Anything else (operand tiled on a sliced dim that is neither, batching dims, unsigned indices
-// with a vocab-sharded operand, batch-tiled indices with another combiner, scatters of several
-// operands): computed replicated with the remark naming the reason.
+//  - index pass-through (indices and updates tiled on their scatter dims): with an add,
+//    multiply, minimum, maximum, and or or combiner, the first device of each group of batch
+//    tiles scatters into the operand, the others into the combiner's identity, then one
+//    all-reduce with the combiner over the group; without batch tiling the local scatter needs
+//    no communication.
+// Both: index-parallel dims (explicit batching pairs, iota-derived dims; gather_scatter_parallel.h)
+// tile operand and indices alike and need no communication, merged with the rules above; operand
+// dims no rule uses are all-gathered first (XLA does the same).
+// Anything else (unsigned indices with a vocab-sharded operand, batch-tiled indices with another
+// combiner, scatters of several operands): computed replicated with the remark naming the reason.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spmd/gather_scatter_parallel.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
 
 namespace weave::spmd {
 namespace {
-
-bool IsSignedInt(PrimitiveType t) {
-  return t == PrimitiveType::S8 || t == PrimitiveType::S16 || t == PrimitiveType::S32 ||
-         t == PrimitiveType::S64;
-}
 
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> d(static_cast<size_t>(n));
@@ -119,87 +118,6 @@ Sharding PhysicalSharding(const Sharding& s) {
   return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
 }
 
-// An operand dim and an indices dim that move together (XLA's index-parallel dims,
-// hlo_sharding_util::GetGatherScatterBatchParallelDims): an explicit batching pair, or an operand
-// dim read with slice size 1 at the index an iota along the indices dim gives (row r of the
-// indices reads operand row r: tf.reverse_sequence, take_along_axis). Tiled alike, every device
-// gathers from its own tile, an iota pair's index shifted by the tile's offset.
-struct ParallelDim {
-  int64_t operand_dim = -1, indices_dim = -1;
-  bool iota = false;  // false: an explicit batching pair (the index is implicit)
-};
-
-// The dim of the index array `x` along which its values are their own position (iota, a
-// broadcast of one, an integer constant of that form; through copies), or nullopt.
-std::optional<int64_t> IotaDim(const HloInstruction* x) {
-  while (x->opcode() == HloOpcode::kCopy) x = x->operand(0);
-  if (x->opcode() == HloOpcode::kIota) return x->iota_dimension;
-  if (x->opcode() == HloOpcode::kBroadcast) {
-    std::optional<int64_t> d = IotaDim(x->operand(0));
-    if (!d || *d >= static_cast<int64_t>(x->dimensions.size())) return std::nullopt;
-    return x->dimensions[static_cast<size_t>(*d)];
-  }
-  if (x->opcode() == HloOpcode::kConstant && x->literal && IsSignedInt(x->shape().element_type) &&
-      x->shape().IsArray() && x->shape().ElementCount() <= (int64_t{1} << 20)) {
-    const std::vector<int64_t>& dims = x->shape().dims;
-    const int64_t count = x->shape().ElementCount();
-    for (size_t d = 0; d < dims.size(); ++d) {
-      if (dims[d] < 2) continue;
-      int64_t stride = 1;
-      for (size_t e = d + 1; e < dims.size(); ++e) stride *= dims[e];
-      bool iota = true;
-      for (int64_t k = 0; k < count && iota; ++k) iota = x->literal->GetAsInt(k) == (k / stride) % dims[d];
-      if (iota) return static_cast<int64_t>(d);
-    }
-  }
-  return std::nullopt;
-}
-
-std::vector<ParallelDim> ParallelDims(const HloInstruction& h, const GatherScatterDims& g) {
-  std::vector<ParallelDim> out;
-  for (size_t k = 0; k < g.operand_batching.size() && k < g.indices_batching.size(); ++k) {
-    out.push_back({g.operand_batching[k], g.indices_batching[k], false});
-  }
-  const HloInstruction* idx = h.operand(1);
-  const Shape& og = h.operand(0)->shape();
-  const Shape& ig = idx->shape();
-  if (!IsSignedInt(ig.element_type)) return out;
-  while (idx->opcode() == HloOpcode::kCopy) idx = idx->operand(0);
-  const int64_t ivd = g.index_vector_dim, rank = ig.rank();
-  std::vector<int64_t> comp(g.start_index_map.size(), -1);  // component -> its iota dim
-  if (idx->opcode() == HloOpcode::kConcatenate && ivd < rank && idx->dimensions.size() == 1 &&
-      idx->dimensions[0] == ivd) {
-    size_t c = 0;
-    for (const HloInstruction* piece : idx->operands()) {
-      const int64_t k = piece->shape().dims[static_cast<size_t>(ivd)];
-      std::optional<int64_t> d = IotaDim(piece);
-      for (int64_t j = 0; j < k && c < comp.size(); ++j, ++c) {
-        if (d && *d != ivd) comp[c] = *d;
-      }
-    }
-  } else if (std::optional<int64_t> d = IotaDim(idx); d && *d != ivd) {
-    std::fill(comp.begin(), comp.end(), *d);
-  }
-  const std::vector<ParallelDim> explicit_only = out;
-  for (size_t j = 0; j < comp.size(); ++j) {
-    const int64_t i = comp[j], o = g.start_index_map[j];
-    if (i < 0 || g.slice_sizes[static_cast<size_t>(o)] != 1 ||
-        std::find(g.indices_batching.begin(), g.indices_batching.end(), i) != g.indices_batching.end()) {
-      continue;
-    }
-    if (og.dims[static_cast<size_t>(o)] != ig.dims[static_cast<size_t>(i)]) return explicit_only;
-    for (const ParallelDim& p : out) {
-      if (p.indices_dim == i || p.operand_dim == o) return explicit_only;
-    }
-    out.push_back({o, i, true});
-  }
-  return out;
-}
-
-bool IsParallelOperandDim(const std::vector<ParallelDim>& par, int64_t d) {
-  return std::any_of(par.begin(), par.end(), [&](const ParallelDim& p) { return p.operand_dim == d; });
-}
-
 // The operand dims of a gather/scatter that `osh` tiles (rank `rank`), by what the rules do with
 // them: *vocab, dims indexed with slice size 1 (each partition holds a vocabulary range);
 // *unsupported, dims neither taken whole (pass-through) nor indexed with slice size 1.
@@ -216,66 +134,6 @@ void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatte
       unsupported->push_back(d);
     }
   }
-}
-
-// Operand and indices shardings tiled alike on the parallel dims: where the operand tiles one,
-// the indices keep their own tiling if it matches on those dims, else take the operand's tiling
-// of them (*idx; other operand dims' devices replicate);
-// else where the indices tile one (not index_vector_dim), the operand takes theirs (*osh). False
-// when neither tiles a parallel dim or the shardings cannot be carried over.
-bool AlignParallelDimsOnly(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
-                           int64_t g_ivd, Sharding* osh, const Sharding& ish, Sharding* idx) {
-  if (par.empty()) return false;
-  std::vector<int64_t> o2i(static_cast<size_t>(og.rank()), -1), i2o(static_cast<size_t>(ig.rank()), -1);
-  bool op_tiles = false, ix_tiles = false;
-  for (const ParallelDim& p : par) {
-    o2i[static_cast<size_t>(p.operand_dim)] = p.indices_dim;
-    i2o[static_cast<size_t>(p.indices_dim)] = p.operand_dim;
-    op_tiles |= osh->IsTiled() && osh->tile(p.operand_dim) > 1;
-    ix_tiles |= ish.IsTiled() && ish.tile(p.indices_dim) > 1;
-  }
-  // The indices' own tiling (index_vector_dim untiled) where it already matches the operand's on
-  // every parallel dim: kept, so its other batch dims stay tiled (index pass-through, merged with
-  // the parallel dims as XLA merges them).
-  if (op_tiles && ish.IsTiled() && ish.rank() == ig.rank() &&
-      (g_ivd >= ig.rank() || ish.tile(g_ivd) == 1)) {
-    bool aligned = true;
-    for (const ParallelDim& p : par) {
-      aligned &= osh->tile(p.operand_dim) == ish.tile(p.indices_dim);
-    }
-    const int64_t n = static_cast<int64_t>(ish.devices().size());
-    for (int64_t dev = 0; dev < n && aligned; ++dev) {
-      std::optional<std::vector<int64_t>> a = osh->TileIndex(dev, og.rank());
-      std::optional<std::vector<int64_t>> b = ish.TileIndex(dev, ig.rank());
-      if (!a || !b) {
-        aligned = false;
-        break;
-      }
-      for (const ParallelDim& p : par) {
-        aligned &= (*a)[static_cast<size_t>(p.operand_dim)] == (*b)[static_cast<size_t>(p.indices_dim)];
-      }
-    }
-    if (aligned) {
-      *idx = ish;
-      return true;
-    }
-  }
-  if (op_tiles) {
-    std::optional<Sharding> m = MapShardingDims(*osh, o2i, ig.rank());
-    if (!m) return false;
-    *idx = *std::move(m);
-    return true;
-  }
-  if (ix_tiles) {
-    std::optional<Sharding> m = MapShardingDims(ish, i2o, og.rank());
-    if (!m) return false;
-    *osh = *m;
-    std::optional<Sharding> back = MapShardingDims(*m, o2i, ig.rank());
-    if (!back) return false;
-    *idx = *std::move(back);
-    return true;
-  }
-  return false;
 }
 
 // AlignParallelDimsOnly, then the operand's tiled dims classified again under the new *osh.
@@ -363,7 +221,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
                                          " that it neither takes whole nor indexes with slice size 1 "
                                          "(no partitioning rule)"));
   }
-  if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
+  if (!vocab.empty() && !IsSignedInteger(ig.element_type)) {
     return cp.Replicated(h, "gather: vocab-sharded operand with unsigned indices (no partitioning rule)");
   }
   // The indices keep their batch tiling (index_vector_dim untiled) when it combines with the
@@ -605,7 +463,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                                          " that its windows neither cover whole nor update one row "
                                          "of (no partitioning rule)"));
   }
-  if (!vocab.empty() && !IsSignedInt(ig.element_type)) {
+  if (!vocab.empty() && !IsSignedInteger(ig.element_type)) {
     return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
   }
   Sharding idx_req = Sharding::Replicated();
