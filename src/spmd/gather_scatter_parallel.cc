@@ -4,13 +4,37 @@
 #include <algorithm>
 
 namespace weave::spmd {
+namespace {
+
+// Whether every position along a dim of `size` fits the signed index type `t`.
+bool FitsIndexType(int64_t size, PrimitiveType t) {
+  const int bits = BitWidth(t);
+  return bits >= 63 || size - 1 <= (int64_t{1} << (bits - 1)) - 1;
+}
+
+}  // namespace
+
 std::optional<int64_t> IotaDim(const HloInstruction* x) {
   while (x->opcode() == HloOpcode::kCopy) x = x->operand(0);
-  if (x->opcode() == HloOpcode::kIota) return x->iota_dimension;
+  if (!x->shape().IsArray() || !IsSignedInteger(x->shape().element_type)) return std::nullopt;
+  if (x->opcode() == HloOpcode::kIota) {
+    const int64_t d = x->iota_dimension;
+    if (d < 0 || d >= x->shape().rank() ||
+        !FitsIndexType(x->shape().dims[static_cast<size_t>(d)], x->shape().element_type)) {
+      return std::nullopt;
+    }
+    return d;
+  }
   if (x->opcode() == HloOpcode::kBroadcast) {
     std::optional<int64_t> d = IotaDim(x->operand(0));
     if (!d || *d >= static_cast<int64_t>(x->dimensions.size())) return std::nullopt;
-    return x->dimensions[static_cast<size_t>(*d)];
+    const int64_t out = x->dimensions[static_cast<size_t>(*d)];
+    // A size-1 iota dim stretched by the broadcast holds zeros, not positions.
+    if (out < 0 || out >= x->shape().rank() ||
+        x->operand(0)->shape().dims[static_cast<size_t>(*d)] != x->shape().dims[static_cast<size_t>(out)]) {
+      return std::nullopt;
+    }
+    return out;
   }
   if (x->opcode() == HloOpcode::kConstant && x->literal && IsSignedInteger(x->shape().element_type) &&
       x->shape().IsArray() && x->shape().ElementCount() <= (int64_t{1} << 20)) {
@@ -119,14 +143,13 @@ bool AlignParallelDimsOnly(const std::vector<ParallelDim>& par, const Shape& og,
   if (ix_tiles) {
     std::optional<Sharding> m = MapShardingDims(ish, i2o, og.rank());
     if (!m) return false;
-    *osh = *m;
     std::optional<Sharding> back = MapShardingDims(*m, o2i, ig.rank());
     if (!back) return false;
+    *osh = *std::move(m);
     *idx = *std::move(back);
     return true;
   }
   return false;
 }
-
 
 }  // namespace weave::spmd

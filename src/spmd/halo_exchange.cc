@@ -64,6 +64,7 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
   p.k = s.tile(dim);
   p.size = global.dims[static_cast<size_t>(dim)];
   p.t = ShardSize(p.size, p.k);
+  if (p.t < 1) return absl::UnimplementedError("halo exchange of an empty dim");
   p.index.resize(static_cast<size_t>(n));
   for (int64_t q = 0; q < n; ++q) {
     std::optional<std::vector<int64_t>> idx = s.ArrayIndex(q);
@@ -114,6 +115,13 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
 
 absl::Status CheckHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n) {
   return PlanHalo(s, global, w, n).status();
+}
+
+absl::StatusOr<int64_t> HaloFetchedElements(const Sharding& s, const Shape& global, const HaloWindow& w,
+                                            int64_t n) {
+  absl::StatusOr<HaloPlan> p = PlanHalo(s, global, w, n);
+  if (!p.ok()) return p.status();
+  return p->fetched;
 }
 
 absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,

@@ -48,6 +48,10 @@ struct HaloWindow {
 // Whether ExchangeHalo applies to `w` on a value of `global` shape under `s` over partitions
 // 0..n-1 (OkStatus), or the Unimplemented error it would return; no instruction is built.
 absl::Status CheckHalo(const Sharding& s, const Shape& global, const HaloWindow& w, int64_t n);
+// The elements along the dim every device receives (the union of the windows' reach outside
+// the own tile), or CheckHalo's error.
+absl::StatusOr<int64_t> HaloFetchedElements(const Sharding& s, const Shape& global, const HaloWindow& w,
+                                            int64_t n);
 
 absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
                                              const Shape& global, const HaloWindow& w,

@@ -99,18 +99,24 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
     std::optional<int64_t> amount = cfg->Int("amount");
     const size_t rank = xs.dims.size();
     if (!amount || *amount + 1 != count || !starts || !limits || starts->size() != rank ||
-        limits->size() != rank || (strides && strides->size() != rank)) {
+        limits->size() != rank || (strides && strides->size() != rank) ||
+        elem.element_type != xs.element_type) {
       return nullptr;
     }
+    // Every slice checked before any instruction is added (a refused call is left untouched).
+    std::vector<std::vector<SliceDim>> slices(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
-      HloInstruction* sl = c->AddInstruction(HloOpcode::kSlice, elem, {x}, "slice");
       for (size_t e = 0; e < rank; ++e) {
         const int64_t shift = e == d ? i : 0;
         const SliceDim sd{(*starts)[e] + shift, (*limits)[e] + shift, strides ? (*strides)[e] : 1};
         const int64_t len = sd.stride <= 0 ? -1 : (sd.limit - sd.start + sd.stride - 1) / sd.stride;
         if (sd.start < 0 || sd.limit > xs.dims[e] || len != elem.dims[e]) return nullptr;
-        sl->mutable_slice()->push_back(sd);
+        slices[static_cast<size_t>(i)].push_back(sd);
       }
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      HloInstruction* sl = c->AddInstruction(HloOpcode::kSlice, elem, {x}, "slice");
+      *sl->mutable_slice() = slices[static_cast<size_t>(i)];
       parts.push_back(Annotated(sl, Element(h->sharding, static_cast<size_t>(i))));
     }
     *what = absl::StrCat(count, " shifted slices along dim ", *dim);
@@ -118,9 +124,17 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
              h->operand(1)->shape().IsArray() && h->operand(1)->shape().rank() == 0) {
     std::optional<int64_t> amount = cfg->Int("amt") ? cfg->Int("amt") : cfg->Int("amount");
     if (!amount || *amount < 0 || *amount + 1 != count) return nullptr;
+    if (h->operand(1)->shape().element_type != xs.element_type || elem.element_type != xs.element_type) {
+      return nullptr;
+    }
+    // Checked before any instruction is added: the other dims as the operand's, every window
+    // inside the padded dim.
+    for (size_t e = 0; e < xs.dims.size(); ++e) {
+      if (e != d && elem.dims[e] != xs.dims[e]) return nullptr;
+    }
+    if (count - 1 + elem.dims[d] > xs.dims[d] + 2 * *amount) return nullptr;
     HloInstruction* padded = PadOf(c, x, h->operand(1), *dim, *amount, *amount, Element(h->sharding, 0));
     for (int64_t i = 0; i < count; ++i) {
-      if (i + elem.dims[d] > padded->shape().dims[d]) return nullptr;
       parts.push_back(SliceOf(c, padded, *dim, i, i + elem.dims[d], Element(h->sharding, static_cast<size_t>(i))));
     }
     *what = absl::StrCat("pad by ", *amount, " and ", count, " windows along dim ", *dim);

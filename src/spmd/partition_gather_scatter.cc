@@ -136,15 +136,18 @@ void ClassifyOperandTiling(const Sharding& osh, int64_t rank, const GatherScatte
   }
 }
 
-// AlignParallelDimsOnly, then the operand's tiled dims classified again under the new *osh.
+// AlignParallelDimsOnly, then the operand's tiled dims classified again under the new *osh
+// (parallel dims set aside only when aligned).
 bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, const Shape& ig,
                        const GatherScatterDims& g, Sharding* osh, const Sharding& ish, Sharding* idx,
                        std::vector<int64_t>* vocab, std::vector<int64_t>* unsupported) {
-  if (!AlignParallelDimsOnly(par, og, ig, g.index_vector_dim, osh, ish, idx)) return false;
+  const bool aligned = AlignParallelDimsOnly(par, og, ig, g.index_vector_dim, osh, ish, idx);
+  // Not aligned: a parallel dim the operand tiles is then no longer set aside (the vocab rule
+  // takes it, or the caller refuses it as unusable).
   vocab->clear();
   unsupported->clear();
-  ClassifyOperandTiling(*osh, og.rank(), g, par, vocab, unsupported);
-  return true;
+  ClassifyOperandTiling(*osh, og.rank(), g, aligned ? par : std::vector<ParallelDim>(), vocab, unsupported);
+  return aligned;
 }
 
 // The indices with each component on an iota-parallel dim tiled in `osh` shifted by the
@@ -235,8 +238,10 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   }
   // Index-parallel dims: operand and indices tiled alike on them.
   const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
-  if (parallel && !unsupported.empty()) {
-    return cp.Replicated(h, "gather: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  if (!unsupported.empty()) {
+    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that no rule uses after aligning the index-parallel dims "
+                                         "(no partitioning rule)"));
   }
   // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
   // the same output tile.
@@ -265,7 +270,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
   if (!ix.ok()) return ix.status();
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = ShiftParallelIndices(b, *ix, *g, par, osh, og, ig.element_type);
+  HloInstruction* indices = parallel ? ShiftParallelIndices(b, *ix, *g, par, osh, og, ig.element_type) : *ix;
   HloInstruction* mask = nullptr;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
@@ -469,8 +474,10 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   Sharding idx_req = Sharding::Replicated();
   // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
   const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
-  if (parallel && !unsupported.empty()) {
-    return cp.Replicated(h, "scatter: index-parallel operand tiling leaves an unusable dim (no partitioning rule)");
+  if (!unsupported.empty()) {
+    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                                         " that no rule uses after aligning the index-parallel dims "
+                                         "(no partitioning rule)"));
   }
   std::vector<bool> par_index(static_cast<size_t>(ig.rank()), false);
   for (const ParallelDim& p : par) par_index[static_cast<size_t>(p.indices_dim)] = parallel;
@@ -547,7 +554,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
                             b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
   }
-  indices = ShiftParallelIndices(b, indices, *g, par, osh, og, ig.element_type);
+  if (parallel) indices = ShiftParallelIndices(b, indices, *g, par, osh, og, ig.element_type);
   HloInstruction* base = *o;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;

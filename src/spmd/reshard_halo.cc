@@ -16,13 +16,6 @@ bool OnlyReplicatedSubgroups(const Sharding& s) {
   return true;
 }
 
-// Elements of [a, z) outside [lo, hi).
-int64_t Outside(int64_t a, int64_t z, int64_t lo, int64_t hi) {
-  if (a >= z) return 0;
-  const int64_t in = std::max<int64_t>(0, std::min(z, hi) - std::max(a, lo));
-  return (z - a) - in;
-}
-
 }  // namespace
 
 std::optional<HaloReshard> PlanHaloReshard(const Sharding& from, const Sharding& to,
@@ -53,7 +46,6 @@ std::optional<HaloReshard> PlanHaloReshard(const Sharding& from, const Sharding&
     }
   }
   const int64_t size = global.dims[static_cast<size_t>(d)];
-  const int64_t cs = ShardSize(size, k);
   HaloReshard h;
   h.dim = d;
   h.target_tile = ShardSize(size, m);
@@ -92,20 +84,16 @@ std::optional<HaloReshard> PlanHaloReshard(const Sharding& from, const Sharding&
   w.dim = d;
   w.size = h.width;
   w.starts = h.starts;
-  if (!CheckHalo(from, global, w, n).ok()) return std::nullopt;
-  // Bytes: the most any device reads from outside its own tile (the exchange sends every device
-  // the union, which is at most the other tiles), plus the join.
+  absl::StatusOr<int64_t> fetched = HaloFetchedElements(from, global, w, n);
+  if (!fetched.ok()) return std::nullopt;
+  // Bytes: what every device receives (the exchange sends each the union of the windows' reach
+  // outside the own tile), plus the join.
   int64_t row = 1;
   for (int64_t e = 0; e < rank; ++e) {
     if (e != d) row *= ShardSize(global.dims[static_cast<size_t>(e)], from.tile(e));
   }
   const double elem = BitWidth(global.element_type) / 8.0;
-  int64_t halo = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    const int64_t lo = h.starts[static_cast<size_t>(p)];
-    const int64_t own = TileOffset(from, p, d, size);
-    halo = std::max(halo, Outside(std::max<int64_t>(lo, 0), std::min(lo + h.width, size), own, own + cs));
-  }
+  const int64_t halo = *fetched;
   const int64_t join = h.r == 1 ? 0
                        : h.target_tile <= h.r / 2 ? h.r * h.width
                                                   : (h.r - 1) * h.width;
