@@ -34,6 +34,7 @@ std::optional<int64_t> IotaDim(const HloInstruction* x);
 // dim; none of the iota ones where two would share a dim or a size differs (as XLA).
 std::vector<ParallelDim> ParallelDims(const HloInstruction& h, const GatherScatterDims& g);
 
+// Whether operand dim d is the operand side of one of `par`.
 bool IsParallelOperandDim(const std::vector<ParallelDim>& par, int64_t d);
 
 // Operand and indices shardings tiled alike on the parallel dims: where the operand tiles one,

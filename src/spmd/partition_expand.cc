@@ -59,8 +59,50 @@ std::optional<int64_t> Dim(const SpmdInternalConfig& cfg, const Shape& s) {
   return d;
 }
 
+// The concatenate of `parts` along `dim` (result shape `out`, tiled along dim by `sharding`) as
+// zero pads picked by an index mask (see the header).
+HloInstruction* ExpandConcatenate(HloComputation* c, const std::vector<HloInstruction*>& parts, int64_t dim,
+                                  const Shape& out, const std::optional<HloSharding>& sharding) {
+  const int64_t total = out.dims[static_cast<size_t>(dim)];
+  HloInstruction* zero = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(out.element_type), {}, "zero");
+  zero->literal = Literal::Scalar(out.element_type, 0);
+  zero->sharding = HloSharding();  // replicated
+  const Shape s32(PrimitiveType::S32, {total}), pred1(PrimitiveType::PRED, {total});
+  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, s32, {}, "iota");
+  iota->iota_dimension = 0;
+  iota->sharding = HloSharding();
+  std::vector<HloInstruction*> padded;
+  std::vector<int64_t> ends;
+  int64_t at = 0;
+  for (HloInstruction* x : parts) {
+    const int64_t len = x->shape().dims[static_cast<size_t>(dim)];
+    padded.push_back(PadOf(c, x, zero, dim, at, total - at - len, sharding));
+    at += len;
+    ends.push_back(at);
+  }
+  HloInstruction* result = padded.back();
+  for (size_t k = padded.size() - 1; k-- > 0;) {
+    HloInstruction* limit = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, "end");
+    limit->literal = Literal::ScalarInt(PrimitiveType::S32, ends[k]);
+    limit->sharding = HloSharding();
+    HloInstruction* lb = c->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, "broadcast");
+    lb->has_dimensions_attr = true;
+    lb->sharding = HloSharding();
+    HloInstruction* in = c->AddInstruction(HloOpcode::kCompare, pred1, {iota, lb}, "in_operand");
+    in->comparison_direction = ComparisonDirection::kLt;
+    in->sharding = HloSharding();
+    HloInstruction* mask = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {in}, "mask");
+    mask->dimensions = {dim};
+    mask->has_dimensions_attr = true;
+    Annotated(mask, sharding);
+    result = Annotated(c->AddInstruction(HloOpcode::kSelect, out, {mask, padded[k], result}, "select"), sharding);
+  }
+  return result;
+}
+
 // The replacement of an XLA partitioner-internal custom call, or nullptr.
-HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::string* what) {
+// *what says what it became, *note what more was done (appended after the remark).
+HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::string* what, std::string* note) {
   const std::string& target = h->custom_call_target();
   if (h->operand_count() < 1 || !h->operand(0)->shape().IsArray()) return nullptr;
   absl::StatusOr<SpmdInternalConfig> cfg = ParseSpmdInternalConfig(h->backend_config);
@@ -80,6 +122,10 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
     if (a == 0) return Annotated(c->AddInstruction(HloOpcode::kCopy, xs, {x}, "copy"), h->sharding);
     HloInstruction* tail = SliceOf(c, x, *dim, n - a, n, h->sharding);
     HloInstruction* head = SliceOf(c, x, *dim, 0, n - a, h->sharding);
+    if (TiledAlong(*h, *dim)) {
+      *note = "; its concatenate along the tiled dim as zero pads picked by an index mask";
+      return ExpandConcatenate(c, {tail, head}, *dim, xs, h->sharding);
+    }
     HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, xs, {tail, head}, "concatenate");
     cat->dimensions = {*dim};
     cat->has_dimensions_attr = true;
@@ -145,79 +191,23 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
   return Annotated(t, h->sharding);
 }
 
-// The replacement of a concatenate along a tiled dim (see the header).
-HloInstruction* ExpandConcatenate(HloComputation* c, HloInstruction* h) {
-  const int64_t dim = h->dimensions[0];
-  const Shape& out = h->shape();
-  const int64_t total = out.dims[static_cast<size_t>(dim)];
-  HloInstruction* zero = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(out.element_type), {}, "zero");
-  zero->literal = Literal::Scalar(out.element_type, 0);
-  zero->sharding = HloSharding();  // replicated
-  const Shape s32(PrimitiveType::S32, {total}), pred1(PrimitiveType::PRED, {total});
-  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, s32, {}, "iota");
-  iota->iota_dimension = 0;
-  iota->sharding = HloSharding();
-  std::vector<HloInstruction*> padded;
-  std::vector<int64_t> ends;
-  int64_t at = 0;
-  for (HloInstruction* x : h->operands()) {
-    const int64_t len = x->shape().dims[static_cast<size_t>(dim)];
-    padded.push_back(PadOf(c, x, zero, dim, at, total - at - len, h->sharding));
-    at += len;
-    ends.push_back(at);
-  }
-  HloInstruction* result = padded.back();
-  for (size_t k = padded.size() - 1; k-- > 0;) {
-    HloInstruction* limit = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, "end");
-    limit->literal = Literal::ScalarInt(PrimitiveType::S32, ends[k]);
-    limit->sharding = HloSharding();
-    HloInstruction* lb = c->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, "broadcast");
-    lb->has_dimensions_attr = true;
-    lb->sharding = HloSharding();
-    HloInstruction* in = c->AddInstruction(HloOpcode::kCompare, pred1, {iota, lb}, "in_operand");
-    in->comparison_direction = ComparisonDirection::kLt;
-    in->sharding = HloSharding();
-    HloInstruction* mask = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {in}, "mask");
-    mask->dimensions = {dim};
-    mask->has_dimensions_attr = true;
-    Annotated(mask, h->sharding);
-    result = Annotated(c->AddInstruction(HloOpcode::kSelect, out, {mask, padded[k], result}, "select"), h->sharding);
-  }
-  return result;
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> ExpandForPartitioning(HloModule* module) {
   std::vector<std::pair<std::string, std::string>> remarks;
   for (HloComputation* c : module->computations()) {
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
-      HloInstruction* replacement = nullptr;
-      std::string what;
-      if (h->opcode() == HloOpcode::kCustomCall &&
-          absl::StartsWith(h->custom_call_target(), "_SPMDInternalOp_")) {
-        replacement = ExpandInternalOp(c, h, &what);
-        if (replacement != nullptr) {
-          what = absl::StrCat(h->custom_call_target(), " written as its global meaning (", what,
-                              ") for the slice, pad and concatenate rules");
-        }
+      if (h->opcode() != HloOpcode::kCustomCall || !absl::StartsWith(h->custom_call_target(), "_SPMDInternalOp_")) {
+        continue;
       }
-      // A rotate's concatenate is expanded too where its dim is tiled. A concatenate the user
-      // wrote is left to the partitioner's own rule (moving the tiling to another dim by
-      // all-to-all, else gathering), which is what XLA's HandleConcatenate does.
+      std::string what, note;
+      HloInstruction* replacement = ExpandInternalOp(c, h, &what, &note);
       if (replacement == nullptr) continue;
-      HloInstruction* cat = replacement;
-      if (cat->opcode() == HloOpcode::kConcatenate && cat->operand_count() >= 2 &&
-          cat->dimensions.size() == 1 && TiledAlong(*cat, cat->dimensions[0])) {
-        HloInstruction* e = ExpandConcatenate(c, cat);
-        absl::StrAppend(&what, "; its concatenate along the tiled dim as zero pads picked by an index mask");
-        if (!c->ReplaceInstruction(replacement, e).ok()) continue;
-        replacement = e;
-      }
-      if (replacement == nullptr || replacement == h) continue;
       const std::string name = h->name();
+      const std::string target = h->custom_call_target();
       if (!c->ReplaceInstruction(h, replacement).ok()) continue;
-      remarks.push_back({name, what});
+      remarks.push_back({name, absl::StrCat(target, " written as its global meaning (", what,
+                                            ") for the slice, pad and concatenate rules", note)});
     }
   }
   return remarks;

@@ -36,6 +36,8 @@
 #include <climits>
 #include <cmath>
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spmd/gather_scatter_parallel.h"
@@ -154,7 +156,7 @@ bool AlignParallelDims(const std::vector<ParallelDim>& par, const Shape& og, con
 // partition's offset along it (its rows then index the local tile).
 HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
                                      const std::vector<ParallelDim>& par, const Sharding& osh,
-                                     const Shape& og, PrimitiveType it);
+                                     const Shape& og);
 
 // Operand dims no rule uses (`unsupported`, described by `why`) all-gathered first, as XLA's
 // gather and scatter handlers do: *osh loses their tiling and *note says so for the remark.
@@ -175,24 +177,19 @@ HloInstruction* Compare(SpmdBuilder& b, HloInstruction* x, HloInstruction* y, Co
   return c;
 }
 
-HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
-                                     const std::vector<ParallelDim>& par, const Sharding& osh,
-                                     const Shape& og, PrimitiveType it) {
-  std::vector<int64_t> shifted;  // operand dims whose index is shifted
-  for (const ParallelDim& p : par) {
-    if (p.iota && osh.IsTiled() && osh.tile(p.operand_dim) > 1) shifted.push_back(p.operand_dim);
-  }
-  if (shifted.empty()) return indices;
+// `indices` with each index component (along index_vector_dim; the whole array when there is
+// none) that addresses one of the operand dims `dims` replaced by rewrite(dim, component), the
+// other components kept, joined again in order. `indices` itself when `dims` is empty.
+HloInstruction* RewriteIndexComponents(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                       const std::vector<int64_t>& dims,
+                                       const std::function<HloInstruction*(int64_t, HloInstruction*)>& rewrite) {
+  if (dims.empty()) return indices;
   const bool has_ivd = g.index_vector_dim < indices->shape().rank();
   std::vector<HloInstruction*> comps;
   for (size_t j = 0; j < g.start_index_map.size(); ++j) {
     HloInstruction* c = has_ivd ? SliceAlong(b, indices, g.index_vector_dim, static_cast<int64_t>(j)) : indices;
-    const int64_t o = g.start_index_map[j];
-    if (std::find(shifted.begin(), shifted.end(), o) != shifted.end()) {
-      HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, o));
-      if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
-      c = b.Add(HloOpcode::kSubtract, c->shape(), {c, b.Splat(off, c->shape())}, "local_index");
-    }
+    const int64_t d = g.start_index_map[j];
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) c = rewrite(d, c);
     comps.push_back(c);
   }
   if (!has_ivd) return comps[0];
@@ -200,6 +197,35 @@ HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, co
   cat->dimensions = {g.index_vector_dim};
   cat->has_dimensions_attr = true;
   return cat;
+}
+
+// The partition's tile offset along operand dim d (of `osh` on global shape `og`), a scalar of
+// index type `it`.
+HloInstruction* TileOffsetIndex(SpmdBuilder& b, const Sharding& osh, const Shape& og, int64_t d, PrimitiveType it) {
+  HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, d));
+  if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
+  return off;
+}
+
+// The index components on operand dims `dims` shifted by the partition's tile offset along them
+// (their rows then index the local tile).
+HloInstruction* ShiftIndexComponents(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                     const std::vector<int64_t>& dims, const Sharding& osh, const Shape& og) {
+  const PrimitiveType it = indices->shape().element_type;
+  return RewriteIndexComponents(b, indices, g, dims, [&](int64_t d, HloInstruction* c) {
+    return b.Add(HloOpcode::kSubtract, c->shape(), {c, b.Splat(TileOffsetIndex(b, osh, og, d, it), c->shape())},
+                 "local_index");
+  });
+}
+
+HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                     const std::vector<ParallelDim>& par, const Sharding& osh,
+                                     const Shape& og) {
+  std::vector<int64_t> shifted;  // iota-parallel operand dims the operand tiles
+  for (const ParallelDim& p : par) {
+    if (p.iota && osh.IsTiled() && osh.tile(p.operand_dim) > 1) shifted.push_back(p.operand_dim);
+  }
+  return ShiftIndexComponents(b, indices, g, shifted, osh, og);
 }
 
 }  // namespace
@@ -270,42 +296,26 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
   if (!ix.ok()) return ix.status();
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = parallel ? ShiftParallelIndices(b, *ix, *g, par, osh, og, ig.element_type) : *ix;
+  HloInstruction* indices = parallel ? ShiftParallelIndices(b, *ix, *g, par, osh, og) : *ix;
   HloInstruction* mask = nullptr;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
-    const bool has_ivd = g->index_vector_dim < ig.rank();
-    std::vector<HloInstruction*> comps;
-    for (size_t j = 0; j < g->start_index_map.size(); ++j) {
-      HloInstruction* c = has_ivd ? SliceAlong(b, indices, g->index_vector_dim, static_cast<int64_t>(j)) : indices;
-      const int64_t v = g->start_index_map[j];
-      if (std::find(vocab.begin(), vocab.end(), v) != vocab.end()) {
-        const Shape cs = c->shape();
-        const int64_t size = og.dims[static_cast<size_t>(v)];
-        const int64_t local = ShardSize(size, osh.tile(v));
-        HloInstruction* lo = b.Splat(b.ScalarConst(it, 0), cs);
-        HloInstruction* hi = b.Splat(b.ScalarConst(it, static_cast<double>(size - 1)), cs);
-        HloInstruction* clamped = b.Add(HloOpcode::kClamp, cs, {lo, c, hi}, "clamp");
-        HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, v));
-        if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
-        HloInstruction* adj = b.Add(HloOpcode::kSubtract, cs, {clamped, b.Splat(off, cs)}, "local_index");
-        HloInstruction* ge = Compare(b, adj, lo, ComparisonDirection::kGe);
-        HloInstruction* lt = Compare(b, adj, b.Splat(b.ScalarConst(it, static_cast<double>(local)), cs),
-                                     ComparisonDirection::kLt);
-        HloInstruction* in = b.Add(HloOpcode::kAnd, ge->shape(), {ge, lt}, "in_shard");
-        mask = mask == nullptr ? in : b.Add(HloOpcode::kAnd, in->shape(), {mask, in}, "and");
-        c = adj;
-      }
-      comps.push_back(c);
-    }
-    if (has_ivd) {
-      HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
-      cat->dimensions = {g->index_vector_dim};
-      cat->has_dimensions_attr = true;
-      indices = cat;
-    } else {
-      indices = comps[0];
-    }
+    indices = RewriteIndexComponents(b, indices, *g, vocab, [&](int64_t v, HloInstruction* c) {
+      const Shape cs = c->shape();
+      const int64_t size = og.dims[static_cast<size_t>(v)];
+      const int64_t local = ShardSize(size, osh.tile(v));
+      HloInstruction* lo = b.Splat(b.ScalarConst(it, 0), cs);
+      HloInstruction* hi = b.Splat(b.ScalarConst(it, static_cast<double>(size - 1)), cs);
+      HloInstruction* clamped = b.Add(HloOpcode::kClamp, cs, {lo, c, hi}, "clamp");
+      HloInstruction* adj = b.Add(HloOpcode::kSubtract, cs,
+                                  {clamped, b.Splat(TileOffsetIndex(b, osh, og, v, it), cs)}, "local_index");
+      HloInstruction* ge = Compare(b, adj, lo, ComparisonDirection::kGe);
+      HloInstruction* lt = Compare(b, adj, b.Splat(b.ScalarConst(it, static_cast<double>(local)), cs),
+                                   ComparisonDirection::kLt);
+      HloInstruction* in = b.Add(HloOpcode::kAnd, ge->shape(), {ge, lt}, "in_shard");
+      mask = mask == nullptr ? in : b.Add(HloOpcode::kAnd, in->shape(), {mask, in}, "and");
+      return adj;
+    });
   }
   const Shape local_shape = LocalShape(out, *out_s);
   HloInstruction* local = cp.Clone(h, local_shape, {*o, indices});
@@ -554,30 +564,10 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
                             b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
   }
-  if (parallel) indices = ShiftParallelIndices(b, indices, *g, par, osh, og, ig.element_type);
+  if (parallel) indices = ShiftParallelIndices(b, indices, *g, par, osh, og);
   HloInstruction* base = *o;
   if (!vocab.empty()) {
-    const PrimitiveType it = ig.element_type;
-    const bool has_ivd = g->index_vector_dim < ig.rank();
-    std::vector<HloInstruction*> comps;
-    for (size_t j = 0; j < g->start_index_map.size(); ++j) {
-      HloInstruction* c = has_ivd ? SliceAlong(b, indices, g->index_vector_dim, static_cast<int64_t>(j)) : indices;
-      const int64_t v = g->start_index_map[j];
-      if (std::find(vocab.begin(), vocab.end(), v) != vocab.end()) {
-        HloInstruction* off = b.TableLookup(b.OffsetTable(osh, og, v));
-        if (it != PrimitiveType::S32) off = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {off}, "convert");
-        c = b.Add(HloOpcode::kSubtract, c->shape(), {c, b.Splat(off, c->shape())}, "local_index");
-      }
-      comps.push_back(c);
-    }
-    if (has_ivd) {
-      HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
-      cat->dimensions = {g->index_vector_dim};
-      cat->has_dimensions_attr = true;
-      indices = cat;
-    } else {
-      indices = comps[0];
-    }
+    indices = ShiftIndexComponents(b, indices, *g, vocab, osh, og);
   } else if (!groups.empty()) {
     // The first device of each group keeps the operand; the others start from zeros.
     std::vector<int64_t> first(static_cast<size_t>(n), 0);

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "spmd/sharding_util.h"
 
@@ -83,16 +83,13 @@ absl::StatusOr<HloInstruction*> MaximalToReplicated(SpmdBuilder& b, HloInstructi
   HloInstruction* masked = b.Select(pred, x, b.Zeros(s));
   std::vector<int64_t> all(static_cast<size_t>(b.num_partitions()));
   for (int64_t p = 0; p < b.num_partitions(); ++p) all[static_cast<size_t>(p)] = p;
-  const HloOpcode op = s.element_type == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
-  return b.AllReduce(masked, {all}, b.Reducer(op, s.element_type));
+  return b.AllReduce(masked, {all}, b.SumReducer(s.element_type));
 }
 
 // A partial value summed: one all-reduce (add; or for pred) over each addend group, as XLA
 // reduces unreduced axes before any reshard that needs the whole value.
 HloInstruction* SumAddends(SpmdBuilder& b, HloInstruction* x, const Sharding& s) {
-  const PrimitiveType t = x->shape().element_type;
-  const HloOpcode op = t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
-  return b.AllReduce(x, AddendGroups(s, b.num_partitions()), b.Reducer(op, t));
+  return b.AllReduce(x, AddendGroups(s, b.num_partitions()), b.SumReducer(x->shape().element_type));
 }
 
 // A whole value split into the addends of the partial sharding `to`: the first partition of each
@@ -123,27 +120,11 @@ HloInstruction* GatherWholeDim(SpmdBuilder& b, HloInstruction* x, const Sharding
   if (size >= 1 && g >= 2 && size <= g / 2 && local.IsArray() && local.dims[static_cast<size_t>(d)] == 1) {
     const PrimitiveType t = local.element_type;
     HloInstruction* masked = b.MaskPadding(x, cur, global, {d}, b.ScalarConst(t, 0));
-    HloInstruction* whole = masked;
-    if (size > 1) {
-      Shape full = local;
-      full.dims[static_cast<size_t>(d)] = size;
-      std::vector<HloInstruction*> ops = {b.Zeros(full), masked};
-      for (int64_t k = 0; k < global.rank(); ++k) {
-        ops.push_back(k == d ? b.TableLookup(b.OffsetTable(cur, global, d))
-                             : b.ScalarConst(PrimitiveType::S32, 0));
-      }
-      whole = b.Add(HloOpcode::kDynamicUpdateSlice, full, ops, "dynamic-update-slice");
-    }
-    const HloOpcode op = t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
-    return b.AllReduce(whole, groups, b.Reducer(op, t));
+    Shape full = local;
+    full.dims[static_cast<size_t>(d)] = size;
+    return b.AllReduceInto(masked, full, d, b.OffsetTable(cur, global, d), groups);
   }
-  x = b.AllGather(x, d, groups);
-  if (x->shape().dims[static_cast<size_t>(d)] > size) {
-    std::vector<int64_t> limits = x->shape().dims;
-    limits[static_cast<size_t>(d)] = size;
-    x = b.Slice(x, limits);
-  }
-  return x;
+  return b.AllGatherTrimmed(x, d, groups, size);
 }
 
 // All-gathers dims `dims` (last first); returns the value and its new sharding. `cur` has no
@@ -292,20 +273,11 @@ HloInstruction* EmitSteps(SpmdBuilder& b, HloInstruction* x, const ReshardSteps&
         x = AllToAll(b, x, s.dim, s.to_dim, s.factor, s.groups, TileCount(s.after, s.dim),
                      TileCount(s.before, s.to_dim), global);
         break;
-      case ReshardStepKind::kAllGather: {
-        if (TileCount(s.after, s.dim) == 1 && TileCount(s.before, s.dim) == s.factor) {
-          x = GatherWholeDim(b, x, s.before, s.dim, s.groups, global);
-          break;
-        }
-        x = b.AllGather(x, s.dim, s.groups);
-        const int64_t size = global.dims[static_cast<size_t>(s.dim)];
-        if (TileCount(s.after, s.dim) == 1 && x->shape().dims[static_cast<size_t>(s.dim)] > size) {
-          std::vector<int64_t> limits = x->shape().dims;
-          limits[static_cast<size_t>(s.dim)] = size;
-          x = b.Slice(x, limits);
-        }
+      case ReshardStepKind::kAllGather:
+        // The dim made whole (the step gathers all its tiles), or a factor of it gathered.
+        x = TileCount(s.after, s.dim) == 1 ? GatherWholeDim(b, x, s.before, s.dim, s.groups, global)
+                                           : b.AllGather(x, s.dim, s.groups);
         break;
-      }
     }
   }
   return x;
@@ -391,16 +363,10 @@ absl::StatusOr<HloInstruction*> ReshardInManualGroups(SpmdBuilder& b, HloInstruc
   std::sort(dims.rbegin(), dims.rend());
   Sharding cur = *from;
   for (int64_t d : dims) {
-    x = b.AllGather(x, d, DeviceGroups(cur, {d}));
+    x = b.AllGatherTrimmed(x, d, DeviceGroups(cur, {d}), global.dims[static_cast<size_t>(d)]);
     std::optional<Sharding> next = ReplicateDimsInManualGroups(cur, {d});
     if (!next) return refuse();
     cur = *std::move(next);
-    const int64_t size = global.dims[static_cast<size_t>(d)];
-    if (x->shape().dims[static_cast<size_t>(d)] > size) {
-      std::vector<int64_t> limits = x->shape().dims;
-      limits[static_cast<size_t>(d)] = size;
-      x = b.Slice(x, limits);
-    }
   }
   if (cur == *to) return x;
   if (!RefinesOnEveryDevice(cur, *to, global, n)) return refuse();
@@ -553,11 +519,8 @@ double ReshardCostBytes(const Sharding& from_in, const Sharding& to_in, const Sh
 void ReshardSummary::Add(std::string_view kind, double b) {
   bytes += b;
   const std::string k(kind);
-  if (kinds.empty()) {
-    kinds = k;
-  } else if (!absl::StrContains(kinds, k)) {
-    absl::StrAppend(&kinds, "+", k);
-  }
+  const std::vector<std::string> have = absl::StrSplit(kinds, '+', absl::SkipEmpty());
+  if (std::find(have.begin(), have.end(), k) == have.end()) absl::StrAppend(&kinds, kinds.empty() ? "" : "+", k);
 }
 
 absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const Sharding& to_in,

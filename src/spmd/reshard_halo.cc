@@ -117,15 +117,9 @@ absl::StatusOr<HloInstruction*> EmitHaloReshard(SpmdBuilder& b, HloInstruction* 
   joined[d] = h.r * h.width;
   if (h.target_tile <= h.r / 2) {
     // Most slots hold padding only: each writes its sub-tile into zeros at s * u, the group sums.
-    std::vector<HloInstruction*> ops = {b.Zeros(Shape(t, joined)), v};
     std::vector<int64_t> at(h.slot.size());
     for (size_t p = 0; p < at.size(); ++p) at[p] = h.slot[p] * h.width;
-    for (size_t e = 0; e < joined.size(); ++e) {
-      ops.push_back(e == d ? b.TableLookup(at) : b.ScalarConst(PrimitiveType::S32, 0));
-    }
-    v = b.Add(HloOpcode::kDynamicUpdateSlice, Shape(t, joined), ops, "dynamic-update-slice");
-    const HloOpcode op = t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd;
-    v = b.AllReduce(v, h.groups, b.Reducer(op, t));
+    v = b.AllReduceInto(v, Shape(t, joined), h.dim, at, h.groups);
   } else {
     v = b.AllGather(v, h.dim, h.groups);
   }

@@ -228,4 +228,31 @@ HloComputation* SpmdBuilder::Reducer(HloOpcode op, PrimitiveType t) {
   return raw;
 }
 
+HloComputation* SpmdBuilder::SumReducer(PrimitiveType t) {
+  return Reducer(t == PrimitiveType::PRED ? HloOpcode::kOr : HloOpcode::kAdd, t);
+}
+
+HloInstruction* SpmdBuilder::AllGatherTrimmed(HloInstruction* x, int64_t dim,
+                                              const std::vector<std::vector<int64_t>>& groups, int64_t size) {
+  x = AllGather(x, dim, groups);
+  if (x->shape().dims[static_cast<size_t>(dim)] <= size) return x;
+  std::vector<int64_t> limits = x->shape().dims;
+  limits[static_cast<size_t>(dim)] = size;
+  return Slice(x, limits);
+}
+
+HloInstruction* SpmdBuilder::AllReduceInto(HloInstruction* x, const Shape& whole, int64_t dim,
+                                           const std::vector<int64_t>& offsets,
+                                           const std::vector<std::vector<int64_t>>& groups) {
+  HloInstruction* placed = x;
+  if (x->shape().dims != whole.dims) {
+    std::vector<HloInstruction*> ops = {Zeros(whole), x};
+    for (int64_t k = 0; k < whole.rank(); ++k) {
+      ops.push_back(k == dim ? TableLookup(offsets) : ScalarConst(PrimitiveType::S32, 0));
+    }
+    placed = Add(HloOpcode::kDynamicUpdateSlice, whole, ops, "dynamic-update-slice");
+  }
+  return AllReduce(placed, groups, SumReducer(whole.element_type));
+}
+
 }  // namespace weave::spmd

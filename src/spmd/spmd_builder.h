@@ -85,6 +85,20 @@ class SpmdBuilder {
                                     const std::vector<std::pair<int64_t, int64_t>>& pairs);
   // The scalar `add` (or max/min/...) computation of element type t, created once per module.
   HloComputation* Reducer(HloOpcode op, PrimitiveType t);
+  // The reducer that sums addends of type t: add, or `or` for pred.
+  HloComputation* SumReducer(PrimitiveType t);
+  // x all-gathered along `dim` over `groups`, the padding past `size` elements sliced off (the
+  // gathered uneven tiles' last padding).
+  HloInstruction* AllGatherTrimmed(HloInstruction* x, int64_t dim,
+                                   const std::vector<std::vector<int64_t>>& groups, int64_t size);
+  // x (this partition's piece) written into zeros of shape `whole` at this partition's offset
+  // along `dim` (offsets[pid]; dynamic-update-slice, none when x is `whole`-shaped) and summed
+  // over `groups` by all-reduce (SumReducer): each group ends with every member's piece in place.
+  // The pieces must not overlap where they hold data (their zeros add nothing). XLA's
+  // ReplicatePartial builds its small-dim replication the same way.
+  HloInstruction* AllReduceInto(HloInstruction* x, const Shape& whole, int64_t dim,
+                                const std::vector<int64_t>& offsets,
+                                const std::vector<std::vector<int64_t>>& groups);
 
  private:
   ReplicaGroups GlobalGroups(const std::vector<std::vector<int64_t>>& groups) const;
