@@ -34,7 +34,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "gpu/windowed_einsum_handler.h"
+#include "windowed_einsum/windowed_einsum_handler.h"
 #include "hlo/parser.h"
 
 namespace {

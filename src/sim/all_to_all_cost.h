@@ -1,6 +1,6 @@
 // The performance model's all-to-all (used by CollectiveTimeUs, simulator.h, for `all-to-all` and
 // `ragged-all-to-all`), and with it the all-to-all windowed einsum's chunked exchanges
-// (gpu/all_to_all_windowed_einsum.h).
+// (windowed_einsum/all_to_all_windowed_einsum.h).
 //
 // NCCL has no ring algorithm for all-to-all: it is a group of G-1 point-to-point transfers
 // (ncclGroupStart, one ncclSend and one ncclRecv per peer, ncclGroupEnd: NCCL user guide,

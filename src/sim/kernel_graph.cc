@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "gpu/windowed_loop.h"
+#include "windowed_einsum/windowed_loop.h"
 #include "passes/gpu_backend_config.h"
 
 namespace weave::sim::internal {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "gpu/windowed_loop.h"
+#include "windowed_einsum/windowed_loop.h"
 #include "sim/costs.h"
 #include "sim/kernel_graph.h"
 #include "sim/scheduler.h"

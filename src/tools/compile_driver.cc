@@ -20,7 +20,7 @@
 #include "passes/pass.h"
 #include "sim/cost_gate.h"
 #include "sim/simulator.h"
-#include "spmd/windowed_einsum_decomposer.h"
+#include "windowed_einsum/windowed_einsum_decomposer.h"
 #include "tools/cli_util.h"
 #include "tools/compile_input.h"
 #include "tools/compile_numerics.h"

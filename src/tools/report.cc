@@ -76,7 +76,7 @@ void AnalyzeCompileOutput(const CompileInputAnalysis& before, const HloModule& a
   report->fired["cache"] = CacheConsumers(report->loops) > before.cache_consumers || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
   // Every consumer of an all-gather computed in the ring (windowed-einsum-consumers-in-ring), and
-  // reduce-scatter loops in the ring layout (N-1 transfers; spmd/windowed_einsum_rs_ring.h).
+  // reduce-scatter loops in the ring layout (N-1 transfers; windowed_einsum/windowed_einsum_rs_ring.h).
   report->fired["windowed-in-ring"] = applied_by("windowed-einsum-consumers-in-ring");
   bool ring_rs = false;
   for (const WindowedLoopInfo& l : report->loops) {

@@ -88,7 +88,7 @@ struct WindowedLoopInfo {
                                  // >= 5 when the matcher did not name one)
   int64_t cache_consumers_fp8 = 0;  // of which FP8 GEMM custom calls
   int64_t bytes_sent = 0;        // bytes one partition sends in one run of the loop
-  // kind "all-to-all" (all-to-all windowed einsum, gpu/all_to_all_windowed_einsum.h): the number
+  // kind "all-to-all" (all-to-all windowed einsum, windowed_einsum/all_to_all_windowed_einsum.h): the number
   // of chunks (each one all-to-all and one partial GEMM; 0 for while loops); layout is
   // "all-to-all->dot" (rewrite A) or "dot->all-to-all" (rewrite B), ring_size the group size,
   // trip_count 1, name the add that sums the chunks.

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "gpu/all_to_all_window.h"
+#include "windowed_einsum/all_to_all_window.h"
 #include "tools/report.h"
 #include "tools/report_internal.h"
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu/all_to_all_window.h"
+#include "windowed_einsum/all_to_all_window.h"
 #include "hlo/ir.h"
 #include "sim/simulator.h"
 #include "tools/report.h"
@@ -130,7 +130,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info);
 // The windowed loops of one module, found once for the report's several views of it
 // (SummarizeModule, FindWindowedLoops, FindCollectivesLeftAlone): each while AnalyzeLoop accepts,
 // with its analysis, in computation post order then instruction post order; and the all-to-all
-// windows (gpu/all_to_all_window.h) of each computation, in computation post order. Valid while
+// windows (windowed_einsum/all_to_all_window.h) of each computation, in computation post order. Valid while
 // the module is unchanged.
 struct LoopScan {
   std::vector<std::pair<const HloInstruction*, WindowedLoopInfo>> loops;

@@ -1,5 +1,5 @@
 // Windowed loops in a module, for the compile report (report.h): which `while`s are windowed einsum
-// loops (the shared matcher gpu/windowed_loop.h, with a data-flow fallback for XLA-named bodies),
+// loops (the shared matcher windowed_einsum/windowed_loop.h, with a data-flow fallback for XLA-named bodies),
 // their ring, wire type, GEMMs, activation cache and its consumers, and their bytes on the wire.
 #include <algorithm>
 #include <optional>
@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_join.h"
-#include "gpu/windowed_loop.h"
+#include "windowed_einsum/windowed_loop.h"
 #include "sim/simulator.h"
 #include "tools/report_internal.h"
 
@@ -38,7 +38,7 @@ struct Rings {
 }  // namespace
 
 // Analyses one while; returns false if it is not a windowed loop.
-// The ring layout of the reduce-scatter loop (spmd/windowed_einsum_rs_ring.h): one trip; N-1
+// The ring layout of the reduce-scatter loop (windowed_einsum/windowed_einsum_rs_ring.h): one trip; N-1
 // synchronous collective-permutes, each sending one GEMM's partial block straight to its owner
 // (it depends on a GEMM and on no other permute: XLA's layouts pass accumulators from permute to
 // permute), each a permutation without fixed points; N GEMMs (one partial block per position).
@@ -99,7 +99,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   }
   if (gemms == 0 || permutes == 0) return false;
 
-  // The shared structural matcher (gpu/windowed_loop.h) decides when it recognises the loop; the
+  // The shared structural matcher (windowed_einsum/windowed_loop.h) decides when it recognises the loop; the
   // data-flow test below is the fallback for layouts it does not know, only for loops whose body
   // carries XLA's name hint.
   std::string why_not;

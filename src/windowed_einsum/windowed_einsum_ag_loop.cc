@@ -1,0 +1,261 @@
+// The all-gather loop builder of the windowed einsum decomposer (spmd-windowed-einsum.md §2).
+//
+// State: (lhs, rhs, out, extra, u32 k, scale...) where lhs/rhs are the carried operands
+// (OperandCarry: the FP8 value when the decomposer carries FP8, views already applied on the
+// shard) and the scales the body's dequantizations read follow the counter. Each step rebuilds
+// both dot operands from what it holds (the window shard and, for contracting/batch dims, the
+// stationary block) and merges its dot into `out` (dynamic-update-slice, or add in f32 for
+// contracting dims). Scales that travel with their shard are rotated with the window.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "windowed_einsum/windowed_einsum_emitter.h"
+#include "windowed_einsum/windowed_einsum_plan.h"
+
+namespace weave::windowed_einsum {
+
+HloInstruction* BuildCarriedValue(HloComputation* comp, const OperandCarry& c) {
+  HloInstruction* v = c.base;
+  for (const ViewStep& s : c.views) {
+    v = comp->AddInstruction(s.instr->CloneWithNewOperands(
+        s.shape.WithElementType(v->shape().element_type), {v}, ".shard"));
+  }
+  return v;
+}
+
+HloInstruction* RebuildOperand(Emitter& b, const OperandCarry& c, HloInstruction* v,
+                               const std::vector<HloInstruction*>& scales, HloInstruction* off,
+                               const RingValues& ring, int64_t block, const std::string& tag) {
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    const ElementwiseStep& s = c.steps[i];
+    const std::string name = absl::StrCat(s.instr->name(), tag);
+    if (s.kind == ElementwiseStep::Kind::kConvert) {
+      v = b.Add(HloOpcode::kConvert, v->shape().WithElementType(s.type), {v}, name);
+      continue;
+    }
+    HloInstruction* sc = scales[i];
+    if (s.mode == ElementwiseStep::ScaleMode::kSliced) {
+      std::vector<int64_t> sizes = sc->shape().dims;
+      sizes[static_cast<size_t>(s.slice_dim)] = block;
+      sc = b.DynamicSlice(sc, OffsetsAt(ring, sc->shape().rank(), s.slice_dim, off), sizes,
+                          absl::StrCat(name, ".scale"));
+    }
+    HloInstruction* bc = b.Add(HloOpcode::kBroadcast, v->shape().WithElementType(s.type), {sc},
+                               absl::StrCat(name, ".bcast"));
+    bc->dimensions = s.scale_dims;
+    bc->has_dimensions_attr = true;
+    if (v->shape().element_type != s.type) {
+      v = b.Add(HloOpcode::kConvert, v->shape().WithElementType(s.type), {v},
+                absl::StrCat(name, ".cvt"));
+    }
+    if (s.divide) {
+      v = b.Add(HloOpcode::kDivide, bc->shape(), {v, bc}, name);
+    } else if (s.scale_first) {
+      v = b.Add(HloOpcode::kMultiply, bc->shape(), {bc, v}, name);
+    } else {
+      v = b.Add(HloOpcode::kMultiply, bc->shape(), {v, bc}, name);
+    }
+  }
+  return v;
+}
+
+namespace {
+
+// Scale state elements of one carry (after the 5 elements of XLA's layout): for each step, the
+// tuple index of its scale (-1: none).
+std::vector<int64_t> AppendScales(const OperandCarry& c, std::vector<HloInstruction*>* init) {
+  std::vector<int64_t> idx;
+  for (const ElementwiseStep& s : c.steps) {
+    if (s.kind != ElementwiseStep::Kind::kScale) {
+      idx.push_back(-1);
+      continue;
+    }
+    idx.push_back(static_cast<int64_t>(5 + init->size()));
+    init->push_back(s.scale);
+  }
+  return idx;
+}
+
+}  // namespace
+
+absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
+  HloInstruction* dot = p.dot;
+  HloComputation* comp = dot->parent();
+  HloInstruction* win0 = BuildCarriedValue(comp, p.window);
+  HloInstruction* stat0 = BuildCarriedValue(comp, p.stationary);
+  HloInstruction* lhs0 = p.side == 0 ? win0 : stat0;
+  HloInstruction* rhs0 = p.side == 1 ? win0 : stat0;
+  const Shape& out_shape = dot->shape();
+  const Shape acc_shape = out_shape.WithElementType(p.acc_type);
+  const int64_t n = p.ring.size();
+  const bool unrolled = n % 2 == 0;
+  std::vector<HloInstruction*> extra_init;
+  std::vector<int64_t> wscale = AppendScales(p.window, &extra_init);
+  std::vector<int64_t> sscale = AppendScales(p.stationary, &extra_init);
+  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
+                              Shape::Scalar(PrimitiveType::U32)};
+  for (HloInstruction* s : extra_init) elems.push_back(s->shape());
+  Shape tuple_shape = Shape::Tuple(elems);
+
+  // Body.
+  HloComputation* body = NewComputation(ctx.module, kBodyAg);
+  Emitter b(body);
+  HloInstruction* param = b.Param(tuple_shape, "param");
+  HloInstruction* l = b.Gte(param, 0, "lhs");
+  HloInstruction* r = b.Gte(param, 1, "rhs");
+  HloInstruction* out = b.Gte(param, 2, "out");
+  HloInstruction* extra = b.Gte(param, 3, "extra");
+  HloInstruction* k = b.Gte(param, 4, "k");
+  std::vector<HloInstruction*> scale_gte;
+  for (size_t i = 0; i < extra_init.size(); ++i) {
+    scale_gte.push_back(
+        b.Gte(param, static_cast<int64_t>(5 + i), extra_init[i]->name() + ".gte"));
+  }
+  auto scales_of = [&](const OperandCarry& c, const std::vector<int64_t>& idx,
+                       const std::map<int64_t, HloInstruction*>& travelled) {
+    std::vector<HloInstruction*> v;
+    for (size_t i = 0; i < c.steps.size(); ++i) {
+      if (idx[i] < 0) {
+        v.push_back(nullptr);
+        continue;
+      }
+      auto it = travelled.find(idx[i]);
+      v.push_back(it != travelled.end() ? it->second : scale_gte[static_cast<size_t>(idx[i] - 5)]);
+    }
+    return v;
+  };
+  // Window scales that rotate with the shard.
+  std::vector<int64_t> travelling;
+  for (size_t i = 0; i < p.window.steps.size(); ++i) {
+    if (wscale[i] >= 0 && p.window.steps[i].mode == ElementwiseStep::ScaleMode::kTravels) {
+      travelling.push_back(wscale[i]);
+    }
+  }
+  HloInstruction* win = p.side == 0 ? l : r;
+  HloInstruction* stat = p.side == 0 ? r : l;
+  RingValues v = EmitRingValues(b, p.ring, p.block);
+  auto step = [&](HloInstruction* window, const std::map<int64_t, HloInstruction*>& travelled,
+                  HloInstruction* kk, HloInstruction* acc,
+                  const std::string& tag) -> HloInstruction* {
+    HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
+    HloInstruction* wop = RebuildOperand(
+        b, p.window, window, scales_of(p.window, wscale, travelled), off, v, p.block, tag);
+    // The stationary operand: rebuilt whole, then sliced (contracting and batch dims).
+    HloInstruction* sop = RebuildOperand(b, p.stationary, stat, scales_of(p.stationary, sscale, {}),
+                                         off, v, p.block, tag);
+    if (p.batch || p.contracting) {
+      std::vector<int64_t> sizes = sop->shape().dims;
+      sizes[static_cast<size_t>(p.stat_dim)] = p.block;
+      sop = b.DynamicSlice(sop, OffsetsAt(v, sop->shape().rank(), p.stat_dim, off), sizes,
+                           absl::StrCat("stationary", tag));
+    }
+    HloInstruction* lo = p.side == 0 ? wop : sop;
+    HloInstruction* ro = p.side == 0 ? sop : wop;
+    if (p.contracting) {
+      HloInstruction* part = b.DotLike(*dot, lo, ro, acc_shape, absl::StrCat("part", tag));
+      return b.Binary(HloOpcode::kAdd, acc, part, absl::StrCat("acc", tag));
+    }
+    HloInstruction* part =
+        b.DotLike(*dot, lo, ro, WithDim(acc_shape, p.out_dim, p.block), absl::StrCat("part", tag));
+    return b.Dus(acc, part, OffsetsAt(v, acc_shape.rank(), p.out_dim, off),
+                 absl::StrCat("acc", tag));
+  };
+  HloInstruction* next_window;
+  HloInstruction* new_out;
+  HloInstruction* new_k;
+  std::map<int64_t, HloInstruction*> t0, t1, t2;
+  for (int64_t i : travelling) t0[i] = scale_gte[static_cast<size_t>(i - 5)];
+  if (unrolled) {
+    auto pairs = p.ring.ShiftPairs(-1);
+    HloInstruction* s1 = b.Permute(win, pairs, ctx.NextChannel(), "shard1");
+    for (auto& [i, s] : t0) t1[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale1");
+    HloInstruction* out1 = step(win, t0, k, out, "0");
+    HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
+    HloInstruction* s2 = b.Permute(s1, pairs, ctx.NextChannel(), "shard2");
+    for (auto& [i, s] : t1) t2[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale2");
+    new_out = step(s1, t1, k1, out1, "1");
+    new_k = b.Binary(HloOpcode::kAdd, k1, v.one, "k2");
+    next_window = s2;
+  } else {
+    new_out = step(win, t0, k, out, "0");
+    new_k = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
+    HloInstruction* more = b.Compare(new_k, v.n, ComparisonDirection::kLt, "more");
+    next_window = EmitGuardedPermute(ctx.module, b, more, win, p.ring.ShiftPairs(-1),
+                                     ctx.NextChannel(), "shard1");
+    for (auto& [i, s] : t0) {
+      t2[i] = EmitGuardedPermute(ctx.module, b, more, s, p.ring.ShiftPairs(-1), ctx.NextChannel(),
+                                 "shard_scale1");
+    }
+  }
+  std::vector<HloInstruction*> root = {p.side == 0 ? next_window : l, p.side == 1 ? next_window : r,
+                                       new_out, extra, new_k};
+  for (size_t i = 0; i < extra_init.size(); ++i) {
+    auto it = t2.find(static_cast<int64_t>(5 + i));
+    root.push_back(it != t2.end() ? it->second : scale_gte[i]);
+  }
+  body->set_root(b.Tuple(root, "next_state"));
+  HloComputation* cond = EmitCondition(ctx.module, kCondAg, tuple_shape, n);
+
+  // Loop in the dot's computation.
+  Emitter e(comp);
+  HloInstruction* z = e.Zeros(acc_shape, "windowed_out_init");
+  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
+  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
+  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
+  init_ops.insert(init_ops.end(), extra_init.begin(), extra_init.end());
+  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
+  loop->mutable_called_computations()->push_back(cond);
+  loop->mutable_called_computations()->push_back(body);
+  HloInstruction* res;
+  if (p.acc_type != out_shape.element_type) {
+    HloInstruction* acc = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed.acc"));
+    res = e.Add(HloOpcode::kConvert, out_shape, {acc}, absl::StrCat(dot->name(), ".windowed"));
+  } else {
+    res = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed"));
+  }
+
+  std::string msg = absl::StrCat(
+      CollectiveText(p.ag), " (dim ", CollectiveAttributes(p.ag)->dimensions[0], ") on the ",
+      p.side == 0 ? "lhs" : "rhs", " -> AG loop '", loop->name(), "' (body '", body->name(), "'), ",
+      p.batch
+          ? absl::StrCat("batch: stationary operand sliced on batch dim ", p.stat_dim,
+                         ", blocks written to output dim ", p.out_dim, " with dynamic-update-slice")
+      : p.contracting
+          ? absl::StrCat("contracting: stationary operand sliced on dim ", p.stat_dim,
+                         ", partial dots accumulated with add",
+                         p.acc_type != out_shape.element_type
+                             ? absl::StrCat(" in ", std::string(PrimitiveTypeName(p.acc_type)),
+                                            " (converted to ",
+                                            std::string(PrimitiveTypeName(out_shape.element_type)),
+                                            " once after the loop)")
+                             : "")
+          : absl::StrCat("non-contracting: blocks written to output dim ", p.out_dim,
+                         " with dynamic-update-slice"),
+      ", over ", RingText(p.ring), ", ", unrolled ? "unrolled by 2" : "rolled (odd ring)");
+  if (!p.window.views.empty()) {
+    std::vector<std::string> names;
+    for (const ViewStep& s : p.window.views) names.push_back(s.instr->name());
+    absl::StrAppend(&msg, "; views moved onto the shard: ", absl::StrJoin(names, ", "));
+  }
+  if (!p.window.text.empty()) {
+    absl::StrAppend(&msg, "; ", p.window.text);
+    if (!p.stationary.text.empty()) absl::StrAppend(&msg, "; ", p.stationary.text);
+  } else {
+    std::string carried = CarriedText(p.window.base);
+    if (!carried.empty()) absl::StrAppend(&msg, "; windowed ", carried);
+    std::string carried_stat = CarriedText(p.stationary.base);
+    if (!carried_stat.empty()) absl::StrAppend(&msg, "; stationary ", carried_stat);
+  }
+  absl::StrAppend(&msg, p.note);
+  ctx.remark(dot->name(), true, msg, CollectiveNames(p.ag));
+
+  std::vector<HloInstruction*> seeds(dot->operands().begin(), dot->operands().end());
+  if (absl::Status s = FinishReplace(ctx, dot, res); !s.ok()) return s;
+  return RemoveDeadChains(ctx, seeds);
+}
+
+}  // namespace weave::windowed_einsum

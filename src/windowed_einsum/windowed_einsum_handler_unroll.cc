@@ -1,0 +1,195 @@
+// windowed-einsum-handler, step 3: full unrolling (../shared/specs/windowed-einsum-handler.md §5).
+// The body is repeated trip-count times, the counter folded to constants, guarded permutes
+// resolved; the while runs once and is marked skip-simplify-while-loops_trip-count-one="true".
+#include "windowed_einsum/windowed_einsum_handler_internal.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace weave::handler_internal {
+
+namespace {
+
+bool IsFoldableScalarOp(const HloInstruction* i) {
+  if (!i->shape().IsArray() || i->shape().rank() != 0) return false;
+  const PrimitiveType t = i->shape().element_type;
+  if (t != PrimitiveType::PRED && !IsInteger(t)) return false;
+  switch (i->opcode()) {
+    case HloOpcode::kAdd: case HloOpcode::kSubtract: case HloOpcode::kMultiply:
+    case HloOpcode::kCompare: case HloOpcode::kAnd: case HloOpcode::kOr: case HloOpcode::kNot:
+    case HloOpcode::kMaximum: case HloOpcode::kMinimum: case HloOpcode::kSelect:
+    case HloOpcode::kDivide: case HloOpcode::kRemainder:
+      break;
+    default:
+      return false;
+  }
+  for (const HloInstruction* o : i->operands()) {
+    if (o->opcode() != HloOpcode::kConstant) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
+  HloInstruction* w = L.while_instr;
+  HloComputation* body = L.body;
+  HloInstruction* P = body->parameter(0);
+  HloInstruction* R = body->root();
+  const int64_t T = L.trip_count;
+  const int64_t ci = L.counter_index;
+  const PrimitiveType ct = w->shape().tuple_shapes[ci].element_type;
+  std::vector<int64_t> ks = CounterSequence(L);
+
+  // Live instructions that depend on the loop state (the rest is loop-invariant and shared).
+  std::vector<HloInstruction*> order = body->MakeInstructionPostOrder();
+  absl::flat_hash_set<HloInstruction*> live;
+  {
+    std::vector<HloInstruction*> work = {R};
+    while (!work.empty()) {
+      HloInstruction* x = work.back();
+      work.pop_back();
+      if (!live.insert(x).second) continue;
+      for (HloInstruction* o : x->operands()) work.push_back(o);
+    }
+  }
+  absl::flat_hash_set<HloInstruction*> dep = {P};
+  std::vector<HloInstruction*> cloned_order;
+  for (HloInstruction* i : order) {
+    if (i == P || i == R || !live.count(i)) continue;
+    bool d = false;
+    for (HloInstruction* o : i->operands()) d = d || dep.count(o);
+    if (d) {
+      dep.insert(i);
+      cloned_order.push_back(i);
+    }
+  }
+  std::vector<HloInstruction*> prev = R->operands();
+  for (int64_t t = 1; t < T; ++t) {
+    absl::flat_hash_map<HloInstruction*, HloInstruction*> map;
+    HloInstruction* kt = nullptr;
+    for (HloInstruction* i : cloned_order) {
+      if (i->opcode() == HloOpcode::kGetTupleElement && i->operand(0) == P) {
+        if (i->tuple_index == ci) {
+          if (kt == nullptr) kt = AddIntConstant(body, ct, ks[t], "unrolled_counter");
+          map[i] = kt;
+        } else {
+          map[i] = prev.at(i->tuple_index);
+        }
+        continue;
+      }
+      std::vector<HloInstruction*> ops;
+      for (HloInstruction* o : i->operands()) {
+        auto it = map.find(o);
+        ops.push_back(it == map.end() ? o : it->second);
+      }
+      std::unique_ptr<HloInstruction> c = i->CloneWithNewOperands(i->shape(), ops);
+      c->set_name(i->name());
+      if (c->channel_id) c->channel_id = next_channel_id_++;
+      HloInstruction* added = body->AddInstruction(std::move(c));
+      for (HloComputation* callee : added->called_computations()) ++callers_[callee];
+      map[i] = added;
+    }
+    std::vector<HloInstruction*> next;
+    for (HloInstruction* o : R->operands()) {
+      auto it = map.find(o);
+      next.push_back(it == map.end() ? o : it->second);
+    }
+    prev = std::move(next);
+  }
+  HloInstruction* root = body->AddInstruction(HloOpcode::kTuple, R->shape(), prev, R->name());
+  body->set_root(root);
+  if (auto s = RemoveIfDead(body, R); !s.ok()) return s;
+  // Copy 0 reads the counter as a constant too (the copies already do).
+  std::vector<HloInstruction*> gtes = P->users();
+  for (HloInstruction* g : gtes) {
+    if (g->tuple_index != ci) continue;
+    HloInstruction* k = AddIntConstant(body, ct, ks[0], "unrolled_counter");
+    std::vector<HloInstruction*> readers = g->users();
+    if (auto s = ReplaceUses(g, readers, k); !s.ok()) return s;
+  }
+
+  // Fold the counter arithmetic and resolve the guarded permutes.
+  for (HloInstruction* i : body->MakeInstructionPostOrder()) {
+    if (i->parent() != body) continue;
+    if (IsFoldableScalarOp(i)) {
+      auto v = EvaluateScalar(i, ScalarEnv{});
+      if (!v) continue;
+      HloInstruction* k = AddIntConstant(body, i->shape().element_type, *v, i->name());
+      std::vector<HloInstruction*> readers = i->users();
+      if (auto s = ReplaceUses(i, readers, k); !s.ok()) return s;
+      continue;
+    }
+    if (i->opcode() == HloOpcode::kConditional && i->conditional_is_pred &&
+        i->operand(0)->opcode() == HloOpcode::kConstant && i->called_computations().size() == 2) {
+      auto v = EvaluateScalar(i->operand(0), ScalarEnv{});
+      if (!v) continue;
+      HloComputation* branch = i->called_computations()[*v != 0 ? 0 : 1];
+      HloInstruction* arg = i->operand(*v != 0 ? 1 : 2);
+      if (branch->num_parameters() != 1) continue;
+      absl::flat_hash_map<HloInstruction*, HloInstruction*> map;
+      map[branch->parameter(0)] = arg;
+      for (HloInstruction* b : branch->MakeInstructionPostOrder()) {
+        if (b->opcode() == HloOpcode::kParameter) continue;
+        std::vector<HloInstruction*> ops;
+        for (HloInstruction* o : b->operands()) ops.push_back(map.at(o));
+        std::unique_ptr<HloInstruction> c = b->CloneWithNewOperands(b->shape(), ops);
+        c->set_name(b->name());
+        if (c->channel_id) c->channel_id = next_channel_id_++;
+        map[b] = body->AddInstruction(std::move(c));
+      }
+      HloInstruction* result = map.at(branch->root());
+      std::vector<HloInstruction*> readers = i->users();
+      if (auto s = ReplaceUses(i, readers, result); !s.ok()) return s;
+      for (HloComputation* c : i->called_computations()) {
+        --callers_[c];
+        maybe_orphaned_.insert(c);
+      }
+      if (auto s = RemoveIfDead(body, i); !s.ok()) return s;
+      // RemoveIfDead keeps conditionals: remove it explicitly.
+      if (i->user_count() == 0 && !i->IsRoot()) {
+        if (auto s = body->RemoveInstruction(i); !s.ok()) return s;
+      }
+    }
+  }
+
+  // Every loop-carried value stays computed, also those nobody reads after the loop (the last,
+  // wasted transfer of the ring among them): removing dead elements, and the values of a
+  // one-trip loop nobody reads, is while-loop-dead-tuple-elements' job, so that the loop always
+  // keeps its dots here.
+  body->RemoveDeadCode();
+
+  // XLA names the unrolled computations after the originals.
+  for (HloComputation* c : {body, L.condition}) {
+    if (!absl::StartsWith(c->name(), kUnrolledPrefix)) {
+      RenameComputation(c, absl::StrCat(kUnrolledPrefix, c->name()));
+    }
+  }
+  w->SetFrontendAttribute(kTripCountOneAttr, "true");
+  bool ok;
+  Json cfg = ParseConfig(w->backend_config, &ok);
+  if (ok) {
+    cfg["known_trip_count"] = Json::object({{"n", "1"}});
+    w->backend_config = cfg.dump();
+  }
+  int64_t dots = 0, permutes = 0;
+  for (HloInstruction* i : body->instructions()) {
+    dots += i->opcode() == HloOpcode::kDot;
+    permutes += i->opcode() == HloOpcode::kCollectivePermute;
+  }
+  *msg = absl::StrFormat(
+      "%s, body holds %d dot%s and %d collective-permute%s ('%s')",
+      T == 1 ? std::string("fully unrolled (1 trip already; now marked trip-count-one)")
+             : absl::StrFormat("fully unrolled: %d trips -> 1", T),
+      dots, dots == 1 ? "" : "s", permutes, permutes == 1 ? "" : "s", body->name());
+  return true;
+}
+
+}  // namespace weave::handler_internal

@@ -1,0 +1,167 @@
+// The reduce-scatter loop builder of the windowed einsum decomposer (spmd-windowed-einsum.md §3).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "windowed_einsum/windowed_einsum_emitter.h"
+#include "windowed_einsum/windowed_einsum_plan.h"
+
+namespace weave::windowed_einsum {
+
+absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
+  HloInstruction* dot = p.dot;
+  HloComputation* comp = p.result->parent();
+  HloInstruction* lhs0 = BuildCarriedValue(comp, p.lhs);
+  HloInstruction* rhs0 = BuildCarriedValue(comp, p.rhs);
+  const Shape acc_shape = WithDim(dot->shape(), p.out_dim, p.block);
+  const int64_t n = p.ring.size();
+  // Even rings: XLA's unrolled-by-2 layout, whose accumulators travel s -> s-2. On a ring of 2
+  // that shift is the identity (a collective-permute sending each value to itself): the rolled
+  // layout is used instead, which sends the one block that must travel while the second dot runs.
+  const bool unrolled = n % 2 == 0 && n > 2;
+  // Scales of FP8-carried operands follow the counter.
+  std::vector<HloInstruction*> scales;
+  std::vector<int64_t> scale_index[2];
+  for (int s = 0; s < 2; ++s) {
+    for (const ElementwiseStep& st : (s == 0 ? p.lhs : p.rhs).steps) {
+      if (st.kind != ElementwiseStep::Kind::kScale) {
+        scale_index[s].push_back(-1);
+        continue;
+      }
+      scale_index[s].push_back(static_cast<int64_t>(5 + scales.size()));
+      scales.push_back(st.scale);
+    }
+  }
+  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
+                              Shape::Scalar(PrimitiveType::U32)};
+  for (HloInstruction* s : scales) elems.push_back(s->shape());
+  Shape tuple_shape = Shape::Tuple(elems);
+
+  HloComputation* body = NewComputation(ctx.module, kBodyRs);
+  Emitter b(body);
+  HloInstruction* param = b.Param(tuple_shape, "param");
+  HloInstruction* l = b.Gte(param, 0, "lhs");
+  HloInstruction* r = b.Gte(param, 1, "rhs");
+  HloInstruction* acc = b.Gte(param, 2, "acc");
+  HloInstruction* extra = b.Gte(param, 3, "extra");
+  HloInstruction* k = b.Gte(param, 4, "k");
+  std::vector<HloInstruction*> scale_gte;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    scale_gte.push_back(
+        b.Gte(param, static_cast<int64_t>(5 + i), scales[i]->name() + ".gte"));
+  }
+  RingValues v = EmitRingValues(b, p.ring, p.block);
+  auto slice = [&](HloInstruction* operand, int64_t dim, HloInstruction* off,
+                   const std::string& name) {
+    std::vector<int64_t> sizes = operand->shape().dims;
+    sizes[static_cast<size_t>(dim)] = p.block;
+    return b.DynamicSlice(operand, OffsetsAt(v, operand->shape().rank(), dim, off), sizes, name);
+  };
+  // Operand s of the step's dot: its slice (if sliced) of the carried value, rebuilt.
+  auto operand = [&](int s, HloInstruction* value, HloInstruction* off, const std::string& tag) {
+    const OperandCarry& c = s == 0 ? p.lhs : p.rhs;
+    const bool sliced = p.sliced_side == 2 || p.sliced_side == s;
+    const int64_t dim = p.sliced_side == 2 && s == 1 ? p.sliced_dim2 : p.sliced_dim;
+    if (sliced) {
+      value = slice(value, dim, off,
+                    absl::StrCat("slice", tag, s == 1 && p.sliced_side == 2 ? ".rhs" : ""));
+    }
+    std::vector<HloInstruction*> sc;
+    for (int64_t i : scale_index[s])
+      sc.push_back(i < 0 ? nullptr : scale_gte[static_cast<size_t>(i - 5)]);
+    return RebuildOperand(b, c, value, sc, off, v, p.block, tag);
+  };
+  auto partial = [&](HloInstruction* kk, const std::string& tag) -> HloInstruction* {
+    HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
+    return b.DotLike(*dot, operand(0, l, off, tag), operand(1, r, off, tag), acc_shape,
+                     absl::StrCat("part", tag));
+  };
+  HloInstruction* root;
+  if (unrolled) {
+    auto pairs = p.ring.ShiftPairs(-2);
+    HloInstruction* recv_a = b.Permute(acc, pairs, ctx.NextChannel(), "recvA");
+    HloInstruction* sum_b = b.Binary(HloOpcode::kAdd, extra, partial(k, "B"), "sumB");
+    HloInstruction* send_b = b.Permute(sum_b, pairs, ctx.NextChannel(), "sendB");
+    HloInstruction* two = b.ConstInt(PrimitiveType::U32, 2, "two");
+    HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, two, "k2");
+    HloInstruction* k3 = b.Binary(HloOpcode::kAdd, k2, v.one, "k3");
+    HloInstruction* new_a = b.Binary(HloOpcode::kAdd, recv_a, partial(k3, "A"), "newA");
+    std::vector<HloInstruction*> ops = {l, r, new_a, send_b, k2};
+    ops.insert(ops.end(), scale_gte.begin(), scale_gte.end());
+    root = b.Tuple(ops, "next_state");
+  } else {
+    HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
+    HloInstruction* acc1 = b.Binary(HloOpcode::kAdd, acc, partial(k1, "0"), "acc1");
+    HloInstruction* more = b.Compare(k1, v.n, ComparisonDirection::kLt, "more");
+    HloInstruction* next = EmitGuardedPermute(ctx.module, b, more, acc1, p.ring.ShiftPairs(-1),
+                                              ctx.NextChannel(), "acc_next");
+    std::vector<HloInstruction*> ops = {l, r, next, extra, k1};
+    ops.insert(ops.end(), scale_gte.begin(), scale_gte.end());
+    root = b.Tuple(ops, "next_state");
+  }
+  body->set_root(root);
+  HloComputation* cond = EmitCondition(ctx.module, kCondRs, tuple_shape, n);
+
+  Emitter e(comp);
+  HloInstruction* z = e.Zeros(acc_shape, "windowed_acc_init");
+  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
+  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
+  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
+  init_ops.insert(init_ops.end(), scales.begin(), scales.end());
+  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
+  loop->mutable_called_computations()->push_back(cond);
+  loop->mutable_called_computations()->push_back(body);
+  HloInstruction* res;
+  if (unrolled) {
+    HloInstruction* end_a = e.Gte(loop, 2, "windowed_endA");
+    HloInstruction* end_b = e.Gte(loop, 3, "windowed_endB");
+    HloInstruction* shifted =
+        e.Permute(end_a, p.ring.ShiftPairs(1), ctx.NextChannel(), "windowed_shiftA");
+    res = e.Binary(HloOpcode::kAdd, shifted, end_b, absl::StrCat(p.result->name(), ".windowed"));
+  } else {
+    res = e.Gte(loop, 2, absl::StrCat(p.result->name(), ".windowed"));
+  }
+  for (const ViewStep& s : p.result_views) {
+    res = comp->AddInstruction(s.instr->CloneWithNewOperands(
+        s.shape.WithElementType(res->shape().element_type), {res}, ".shard"));
+  }
+
+  std::string msg = absl::StrCat(
+      CollectiveKind(p.reduce) == HloOpcode::kReduceScatter
+          ? (AsyncStartOf(p.reduce) != nullptr ? CollectiveText(p.reduce) : "reduce-scatter")
+          : absl::StrCat(CollectiveText(p.reduce), " + dynamic-slice"),
+      " of dot '", dot->name(), "' (dim ", p.out_dim, ") -> RS loop '", loop->name(), "' (body '",
+      body->name(), "'), ",
+      p.sliced_side == 2
+          ? absl::StrCat("lhs and rhs sliced on batch dims ", p.sliced_dim, " and ", p.sliced_dim2)
+          : absl::StrCat(p.sliced_side == 0 ? "lhs" : "rhs", " sliced on dim ", p.sliced_dim),
+      ", over ", RingText(p.ring), ", ",
+      unrolled ? "unrolled by 2 with the shift-and-add after the loop"
+      : n == 2 ? "rolled (on a ring of 2 the unrolled layout's s->s-2 shift would be the identity)"
+               : "rolled (odd ring)");
+  if (!p.result_views.empty()) {
+    std::vector<std::string> names;
+    for (const ViewStep& s : p.result_views) names.push_back(s.instr->name());
+    absl::StrAppend(&msg, "; views moved after the loop onto the scattered block: ",
+                    absl::StrJoin(names, ", "));
+  }
+  for (int s = 0; s < 2; ++s) {
+    const OperandCarry& c = s == 0 ? p.lhs : p.rhs;
+    if (!c.text.empty()) {
+      absl::StrAppend(&msg, "; ", c.text);
+      continue;
+    }
+    std::string carried = CarriedText(c.base);
+    if (!carried.empty()) absl::StrAppend(&msg, s == 0 ? "; lhs " : "; rhs ", carried);
+  }
+  absl::StrAppend(&msg, p.note);
+  ctx.remark(p.result->name(), true, msg, CollectiveNames(p.reduce));
+
+  std::vector<HloInstruction*> seeds(p.result->operands().begin(), p.result->operands().end());
+  if (absl::Status s = FinishReplace(ctx, p.result, res); !s.ok()) return s;
+  return RemoveDeadChains(ctx, seeds);
+}
+
+}  // namespace weave::windowed_einsum
