@@ -45,10 +45,15 @@ class ComputationPartitioner {
   void Remark(const HloInstruction& h, bool applied, std::string message);
   // An analysis remark about `h` (a finding, neither a rewrite nor a refusal).
   void Analysis(const HloInstruction& h, std::string message);
+  // Reshard of v to s with its remarks located at `at`: the remat remark when the full fallback
+  // was used, and NoteReshard's.
+  absl::StatusOr<HloInstruction*> EmitReshard(const PValue& v, const Sharding& s,
+                                              const HloInstruction& at);
   // The analysis remark of a reshard of `h`'s value (or of a value `h` reads): its kinds and the
-  // bytes one device receives (reshard.h ReshardSummary); none when nothing moved.
+  // bytes one device receives (reshard.h ReshardSummary), about (Remark::about) the collectives
+  // among `created`, the instructions the reshard emitted; none when nothing moved.
   void NoteReshard(const HloInstruction& h, const Sharding& from, const Sharding& to,
-                   const ReshardSummary& summary);
+                   const ReshardSummary& summary, const std::vector<HloInstruction*>& created);
   // Computes `h` replicated: every operand replicated, the op cloned with global shapes; the
   // value is replicated. With a non-empty `why`, remarks an involuntary full
   // rematerialization when any operand or the result is sharded.

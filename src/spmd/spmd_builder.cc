@@ -26,7 +26,9 @@ ReplicaGroups MakeReplicaGroups(std::vector<std::vector<int64_t>> groups) {
 
 HloInstruction* SpmdBuilder::Add(HloOpcode op, const Shape& s, std::vector<HloInstruction*> ops,
                                  const std::string& name) {
-  return c_->AddInstruction(op, s, std::move(ops), name);
+  HloInstruction* h = c_->AddInstruction(op, s, std::move(ops), name);
+  if (log_ != nullptr) log_->push_back(h);
+  return h;
 }
 
 HloInstruction* SpmdBuilder::Constant(Literal lit, const std::string& name) {

@@ -100,11 +100,16 @@ class SpmdBuilder {
                                 const std::vector<int64_t>& offsets,
                                 const std::vector<std::vector<int64_t>>& groups);
 
+  // While `log` is set (not null), every instruction Add creates is appended to it: the
+  // partitioner names the collectives each reshard emitted in its remark (spmd_partitioner.cc).
+  void set_log(std::vector<HloInstruction*>* log) { log_ = log; }
+
  private:
   ReplicaGroups GlobalGroups(const std::vector<std::vector<int64_t>>& groups) const;
   HloComputation* c_;
   SpmdContext* ctx_;
   HloInstruction* pid_ = nullptr;
+  std::vector<HloInstruction*>* log_ = nullptr;
   std::map<std::vector<int64_t>, HloInstruction*> tables_;
 };
 

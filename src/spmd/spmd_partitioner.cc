@@ -115,20 +115,9 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::ValueIn(const HloInstruc
   const std::pair<const HloInstruction*, std::string> key(old, s.ToString());
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  std::string remat;
-  ReshardSummary summary;
-  absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat, &summary);
-  if (!r.ok()) {
-    return absl::Status(r.status().code(),
-                        absl::StrCat("spmd-partitioner: '", old->name(), "': ", r.status().message()));
-  }
-  if (!remat.empty()) {
-    ++remat_count_;
-    if (remarks_) remarks_->push_back({"spmd-partitioner", old->name(), false, remat});
-  }
-  NoteReshard(*old, v.sharding, s, summary);
-  cache_[key] = *r;
-  return *r;
+  absl::StatusOr<HloInstruction*> r = EmitReshard(v, s, *old);
+  if (r.ok()) cache_[key] = *r;
+  return r;
 }
 
 absl::StatusOr<HloInstruction*> ComputationPartitioner::Operand(const HloInstruction& h,
@@ -138,26 +127,41 @@ absl::StatusOr<HloInstruction*> ComputationPartitioner::Operand(const HloInstruc
 
 absl::StatusOr<HloInstruction*> ComputationPartitioner::Reshard(const PValue& v, const Sharding& s,
                                                                 const HloInstruction& for_instr) {
+  return EmitReshard(v, s, for_instr);
+}
+
+absl::StatusOr<HloInstruction*> ComputationPartitioner::EmitReshard(const PValue& v, const Sharding& s,
+                                                                    const HloInstruction& at) {
   std::string remat;
   ReshardSummary summary;
+  std::vector<HloInstruction*> created;
+  if (remarks_) b_.set_log(&created);
   absl::StatusOr<HloInstruction*> r = spmd::Reshard(b_, v, s, &remat, &summary);
+  b_.set_log(nullptr);
   if (!r.ok()) {
-    return absl::Status(r.status().code(), absl::StrCat("spmd-partitioner: '", for_instr.name(),
-                                                        "': ", r.status().message()));
+    return absl::Status(r.status().code(),
+                        absl::StrCat("spmd-partitioner: '", at.name(), "': ", r.status().message()));
   }
   if (!remat.empty()) {
     ++remat_count_;
-    if (remarks_) remarks_->push_back({"spmd-partitioner", for_instr.name(), false, remat});
+    if (remarks_) remarks_->push_back({"spmd-partitioner", at.name(), false, remat});
   }
-  NoteReshard(for_instr, v.sharding, s, summary);
+  NoteReshard(at, v.sharding, s, summary, created);
   return r;
 }
 
 void ComputationPartitioner::NoteReshard(const HloInstruction& h, const Sharding& from, const Sharding& to,
-                                         const ReshardSummary& summary) {
+                                         const ReshardSummary& summary,
+                                         const std::vector<HloInstruction*>& created) {
   if (!remarks_ || summary.kinds.empty()) return;
-  Analysis(h, absl::StrCat("reshard ", from.ToString(), " -> ", to.ToString(), ": ", summary.kinds, ", about ",
-                           static_cast<int64_t>(summary.bytes), " bytes received per device"));
+  weave::Remark r{"spmd-partitioner", h.name(), false,
+                  absl::StrCat("reshard ", from.ToString(), " -> ", to.ToString(), ": ", summary.kinds, ", about ",
+                               static_cast<int64_t>(summary.bytes), " bytes received per device")};
+  r.analysis = true;
+  for (const HloInstruction* c : created) {
+    if (IsCollective(c->opcode())) r.about.push_back(c->name());
+  }
+  remarks_->push_back(std::move(r));
 }
 
 void ComputationPartitioner::Remark(const HloInstruction& h, bool applied, std::string message) {

@@ -112,6 +112,11 @@ struct LeftAlone {
   std::string shape;
   int64_t bytes_sent = 0;  // per execution
   std::string reason;      // the pass remark that declined it, or a structural reason
+  // When the SPMD partitioner emitted it for a reshard: "at 'x': {from} -> {to}: kinds, about N
+  // bytes received per device", x the instruction whose value, or whose operand, was resharded
+  // (the reshard's analysis remark, which names the collectives it emitted in Remark::about);
+  // empty otherwise.
+  std::string reshard;
 };
 
 // Collectives of `module` outside windowed loops (async pairs listed once, by their -start), each

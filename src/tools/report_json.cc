@@ -69,6 +69,7 @@ nlohmann::json ReportToJson(const CompileReport& r) {
                     {"shape", l.shape},
                     {"bytes_sent_per_partition", l.bytes_sent},
                     {"reason", l.reason}});
+    if (!l.reshard.empty()) left.back()["reshard"] = l.reshard;
   }
   j["collectives_left_alone"] = left;
   json remarks = json::array();

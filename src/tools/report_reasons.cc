@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "tools/report.h"
 #include "tools/report_internal.h"
@@ -268,6 +269,14 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
   }
   int64_t default_group = DefaultGroup(module, 0);
   const RemarkIndex index = IndexMissedRemarks(remarks);
+  // The partitioner's reshard remarks by the collectives each emitted.
+  absl::flat_hash_map<std::string_view, const Remark*> reshards;
+  for (const Remark& r : remarks) {
+    if (r.pass != "spmd-partitioner" || !r.analysis || !absl::StartsWith(r.message, "reshard ")) {
+      continue;
+    }
+    for (const std::string& a : r.about) reshards.emplace(a, &r);
+  }
   std::vector<LeftAlone> out;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
     if (in_loops.count(c) || wrapped.count(c)) continue;
@@ -290,6 +299,11 @@ std::vector<LeftAlone> FindCollectivesLeftAlone(const HloModule& module,
         la.reason = ReasonFromIndex(CollectiveNames(*wrapped_root), remarks, index);
       }
       if (la.reason.empty()) la.reason = StructuralReason(*i, std::string(base));
+      auto rs = reshards.find(i->name());
+      if (rs != reshards.end()) {
+        la.reshard = absl::StrCat("at '", rs->second->location, "': ",
+                                  absl::StripPrefix(rs->second->message, "reshard "));
+      }
       out.push_back(std::move(la));
     }
   }

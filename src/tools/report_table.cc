@@ -79,7 +79,14 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, "  (all-to-all rows: ring = group size, trips = chunks, each one "
                         "all-to-all and one partial GEMM on its own stream)\n");
   }
+  const int64_t by_reshards =
+      std::count_if(r.left_alone.begin(), r.left_alone.end(),
+                    [](const LeftAlone& l) { return !l.reshard.empty(); });
   absl::StrAppendFormat(&o, "\nCollectives left alone: %d\n", r.left_alone.size());
+  if (by_reshards > 0) {
+    absl::StrAppendFormat(&o, "  (%d of them emitted by the SPMD partitioner's reshards)\n",
+                          by_reshards);
+  }
   int shown = 0;
   for (const LeftAlone& l : r.left_alone) {
     if (max_rows > 0 && shown >= max_rows) {
@@ -87,8 +94,9 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
                             static_cast<int>(r.left_alone.size()) - shown);
       break;
     }
-    absl::StrAppendFormat(&o, "  %-28s %-18s %s\n      why: %s\n", l.name, l.opcode, l.shape,
-                          l.reason);
+    absl::StrAppendFormat(&o, "  %-28s %-18s %s\n", l.name, l.opcode, l.shape);
+    if (!l.reshard.empty()) absl::StrAppend(&o, "      reshard: ", l.reshard, "\n");
+    absl::StrAppend(&o, "      why: ", l.reason, "\n");
     ++shown;
   }
 
