@@ -80,13 +80,25 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
                                        ? w.first + p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)] * w.step
                                        : w.starts[static_cast<size_t>(q)];
   }
-  // Every device's window, relative to the start of its tile; the union is what is fetched.
+  if (!w.needed.empty() && static_cast<int64_t>(w.needed.size()) != n) {
+    return absl::UnimplementedError("halo exchange: one needed range per partition expected");
+  }
+  // Every device's window (or the part of it the device reads), relative to the start of its
+  // tile; the union is what is fetched.
   bool any = false;
+  std::vector<bool> reads(static_cast<size_t>(n), true);
   for (int64_t q = 0; q < n; ++q) {
     const int64_t i = p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)];
     const int64_t l = p.lo[static_cast<size_t>(q)];
-    const int64_t a = std::max<int64_t>(l, 0), z = std::min<int64_t>(l + w.size, p.size);
-    if (a >= z) continue;
+    int64_t a = std::max<int64_t>(l, 0), z = std::min<int64_t>(l + w.size, p.size);
+    if (!w.needed.empty()) {
+      a = std::max(a, w.needed[static_cast<size_t>(q)].first);
+      z = std::min(z, w.needed[static_cast<size_t>(q)].second);
+    }
+    if (a >= z) {
+      reads[static_cast<size_t>(q)] = false;
+      continue;
+    }
     p.from = any ? std::min(p.from, a - i * p.t) : a - i * p.t;
     p.to = any ? std::max(p.to, z - i * p.t) : z - i * p.t;
     any = true;
@@ -94,6 +106,14 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
   if (!any) {  // every window lies outside the data: the own tile, all of it masked or unread
     p.from = 0;
     p.to = p.t;
+  }
+  // A device that reads nothing takes its window at the start of its buffer (no far padding).
+  if (!w.needed.empty()) {
+    for (int64_t q = 0; q < n; ++q) {
+      if (reads[static_cast<size_t>(q)]) continue;
+      const int64_t i = p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)];
+      p.lo[static_cast<size_t>(q)] = i * p.t + p.from;
+    }
   }
   for (int64_t q = 0; q < n; ++q) {
     const int64_t i = p.index[static_cast<size_t>(q)][static_cast<size_t>(dim)];

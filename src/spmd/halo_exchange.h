@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,12 @@ struct HaloWindow {
   // whatever its tile index; first and step are then unused (reshard_halo.h: a reshard whose
   // target tiles do not follow the source tile order).
   std::vector<int64_t> starts;
+  // When not empty (one entry per partition): the [begin, end) global indices along `dim` that
+  // partition p reads of its window; the rest of its window is unspecified (the caller masks it).
+  // Only these ranges are fetched, and a partition with an empty range reads nothing (its window
+  // is then any W elements of its buffer): a dynamic-update-slice's update fetched only where
+  // it lands (partition_dynamic_update_slice.cc).
+  std::vector<std::pair<int64_t, int64_t>> needed;
 };
 
 // Whether ExchangeHalo applies to `w` on a value of `global` shape under `s` over partitions

@@ -515,6 +515,9 @@ absl::StatusOr<PValue> PartitionDynamicSlice(ComputationPartitioner& cp, const H
 
 absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
                                                    const HloInstruction& h) {
+  absl::StatusOr<PValue> in_tiles = PartitionDynamicUpdateSliceInTiles(cp, h);
+  if (in_tiles.ok() || in_tiles.status().code() != absl::StatusCode::kUnimplemented) return in_tiles;
+  if (in_tiles.status().message() != kNoTiledSlicedDim) cp.Remark(h, false, std::string(in_tiles.status().message()));
   return PartitionDynamic(cp, h, /*update=*/true);
 }
 

@@ -22,6 +22,7 @@ absl::Status PartitionModule(HloModule* module, const PartitionOptions& options,
   module->num_partitions = std::max<int64_t>(1, options.num_partitions);
   HloPassPipeline pipeline;
   PassOptions pass_options;
+  if (options.enzyme_comms_opt) pass_options.Set("xla_enable_enzyme_comms_opt", "true");
   if (absl::Status st = pipeline.AddPassesByName(
           absl::StrJoin(PartitionPassNames(options.propagate_only), ","), pass_options);
       !st.ok()) {

@@ -18,6 +18,7 @@ struct PartitionOptions {
   int64_t num_partitions = 0;  // the partition count to use (> 0)
   bool verify_each = false;    // run the verifier after every pass
   bool propagate_only = false; // stop after sharding-propagation (shardings annotated)
+  bool enzyme_comms_opt = false;  // XLA's xla_enable_enzyme_comms_opt (spmd_partitioner.h)
 };
 
 // The pass names in pipeline order.

@@ -110,6 +110,14 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
 absl::StatusOr<PValue> PartitionDynamicSlice(ComputationPartitioner& cp, const HloInstruction& h);
 absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
                                                    const HloInstruction& h);
+// partition_dynamic_update_slice.cc: a dynamic-update-slice along tiled dims without gathering
+// them: in place on the owning tile (the update within one tile), or the update moved by halo
+// exchange (constant starts, --xla_enable_enzyme_comms_opt). Unimplemented where neither applies,
+// with kNoTiledSlicedDim as its message when no sliced dim is tiled, else the reason the sliced
+// dims are gathered (the caller remarks it).
+inline constexpr char kNoTiledSlicedDim[] = "no tiled sliced dim";
+absl::StatusOr<PValue> PartitionDynamicUpdateSliceInTiles(ComputationPartitioner& cp,
+                                                          const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_convolution.cc: dims read as an einsum's (einsum_planner.h), sliding windows by halo.

@@ -31,6 +31,8 @@ struct SpmdContext {
   // XLA's xla_gpu_threshold_for_windowed_einsum_mib (GPU default 100000), for the remarks that
   // say what XLA's partitioner would do at each dot (partition_dot.cc).
   double xla_windowed_threshold_mib = 100000;
+  // XLA's xla_enable_enzyme_comms_opt (partition_dynamic_update_slice.cc).
+  bool enzyme_comms_opt = false;
   std::map<std::string, HloComputation*> reducers;  // "add.f32" -> scalar computation
   // PartitionDot's decisions (the iteration-space sharding, the operand and output shardings it
   // asks for, the steps it names) by everything they depend on (partition_dot.cc

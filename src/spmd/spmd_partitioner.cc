@@ -538,6 +538,7 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   ctx.replica_count = std::max<int64_t>(1, module->replica_count);
   ctx.next_channel_id = module->NextChannelId();
   ctx.xla_windowed_threshold_mib = xla_windowed_threshold_mib_;
+  ctx.enzyme_comms_opt = enzyme_comms_opt_;
   std::vector<Sharding> params;
   for (int64_t i = 0; i < entry->num_parameters(); ++i) {
     const HloInstruction* p = entry->parameter(i);
@@ -600,7 +601,9 @@ WEAVE_REGISTER_PASS("spmd-partitioner",
                       absl::StatusOr<double> t =
                           o.GetDouble("xla_gpu_threshold_for_windowed_einsum_mib", 100000);
                       if (!t.ok()) return t.status();
-                      return std::make_unique<SpmdPartitioner>(*t);
+                      absl::StatusOr<bool> enzyme = o.GetBool("xla_enable_enzyme_comms_opt", false);
+                      if (!enzyme.ok()) return enzyme.status();
+                      return std::make_unique<SpmdPartitioner>(*t, *enzyme);
                     });
 
 }  // namespace weave::spmd

@@ -57,13 +57,17 @@ class SpmdPartitioner : public HloPass {
   // `xla_windowed_threshold_mib`: XLA's xla_gpu_threshold_for_windowed_einsum_mib, used only to
   // say in remarks (and the _weave_xla_window stamp) what XLA's partitioner would window; Weave
   // always emits plain collectives. Pass option `--xla_gpu_threshold_for_windowed_einsum_mib`.
-  explicit SpmdPartitioner(double xla_windowed_threshold_mib = 100000)
-      : xla_windowed_threshold_mib_(xla_windowed_threshold_mib) {}
+  // `enzyme_comms_opt`: XLA's xla_enable_enzyme_comms_opt (default false, as in XLA): a
+  // dynamic-update-slice at constant starts along tiled dims moves its update by halo exchange
+  // (partition_dynamic_update_slice.cc). Pass option `--xla_enable_enzyme_comms_opt`.
+  explicit SpmdPartitioner(double xla_windowed_threshold_mib = 100000, bool enzyme_comms_opt = false)
+      : xla_windowed_threshold_mib_(xla_windowed_threshold_mib), enzyme_comms_opt_(enzyme_comms_opt) {}
   std::string_view name() const override { return "spmd-partitioner"; }
   absl::StatusOr<bool> Run(HloModule* module) override;
 
  private:
   double xla_windowed_threshold_mib_;
+  bool enzyme_comms_opt_;
 };
 
 }  // namespace weave::spmd

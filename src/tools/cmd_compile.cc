@@ -57,6 +57,10 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_option("--input-form", o->input_form,
                   "global|partitioned, when the module does not say which it is (a module with "
                   "shardings only on parameters and root, and no collectives)");
+  cmd->add_flag("--xla_enable_enzyme_comms_opt", o->enzyme_comms_opt,
+                "Global input: XLA's option of that name for the SPMD partitioner: a "
+                "dynamic-update-slice at constant starts along tiled dims moves its update by halo "
+                "exchange (default off, as in XLA)");
   cmd->add_option("--rtol", o->rtol,
                   "Relative tolerance of --verify-numerics (default: per output type)")
       ->check(NonNegative());

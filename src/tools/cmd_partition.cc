@@ -26,7 +26,7 @@ struct PartitionArgs {
   std::string input, output = "-";
   int64_t num_partitions = 0;
   std::string input_form;
-  bool remarks = false, timing = false, verify_each = false;
+  bool remarks = false, timing = false, verify_each = false, enzyme_comms_opt = false;
 };
 
 int DoPartition(const PartitionArgs& a) {
@@ -66,6 +66,7 @@ int DoPartition(const PartitionArgs& a) {
   spmd::PartitionOptions options;
   options.num_partitions = *n;
   options.verify_each = a.verify_each;
+  options.enzyme_comms_opt = a.enzyme_comms_opt;
   std::vector<Remark> remarks;
   std::vector<PassTiming> timings;
   absl::Status st = spmd::PartitionModule(&module, options, &remarks, &timings);
@@ -113,6 +114,9 @@ void RegisterPartitionCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--remarks", args->remarks, "Print every pass's remarks to stderr");
   cmd->add_flag("--timing", args->timing, "Print each pass's time to stderr");
   cmd->add_flag("--verify-each", args->verify_each, "Verify after every pass");
+  cmd->add_flag("--xla_enable_enzyme_comms_opt", args->enzyme_comms_opt,
+                "XLA's option of that name: a dynamic-update-slice at constant starts along tiled "
+                "dims moves its update by halo exchange (default off, as in XLA)");
   cmd->callback([args, exit_code] { *exit_code = DoPartition(*args); });
 }
 

@@ -72,6 +72,8 @@ struct CompileOptions {
   double parse_seconds = -1;  // set by the command when it timed the parse (else not printed)
   bool quiet = false;
   bool verify_each = false;
+  // Global input: XLA's xla_enable_enzyme_comms_opt for the SPMD partitioner (spmd_partitioner.h).
+  bool enzyme_comms_opt = false;
   // Global input: the partition count (must agree with the header's num_partitions).
   // Partitioned input: the partitions of the numerics check.
   int64_t num_partitions = 0;

@@ -63,6 +63,7 @@ int PrepareCompileInput(const CompileOptions& o, std::unique_ptr<HloModule> inpu
   spmd::PartitionOptions options;
   options.num_partitions = *n;
   options.verify_each = o.verify_each;
+  options.enzyme_comms_opt = o.enzyme_comms_opt;
   std::vector<Remark> remarks;
   std::vector<PassTiming> timings;
   const int64_t instructions_before = CountInstructions(*partitioned);

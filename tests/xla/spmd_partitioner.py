@@ -329,29 +329,41 @@ def extract_modules(src):
         for mod in local:
             calls = uses.get(id(mod), [])
             note = []
+            flags = []
             if calls:
                 ns = sorted({c[0] for c in calls if c[0] is not None})
                 unresolved = sorted({c[1] for c in calls if c[0] is None})
-                if any(extra for _, _, extra in calls):
-                    extras = sorted({", ".join(e) for _, _, e in calls if e})
+                # PartitionComputation(module, n, options, enable_enzyme_opt): the last is
+                # XLA's xla_enable_enzyme_comms_opt, which Weave takes; default options are none.
+                kept = []
+                for _, _, extra in calls:
+                    e = [strip_comments(x).strip() for x in extra]
+                    if len(e) >= 2 and e[1] == "true":
+                        flags = ["--xla_enable_enzyme_comms_opt"]
+                    if len(e) >= 2 and e[1] in ("true", "false"):
+                        extra = extra[:1]
+                    if extra and strip_comments(extra[0]).strip() != "SpmdPartitionerOptions()":
+                        kept.append(extra)
+                if kept:
+                    extras = sorted({", ".join(e) for e in kept})
                     note.append("the XLA test also passes (not reproduced): " + "; ".join(extras))
                 if unresolved:
                     entries.append((mod, None, "PartitionComputation",
-                                    "partition count is an expression: " + ", ".join(unresolved)))
+                                    "partition count is an expression: " + ", ".join(unresolved), []))
                     continue
                 for n in ns:
-                    entries.append((mod, n, "PartitionComputation", "; ".join(note)))
+                    entries.append((mod, n, "PartitionComputation", "; ".join(note), flags))
                 continue
             lits = sorted({int(d) for d in direct if INT_LITERAL.match(d)})
             if len(lits) == 1 and all(INT_LITERAL.match(d) for d in direct):
                 entries.append((mod, lits[0], "SpmdPartitioner",
-                                "partitioned by a hand-built SpmdPartitioner"))
+                                "partitioned by a hand-built SpmdPartitioner", []))
             elif direct:
                 entries.append((mod, None, "SpmdPartitioner",
-                                "SpmdPartitioner built with " + ", ".join(sorted(set(direct)))))
+                                "SpmdPartitioner built with " + ", ".join(sorted(set(direct))), []))
             else:
                 entries.append((mod, None, "",
-                                "no PartitionComputation or SpmdPartitioner call uses it"))
+                                "no PartitionComputation or SpmdPartitioner call uses it", []))
         # A test that expects the partitioner to refuse the module (EXPECT_FALSE(...ok())), and the
         # text its message must hold.
         expect_error = None
@@ -360,11 +372,11 @@ def extract_modules(src):
             sub = re.search(r'HasSubstr\(\s*"((?:[^"\\]|\\.)*)"(?:\s*"((?:[^"\\]|\\.)*)")*', body)
             expect_error = "".join(x for x in (sub.groups() if sub else ()) if x) or ""
         asserted = asserted_collectives(body)
-        for k, (mod, n, n_source, note) in enumerate(entries):
+        for k, (mod, n, n_source, note, flags) in enumerate(entries):
             name = t["name"] if len(entries) == 1 else "%s.%d" % (t["name"], k + 1)
             modules.append(dict(name=name, test=t["name"], fixture=t["fixture"],
                                 line=mod["line"], test_line=line_of(src, t["start"]), n=n,
-                                n_source=n_source, note=note, hlo=mod["text"],
+                                n_source=n_source, note=note, hlo=mod["text"], flags=flags,
                                 expect_error=expect_error, asserted=asserted))
         if not entries:
             modules.append(dict(name=t["name"], test=t["name"], fixture=t["fixture"],
@@ -573,7 +585,7 @@ def run_one(mod, args, scratch):
     cmd = [args.weave, "compile", inp, "-o", out, "--input-form=global",
            "--num-partitions", str(mod["n"]), "--verify-numerics", "--cost-gate=off",
            "--numerics-memory-gib", "%g" % args.numerics_gib,
-           "--report", rep, "--timing"]
+           "--report", rep, "--timing"] + mod.get("flags", [])
     part = os.path.join(d, "partitioned.hlo")
     cmd += ["--partitioned-output", part]
     t0 = time.monotonic()
