@@ -65,11 +65,6 @@ double MaxFinite(PrimitiveType t) {
   return FormatOf(t).max_finite;
 }
 
-bool HasInfinity(PrimitiveType t) {
-  if (t == PrimitiveType::F64) return true;
-  return FormatOf(t).has_inf;
-}
-
 double RoundToType(double x, PrimitiveType t) {
   if (t == PrimitiveType::F64) return x;
   if (t == PrimitiveType::F32) return static_cast<double>(static_cast<float>(x));

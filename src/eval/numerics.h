@@ -32,7 +32,7 @@ double UlpOf(double x, PrimitiveType t);
 
 // Largest finite value of float type t (e.g. 448 for f8e4m3fn, 57344 for f8e5m2, 65504 for f16).
 double MaxFinite(PrimitiveType t);
-bool HasInfinity(PrimitiveType t);
+// (HasInfinity(t): hlo/types.h.)
 
 // Encoding helpers for 8/16-bit float types: the bit pattern of the (already representable)
 // value `x`, and the value of a bit pattern. Supported for f16, bf16, the FP8 formats (f8e4m3fn,

@@ -85,6 +85,11 @@ bool IsUnsignedInteger(PrimitiveType t) {
 }
 bool IsInteger(PrimitiveType t) { return IsSignedInteger(t) || IsUnsignedInteger(t); }
 bool IsComplex(PrimitiveType t) { return t == PrimitiveType::C64 || t == PrimitiveType::C128; }
+bool HasInfinity(PrimitiveType t) {
+  return t == PrimitiveType::F16 || t == PrimitiveType::BF16 || t == PrimitiveType::F32 ||
+         t == PrimitiveType::F64 || t == PrimitiveType::F8E5M2 || t == PrimitiveType::F8E4M3 ||
+         t == PrimitiveType::F8E3M4;
+}
 bool IsArrayType(PrimitiveType t) {
   return t != PrimitiveType::kInvalid && t != PrimitiveType::TOKEN &&
          t != PrimitiveType::OPAQUE && t != PrimitiveType::TUPLE;

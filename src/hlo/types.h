@@ -41,6 +41,9 @@ bool IsInteger(PrimitiveType t);         // s*, u*
 bool IsSignedInteger(PrimitiveType t);   // s*
 bool IsUnsignedInteger(PrimitiveType t); // u*
 bool IsComplex(PrimitiveType t);
+// Float types with +-inf: f16, bf16, f32, f64, f8e5m2, f8e4m3, f8e3m4 (not the FN / FNUZ / E8M0
+// FP8 types, nor FP6 / FP4).
+bool HasInfinity(PrimitiveType t);
 bool IsArrayType(PrimitiveType t);       // not TOKEN, OPAQUE, TUPLE
 
 // A layout: minor_to_major plus the optional extensions after ':' (tiles, memory space, ...),

@@ -429,12 +429,8 @@ std::optional<Combiner> ScatterCombiner(const HloComputation* c, PrimitiveType t
     case HloOpcode::kMaximum: {
       const bool mn = r->opcode() == HloOpcode::kMinimum;
       if (fp) {
-        // +-inf is the identity only where the type has an infinity (not the FN / FNUZ / E8M0
-        // FP8 types, nor FP6 / FP4).
-        const bool has_inf = t == PrimitiveType::F16 || t == PrimitiveType::BF16 || t == PrimitiveType::F32 ||
-                             t == PrimitiveType::F64 || t == PrimitiveType::F8E5M2 ||
-                             t == PrimitiveType::F8E4M3 || t == PrimitiveType::F8E3M4;
-        if (!has_inf) return std::nullopt;
+        // +-inf is the identity only where the type has an infinity.
+        if (!HasInfinity(t)) return std::nullopt;
         return Combiner{r->opcode(), Literal::Scalar(t, mn ? HUGE_VAL : -HUGE_VAL)};
       }
       if (sint && bits <= 64) {

@@ -118,6 +118,9 @@ absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
 inline constexpr char kNoTiledSlicedDim[] = "no tiled sliced dim";
 absl::StatusOr<PValue> PartitionDynamicUpdateSliceInTiles(ComputationPartitioner& cp,
                                                           const HloInstruction& h);
+// partition_topk.cc: the TopK custom call (XLA's HandleCustomCallTopK); Unimplemented where it
+// does not apply (the caller computes it replicated).
+absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_convolution.cc: dims read as an einsum's (einsum_planner.h), sliding windows by halo.

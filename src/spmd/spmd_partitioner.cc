@@ -404,6 +404,11 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
         // global value in its (target) sharding, whose local shape is the manual shape.
         return PValue{c, target, h.shape()};
       }
+      if (IsCall(h, "TopK")) {
+        absl::StatusOr<PValue> r = PartitionTopK(*this, h);
+        if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
+        return Replicated(h, absl::StrCat("TopK: ", r.status().message()));
+      }
       return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target(),
                                         "\" has no partitioning rule"));
     }
