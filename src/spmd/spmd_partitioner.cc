@@ -287,6 +287,17 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       return PartitionGather(*this, h);
     case HloOpcode::kScatter:
       return PartitionScatter(*this, h);
+    case HloOpcode::kAllReduce:
+      // XLA's HandleAllReduce: an all-reduce of one operand across replicas (no channel), or
+      // across partitions in replicated or (partially) manual code (its groups checked above to
+      // stay within a manual subgroup), is elementwise over the partitions.
+      if (h.operand_count() == 1 && (!h.channel_id.has_value() || target.HasManualSubgroup())) {
+        return PartitionElementwise(*this, h);
+      }
+      // Replicated across partitions: on the whole value, as XLA computes it (not a remat).
+      if (h.operand_count() == 1 && Sharding::Broadcast(target, h.shape()).IsReplicated()) return Replicated(h, "");
+      return Replicated(h, "all-reduce across partitions of a tiled value outside manual code "
+                           "(XLA's partitioner rejects it)");
     case HloOpcode::kSlice:
     case HloOpcode::kPad:
     case HloOpcode::kConcatenate:
