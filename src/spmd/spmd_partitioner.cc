@@ -54,6 +54,35 @@ absl::Status CheckManualSubgroupCollective(const HloInstruction& h, const Shardi
   return absl::OkStatus();
 }
 
+// A custom call's operand_layout_constraints={T[dims]{layout}, ...} rewritten with its operands'
+// (local) shapes, each layout kept; left as it is when it does not list one shape per operand.
+void LocalLayoutConstraints(HloInstruction* c) {
+  for (auto& [name, value] : *c->mutable_raw_attributes()) {
+    if (name != "operand_layout_constraints") continue;
+    std::vector<std::string> layouts;
+    size_t pos = 0;
+    while ((pos = value.find(']', pos)) != std::string::npos) {
+      ++pos;
+      std::string layout;
+      if (pos < value.size() && value[pos] == '{') {
+        const size_t end = value.find('}', pos);
+        if (end == std::string::npos) return;
+        layout = value.substr(pos, end - pos + 1);
+        pos = end + 1;
+      }
+      layouts.push_back(layout);
+    }
+    if (static_cast<int64_t>(layouts.size()) != c->operand_count()) return;
+    std::vector<std::string> parts;
+    for (int64_t i = 0; i < c->operand_count(); ++i) {
+      Shape s = c->operand(i)->shape();
+      s.layout.reset();
+      parts.push_back(s.ToString(false) + layouts[static_cast<size_t>(i)]);
+    }
+    value = absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+  }
+}
+
 bool AllManual(const Sharding& s) {
   if (!s.IsTuple()) return s.IsManual();
   return !s.leaves().empty() &&
@@ -414,6 +443,13 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
         // FullToShard: a manual value (its shape is already per device); ShardToFull: the
         // global value in its (target) sharding, whose local shape is the manual shape.
         return PValue{c, target, h.shape()};
+      }
+      // XLA's HandleCustomCall: a LayoutConstraint is elementwise (an identity on values); its
+      // operand_layout_constraints name the local operand shape, the layout kept.
+      if (IsCall(h, "LayoutConstraint") && h.operand_count() == 1 && h.shape().IsArray()) {
+        absl::StatusOr<PValue> r = PartitionElementwise(*this, h);
+        if (r.ok()) LocalLayoutConstraints(r->hlo);
+        return r;
       }
       if (IsCall(h, "TopK")) {
         absl::StatusOr<PValue> r = PartitionTopK(*this, h);
