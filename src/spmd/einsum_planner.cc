@@ -488,6 +488,10 @@ class EinsumPlanner {
 // numbers, its operand and result shapes, and the three physical shardings (by their text, which
 }  // namespace
 
+Sharding ProjectSpace(const Sharding& x, const std::vector<int64_t>& map, int64_t n) {
+  return Project(x, map, n);
+}
+
 EinsumSpace DotSpace(const HloInstruction& dot) {
   const DotDims& dd = dot.dot_dims();
   EinsumSpace s;

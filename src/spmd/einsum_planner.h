@@ -44,6 +44,10 @@ struct EinsumDecision {
 // shapes `lhs`, `rhs` (current physical shardings `ls`, `rs`: tiled or replicated, no manual or
 // unreduced subgroup) and an output of global shape `out` with target `os`, on partitions
 // 0..n-1. Pure: builds nothing. Cost: the steps' few candidate shardings, each O(n * rank).
+// X, a sharding of a space, projected onto a value whose dims map to space dims through `map`
+// (-1: untiled), on partitions 0..n-1 (how PlanEinsum asks each operand for its sharding).
+Sharding ProjectSpace(const Sharding& x, const std::vector<int64_t>& map, int64_t n);
+
 EinsumDecision PlanEinsum(const EinsumSpace& sp, const Shape& lhs, const Shape& rhs,
                           const Shape& out, const Sharding& ls, const Sharding& rs,
                           const Sharding& os, int64_t n);

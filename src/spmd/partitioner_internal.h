@@ -121,6 +121,9 @@ absl::StatusOr<PValue> PartitionDynamicUpdateSliceInTiles(ComputationPartitioner
 // partition_topk.cc: the TopK custom call (XLA's HandleCustomCallTopK); Unimplemented where it
 // does not apply (the caller computes it replicated).
 absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_ragged_dot.cc: ragged-dot through the dot's decision procedure, its ragged and group
+// dims whole (Unimplemented where it does not apply).
+absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_convolution.cc: dims read as an einsum's (einsum_planner.h), sliding windows by halo.
