@@ -357,6 +357,12 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     case HloOpcode::kSort:
       affected = h.dimensions;
       break;
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
+      // XLA's HandleCholesky / HandleTriangularSolve: the matrix dims whole, batch dims tiled.
+      if (leaf_shape.rank() < 2) return cp.Replicated(h, "no partitioning rule for a rank < 2 operand");
+      affected = {leaf_shape.rank() - 2, leaf_shape.rank() - 1};
+      break;
     case HloOpcode::kReduceWindow:
       affected = WindowDims(h);
       for (int64_t i = h.operand_count() / 2; i < h.operand_count(); ++i) {
@@ -431,7 +437,10 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
               absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
                            absl::StrJoin(tiled_affected, ","),
                            ": those dims are gathered and computed replicated (no ",
-                           op == HloOpcode::kSort ? "partitioned sort" : "halo exchange",
+                           op == HloOpcode::kSort ? "partitioned sort"
+                           : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve
+                               ? "matrix-dim partitioning"
+                               : "halo exchange",
                            " rule; other dims stay sharded)", halo_why));
   }
   std::vector<HloInstruction*> ops;

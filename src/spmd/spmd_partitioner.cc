@@ -338,6 +338,8 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kReverse:
     case HloOpcode::kSort:
     case HloOpcode::kReduceWindow:
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
       return PartitionAlongUntiledDims(*this, h);
     case HloOpcode::kOutfeed: {
       // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends
