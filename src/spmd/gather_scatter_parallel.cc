@@ -57,7 +57,7 @@ std::vector<ParallelDim> ParallelDims(const HloInstruction& h, const GatherScatt
   for (size_t k = 0; k < g.operand_batching.size() && k < g.indices_batching.size(); ++k) {
     out.push_back({g.operand_batching[k], g.indices_batching[k], false});
   }
-  const HloInstruction* idx = h.operand(1);
+  const HloInstruction* idx = h.operand(GatherScatterIndicesOperand(h));
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = idx->shape();
   if (!IsSignedInteger(ig.element_type)) return out;

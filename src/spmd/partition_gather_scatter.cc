@@ -452,17 +452,23 @@ std::optional<Combiner> ScatterCombiner(const HloComputation* c, PrimitiveType t
 }  // namespace
 
 absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloInstruction& h) {
-  if (h.operand_count() != 3 || h.shape().IsTuple()) {
-    return cp.Replicated(h, "scatter of several operands (no partitioning rule)");
+  // Operands o_1..o_k, the indices, updates u_1..u_k (k > 1: a variadic scatter, whose operands
+  // and updates are partitioned alike; its combiner couples them, so no rule that combines
+  // partial scatters applies to it).
+  const int64_t k = (h.operand_count() - 1) / 2;
+  if (h.operand_count() != 2 * k + 1 || k < 1 || h.shape().IsTuple() != (k > 1)) {
+    return cp.Replicated(h, "scatter: unexpected operand count (no partitioning rule)");
   }
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "scatter: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
   Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
-  const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
+  const Sharding ish = PhysicalSharding(cp.Value(h.operand(k)).sharding);
   const Shape& og = h.operand(0)->shape();
-  const Shape& ig = h.operand(1)->shape();
-  const Shape& ug = h.operand(2)->shape();
+  const Shape& ig = h.operand(k)->shape();
+  const Shape& ug = h.operand(k + 1)->shape();
+  // The element type the combiner's identity is of (none for a variadic scatter).
+  const PrimitiveType et = k == 1 ? h.shape().element_type : PrimitiveType::TUPLE;
   const std::vector<ParallelDim> par = ParallelDims(h, *g);
   std::vector<int64_t> vocab, unsupported;
   ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
@@ -492,7 +498,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     // partial scatters combined by an all-reduce, which needs the combiner and no vocab shift.
     bool other = false;
     for (int64_t d : g->indices_batch) other |= idx_req.tile(d) > 1 && !par_index[static_cast<size_t>(d)];
-    if (other && (!vocab.empty() || !ScatterCombiner(h.to_apply(), h.shape().element_type))) {
+    if (other && (!vocab.empty() || !ScatterCombiner(h.to_apply(), et))) {
       return cp.Replicated(h, "scatter: indices tiled on parallel and other batch dims with a vocab-sharded "
                               "operand or a combiner that is not add, multiply, minimum, maximum, and or or "
                               "(no partitioning rule)");
@@ -502,7 +508,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     std::optional<Sharding> r =
         g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;
     if (r) idx_req = *r;
-    if (idx_req.IsTiled() && !ScatterCombiner(h.to_apply(), h.shape().element_type)) {
+    if (idx_req.IsTiled() && !ScatterCombiner(h.to_apply(), et)) {
       return cp.Replicated(h, "scatter: indices tiled on their batch dims with a combiner that is not "
                               "add, multiply, minimum, maximum, and or or (no partitioning rule)");
     }
@@ -536,9 +542,16 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
     if (!upd || !groups_ok(*upd)) return cp.Replicated(h, "scatter: no consistent local sharding (no partitioning rule)");
   }
-  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, osh);
-  if (!o.ok()) return o.status();
-  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
+  if (!groups.empty() && !ScatterCombiner(h.to_apply(), et)) {
+    return cp.Replicated(h, "scatter: partial scatters to combine without an elementwise combiner (no partitioning rule)");
+  }
+  std::vector<HloInstruction*> bases;
+  for (int64_t i = 0; i < k; ++i) {
+    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, osh);
+    if (!o.ok()) return o.status();
+    bases.push_back(*o);
+  }
+  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, k, idx_req);
   if (!ix.ok()) return ix.status();
   // The padding rows of an uneven index tile (a trailing tile past the global index count) hold
   // no index: each is set out of bounds, so the local scatter skips its window (left as it is, a
@@ -552,8 +565,12 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                                            " index is out of bounds to mask their padding with (no partitioning rule)"));
     }
   }
-  absl::StatusOr<HloInstruction*> u = cp.Operand(h, 2, *upd);
-  if (!u.ok()) return u.status();
+  std::vector<HloInstruction*> updates;
+  for (int64_t i = 0; i < k; ++i) {
+    absl::StatusOr<HloInstruction*> u = cp.Operand(h, k + 1 + i, *upd);
+    if (!u.ok()) return u.status();
+    updates.push_back(*u);
+  }
   SpmdBuilder& b = cp.b();
   HloInstruction* indices = *ix;
   if (oob) {
@@ -561,7 +578,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                             b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
   }
   if (parallel) indices = ShiftParallelIndices(b, indices, *g, par, osh, og);
-  HloInstruction* base = *o;
+  HloInstruction* base = bases[0];
   if (!vocab.empty()) {
     indices = ShiftIndexComponents(b, indices, *g, vocab, osh, og);
   } else if (!groups.empty()) {
@@ -574,10 +591,15 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
                                  {is_first}, "broadcast");
     pred->has_dimensions_attr = true;
-    base = b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(h.to_apply(), h.shape().element_type)->identity),
+    base = b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(h.to_apply(), et)->identity),
                                         base->shape()));
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), osh), {base, indices, *u});
+  bases[0] = base;
+  std::vector<HloInstruction*> ops = bases;
+  ops.push_back(indices);
+  ops.insert(ops.end(), updates.begin(), updates.end());
+  const Sharding result = Sharding::Broadcast(osh, h.shape());
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), result), ops);
   if (!vocab.empty()) {
     cp.Remark(h, true,
               absl::StrCat("scatter into an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
@@ -585,8 +607,8 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
                            "for other shards fall out of bounds and are skipped), local scatter; "
                            "result ", osh.ToString(), gathered));
   } else if (!groups.empty()) {
-    const HloOpcode op = ScatterCombiner(h.to_apply(), h.shape().element_type)->op;
-    local = b.AllReduce(local, groups, b.Reducer(op, h.shape().element_type));
+    const HloOpcode op = ScatterCombiner(h.to_apply(), et)->op;
+    local = b.AllReduce(local, groups, b.Reducer(op, et));
     cp.Remark(h, true,
               absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
                            upd->ToString(), "; the first device of each batch group scatters into "
@@ -600,7 +622,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   } else if (upd->IsTiled() || osh.IsTiled()) {
     cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString(), gathered));
   }
-  return PValue{local, osh, h.shape()};
+  return PValue{local, result, h.shape()};
 }
 
 }  // namespace weave::spmd

@@ -609,12 +609,16 @@ bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(),
 
 }  // namespace
 
+int64_t GatherScatterIndicesOperand(const HloInstruction& h) {
+  return h.opcode() == HloOpcode::kScatter ? (h.operand_count() - 1) / 2 : 1;
+}
+
 std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h) {
   GatherScatterDims g;
   const bool scatter = h.opcode() == HloOpcode::kScatter;
   if (h.operand_count() < 2) return std::nullopt;
   const Shape& operand = h.operand(0)->shape();
-  const Shape& indices = h.operand(1)->shape();
+  const Shape& indices = h.operand(GatherScatterIndicesOperand(h))->shape();
   if (operand.IsTuple() || indices.IsTuple()) return std::nullopt;
   std::vector<int64_t> ivd;
   const bool ok =

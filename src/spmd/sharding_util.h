@@ -126,5 +126,7 @@ struct GatherScatterDims {
 };
 // nullopt when an attribute is missing or malformed (the caller leaves the op alone).
 std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h);
+// The operand number of a gather's (1) or scatter's (k, after its k operands) indices.
+int64_t GatherScatterIndicesOperand(const HloInstruction& h);
 
 }  // namespace weave::spmd
