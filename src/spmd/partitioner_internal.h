@@ -119,6 +119,13 @@ absl::StatusOr<PValue> PartitionDynamicUpdateSlice(ComputationPartitioner& cp,
 inline constexpr char kNoTiledSlicedDim[] = "no tiled sliced dim";
 absl::StatusOr<PValue> PartitionDynamicUpdateSliceInTiles(ComputationPartitioner& cp,
                                                           const HloInstruction& h);
+// partition_scan.cc: scan along its non-scan dims, the body partitioned for the slices
+// (Unimplemented where it does not apply).
+absl::StatusOr<PValue> PartitionScan(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_ops.cc: `s` with the tiling of `dims` moved onto one dim of `shape` outside `avoid`
+// (nullopt when there is none; see its definition).
+std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64_t>& dims,
+                                      const std::vector<int64_t>& avoid, const Shape& shape);
 // partition_topk.cc: the TopK custom call (XLA's HandleCustomCallTopK); Unimplemented where it
 // does not apply (the caller computes it replicated).
 absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstruction& h);

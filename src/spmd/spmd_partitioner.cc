@@ -310,6 +310,11 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       return PartitionReduce(*this, h);
     case HloOpcode::kDot:
       return PartitionDot(*this, h);
+    case HloOpcode::kScan: {
+      absl::StatusOr<PValue> r = PartitionScan(*this, h);
+      if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
+      return Replicated(h, absl::StrCat("scan: ", r.status().message()));
+    }
     case HloOpcode::kRaggedDot: {
       absl::StatusOr<PValue> r = PartitionRaggedDot(*this, h);
       if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
