@@ -145,14 +145,9 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
   if (fgc > 1 && bgc > 1) {
     return cp.Replicated(h, "convolution with both feature and batch group counts (no partitioning rule)");
   }
-  auto physical = [](const Sharding& s) {
-    return s.IsTiled() && !s.HasManualSubgroup() && s.SubgroupSize(SubgroupType::kUnreduced) <= 1
-               ? s
-               : Sharding::Replicated();
-  };
-  const Sharding ls = physical(cp.Value(h.operand(0)).sharding);
-  const Sharding rs = physical(cp.Value(h.operand(1)).sharding);
-  const Sharding os = physical(cp.Target(&h));
+  const Sharding ls = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  const Sharding rs = PhysicalSharding(cp.Value(h.operand(1)).sharding);
+  const Sharding os = PhysicalSharding(cp.Target(&h));
 
   std::vector<ConvSpaceDim> dims;
   if (fgc > 1) {

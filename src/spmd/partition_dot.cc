@@ -124,10 +124,7 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   const Sharding& out = cp.Target(&h);
   const PValue& lv = cp.Value(h.operand(0));
   const PValue& rv = cp.Value(h.operand(1));
-  auto physical = [](const Sharding& s) {
-    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
-  };
-  const Sharding ls = physical(lv.sharding), rs = physical(rv.sharding), os = physical(out);
+  const Sharding ls = PhysicalSharding(lv.sharding), rs = PhysicalSharding(rv.sharding), os = PhysicalSharding(out);
   std::shared_ptr<const EinsumDecision>& decided =
       cp.ctx()->dot_decisions[DotDecisionKey(h, ls, rs, os, n)];
   if (decided == nullptr) {

@@ -114,12 +114,6 @@ HloInstruction* SliceAlong(SpmdBuilder& b, HloInstruction* x, int64_t dim, int64
   return s;
 }
 
-// The sharding a rule partitions by: `s` when it tiles across partitions, else replicated
-// (manual subgroups and maximal shardings are not split by these rules).
-Sharding PhysicalSharding(const Sharding& s) {
-  return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
-}
-
 // The operand dims of a gather/scatter that `osh` tiles (rank `rank`), by what the rules do with
 // them: *vocab, dims indexed with slice size 1 (each partition holds a vocabulary range);
 // *unsupported, dims neither taken whole (pass-through) nor indexed with slice size 1.

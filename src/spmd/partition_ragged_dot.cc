@@ -128,13 +128,10 @@ absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloI
   if (!rs) return absl::UnimplementedError("unreadable ragged-dot dimension numbers");
   const EinsumSpace& sp = rs->sp;
   const int64_t n = cp.num_partitions();
-  auto physical = [](const Sharding& s) {
-    return s.IsTiled() && !s.HasManualSubgroup() ? s : Sharding::Replicated();
-  };
   const Shape& lg = h.operand(0)->shape();
   const Shape& rg = h.operand(1)->shape();
-  const Sharding ls = physical(cp.Value(h.operand(0)).sharding), rsh = physical(cp.Value(h.operand(1)).sharding);
-  const Sharding os = physical(cp.Target(&h));
+  const Sharding ls = PhysicalSharding(cp.Value(h.operand(0)).sharding), rsh = PhysicalSharding(cp.Value(h.operand(1)).sharding);
+  const Sharding os = PhysicalSharding(cp.Target(&h));
   const EinsumDecision decision = PlanEinsum(sp, lg, rg, h.shape(), ls, rsh, os, n);
   if (!decision.best) return absl::UnimplementedError("no consistent sharding of its iteration space");
   const Sharding& best = *decision.best;

@@ -280,6 +280,12 @@ std::optional<Sharding> RemoveDims(const Sharding& s, const std::vector<int64_t>
   return *out;
 }
 
+Sharding PhysicalSharding(const Sharding& s) {
+  return s.IsTiled() && !s.HasManualSubgroup() && s.SubgroupSize(SubgroupType::kUnreduced) <= 1
+             ? s
+             : Sharding::Replicated();
+}
+
 std::optional<Sharding> InsertDims(const Sharding& s, const std::vector<int64_t>& positions) {
   if (!s.IsTiled()) return s;
   std::vector<int64_t> tiles;

@@ -44,6 +44,10 @@ std::optional<Sharding> ReplicateAllDimsExcept(const Sharding& s, const std::vec
 
 // Result dim k takes operand dim perm[k] (transpose).
 std::optional<Sharding> TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm);
+// The sharding a partitioning rule splits a value by: `s` when it tiles across partitions (no
+// manual or unreduced subgroup), else replicated (maximal, manual and partial values are not
+// split by the dot, convolution, ragged-dot and gather/scatter rules).
+Sharding PhysicalSharding(const Sharding& s);
 // Removes data dims `dims` (each must be untiled; nullopt otherwise).
 std::optional<Sharding> RemoveDims(const Sharding& s, const std::vector<int64_t>& dims);
 // Inserts untiled data dims so that they sit at positions `positions` (sorted) of the result.
