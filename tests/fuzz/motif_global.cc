@@ -465,6 +465,38 @@ void Generator::GlobalMotifReshard(const Mesh& mesh) {
       v = b_.Op("reduce-window", v.type, out, {v, init}, win, "pooled");
       dims = out;
       absl::StrAppend(&desc, " reduce-window ", max ? "max " : "sum ", absl::StrJoin(size, "x"));
+    } else if (c_.Percent(12)) {
+      // A dynamic-update-slice into the value: constant starts (now and then past the end, which
+      // the op clamps), or a one-row update at a dynamic start; the update a slice of the value
+      // itself half the time (the halo method reads the value directly), else a parameter.
+      std::vector<int64_t> upd = v.dims;
+      std::vector<Val> starts;
+      std::vector<std::string> fields;
+      const bool dynamic_row = c_.Percent(30);
+      for (size_t d = 0; d < upd.size(); ++d) {
+        const int64_t size = upd[d];
+        if (d == 0 && dynamic_row) {
+          upd[d] = 1;
+          starts.push_back(b_.Param("s32", {}, shardy_ ? "" : "{replicated}", "row"));
+        } else if (c_.Percent(40)) {
+          starts.push_back(b_.ScalarConstant("s32", "0"));
+        } else {
+          upd[d] = 1 + static_cast<int64_t>(c_.Below(static_cast<uint64_t>(size)));
+          const int64_t start = static_cast<int64_t>(c_.Below(static_cast<uint64_t>(size - upd[d] + 1))) +
+                                (c_.Percent(10) ? 3 : 0);
+          starts.push_back(b_.ScalarConstant("s32", absl::StrCat(start)));
+        }
+        const int64_t a = static_cast<int64_t>(c_.Below(static_cast<uint64_t>(size - upd[d] + 1)));
+        fields.push_back(absl::StrCat("[", a, ":", a + upd[d], "]"));
+      }
+      Val u = c_.Percent(50) ? b_.Op("slice", v.type, upd, {v}, absl::StrCat("slice={", absl::StrJoin(fields, ", "), "}"),
+                                     "dus_src")
+                             : b_.Param(v.type, upd, shardy_ ? "" : "{replicated}", "dus_upd");
+      std::vector<Val> ops = {v, u};
+      ops.insert(ops.end(), starts.begin(), starts.end());
+      v = b_.Op("dynamic-update-slice", v.type, v.dims, ops, !shardy_ && c_.Percent(50) ? absl::StrCat("sharding=", s) : "",
+                "updated");
+      absl::StrAppend(&desc, " dus [", IntList(upd), "]", dynamic_row ? " dyn-row" : "");
     } else if (c_.Percent(15)) {
       // A reverse of some dims (a permute to the mirrored tile order, a halo shift when uneven),
       // annotated with the value's own sharding half the time.
