@@ -357,6 +357,14 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     case HloOpcode::kSort:
       affected = h.dimensions;
       break;
+    case HloOpcode::kSelectAndScatter:
+      // Operand and source tiled alike along the dims the window does not touch (the source
+      // has the operand's size there); the window dims whole. XLA exchanges halos along them
+      // (HandleSelectAndScatter); Weave moves their tiling to a free dim or gathers them.
+      if (h.operand_count() != 3) return cp.Replicated(h, "select-and-scatter without three operands");
+      affected = WindowDims(h);
+      is_data[2] = false;
+      break;
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
       // XLA's HandleCholesky / HandleTriangularSolve: the matrix dims whole, batch dims tiled.
@@ -433,15 +441,17 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     }
   }
   if (!tiled_affected.empty()) {
-    cp.Remark(h, false,
-              absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
-                           absl::StrJoin(tiled_affected, ","),
-                           ": those dims are gathered and computed replicated (no ",
-                           op == HloOpcode::kSort ? "partitioned sort"
-                           : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve
-                               ? "matrix-dim partitioning"
-                               : "halo exchange",
-                           " rule; other dims stay sharded)", halo_why));
+    const std::string why = absl::StrCat(
+        std::string(HloOpcodeString(op)), " along tiled dim(s) ", absl::StrJoin(tiled_affected, ","),
+        ": those dims are gathered and computed replicated (no ",
+        op == HloOpcode::kSort ? "partitioned sort"
+        : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve ? "matrix-dim partitioning"
+                                                                          : "halo exchange",
+        " rule", s->IsTiled() ? "; other dims stay sharded)" : ")", halo_why);
+    // Nothing left tiled: the whole op is computed replicated, an involuntary full
+    // rematerialization, and said so.
+    if (!s->IsTiled()) return cp.Replicated(h, why);
+    cp.Remark(h, false, why);
   }
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {

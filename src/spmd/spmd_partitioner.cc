@@ -345,6 +345,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kReduceWindow:
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
+    case HloOpcode::kSelectAndScatter:
       return PartitionAlongUntiledDims(*this, h);
     case HloOpcode::kOutfeed: {
       // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends
