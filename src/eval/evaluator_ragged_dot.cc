@@ -20,27 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "eval/evaluator_internal.h"
+#include "hlo/raw_dims_attribute.h"
 
 namespace weave::eval::internal {
 namespace {
-
-absl::StatusOr<std::vector<int64_t>> DimsAttr(const HloInstruction& instr, const char* key) {
-  std::vector<int64_t> out;
-  const std::string* text = instr.GetRawAttribute(key);
-  if (text == nullptr) return out;
-  absl::string_view t = *text;
-  if (!absl::ConsumePrefix(&t, "{") || !absl::ConsumeSuffix(&t, "}")) {
-    return absl::InvalidArgumentError(absl::StrCat(key, "=", *text, " is not a {d,...} list"));
-  }
-  for (absl::string_view part : absl::StrSplit(t, ',', absl::SkipWhitespace())) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat(key, "=", *text, " is not a {d,...} list"));
-    }
-    out.push_back(v);
-  }
-  return out;
-}
 
 bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -61,9 +44,9 @@ int64_t Flat(const std::vector<int64_t>& idx, const std::vector<int64_t>& stride
 absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, const Value& rhs,
                                 const Value& group_sizes) {
   const DotDims& dd = instr.dot_dims();
-  absl::StatusOr<std::vector<int64_t>> ragged = DimsAttr(instr, "lhs_ragged_dims");
+  absl::StatusOr<std::vector<int64_t>> ragged = RawDimsAttribute(instr, "lhs_ragged_dims");
   if (!ragged.ok()) return ragged.status();
-  absl::StatusOr<std::vector<int64_t>> group = DimsAttr(instr, "rhs_group_dims");
+  absl::StatusOr<std::vector<int64_t>> group = RawDimsAttribute(instr, "rhs_group_dims");
   if (!group.ok()) return group.status();
   const int64_t lr = static_cast<int64_t>(lhs.shape.rank()), rr = static_cast<int64_t>(rhs.shape.rank());
   if (ragged->size() != 1 || (*ragged)[0] < 0 || (*ragged)[0] >= lr) {

@@ -16,32 +16,15 @@
 // sharding of the space is consistent.
 #include <algorithm>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "hlo/raw_dims_attribute.h"
 #include "spmd/einsum_planner.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
 
 namespace weave::spmd {
 namespace {
-
-// `{d,...}` raw attribute `key` of h; nullopt when absent or malformed.
-std::optional<std::vector<int64_t>> DimsAttr(const HloInstruction& h, const char* key) {
-  const std::string* text = h.GetRawAttribute(key);
-  if (text == nullptr) return std::vector<int64_t>{};
-  absl::string_view t = *text;
-  if (!absl::ConsumePrefix(&t, "{") || !absl::ConsumeSuffix(&t, "}")) return std::nullopt;
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(t, ',', absl::SkipWhitespace())) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v)) return std::nullopt;
-    out.push_back(v);
-  }
-  return out;
-}
 
 bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -54,11 +37,11 @@ struct RaggedSpace {
 
 std::optional<RaggedSpace> MakeSpace(const HloInstruction& h) {
   const DotDims& dd = h.dot_dims();
-  std::optional<std::vector<int64_t>> ragged = DimsAttr(h, "lhs_ragged_dims");
-  std::optional<std::vector<int64_t>> group = DimsAttr(h, "rhs_group_dims");
+  absl::StatusOr<std::vector<int64_t>> ragged = RawDimsAttribute(h, "lhs_ragged_dims");
+  absl::StatusOr<std::vector<int64_t>> group = RawDimsAttribute(h, "rhs_group_dims");
   const int64_t lr = h.operand(0)->shape().rank(), rr = h.operand(1)->shape().rank();
   const int64_t gr = h.operand(2)->shape().rank();
-  if (!ragged || !group || ragged->size() != 1 || (*ragged)[0] < 0 || (*ragged)[0] >= lr || gr < 1 ||
+  if (!ragged.ok() || !group.ok() || ragged->size() != 1 || (*ragged)[0] < 0 || (*ragged)[0] >= lr || gr < 1 ||
       dd.lhs_batch.size() != dd.rhs_batch.size() || dd.lhs_contracting.size() != dd.rhs_contracting.size()) {
     return std::nullopt;
   }
