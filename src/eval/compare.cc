@@ -13,8 +13,10 @@ namespace weave::eval {
 
 std::pair<double, double> DefaultTolerance(PrimitiveType t) {
   switch (t) {
-    case PrimitiveType::F64: return {1e-9, 1e-12};
-    case PrimitiveType::F32: return {1e-4, 1e-5};
+    case PrimitiveType::F64:
+    case PrimitiveType::C128: return {1e-9, 1e-12};  // complex: per part, as its part type
+    case PrimitiveType::F32:
+    case PrimitiveType::C64: return {1e-4, 1e-5};
     case PrimitiveType::BF16: return {2e-2, 1e-2};
     case PrimitiveType::F16: return {5e-3, 1e-3};
     case PrimitiveType::F8E4M3FN: case PrimitiveType::F8E4M3: case PrimitiveType::F8E4M3FNUZ:
@@ -36,6 +38,26 @@ OutputComparison CompareLeaf(const Value& a, const Value& b, double rtol, double
                              double norm_ulps, double norm_factor, PrimitiveType ulp_type,
                              double ring_ulps = 0, const Value* ring_magnitude = nullptr,
                              double sum_atol = 0) {
+  if (a.storage() == Storage::kComplex && b.storage() == Storage::kComplex) {
+    // Complex outputs: the real and imaginary parts compared as a real array [..., 2].
+    auto parts = [](const Value& v) {
+      const PrimitiveType t = v.shape.element_type == PrimitiveType::C64 ? PrimitiveType::F32 : PrimitiveType::F64;
+      std::vector<int64_t> dims = v.shape.dims;
+      dims.push_back(2);
+      Value r = Value::Zeros(Shape(t, dims));
+      for (size_t k = 0; k < v.c.size(); ++k) {
+        r.SetDouble(static_cast<int64_t>(2 * k), v.c[k].real());
+        r.SetDouble(static_cast<int64_t>(2 * k + 1), v.c[k].imag());
+      }
+      return r;
+    };
+    const Value pa = parts(a), pb = parts(b);
+    const PrimitiveType part_type = pa.shape.element_type;
+    OutputComparison c = CompareLeaf(pa, pb, rtol, atol, norm_ulps, norm_factor, part_type, 0, nullptr, sum_atol);
+    c.shape = a.shape.ToString(false);
+    c.elements = a.size();
+    return c;
+  }
   OutputComparison c;
   c.rtol = rtol;
   c.atol = atol;

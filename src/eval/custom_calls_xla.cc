@@ -19,8 +19,13 @@
 //      "_SPMDInternalOp_MultiPad" (dimension=d, amount=a; operands x, pad value): with
 //        p = pad(x, a low, a high along d), a tuple of a+1 windows of p, window i starting at i,
 //        each as long along d as the result shape says.
-//    "_SPMDInternalOp_MultiRotate" and "_SPMDInternalOp_Wrap" are defined by each shard's
-//    neighbours, not by a global value, and stay unsupported.
+//      "_SPMDInternalOp_MultiRotate" (dimension=d, left_amount=L, right_amount=R, bufferize=b):
+//        a tuple of L+R+1 arrays of x's shape, element i = x rotated left by L - i along d
+//        (out_i[.., j, ..] = x[.., (j + L - i) mod n, ..]); bufferize has no effect on values.
+//      "_SPMDInternalOp_Wrap" (dimension=d, left_amount=L, right_amount=R): defined by the
+//        shards of its own sharding, P tiles along d (n divisible by P, k = n/P): each shard
+//        s of the result is x[s*k - L, s*k + k + R) along d, indices mod n, so the result is
+//        n + P*(L+R) long. Without a sharding tiled along d it is an error.
 // Errors: an InvalidArgumentError naming the instruction for a missing or malformed attribute, an
 // operand or result shape that does not fit, or an unsupported comparator.
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -171,6 +177,31 @@ absl::StatusOr<int64_t> CheckedDim(const HloInstruction& instr, const OpaqueAttr
   return *dim;
 }
 
+// x rotated right by `a` (0 <= a < n) along `dim`: concat(x[n-a:], x[:n-a]).
+Value Rotated(const Value& x, size_t dim, int64_t a, const Shape& result) {
+  const int64_t n = x.shape.dims[dim];
+  if (a == 0) {
+    Value v = x;
+    v.shape = result;
+    return v;
+  }
+  std::vector<SliceDim> tail, head;
+  for (size_t d = 0; d < x.shape.dims.size(); ++d) {
+    tail.push_back({0, x.shape.dims[d], 1});
+    head.push_back({0, x.shape.dims[d], 1});
+  }
+  tail[dim] = {n - a, n, 1};
+  head[dim] = {0, n - a, 1};
+  Shape ts = x.shape, hs = x.shape;
+  ts.dims[dim] = a;
+  hs.dims[dim] = n - a;
+  const Value t = ops::Slice(x, ts, tail), h = ops::Slice(x, hs, head);
+  return ops::Concatenate({&t, &h}, result, static_cast<int64_t>(dim));
+}
+
+// a mod n in [0, n) (n > 0).
+int64_t Mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+
 absl::StatusOr<Value> RotateRight(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (ops.size() != 1 || !ops[0]->shape.IsArray() || !ops[0]->shape.Compatible(instr.shape())) {
     return Bad(instr, "expects one array operand of the result's shape");
@@ -184,32 +215,15 @@ absl::StatusOr<Value> RotateRight(const HloInstruction& instr, const std::vector
   if (*amount < 0) return Bad(instr, "amount must not be negative");
   const Value& x = *ops[0];
   const int64_t n = x.shape.dims[static_cast<size_t>(*dim)];
-  const int64_t a = n == 0 ? 0 : *amount % n;
-  if (a == 0) {
-    Value v = x;
-    v.shape = instr.shape();
-    return v;
-  }
-  // out = concat(x[n-a:], x[:n-a]) along dim.
-  std::vector<SliceDim> tail, head;
-  for (size_t d = 0; d < x.shape.dims.size(); ++d) {
-    tail.push_back({0, x.shape.dims[d], 1});
-    head.push_back({0, x.shape.dims[d], 1});
-  }
-  tail[static_cast<size_t>(*dim)] = {n - a, n, 1};
-  head[static_cast<size_t>(*dim)] = {0, n - a, 1};
-  Shape ts = x.shape, hs = x.shape;
-  ts.dims[static_cast<size_t>(*dim)] = a;
-  hs.dims[static_cast<size_t>(*dim)] = n - a;
-  const Value t = ops::Slice(x, ts, tail), h = ops::Slice(x, hs, head);
-  return ops::Concatenate({&t, &h}, instr.shape(), *dim);
+  return Rotated(x, static_cast<size_t>(*dim), n == 0 ? 0 : *amount % n, instr.shape());
 }
 
 // Checks a tuple of `count` equal array shapes; returns the element shape.
-absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t count) {
+absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t count,
+                                         const char* what = "amount + 1") {
   const Shape& s = instr.shape();
   if (!s.IsTuple() || static_cast<int64_t>(s.tuple_shapes.size()) != count) {
-    return Bad(instr, absl::StrCat("the result must be a tuple of amount + 1 = ", count, " arrays"));
+    return Bad(instr, absl::StrCat("the result must be a tuple of ", what, " = ", count, " arrays"));
   }
   for (const Shape& e : s.tuple_shapes) {
     if (!e.IsArray() || !e.Compatible(s.tuple_shapes[0])) {
@@ -303,6 +317,111 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   return t;
 }
 
+// The tile count of `instr`'s own sharding along its "dimension", when that sharding is tiled
+// there (the shard count a `_SPMDInternalOp_Wrap` is defined by).
+std::optional<int64_t> WrapShardCount(const HloInstruction& instr) {
+  auto attrs = ParseSpmdInternalConfig(instr.backend_config);
+  if (!attrs.ok() || !instr.sharding || instr.sharding->kind != HloSharding::Kind::kTiled) return std::nullopt;
+  std::optional<int64_t> d = attrs->Int("dimension");
+  if (!d || *d < 0 || *d >= instr.sharding->DataRank()) return std::nullopt;
+  const int64_t tiles = instr.sharding->tile_dims[static_cast<size_t>(*d)];
+  if (tiles < 1) return std::nullopt;
+  return tiles;
+}
+
+// out[.., t, ..] = x[.., source[t], ..] along dimension d (out's other dims are x's).
+Value TakeAlong(const Value& x, const Shape& out, size_t d, const std::vector<int64_t>& source) {
+  Value r = Value::Zeros(out);
+  int64_t outer = 1, inner = 1;
+  for (size_t e = 0; e < d; ++e) outer *= out.dims[e];
+  for (size_t e = d + 1; e < out.dims.size(); ++e) inner *= out.dims[e];
+  const int64_t n = x.shape.dims[d], m = out.dims[d];
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t t = 0; t < m; ++t) {
+      const size_t dst = static_cast<size_t>((o * m + t) * inner);
+      const size_t src = static_cast<size_t>((o * n + source[static_cast<size_t>(t)]) * inner);
+      switch (x.storage()) {
+        case Storage::kFloat: std::copy_n(x.f.begin() + src, inner, r.f.begin() + dst); break;
+        case Storage::kDouble: std::copy_n(x.d.begin() + src, inner, r.d.begin() + dst); break;
+        case Storage::kInt: std::copy_n(x.i.begin() + src, inner, r.i.begin() + dst); break;
+        case Storage::kComplex: std::copy_n(x.c.begin() + src, inner, r.c.begin() + dst); break;
+        default: break;
+      }
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> LeftRight(const HloInstruction& instr, const OpaqueAttrs& a) {
+  auto left = NeedInt(instr, a, "left_amount");
+  if (!left.ok()) return left.status();
+  auto right = NeedInt(instr, a, "right_amount");
+  if (!right.ok()) return right.status();
+  if (*left < 0 || *right < 0 || *left > (int64_t{1} << 20) || *right > (int64_t{1} << 20)) {
+    return Bad(instr, "left_amount and right_amount must be in [0, 2^20]");
+  }
+  return std::make_pair(*left, *right);
+}
+
+absl::StatusOr<Value> MultiRotate(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  const Value& x = *ops[0];
+  auto dim = CheckedDim(instr, *attrs, x.shape);
+  if (!dim.ok()) return dim.status();
+  auto lr = LeftRight(instr, *attrs);
+  if (!lr.ok()) return lr.status();
+  const auto [left, right] = *lr;
+  auto elem = EqualTupleElements(instr, left + right + 1, "left_amount + right_amount + 1");
+  if (!elem.ok()) return elem.status();
+  if (!elem->Compatible(x.shape)) return Bad(instr, "the result's elements must have the operand's shape");
+  const size_t d = static_cast<size_t>(*dim);
+  const int64_t n = x.shape.dims[d];
+  Value t;
+  t.shape = instr.shape();
+  for (int64_t i = 0; i <= left + right; ++i) {
+    // Element i is x rotated left by (left - i): rotated right by (i - left) mod n.
+    t.elements.push_back(Share(Rotated(x, d, n == 0 ? 0 : Mod(i - left, n), *elem)));
+  }
+  return t;
+}
+
+absl::StatusOr<Value> Wrap(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.IsArray() || !instr.shape().IsArray()) {
+    return Bad(instr, "expects one array operand and an array result");
+  }
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  const Value& x = *ops[0];
+  auto dim = CheckedDim(instr, *attrs, x.shape);
+  if (!dim.ok()) return dim.status();
+  auto lr = LeftRight(instr, *attrs);
+  if (!lr.ok()) return lr.status();
+  const auto [left, right] = *lr;
+  const size_t d = static_cast<size_t>(*dim);
+  const Shape& out = instr.shape();
+  std::optional<int64_t> parts = WrapShardCount(instr);
+  if (!parts) {
+    return Bad(instr, absl::StrCat("its meaning depends on its shards: it needs a tiled sharding along "
+                                   "dimension ", d));
+  }
+  const int64_t n = x.shape.dims[d], p = *parts;
+  if (out.rank() != x.shape.rank() || n % p != 0 || out.element_type != x.shape.element_type ||
+      out.dims[d] != n + p * (left + right)) {
+    return Bad(instr, absl::StrCat("the result must be the operand with ", left, " + ", right,
+                                   " elements added to each of its ", p, " shards along dimension ", d));
+  }
+  for (size_t e = 0; e < out.dims.size(); ++e) {
+    if (e != d && out.dims[e] != x.shape.dims[e]) return Bad(instr, "the result's other dimensions differ");
+  }
+  // Shard s of the result along d is x[s*k - left, s*k + k + right) along d, indices mod n.
+  const int64_t k = n / p, w = k + left + right;
+  std::vector<int64_t> source(static_cast<size_t>(out.dims[d]));
+  for (int64_t t = 0; t < out.dims[d]; ++t) source[static_cast<size_t>(t)] = Mod((t / w) * k - left + t % w, n);
+  return TakeAlong(x, out, d, source);
+}
+
 }  // namespace
 
 void RegisterXlaCustomCalls() {
@@ -313,6 +432,8 @@ void RegisterXlaCustomCalls() {
   RegisterCustomCallEvaluator("_SPMDInternalOp_RotateRight", RotateRight);
   RegisterCustomCallEvaluator("_SPMDInternalOp_MultiSlice", MultiSlice);
   RegisterCustomCallEvaluator("_SPMDInternalOp_MultiPad", MultiPad);
+  RegisterCustomCallEvaluator("_SPMDInternalOp_MultiRotate", MultiRotate);
+  RegisterCustomCallEvaluator("_SPMDInternalOp_Wrap", Wrap);
 }
 
 }  // namespace weave::eval

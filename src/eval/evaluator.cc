@@ -108,7 +108,8 @@ std::optional<int64_t> CheckedStorageBytes(const Shape& s) {
     return b;
   }
   if (!s.IsArray()) return 0;
-  const int64_t per = StorageFor(s.element_type) == Storage::kFloat ? 4 : 8;
+  const Storage st = StorageFor(s.element_type);
+  const int64_t per = st == Storage::kFloat ? 4 : st == Storage::kComplex ? 16 : 8;
   std::optional<int64_t> n = s.CheckedElementCount();
   int64_t bytes = 0;
   if (!n || __builtin_mul_overflow(*n, per, &bytes)) return std::nullopt;
@@ -190,6 +191,7 @@ ValuePtr ScalarAt(const Value& v, int64_t k) {
     case Storage::kFloat: s.f[0] = v.f[static_cast<size_t>(k)]; break;
     case Storage::kDouble: s.d[0] = v.d[static_cast<size_t>(k)]; break;
     case Storage::kInt: s.i[0] = v.i[static_cast<size_t>(k)]; break;
+    case Storage::kComplex: s.c[0] = v.c[static_cast<size_t>(k)]; break;
     default: break;
   }
   return Share(std::move(s));
@@ -200,6 +202,7 @@ void StoreScalar(const Value& s, Value* dst, int64_t k) {
     case Storage::kFloat: dst->f[static_cast<size_t>(k)] = s.f[0]; break;
     case Storage::kDouble: dst->d[static_cast<size_t>(k)] = s.d[0]; break;
     case Storage::kInt: dst->i[static_cast<size_t>(k)] = s.i[0]; break;
+    case Storage::kComplex: dst->c[static_cast<size_t>(k)] = s.c[0]; break;
     default: break;
   }
 }

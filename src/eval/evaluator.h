@@ -157,7 +157,8 @@ struct CompareOptions {
 inline constexpr double kDefaultNormUlps = 4;
 
 // Default (rtol, atol) per element type: f64 1e-9/1e-12, f32 1e-4/1e-5, bf16 2e-2/1e-2,
-// f16 5e-3/1e-3, f8e4m3fn 1.25e-1/1.6e-2, f8e5m2 2.5e-1/3.1e-2, integers/pred exact (0/0).
+// f16 5e-3/1e-3, f8e4m3fn 1.25e-1/1.6e-2, f8e5m2 2.5e-1/3.1e-2, integers/pred exact (0/0);
+// c64 and c128 as f32 and f64, for each of the real and imaginary parts.
 std::pair<double, double> DefaultTolerance(PrimitiveType t);
 
 // The comparison of one output leaf on one device.

@@ -134,6 +134,7 @@ absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
       case Storage::kFloat: out.f[static_cast<size_t>(k)] = operand.f[static_cast<size_t>(src)]; break;
       case Storage::kDouble: out.d[static_cast<size_t>(k)] = operand.d[static_cast<size_t>(src)]; break;
       case Storage::kInt: out.i[static_cast<size_t>(k)] = operand.i[static_cast<size_t>(src)]; break;
+      case Storage::kComplex: out.c[static_cast<size_t>(k)] = operand.c[static_cast<size_t>(src)]; break;
       default: return InvalidArgumentError("gather of an unsupported type");
     }
   }

@@ -25,7 +25,8 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A random array: floats uniform in [-1, 1) rounded to the type, integers in [0, 8), pred 0/1.
+// A random array: floats uniform in [-1, 1) rounded to the type, integers in [0, 8), pred 0/1,
+// complex values with both parts uniform in [-1, 1) (f32 parts for c64).
 Value RandomArray(const Shape& s, uint64_t stream) {
   Value v = Value::Zeros(s);
   uint64_t state = Mix(stream);
@@ -46,6 +47,12 @@ Value RandomArray(const Shape& s, uint64_t stream) {
         v.i[static_cast<size_t>(k)] = t == PrimitiveType::PRED ? static_cast<int64_t>(state & 1)
                                                                 : static_cast<int64_t>(state % 8);
         break;
+      case Storage::kComplex: {
+        const double re = static_cast<double>(state >> 40) * 0x1.0p-24 * 2.0 - 1.0;
+        const double im = static_cast<double>((state >> 16) & 0xffffff) * 0x1.0p-24 * 2.0 - 1.0;
+        v.c[static_cast<size_t>(k)] = RoundComplex({re, im}, t);
+        break;
+      }
       default: break;
     }
   }

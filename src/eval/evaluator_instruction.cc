@@ -220,6 +220,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     case HloOpcode::kTriangularSolve:
       if (ops.size() != 2) return fail(InvalidArgumentError("triangular-solve takes a and b"));
       return done(TriangularSolve(*instr, *ops[0], *ops[1]));
+    case HloOpcode::kFft:
+      if (ops.size() != 1) return fail(InvalidArgumentError("fft takes one operand"));
+      return done(Fft(*instr, *ops[0]));
     case HloOpcode::kCholesky:
       if (ops.size() != 1) return fail(InvalidArgumentError("cholesky takes one operand"));
       return done(Cholesky(*instr, *ops[0]));

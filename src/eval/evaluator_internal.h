@@ -122,6 +122,9 @@ int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>
 // XLA's convolution (evaluator_convolution.cc).
 absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs, const Value& rhs);
 
+// XLA's fft: FFT, IFFT, RFFT, IRFFT (evaluator_fft.cc).
+absl::StatusOr<Value> Fft(const HloInstruction& instr, const Value& x);
+
 // XLA's triangular-solve and cholesky (evaluator_linalg.cc).
 absl::StatusOr<Value> TriangularSolve(const HloInstruction& instr, const Value& a, const Value& b);
 absl::StatusOr<Value> Cholesky(const HloInstruction& instr, const Value& a);

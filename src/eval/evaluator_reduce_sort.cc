@@ -87,6 +87,21 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
         }
         break;
       }
+      case Storage::kComplex: {
+        // add and multiply (complex numbers have no order), each step rounded to the type.
+        if (op != HloOpcode::kAdd && op != HloOpcode::kMultiply) {
+          return InvalidArgumentError("reduce of a complex type takes add or multiply");
+        }
+        for (int64_t o = 0; o < outer; ++o) {
+          std::complex<double> acc = ops[1]->c[0];
+          for (int64_t q = 0; q < inner; ++q) {
+            const std::complex<double> x = in.c[static_cast<size_t>(o * inner + q)];
+            acc = RoundComplex(op == HloOpcode::kAdd ? acc + x : acc * x, t);
+          }
+          out.c[static_cast<size_t>(o)] = acc;
+        }
+        break;
+      }
       default: return InvalidArgumentError("reduce of an unsupported element type");
     }
     return Share(std::move(outs[0]));
@@ -360,6 +375,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
           case Storage::kFloat: outs[j].f[dst] = ops[j]->f[src]; break;
           case Storage::kDouble: outs[j].d[dst] = ops[j]->d[src]; break;
           case Storage::kInt: outs[j].i[dst] = ops[j]->i[src]; break;
+          case Storage::kComplex: outs[j].c[dst] = ops[j]->c[src]; break;
           default: break;
         }
       }
@@ -453,6 +469,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
             case Storage::kFloat: out.f[static_cast<size_t>(dst)] = piece.f[static_cast<size_t>(src)]; break;
             case Storage::kDouble: out.d[static_cast<size_t>(dst)] = piece.d[static_cast<size_t>(src)]; break;
             case Storage::kInt: out.i[static_cast<size_t>(dst)] = piece.i[static_cast<size_t>(src)]; break;
+            case Storage::kComplex: out.c[static_cast<size_t>(dst)] = piece.c[static_cast<size_t>(src)]; break;
             default: break;
           }
         }

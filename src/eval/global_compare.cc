@@ -49,6 +49,7 @@ void Poison(Value* v, int64_t k) {
   switch (v->storage()) {
     case Storage::kFloat: v->f[static_cast<size_t>(k)] = std::nanf(""); break;
     case Storage::kDouble: v->d[static_cast<size_t>(k)] = std::nan(""); break;
+    case Storage::kComplex: v->c[static_cast<size_t>(k)] = {std::nan(""), std::nan("")}; break;
     case Storage::kInt:
       if (v->shape.element_type == PrimitiveType::PRED) {
         v->i[static_cast<size_t>(k)] = 1;
@@ -65,6 +66,7 @@ void CopyElement(const Value& from, int64_t i, Value* to, int64_t j) {
     case Storage::kFloat: to->f[static_cast<size_t>(j)] = from.f[static_cast<size_t>(i)]; break;
     case Storage::kDouble: to->d[static_cast<size_t>(j)] = from.d[static_cast<size_t>(i)]; break;
     case Storage::kInt: to->i[static_cast<size_t>(j)] = from.i[static_cast<size_t>(i)]; break;
+    case Storage::kComplex: to->c[static_cast<size_t>(j)] = from.c[static_cast<size_t>(i)]; break;
     default: break;
   }
 }
@@ -84,6 +86,11 @@ bool SameBits(const Value& a, int64_t i, const Value& b, int64_t j) {
       return x == y || (std::isnan(a.d[static_cast<size_t>(i)]) && std::isnan(b.d[static_cast<size_t>(j)]));
     }
     case Storage::kInt: return a.i[static_cast<size_t>(i)] == b.i[static_cast<size_t>(j)];
+    case Storage::kComplex: {
+      const std::complex<double> x = a.c[static_cast<size_t>(i)], y = b.c[static_cast<size_t>(j)];
+      auto same = [](double u, double v) { return std::memcmp(&u, &v, 8) == 0 || (std::isnan(u) && std::isnan(v)); };
+      return same(x.real(), y.real()) && same(x.imag(), y.imag());
+    }
     default: return true;
   }
 }
@@ -114,6 +121,9 @@ Value TileOf(const Value& g, const Sharding& s, int64_t p, int64_t n) {
       } else if (addend <= 1 && v.storage() == Storage::kInt) {
         const int64_t x = g.GetInt(gi);
         v.SetInt(k, t == PrimitiveType::PRED ? x : WrapToType(addend == 0 ? 2 * x : -x, t));
+      } else if (addend <= 1 && v.storage() == Storage::kComplex) {
+        const std::complex<double> x = g.c[static_cast<size_t>(gi)];
+        v.c[static_cast<size_t>(k)] = addend == 0 ? 2.0 * x : -x;
       } else if (addend <= 1) {
         const double x = g.GetDouble(gi);
         v.SetDouble(k, addend == 0 ? 2 * x : -x);
@@ -151,6 +161,9 @@ void SumAddendOutputs(EvalResult* r, std::vector<Sharding>* leaves, int64_t n, i
             if (sum.storage() == Storage::kInt) {
               const bool pred = sum.shape.element_type == PrimitiveType::PRED;
               sum.SetInt(e, pred ? (sum.GetInt(e) | part.GetInt(e)) : sum.GetInt(e) + part.GetInt(e));
+            } else if (sum.storage() == Storage::kComplex) {
+              sum.c[static_cast<size_t>(e)] = RoundComplex(sum.c[static_cast<size_t>(e)] + part.c[static_cast<size_t>(e)],
+                                                           sum.shape.element_type);
             } else {
               sum.SetDouble(e, sum.GetDouble(e) + part.GetDouble(e));
             }

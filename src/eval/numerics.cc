@@ -227,4 +227,9 @@ double IntegerToDouble(int64_t v, PrimitiveType t) {
   return static_cast<double>(v);
 }
 
+std::complex<double> RoundComplex(std::complex<double> z, PrimitiveType t) {
+  if (t != PrimitiveType::C64) return z;
+  return {static_cast<double>(static_cast<float>(z.real())), static_cast<double>(static_cast<float>(z.imag()))};
+}
+
 }  // namespace weave::eval

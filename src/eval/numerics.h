@@ -11,6 +11,7 @@
 // result that rounds to zero is +0, and their only NaN is the code 0x80.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 
 #include "hlo/types.h"
@@ -45,6 +46,10 @@ double DecodeFloat(uint32_t bits, PrimitiveType t);
 // Wraps an integer to the value range of integer type `t` (two's complement: signed types are
 // sign-extended from their width, unsigned types masked). pred: 0 or 1 (any non-zero -> 1).
 int64_t WrapToType(int64_t v, PrimitiveType t);
+
+// A complex value rounded to complex type `t`: each part to f32 for c64 (round to nearest even),
+// unchanged for c128.
+std::complex<double> RoundComplex(std::complex<double> z, PrimitiveType t);
 // XLA's float -> integer convert: truncation toward zero, NaN -> 0, saturating at the integer
 // type's min/max (u64 is bit-cast into int64 storage).
 int64_t FloatToInteger(double x, PrimitiveType t);

@@ -24,6 +24,7 @@ Value Empty(const Shape& out) {
     case Storage::kFloat: v.f.resize(n); break;
     case Storage::kDouble: v.d.resize(n); break;
     case Storage::kInt: v.i.resize(n); break;
+    case Storage::kComplex: v.c.resize(n); break;
     default: break;
   }
   return v;
@@ -64,6 +65,23 @@ absl::StatusOr<Value> FromLiteral(const Literal& lit, const Shape& shape) {
                                              " are not supported"));
   }
   const int64_t n = shape.ElementCount();
+  if (r.storage() == Storage::kComplex) {
+    // (re, im) pairs in lit.f; one pair (or one real value) fills every element.
+    const int64_t pairs = static_cast<int64_t>(lit.f.size() / 2);
+    if (lit.f.size() % 2 != 0 && lit.f.size() != 1) {
+      return InvalidArgumentError("a complex constant needs (re, im) pairs");
+    }
+    if (pairs != n && pairs > 1) {
+      return InvalidArgumentError(absl::StrCat("constant literal has ", pairs, " values but its shape ",
+                                               shape.ToString(false), " has ", n));
+    }
+    for (int64_t q = 0; q < n; ++q) {
+      const size_t src = pairs == n ? static_cast<size_t>(2 * q) : 0;
+      const double im = lit.f.size() == 1 ? 0.0 : lit.f[src + 1];
+      r.c[static_cast<size_t>(q)] = RoundComplex({lit.f[src], im}, shape.element_type);
+    }
+    return r;
+  }
   const int64_t have = static_cast<int64_t>(lit.f.empty() ? lit.i.size() : lit.f.size());
   if (have != n && have != 1) {
     return InvalidArgumentError(absl::StrCat("constant literal has ", have,

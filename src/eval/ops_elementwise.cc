@@ -198,6 +198,9 @@ absl::StatusOr<Value> Unary(HloOpcode op, const Value& a, const Shape& out) {
     for (int64_t k = 0; k < n; ++k) r.i[static_cast<size_t>(k)] = std::isfinite(a.GetDouble(k));
     return r;
   }
+  if (a.storage() == Storage::kComplex || op == HloOpcode::kReal || op == HloOpcode::kImag) {
+    return internal::ComplexUnary(op, a, out);
+  }
   Value r = Empty(out);
   const PrimitiveType t = out.element_type;
   bool ok = true;
@@ -235,6 +238,9 @@ absl::StatusOr<Value> Binary(HloOpcode op, const Value& a0, const Value& b0, con
     return InvalidArgumentError(absl::StrCat("operand shapes ", a.shape.ToString(false), " and ",
                                              b.shape.ToString(false), " do not match result ",
                                              out.ToString(false)));
+  }
+  if (op == HloOpcode::kComplex || StorageFor(out.element_type) == Storage::kComplex) {
+    return internal::ComplexBinary(op, a, b, out);
   }
   Value r = Empty(out);
   const PrimitiveType t = out.element_type;
@@ -353,6 +359,7 @@ absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const V
   if (a.size() != n || b.size() != n) {
     return InvalidArgumentError("compare operands do not match the result shape");
   }
+  if (a.storage() == Storage::kComplex) return internal::ComplexCompare(dir, a, b, out);
   if (a.storage() != b.storage()) {
     return InvalidArgumentError(absl::StrCat("compare operands have different element types (",
                                              TypeName(a.shape), " vs ", TypeName(b.shape), ")"));
@@ -371,6 +378,9 @@ absl::StatusOr<Value> Compare(ComparisonDirection dir, bool total_order, const V
 }
 
 absl::StatusOr<Value> Convert(const Value& a, const Shape& out) {
+  if (a.storage() == Storage::kComplex || StorageFor(out.element_type) == Storage::kComplex) {
+    return internal::ComplexConvert(a, out);
+  }
   Value r = Empty(out);
   const PrimitiveType t = out.element_type;
   const int64_t n = out.ElementCount();
@@ -492,6 +502,10 @@ static absl::StatusOr<Value> BitcastConvertResize(const Value& a, const Shape& o
 
 absl::StatusOr<Value> BitcastConvert(const Value& a, const Shape& out) {
   const PrimitiveType st = a.shape.element_type, dt = out.element_type;
+  if (a.storage() == Storage::kComplex || StorageFor(dt) == Storage::kComplex) {
+    return InvalidArgumentError(absl::StrCat("bitcast-convert from ", TypeName(a.shape), " to ", TypeName(out),
+                                             " is not supported for complex types"));
+  }
   if (BitWidth(st) != BitWidth(dt)) return BitcastConvertResize(a, out);
   if (a.size() != out.ElementCount()) {
     return InvalidArgumentError(absl::StrCat("bitcast-convert from ", TypeName(a.shape), " to ",
@@ -531,6 +545,9 @@ absl::StatusOr<Value> Select(const Value& p0, const Value& t, const Value& f, co
       break;
     case Storage::kInt:
       for (int64_t k = 0; k < n; ++k) r.i[k] = p.i[k] ? a.i[k] : b.i[k];
+      break;
+    case Storage::kComplex:
+      for (int64_t k = 0; k < n; ++k) r.c[k] = p.i[k] ? a.c[k] : b.c[k];
       break;
     default: return Unsupported(HloOpcode::kSelect, out);
   }

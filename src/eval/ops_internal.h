@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "eval/value.h"
 #include "hlo/ir.h"
 
@@ -19,6 +20,7 @@ void ForStorage(const Value& src, Value* dst, Fn&& fn) {
     case Storage::kFloat: fn(src.f, dst->f); break;
     case Storage::kDouble: fn(src.d, dst->d); break;
     case Storage::kInt: fn(src.i, dst->i); break;
+    case Storage::kComplex: fn(src.c, dst->c); break;
     default: break;
   }
 }
@@ -69,5 +71,15 @@ Value Gather(const Value& a, const Shape& out, const std::vector<int64_t>& strid
 
 // The element type's name, for error messages.
 std::string TypeName(const Shape& s);
+
+// Complex-typed elementwise kernels (ops_complex.cc; operands already broadcast to `out`'s
+// shape). ComplexUnary also takes real/imag of a real operand; ComplexBinary takes complex(re, im)
+// of two real operands. InvalidArgument for an op or types XLA does not define on complex values.
+absl::StatusOr<Value> ComplexUnary(HloOpcode op, const Value& a, const Shape& out);
+absl::StatusOr<Value> ComplexBinary(HloOpcode op, const Value& a, const Value& b, const Shape& out);
+absl::StatusOr<Value> ComplexCompare(ComparisonDirection dir, const Value& a, const Value& b, const Shape& out);
+absl::StatusOr<Value> ComplexConvert(const Value& a, const Shape& out);
+// `v` with every c64 element's parts rounded to f32 (c128 unchanged).
+Value RoundedComplex(Value v);
 
 }  // namespace weave::eval::ops::internal

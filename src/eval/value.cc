@@ -13,6 +13,7 @@ namespace weave::eval {
 Storage StorageFor(PrimitiveType t) {
   if (t == PrimitiveType::TUPLE) return Storage::kTuple;
   if (t == PrimitiveType::F64) return Storage::kDouble;
+  if (t == PrimitiveType::C64 || t == PrimitiveType::C128) return Storage::kComplex;
   if (t == PrimitiveType::PRED || IsInteger(t)) return Storage::kInt;
   if (IsFloatingPoint(t) && BitWidth(t) <= 32) return Storage::kFloat;
   return Storage::kNone;
@@ -28,6 +29,7 @@ double Value::GetDouble(int64_t k) const {
     case Storage::kFloat: return f[static_cast<size_t>(k)];
     case Storage::kDouble: return d[static_cast<size_t>(k)];
     case Storage::kInt: return IntegerToDouble(i[static_cast<size_t>(k)], shape.element_type);
+    case Storage::kComplex: return c[static_cast<size_t>(k)].real();
     default: return 0;
   }
 }
@@ -37,6 +39,7 @@ int64_t Value::GetInt(int64_t k) const {
     case Storage::kFloat: return FloatToInteger(f[static_cast<size_t>(k)], PrimitiveType::S64);
     case Storage::kDouble: return FloatToInteger(d[static_cast<size_t>(k)], PrimitiveType::S64);
     case Storage::kInt: return i[static_cast<size_t>(k)];
+    case Storage::kComplex: return FloatToInteger(c[static_cast<size_t>(k)].real(), PrimitiveType::S64);
     default: return 0;
   }
 }
@@ -50,6 +53,7 @@ void Value::SetDouble(int64_t k, double v) {
     case Storage::kInt:
       i[static_cast<size_t>(k)] = FloatToInteger(v, shape.element_type);
       break;
+    case Storage::kComplex: c[static_cast<size_t>(k)] = RoundComplex({v, 0.0}, shape.element_type); break;
     default: break;
   }
 }
@@ -62,6 +66,9 @@ void Value::SetInt(int64_t k, int64_t v) {
       break;
     case Storage::kDouble: d[static_cast<size_t>(k)] = static_cast<double>(v); break;
     case Storage::kInt: i[static_cast<size_t>(k)] = WrapToType(v, shape.element_type); break;
+    case Storage::kComplex:
+      c[static_cast<size_t>(k)] = RoundComplex({static_cast<double>(v), 0.0}, shape.element_type);
+      break;
     default: break;
   }
 }
@@ -78,6 +85,7 @@ Value Value::Zeros(const Shape& shape) {
     case Storage::kFloat: v.f.assign(n, 0.0f); break;
     case Storage::kDouble: v.d.assign(n, 0.0); break;
     case Storage::kInt: v.i.assign(n, 0); break;
+    case Storage::kComplex: v.c.assign(n, {0.0, 0.0}); break;
     default: break;
   }
   return v;
@@ -102,6 +110,9 @@ std::string Value::ToString(int max_values) const {
       } else {
         absl::StrAppend(&s, i[static_cast<size_t>(k)]);
       }
+    } else if (storage() == Storage::kComplex) {
+      const std::complex<double> z = c[static_cast<size_t>(k)];
+      absl::StrAppend(&s, absl::StrFormat("(%.6g,%.6g)", z.real(), z.imag()));
     } else {
       absl::StrAppend(&s, absl::StrFormat("%.6g", GetDouble(k)));
     }
@@ -138,6 +149,15 @@ bool BitwiseEqual(const Value& a, const Value& b) {
   for (size_t k = 0; k < a.d.size(); ++k) {
     if (std::isnan(a.d[k]) && std::isnan(b.d[k])) continue;
     if (std::memcmp(&a.d[k], &b.d[k], 8) != 0) return false;
+  }
+  if (a.c.size() != b.c.size()) return false;
+  for (size_t k = 0; k < a.c.size(); ++k) {
+    for (int part = 0; part < 2; ++part) {
+      const double x = part == 0 ? a.c[k].real() : a.c[k].imag();
+      const double y = part == 0 ? b.c[k].real() : b.c[k].imag();
+      if (std::isnan(x) && std::isnan(y)) continue;
+      if (std::memcmp(&x, &y, 8) != 0) return false;
+    }
   }
   return true;
 }

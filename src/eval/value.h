@@ -6,11 +6,13 @@
 //  - f64: `d` (double).
 //  - pred (0 or 1) and every integer type s*/u*: `i` (int64_t). Signed values are kept
 //    sign-extended, unsigned values zero-extended in the type's range (u64 is bit-cast).
+//  - c64 and c128: `c` (std::complex<double>); a c64 value's parts are always f32 values.
 //  - tuples: `elements` (shared, immutable once built).
 // Arrays are stored flat in row-major (logical, descending dimension) order regardless of the
 // shape's layout: layouts have no effect on values in XLA's semantics.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,9 +28,9 @@ struct Value;
 using ValuePtr = std::shared_ptr<const Value>;
 
 // Which storage vector an element type uses.
-enum class Storage : uint8_t { kFloat, kDouble, kInt, kTuple, kNone };
+enum class Storage : uint8_t { kFloat, kDouble, kInt, kComplex, kTuple, kNone };
 // kFloat for f16/bf16/f32/fp8 (any float type of 32 bits or fewer), kDouble for f64, kInt for
-// pred and integers, kTuple for tuples, kNone for token/opaque/complex (unsupported).
+// pred and integers, kComplex for c64/c128, kTuple for tuples, kNone for token/opaque.
 Storage StorageFor(PrimitiveType t);
 
 struct Value {
@@ -36,15 +38,17 @@ struct Value {
   std::vector<float> f;
   std::vector<double> d;
   std::vector<int64_t> i;
+  std::vector<std::complex<double>> c;
   std::vector<ValuePtr> elements;  // tuple elements
 
   Storage storage() const { return StorageFor(shape.element_type); }
   int64_t size() const;  // element count of an array; number of elements of a tuple
   // Element `k` (flat row-major) as double / int64 regardless of storage (floats convert exactly,
-  // NaN/inf kept; for int storage the value is returned as is).
+  // NaN/inf kept; for int storage the value is returned as is; a complex value's real part).
   double GetDouble(int64_t k) const;
   int64_t GetInt(int64_t k) const;
-  // Sets element `k`, rounding/wrapping to the element type (RoundToType / WrapToType).
+  // Sets element `k`, rounding/wrapping to the element type (RoundToType / WrapToType; a complex
+  // element gets the value as its real part and 0 as its imaginary part).
   void SetDouble(int64_t k, double v);
   void SetInt(int64_t k, int64_t v);
 

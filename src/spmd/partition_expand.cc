@@ -100,6 +100,92 @@ HloInstruction* ExpandConcatenate(HloComputation* c, const std::vector<HloInstru
   return result;
 }
 
+// Whether sharding `s` (of an array of shape `shape`) is tiled along `dim`.
+bool TiledElement(const std::optional<HloSharding>& s, const Shape& shape, int64_t dim) {
+  if (!s) return false;
+  absl::StatusOr<Sharding> t = Sharding::FromHlo(*s, shape);
+  return t.ok() && t->IsTiled() && !t->HasManualSubgroup() && dim < t->rank() && t->tile(dim) > 1;
+}
+
+// x rotated right by a (0 <= a < n) along dim: concatenate(x[n-a:], x[:n-a]), or, where the
+// result is tiled along dim, that concatenate as masked zero pads (ExpandConcatenate).
+HloInstruction* RotateRightOf(HloComputation* c, HloInstruction* x, int64_t dim, int64_t a,
+                              const std::optional<HloSharding>& s, bool tiled, std::string* note) {
+  const Shape& xs = x->shape();
+  const int64_t n = xs.dims[static_cast<size_t>(dim)];
+  if (a == 0) return Annotated(c->AddInstruction(HloOpcode::kCopy, xs, {x}, "copy"), s);
+  HloInstruction* tail = SliceOf(c, x, dim, n - a, n, s);
+  HloInstruction* head = SliceOf(c, x, dim, 0, n - a, s);
+  if (tiled) {
+    *note = "; its concatenate along the tiled dim as zero pads picked by an index mask";
+    return ExpandConcatenate(c, {tail, head}, dim, xs, s);
+  }
+  HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, xs, {tail, head}, "concatenate");
+  cat->dimensions = {dim};
+  cat->has_dimensions_attr = true;
+  return Annotated(cat, s);
+}
+
+HloInstruction* ReshapeOf(HloComputation* c, HloInstruction* x, const Shape& shape,
+                          const std::optional<HloSharding>& s) {
+  return Annotated(c->AddInstruction(HloOpcode::kReshape, shape, {x}, "reshape"), s);
+}
+
+// "_SPMDInternalOp_Wrap" (see the evaluator's definition, eval/custom_calls_xla.cc): with P tiles
+// along dim in its own sharding and k = n/P, dim is split into [P, k]; each row gets the last L
+// elements of the row before (x rotated right by L, first L columns) and the first R of the row
+// after (x rotated left by R, last R columns), concatenated along the row, and merged back.
+HloInstruction* ExpandWrap(HloComputation* c, HloInstruction* h, const SpmdInternalConfig& cfg, int64_t dim,
+                           std::string* what, std::string* note) {
+  HloInstruction* x = h->operand(0);
+  const Shape& xs = x->shape();
+  const Shape& out = h->shape();
+  const size_t d = static_cast<size_t>(dim);
+  std::optional<int64_t> left = cfg.Int("left_amount"), right = cfg.Int("right_amount");
+  if (!left || !right || *left < 0 || *right < 0 || !h->sharding || out.rank() != xs.rank() ||
+      out.element_type != xs.element_type) {
+    return nullptr;
+  }
+  absl::StatusOr<Sharding> os = Sharding::FromHlo(*h->sharding, out);
+  if (!os.ok() || !os->IsTiled() || os->HasManualSubgroup() || dim >= os->rank()) return nullptr;
+  const int64_t p = os->tile(dim), n = xs.dims[d], L = *left, R = *right;
+  if (p < 1 || n % p != 0 || out.dims[d] != n + p * (L + R)) return nullptr;
+  for (size_t e = 0; e < xs.dims.size(); ++e) {
+    if (e != d && out.dims[e] != xs.dims[e]) return nullptr;
+  }
+  const int64_t k = n / p;
+  if (L > k || R > k) return nullptr;  // a halo from beyond the neighbouring shard
+  // The split shape [.., P, k, ..] and its sharding: the result's tiles with 1 after dim.
+  std::vector<int64_t> tiles = os->tiles();
+  tiles.insert(tiles.begin() + dim + 1, 1);
+  absl::StatusOr<Sharding> split_sharding = Sharding::Tiled(tiles, os->subgroups(), os->devices());
+  if (!split_sharding.ok()) return nullptr;
+  const std::optional<HloSharding> ss = split_sharding->ToHlo();
+  Shape split = xs;
+  split.dims[d] = k;
+  split.dims.insert(split.dims.begin() + dim, p);
+  const bool tiled = p > 1;
+  std::vector<HloInstruction*> pieces;
+  if (L > 0) {
+    HloInstruction* r = ReshapeOf(c, RotateRightOf(c, x, dim, L % n, h->sharding, tiled, note), split, ss);
+    pieces.push_back(SliceOf(c, r, dim + 1, 0, L, ss));
+  }
+  pieces.push_back(ReshapeOf(c, x, split, ss));
+  if (R > 0) {
+    HloInstruction* r = ReshapeOf(c, RotateRightOf(c, x, dim, (n - R % n) % n, h->sharding, tiled, note), split, ss);
+    pieces.push_back(SliceOf(c, r, dim + 1, k - R, k, ss));
+  }
+  Shape rows = split;
+  rows.dims[d + 1] = k + L + R;
+  HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, rows, pieces, "concatenate");
+  cat->dimensions = {dim + 1};
+  cat->has_dimensions_attr = true;
+  Annotated(cat, ss);
+  *what = absl::StrCat("each of ", p, " shards along dim ", dim, " with ", L, " elements of the shard before and ", R,
+                       " of the one after, as rotations of the rows of a [", p, ",", k, "] split");
+  return ReshapeOf(c, cat, out, h->sharding);
+}
+
 // The replacement of an XLA partitioner-internal custom call, or nullptr.
 // *what says what it became, *note what more was done (appended after the remark).
 HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::string* what, std::string* note) {
@@ -119,17 +205,10 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
     if (!amount || *amount < 0 || n == 0) return nullptr;
     const int64_t a = *amount % n;
     *what = absl::StrCat("rotate right by ", a, " along dim ", *dim);
-    if (a == 0) return Annotated(c->AddInstruction(HloOpcode::kCopy, xs, {x}, "copy"), h->sharding);
-    HloInstruction* tail = SliceOf(c, x, *dim, n - a, n, h->sharding);
-    HloInstruction* head = SliceOf(c, x, *dim, 0, n - a, h->sharding);
-    if (TiledAlong(*h, *dim)) {
-      *note = "; its concatenate along the tiled dim as zero pads picked by an index mask";
-      return ExpandConcatenate(c, {tail, head}, *dim, xs, h->sharding);
-    }
-    HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, xs, {tail, head}, "concatenate");
-    cat->dimensions = {*dim};
-    cat->has_dimensions_attr = true;
-    return Annotated(cat, h->sharding);
+    return RotateRightOf(c, x, *dim, a, h->sharding, TiledAlong(*h, *dim), note);
+  }
+  if (target == "_SPMDInternalOp_Wrap" && h->operand_count() == 1 && h->shape().IsArray()) {
+    return ExpandWrap(c, h, *cfg, *dim, what, note);
   }
   if (!h->shape().IsTuple() || h->shape().tuple_shapes.empty()) return nullptr;
   const Shape elem = h->shape().tuple_shapes[0];
@@ -184,6 +263,20 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
       parts.push_back(SliceOf(c, padded, *dim, i, i + elem.dims[d], Element(h->sharding, static_cast<size_t>(i))));
     }
     *what = absl::StrCat("pad by ", *amount, " and ", count, " windows along dim ", *dim);
+  } else if (target == "_SPMDInternalOp_MultiRotate" && h->operand_count() == 1) {
+    std::optional<int64_t> left = cfg->Int("left_amount"), right = cfg->Int("right_amount");
+    const int64_t n = xs.dims[d];
+    if (!left || !right || *left < 0 || *right < 0 || *left + *right + 1 != count || n == 0 ||
+        !elem.Compatible(xs)) {
+      return nullptr;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      // Element i: x rotated left by left - i, i.e. right by (i - left) mod n.
+      const std::optional<HloSharding> es = Element(h->sharding, static_cast<size_t>(i));
+      const bool tiled = TiledElement(es, xs, *dim);
+      parts.push_back(RotateRightOf(c, x, *dim, (((i - *left) % n) + n) % n, es, tiled, note));
+    }
+    *what = absl::StrCat(count, " rotations (left by ", *left, " to right by ", *right, ") along dim ", *dim);
   } else {
     return nullptr;
   }

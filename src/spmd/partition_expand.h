@@ -11,6 +11,13 @@
 //     the tiling to another dim by all-to-all, else gathers).
 //   "_SPMDInternalOp_MultiSlice" -> a tuple of the a+1 shifted slices.
 //   "_SPMDInternalOp_MultiPad" -> pad by a on both sides along d, then a tuple of the a+1 windows.
+//   "_SPMDInternalOp_MultiRotate" (left_amount=L, right_amount=R) -> a tuple of the L+R+1
+//     rotations (left by L, ..., right by R), each as RotateRight above.
+//   "_SPMDInternalOp_Wrap" (left_amount=L, right_amount=R; P tiles along d in its sharding,
+//     k = n/P) -> d split into [P, k]; each row concatenated with the last L elements of the row
+//     before (the rows of x rotated right by L) and the first R of the row after (rotated left
+//     by R), merged back: the rotations' halo exchanges are the collective-permutes XLA's
+//     handler sends. L and R at most k.
 // The custom calls' global meaning is the evaluator's (eval/custom_calls_xla.cc). A custom call
 // whose config does not parse or whose shapes do not fit is left as it is (the partitioner then
 // computes it replicated, as any target it has no rule for).

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "hlo/raw_dims_attribute.h"
 #include "hlo/window.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/propagation_rules.h"
@@ -371,6 +372,18 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
       if (leaf_shape.rank() < 2) return cp.Replicated(h, "no partitioning rule for a rank < 2 operand");
       affected = {leaf_shape.rank() - 2, leaf_shape.rank() - 1};
       break;
+    case HloOpcode::kFft: {
+      // The transformed dims (the last |fft_length|) whole, the batch dims tiled as they are.
+      // XLA's HandleFft runs a distributed FFT when the last one is tiled; Weave moves the
+      // tiling off them or gathers them.
+      absl::StatusOr<std::vector<int64_t>> lengths = RawDimsAttribute(h, "fft_length");
+      const int64_t rank = leaf_shape.rank();
+      if (!lengths.ok() || lengths->empty() || static_cast<int64_t>(lengths->size()) > rank) {
+        return cp.Replicated(h, "fft without a usable fft_length");
+      }
+      for (int64_t d = rank - static_cast<int64_t>(lengths->size()); d < rank; ++d) affected.push_back(d);
+      break;
+    }
     case HloOpcode::kReduceWindow:
       affected = WindowDims(h);
       for (int64_t i = h.operand_count() / 2; i < h.operand_count(); ++i) {
@@ -446,6 +459,7 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
         ": those dims are gathered and computed replicated (no ",
         op == HloOpcode::kSort ? "partitioned sort"
         : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve ? "matrix-dim partitioning"
+        : op == HloOpcode::kFft                                           ? "distributed FFT"
                                                                           : "halo exchange",
         " rule", s->IsTiled() ? "; other dims stay sharded)" : ")", halo_why);
     // Nothing left tiled: the whole op is computed replicated, an involuntary full

@@ -97,8 +97,9 @@ absl::StatusOr<PValue> PartitionConstant(ComputationPartitioner& cp, const HloIn
 absl::StatusOr<PValue> PartitionIota(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_rng.cc: rng drawn per tile, its copies made to agree (XLA's HandleRng).
 absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruction& h);
-// slice, pad, concatenate, reverse, sort, reduce-window, cholesky, triangular-solve: local on
-// untiled affected dims (a cholesky / triangular-solve: its two matrix dims).
+// slice, pad, concatenate, reverse, sort, reduce-window, cholesky, triangular-solve, fft: local
+// on untiled affected dims (a cholesky / triangular-solve: its two matrix dims; an fft: its
+// transformed dims).
 absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
                                                  const HloInstruction& h);
 // partition_halo.cc: slice / pad / reduce-window with the result tiled along an `affected` dim,

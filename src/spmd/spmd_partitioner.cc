@@ -346,6 +346,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
     case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kFft:
       return PartitionAlongUntiledDims(*this, h);
     case HloOpcode::kOutfeed: {
       // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends

@@ -56,7 +56,7 @@ void AddCommonOptions(CLI::App* cmd, RunArgs* a) {
                   "Refuse modules whose estimated memory exceeds this (GiB)");
 }
 
-// Checksum of one output: sum of values and an FNV-1a hash of the stored values.
+// Checksum of one output: sum of values (real parts) and an FNV-1a hash of the stored values.
 std::pair<double, uint64_t> Checksum(const eval::Value& v) {
   double sum = 0;
   uint64_t h = 1469598103934665603ull;
@@ -74,6 +74,15 @@ std::pair<double, uint64_t> Checksum(const eval::Value& v) {
     for (int b = 0; b < 8; ++b) {
       h ^= (bits >> (8 * b)) & 0xff;
       h *= 1099511628211ull;
+    }
+    if (v.storage() == eval::Storage::kComplex) {  // the imaginary part too
+      double y = v.c[static_cast<size_t>(k)].imag();
+      if (std::isnan(y)) y = std::nan("");
+      std::memcpy(&bits, &y, 8);
+      for (int b = 0; b < 8; ++b) {
+        h ^= (bits >> (8 * b)) & 0xff;
+        h *= 1099511628211ull;
+      }
     }
   }
   return {sum, h};
