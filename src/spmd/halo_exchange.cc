@@ -45,7 +45,10 @@ struct HaloPlan {
   int64_t k = 0, size = 0, t = 0;
   int64_t from = 0, to = 0, extra_lo = 0, extra_hi = 0, fetched = 0;
   std::vector<std::vector<int64_t>> index;  // [partition] -> its index in the device array
-  std::vector<int64_t> lo;                  // [partition] -> where its window starts
+  std::vector<int64_t> lo;                  // [partition] -> where it takes its window in the buffer
+  // [partition] -> where its window starts (the global index of its first element: what the fill
+  // mask reads; lo differs only for a device that reads nothing, which takes its window anywhere).
+  std::vector<int64_t> window_lo;
 };
 
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
@@ -107,6 +110,7 @@ absl::StatusOr<HaloPlan> PlanHalo(const Sharding& s, const Shape& global, const 
     p.from = 0;
     p.to = p.t;
   }
+  p.window_lo = p.lo;
   // A device that reads nothing takes its window at the start of its buffer (no far padding).
   if (!w.needed.empty()) {
     for (int64_t q = 0; q < n; ++q) {
@@ -201,7 +205,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   for (int64_t p = 0; p < n; ++p) {
     const int64_t i = index[static_cast<size_t>(p)][static_cast<size_t>(dim)];
     offsets[static_cast<size_t>(p)] = lo[static_cast<size_t>(p)] - (i * t + from - extra_lo);
-    starts[static_cast<size_t>(p)] = lo[static_cast<size_t>(p)];
+    starts[static_cast<size_t>(p)] = plan->window_lo[static_cast<size_t>(p)];
   }
   std::vector<int64_t> sizes = x->shape().dims;
   sizes[static_cast<size_t>(dim)] = w.size;
@@ -216,7 +220,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   }
   if (fill == nullptr) return win;
   bool outside = false;
-  for (int64_t l : lo) outside |= l < 0 || l + w.size > size;
+  for (int64_t l : plan->window_lo) outside |= l < 0 || l + w.size > size;
   if (!outside) return win;
   // The mask along `dim` only (1-D), broadcast over the other dims: a rank-1 index instead of a
   // full-size s32 one (the window can be most of the device's memory).

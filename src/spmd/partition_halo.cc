@@ -3,6 +3,10 @@
 // ReshardAsWindowedInput): the result keeps its target's tiling and each device fetches only the
 // neighbouring elements its tile of the result reads. A reduce-window's padding becomes its init
 // value in the fetched window (masked), and the local reduce-window runs unpadded on those dims.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo/window.h"
@@ -61,6 +65,39 @@ absl::StatusOr<PValue> ReverseByPermute(ComputationPartitioner& cp, const HloIns
                                                               : absl::StrCat(", ", windows.size(), " halo shift(s) for uneven tiles"),
                          ", local reverse"));
   return PValue{r, target, out};
+}
+
+// Where the result is uneven along `dim` (its last tiles partly or wholly padding), each device
+// fetches only what its valid result elements read (HaloWindow::needed): a result tile that is
+// all padding reads nothing, so a small slice of a tiled dim (slice [7:8] of 8 tiles) moves no
+// element instead of a halo reaching across the tiles. The padding of a tiled value holds
+// nothing its users read, so what it computes from is left unspecified.
+void ClipToValidResult(const HloInstruction& h, const Sharding& target, int64_t dim, int64_t to,
+                       HaloWindow* w, int64_t n) {
+  const int64_t extent = h.shape().dims[static_cast<size_t>(dim)];
+  if (to * target.tile(dim) == extent) return;  // even: every result element is valid
+  std::vector<std::pair<int64_t, int64_t>> needed(static_cast<size_t>(n));
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t o = TileOffset(target, q, dim, extent);
+    const int64_t valid = std::clamp<int64_t>(extent - o, 0, to);
+    if (valid == 0) {
+      needed[static_cast<size_t>(q)] = {0, 0};
+      continue;
+    }
+    const int64_t start = w->starts.empty() ? w->first + (o / to) * w->step : w->starts[static_cast<size_t>(q)];
+    int64_t reach = w->size;  // window elements the valid results read
+    if (h.opcode() == HloOpcode::kSlice) {
+      reach = (valid - 1) * h.slice()[static_cast<size_t>(dim)].stride + 1;
+    } else if (h.opcode() == HloOpcode::kPad) {
+      const PadDim& pd = h.padding()[static_cast<size_t>(dim)];
+      const int64_t step = pd.interior + 1;
+      reach = pd.interior > 0 ? (pd.interior + valid + step - 1) / step : valid;
+    } else if (h.opcode() == HloOpcode::kReduceWindow) {
+      reach = w->size - (to - valid) * (w->step / to);
+    }
+    needed[static_cast<size_t>(q)] = {start, start + std::min(reach, w->size)};
+  }
+  w->needed = std::move(needed);
 }
 
 }  // namespace
@@ -133,6 +170,7 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
       w.step = to * s.stride;
       w.size = (to - 1) * s.stride + 1;
     }
+    ClipToValidResult(h, target, d, to, &w, cp.num_partitions());
     absl::Status ok = CheckHalo(target, in, w, cp.num_partitions());
     if (!ok.ok()) return ok;
     windows.push_back(w);
