@@ -2,7 +2,9 @@
 #include "eval/global_view.h"
 
 #include <algorithm>
-
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -54,6 +56,128 @@ absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool 
         s->ToString(), "): the global-view reference covers fully manual regions only"));
   }
   return *s;
+}
+
+// The manual subgroup index of `device` under `s` (0 when `s` has no manual subgroup).
+int64_t ManualIndex(const spmd::Sharding& s, int64_t device) {
+  if (!s.HasManualSubgroup()) return 0;
+  std::optional<std::vector<int64_t>> idx = s.ArrayIndex(device);
+  if (!idx) return 0;
+  return (*idx)[static_cast<size_t>(s.SubgroupArrayDim(spmd::SubgroupType::kManual))];
+}
+
+bool HasManualSubgroup(const HloInstruction* h) {
+  return h->sharding && h->sharding->kind == HloSharding::Kind::kTiled &&
+         std::find(h->sharding->last_tile_dims.begin(), h->sharding->last_tile_dims.end(), "manual") !=
+             h->sharding->last_tile_dims.end();
+}
+
+// A conversion at the edge of a partially manual region (a manual subgroup on either side), in
+// the global view, where every device holds the whole value of its region: the value of its
+// manual group inside a partially manual region, the whole array outside, every device its own
+// value inside a fully manual one.
+//   SPMDShardToFullShape(x): the blocks x (shape `local`) of the outer value (shape `full`) held
+//     by the devices of each outer manual group (the call's own manual subgroup; all devices
+//     when it has none) are gathered: a device's block along dim k is its tile offset under the
+//     call's own sharding divided by local_k (the inner region's own tiling inside the group
+//     is already whole in the view). One all-gather per set of one holder of every block, then
+//     the blocks laid out in place.
+//   SPMDFullToShardShape(x): each device takes the block of x its manual group index names
+//     (row-major over the blocks, blocks = full / local per dim), the devices of a group alike.
+absl::StatusOr<HloInstruction*> ConvertPartiallyManual(spmd::SpmdBuilder& b, HloInstruction* h, bool to_shard,
+                                                      int64_t n) {
+  HloInstruction* x = h->operand(0);
+  const Shape& full = to_shard ? x->shape() : h->shape();
+  const Shape& local = to_shard ? h->shape() : x->shape();
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("'", h->name(), "' (", h->custom_call_target(), "): ", what));
+  };
+  if (!full.IsArray() || !local.IsArray() || full.rank() != local.rank()) {
+    return bad("the full and the shard shapes differ in rank");
+  }
+  std::vector<int64_t> blocks;
+  int64_t count = 1;
+  for (int64_t k = 0; k < full.rank(); ++k) {
+    const int64_t l = local.dims[static_cast<size_t>(k)], f = full.dims[static_cast<size_t>(k)];
+    if (l <= 0 || l > f) return bad(absl::StrCat("dim ", k, " is ", l, " inside and ", f, " outside"));
+    blocks.push_back((f + l - 1) / l);
+    count *= blocks.back();
+  }
+  if (!h->sharding) return bad("no sharding");
+  absl::StatusOr<spmd::Sharding> own = spmd::Sharding::FromHlo(*h->sharding, to_shard ? local : full);
+  if (!own.ok()) return bad(std::string(own.status().message()));
+  // Block (flat, row-major over `blocks`) and outer group of each device.
+  std::vector<int64_t> block(static_cast<size_t>(n)), group(static_cast<size_t>(n));
+  if (to_shard) {
+    const int64_t m = own->SubgroupSize(spmd::SubgroupType::kManual);
+    if (m != count) {
+      return bad(absl::StrCat(m, " manual groups for ", count, " blocks of ", local.ToString(false), " in ",
+                              full.ToString(false)));
+    }
+    for (int64_t d = 0; d < n; ++d) block[static_cast<size_t>(d)] = ManualIndex(*own, d);
+    // Each device's block: a dynamic-slice at the block's offsets.
+    std::vector<HloInstruction*> at;
+    for (int64_t k = 0; k < full.rank(); ++k) {
+      std::vector<int64_t> offsets(static_cast<size_t>(n));
+      for (int64_t d = 0; d < n; ++d) {
+        int64_t q = block[static_cast<size_t>(d)];
+        for (int64_t j = full.rank() - 1; j > k; --j) q /= blocks[static_cast<size_t>(j)];
+        offsets[static_cast<size_t>(d)] = (q % blocks[static_cast<size_t>(k)]) * local.dims[static_cast<size_t>(k)];
+      }
+      at.push_back(b.TableLookup(offsets));
+    }
+    std::vector<int64_t> padded;
+    for (int64_t k = 0; k < full.rank(); ++k) padded.push_back(blocks[static_cast<size_t>(k)] * local.dims[static_cast<size_t>(k)]);
+    HloInstruction* src = padded == full.dims ? x : b.PadHigh(x, padded);
+    return b.DynamicSlice(src, at, local.dims);
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t flat = 0;
+    for (int64_t k = 0; k < full.rank(); ++k) {
+      const int64_t off = spmd::TileOffset(*own, d, k, full.dims[static_cast<size_t>(k)]);
+      flat = flat * blocks[static_cast<size_t>(k)] + std::min(off / local.dims[static_cast<size_t>(k)],
+                                                               blocks[static_cast<size_t>(k)] - 1);
+    }
+    block[static_cast<size_t>(d)] = flat;
+    group[static_cast<size_t>(d)] = ManualIndex(*own, d);
+  }
+  // Per outer group, the holders of each block; sets of one holder per block, in block order.
+  std::map<int64_t, std::vector<std::vector<int64_t>>> holders;  // group -> block -> devices
+  for (int64_t d = 0; d < n; ++d) {
+    std::vector<std::vector<int64_t>>& g = holders[group[static_cast<size_t>(d)]];
+    g.resize(static_cast<size_t>(count));
+    g[static_cast<size_t>(block[static_cast<size_t>(d)])].push_back(d);
+  }
+  std::vector<std::vector<int64_t>> sets;
+  for (auto& [g, by_block] : holders) {
+    const size_t r = by_block[0].size();
+    for (const std::vector<int64_t>& devs : by_block) {
+      if (devs.size() != r || r == 0) {
+        return bad(absl::StrCat("the devices of manual group ", g, " do not hold every block of ",
+                                full.ToString(false), " equally often"));
+      }
+    }
+    for (size_t j = 0; j < r; ++j) {
+      sets.emplace_back();
+      for (const std::vector<int64_t>& devs : by_block) sets.back().push_back(devs[j]);
+    }
+  }
+  // [1, local...] gathered to [count, local...], then [b0.., l0..] interleaved to [b0, l0, b1, l1, ..].
+  const int64_t r = full.rank();
+  std::vector<int64_t> one = {1};
+  one.insert(one.end(), local.dims.begin(), local.dims.end());
+  HloInstruction* g = b.AllGather(b.Reshape(x, one), 0, sets);
+  std::vector<int64_t> split = blocks;
+  split.insert(split.end(), local.dims.begin(), local.dims.end());
+  HloInstruction* v = b.Reshape(g, split);
+  std::vector<int64_t> perm, merged;
+  for (int64_t k = 0; k < r; ++k) {
+    perm.push_back(k);
+    perm.push_back(r + k);
+    merged.push_back(blocks[static_cast<size_t>(k)] * local.dims[static_cast<size_t>(k)]);
+  }
+  v = b.Reshape(b.Transpose(v, perm), merged);
+  return merged == full.dims ? v : b.Slice(v, full.dims);
 }
 
 }  // namespace
@@ -114,6 +238,13 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
     spmd::SpmdBuilder b(c, &ctx);
     for (HloInstruction* h : calls) {
       const bool to_shard = IsCall(h, "SPMDFullToShardShape");
+      if (HasManualSubgroup(h) || HasManualSubgroup(h->operand(0))) {
+        absl::StatusOr<HloInstruction*> r = ConvertPartiallyManual(b, h, to_shard, num_partitions);
+        if (!r.ok()) return r.status();
+        if (absl::Status st = h->ReplaceAllUsesWith(*r); !st.ok()) return st;
+        if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+        continue;
+      }
       absl::StatusOr<spmd::Sharding> s = ConversionSharding(h, to_shard);
       if (!s.ok()) return s.status();
       HloInstruction* x = h->operand(0);

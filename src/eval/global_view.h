@@ -32,9 +32,13 @@ bool HasManualRegions(const HloModule& module);
 // The global-view module for `num_partitions` devices (see above): a clone of `global`, its
 // Shardy manual computations imported first (sharding-import), the conversion calls replaced by
 // reshards, num_partitions set, parameter shardings removed (every device takes the full
-// inputs). Errors: InvalidArgument naming the call when a FullToShard operand has no tiled
-// sharding or the shapes disagree; Unimplemented for partially manual regions (a manual
-// subgroup).
+// inputs). A call at the edge of a partially manual region (a manual subgroup on either side:
+// JAX's shard_map over some mesh axes) works on the value of each manual group: FullToShard gives
+// every device of group g block g of its operand (row-major over operand / shard shape);
+// ShardToFull gathers, within each outer manual group, the blocks its devices hold (a device's
+// block from its tile offset under the call's own sharding). Errors: InvalidArgument naming the
+// call when a FullToShard operand has no tiled sharding, the shapes disagree, or the manual
+// groups do not match the blocks.
 // Why the reference of `module` is its global view: "it has manual values" (HasManualRegions),
 // "it calls cross-partition collectives" (a collective with a channel_id in the global program:
 // XLA's partitioner keeps such a user collective, so the reference runs it among P devices that
