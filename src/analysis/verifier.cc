@@ -81,6 +81,14 @@ absl::Status Checker::Check() {
       return CollectivePermute();
     case HloOpcode::kCustomCall:
       return CustomCall();
+    case HloOpcode::kCopyStart:
+    case HloOpcode::kCopyDone:
+    case HloOpcode::kAsyncStart:
+    case HloOpcode::kAsyncUpdate:
+    case HloOpcode::kAsyncDone:
+      return AsyncPair();
+    case HloOpcode::kMap:
+      return Map();
     case HloOpcode::kBitcastConvert:
       return BitcastConvert();
     default:

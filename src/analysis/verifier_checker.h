@@ -112,6 +112,12 @@ class Checker {
   absl::Status Tuple();
   absl::Status GetTupleElement();
   absl::Status CustomCall();
+  // copy-start / copy-done and async-start / -update / -done (XLA's HloVerifier
+  // HandleCopyStart, HandleCopyDone and its async checks).
+  absl::Status AsyncPair();
+  // map: its computation takes one scalar of each operand's element type and returns a scalar
+  // of the result's (XLA's ShapeInference::InferMapShape).
+  absl::Status Map();
 
   // verifier_collectives.cc
   // Replica groups: every id at most once over all groups, groups of one size.

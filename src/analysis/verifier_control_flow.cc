@@ -123,6 +123,76 @@ absl::Status Checker::GetTupleElement() {
   return ResultIs(t.tuple_shapes[static_cast<size_t>(h_.tuple_index)], "tuple element shape");
 }
 
+absl::Status Checker::AsyncPair() {
+  const HloOpcode op = h_.opcode();
+  const Shape& s = h_.shape();
+  if (op == HloOpcode::kAsyncStart) {
+    if (!s.IsTuple() || s.tuple_shapes.size() < 2) {
+      return Err(absl::StrCat("result ", ShapeText(s), " is not a tuple ((operands), result, ...)"));
+    }
+    return absl::OkStatus();
+  }
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  const Shape& x = Op(0);
+  switch (op) {
+    case HloOpcode::kCopyStart:
+      // (destination, source, context): both buffers of the operand's shape.
+      if (!s.IsTuple() || s.tuple_shapes.size() < 2 || !ShapesMatch(s.tuple_shapes[0], x) ||
+          !ShapesMatch(s.tuple_shapes[1], x)) {
+        return Err(absl::StrCat("result ", ShapeText(s), " is not a tuple (", ShapeText(x), ", ", ShapeText(x),
+                                ", context) for its operand"));
+      }
+      return absl::OkStatus();
+    case HloOpcode::kCopyDone:
+      if (!x.IsTuple() || x.tuple_shapes.empty()) {
+        return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' ", ShapeText(x),
+                                " is not a copy-start tuple"));
+      }
+      return ResultIs(x.tuple_shapes[0], "the copy-start's destination");
+    case HloOpcode::kAsyncUpdate:
+    case HloOpcode::kAsyncDone: {
+      const HloOpcode from = h_.operand(0)->opcode();
+      if (from != HloOpcode::kAsyncStart && from != HloOpcode::kAsyncUpdate) {
+        return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' is ",
+                                std::string(HloOpcodeString(from)), ", not async-start or async-update"));
+      }
+      if (!x.IsTuple() || x.tuple_shapes.size() < 2) {
+        return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' ", ShapeText(x),
+                                " is not an async-start tuple"));
+      }
+      if (op == HloOpcode::kAsyncUpdate) return ResultIs(x, "its operand's shape");
+      return ResultIs(x.tuple_shapes[1], "the async-start's result");
+    }
+    default:
+      return absl::OkStatus();
+  }
+}
+
+absl::Status Checker::Map() {
+  if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
+    return Err("needs one computation (to_apply=)");
+  }
+  const HloComputation* c = h_.called_computations()[0];
+  if (c->num_parameters() != h_.operand_count()) {
+    return Err(absl::StrCat("computation '", c->name(), "' takes ", c->num_parameters(), " parameters for ",
+                            h_.operand_count(), " operands"));
+  }
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (!Op(i).IsArray()) return Err(absl::StrCat("operand ", i, " is not an array"));
+    const Shape want = Shape::Scalar(Op(i).element_type);
+    const Shape& got = c->parameters()[static_cast<size_t>(i)]->shape();
+    if (!ShapesMatch(got, want)) {
+      return Err(absl::StrCat("parameter ", i, " of '", c->name(), "' is ", ShapeText(got), ", not ",
+                              ShapeText(want), " (operand ", i, "'s element type)"));
+    }
+  }
+  if (c->root() == nullptr || !h_.shape().IsArray() ||
+      !ShapesMatch(c->root()->shape(), Shape::Scalar(h_.shape().element_type))) {
+    return Err(absl::StrCat("computation '", c->name(), "' must return a scalar of the result's element type"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checker::CustomCall() {
   const std::string& t = h_.custom_call_target();
   if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||

@@ -41,6 +41,33 @@ bool IsPlainCollective(HloOpcode op) {
 }
 
 // Value of an async "start" tuple: ((operands) or operand, result, zero-filled context...).
+// Opcodes the evaluator runs with no operand; any other with none is an error, not a read past
+// the operand list.
+bool TakesNoOperand(HloOpcode op) {
+  switch (op) {
+    case HloOpcode::kParameter:
+    case HloOpcode::kConstant:
+    case HloOpcode::kIota:
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+    case HloOpcode::kCustomCall:
+    case HloOpcode::kTuple:
+    case HloOpcode::kCall:
+    case HloOpcode::kFusion:
+    case HloOpcode::kAsyncStart:
+    case HloOpcode::kRngGetAndUpdateState:
+    case HloOpcode::kRng:
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kReduceScatter:
+      return true;
+    default:
+      return false;
+  }
+}
+
 ValuePtr WrapStart(const Shape& shape, const std::vector<ValuePtr>& ops, const ValuePtr& result) {
   Value t;
   t.shape = shape;
@@ -97,6 +124,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
                                                   std::string(PrimitiveTypeName(shape.element_type)),
                                                   " is not supported by the evaluator")));
   }
+  if (ops.empty() && !TakesNoOperand(op)) {
+    return fail(InvalidArgumentError(absl::StrCat(std::string(HloOpcodeString(op)), " needs an operand")));
+  }
   if (IsElementwiseBinary(op) && op != HloOpcode::kCompare && ops.size() == 2) {
     return done(ops::Binary(op, *ops[0], *ops[1], shape));
   }
@@ -139,6 +169,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       if (ops.empty()) return fail(InvalidArgumentError("missing operand"));
       return ops[0];
     case HloOpcode::kCopyStart: {
+      if (!shape.IsTuple() || shape.tuple_shapes.size() < 2) {
+        return fail(InvalidArgumentError("copy-start must have a tuple shape (destination, source, context)"));
+      }
       Value t;
       t.shape = shape;
       for (size_t k = 0; k < shape.tuple_shapes.size(); ++k) {
