@@ -431,7 +431,16 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
     std::map<std::pair<int64_t, int64_t>, std::vector<HloInstruction*>> groups;
     std::map<int64_t, HloInstruction*> by_id;
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (!IsCanonicalDot(i) || !i->control_predecessors().empty()) continue;
+      if (!IsCanonicalDot(i)) continue;
+      if (!i->control_predecessors().empty() || !i->control_successors().empty()) {
+        // The merged dot and its slices would not carry the ordering edge (XLA's
+        // NoMergeControlPredecessor): left alone, and said so.
+        AddRemark(i->name(), false,
+                  absl::StrCat("not merged: it has control ",
+                               i->control_predecessors().empty() ? "successors" : "predecessors",
+                               " (a merge would drop the ordering edge)"));
+        continue;
+      }
       for (int64_t side = 0; side < 2; ++side) {
         groups[{i->operand(side)->unique_id(), side}].push_back(i);
       }
