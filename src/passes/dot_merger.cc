@@ -421,6 +421,20 @@ std::map<const HloComputation*, const HloComputation*> RingBodies(HloModule* mod
 
 }  // namespace
 
+// The sub-byte type an operand is upcast from through transposes, reshapes, bitcasts and
+// converts (XLA's HasSubByteUpcast), or "".
+std::string SubByteUpcast(const HloInstruction* x) {
+  while (x != nullptr && (x->opcode() == HloOpcode::kTranspose || x->opcode() == HloOpcode::kReshape ||
+                          x->opcode() == HloOpcode::kBitcast || x->opcode() == HloOpcode::kConvert)) {
+    if (x->opcode() == HloOpcode::kConvert && x->operand_count() == 1) {
+      const PrimitiveType t = x->operand(0)->shape().element_type;
+      if (t != PrimitiveType::PRED && BitWidth(t) > 0 && BitWidth(t) < 8) return std::string(PrimitiveTypeName(t));
+    }
+    x = x->operand_count() > 0 ? x->operand(0) : nullptr;
+  }
+  return "";
+}
+
 absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   bool changed = false;
   const std::map<const HloComputation*, const HloComputation*> ring_bodies = RingBodies(module);
@@ -439,6 +453,13 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
                   absl::StrCat("not merged: it has control ",
                                i->control_predecessors().empty() ? "successors" : "predecessors",
                                " (a merge would drop the ordering edge)"));
+        continue;
+      }
+      std::string sub_byte;
+      for (int64_t k = 0; k < i->operand_count() && sub_byte.empty(); ++k) sub_byte = SubByteUpcast(i->operand(k));
+      if (!sub_byte.empty()) {
+        // As XLA's merger, which skips such dots (its NoMergeSubByteUpcast test).
+        AddRemark(i->name(), false, absl::StrCat("not merged: an operand is upcast from ", sub_byte));
         continue;
       }
       for (int64_t side = 0; side < 2; ++side) {

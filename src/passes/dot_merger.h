@@ -29,7 +29,8 @@
 //    dots sharing an operand whose other operands come from one value through 0, 1, 2, ...
 //    collective-permutes (views, converts and dequantizations looked through), or whose results
 //    are sent on by collective-permutes (through add/convert/views: a reduce-scatter ring).
-// A dot with control predecessors or successors is not merged (the merge would drop the edge).
+// A dot with control predecessors or successors is not merged (the merge would drop the edge),
+// nor one with an operand upcast from a sub-byte type such as s4 (XLA's HasSubByteUpcast).
 // Each refusal and each merge gets a remark.
 #pragma once
 
