@@ -1,6 +1,10 @@
 // Expansions before partitioning (see partition_expand.h).
 #include "spmd/partition_expand.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "hlo/spmd_internal_config.h"
@@ -284,12 +288,135 @@ HloInstruction* ExpandInternalOp(HloComputation* c, HloInstruction* h, std::stri
   return Annotated(t, h->sharding);
 }
 
+const HloInstruction* SkipCopies(const HloInstruction* x) {
+  while (x->opcode() == HloOpcode::kCopy && x->operand_count() == 1) x = x->operand(0);
+  return x;
+}
+
+// A stride-1 slice of `of` along `dim` (whole along the others, as a concatenate's operand of
+// `of`'s extent there is): its start, else nullopt.
+std::optional<int64_t> SliceStart(const HloInstruction* s, const HloInstruction* of, int64_t dim) {
+  if (s->opcode() != HloOpcode::kSlice || s->operand(0) != of) return std::nullopt;
+  const SliceDim& sd = s->slice()[static_cast<size_t>(dim)];
+  if (sd.stride != 1) return std::nullopt;
+  return sd.start;
+}
+
+// concatenate(slice(x, [n-a:n]), slice(x, [0:n-a])) along a tiled dim, x sharded as the
+// concatenate: x rotated right by a (XLA's FindRotateRightPattern), expanded as RotateRight.
+HloInstruction* ExpandRotatePattern(HloComputation* c, HloInstruction* h, int64_t dim, std::string* what,
+                                    std::string* note) {
+  if (h->operand_count() != 2) return nullptr;
+  const HloInstruction* lhs = SkipCopies(h->operand(0));
+  const HloInstruction* rhs = SkipCopies(h->operand(1));
+  if (lhs->opcode() != HloOpcode::kSlice || rhs->opcode() != HloOpcode::kSlice) return nullptr;
+  HloInstruction* x = const_cast<HloInstruction*>(lhs->operand(0));
+  std::optional<int64_t> ls = SliceStart(lhs, x, dim), rs = SliceStart(rhs, x, dim);
+  if (!ls || !rs || !x->shape().Compatible(h->shape()) || !x->sharding) return nullptr;
+  absl::StatusOr<Sharding> xs = Sharding::FromHlo(*x->sharding, x->shape());
+  absl::StatusOr<Sharding> hs = Sharding::FromHlo(*h->sharding, h->shape());
+  if (!xs.ok() || !hs.ok() || *xs != *hs) return nullptr;  // x sharded as the concatenate
+  if (rhs->slice()[static_cast<size_t>(dim)].limit != *ls || *rs != 0) return nullptr;
+  const int64_t a = lhs->shape().dims[static_cast<size_t>(dim)];
+  *what = absl::StrCat("rotate right by ", a, " along dim ", dim, ", written as concatenate(slice, slice)");
+  return RotateRightOf(c, x, dim, a, h->sharding, true, note);
+}
+
+// concatenate(f(slice(x)), x, g(slice(x))) along a tiled dim, f and g chains of single-use
+// elementwise unary ops (XLA's FindPadWithWrapPattern: a wrap-around pad, as jnp.pad's
+// mode="wrap" writes it): pad(x) by the two widths, rotated so that each slice lands in its end,
+// the chains applied to the rotations, and the three picked by an index mask.
+HloInstruction* ExpandPadWrapPattern(HloComputation* c, HloInstruction* h, int64_t dim, std::string* what,
+                                     std::string* note) {
+  if (h->operand_count() != 3) return nullptr;
+  HloInstruction* mid = const_cast<HloInstruction*>(SkipCopies(h->operand(1)));
+  auto strip = [](const HloInstruction* x, std::vector<const HloInstruction*>* chain) {
+    x = SkipCopies(x);
+    while (IsElementwiseUnary(x->opcode()) && x->operand_count() == 1 && x->users().size() == 1) {
+      if (x->opcode() != HloOpcode::kCopy) chain->push_back(x);
+      x = x->operand(0);
+    }
+    return x;
+  };
+  std::vector<const HloInstruction*> lhs_chain, rhs_chain;
+  const HloInstruction* lhs = strip(h->operand(0), &lhs_chain);
+  const HloInstruction* rhs = strip(h->operand(2), &rhs_chain);
+  std::optional<int64_t> ls = SliceStart(lhs, mid, dim), rs = SliceStart(rhs, mid, dim);
+  if (!ls || !rs || mid->shape().element_type != h->shape().element_type) return nullptr;
+  const Shape& out = h->shape();
+  const int64_t p = out.dims[static_cast<size_t>(dim)];
+  const int64_t low = lhs->shape().dims[static_cast<size_t>(dim)], high = rhs->shape().dims[static_cast<size_t>(dim)];
+  HloInstruction* zero = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(out.element_type), {}, "zero");
+  zero->literal = Literal::Scalar(out.element_type, 0);
+  zero->sharding = HloSharding();
+  HloInstruction* padded = PadOf(c, mid, zero, dim, low, high, h->sharding);
+  auto rotated = [&](int64_t start, const std::vector<const HloInstruction*>& chain) {
+    const int64_t right = ((p - start) % p + p) % p;
+    HloInstruction* r = RotateRightOf(c, padded, dim, right, h->sharding, true, note);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      Shape s = out;
+      s.element_type = (*it)->shape().element_type;
+      r = Annotated(c->AddInstruction((*it)->CloneWithNewOperands(s, {r})), h->sharding);
+    }
+    return r;
+  };
+  HloInstruction* left = rotated(*ls + low, lhs_chain);
+  HloInstruction* right = rotated(*rs + low + high, rhs_chain);
+  // Positions < low from `left`, >= p - high from `right`, the padded x between.
+  const Shape s32(PrimitiveType::S32, {p}), pred1(PrimitiveType::PRED, {p});
+  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, s32, {}, "iota");
+  iota->iota_dimension = 0;
+  iota->sharding = HloSharding();
+  auto mask = [&](int64_t bound, ComparisonDirection dir) {
+    HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, "bound");
+    k->literal = Literal::ScalarInt(PrimitiveType::S32, bound);
+    k->sharding = HloSharding();
+    HloInstruction* kb = c->AddInstruction(HloOpcode::kBroadcast, s32, {k}, "broadcast");
+    kb->has_dimensions_attr = true;
+    kb->sharding = HloSharding();
+    HloInstruction* cmp = c->AddInstruction(HloOpcode::kCompare, pred1, {iota, kb}, "in_wrap");
+    cmp->comparison_direction = dir;
+    cmp->sharding = HloSharding();
+    HloInstruction* m = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {cmp}, "mask");
+    m->dimensions = {dim};
+    m->has_dimensions_attr = true;
+    return Annotated(m, h->sharding);
+  };
+  HloInstruction* r = Annotated(
+      c->AddInstruction(HloOpcode::kSelect, out, {mask(p - high, ComparisonDirection::kGe), right, padded}, "select"),
+      h->sharding);
+  r = Annotated(c->AddInstruction(HloOpcode::kSelect, out, {mask(low, ComparisonDirection::kLt), left, r}, "select"),
+                h->sharding);
+  *what = absl::StrCat("a wrap-around pad by ", low, " and ", high, " along dim ", dim,
+                       " (concatenate(slice, x, slice)", lhs_chain.empty() && rhs_chain.empty() ? "" : " with elementwise ops on the slices",
+                       "), written as two rotations of the padded value");
+  return r;
+}
+
+// A concatenate along a tiled dim in one of XLA's rotate or wrap-pad forms, or nullptr.
+HloInstruction* ExpandConcatPattern(HloComputation* c, HloInstruction* h, std::string* what, std::string* note) {
+  if (h->dimensions.size() != 1 || !h->shape().IsArray() || !h->sharding) return nullptr;
+  const int64_t dim = h->dimensions[0];
+  if (!TiledAlong(*h, dim)) return nullptr;
+  if (HloInstruction* r = ExpandRotatePattern(c, h, dim, what, note)) return r;
+  return ExpandPadWrapPattern(c, h, dim, what, note);
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> ExpandForPartitioning(HloModule* module) {
   std::vector<std::pair<std::string, std::string>> remarks;
   for (HloComputation* c : module->computations()) {
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      if (h->opcode() == HloOpcode::kConcatenate) {
+        std::string what, note;
+        HloInstruction* replacement = ExpandConcatPattern(c, h, &what, &note);
+        if (replacement == nullptr) continue;
+        const std::string name = h->name();
+        if (!c->ReplaceInstruction(h, replacement).ok()) continue;
+        remarks.push_back({name, absl::StrCat("concatenate: ", what, " for the slice, pad and concatenate rules", note)});
+        continue;
+      }
       if (h->opcode() != HloOpcode::kCustomCall || !absl::StartsWith(h->custom_call_target(), "_SPMDInternalOp_")) {
         continue;
       }
