@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "hlo/spmd_internal_config.h"
 #include "spmd/sharding.h"
+#include "spmd/sharding_util.h"
 
 namespace weave::spmd {
 namespace {
@@ -393,6 +394,129 @@ HloInstruction* ExpandPadWrapPattern(HloComputation* c, HloInstruction* h, int64
   return r;
 }
 
+// `s` (of `shape`) with `dim` split into [tiles, rest]: the tiling on the major part.
+std::optional<HloSharding> SplitSharding(const Sharding& s, int64_t dim) {
+  std::vector<int64_t> tiles = s.tiles();
+  tiles.insert(tiles.begin() + dim + 1, 1);
+  absl::StatusOr<Sharding> split = Sharding::Tiled(tiles, s.subgroups(), s.devices());
+  if (!split.ok()) return std::nullopt;
+  return split->ToHlo();
+}
+
+// The sort of a top-k (XLA's sort-in-TopK: jax.lax.top_k lowered without its custom call):
+//   sort(values, iota along d), dimensions={d}, each result read only by slices [0:k] along d,
+// with d tiled T ways, n = T * m, k <= m. Written as the two-stage top-k XLA's partitioner
+// builds: d split into [T, m], sorted along m and sliced to k (local to each tile), merged to
+// T*k candidates, sorted again with d whole (the candidates gathered) and sliced to k. Ties keep
+// the order of the global stable sort (tiles in order, then positions in a tile).
+bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what) {
+  if (h->operand_count() != 2 || h->dimensions.size() != 1 || !h->shape().IsTuple() || !h->sharding) return false;
+  const int64_t d = h->dimensions[0];
+  HloInstruction* values = h->operand(0);
+  const HloInstruction* idx = SkipCopies(h->operand(1));
+  if (idx->opcode() != HloOpcode::kIota || idx->iota_dimension != d) return false;  // XLA: an iota payload only
+  const Shape& vs = values->shape();
+  // The tiling along d: the values' own (as XLA reads it), else the sort's.
+  auto tiled_along = [&](const std::optional<HloSharding>& hs) -> std::optional<Sharding> {
+    if (!hs) return std::nullopt;
+    absl::StatusOr<Sharding> r = Sharding::FromHlo(*hs, vs);
+    if (!r.ok() || !r->IsTiled() || r->HasManualSubgroup() || d >= r->rank() || r->tile(d) < 2) return std::nullopt;
+    return *r;
+  };
+  std::optional<Sharding> s = tiled_along(values->sharding);
+  if (!s) s = tiled_along(Element(h->sharding, 0));
+  if (!s) return false;
+  const std::optional<HloSharding> es = s->ToHlo();
+  const int64_t t = s->tile(d), n = vs.dims[static_cast<size_t>(d)];
+  if (n % t != 0) return false;
+  const int64_t m = n / t;
+  // Every result read only by slices [0:k] along d (whole elsewhere), one k.
+  int64_t k = -1;
+  std::vector<HloInstruction*> slices[2];
+  for (HloInstruction* u : h->users()) {
+    if (u->opcode() != HloOpcode::kGetTupleElement || u->tuple_index < 0 || u->tuple_index > 1) return false;
+    for (HloInstruction* sl : u->users()) {
+      if (sl->opcode() != HloOpcode::kSlice) return false;
+      for (size_t e = 0; e < sl->slice().size(); ++e) {
+        const SliceDim& sd = sl->slice()[e];
+        const bool along = static_cast<int64_t>(e) == d;
+        if (sd.start != 0 || sd.stride != 1 || (!along && sd.limit != vs.dims[e])) return false;
+        if (along && k >= 0 && sd.limit != k) return false;
+        if (along) k = sd.limit;
+      }
+      slices[u->tuple_index].push_back(sl);
+    }
+  }
+  if (k <= 0 || k > m || (slices[0].empty() && slices[1].empty())) return false;
+  std::optional<HloSharding> split = SplitSharding(*s, d);
+  // Stage 2 in the sort's own sharding with d whole.
+  std::optional<Sharding> whole;
+  if (std::optional<HloSharding> own = Element(h->sharding, 0)) {
+    absl::StatusOr<Sharding> o = Sharding::FromHlo(*own, vs);
+    if (o.ok()) whole = ReplicateDims(*o, {d});
+  }
+  if (!whole) whole = ReplicateDims(*s, {d});
+  if (!split || !whole) return false;
+  auto tuple_of = [](const std::optional<HloSharding>& e) {
+    HloSharding t;
+    t.kind = HloSharding::Kind::kTuple;
+    t.tuple = {*e, *e};
+    return t;
+  };
+  // Stage 1: [.., T, m, ..], sorted along m, k taken.
+  auto split_shape = [&](const Shape& x, int64_t inner) {
+    Shape r = x;
+    r.dims[static_cast<size_t>(d)] = inner;
+    r.dims.insert(r.dims.begin() + d, t);
+    return r;
+  };
+  HloInstruction* v1 = ReshapeOf(c, values, split_shape(vs, m), split);
+  HloInstruction* i1 = ReshapeOf(c, h->operand(1), split_shape(h->operand(1)->shape(), m), split);
+  const Shape sorted1 = Shape::Tuple({v1->shape(), i1->shape()});
+  HloInstruction* s1 = c->AddInstruction(h->CloneWithNewOperands(sorted1, {v1, i1}));
+  s1->dimensions = {d + 1};
+  s1->sharding = tuple_of(split);
+  // The candidates, d whole: gathered where they are made (the second sort then runs locally).
+  const std::optional<HloSharding> ws = whole->ToHlo();
+  HloInstruction* cand[2];
+  for (int j = 0; j < 2; ++j) {
+    const Shape& part = sorted1.tuple_shapes[static_cast<size_t>(j)];
+    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, part, {s1}, "get-tuple-element");
+    g->tuple_index = j;
+    Annotated(g, split);
+    HloInstruction* top = SliceOf(c, g, d + 1, 0, k, split);
+    Shape merged = h->shape().tuple_shapes[static_cast<size_t>(j)];
+    merged.dims[static_cast<size_t>(d)] = t * k;
+    cand[j] = ReshapeOf(c, top, merged, ws);
+  }
+  // Stage 2: the T*k candidates sorted and sliced to k.
+  const Shape sorted2 = Shape::Tuple({cand[0]->shape(), cand[1]->shape()});
+  HloInstruction* s2 = c->AddInstruction(h->CloneWithNewOperands(sorted2, {cand[0], cand[1]}));
+  s2->dimensions = {d};
+  s2->sharding = tuple_of(ws);
+  for (int j = 0; j < 2; ++j) {
+    if (slices[j].empty()) continue;
+    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, sorted2.tuple_shapes[static_cast<size_t>(j)], {s2},
+                                          "get-tuple-element");
+    g->tuple_index = j;
+    Annotated(g, ws);
+    HloInstruction* top = SliceOf(c, g, d, 0, k, ws);
+    for (HloInstruction* sl : slices[j]) {
+      if (sl->sharding) top->sharding = sl->sharding;
+      if (!sl->ReplaceAllUsesWith(top).ok()) return false;
+    }
+  }
+  // The replaced slices, their get-tuple-elements and the sort (nothing else reads them).
+  std::vector<HloInstruction*> dead(slices[0].begin(), slices[0].end());
+  dead.insert(dead.end(), slices[1].begin(), slices[1].end());
+  (void)c->RemoveUnusedChains(dead, [h](const HloInstruction* x) {
+    return x->opcode() == HloOpcode::kSlice || x->opcode() == HloOpcode::kGetTupleElement || x == h;
+  });
+  *what = absl::StrCat("the sort of a top-", k, " along dim ", d, " (tiled ", t,
+                       " ways) as a top-k per tile and a sort of the ", t * k, " candidates");
+  return true;
+}
+
 // A concatenate along a tiled dim in one of XLA's rotate or wrap-pad forms, or nullptr.
 HloInstruction* ExpandConcatPattern(HloComputation* c, HloInstruction* h, std::string* what, std::string* note) {
   if (h->dimensions.size() != 1 || !h->shape().IsArray() || !h->sharding) return nullptr;
@@ -408,6 +532,13 @@ std::vector<std::pair<std::string, std::string>> ExpandForPartitioning(HloModule
   std::vector<std::pair<std::string, std::string>> remarks;
   for (HloComputation* c : module->computations()) {
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
+      if (h->opcode() == HloOpcode::kSort) {
+        std::string what;
+        if (ExpandSortTopK(c, h, &what)) {
+          remarks.push_back({h->name(), absl::StrCat("sort: ", what)});
+        }
+        continue;
+      }
       if (h->opcode() == HloOpcode::kConcatenate) {
         std::string what, note;
         HloInstruction* replacement = ExpandConcatPattern(c, h, &what, &note);
