@@ -13,21 +13,58 @@ namespace weave::verifier_internal {
 
 // Replica groups: every id at most once over all groups, groups of one size.
 absl::Status Checker::Groups() const {
-  if (!h_.replica_groups.has_value()) return absl::OkStatus();
-  std::set<int64_t> seen;
-  size_t size = 0;
+  // XLA's GetCollectiveOpGroupMode: global device ids need a channel.
+  if (h_.use_global_device_ids && !h_.channel_id.has_value()) {
+    return Err("use_global_device_ids=true needs a channel_id");
+  }
+  if (!h_.replica_groups.has_value() || h_.replica_groups->groups.empty()) return absl::OkStatus();
+  const std::string text = h_.replica_groups->ToString();
+  // As XLA's verifier (CheckReplicaGroups): no empty group; the ids are exactly 0..n-1 (n the
+  // ids written); groups of one size, except for all-reduce ({{0},{1,3},{2}} is valid there).
+  const HloOpcode op = h_.opcode();
+  const bool uniform = op != HloOpcode::kAllReduce && op != HloOpcode::kAllReduceStart;
+  size_t n = 0, size = 0;
   for (const auto& g : h_.replica_groups->groups) {
+    if (g.empty()) return Err(absl::StrCat("replica_groups=", text, " has an empty group"));
     if (size == 0) size = g.size();
-    if (g.size() != size) {
-      return Err(absl::StrCat("replica_groups=", h_.replica_groups->ToString(),
-                              " has groups of different sizes"));
+    if (uniform && g.size() != size) {
+      return Err(absl::StrCat("replica_groups=", text, " has groups of different sizes"));
     }
+    n += g.size();
+  }
+  std::vector<bool> seen(n, false);
+  for (const auto& g : h_.replica_groups->groups) {
     for (int64_t id : g) {
-      if (id < 0 || !seen.insert(id).second) {
-        return Err(absl::StrCat("replica_groups=", h_.replica_groups->ToString(), ": id ", id,
-                                id < 0 ? " is negative" : " appears more than once"));
+      if (id < 0 || id >= static_cast<int64_t>(n)) {
+        return Err(absl::StrCat("replica_groups=", text, ": id ", id, " is outside [0, ", n,
+                                ") (the groups must name ids 0 to ", n - 1, ")"));
       }
+      if (seen[static_cast<size_t>(id)]) {
+        return Err(absl::StrCat("replica_groups=", text, ": id ", id, " appears more than once"));
+      }
+      seen[static_cast<size_t>(id)] = true;
     }
+  }
+  // n is the count of the ids the mode names (XLA's CollectiveOpGroupMode): replicas without a
+  // channel and, for the ops with a use_global_device_ids attribute (all-reduce, all-gather,
+  // reduce-scatter), with a channel but no global ids; partitions for the others with a channel;
+  // replicas x partitions with global ids. A count of 1 (unset) is not checked, as in XLA.
+  const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
+  if (m == nullptr) return absl::OkStatus();
+  const bool has_global_attr = op == HloOpcode::kAllReduce || op == HloOpcode::kAllReduceStart ||
+                               op == HloOpcode::kAllGather || op == HloOpcode::kAllGatherStart ||
+                               op == HloOpcode::kReduceScatter;
+  int64_t want = m->replica_count;
+  const char* what = "replicas";
+  if (h_.use_global_device_ids) {
+    want = m->replica_count * m->num_partitions;
+    what = "devices (replica_count x num_partitions)";
+  } else if (h_.channel_id.has_value() && !has_global_attr) {
+    want = m->num_partitions;
+    what = "partitions";
+  }
+  if (want != 1 && static_cast<int64_t>(n) != want) {
+    return Err(absl::StrCat("replica_groups=", text, " names ", n, " ids, but the module has ", want, " ", what));
   }
   return absl::OkStatus();
 }
@@ -161,10 +198,19 @@ absl::Status Checker::CollectivePermute() {
     return Err(absl::StrCat("expects 1 operand (or 4 in the in-place form), got ",
                             h_.operand_count()));
   }
+  // Partition ids with a channel, replica ids without (when the module states its counts).
+  const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
+  const int64_t limit = m == nullptr || !m->has_num_partitions ? -1
+                        : h_.channel_id.has_value()             ? m->num_partitions
+                                                                : m->replica_count;
   std::set<int64_t> sources, targets;
   for (const auto& [s, t] : h_.source_target_pairs()) {
     if (s < 0 || t < 0) {
       return Err(absl::StrCat("source_target_pairs has a negative id in {", s, ",", t, "}"));
+    }
+    if (limit > 0 && (s >= limit || t >= limit)) {
+      return Err(absl::StrCat("source_target_pairs: {", s, ",", t, "} is out of range for ", limit,
+                              h_.channel_id.has_value() ? " partitions" : " replicas"));
     }
     if (!sources.insert(s).second) {
       return Err(absl::StrCat("source_target_pairs: source ", s, " appears more than once"));
