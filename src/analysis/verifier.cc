@@ -27,6 +27,8 @@ absl::Status Checker::Check() {
       return Constant();
     case HloOpcode::kIota:
       return Iota();
+    case HloOpcode::kRng:
+      return Rng();
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
       return IdOp();

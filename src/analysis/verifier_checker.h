@@ -77,6 +77,7 @@ class Checker {
   // verifier_elementwise.cc
   absl::Status Constant();
   absl::Status Iota();
+  absl::Status Rng();
   absl::Status IdOp();
   absl::Status Unary();
   absl::Status BitcastConvert();

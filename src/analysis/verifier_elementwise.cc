@@ -39,6 +39,33 @@ absl::Status Checker::Iota() {
                             ShapeText(h_.shape())));
   }
   if (h_.shape().rank() == 0) return Err("iota needs a result of rank at least 1");
+  const PrimitiveType t = h_.shape().element_type;
+  if (!IsInteger(t) && !IsFloatingPoint(t) && !IsComplex(t)) {
+    // XLA's HandleIota: integral, floating-point or complex only (no pred).
+    return Err(absl::StrCat("iota of ", std::string(PrimitiveTypeName(t)),
+                            ": only integer, floating-point and complex types"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Rng() {
+  // XLA's HandleRng: two scalar bounds of the result's element type; rng_normal of a float type.
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  for (int64_t i = 0; i < 2; ++i) {
+    if (!Op(i).IsArray() || Op(i).rank() != 0 || Op(i).element_type != h_.shape().element_type) {
+      return Err(absl::StrCat("operand ", i, " is ", ShapeText(Op(i)), "; the bounds are scalars of the result's type ",
+                              std::string(PrimitiveTypeName(h_.shape().element_type))));
+    }
+  }
+  const PrimitiveType t = h_.shape().element_type;
+  const std::string* dist = h_.GetRawAttribute("distribution");
+  if (dist != nullptr && *dist == "rng_normal" && !IsFloatingPoint(t)) {
+    return Err(absl::StrCat("rng_normal of ", std::string(PrimitiveTypeName(t)), ": a floating-point type only"));
+  }
+  if (!IsInteger(t) && !IsFloatingPoint(t) && t != PrimitiveType::PRED) {
+    return Err(absl::StrCat("rng of ", std::string(PrimitiveTypeName(t)), ": integer, floating-point or pred only"));
+  }
   return absl::OkStatus();
 }
 
