@@ -352,31 +352,38 @@ Value TakeAlong(const Value& x, const Shape& out, size_t d, const std::vector<in
   return r;
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> LeftRight(const HloInstruction& instr, const OpaqueAttrs& a) {
-  auto left = NeedInt(instr, a, "left_amount");
+// The operand, dimension and left/right amounts of a MultiRotate or Wrap call.
+struct LeftRightCall {
+  const Value* x = nullptr;
+  size_t dim = 0;
+  int64_t left = 0, right = 0;
+};
+
+absl::StatusOr<LeftRightCall> ReadLeftRightCall(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
+  auto attrs = ParseOpaque(instr);
+  if (!attrs.ok()) return attrs.status();
+  auto dim = CheckedDim(instr, *attrs, ops[0]->shape);
+  if (!dim.ok()) return dim.status();
+  auto left = NeedInt(instr, *attrs, "left_amount");
   if (!left.ok()) return left.status();
-  auto right = NeedInt(instr, a, "right_amount");
+  auto right = NeedInt(instr, *attrs, "right_amount");
   if (!right.ok()) return right.status();
   if (*left < 0 || *right < 0 || *left > (int64_t{1} << 20) || *right > (int64_t{1} << 20)) {
     return Bad(instr, "left_amount and right_amount must be in [0, 2^20]");
   }
-  return std::make_pair(*left, *right);
+  return LeftRightCall{ops[0].get(), static_cast<size_t>(*dim), *left, *right};
 }
 
 absl::StatusOr<Value> MultiRotate(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
-  if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
-  const Value& x = *ops[0];
-  auto dim = CheckedDim(instr, *attrs, x.shape);
-  if (!dim.ok()) return dim.status();
-  auto lr = LeftRight(instr, *attrs);
-  if (!lr.ok()) return lr.status();
-  const auto [left, right] = *lr;
+  absl::StatusOr<LeftRightCall> call = ReadLeftRightCall(instr, ops);
+  if (!call.ok()) return call.status();
+  const Value& x = *call->x;
+  const size_t d = call->dim;
+  const int64_t left = call->left, right = call->right;
   auto elem = EqualTupleElements(instr, left + right + 1, "left_amount + right_amount + 1");
   if (!elem.ok()) return elem.status();
   if (!elem->Compatible(x.shape)) return Bad(instr, "the result's elements must have the operand's shape");
-  const size_t d = static_cast<size_t>(*dim);
   const int64_t n = x.shape.dims[d];
   Value t;
   t.shape = instr.shape();
@@ -388,18 +395,12 @@ absl::StatusOr<Value> MultiRotate(const HloInstruction& instr, const std::vector
 }
 
 absl::StatusOr<Value> Wrap(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
-  if (ops.size() != 1 || !ops[0]->shape.IsArray() || !instr.shape().IsArray()) {
-    return Bad(instr, "expects one array operand and an array result");
-  }
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
-  const Value& x = *ops[0];
-  auto dim = CheckedDim(instr, *attrs, x.shape);
-  if (!dim.ok()) return dim.status();
-  auto lr = LeftRight(instr, *attrs);
-  if (!lr.ok()) return lr.status();
-  const auto [left, right] = *lr;
-  const size_t d = static_cast<size_t>(*dim);
+  if (!instr.shape().IsArray()) return Bad(instr, "expects an array result");
+  absl::StatusOr<LeftRightCall> call = ReadLeftRightCall(instr, ops);
+  if (!call.ok()) return call.status();
+  const Value& x = *call->x;
+  const size_t d = call->dim;
+  const int64_t left = call->left, right = call->right;
   const Shape& out = instr.shape();
   std::optional<int64_t> parts = WrapShardCount(instr);
   if (!parts) {
