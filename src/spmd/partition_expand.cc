@@ -409,7 +409,9 @@ std::optional<HloSharding> SplitSharding(const Sharding& s, int64_t dim) {
 // builds: d split into [T, m], sorted along m and sliced to k (local to each tile), merged to
 // T*k candidates, sorted again with d whole (the candidates gathered) and sliced to k. Ties keep
 // the order of the global stable sort (tiles in order, then positions in a tile).
-bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what) {
+// The replaced slices are appended to *dead: they, their get-tuple-elements and the sort are
+// removed by the caller once it has walked the computation (they follow the sort in its walk).
+bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what, std::vector<HloInstruction*>* dead) {
   if (h->operand_count() != 2 || h->dimensions.size() != 1 || !h->shape().IsTuple() || !h->sharding) return false;
   const int64_t d = h->dimensions[0];
   HloInstruction* values = h->operand(0);
@@ -506,12 +508,8 @@ bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what) {
       if (!sl->ReplaceAllUsesWith(top).ok()) return false;
     }
   }
-  // The replaced slices, their get-tuple-elements and the sort (nothing else reads them).
-  std::vector<HloInstruction*> dead(slices[0].begin(), slices[0].end());
-  dead.insert(dead.end(), slices[1].begin(), slices[1].end());
-  (void)c->RemoveUnusedChains(dead, [h](const HloInstruction* x) {
-    return x->opcode() == HloOpcode::kSlice || x->opcode() == HloOpcode::kGetTupleElement || x == h;
-  });
+  dead->insert(dead->end(), slices[0].begin(), slices[0].end());
+  dead->insert(dead->end(), slices[1].begin(), slices[1].end());
   *what = absl::StrCat("the sort of a top-", k, " along dim ", d, " (tiled ", t,
                        " ways) as a top-k per tile and a sort of the ", t * k, " candidates");
   return true;
@@ -531,10 +529,11 @@ HloInstruction* ExpandConcatPattern(HloComputation* c, HloInstruction* h, std::s
 std::vector<std::pair<std::string, std::string>> ExpandForPartitioning(HloModule* module) {
   std::vector<std::pair<std::string, std::string>> remarks;
   for (HloComputation* c : module->computations()) {
+    std::vector<HloInstruction*> dead;  // replaced top-k slices, removed after the walk
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
       if (h->opcode() == HloOpcode::kSort) {
         std::string what;
-        if (ExpandSortTopK(c, h, &what)) {
+        if (ExpandSortTopK(c, h, &what, &dead)) {
           remarks.push_back({h->name(), absl::StrCat("sort: ", what)});
         }
         continue;
@@ -560,6 +559,11 @@ std::vector<std::pair<std::string, std::string>> ExpandForPartitioning(HloModule
       remarks.push_back({name, absl::StrCat(target, " written as its global meaning (", what,
                                             ") for the slice, pad and concatenate rules", note)});
     }
+    // The replaced top-k slices, then their get-tuple-elements and sorts, which nothing else reads.
+    (void)c->RemoveUnusedChains(dead, [](const HloInstruction* x) {
+      return x->opcode() == HloOpcode::kSlice || x->opcode() == HloOpcode::kGetTupleElement ||
+             x->opcode() == HloOpcode::kSort;
+    });
   }
   return remarks;
 }
