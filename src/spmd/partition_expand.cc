@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -51,11 +52,16 @@ std::optional<HloSharding> Element(const std::optional<HloSharding>& s, size_t k
   return s;
 }
 
+// Whether sharding `s` (of an array of shape `shape`) is tiled along `dim`.
+bool TiledElement(const std::optional<HloSharding>& s, const Shape& shape, int64_t dim) {
+  if (!s) return false;
+  absl::StatusOr<Sharding> t = Sharding::FromHlo(*s, shape);
+  return t.ok() && t->IsTiled() && !t->HasManualSubgroup() && dim < t->rank() && t->tile(dim) > 1;
+}
+
 // Whether `h` (array-shaped, with a sharding) is tiled along `dim` across partitions.
 bool TiledAlong(const HloInstruction& h, int64_t dim) {
-  if (!h.sharding || !h.shape().IsArray()) return false;
-  absl::StatusOr<Sharding> s = Sharding::FromHlo(*h.sharding, h.shape());
-  return s.ok() && s->IsTiled() && !s->HasManualSubgroup() && dim < s->rank() && s->tile(dim) > 1;
+  return h.shape().IsArray() && TiledElement(h.sharding, h.shape(), dim);
 }
 
 std::optional<int64_t> Dim(const SpmdInternalConfig& cfg, const Shape& s) {
@@ -64,18 +70,48 @@ std::optional<int64_t> Dim(const SpmdInternalConfig& cfg, const Shape& s) {
   return d;
 }
 
+// A replicated scalar constant holding `lit`.
+HloInstruction* ConstantOf(HloComputation* c, Literal lit, const std::string& name) {
+  HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, lit.shape, {}, name);
+  k->literal = std::move(lit);
+  k->sharding = HloSharding();
+  return k;
+}
+
+// pred[out] along `dim`: compare(iota, bound) broadcast over the other dims, `iota` an s32[n]
+// iota of out's extent along dim (rank 1: the mask costs one index per position of dim).
+HloInstruction* IndexMask(HloComputation* c, HloInstruction* iota, const Shape& out, int64_t dim, int64_t bound,
+                          ComparisonDirection dir, const std::string& bound_name, const std::string& cmp_name,
+                          const std::optional<HloSharding>& s) {
+  const Shape& s32 = iota->shape();
+  HloInstruction* kb = c->AddInstruction(HloOpcode::kBroadcast, s32, {ConstantOf(c, Literal::ScalarInt(PrimitiveType::S32, bound), bound_name)},
+                                         "broadcast");
+  kb->has_dimensions_attr = true;
+  kb->sharding = HloSharding();
+  HloInstruction* cmp = c->AddInstruction(HloOpcode::kCompare, Shape(PrimitiveType::PRED, s32.dims), {iota, kb}, cmp_name);
+  cmp->comparison_direction = dir;
+  cmp->sharding = HloSharding();
+  HloInstruction* m = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {cmp}, "mask");
+  m->dimensions = {dim};
+  m->has_dimensions_attr = true;
+  return Annotated(m, s);
+}
+
+// An s32[n] iota along its only dim, replicated.
+HloInstruction* IotaOf(HloComputation* c, int64_t n) {
+  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, Shape(PrimitiveType::S32, {n}), {}, "iota");
+  iota->iota_dimension = 0;
+  iota->sharding = HloSharding();
+  return iota;
+}
+
 // The concatenate of `parts` along `dim` (result shape `out`, tiled along dim by `sharding`) as
 // zero pads picked by an index mask (see the header).
 HloInstruction* ExpandConcatenate(HloComputation* c, const std::vector<HloInstruction*>& parts, int64_t dim,
                                   const Shape& out, const std::optional<HloSharding>& sharding) {
   const int64_t total = out.dims[static_cast<size_t>(dim)];
-  HloInstruction* zero = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(out.element_type), {}, "zero");
-  zero->literal = Literal::Scalar(out.element_type, 0);
-  zero->sharding = HloSharding();  // replicated
-  const Shape s32(PrimitiveType::S32, {total}), pred1(PrimitiveType::PRED, {total});
-  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, s32, {}, "iota");
-  iota->iota_dimension = 0;
-  iota->sharding = HloSharding();
+  HloInstruction* zero = ConstantOf(c, Literal::Scalar(out.element_type, 0), "zero");
+  HloInstruction* iota = IotaOf(c, total);
   std::vector<HloInstruction*> padded;
   std::vector<int64_t> ends;
   int64_t at = 0;
@@ -87,29 +123,11 @@ HloInstruction* ExpandConcatenate(HloComputation* c, const std::vector<HloInstru
   }
   HloInstruction* result = padded.back();
   for (size_t k = padded.size() - 1; k-- > 0;) {
-    HloInstruction* limit = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, "end");
-    limit->literal = Literal::ScalarInt(PrimitiveType::S32, ends[k]);
-    limit->sharding = HloSharding();
-    HloInstruction* lb = c->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, "broadcast");
-    lb->has_dimensions_attr = true;
-    lb->sharding = HloSharding();
-    HloInstruction* in = c->AddInstruction(HloOpcode::kCompare, pred1, {iota, lb}, "in_operand");
-    in->comparison_direction = ComparisonDirection::kLt;
-    in->sharding = HloSharding();
-    HloInstruction* mask = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {in}, "mask");
-    mask->dimensions = {dim};
-    mask->has_dimensions_attr = true;
-    Annotated(mask, sharding);
+    HloInstruction* mask =
+        IndexMask(c, iota, out, dim, ends[k], ComparisonDirection::kLt, "end", "in_operand", sharding);
     result = Annotated(c->AddInstruction(HloOpcode::kSelect, out, {mask, padded[k], result}, "select"), sharding);
   }
   return result;
-}
-
-// Whether sharding `s` (of an array of shape `shape`) is tiled along `dim`.
-bool TiledElement(const std::optional<HloSharding>& s, const Shape& shape, int64_t dim) {
-  if (!s) return false;
-  absl::StatusOr<Sharding> t = Sharding::FromHlo(*s, shape);
-  return t.ok() && t->IsTiled() && !t->HasManualSubgroup() && dim < t->rank() && t->tile(dim) > 1;
 }
 
 // x rotated right by a (0 <= a < n) along dim: concatenate(x[n-a:], x[:n-a]), or, where the
@@ -134,6 +152,15 @@ HloInstruction* RotateRightOf(HloComputation* c, HloInstruction* x, int64_t dim,
 HloInstruction* ReshapeOf(HloComputation* c, HloInstruction* x, const Shape& shape,
                           const std::optional<HloSharding>& s) {
   return Annotated(c->AddInstruction(HloOpcode::kReshape, shape, {x}, "reshape"), s);
+}
+
+// `s` (of `shape`) with `dim` split into [tiles, rest]: the tiling on the major part.
+std::optional<HloSharding> SplitSharding(const Sharding& s, int64_t dim) {
+  std::vector<int64_t> tiles = s.tiles();
+  tiles.insert(tiles.begin() + dim + 1, 1);
+  absl::StatusOr<Sharding> split = Sharding::Tiled(tiles, s.subgroups(), s.devices());
+  if (!split.ok()) return std::nullopt;
+  return split->ToHlo();
 }
 
 // "_SPMDInternalOp_Wrap" (see the evaluator's definition, eval/custom_calls_xla.cc): with P tiles
@@ -161,11 +188,8 @@ HloInstruction* ExpandWrap(HloComputation* c, HloInstruction* h, const SpmdInter
   const int64_t k = n / p;
   if (L > k || R > k) return nullptr;  // a halo from beyond the neighbouring shard
   // The split shape [.., P, k, ..] and its sharding: the result's tiles with 1 after dim.
-  std::vector<int64_t> tiles = os->tiles();
-  tiles.insert(tiles.begin() + dim + 1, 1);
-  absl::StatusOr<Sharding> split_sharding = Sharding::Tiled(tiles, os->subgroups(), os->devices());
-  if (!split_sharding.ok()) return nullptr;
-  const std::optional<HloSharding> ss = split_sharding->ToHlo();
+  const std::optional<HloSharding> ss = SplitSharding(*os, dim);
+  if (!ss) return nullptr;
   Shape split = xs;
   split.dims[d] = k;
   split.dims.insert(split.dims.begin() + dim, p);
@@ -347,9 +371,7 @@ HloInstruction* ExpandPadWrapPattern(HloComputation* c, HloInstruction* h, int64
   const Shape& out = h->shape();
   const int64_t p = out.dims[static_cast<size_t>(dim)];
   const int64_t low = lhs->shape().dims[static_cast<size_t>(dim)], high = rhs->shape().dims[static_cast<size_t>(dim)];
-  HloInstruction* zero = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(out.element_type), {}, "zero");
-  zero->literal = Literal::Scalar(out.element_type, 0);
-  zero->sharding = HloSharding();
+  HloInstruction* zero = ConstantOf(c, Literal::Scalar(out.element_type, 0), "zero");
   HloInstruction* padded = PadOf(c, mid, zero, dim, low, high, h->sharding);
   auto rotated = [&](int64_t start, const std::vector<const HloInstruction*>& chain) {
     const int64_t right = ((p - start) % p + p) % p;
@@ -364,24 +386,9 @@ HloInstruction* ExpandPadWrapPattern(HloComputation* c, HloInstruction* h, int64
   HloInstruction* left = rotated(*ls + low, lhs_chain);
   HloInstruction* right = rotated(*rs + low + high, rhs_chain);
   // Positions < low from `left`, >= p - high from `right`, the padded x between.
-  const Shape s32(PrimitiveType::S32, {p}), pred1(PrimitiveType::PRED, {p});
-  HloInstruction* iota = c->AddInstruction(HloOpcode::kIota, s32, {}, "iota");
-  iota->iota_dimension = 0;
-  iota->sharding = HloSharding();
+  HloInstruction* iota = IotaOf(c, p);
   auto mask = [&](int64_t bound, ComparisonDirection dir) {
-    HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, "bound");
-    k->literal = Literal::ScalarInt(PrimitiveType::S32, bound);
-    k->sharding = HloSharding();
-    HloInstruction* kb = c->AddInstruction(HloOpcode::kBroadcast, s32, {k}, "broadcast");
-    kb->has_dimensions_attr = true;
-    kb->sharding = HloSharding();
-    HloInstruction* cmp = c->AddInstruction(HloOpcode::kCompare, pred1, {iota, kb}, "in_wrap");
-    cmp->comparison_direction = dir;
-    cmp->sharding = HloSharding();
-    HloInstruction* m = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {cmp}, "mask");
-    m->dimensions = {dim};
-    m->has_dimensions_attr = true;
-    return Annotated(m, h->sharding);
+    return IndexMask(c, iota, out, dim, bound, dir, "bound", "in_wrap", h->sharding);
   };
   HloInstruction* r = Annotated(
       c->AddInstruction(HloOpcode::kSelect, out, {mask(p - high, ComparisonDirection::kGe), right, padded}, "select"),
@@ -392,15 +399,6 @@ HloInstruction* ExpandPadWrapPattern(HloComputation* c, HloInstruction* h, int64
                        " (concatenate(slice, x, slice)", lhs_chain.empty() && rhs_chain.empty() ? "" : " with elementwise ops on the slices",
                        "), written as two rotations of the padded value");
   return r;
-}
-
-// `s` (of `shape`) with `dim` split into [tiles, rest]: the tiling on the major part.
-std::optional<HloSharding> SplitSharding(const Sharding& s, int64_t dim) {
-  std::vector<int64_t> tiles = s.tiles();
-  tiles.insert(tiles.begin() + dim + 1, 1);
-  absl::StatusOr<Sharding> split = Sharding::Tiled(tiles, s.subgroups(), s.devices());
-  if (!split.ok()) return std::nullopt;
-  return split->ToHlo();
 }
 
 // The sort of a top-k (XLA's sort-in-TopK: jax.lax.top_k lowered without its custom call):
