@@ -21,19 +21,10 @@ bool IsCall(const HloInstruction* h, std::string_view target) {
   return h->opcode() == HloOpcode::kCustomCall && h->custom_call_target() == target;
 }
 
-// The sharding a conversion call refers to: FullToShard -> its operand's (the `Sharding` call
-// JAX puts before it), else its own if tiled; ShardToFull -> its own.
+// The sharding a conversion call of a fully manual region refers to: FullToShard -> its
+// operand's (the `Sharding` call JAX puts before it), else its own if tiled; ShardToFull -> its
+// own. (Calls with a manual subgroup on either side go to ConvertPartiallyManual.)
 absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool to_shard) {
-  // The call's own sharding (to_shard) or its operand's (ShardToFull) says how manual the region
-  // is: a manual subgroup beside tiled or replicated devices is a partially manual region.
-  const HloInstruction* region = to_shard ? h : h->operand(0);
-  if (region->sharding && region->sharding->kind == HloSharding::Kind::kTiled &&
-      std::find(region->sharding->last_tile_dims.begin(), region->sharding->last_tile_dims.end(),
-                "manual") != region->sharding->last_tile_dims.end()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "'", h->name(), "' (", h->custom_call_target(), ") bounds a partially manual region (",
-        region->sharding->ToString(), "): the global-view reference covers fully manual regions only"));
-  }
   const HloInstruction* holder = h;
   if (to_shard) {
     holder = h->operand(0);
@@ -50,10 +41,10 @@ absl::StatusOr<spmd::Sharding> ConversionSharding(const HloInstruction* h, bool 
     return absl::InvalidArgumentError(
         absl::StrCat("'", h->name(), "': ", s.status().message()));
   }
-  if (s->HasManualSubgroup() || s->IsManual()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "'", h->name(), "' (", h->custom_call_target(), ") converts a partially manual value (",
-        s->ToString(), "): the global-view reference covers fully manual regions only"));
+  if (s->IsManual() || s->HasManualSubgroup()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", h->name(), "' (", h->custom_call_target(), ") refers to a manual sharding (",
+        s->ToString(), "), not the tiling of its full value"));
   }
   return *s;
 }
