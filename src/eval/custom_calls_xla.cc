@@ -317,14 +317,12 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   return t;
 }
 
-// The tile count of `instr`'s own sharding along its "dimension", when that sharding is tiled
-// there (the shard count a `_SPMDInternalOp_Wrap` is defined by).
-std::optional<int64_t> WrapShardCount(const HloInstruction& instr) {
-  auto attrs = ParseSpmdInternalConfig(instr.backend_config);
-  if (!attrs.ok() || !instr.sharding || instr.sharding->kind != HloSharding::Kind::kTiled) return std::nullopt;
-  std::optional<int64_t> d = attrs->Int("dimension");
-  if (!d || *d < 0 || *d >= instr.sharding->DataRank()) return std::nullopt;
-  const int64_t tiles = instr.sharding->tile_dims[static_cast<size_t>(*d)];
+// The tile count of `instr`'s own sharding along `dim`, when that sharding is tiled there (the
+// shard count a `_SPMDInternalOp_Wrap` is defined by).
+std::optional<int64_t> WrapShardCount(const HloInstruction& instr, size_t dim) {
+  if (!instr.sharding || instr.sharding->kind != HloSharding::Kind::kTiled) return std::nullopt;
+  if (static_cast<int64_t>(dim) >= instr.sharding->DataRank()) return std::nullopt;
+  const int64_t tiles = instr.sharding->tile_dims[dim];
   if (tiles < 1) return std::nullopt;
   return tiles;
 }
@@ -402,7 +400,7 @@ absl::StatusOr<Value> Wrap(const HloInstruction& instr, const std::vector<ValueP
   const size_t d = call->dim;
   const int64_t left = call->left, right = call->right;
   const Shape& out = instr.shape();
-  std::optional<int64_t> parts = WrapShardCount(instr);
+  std::optional<int64_t> parts = WrapShardCount(instr, d);
   if (!parts) {
     return Bad(instr, absl::StrCat("its meaning depends on its shards: it needs a tiled sharding along "
                                    "dimension ", d));
