@@ -63,6 +63,7 @@ void RegisterBuiltins() {
   }
   RegisterFp8GemmCustomCall();
   RegisterXlaCustomCalls();
+  RegisterBlockScaledCustomCalls();
 }
 
 }  // namespace

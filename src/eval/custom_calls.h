@@ -12,6 +12,9 @@
 //  - XLA's own targets found in global modules ("LayoutConstraint", "xla.debug.Log",
 //    "GetRngSeed", "TopK", "_SPMDInternalOp_RotateRight/MultiSlice/MultiPad"): registered by
 //    RegisterXlaCustomCalls(), src/eval/custom_calls_xla.cc, which states each meaning.
+//  - XLA's block-scaling calls ("__op$quantize", "__op$dequantize", "__op$block_scaled_dot",
+//    "__cudnn$blockScaledDot"): registered by RegisterBlockScaledCustomCalls(),
+//    src/eval/block_scaled_custom_calls.cc, as XLA's BlockScalingRewriter expands them.
 // Any other target fails with an error naming the target and the instruction.
 #pragma once
 
@@ -44,5 +47,8 @@ void RegisterFp8GemmCustomCall();
 
 // Defined by src/eval/custom_calls_xla.cc: registers the XLA-defined targets listed above.
 void RegisterXlaCustomCalls();
+
+// Defined by src/eval/block_scaled_custom_calls.cc: registers the block-scaling targets above.
+void RegisterBlockScaledCustomCalls();
 
 }  // namespace weave::eval

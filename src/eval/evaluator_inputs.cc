@@ -1,6 +1,7 @@
 // The evaluator's inputs (eval/evaluator.h, MakeInputs): a random array per parameter from the
 // seed, the same on every device for replicated (and, by default, unannotated) parameters; a
 // tiled parameter gets its tile of one global array; given arrays override either.
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -25,7 +26,8 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A random array: floats uniform in [-1, 1) rounded to the type, integers in [0, 8), pred 0/1,
+// A random array: floats uniform in [-1, 1) rounded to the type (MX data types f4e2m1fn/f6*:
+// [-4, 4); the MX scale type f8e8m0fnu: powers of two 2^-4 .. 2^3), integers in [0, 8), pred 0/1,
 // complex values with both parts uniform in [-1, 1) (f32 parts for c64).
 Value RandomArray(const Shape& s, uint64_t stream) {
   Value v = Value::Zeros(s);
@@ -37,7 +39,14 @@ Value RandomArray(const Shape& s, uint64_t stream) {
     switch (v.storage()) {
       case Storage::kFloat: {
         const double u = static_cast<double>(state >> 40) * 0x1.0p-24 * 2.0 - 1.0;
-        v.f[static_cast<size_t>(k)] = static_cast<float>(RoundToType(u, t));
+        if (t == PrimitiveType::F8E8M0FNU) {  // a block scale: 2^-4 .. 2^3
+          v.f[static_cast<size_t>(k)] = static_cast<float>(std::ldexp(1.0, static_cast<int>(std::floor(u * 4.0))));
+        } else if (t == PrimitiveType::F4E2M1FN || t == PrimitiveType::F6E2M3FN ||
+                   t == PrimitiveType::F6E3M2FN) {  // MX data: [-4, 4), so most codes occur
+          v.f[static_cast<size_t>(k)] = static_cast<float>(RoundToType(u * 4.0, t));
+        } else {
+          v.f[static_cast<size_t>(k)] = static_cast<float>(RoundToType(u, t));
+        }
         break;
       }
       case Storage::kDouble:

@@ -2,6 +2,7 @@
 // non-saturating overflow, integer wrapping and float->integer conversion.
 #include "eval/numerics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,6 +25,14 @@ struct FloatFormat {
   int bias;
   bool valid;
   bool nuz = false;
+  // `mx`: the OCP microscaling element formats (f4e2m1fn, f6e2m3fn, f6e3m2fn): every code is a
+  // finite number, so a conversion saturates to +-max and a NaN becomes a zero (ml_dtypes'
+  // mxfloat.h, which XLA's convert follows).
+  bool mx = false;
+  // `e8m0`: f8e8m0fnu, the MX scale type: an unsigned power of two 2^(bits - 127), no zero, the
+  // only NaN 0xff. Zero, negative and infinite inputs convert to NaN; values below 2^-127 to
+  // 2^-127 (ml_dtypes' float8.h ConvertImpl, non-saturating).
+  bool e8m0 = false;
 };
 
 FloatFormat FormatOf(PrimitiveType t) {
@@ -39,6 +48,13 @@ FloatFormat FormatOf(PrimitiveType t) {
     case PrimitiveType::F8E4M3FNUZ: return {3, -7, 240.0, false, 4, 8, true, true};
     case PrimitiveType::F8E5M2FNUZ: return {2, -15, 57344.0, false, 5, 16, true, true};
     case PrimitiveType::F8E4M3B11FNUZ: return {3, -10, 30.0, false, 4, 11, true, true};
+    // MX element types: 1.1b x 2^2 = 6; 1.111b x 2^2 = 7.5; 1.11b x 2^4 = 28.
+    case PrimitiveType::F4E2M1FN: return {1, 0, 6.0, false, 2, 1, true, false, true};
+    case PrimitiveType::F6E2M3FN: return {3, 0, 7.5, false, 2, 1, true, false, true};
+    case PrimitiveType::F6E3M2FN: return {2, -2, 28.0, false, 3, 3, true, false, true};
+    // E8M0: no mantissa, exponents -127..127 (0xff is the NaN).
+    case PrimitiveType::F8E8M0FNU:
+      return {0, -127, 1.7014118346046923e38, false, 8, 127, true, false, false, true};
     default: return {0, 0, 0, false, 0, 0, false};
   }
 }
@@ -70,6 +86,11 @@ double RoundToType(double x, PrimitiveType t) {
   if (t == PrimitiveType::F32) return static_cast<double>(static_cast<float>(x));
   const FloatFormat f = FormatOf(t);
   if (!f.valid) return x;
+  if (f.e8m0 && (std::isnan(x) || std::isinf(x) || x <= 0)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  if (f.mx && std::isnan(x)) return std::signbit(x) ? 0.0 : -0.0;  // ml_dtypes' NaN code 1.00.0
+  if (f.mx && std::isinf(x)) return std::copysign(f.max_finite, x);
   if (std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
   if (std::isinf(x)) return f.has_inf ? x : std::numeric_limits<double>::quiet_NaN();
   if (x == 0) return f.nuz ? 0.0 : x;  // FNUZ: no negative zero
@@ -82,7 +103,9 @@ double RoundToType(double x, PrimitiveType t) {
   const double q = std::ldexp(ax, -quantum_exp);
   const double r = std::nearbyint(q);  // default rounding mode: to nearest, ties to even
   const double res = std::ldexp(r, quantum_exp);
+  if (f.e8m0 && res == 0) return std::ldexp(1.0, f.min_exponent);  // no zero: the smallest code
   if (res > f.max_finite) {
+    if (f.mx) return std::copysign(f.max_finite, x);
     return f.has_inf ? std::copysign(std::numeric_limits<double>::infinity(), x)
                      : std::numeric_limits<double>::quiet_NaN();
   }
@@ -127,8 +150,15 @@ uint32_t EncodeFloat(double x, PrimitiveType t) {
   }
   const FloatFormat f = FormatOf(t);
   if (!f.valid) return 0;
+  if (f.e8m0) {
+    if (!(x > 0) || std::isinf(x)) return 0xffu;
+    int e = 0;
+    std::frexp(x, &e);
+    return static_cast<uint32_t>(std::clamp(e - 1, f.min_exponent, 127) + f.bias);
+  }
   const int total_bits = 1 + f.exponent_bits + f.mantissa_bits;
   const uint32_t sign = std::signbit(x) ? (1u << (total_bits - 1)) : 0u;
+  if (f.mx && std::isnan(x)) return 1u << (total_bits - 1);
   const uint32_t exp_all_ones = ((1u << f.exponent_bits) - 1u) << f.mantissa_bits;
   if (std::isnan(x) || (f.nuz && std::isinf(x))) {
     if (f.nuz) return 1u << (total_bits - 1);  // 0x80: the only NaN
@@ -159,6 +189,11 @@ double DecodeFloat(uint32_t bits, PrimitiveType t) {
   }
   const FloatFormat f = FormatOf(t);
   if (!f.valid) return 0;
+  if (f.e8m0) {
+    bits &= 0xffu;
+    if (bits == 0xffu) return std::numeric_limits<double>::quiet_NaN();
+    return std::ldexp(1.0, static_cast<int>(bits) - f.bias);
+  }
   const int total_bits = 1 + f.exponent_bits + f.mantissa_bits;
   const bool neg = (bits >> (total_bits - 1)) & 1u;
   const uint32_t exp_field = (bits >> f.mantissa_bits) & ((1u << f.exponent_bits) - 1u);
@@ -173,6 +208,8 @@ double DecodeFloat(uint32_t bits, PrimitiveType t) {
     if (exp_field == exp_max && mant == ((1u << f.mantissa_bits) - 1u)) {
       return std::numeric_limits<double>::quiet_NaN();
     }
+  } else if (f.mx) {
+    // Every code is finite: the all-ones exponent holds normal numbers.
   } else if (exp_field == exp_max) {
     if (mant != 0) return std::numeric_limits<double>::quiet_NaN();
     return neg ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
