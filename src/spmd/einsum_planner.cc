@@ -493,9 +493,11 @@ Sharding ProjectSpace(const Sharding& x, const std::vector<int64_t>& map, int64_
 }
 
 EinsumSpace DotSpace(const HloInstruction& dot) {
-  const DotDims& dd = dot.dot_dims();
+  return DotSpaceOf(dot.dot_dims(), dot.operand(0)->shape().rank(), dot.operand(1)->shape().rank());
+}
+
+EinsumSpace DotSpaceOf(const DotDims& dd, int64_t lr, int64_t rr) {
   EinsumSpace s;
-  const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
   s.nb = static_cast<int64_t>(dd.lhs_batch.size());
   s.nc = static_cast<int64_t>(dd.lhs_contracting.size());
   s.lhs_map.assign(static_cast<size_t>(lr), -1);

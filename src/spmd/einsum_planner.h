@@ -31,6 +31,9 @@ struct EinsumSpace {
 
 // A dot's space: its batch, non-contracting and contracting dims in dimension-number order.
 EinsumSpace DotSpace(const HloInstruction& dot);
+// The same from dimension numbers and the operand ranks (a block-scaled dot's custom call has
+// no dot_dims of its own).
+EinsumSpace DotSpaceOf(const DotDims& dd, int64_t lhs_rank, int64_t rhs_rank);
 
 // The decision for one einsum form: `best` (nullopt when no sharding of the space is consistent)
 // and its projections; `steps` name the handler steps taken, for the remark.

@@ -130,6 +130,10 @@ std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64
 // partition_topk.cc: the TopK custom call (XLA's HandleCustomCallTopK); Unimplemented where it
 // does not apply (the caller computes it replicated).
 absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstruction& h);
+// partition_block_scaled.cc: XLA's block-scaling calls (quantize, dequantize, block-scaled dot)
+// with each scale sharded like its data; Unimplemented where a tile would split a block (the
+// caller computes the call replicated).
+absl::StatusOr<PValue> PartitionBlockScaled(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_ragged_dot.cc: ragged-dot through the dot's decision procedure, its ragged and group
 // dims whole (Unimplemented where it does not apply).
 absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloInstruction& h);

@@ -72,8 +72,22 @@ bool IsAllToAll(const Sharding& from, const Sharding& to, int64_t n, int64_t* i,
   return true;
 }
 
+// True for the element types whose zero is an exact identity of add, so that a value can be
+// broadcast by an all-reduce (add) of copies masked to zero. Not f8e8m0fnu: E8M0 has no zero (a
+// zero converts to NaN) and its sums round to powers of two.
+bool SumsMaskedCopies(PrimitiveType t) { return t != PrimitiveType::F8E8M0FNU; }
+
 absl::StatusOr<HloInstruction*> MaximalToReplicated(SpmdBuilder& b, HloInstruction* x,
                                                     int64_t device) {
+  if (!SumsMaskedCopies(x->shape().element_type)) {
+    // Broadcast the bits: u8 sums of one copy and zeros are exact.
+    Shape bits = x->shape();
+    bits.element_type = PrimitiveType::U8;
+    HloInstruction* u = b.Add(HloOpcode::kBitcastConvert, bits, {x}, "bits");
+    absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, u, device);
+    if (!r.ok()) return r.status();
+    return b.Add(HloOpcode::kBitcastConvert, x->shape(), {*r}, "from_bits");
+  }
   const Shape& s = x->shape();
   HloInstruction* is_d = b.Add(HloOpcode::kCompare, Shape::Scalar(PrimitiveType::PRED),
                                {b.PartitionId(), b.ScalarConst(PrimitiveType::U32, static_cast<double>(device))},
@@ -117,7 +131,8 @@ HloInstruction* GatherWholeDim(SpmdBuilder& b, HloInstruction* x, const Sharding
   const int64_t size = global.dims[static_cast<size_t>(d)];
   const int64_t g = cur.IsTiled() && d < cur.rank() ? cur.tile(d) : 1;
   const Shape& local = x->shape();
-  if (size >= 1 && g >= 2 && size <= g / 2 && local.IsArray() && local.dims[static_cast<size_t>(d)] == 1) {
+  if (size >= 1 && g >= 2 && size <= g / 2 && local.IsArray() && local.dims[static_cast<size_t>(d)] == 1 &&
+      SumsMaskedCopies(local.element_type)) {
     const PrimitiveType t = local.element_type;
     HloInstruction* masked = b.MaskPadding(x, cur, global, {d}, b.ScalarConst(t, 0));
     Shape full = local;

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hlo/block_scaled_call.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_import.h"
 #include "spmd/sharding_util.h"
@@ -469,6 +470,12 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
         absl::StatusOr<PValue> r = PartitionTopK(*this, h);
         if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
         return Replicated(h, absl::StrCat("TopK: ", r.status().message()));
+      }
+      if (BlockScaledKindOf(h) != BlockScaledKind::kNone &&
+          BlockScaledKindOf(h) != BlockScaledKind::kCudnnDot) {
+        absl::StatusOr<PValue> r = PartitionBlockScaled(*this, h);
+        if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
+        return Replicated(h, absl::StrCat(h.custom_call_target(), ": ", r.status().message()));
       }
       return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target(),
                                         "\" has no partitioning rule"));
