@@ -34,35 +34,6 @@
 namespace weave::spmd {
 namespace {
 
-// Why `s` cannot shard data `data` and its scale `scale` (block size `block`) alike; empty
-// when it can. `s` tiled or replicated; a non-tiled sharding always can.
-std::string ScaleMismatch(const Sharding& s, const Shape& data, const Shape& scale, int64_t block) {
-  if (!s.IsTiled()) return "";
-  const int64_t rank = data.rank();
-  for (int64_t d = 0; d + 1 < rank; ++d) {
-    if (s.tile(d) > 1 && scale.dims[static_cast<size_t>(d)] != data.dims[static_cast<size_t>(d)]) {
-      return absl::StrCat("the scale is padded along dim ", d, ", which is tiled");
-    }
-  }
-  const int64_t t = s.tile(rank - 1);
-  if (t == 1) return "";
-  const int64_t k = data.dims.back();
-  if (k % t != 0) return absl::StrCat("the last dim (", k, ") is tiled unevenly ", t, " ways");
-  if ((k / t) % block != 0) {
-    return absl::StrCat("a tile of ", k / t, " along the last dim would split a block of ", block);
-  }
-  if (scale.dims.back() != k / block) return "the scale is padded along the last dim, which is tiled";
-  return "";
-}
-
-// `s` for data/scale, with the last dim made whole when it does not fit the blocks.
-std::optional<Sharding> FitBlocks(const Sharding& s, const Shape& data, const Shape& scale, int64_t block) {
-  if (ScaleMismatch(s, data, scale, block).empty()) return s;
-  std::optional<Sharding> whole = ReplicateDims(s, {data.rank() - 1});
-  if (!whole || !ScaleMismatch(*whole, data, scale, block).empty()) return std::nullopt;
-  return whole;
-}
-
 absl::StatusOr<PValue> PartitionQuantize(ComputationPartitioner& cp, const HloInstruction& h) {
   const Shape& in = h.operand(0)->shape();
   const Shape& out = h.shape();
@@ -72,7 +43,7 @@ absl::StatusOr<PValue> PartitionQuantize(ComputationPartitioner& cp, const HloIn
   absl::StatusOr<int64_t> block = BlockSizeFromShapes(out.tuple_shapes[0], out.tuple_shapes[1]);
   if (!block.ok()) return absl::UnimplementedError(block.status().message());
   const Sharding own = PhysicalSharding(cp.Value(h.operand(0)).sharding);
-  std::optional<Sharding> s = FitBlocks(own, in, out.tuple_shapes[1], *block);
+  std::optional<Sharding> s = FitScaleBlocks(own, in, out.tuple_shapes[1], *block);
   if (!s) return absl::UnimplementedError("no sharding of the operand keeps its blocks whole");
   absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *s);
   if (!x.ok()) return x.status();
@@ -90,7 +61,7 @@ absl::StatusOr<PValue> PartitionDequantize(ComputationPartitioner& cp, const Hlo
   if (!block.ok() || h.operand_count() != 2) return absl::UnimplementedError("not a dequantize of (data, scale)");
   Sharding want = PhysicalSharding(cp.Target(&h));
   if (!want.IsTiled()) want = PhysicalSharding(cp.Value(h.operand(0)).sharding);
-  std::optional<Sharding> s = FitBlocks(want, q, sc, *block);
+  std::optional<Sharding> s = FitScaleBlocks(want, q, sc, *block);
   if (!s) return absl::UnimplementedError("no sharding of the result keeps its blocks whole");
   absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *s);
   if (!x.ok()) return x.status();
@@ -126,7 +97,7 @@ absl::StatusOr<PValue> PartitionScaledDot(ComputationPartitioner& cp, const HloI
     for (int i = 0; i < 2; ++i) {
       if (scales[i] == nullptr) continue;
       if (scales[i]->rank() != rank) return "a scale's rank differs from its data's";
-      const std::string why = ScaleMismatch(*req[i], *data[i], *scales[i], *block);
+      const std::string why = ScaleShardingMismatch(*req[i], *data[i], *scales[i], *block);
       if (!why.empty()) return absl::StrCat(i == 0 ? "lhs" : "rhs", " as the dot needs it (", req[i]->ToString(), "): ", why);
     }
     return "";

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "hlo/conv_dims.h"
+#include "spmd/propagation_block_scaled.h"
 #include "spmd/sharding_util.h"
 
 namespace weave::spmd {
@@ -407,6 +408,11 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kRngBitGenerator:
       return Sharding::Broadcast(Sharding::Replicated(), shape);
     case HloOpcode::kCustomCall:
+      if (IsBlockScaledPropagated(h)) {
+        return BlockScaledForward(h, get, [&](const HloInstruction& dot) {
+          return DotForward(dot, get, read_users);
+        });
+      }
       if (h.custom_call_target() == "SPMDFullToShardShape" ||
           h.custom_call_target() == "SPMDShardToFullShape") {
         return std::nullopt;
@@ -442,6 +448,9 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
     if (os.rank() != user.shape().rank() || user.shape().IsTuple()) return std::nullopt;
     return us;
+  }
+  if (op == HloOpcode::kCustomCall && IsBlockScaledPropagated(user)) {
+    return BlockScaledOperandFromUser(user, i, us, get);
   }
   switch (op) {
     case HloOpcode::kTuple:

@@ -684,4 +684,30 @@ std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h)
   return g;
 }
 
+std::string ScaleShardingMismatch(const Sharding& s, const Shape& data, const Shape& scale, int64_t block) {
+  if (!s.IsTiled()) return "";
+  const int64_t rank = data.rank();
+  for (int64_t d = 0; d + 1 < rank; ++d) {
+    if (s.tile(d) > 1 && scale.dims[static_cast<size_t>(d)] != data.dims[static_cast<size_t>(d)]) {
+      return absl::StrCat("the scale is padded along dim ", d, ", which is tiled");
+    }
+  }
+  const int64_t t = s.tile(rank - 1);
+  if (t == 1) return "";
+  const int64_t k = data.dims.back();
+  if (k % t != 0) return absl::StrCat("the last dim (", k, ") is tiled unevenly ", t, " ways");
+  if ((k / t) % block != 0) {
+    return absl::StrCat("a tile of ", k / t, " along the last dim would split a block of ", block);
+  }
+  if (scale.dims.back() != k / block) return "the scale is padded along the last dim, which is tiled";
+  return "";
+}
+
+std::optional<Sharding> FitScaleBlocks(const Sharding& s, const Shape& data, const Shape& scale, int64_t block) {
+  if (ScaleShardingMismatch(s, data, scale, block).empty()) return s;
+  std::optional<Sharding> whole = ReplicateDims(s, {data.rank() - 1});
+  if (!whole || !ScaleShardingMismatch(*whole, data, scale, block).empty()) return std::nullopt;
+  return whole;
+}
+
 }  // namespace weave::spmd

@@ -133,4 +133,13 @@ std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h)
 // The operand number of a gather's (1) or scatter's (k, after its k operands) indices.
 int64_t GatherScatterIndicesOperand(const HloInstruction& h);
 
+// A block-scaled value (hlo/block_scaled_call.h): data [..., K] and its scale [..., K/B], which
+// has the data's rank and dims but the last. `s` (a sharding of the data) shards the scale alike
+// when every tile keeps its blocks whole: the last dim tiled t ways with K % t == 0 and
+// (K/t) % B == 0, and the scale not padded along a tiled dim. ScaleShardingMismatch says why
+// not (empty when it does, and for a non-tiled `s`); FitScaleBlocks gives `s`, or `s` with the
+// last dim untiled when that fits, else nullopt.
+std::string ScaleShardingMismatch(const Sharding& s, const Shape& data, const Shape& scale, int64_t block);
+std::optional<Sharding> FitScaleBlocks(const Sharding& s, const Shape& data, const Shape& scale, int64_t block);
+
 }  // namespace weave::spmd
