@@ -138,9 +138,16 @@ bool IsExact(HloOpcode op) {
   }
 }
 
-// Element type of an array, or the narrowest float element type of a tuple's leaves.
+// Element type of an array, or the narrowest float element type of a tuple's leaves. Not
+// f8e8m0fnu: an MX block scale is a power of two that multiplies values of another type
+// exactly, so the precision of a path through it is that of the data it scales (judging by
+// E8M0's 0 mantissa bits would accept any value within a factor of two).
 PrimitiveType ResultFloatType(const Shape& s) {
-  if (s.IsArray()) return IsFloatingPoint(s.element_type) ? s.element_type : PrimitiveType::kInvalid;
+  if (s.IsArray()) {
+    return IsFloatingPoint(s.element_type) && s.element_type != PrimitiveType::F8E8M0FNU
+               ? s.element_type
+               : PrimitiveType::kInvalid;
+  }
   PrimitiveType t = PrimitiveType::kInvalid;
   for (const Shape& e : s.tuple_shapes) {
     const PrimitiveType x = ResultFloatType(e);

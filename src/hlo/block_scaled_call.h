@@ -39,7 +39,7 @@ enum class BlockScaledKind { kNone, kQuantize, kDequantize, kDot, kCudnnDot };
 BlockScaledKind BlockScaledKindOf(const HloInstruction& instr);
 
 // The block size written in the backend config (`block_scaled_dot_backend_config.block_size`,
-// a JSON number or string), nullopt when absent. An unparsable value is nullopt too; callers that
+// a JSON number or string, or proto text `{block_size:32}`), nullopt when absent. An unparsable value is nullopt too; callers that
 // need it then fall back to BlockSizeFromShapes, as XLA does.
 std::optional<int64_t> ConfiguredBlockSize(const HloInstruction& instr);
 

@@ -95,7 +95,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       "Windowed einsum + FP8 pipeline on a partitioned or global module (a global one is "
       "partitioned first, as by weave partition, and --verify-numerics compares with it): "
       "verify, collective-quantizer, windowed-einsum-decomposer, all-to-all-windowed-einsum, "
-      "windowed-einsum-handler, collective-quantizer, dot-merger, fp8-gemm-rewriter, cleanup, verify");
+      "windowed-einsum-handler, collective-quantizer, dot-merger, block-scaling-rewriter, "
+      "fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned or global HLO module ('-' = stdin)")
       ->required();
   cmd->add_option("--partitioned-output", opts->partitioned_output,
@@ -110,7 +111,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-handler", opts->no_handler, "Skip windowed-einsum-handler");
   cmd->add_flag("--no-quantize", opts->no_quantize, "Skip collective-quantizer");
   cmd->add_flag("--no-dot-merger", opts->no_dot_merger, "Skip dot-merger");
-  cmd->add_flag("--no-fp8-gemm", opts->no_fp8_gemm, "Skip fp8-gemm-rewriter");
+  cmd->add_flag("--no-fp8-gemm", opts->no_fp8_gemm, "Skip block-scaling-rewriter and fp8-gemm-rewriter");
   cmd->add_flag("--no-cleanup", opts->no_cleanup,
                 "Skip dce, tuple-simplifier and while-loop-dead-tuple-elements");
   cmd->add_option("--disable-passes", opts->disable_passes, "Comma list of passes to skip");

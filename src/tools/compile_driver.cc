@@ -47,6 +47,7 @@ constexpr Stage kStages[] = {
     {"windowed-einsum-consumers-in-ring", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
+    {"block-scaling-rewriter", "fp8-gemm"},
     {"fp8-gemm-rewriter", "fp8-gemm"},
     {"cse", "cleanup"},
     {"dce", "cleanup"},

@@ -7,7 +7,7 @@
 //    calls are declined by name, exit 1] ->
 //   verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
 //   windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> collective-quantizer ->
-//   dot-merger -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
+//   dot-merger -> block-scaling-rewriter -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
 //   while-loop-dead-tuple-elements -> verify,
 // then the report (tools/report.h), --verify-numerics (compile_numerics.h: against the global
 // program on one device when the input was global, against the input otherwise), the
