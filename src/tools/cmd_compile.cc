@@ -94,7 +94,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       "compile",
       "Windowed einsum + FP8 pipeline on a partitioned or global module (a global one is "
       "partitioned first, as by weave partition, and --verify-numerics compares with it): "
-      "verify, collective-quantizer, windowed-einsum-decomposer, all-to-all-windowed-einsum, "
+      "verify, collective-quantizer, windowed-einsum-decomposer, block-scaled-windowed-einsum, "
+      "all-to-all-windowed-einsum, "
       "windowed-einsum-handler, collective-quantizer, dot-merger, block-scaling-rewriter, "
       "fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned or global HLO module ('-' = stdin)")
@@ -107,7 +108,7 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--require", opts->require,
                   "Comma list of rewrites that must fire (windowed, fp8-gemm, fp8-wire, cache, "
                   "dot-merger, windowed-in-ring, windowed-ring-rs); exit 4 otherwise");
-  cmd->add_flag("--no-decompose", opts->no_decompose, "Skip windowed-einsum-decomposer");
+  cmd->add_flag("--no-decompose", opts->no_decompose, "Skip windowed-einsum-decomposer and block-scaled-windowed-einsum");
   cmd->add_flag("--no-handler", opts->no_handler, "Skip windowed-einsum-handler");
   cmd->add_flag("--no-quantize", opts->no_quantize, "Skip collective-quantizer");
   cmd->add_flag("--no-dot-merger", opts->no_dot_merger, "Skip dot-merger");

@@ -42,6 +42,7 @@ struct Stage {
 constexpr Stage kStages[] = {
     {"collective-quantizer", "quantize"},
     {"windowed-einsum-decomposer", "decompose"},
+    {"block-scaled-windowed-einsum", "decompose"},
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
     {"windowed-einsum-consumers-in-ring", "handler"},

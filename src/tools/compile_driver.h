@@ -5,7 +5,8 @@
 //   [global only: the SPMD pipeline of `weave partition` (compile_input.h): sharding-import,
 //    spmd-prepare, sharding-propagation, spmd-partitioner, cleanup; CustomSPMDPartitioning
 //    calls are declined by name, exit 1] ->
-//   verify -> windowed-einsum-decomposer -> all-to-all-windowed-einsum ->
+//   verify -> windowed-einsum-decomposer -> block-scaled-windowed-einsum ->
+//   all-to-all-windowed-einsum ->
 //   windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> collective-quantizer ->
 //   dot-merger -> block-scaling-rewriter -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
 //   while-loop-dead-tuple-elements -> verify,

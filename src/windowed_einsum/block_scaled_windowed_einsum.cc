@@ -1,0 +1,338 @@
+// block-scaled-windowed-einsum (contract in the header).
+#include "windowed_einsum/block_scaled_windowed_einsum.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "hlo/block_scaled_call.h"
+#include "spmd/partition_ring.h"
+#include "windowed_einsum/windowed_einsum_emitter.h"
+
+namespace weave {
+namespace {
+
+using windowed_einsum::EmitBlockOffset;
+using windowed_einsum::EmitCondition;
+using windowed_einsum::EmitRingValues;
+using windowed_einsum::Emitter;
+using windowed_einsum::NewComputation;
+using windowed_einsum::OffsetsAt;
+using windowed_einsum::RingValues;
+
+inline constexpr char kBodyAg[] = "block_scaled_windowed_body_ag";
+inline constexpr char kCondAg[] = "block_scaled_windowed_cond_ag";
+inline constexpr char kBodyRs[] = "block_scaled_windowed_body_rs";
+inline constexpr char kCondRs[] = "block_scaled_windowed_cond_rs";
+
+// A rank-2/3 block-scaled dot with both scales.
+bool IsWindowableScaledDot(const HloInstruction& h) {
+  if (BlockScaledKindOf(h) != BlockScaledKind::kDot) return false;
+  const int64_t n = h.operand_count();
+  if (n != 4 && n != 5) return false;
+  const int64_t r = h.operand(0)->shape().rank();
+  return (r == 2 || r == 3) && h.operand(1)->shape().rank() == r && h.shape().IsArray();
+}
+
+// The output dim holding side `s`'s rows (M of the lhs, N of the rhs).
+int64_t RowOutDim(int64_t rank, int side) { return side == 0 ? rank - 2 : rank - 1; }
+
+double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+class Rewriter {
+ public:
+  Rewriter(HloModule* m, int64_t threshold_mib, int64_t max_ring,
+           std::function<void(const std::string&, bool, const std::string&)> remark)
+      : m_(m), threshold_mib_(threshold_mib), max_ring_(max_ring), remark_(std::move(remark)),
+        next_channel_(m->NextChannelId()) {}
+
+  // The AG form at `dot`; nullopt with a remark when it does not apply (false: not a candidate).
+  bool TryAg(HloInstruction* dot);
+  bool TryRs(HloInstruction* rs);
+
+ private:
+  std::optional<PartitionRing> Ring(const HloInstruction& c, std::string* why) {
+    absl::StatusOr<PartitionRing> r = AnalyzePartitionRing(c, m_->num_partitions, m_->replica_count);
+    if (!r.ok()) {
+      *why = std::string(r.status().message());
+      return std::nullopt;
+    }
+    return *r;
+  }
+  // The block-scaled dot on `ops` (in the call's operand order) with `shape`.
+  HloInstruction* StepDot(Emitter& e, const HloInstruction& proto, std::vector<HloInstruction*> ops,
+                          const Shape& shape, const std::string& name) {
+    HloInstruction* d = e.comp()->AddInstruction(proto.CloneWithNewOperands(shape, std::move(ops), ""));
+    d->set_name(name);
+    return d;
+  }
+
+  HloModule* m_;
+  int64_t threshold_mib_, max_ring_;
+  std::function<void(const std::string&, bool, const std::string&)> remark_;
+  int64_t next_channel_;
+};
+
+bool Rewriter::TryAg(HloInstruction* dot) {
+  const int64_t rank = dot->operand(0)->shape().rank();
+  int side = -1;
+  for (int s = 0; s < 2; ++s) {
+    if (dot->operand(s)->opcode() == HloOpcode::kAllGather && dot->operand(s + 2)->opcode() == HloOpcode::kAllGather) side = s;
+  }
+  if (side < 0) {
+    for (int s = 0; s < 2; ++s) {
+      if (dot->operand(s)->opcode() == HloOpcode::kAllGather || dot->operand(s + 2)->opcode() == HloOpcode::kAllGather) {
+        remark_(dot->name(), false, absl::StrCat("block-scaled dot not windowed: the ", s == 0 ? "lhs" : "rhs",
+                                                 " data and its scale are not both all-gathered into it"));
+        return false;
+      }
+    }
+    return false;  // no all-gather: not a candidate
+  }
+  HloInstruction* ag = dot->operand(side);
+  HloInstruction* sag = dot->operand(side + 2);
+  auto refuse = [&](const std::string& why) {
+    remark_(dot->name(), false, absl::StrCat("block-scaled dot not windowed (all-gather '", ag->name(), "' and '",
+                                             sag->name(), "'): ", why));
+    return false;
+  };
+  if (ag->operand_count() != 1 || sag->operand_count() != 1 || ag->dimensions.size() != 1 ||
+      sag->dimensions.size() != 1) {
+    return refuse("an all-gather of several operands or dims");
+  }
+  const int64_t d = ag->dimensions[0];
+  if (sag->dimensions[0] != d) return refuse("data and scale are gathered along different dims");
+  if (d == rank - 1) return refuse("gathered along the contracting dim (not windowed yet)");
+  if (rank == 3 && d == 0) return refuse("gathered along the batch dim (not windowed yet)");
+  if (ag->users().size() != 1 || sag->users().size() != 1) {
+    return refuse("an all-gather has other users, which would still need it");
+  }
+  std::string why;
+  std::optional<PartitionRing> ring = Ring(*ag, &why);
+  if (!ring) return refuse(why);
+  std::optional<PartitionRing> sring = Ring(*sag, &why);
+  if (!sring) return refuse(why);
+  if (ring->groups != sring->groups) return refuse("data and scale are gathered over different partition groups");
+  const int64_t n = ring->size();
+  if (n < 2) return refuse("a ring of one partition");
+  if (n > max_ring_) return refuse(absl::StrCat("a ring of ", n, " > windowed-einsum-max-ring=", max_ring_));
+  HloInstruction* x = ag->operand(0);
+  HloInstruction* xs = sag->operand(0);
+  const int64_t block = x->shape().dims[static_cast<size_t>(d)];
+  if (xs->shape().dims[static_cast<size_t>(d)] != block || block * n != ag->shape().dims[static_cast<size_t>(d)] ||
+      sag->shape().dims[static_cast<size_t>(d)] != block * n) {
+    return refuse("the scale's shards along the gathered dim are not its data's (padded scale)");
+  }
+  const double mib = Mib(ag->shape().ByteSize() + sag->shape().ByteSize());
+  if (mib < static_cast<double>(threshold_mib_)) {
+    return refuse(absl::StrCat(mib, " MiB gathered < windowed-einsum-threshold-mib=", threshold_mib_));
+  }
+
+  // The loop: (x_win, stationary, out, xs_win, k, stationary scale[, global]).
+  HloComputation* outer = dot->parent();
+  HloInstruction* stat = dot->operand(1 - side);
+  HloInstruction* stat_s = dot->operand(3 - side);
+  HloInstruction* global = dot->operand_count() == 5 ? dot->operand(4) : nullptr;
+  const int64_t out_dim = RowOutDim(rank, side);
+  const Shape out_shape = dot->shape();
+  const Shape step_shape = windowed_einsum::WithDim(out_shape, out_dim, block);
+  std::vector<Shape> elems = {x->shape(), stat->shape(), out_shape, xs->shape(), Shape(PrimitiveType::U32, {}),
+                              stat_s->shape()};
+  if (global) elems.push_back(global->shape());
+  const Shape tuple_shape = Shape::Tuple(elems);
+  const std::vector<std::pair<int64_t, int64_t>> pairs = ring->ShiftPairs(-1);
+  auto operands = [&](HloInstruction* win, HloInstruction* st, HloInstruction* win_s, HloInstruction* st_s,
+                      HloInstruction* g) {
+    std::vector<HloInstruction*> ops = side == 0 ? std::vector<HloInstruction*>{win, st, win_s, st_s}
+                                                 : std::vector<HloInstruction*>{st, win, st_s, win_s};
+    if (g) ops.push_back(g);
+    return ops;
+  };
+
+  HloComputation* body = NewComputation(m_, kBodyAg);
+  {
+    Emitter b(body);
+    HloInstruction* p = b.Param(tuple_shape, "param");
+    HloInstruction* win = b.Gte(p, 0, "window");
+    HloInstruction* st = b.Gte(p, 1, "stationary");
+    HloInstruction* out = b.Gte(p, 2, "out");
+    HloInstruction* win_s = b.Gte(p, 3, "window_scale");
+    HloInstruction* k = b.Gte(p, 4, "k");
+    HloInstruction* st_s = b.Gte(p, 5, "stationary_scale");
+    HloInstruction* g = global ? b.Gte(p, 6, "global_scale") : nullptr;
+    RingValues rv = EmitRingValues(b, *ring, block);
+    HloInstruction* off = EmitBlockOffset(b, rv, k, "");
+    HloInstruction* y = StepDot(b, *dot, operands(win, st, win_s, st_s, g), step_shape, dot->name() + ".step");
+    HloInstruction* out2 = b.Dus(out, y, OffsetsAt(rv, rank, out_dim, off), "out_updated");
+    HloInstruction* win2 = b.Permute(win, pairs, next_channel_++, "window_next");
+    HloInstruction* win_s2 = b.Permute(win_s, pairs, next_channel_++, "window_scale_next");
+    HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, rv.one, "k_next");
+    std::vector<HloInstruction*> next = {win2, st, out2, win_s2, k2, st_s};
+    if (g) next.push_back(g);
+    body->set_root(b.Tuple(next, "next"));
+  }
+  HloComputation* cond = EmitCondition(m_, kCondAg, tuple_shape, n - 1);
+
+  Emitter e(outer);
+  std::vector<HloInstruction*> init = {x, stat, e.Zeros(out_shape, dot->name() + ".buffer"), xs,
+                                       e.ConstInt(PrimitiveType::U32, 0, "k0"), stat_s};
+  if (global) init.push_back(global);
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {e.Tuple(init, "windowed_init")},
+                               dot->name() + ".windowed_loop");
+  loop->mutable_called_computations()->push_back(cond);
+  loop->mutable_called_computations()->push_back(body);
+  // The peeled last step: the window of block (N-1 + i) % N.
+  RingValues rv = EmitRingValues(e, *ring, block);
+  HloInstruction* off = EmitBlockOffset(e, rv, e.ConstInt(PrimitiveType::U32, n - 1, "k_last"), "");
+  HloInstruction* y = StepDot(e, *dot, operands(e.Gte(loop, 0, "last_window"), stat, e.Gte(loop, 3, "last_window_scale"),
+                                                stat_s, global),
+                              step_shape, dot->name() + ".last_step");
+  HloInstruction* res = e.Dus(e.Gte(loop, 2, "windowed_out"), y, OffsetsAt(rv, rank, out_dim, off),
+                              dot->name() + ".windowed");
+  const std::string name = dot->name();
+  if (!outer->ReplaceInstruction(dot, res).ok()) return false;
+  remark_(name, true,
+          absl::StrCat("block-scaled dot windowed (AG): ", PrimitiveTypeName(x->shape().element_type).data(),
+                       " data '", x->name(), "' and its ", PrimitiveTypeName(xs->shape().element_type).data(),
+                       " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block,
+                       " rows per step (", n - 1, n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)"));
+  return true;
+}
+
+bool Rewriter::TryRs(HloInstruction* rs) {
+  if (rs->operand_count() != 1 || !IsWindowableScaledDot(*rs->operand(0)) || rs->dimensions.size() != 1) return false;
+  HloInstruction* dot = rs->operand(0);
+  const int64_t rank = dot->operand(0)->shape().rank();
+  auto refuse = [&](const std::string& why) {
+    remark_(rs->name(), false, absl::StrCat("reduce-scatter of block-scaled dot '", dot->name(), "' not windowed: ", why));
+    return false;
+  };
+  const int64_t d = rs->dimensions[0];
+  int side = -1;
+  if (d == rank - 2) side = 0;
+  if (d == rank - 1) side = 1;
+  if (side < 0) return refuse("scattered along the batch dim (not windowed yet)");
+  if (dot->users().size() != 1) return refuse("the dot has other users");
+  std::string why;
+  std::optional<PartitionRing> ring = Ring(*rs, &why);
+  if (!ring) return refuse(why);
+  const int64_t n = ring->size();
+  if (n < 2) return refuse("a ring of one partition");
+  if (n > max_ring_) return refuse(absl::StrCat("a ring of ", n, " > windowed-einsum-max-ring=", max_ring_));
+  HloInstruction* own = dot->operand(side);
+  HloInstruction* own_s = dot->operand(side + 2);
+  const int64_t rows = own->shape().dims[static_cast<size_t>(rank - 2)];
+  if (rows % n != 0 || own_s->shape().dims[static_cast<size_t>(rank - 2)] != rows) {
+    return refuse("the scattered rows do not split evenly with their scales");
+  }
+  const double mib = Mib(dot->shape().ByteSize());
+  if (mib < static_cast<double>(threshold_mib_)) {
+    return refuse(absl::StrCat(mib, " MiB scattered < windowed-einsum-threshold-mib=", threshold_mib_));
+  }
+  const int64_t block = rows / n;
+  HloComputation* outer = rs->parent();
+  HloInstruction* other = dot->operand(1 - side);
+  HloInstruction* other_s = dot->operand(3 - side);
+  HloInstruction* global = dot->operand_count() == 5 ? dot->operand(4) : nullptr;
+  const Shape acc_shape = rs->shape();
+  // (own, other, acc, own_scale, k, other_scale[, global])
+  std::vector<Shape> elems = {own->shape(), other->shape(), acc_shape, own_s->shape(), Shape(PrimitiveType::U32, {}),
+                              other_s->shape()};
+  if (global) elems.push_back(global->shape());
+  const Shape tuple_shape = Shape::Tuple(elems);
+  const std::vector<std::pair<int64_t, int64_t>> pairs = ring->ShiftPairs(-1);
+  // The partial dot of the owning operand's rows [off, off + block) and their scales.
+  auto partial = [&](Emitter& b, const RingValues& rv, HloInstruction* kk, HloInstruction* o, HloInstruction* os,
+                     HloInstruction* ot, HloInstruction* ots, HloInstruction* g, const std::string& tag) {
+    HloInstruction* off = EmitBlockOffset(b, rv, kk, tag);
+    HloInstruction* rows_x = b.DynamicSlice(o, OffsetsAt(rv, rank, rank - 2, off),
+                                            windowed_einsum::WithDim(o->shape(), rank - 2, block).dims, "rows" + tag);
+    HloInstruction* rows_s = b.DynamicSlice(os, OffsetsAt(rv, rank, rank - 2, off),
+                                            windowed_einsum::WithDim(os->shape(), rank - 2, block).dims, "row_scales" + tag);
+    std::vector<HloInstruction*> ops = side == 0 ? std::vector<HloInstruction*>{rows_x, ot, rows_s, ots}
+                                                 : std::vector<HloInstruction*>{ot, rows_x, ots, rows_s};
+    if (g) ops.push_back(g);
+    return StepDot(b, *dot, ops, acc_shape, dot->name() + ".partial" + tag);
+  };
+
+  HloComputation* body = NewComputation(m_, kBodyRs);
+  {
+    Emitter b(body);
+    HloInstruction* p = b.Param(tuple_shape, "param");
+    HloInstruction* o = b.Gte(p, 0, "own");
+    HloInstruction* ot = b.Gte(p, 1, "other");
+    HloInstruction* acc = b.Gte(p, 2, "acc");
+    HloInstruction* os = b.Gte(p, 3, "own_scale");
+    HloInstruction* k = b.Gte(p, 4, "k");
+    HloInstruction* ots = b.Gte(p, 5, "other_scale");
+    HloInstruction* g = global ? b.Gte(p, 6, "global_scale") : nullptr;
+    RingValues rv = EmitRingValues(b, *ring, block);
+    HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, rv.one, "k_next");
+    HloInstruction* y = partial(b, rv, k1, o, os, ot, ots, g, "");
+    HloInstruction* sum = b.Binary(HloOpcode::kAdd, acc, y, "acc_sum");
+    HloInstruction* sent = b.Permute(sum, pairs, next_channel_++, "acc_next");
+    std::vector<HloInstruction*> next = {o, ot, sent, os, k1, ots};
+    if (g) next.push_back(g);
+    body->set_root(b.Tuple(next, "next"));
+  }
+  HloComputation* cond = EmitCondition(m_, kCondRs, tuple_shape, n - 1);
+  Emitter e(outer);
+  std::vector<HloInstruction*> init = {own, other, e.Zeros(acc_shape, rs->name() + ".acc0"), own_s,
+                                       e.ConstInt(PrimitiveType::U32, 0, "k0"), other_s};
+  if (global) init.push_back(global);
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {e.Tuple(init, "windowed_init")},
+                               rs->name() + ".windowed_loop");
+  loop->mutable_called_computations()->push_back(cond);
+  loop->mutable_called_computations()->push_back(body);
+  // The peeled last step: block (N + i) % N = i, this partition's own.
+  RingValues rv = EmitRingValues(e, *ring, block);
+  HloInstruction* y = partial(e, rv, e.ConstInt(PrimitiveType::U32, n, "k_last"), own, own_s, other, other_s, global, ".last");
+  HloInstruction* res = e.Binary(HloOpcode::kAdd, e.Gte(loop, 2, "windowed_acc"), y, rs->name() + ".windowed");
+  const std::string name = rs->name();
+  if (!outer->ReplaceInstruction(rs, res).ok()) return false;
+  remark_(name, true,
+          absl::StrCat("reduce-scatter of block-scaled dot '", dot->name(), "' windowed (RS): the ", acc_shape.ToString(false),
+                       " accumulator travels a ring of ", n, "; each step a block-scaled dot of ", block,
+                       " rows of '", own->name(), "' with their scales (", n - 1, n == 2 ? " trip of " : " trips of ", body->name(),
+                       " and the last step peeled)"));
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> BlockScaledWindowedEinsum::Run(HloModule* module) {
+  if (module->num_partitions <= 1) return false;
+  Rewriter r(module, threshold_mib_, max_ring_, [this](const std::string& at, bool applied, const std::string& msg) {
+    AddRemark(at, applied, msg);
+  });
+  bool changed = false;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    if (comp->name().rfind("block_scaled_windowed_", 0) == 0) continue;
+    for (HloInstruction* h : comp->MakeInstructionPostOrder()) {
+      if (h->opcode() == HloOpcode::kReduceScatter) {
+        changed |= r.TryRs(h);
+      } else if (IsWindowableScaledDot(*h)) {
+        changed |= r.TryAg(h);
+      }
+    }
+  }
+  if (changed) module->RemoveUnusedComputations();
+  return changed;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<HloPass>> MakeBlockScaledWindowedEinsum(const PassOptions& options) {
+  absl::StatusOr<int64_t> t = options.GetInt("windowed-einsum-threshold-mib", 0);
+  if (!t.ok()) return t.status();
+  absl::StatusOr<int64_t> ring = options.GetInt("windowed-einsum-max-ring", 32);
+  if (!ring.ok()) return ring.status();
+  return std::unique_ptr<HloPass>(new BlockScaledWindowedEinsum(*t, *ring));
+}
+
+}  // namespace
+
+WEAVE_REGISTER_PASS("block-scaled-windowed-einsum", MakeBlockScaledWindowedEinsum);
+
+}  // namespace weave
