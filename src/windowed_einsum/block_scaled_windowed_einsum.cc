@@ -290,9 +290,10 @@ bool Rewriter::TryRs(HloInstruction* rs) {
   HloInstruction* y = partial(e, rv, e.ConstInt(PrimitiveType::U32, n, "k_last"), own, own_s, other, other_s, global, ".last");
   HloInstruction* res = e.Binary(HloOpcode::kAdd, e.Gte(loop, 2, "windowed_acc"), y, rs->name() + ".windowed");
   const std::string name = rs->name();
+  const std::string dot_name = dot->name();  // the dot goes with the reduce-scatter it fed
   if (!outer->ReplaceInstruction(rs, res).ok()) return false;
   remark_(name, true,
-          absl::StrCat("reduce-scatter of block-scaled dot '", dot->name(), "' windowed (RS): the ", acc_shape.ToString(false),
+          absl::StrCat("reduce-scatter of block-scaled dot '", dot_name, "' windowed (RS): the ", acc_shape.ToString(false),
                        " accumulator travels a ring of ", n, "; each step a block-scaled dot of ", block,
                        " rows of '", own->name(), "' with their scales (", n - 1, n == 2 ? " trip of " : " trips of ", body->name(),
                        " and the last step peeled)"));
