@@ -103,8 +103,8 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   }
   const int64_t d = ag->dimensions[0];
   if (sag->dimensions[0] != d) return refuse("data and scale are gathered along different dims");
-  if (d == rank - 1) return refuse("gathered along the contracting dim (not windowed yet)");
-  if (rank == 3 && d == 0) return refuse("gathered along the batch dim (not windowed yet)");
+  enum class Mode { kRows, kContracting, kBatch };
+  const Mode mode = d == rank - 1 ? Mode::kContracting : (rank == 3 && d == 0) ? Mode::kBatch : Mode::kRows;
   if (ag->users().size() != 1 || sag->users().size() != 1) {
     return refuse("an all-gather has other users, which would still need it");
   }
@@ -120,9 +120,22 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   HloInstruction* x = ag->operand(0);
   HloInstruction* xs = sag->operand(0);
   const int64_t block = x->shape().dims[static_cast<size_t>(d)];
-  if (xs->shape().dims[static_cast<size_t>(d)] != block || block * n != ag->shape().dims[static_cast<size_t>(d)] ||
-      sag->shape().dims[static_cast<size_t>(d)] != block * n) {
+  const int64_t sblock = xs->shape().dims[static_cast<size_t>(d)];  // = block except along K
+  if (block * n != ag->shape().dims[static_cast<size_t>(d)] || sblock * n != sag->shape().dims[static_cast<size_t>(d)] ||
+      (mode != Mode::kContracting && sblock != block)) {
     return refuse("the scale's shards along the gathered dim are not its data's (padded scale)");
+  }
+  HloInstruction* stat = dot->operand(1 - side);
+  HloInstruction* stat_s = dot->operand(3 - side);
+  if (mode == Mode::kContracting) {
+    absl::StatusOr<int64_t> bs = BlockScaledDotBlockSize(*dot);
+    if (!bs.ok() || block % *bs != 0 || sblock * *bs != block ||
+        stat_s->shape().dims.back() * *bs != stat->shape().dims.back()) {
+      return refuse("a contracting shard does not hold whole blocks with their scales");
+    }
+  }
+  if (mode == Mode::kBatch && (stat->shape().dims[0] != block * n || stat_s->shape().dims[0] != block * n)) {
+    return refuse("the other operand's batch does not match the gathered one");
   }
   const double mib = Mib(ag->shape().ByteSize() + sag->shape().ByteSize());
   if (mib < static_cast<double>(threshold_mib_)) {
@@ -131,13 +144,21 @@ bool Rewriter::TryAg(HloInstruction* dot) {
 
   // The loop: (x_win, stationary, out, xs_win, k, stationary scale[, global]).
   HloComputation* outer = dot->parent();
-  HloInstruction* stat = dot->operand(1 - side);
-  HloInstruction* stat_s = dot->operand(3 - side);
   HloInstruction* global = dot->operand_count() == 5 ? dot->operand(4) : nullptr;
-  const int64_t out_dim = RowOutDim(rank, side);
   const Shape out_shape = dot->shape();
-  const Shape step_shape = windowed_einsum::WithDim(out_shape, out_dim, block);
-  std::vector<Shape> elems = {x->shape(), stat->shape(), out_shape, xs->shape(), Shape(PrimitiveType::U32, {}),
+  // Rows and batch write their block of the output; the contracting dim sums partial dots, in
+  // f32 for a narrower result (converted once after the loop), its global scale converted too.
+  const int64_t out_dim = mode == Mode::kBatch ? 0 : RowOutDim(rank, side);
+  const PrimitiveType acc_type = mode == Mode::kContracting && out_shape.element_type != PrimitiveType::F64
+                                     ? PrimitiveType::F32 : out_shape.element_type;
+  const Shape acc_shape = out_shape.WithElementType(acc_type);
+  const Shape step_shape = mode == Mode::kContracting ? acc_shape : windowed_einsum::WithDim(out_shape, out_dim, block);
+  Emitter e(outer);
+  if (global != nullptr && global->shape().element_type != step_shape.element_type) {
+    global = e.Add(HloOpcode::kConvert, global->shape().WithElementType(step_shape.element_type), {global},
+                   dot->name() + ".global_scale");
+  }
+  std::vector<Shape> elems = {x->shape(), stat->shape(), acc_shape, xs->shape(), Shape(PrimitiveType::U32, {}),
                               stat_s->shape()};
   if (global) elems.push_back(global->shape());
   const Shape tuple_shape = Shape::Tuple(elems);
@@ -148,6 +169,28 @@ bool Rewriter::TryAg(HloInstruction* dot) {
                                                  : std::vector<HloInstruction*>{st, win, st_s, win_s};
     if (g) ops.push_back(g);
     return ops;
+  };
+  // One step: the window's dot merged into `out` (block (k + i) % N).
+  auto step = [&](Emitter& b, HloInstruction* k, HloInstruction* win, HloInstruction* st, HloInstruction* out,
+                  HloInstruction* win_s, HloInstruction* st_s, HloInstruction* g, const std::string& tag) {
+    RingValues rv = EmitRingValues(b, *ring, block);
+    HloInstruction* off = EmitBlockOffset(b, rv, k, tag);
+    if (mode != Mode::kRows) {
+      // The stationary operand's matching block (and its scales' block) along K or the batch.
+      const int64_t sd = mode == Mode::kBatch ? 0 : rank - 1;
+      st = b.DynamicSlice(st, OffsetsAt(rv, rank, sd, off), windowed_einsum::WithDim(st->shape(), sd, block).dims,
+                          "stationary_block" + tag);
+      HloInstruction* soff = off;
+      if (sblock != block) {
+        RingValues srv = EmitRingValues(b, *ring, sblock);
+        soff = EmitBlockOffset(b, srv, k, tag + "_scale");
+      }
+      st_s = b.DynamicSlice(st_s, OffsetsAt(rv, rank, sd, soff),
+                            windowed_einsum::WithDim(st_s->shape(), sd, sblock).dims, "stationary_scale_block" + tag);
+    }
+    HloInstruction* y = StepDot(b, *dot, operands(win, st, win_s, st_s, g), step_shape, dot->name() + ".step" + tag);
+    if (mode == Mode::kContracting) return b.Binary(HloOpcode::kAdd, out, y, "out_sum" + tag);
+    return b.Dus(out, y, OffsetsAt(rv, rank, out_dim, off), "out_updated" + tag);
   };
 
   HloComputation* body = NewComputation(m_, kBodyAg);
@@ -161,21 +204,17 @@ bool Rewriter::TryAg(HloInstruction* dot) {
     HloInstruction* k = b.Gte(p, 4, "k");
     HloInstruction* st_s = b.Gte(p, 5, "stationary_scale");
     HloInstruction* g = global ? b.Gte(p, 6, "global_scale") : nullptr;
-    RingValues rv = EmitRingValues(b, *ring, block);
-    HloInstruction* off = EmitBlockOffset(b, rv, k, "");
-    HloInstruction* y = StepDot(b, *dot, operands(win, st, win_s, st_s, g), step_shape, dot->name() + ".step");
-    HloInstruction* out2 = b.Dus(out, y, OffsetsAt(rv, rank, out_dim, off), "out_updated");
+    HloInstruction* out2 = step(b, k, win, st, out, win_s, st_s, g, "");
     HloInstruction* win2 = b.Permute(win, pairs, next_channel_++, "window_next");
     HloInstruction* win_s2 = b.Permute(win_s, pairs, next_channel_++, "window_scale_next");
-    HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, rv.one, "k_next");
+    HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, b.ConstInt(PrimitiveType::U32, 1, "one"), "k_next");
     std::vector<HloInstruction*> next = {win2, st, out2, win_s2, k2, st_s};
     if (g) next.push_back(g);
     body->set_root(b.Tuple(next, "next"));
   }
   HloComputation* cond = EmitCondition(m_, kCondAg, tuple_shape, n - 1);
 
-  Emitter e(outer);
-  std::vector<HloInstruction*> init = {x, stat, e.Zeros(out_shape, dot->name() + ".buffer"), xs,
+  std::vector<HloInstruction*> init = {x, stat, e.Zeros(acc_shape, dot->name() + ".buffer"), xs,
                                        e.ConstInt(PrimitiveType::U32, 0, "k0"), stat_s};
   if (global) init.push_back(global);
   HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {e.Tuple(init, "windowed_init")},
@@ -183,20 +222,20 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   loop->mutable_called_computations()->push_back(cond);
   loop->mutable_called_computations()->push_back(body);
   // The peeled last step: the window of block (N-1 + i) % N.
-  RingValues rv = EmitRingValues(e, *ring, block);
-  HloInstruction* off = EmitBlockOffset(e, rv, e.ConstInt(PrimitiveType::U32, n - 1, "k_last"), "");
-  HloInstruction* y = StepDot(e, *dot, operands(e.Gte(loop, 0, "last_window"), stat, e.Gte(loop, 3, "last_window_scale"),
-                                                stat_s, global),
-                              step_shape, dot->name() + ".last_step");
-  HloInstruction* res = e.Dus(e.Gte(loop, 2, "windowed_out"), y, OffsetsAt(rv, rank, out_dim, off),
-                              dot->name() + ".windowed");
+  HloInstruction* res = step(e, e.ConstInt(PrimitiveType::U32, n - 1, "k_last"), e.Gte(loop, 0, "last_window"), stat,
+                             e.Gte(loop, 2, "windowed_out"), e.Gte(loop, 3, "last_window_scale"), stat_s, global,
+                             ".last");
+  if (acc_type != out_shape.element_type) res = e.Add(HloOpcode::kConvert, out_shape, {res}, dot->name() + ".windowed");
   const std::string name = dot->name();
   if (!outer->ReplaceInstruction(dot, res).ok()) return false;
+  const char* what = mode == Mode::kRows ? " rows" : mode == Mode::kBatch ? " batch entries" : " of the contracting dim";
   remark_(name, true,
           absl::StrCat("block-scaled dot windowed (AG): ", PrimitiveTypeName(x->shape().element_type).data(),
                        " data '", x->name(), "' and its ", PrimitiveTypeName(xs->shape().element_type).data(),
-                       " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block,
-                       " rows per step (", n - 1, n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)"));
+                       " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block, what,
+                       " per step", mode == Mode::kContracting ? " summed in " : "",
+                       mode == Mode::kContracting ? PrimitiveTypeName(acc_type).data() : "", " (", n - 1,
+                       n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)"));
   return true;
 }
 
