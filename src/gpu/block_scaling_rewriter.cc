@@ -18,8 +18,11 @@ namespace weave {
 // Builds one call's replacement in its computation, instructions named after the call.
 class BlockScalingLowering {
  public:
-  BlockScalingLowering(const BlockScalingRewriter& pass, HloInstruction* call)
-      : pass_(pass), call_(call), comp_(call->parent()), base_(call->name()) {}
+  // Builds into `into` (the call's computation, or a fusion computation whose parameters stand
+  // for the call's operands: `operands`).
+  BlockScalingLowering(const BlockScalingRewriter& pass, HloInstruction* call, HloComputation* into,
+                       std::vector<HloInstruction*> operands)
+      : pass_(pass), call_(call), comp_(into), base_(call->name()), ops_(std::move(operands)) {}
 
   // The replacement, or nullopt with *why when the call does not fit XLA's checks.
   std::optional<HloInstruction*> Quantize(std::string* why);
@@ -82,9 +85,11 @@ class BlockScalingLowering {
   CudnnInput CudnnSide(HloInstruction* data, HloInstruction* scale, const std::string& side);
 
   const BlockScalingRewriter& pass_;
+  HloInstruction* operand(int64_t i) const { return ops_[static_cast<size_t>(i)]; }
   HloInstruction* call_;
   HloComputation* comp_;
   std::string base_;
+  std::vector<HloInstruction*> ops_;
 };
 
 HloComputation* BlockScalingLowering::AmaxComputation(PrimitiveType t) {
@@ -92,7 +97,7 @@ HloComputation* BlockScalingLowering::AmaxComputation(PrimitiveType t) {
   const Shape s(t, {});
   HloInstruction* a = c->AddParameter(s, "a");
   HloInstruction* b = c->AddParameter(s, "b");
-  HloComputation* raw = comp_->parent()->AddComputation(std::move(c));
+  HloComputation* raw = call_->parent()->parent()->AddComputation(std::move(c));
   HloInstruction* aa = raw->AddInstruction(HloOpcode::kAbs, s, {a}, "abs_a");
   HloInstruction* ab = raw->AddInstruction(HloOpcode::kAbs, s, {b}, "abs_b");
   raw->set_root(raw->AddInstruction(HloOpcode::kMaximum, s, {aa, ab}, "max"));
@@ -101,8 +106,8 @@ HloComputation* BlockScalingLowering::AmaxComputation(PrimitiveType t) {
 
 std::optional<HloInstruction*> BlockScalingLowering::Quantize(std::string* why) {
   const Shape& out = call_->shape();
-  if (call_->operand_count() != 1 || !out.IsTuple() || out.tuple_shapes.size() != 2 ||
-      call_->operand(0)->shape().dims != out.tuple_shapes[0].dims) {
+  if (static_cast<int64_t>(ops_.size()) != 1 || !out.IsTuple() || out.tuple_shapes.size() != 2 ||
+      operand(0)->shape().dims != out.tuple_shapes[0].dims) {
     *why = "not a quantize of one array into (data of its dims, scales)";
     return std::nullopt;
   }
@@ -119,7 +124,7 @@ std::optional<HloInstruction*> BlockScalingLowering::Quantize(std::string* why) 
       return std::nullopt;
     }
   }
-  HloInstruction* x = call_->operand(0);
+  HloInstruction* x = operand(0);
   const PrimitiveType t = x->shape().element_type;
   std::vector<int64_t> blocks = ss.dims;
   blocks.push_back(*block);
@@ -143,23 +148,23 @@ std::optional<HloInstruction*> BlockScalingLowering::Quantize(std::string* why) 
 }
 
 std::optional<HloInstruction*> BlockScalingLowering::Dequantize(std::string* why) {
-  if (call_->operand_count() != 2 || !call_->shape().IsArray() ||
-      call_->shape().dims != call_->operand(0)->shape().dims) {
+  if (static_cast<int64_t>(ops_.size()) != 2 || !call_->shape().IsArray() ||
+      call_->shape().dims != operand(0)->shape().dims) {
     *why = "not a dequantize of (data, scale) to the data's dims";
     return std::nullopt;
   }
-  absl::StatusOr<int64_t> block = BlockSizeFromShapes(call_->operand(0)->shape(), call_->operand(1)->shape());
+  absl::StatusOr<int64_t> block = BlockSizeFromShapes(operand(0)->shape(), operand(1)->shape());
   if (!block.ok()) {
     *why = std::string(block.status().message());
     return std::nullopt;
   }
   for (size_t d = 0; d + 1 < call_->shape().dims.size(); ++d) {
-    if (call_->operand(1)->shape().dims[d] != call_->shape().dims[d]) {
+    if (operand(1)->shape().dims[d] != call_->shape().dims[d]) {
       *why = "data and scale dims differ before the last";
       return std::nullopt;
     }
   }
-  return DequantizeOf(call_->operand(0), call_->operand(1), *block, call_->shape().element_type, "");
+  return DequantizeOf(operand(0), operand(1), *block, call_->shape().element_type, "");
 }
 
 BlockScalingLowering::CudnnInput BlockScalingLowering::CudnnSide(HloInstruction* data, HloInstruction* scale,
@@ -196,17 +201,17 @@ BlockScalingLowering::CudnnInput BlockScalingLowering::CudnnSide(HloInstruction*
 }
 
 std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::string* form) {
-  const int64_t n = call_->operand_count();
+  const int64_t n = static_cast<int64_t>(ops_.size());
   const Shape& out = call_->shape();
   if (n < 3 || n > 5 || !out.IsArray()) {
     *why = "a block-scaled dot takes 3 to 5 operands and gives an array";
     return std::nullopt;
   }
-  HloInstruction* lhs = call_->operand(0);
-  HloInstruction* rhs = call_->operand(1);
-  HloInstruction* ls = call_->operand(2);
-  HloInstruction* rs = n >= 4 ? call_->operand(3) : nullptr;
-  HloInstruction* global = n == 5 ? call_->operand(4) : nullptr;
+  HloInstruction* lhs = operand(0);
+  HloInstruction* rhs = operand(1);
+  HloInstruction* ls = operand(2);
+  HloInstruction* rs = n >= 4 ? operand(3) : nullptr;
+  HloInstruction* global = n == 5 ? operand(4) : nullptr;
   const int64_t rank = lhs->shape().rank();
   const PrimitiveType t = out.element_type;
   std::vector<int64_t> want;
@@ -326,11 +331,34 @@ absl::StatusOr<bool> BlockScalingRewriter::Run(HloModule* module) {
     for (HloInstruction* call : comp->MakeInstructionPostOrder()) {
       const BlockScaledKind kind = BlockScaledKindOf(*call);
       if (kind == BlockScaledKind::kNone || kind == BlockScaledKind::kCudnnDot) continue;
-      BlockScalingLowering lower(*this, call);
+      // A quantize or dequantize expands into a kLoop fusion (XLA expands into a call and its
+      // fusion passes fuse the elementwise chain; one fused kernel is what runs), a dot inline.
+      const bool fused = kind != BlockScaledKind::kDot;
+      HloComputation* into = comp;
+      std::vector<HloInstruction*> ops(call->operands().begin(), call->operands().end());
+      if (fused) {
+        into = module->AddComputation(std::make_unique<HloComputation>(call->name() + ".expanded"));
+        for (size_t i = 0; i < ops.size(); ++i) {
+          ops[i] = into->AddParameter(call->operand(static_cast<int64_t>(i))->shape(), absl::StrCat("p", i));
+        }
+      }
+      BlockScalingLowering lower(*this, call, into, ops);
       std::string why, form;
       std::optional<HloInstruction*> r = kind == BlockScaledKind::kQuantize     ? lower.Quantize(&why)
                                          : kind == BlockScaledKind::kDequantize ? lower.Dequantize(&why)
                                                                                 : lower.Dot(&why, &form);
+      if (r && fused) {
+        into->set_root(*r);
+        HloInstruction* f = comp->AddInstruction(HloOpcode::kFusion, call->shape(),
+                                                 std::vector<HloInstruction*>(call->operands().begin(), call->operands().end()),
+                                                 call->name() + ".fusion");
+        f->set_fusion_kind("kLoop");
+        f->mutable_called_computations()->push_back(into);
+        r = f;
+      }
+      if (!r && fused) {
+        if (absl::Status st = module->RemoveComputation(into); !st.ok()) return st;
+      }
       if (!r) {
         AddRemark(call->name(), false, absl::StrCat(call->custom_call_target(), " left as it is: ", why));
         continue;
@@ -340,8 +368,8 @@ absl::StatusOr<bool> BlockScalingRewriter::Run(HloModule* module) {
       if (!s.ok()) return s;
       changed = true;
       AddRemark(name, true,
-                kind == BlockScaledKind::kQuantize     ? "quantize expanded: per-block amax, E8M0 scale, data divided by it"
-                : kind == BlockScaledKind::kDequantize ? "dequantize expanded: convert and multiply by the block scales"
+                kind == BlockScaledKind::kQuantize     ? "quantize expanded into a kLoop fusion: per-block amax, E8M0 scale, data divided by it"
+                : kind == BlockScaledKind::kDequantize ? "dequantize expanded into a kLoop fusion: convert and multiply by the block scales"
                                                        : absl::StrCat("block-scaled dot lowered to ", form));
     }
   }

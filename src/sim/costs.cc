@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "hlo/block_scaled_call.h"
 #include "sim/all_to_all_cost.h"
 
 namespace weave::sim {
@@ -277,6 +278,25 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
       }
       break;
     case HloOpcode::kCustomCall: {
+      const BlockScaledKind bk = BlockScaledKindOf(instr);
+      if ((bk == BlockScaledKind::kDot || bk == BlockScaledKind::kCudnnDot) && instr.operand_count() >= 3) {
+        // A block-scaled GEMM (MXFP8 / NVFP4): contracting dim last, batch dim 0 at rank 3, at
+        // the rate of its data type; the scales count in the bytes it reads.
+        const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0] : out;
+        const Shape& lhs = instr.operand(0)->shape();
+        if (lhs.rank() == 2 || lhs.rank() == 3) {
+          GemmDims d = DimsFrom(lhs, result, lhs.rank() == 3 ? std::vector<int64_t>{0} : std::vector<int64_t>{},
+                                {lhs.rank() - 1});
+          const HloInstruction* value = &instr;
+          if (out.IsTuple()) {
+            value = nullptr;
+            for (const HloInstruction* u : instr.users()) {
+              if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
+            }
+          }
+          return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(result), value);
+        }
+      }
       if (IsGemmCustomCall(instr) && instr.operand_count() >= 2) {
         const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0]
                                                                          : out;

@@ -56,7 +56,7 @@ std::string SimResultToJson(const SimResult& r) {
       {"sm_count", s.sm_count},
       {"matmul_tflops",
        {{"bf16", s.bf16_tflops}, {"f16", s.f16_tflops}, {"f32", s.f32_tflops},
-        {"fp8", s.fp8_tflops}, {"f64", s.f64_tflops}}},
+        {"fp8", s.fp8_tflops}, {"fp4", s.fp4_tflops}, {"f64", s.f64_tflops}}},
       {"hbm_gbps", s.hbm_gbps},
       {"link_gbps", s.link_gbps},
       {"latency_us", s.latency_us},

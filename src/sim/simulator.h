@@ -80,6 +80,10 @@ struct SystemSpec {
   // default precision on Ampere and later); fp8_tflops == 0 means no FP8 tensor cores (FP8 GEMMs
   // then run at the f16 rate, as XLA converts their operands to f16).
   double bf16_tflops = 0, f16_tflops = 0, f32_tflops = 0, fp8_tflops = 0, f64_tflops = 0;
+  // FP4 (f4e2m1fn, NVFP4 / MXFP4) tensor-core peak; 0: none, FP4 GEMMs run at the fp8 rate (the
+  // f16 rate without FP8). FP6 and block-scaled MXFP8 GEMMs run at the fp8 rate (Blackwell's
+  // datasheets give FP6 = FP8).
+  double fp4_tflops = 0;
   double hbm_gbps = 0;         // HBM bandwidth, GB/s (1e9 bytes/s)
   double link_gbps = 0;        // NVLink bandwidth per direction per GPU, GB/s
   double latency_us = 0;       // latency per collective ring step, microseconds
@@ -106,7 +110,7 @@ struct SystemSpec {
   std::string Summary() const;
 };
 
-// Names of the built-in systems ("a100x8", "a800x8", "h100x8", "h200x8", "h800x8").
+// Names of the built-in systems ("a100x8", "a800x8", "b200x8", "h100x8", "h200x8", "h800x8").
 std::vector<std::string> BuiltinSystemNames();
 // JSON text of a built-in system (identical to systems/<name>.json in the repository), or
 // nullopt for an unknown name.

@@ -55,6 +55,10 @@ absl::Status CheckFraction(std::string_view origin, std::string_view what, doubl
 }  // namespace
 
 double SystemSpec::MatmulTflops(PrimitiveType t) const {
+  if (t == PrimitiveType::F4E2M1FN && fp4_tflops > 0) return fp4_tflops;
+  if (t == PrimitiveType::F4E2M1FN || t == PrimitiveType::F6E2M3FN || t == PrimitiveType::F6E3M2FN) {
+    return fp8_tflops > 0 ? fp8_tflops : f16_tflops;
+  }
   if (IsFp8(t)) return fp8_tflops > 0 ? fp8_tflops : f16_tflops;
   switch (t) {
     case PrimitiveType::F16: return f16_tflops;
@@ -69,12 +73,12 @@ double SystemSpec::MatmulTflops(PrimitiveType t) const {
 std::string SystemSpec::Summary() const {
   return absl::StrFormat(
       "%s (%s): %d GPUs, %d SMs; dense matmul TFLOP/s bf16 %g, f16 %g, f32(tf32) %g, fp8 %s, "
-      "f64 %g; HBM %g GB/s x efficiency %g; link %g GB/s per direction x link efficiency %g; "
+      "fp4 %s, f64 %g; HBM %g GB/s x efficiency %g; link %g GB/s per direction x link efficiency %g; "
       "latency %g us per ring step; collectives on %s, contention %g; GEMM efficiency %g, "
       "model %s (tile %dx%d, overhead %g us)",
       name, origin, num_gpus, sm_count, bf16_tflops, f16_tflops, f32_tflops,
       fp8_tflops > 0 ? absl::StrFormat("%g", fp8_tflops) : std::string("none (f16 rate)"),
-      f64_tflops, hbm_gbps, hbm_efficiency, link_gbps, link_efficiency, latency_us,
+      fp4_tflops > 0 ? absl::StrFormat("%g", fp4_tflops) : std::string("none (fp8 rate)"), f64_tflops, hbm_gbps, hbm_efficiency, link_gbps, link_efficiency, latency_us,
       collective_engine == "sm" ? "SM-driven NCCL kernels" : "copy engines", contention,
       gemm.efficiency, gemm.tiled ? "tiled" : "roofline", gemm.tile_m, gemm.tile_n,
       gemm.overhead_us);
@@ -125,6 +129,7 @@ absl::StatusOr<SystemSpec> ParseSystemJson(std::string_view json_text, std::stri
   WEAVE_NUM(f32_tflops, mm, "matmul_tflops.", "f32", s.bf16_tflops / 2, false);
   WEAVE_NUM(fp8_tflops, mm, "matmul_tflops.", "fp8", 0.0, true);
   WEAVE_NUM(f64_tflops, mm, "matmul_tflops.", "f64", 0.0, true);
+  WEAVE_NUM(fp4_tflops, mm, "matmul_tflops.", "fp4", 0.0, true);
   double gpus = 0, sms = 0;
   v = Num(j, origin, "", "num_gpus", 8.0, false);
   if (!v.ok()) return v.status();

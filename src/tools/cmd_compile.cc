@@ -75,7 +75,7 @@ void AddCompileFlags(CLI::App* cmd, CompileOptions* o) {
   cmd->add_option("--report", o->report, "Write the JSON report to FILE ('-' = stdout)");
   cmd->add_option("--system", o->system,
                   "Add the simulator's estimated time before and after, and the system the cost "
-                  "gate estimates on (default h100x8): h100x8, h200x8, a100x8, h800x8, a800x8 "
+                  "gate estimates on (default h100x8): h100x8, h200x8, b200x8, a100x8, h800x8, a800x8 "
                   "or a system JSON file");
   cmd->add_flag("-v,--verbose", o->verbose, "Time and changes per pass");
   cmd->add_flag("--timing", o->timing,

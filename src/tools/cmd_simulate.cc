@@ -175,7 +175,7 @@ void RegisterSimulateCommand(CLI::App& app, int* exit_code) {
       "bytes over NVLink; no fusion modelled)");
   sub->add_option("module", args->module, "HLO text module (- for stdin)");
   sub->add_option("--system", args->system,
-                  "h100x8, h200x8, a100x8, h800x8, a800x8 (built in) or a system JSON file");
+                  "h100x8, h200x8, b200x8, a100x8, h800x8, a800x8 (built in) or a system JSON file");
   sub->add_flag("--calibration", args->calibration,
                 "Print the model against the published measurements C1-C5 "
                 "(performance-model.md): published, predicted, ratio");

@@ -58,6 +58,7 @@ void AnalyzeCompileOutput(const CompileInputAnalysis& before, const HloModule& a
     return n;
   };
   report->fired["windowed"] = applied_by("windowed-einsum-decomposer") ||
+                              applied_by("block-scaled-windowed-einsum") ||
                               applied_by("all-to-all-windowed-einsum") ||
                               applied_by("windowed-einsum-handler") ||
                               report->after.windowed_loops > report->before.windowed_loops;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "analysis/cost.h"
+#include "hlo/block_scaled_call.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
 #include "tools/json_path_scan.h"
@@ -128,7 +129,13 @@ bool IsGemmCustomCall(const HloInstruction& instr) {
 }
 
 bool IsFp8GemmCustomCall(const HloInstruction& instr) {
+  if (IsBlockScaledGemm(instr)) return IsFp8(instr.operand(0)->shape().element_type);
   return instr.opcode() == HloOpcode::kCustomCall && instr.custom_call_target() == kFp8GemmTarget;
+}
+
+bool IsBlockScaledGemm(const HloInstruction& instr) {
+  const BlockScaledKind k = BlockScaledKindOf(instr);
+  return (k == BlockScaledKind::kDot || k == BlockScaledKind::kCudnnDot) && instr.operand_count() >= 3;
 }
 
 int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group) {
@@ -185,6 +192,14 @@ std::vector<int64_t> GemmContractingDims(const std::string& config) {
 
 double GemmFlops(const HloInstruction& instr) {
   if (instr.opcode() == HloOpcode::kDot) return static_cast<double>(DotFlops(instr));
+  if (IsBlockScaledGemm(instr)) {
+    // Contracting dim last (hlo/block_scaled_call.h); the cuDNN form's result is padded.
+    const Shape& out = instr.shape().IsTuple() && !instr.shape().tuple_shapes.empty() ? instr.shape().tuple_shapes[0]
+                                                                                     : instr.shape();
+    const Shape& lhs = instr.operand(0)->shape();
+    if (!out.IsArray() || !lhs.IsArray() || lhs.rank() == 0) return 0;
+    return 2.0 * static_cast<double>(out.ElementCount()) * static_cast<double>(lhs.dims.back());
+  }
   if (!IsGemmCustomCall(instr) || instr.operand_count() < 2) return 0;
   const Shape& out = instr.shape().IsTuple() && !instr.shape().tuple_shapes.empty()
                          ? instr.shape().tuple_shapes[0]

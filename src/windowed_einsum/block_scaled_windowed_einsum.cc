@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hlo/block_scaled_call.h"
+#include "passes/cost_oracle.h"
 #include "spmd/partition_ring.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
 
@@ -42,9 +43,9 @@ double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0
 
 class Rewriter {
  public:
-  Rewriter(HloModule* m, int64_t threshold_mib, int64_t max_ring,
+  Rewriter(HloModule* m, int64_t threshold_mib, int64_t max_ring, CostOracle* oracle,
            std::function<void(const std::string&, bool, const std::string&)> remark)
-      : m_(m), threshold_mib_(threshold_mib), max_ring_(max_ring), remark_(std::move(remark)),
+      : m_(m), threshold_mib_(threshold_mib), max_ring_(max_ring), oracle_(oracle), remark_(std::move(remark)),
         next_channel_(m->NextChannelId()) {}
 
   // The AG form at `dot`; nullopt with a remark when it does not apply (false: not a candidate).
@@ -68,8 +69,26 @@ class Rewriter {
     return d;
   }
 
+  // The cost gate (passes/cost_oracle.h): with an oracle, a candidate whose checks all passed is
+  // windowed only when the model predicts the loop faster; `note` gets the estimate. Without
+  // one, every candidate is windowed.
+  bool Gate(const HloInstruction* at, const std::string& what, std::vector<const HloInstruction*> seeds,
+            std::string* note) {
+    if (oracle_ == nullptr) return true;
+    CostQuery q = CostQuery::WithOrWithout("block-scaled-windowed-einsum", at->name(), what, std::move(seeds));
+    q.one_stream_bound = true;  // as the windowed einsum decomposer asks (cost_oracle.h)
+    CostEstimate e = oracle_->Decide(q);
+    if (e.chosen == 0) {
+      remark_(at->name(), false, absl::StrCat("block-scaled ", what, " not windowed: ", e.Note()));
+      return false;
+    }
+    *note = absl::StrCat("; ", e.Note());
+    return true;
+  }
+
   HloModule* m_;
   int64_t threshold_mib_, max_ring_;
+  CostOracle* oracle_;
   std::function<void(const std::string&, bool, const std::string&)> remark_;
   int64_t next_channel_;
 };
@@ -140,6 +159,11 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   const double mib = Mib(ag->shape().ByteSize() + sag->shape().ByteSize());
   if (mib < static_cast<double>(threshold_mib_)) {
     return refuse(absl::StrCat(mib, " MiB gathered < windowed-einsum-threshold-mib=", threshold_mib_));
+  }
+  std::string gate_note;
+  if (!Gate(dot, absl::StrCat("dot (all-gather '", ag->name(), "' and '", sag->name(), "')"), {ag, sag, dot},
+            &gate_note)) {
+    return false;
   }
 
   // The loop: (x_win, stationary, out, xs_win, k, stationary scale[, global]).
@@ -235,7 +259,7 @@ bool Rewriter::TryAg(HloInstruction* dot) {
                        " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block, what,
                        " per step", mode == Mode::kContracting ? " summed in " : "",
                        mode == Mode::kContracting ? PrimitiveTypeName(acc_type).data() : "", " (", n - 1,
-                       n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)"));
+                       n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)", gate_note));
   return true;
 }
 
@@ -268,6 +292,10 @@ bool Rewriter::TryRs(HloInstruction* rs) {
   const double mib = Mib(dot->shape().ByteSize());
   if (mib < static_cast<double>(threshold_mib_)) {
     return refuse(absl::StrCat(mib, " MiB scattered < windowed-einsum-threshold-mib=", threshold_mib_));
+  }
+  std::string gate_note;
+  if (!Gate(rs, absl::StrCat("reduce-scatter '", rs->name(), "' of dot '", dot->name(), "'"), {dot, rs}, &gate_note)) {
+    return false;
   }
   const int64_t block = rows / n;
   HloComputation* outer = rs->parent();
@@ -335,7 +363,7 @@ bool Rewriter::TryRs(HloInstruction* rs) {
           absl::StrCat("reduce-scatter of block-scaled dot '", dot_name, "' windowed (RS): the ", acc_shape.ToString(false),
                        " accumulator travels a ring of ", n, "; each step a block-scaled dot of ", block,
                        " rows of '", own->name(), "' with their scales (", n - 1, n == 2 ? " trip of " : " trips of ", body->name(),
-                       " and the last step peeled)"));
+                       " and the last step peeled)", gate_note));
   return true;
 }
 
@@ -343,7 +371,7 @@ bool Rewriter::TryRs(HloInstruction* rs) {
 
 absl::StatusOr<bool> BlockScaledWindowedEinsum::Run(HloModule* module) {
   if (module->num_partitions <= 1) return false;
-  Rewriter r(module, threshold_mib_, max_ring_, [this](const std::string& at, bool applied, const std::string& msg) {
+  Rewriter r(module, threshold_mib_, max_ring_, cost_oracle(), [this](const std::string& at, bool applied, const std::string& msg) {
     AddRemark(at, applied, msg);
   });
   bool changed = false;
