@@ -135,6 +135,7 @@ class Generator : public MotifContext {
   void GlobalMotifIndexed(const Mesh& mesh);
   void GlobalMotifReshard(const Mesh& mesh);
   void GlobalMotifConvolution(const Mesh& mesh);
+  void GlobalMotifBlockScaled(const Mesh& mesh);
 
   ChoiceSource& c_;
   const GenOptions& o_;

@@ -718,6 +718,81 @@ void Generator::GlobalMotifConvolution(const Mesh& mesh) {
                                  cd.empty() ? "" : " conv:" + cd));
 }
 
+// JAX's block-scaled FP8 (MXFP8): `__op$block_scaled_dot(lhs, rhs, lhs_scale[, rhs_scale[,
+// global_scale]])`, contracting dim last (K = 32 x a few blocks), batch dim 0 at rank 3; the lhs
+// sometimes quantized from a wide parameter by `__op$quantize`. Each scale is sharded like its
+// data most of the time (else at random: the partitioner must reshard them together), so that
+// the partitioner's scale rules, block-scaled-windowed-einsum and block-scaling-rewriter run on
+// any sharding.
+void Generator::GlobalMotifBlockScaled(const Mesh& mesh) {
+  const std::string wide = Wide();
+  const bool batched = c_.Percent(30);
+  static const int64_t kBlocks[] = {1, 2, 4, 8, 3, 6};
+  const int64_t kb = kBlocks[c_.Weighted({20, 25, 20, 10, 15, 10})];
+  const int64_t k = 32 * kb;
+  const int64_t b = batched ? GlobalSize(c_) : 0;
+  const int64_t m = GlobalSize(c_) * (c_.Percent(50) ? 2 : 1), n = GlobalSize(c_);
+  auto dims_of = [&](int64_t rows, int64_t last) {
+    std::vector<int64_t> d;
+    if (batched) d.push_back(b);
+    d.push_back(rows);
+    d.push_back(last);
+    return d;
+  };
+  auto sharded = [&](const std::string& type, const std::vector<int64_t>& dims, const std::string& sharding,
+                     const std::string& hint) {
+    if (shardy_) {
+      Val v = b_.Param(type, dims, "", hint);
+      b_.AppendToLastLine(absl::StrCat(", frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, ",
+                                       sharding, ">\"}"));
+      return v;
+    }
+    return b_.Param(type, dims, sharding, hint);
+  };
+  // One side: (data, scale) parameters, or a quantize of a wide parameter.
+  auto side = [&](int64_t rows, bool quantize, std::string* desc) -> std::pair<Val, Val> {
+    std::string dd, sd;
+    const std::string s = GlobalSharding(mesh, dims_of(rows, k), &dd);
+    const std::string data_type = c_.Percent(80) ? "f8e4m3fn" : "f8e5m2";
+    if (quantize) {
+      Val x = sharded(wide, dims_of(rows, k), s, "x");
+      const std::string shape = absl::StrCat("(", ShapeText(data_type, dims_of(rows, k)), ", ",
+                                             ShapeText("f8e8m0fnu", dims_of(rows, kb)), ")");
+      const std::string t = b_.OpRaw("custom-call", shape, {x.name}, "custom_call_target=\"__op$quantize\"", "quantized");
+      Val tv;
+      tv.name = t;
+      tv.type = "tuple";
+      Val q = b_.Op("get-tuple-element", data_type, dims_of(rows, k), {tv}, "index=0", "q");
+      Val qs = b_.Op("get-tuple-element", "f8e8m0fnu", dims_of(rows, kb), {tv}, "index=1", "q_scale");
+      *desc = absl::StrCat("quantize(", wide, ":", dd, ")");
+      return {q, qs};
+    }
+    Val d = sharded(data_type, dims_of(rows, k), s, "mx");
+    const bool same = c_.Percent(70);
+    const std::string ss = same ? s : GlobalSharding(mesh, dims_of(rows, kb), &sd);
+    Val sc = sharded("f8e8m0fnu", dims_of(rows, kb), ss, "mx_scale");
+    *desc = absl::StrCat(data_type, ":", dd, same ? " scale alike" : " scale:" + sd);
+    return {d, sc};
+  };
+  std::string ld, rd;
+  auto [lhs, lhs_scale] = side(m, c_.Percent(35), &ld);
+  auto [rhs, rhs_scale] = side(n, false, &rd);
+  std::vector<Val> ops = {lhs, rhs, lhs_scale, rhs_scale};
+  const bool global = c_.Percent(20);
+  if (global) ops.push_back(b_.Param(wide, {}, shardy_ ? "" : "{replicated}", "global_scale"));
+  std::vector<int64_t> out;
+  if (batched) out.push_back(b);
+  out.push_back(m);
+  out.push_back(n);
+  std::string attrs = "custom_call_target=\"__op$block_scaled_dot\"";
+  std::string osd;
+  if (!shardy_ && c_.Percent(30)) absl::StrAppend(&attrs, ", sharding=", GlobalSharding(mesh, out, &osd));
+  Val d = b_.Op("custom-call", wide, out, ops, attrs, "bsdot");
+  GlobalOutput(mesh, d);
+  motifs_.push_back(absl::StrCat("gmxdot lhs=", ld, " rhs=", rd, " k=", k, global ? " global" : "",
+                                 osd.empty() ? "" : " dot:" + osd));
+}
+
 GeneratedProgram Generator::RunGlobal(const std::string& name) {
   static const int64_t kParts[] = {4, 2, 8, 6};
   P_ = kParts[c_.Weighted({35, 20, 35, 10})];
@@ -759,13 +834,14 @@ GeneratedProgram Generator::RunGlobal(const std::string& name) {
   const int motifs = 1 + static_cast<int>(c_.Below(static_cast<uint64_t>(std::min(o_.max_motifs, 2))));
   for (int m = 0; m < motifs; ++m) {
     b_.set_prefix(motifs == 1 ? "" : absl::StrCat("m", m, "."));
-    switch (c_.Weighted({30, 23, 14, 11, 12, 10})) {
+    switch (c_.Weighted({30, 23, 14, 11, 12, 10, 8})) {
       case 0: GlobalMotifDot(mesh); break;
       case 1: GlobalMotifChain(mesh); break;
       case 2: GlobalMotifElementwise(mesh); break;
       case 3: GlobalMotifIndexed(mesh); break;
       case 4: GlobalMotifReshard(mesh); break;
-      default: GlobalMotifConvolution(mesh); break;
+      case 5: GlobalMotifConvolution(mesh); break;
+      default: GlobalMotifBlockScaled(mesh); break;
     }
   }
   b_.set_prefix("");
