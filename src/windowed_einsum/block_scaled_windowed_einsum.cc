@@ -1,6 +1,7 @@
 // block-scaled-windowed-einsum (contract in the header).
 #include "windowed_einsum/block_scaled_windowed_einsum.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -124,8 +125,23 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   if (sag->dimensions[0] != d) return refuse("data and scale are gathered along different dims");
   enum class Mode { kRows, kContracting, kBatch };
   const Mode mode = d == rank - 1 ? Mode::kContracting : (rank == 3 && d == 0) ? Mode::kBatch : Mode::kRows;
-  if (ag->users().size() != 1 || sag->users().size() != 1) {
-    return refuse("an all-gather has other users, which would still need it");
+  // Other block-scaled dots reading the same gathered pair (the data and its scale as one
+  // operand's pair) read the loop's cache of the windows instead of the all-gathers.
+  std::vector<HloInstruction*> others;
+  for (HloInstruction* u : ag->users()) {
+    if (u == dot) continue;
+    bool pair = IsWindowableScaledDot(*u);
+    for (int64_t i = 0; pair && i < u->operand_count(); ++i) {
+      if (u->operand(i) == ag) pair = i < 2 && u->operand(i + 2) == sag;
+      if (u->operand(i) == sag) pair = i >= 2 && i < 4 && u->operand(i - 2) == ag;
+    }
+    if (!pair) return refuse(absl::StrCat("the all-gather is also read by '", u->name(), "', not as a block-scaled dot's data with its scale"));
+    others.push_back(u);
+  }
+  for (HloInstruction* u : sag->users()) {
+    if (u != dot && std::find(others.begin(), others.end(), u) == others.end()) {
+      return refuse(absl::StrCat("the scales' all-gather is also read by '", u->name(), "' without its data"));
+    }
   }
   std::string why;
   std::optional<PartitionRing> ring = Ring(*ag, &why);
@@ -185,8 +201,26 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   std::vector<Shape> elems = {x->shape(), stat->shape(), acc_shape, xs->shape(), Shape(PrimitiveType::U32, {}),
                               stat_s->shape()};
   if (global) elems.push_back(global->shape());
+  const int64_t cache_at = static_cast<int64_t>(elems.size());  // the caches, when other dots read them
+  if (!others.empty()) {
+    elems.push_back(ag->shape());
+    elems.push_back(sag->shape());
+  }
   const Shape tuple_shape = Shape::Tuple(elems);
   const std::vector<std::pair<int64_t, int64_t>> pairs = ring->ShiftPairs(-1);
+  // The window (data and scales) written into the caches at its block.
+  auto cache = [&](Emitter& b, HloInstruction* k, HloInstruction* cx, HloInstruction* cs, HloInstruction* win,
+                   HloInstruction* win_s, const std::string& tag) -> std::pair<HloInstruction*, HloInstruction*> {
+    RingValues rv = EmitRingValues(b, *ring, block);
+    HloInstruction* off = EmitBlockOffset(b, rv, k, tag + "_cache");
+    HloInstruction* soff = off;
+    if (sblock != block) {
+      RingValues srv = EmitRingValues(b, *ring, sblock);
+      soff = EmitBlockOffset(b, srv, k, tag + "_cache_scale");
+    }
+    return {b.Dus(cx, win, OffsetsAt(rv, rank, d, off), "data_cache" + tag),
+            b.Dus(cs, win_s, OffsetsAt(rv, rank, d, soff), "scale_cache" + tag)};
+  };
   auto operands = [&](HloInstruction* win, HloInstruction* st, HloInstruction* win_s, HloInstruction* st_s,
                       HloInstruction* g) {
     std::vector<HloInstruction*> ops = side == 0 ? std::vector<HloInstruction*>{win, st, win_s, st_s}
@@ -234,6 +268,12 @@ bool Rewriter::TryAg(HloInstruction* dot) {
     HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, b.ConstInt(PrimitiveType::U32, 1, "one"), "k_next");
     std::vector<HloInstruction*> next = {win2, st, out2, win_s2, k2, st_s};
     if (g) next.push_back(g);
+    if (!others.empty()) {
+      auto [cx, cs] = cache(b, k, b.Gte(p, cache_at, "data_cache_in"), b.Gte(p, cache_at + 1, "scale_cache_in"), win,
+                            win_s, "");
+      next.push_back(cx);
+      next.push_back(cs);
+    }
     body->set_root(b.Tuple(next, "next"));
   }
   HloComputation* cond = EmitCondition(m_, kCondAg, tuple_shape, n - 1);
@@ -241,10 +281,26 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   std::vector<HloInstruction*> init = {x, stat, e.Zeros(acc_shape, dot->name() + ".buffer"), xs,
                                        e.ConstInt(PrimitiveType::U32, 0, "k0"), stat_s};
   if (global) init.push_back(global);
+  if (!others.empty()) {
+    init.push_back(e.Zeros(ag->shape(), x->name() + ".cache"));
+    init.push_back(e.Zeros(sag->shape(), xs->name() + ".cache"));
+  }
   HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {e.Tuple(init, "windowed_init")},
                                dot->name() + ".windowed_loop");
   loop->mutable_called_computations()->push_back(cond);
   loop->mutable_called_computations()->push_back(body);
+  if (!others.empty()) {
+    // The last window joins the caches; the other dots read them.
+    HloInstruction* k_last = e.ConstInt(PrimitiveType::U32, n - 1, "k_last_cache");
+    auto [cx, cs] = cache(e, k_last, e.Gte(loop, cache_at, "data_cache_out"), e.Gte(loop, cache_at + 1, "scale_cache_out"),
+                          e.Gte(loop, 0, "last_window_cached"), e.Gte(loop, 3, "last_window_scale_cached"), ".last");
+    for (HloInstruction* o : others) {
+      for (int64_t i = 0; i < o->operand_count(); ++i) {
+        if (o->operand(i) == ag && !o->ReplaceOperandWith(i, cx).ok()) return false;
+        if (o->operand(i) == sag && !o->ReplaceOperandWith(i, cs).ok()) return false;
+      }
+    }
+  }
   // The peeled last step: the window of block (N-1 + i) % N.
   HloInstruction* res = step(e, e.ConstInt(PrimitiveType::U32, n - 1, "k_last"), e.Gte(loop, 0, "last_window"), stat,
                              e.Gte(loop, 2, "windowed_out"), e.Gte(loop, 3, "last_window_scale"), stat_s, global,
@@ -259,7 +315,10 @@ bool Rewriter::TryAg(HloInstruction* dot) {
                        " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block, what,
                        " per step", mode == Mode::kContracting ? " summed in " : "",
                        mode == Mode::kContracting ? PrimitiveTypeName(acc_type).data() : "", " (", n - 1,
-                       n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)", gate_note));
+                       n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)",
+                       others.empty() ? "" : absl::StrCat("; the windows cached in the loop for ", others.size(),
+                                                          " other block-scaled dot(s), which no longer wait for an all-gather"),
+                       gate_note));
   return true;
 }
 
