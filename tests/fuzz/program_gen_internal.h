@@ -59,4 +59,8 @@ class MotifContext {
 // the handler's own input, written independently of the decomposer.
 void MotifXlaLoop(MotifContext& ctx);
 
+// Sizes of global-module dims that tile well over meshes of 2, 3, 4, 6 and 8 devices
+// (motif_global.cc).
+int64_t GlobalSize(ChoiceSource& c);
+
 }  // namespace weave::fuzz
