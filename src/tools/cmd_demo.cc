@@ -25,6 +25,16 @@
 namespace weave::tools {
 namespace {
 
+// The options of one built-in block's compile: the demo's own, its files in `dir`.
+CompileOptions DemoFiles(const CompileOptions& demo, const std::filesystem::path& dir) {
+  CompileOptions o = demo;
+  o.command = "weave demo";
+  o.input = (dir / "input.hlo").string();
+  o.output = (dir / "output.hlo").string();
+  o.report = (dir / "report.json").string();
+  return o;
+}
+
 // `weave demo --moe`: the expert-parallel FP8 MoE FFN block, compiled once with its numerics
 // verified (the all-to-all windowed einsum forced with XLA's flag: at this size the cost gate
 // keeps the plain exchanges).
@@ -36,11 +46,7 @@ int RunMoeDemo(const CompileOptions& demo, const std::filesystem::path& dir, uin
               << "\n";
     return kInvalidInput;
   }
-  CompileOptions o = demo;
-  o.command = "weave demo";
-  o.input = (dir / "input.hlo").string();
-  o.output = (dir / "output.hlo").string();
-  o.report = (dir / "report.json").string();
+  CompileOptions o = DemoFiles(demo, dir);
   o.verify_seed = absl::StrCat(seed);
   // At this size (chosen so the numerics verify in a second) the cost gate predicts no gain
   // for splitting the exchanges: force the rewrite with XLA's flag, as an XLA user would.
@@ -80,11 +86,7 @@ int RunMxDemo(const CompileOptions& demo, const std::filesystem::path& dir, uint
               << (!module.ok() ? module.status() : small.status()).message() << "\n";
     return kInvalidInput;
   }
-  CompileOptions o = demo;
-  o.command = "weave demo";
-  o.input = (dir / "input.hlo").string();
-  o.output = (dir / "output.hlo").string();
-  o.report = (dir / "report.json").string();
+  CompileOptions o = DemoFiles(demo, dir);
   o.partitioned_output = (dir / "partitioned.hlo").string();
   if (o.system.empty()) o.system = "b200x8";
   if (o.compute_capability.empty()) o.compute_capability = "10.0";
@@ -212,11 +214,7 @@ void RegisterDemoCommand(CLI::App& app, int* exit_code) {
       *exit_code = kInvalidInput;
       return;
     }
-    CompileOptions o = *demo;
-    o.command = "weave demo";
-    o.input = (dir / "input.hlo").string();
-    o.output = (dir / "output.hlo").string();
-    o.report = (dir / "report.json").string();
+    CompileOptions o = DemoFiles(*demo, dir);
     o.require = "windowed,fp8-gemm";
     if (global) o.partitioned_output = (dir / "partitioned.hlo").string();
     if (o.system.empty()) o.system = std::string(kDefaultGateSystem);

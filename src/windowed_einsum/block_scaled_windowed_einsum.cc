@@ -2,6 +2,7 @@
 #include "windowed_einsum/block_scaled_windowed_einsum.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,18 @@ bool IsWindowableScaledDot(const HloInstruction& h) {
 
 // The output dim holding side `s`'s rows (M of the lhs, N of the rhs).
 int64_t RowOutDim(int64_t rank, int side) { return side == 0 ? rank - 2 : rank - 1; }
+
+// The loop state both loops share: (x, y, out, x_scale, k, y_scale[, global]), k at 4 as
+// EmitCondition reads it; the AG loop rotates x and x_scale, the RS loop rotates out.
+struct LoopState {
+  HloInstruction *x, *y, *out, *x_scale, *k, *y_scale, *global;
+};
+
+// Reads the state in a loop body; `names` name x, y, out, x_scale and y_scale.
+LoopState ReadState(Emitter& b, HloInstruction* p, bool global, const std::array<const char*, 5>& names) {
+  return {b.Gte(p, 0, names[0]), b.Gte(p, 1, names[1]), b.Gte(p, 2, names[2]), b.Gte(p, 3, names[3]),
+          b.Gte(p, 4, "k"),      b.Gte(p, 5, names[4]), global ? b.Gte(p, 6, "global_scale") : nullptr};
+}
 
 double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -255,13 +268,8 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   {
     Emitter b(body);
     HloInstruction* p = b.Param(tuple_shape, "param");
-    HloInstruction* win = b.Gte(p, 0, "window");
-    HloInstruction* st = b.Gte(p, 1, "stationary");
-    HloInstruction* out = b.Gte(p, 2, "out");
-    HloInstruction* win_s = b.Gte(p, 3, "window_scale");
-    HloInstruction* k = b.Gte(p, 4, "k");
-    HloInstruction* st_s = b.Gte(p, 5, "stationary_scale");
-    HloInstruction* g = global ? b.Gte(p, 6, "global_scale") : nullptr;
+    const LoopState ls = ReadState(b, p, global != nullptr, {"window", "stationary", "out", "window_scale", "stationary_scale"});
+    HloInstruction *win = ls.x, *st = ls.y, *out = ls.out, *win_s = ls.x_scale, *k = ls.k, *st_s = ls.y_scale, *g = ls.global;
     HloInstruction* out2 = step(b, k, win, st, out, win_s, st_s, g, "");
     HloInstruction* win2 = b.Permute(win, pairs, next_channel_++, "window_next");
     HloInstruction* win_s2 = b.Permute(win_s, pairs, next_channel_++, "window_scale_next");
@@ -386,13 +394,8 @@ bool Rewriter::TryRs(HloInstruction* rs) {
   {
     Emitter b(body);
     HloInstruction* p = b.Param(tuple_shape, "param");
-    HloInstruction* o = b.Gte(p, 0, "own");
-    HloInstruction* ot = b.Gte(p, 1, "other");
-    HloInstruction* acc = b.Gte(p, 2, "acc");
-    HloInstruction* os = b.Gte(p, 3, "own_scale");
-    HloInstruction* k = b.Gte(p, 4, "k");
-    HloInstruction* ots = b.Gte(p, 5, "other_scale");
-    HloInstruction* g = global ? b.Gte(p, 6, "global_scale") : nullptr;
+    const LoopState ls = ReadState(b, p, global != nullptr, {"own", "other", "acc", "own_scale", "other_scale"});
+    HloInstruction *o = ls.x, *ot = ls.y, *acc = ls.out, *os = ls.x_scale, *k = ls.k, *ots = ls.y_scale, *g = ls.global;
     RingValues rv = EmitRingValues(b, *ring, block);
     HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, rv.one, "k_next");
     HloInstruction* y = partial(b, rv, k1, o, os, ot, ots, g, "");
