@@ -208,8 +208,10 @@ absl::StatusOr<Value> BlockScaledDotCall(const HloInstruction& instr, const std:
   if (!block.ok()) return Bad(instr, std::string(block.status().message()));
   const Value* rhs_scale = ops.size() >= 4 ? ops[3].get() : nullptr;
   const Value* global = ops.size() == 5 ? ops[4].get() : nullptr;
-  if (!ConfiguredBlockSize(instr) && lhs.shape.dims.back() % *block != 0) {
-    return Bad(instr, "the contracting dim is not a multiple of the block size");
+  if (!ConfiguredBlockSize(instr) && rhs_scale != nullptr &&
+      (rhs_scale->shape.rank() < 1 || rhs_scale->shape.dims.back() * *block != lhs.shape.dims.back())) {
+    return Bad(instr, "without a block size in the backend config, the rhs scale must divide the contracting dim "
+                      "into the lhs scale's blocks");
   }
   if (lhs.shape.dims.back() % *block != 0) {
     return Bad(instr, absl::StrCat("the contracting dim ", lhs.shape.dims.back(),

@@ -30,8 +30,9 @@ struct FloatFormat {
   // mxfloat.h, which XLA's convert follows).
   bool mx = false;
   // `e8m0`: f8e8m0fnu, the MX scale type: an unsigned power of two 2^(bits - 127), no zero, the
-  // only NaN 0xff. Zero, negative and infinite inputs convert to NaN; values below 2^-127 to
-  // 2^-127 (ml_dtypes' float8.h ConvertImpl, non-saturating).
+  // only NaN 0xff. Zero, negative and infinite inputs convert to NaN; values at or below 2^-127
+  // to 2^-127, those between 2^-127 and 2^-126 to 2^-126 (ml_dtypes' float8.h ConvertImpl,
+  // non-saturating, which treats code 0 as a subnormal).
   bool e8m0 = false;
 };
 
@@ -95,6 +96,13 @@ double RoundToType(double x, PrimitiveType t) {
   if (std::isinf(x)) return f.has_inf ? x : std::numeric_limits<double>::quiet_NaN();
   if (x == 0) return f.nuz ? 0.0 : x;  // FNUZ: no negative zero
   const double ax = std::fabs(x);
+  if (f.e8m0 && ax < std::ldexp(1.0, f.min_exponent + 1)) {
+    // ml_dtypes treats code 0 (2^-127) as a subnormal: the values between it and 2^-126 round
+    // up to 2^-126 (the midpoint of "zero" and 2^-126 is 2^-127, which ties to code 0), and
+    // everything at or below 2^-127 is code 0.
+    return ax <= std::ldexp(1.0, f.min_exponent) ? std::ldexp(1.0, f.min_exponent)
+                                                 : std::ldexp(1.0, f.min_exponent + 1);
+  }
   int e = 0;
   std::frexp(ax, &e);  // ax = m * 2^e, m in [0.5, 1): leading bit has exponent e - 1
   const int exponent = std::max(e - 1, f.min_exponent);
@@ -103,7 +111,6 @@ double RoundToType(double x, PrimitiveType t) {
   const double q = std::ldexp(ax, -quantum_exp);
   const double r = std::nearbyint(q);  // default rounding mode: to nearest, ties to even
   const double res = std::ldexp(r, quantum_exp);
-  if (f.e8m0 && res == 0) return std::ldexp(1.0, f.min_exponent);  // no zero: the smallest code
   if (res > f.max_finite) {
     if (f.mx) return std::copysign(f.max_finite, x);
     return f.has_inf ? std::copysign(std::numeric_limits<double>::infinity(), x)

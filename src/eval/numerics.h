@@ -42,8 +42,8 @@ double MaxFinite(PrimitiveType t);
 // formats, 0x7E00 f16, 0x7FC0 bf16); FNUZ encodes zero of either sign as 0x00.
 // The MX types: f4e2m1fn, f6e2m3fn and f6e3m2fn have no NaN or infinity (every code is finite;
 // RoundToType saturates to +-max and maps NaN to a zero); f8e8m0fnu is 2^(bits - 127), 0xFF NaN
-// (RoundToType: zero, negative, inf and NaN give NaN; below 2^-127 gives 2^-127; ties between
-// 2^e and 2^(e+1), i.e. 1.5 x 2^e, round up). These follow ml_dtypes (float8.h, mxfloat.h),
+// (RoundToType: zero, negative, inf and NaN give NaN; at or below 2^-127 gives 2^-127, between
+// 2^-127 and 2^-126 gives 2^-126; ties between 2^e and 2^(e+1), i.e. 1.5 x 2^e, round up). These follow ml_dtypes (float8.h, mxfloat.h),
 // which XLA's convert uses.
 uint32_t EncodeFloat(double x, PrimitiveType t);
 double DecodeFloat(uint32_t bits, PrimitiveType t);

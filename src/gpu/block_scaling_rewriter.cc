@@ -175,19 +175,24 @@ BlockScalingLowering::CudnnInput BlockScalingLowering::CudnnSide(HloInstruction*
   const int64_t srows = scale->shape().dims[static_cast<size_t>(rank - 2)];
   const int64_t scols = scale->shape().dims[static_cast<size_t>(rank - 1)];
   auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
-  if (rows % 128 != 0 || scols % 4 != 0) {
-    const int64_t prow = round_up(rows, 128), pcol = round_up(scols, 4);
-    if (rows != prow) {
-      std::vector<int64_t> dims = data->shape().dims;
-      dims[static_cast<size_t>(rank - 2)] = prow;
-      data = PadTo(data, dims, side + "pad");
-    }
-    if (srows != prow || scols != pcol) {
-      std::vector<int64_t> dims = scale->shape().dims;
-      dims[static_cast<size_t>(rank - 2)] = std::max(prow, srows);
-      dims[static_cast<size_t>(rank - 1)] = pcol;
-      scale = PadTo(scale, dims, side + "scale_pad");
-    }
+  const int64_t prow = round_up(rows, 128), pcol = round_up(scols, 4);
+  if (rows != prow) {
+    std::vector<int64_t> dims = data->shape().dims;
+    dims[static_cast<size_t>(rank - 2)] = prow;
+    data = PadTo(data, dims, side + "pad");
+  }
+  // The scale to exactly [prow, pcol]: XLA pads it by prow - srows, cropping a scale padded
+  // beyond the data's padded rows (those rows are never read).
+  if (srows > prow) {
+    std::vector<int64_t> dims = scale->shape().dims;
+    dims[static_cast<size_t>(rank - 2)] = prow;
+    scale = SliceTo(scale, dims, side + "scale_rows");
+  }
+  if (std::min(srows, prow) != prow || scols != pcol) {
+    std::vector<int64_t> dims = scale->shape().dims;
+    dims[static_cast<size_t>(rank - 2)] = prow;
+    dims[static_cast<size_t>(rank - 1)] = pcol;
+    scale = PadTo(scale, dims, side + "scale_pad");
   }
   const std::vector<int64_t> sdims = scale->shape().dims;
   const int64_t r = sdims[static_cast<size_t>(rank - 2)], c = sdims[static_cast<size_t>(rank - 1)];

@@ -92,9 +92,12 @@ std::string FormatFloat(double v, PrimitiveType t) {
       return FormatG(v, 4);
     case PrimitiveType::F16:
       return FormatG(v, 5);
+    case PrimitiveType::F8E8M0FNU:
+      // Six digits, as XLA prints it (5.87747e-39 for the smallest code): two would turn 2^-127
+      // into 5.9e-39, which parses back as 2^-126.
+      return FormatG(v, 6);
     case PrimitiveType::F8E5M2:
     case PrimitiveType::F8E5M2FNUZ:
-    case PrimitiveType::F8E8M0FNU:
     case PrimitiveType::F4E2M1FN:
     case PrimitiveType::F6E3M2FN:
       return FormatG(v, 2);

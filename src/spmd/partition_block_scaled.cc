@@ -55,10 +55,11 @@ absl::StatusOr<PValue> PartitionQuantize(ComputationPartitioner& cp, const HloIn
 }
 
 absl::StatusOr<PValue> PartitionDequantize(ComputationPartitioner& cp, const HloInstruction& h) {
+  if (h.operand_count() != 2) return absl::UnimplementedError("not a dequantize of (data, scale)");
   const Shape& q = h.operand(0)->shape();
   const Shape& sc = h.operand(1)->shape();
   absl::StatusOr<int64_t> block = BlockSizeFromShapes(q, sc);
-  if (!block.ok() || h.operand_count() != 2) return absl::UnimplementedError("not a dequantize of (data, scale)");
+  if (!block.ok()) return absl::UnimplementedError("not a dequantize of (data, scale)");
   Sharding want = PhysicalSharding(cp.Target(&h));
   if (!want.IsTiled()) want = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   std::optional<Sharding> s = FitScaleBlocks(want, q, sc, *block);

@@ -687,6 +687,7 @@ std::optional<GatherScatterDims> ParseGatherScatterDims(const HloInstruction& h)
 std::string ScaleShardingMismatch(const Sharding& s, const Shape& data, const Shape& scale, int64_t block) {
   if (!s.IsTiled()) return "";
   const int64_t rank = data.rank();
+  if (scale.rank() != rank || rank < 1 || s.rank() < rank) return "the scale's rank is not its data's";
   for (int64_t d = 0; d + 1 < rank; ++d) {
     if (s.tile(d) > 1 && scale.dims[static_cast<size_t>(d)] != data.dims[static_cast<size_t>(d)]) {
       return absl::StrCat("the scale is padded along dim ", d, ", which is tiled");

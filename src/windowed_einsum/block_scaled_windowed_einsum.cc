@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "hlo/block_scaled_call.h"
 #include "passes/cost_oracle.h"
@@ -19,6 +20,7 @@ namespace {
 using windowed_einsum::EmitBlockOffset;
 using windowed_einsum::EmitCondition;
 using windowed_einsum::EmitRingValues;
+using windowed_einsum::IsSumComputation;
 using windowed_einsum::Emitter;
 using windowed_einsum::NewComputation;
 using windowed_einsum::OffsetsAt;
@@ -156,6 +158,24 @@ bool Rewriter::TryAg(HloInstruction* dot) {
       return refuse(absl::StrCat("the scales' all-gather is also read by '", u->name(), "' without its data"));
     }
   }
+  // The others will read the loop's result: none of them may feed the loop (the dot's other
+  // operands), or the graph would have a cycle.
+  if (!others.empty()) {
+    std::vector<const HloInstruction*> stack;
+    for (int64_t i = 0; i < dot->operand_count(); ++i) {
+      if (dot->operand(i) != ag && dot->operand(i) != sag) stack.push_back(dot->operand(i));
+    }
+    absl::flat_hash_set<const HloInstruction*> seen;
+    while (!stack.empty()) {
+      const HloInstruction* h = stack.back();
+      stack.pop_back();
+      if (!seen.insert(h).second) continue;
+      if (std::find(others.begin(), others.end(), h) != others.end()) {
+        return refuse(absl::StrCat("'", h->name(), "', which also reads the all-gathers, feeds this dot: it cannot read the loop's cache"));
+      }
+      for (const HloInstruction* o : h->operands()) stack.push_back(o);
+    }
+  }
   std::string why;
   std::optional<PartitionRing> ring = Ring(*ag, &why);
   if (!ring) return refuse(why);
@@ -167,6 +187,9 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   if (n > max_ring_) return refuse(absl::StrCat("a ring of ", n, " > windowed-einsum-max-ring=", max_ring_));
   HloInstruction* x = ag->operand(0);
   HloInstruction* xs = sag->operand(0);
+  if (xs->shape().rank() != rank || x->shape().rank() != rank || d < 0 || d >= rank) {
+    return refuse("the scale's rank is not its data's");
+  }
   const int64_t block = x->shape().dims[static_cast<size_t>(d)];
   const int64_t sblock = xs->shape().dims[static_cast<size_t>(d)];  // = block except along K
   if (block * n != ag->shape().dims[static_cast<size_t>(d)] || sblock * n != sag->shape().dims[static_cast<size_t>(d)] ||
@@ -338,6 +361,9 @@ bool Rewriter::TryRs(HloInstruction* rs) {
     remark_(rs->name(), false, absl::StrCat("reduce-scatter of block-scaled dot '", dot->name(), "' not windowed: ", why));
     return false;
   };
+  if (!rs->shape().IsArray() || rs->called_computations().empty() || !IsSumComputation(rs->to_apply())) {
+    return refuse("the reduce-scatter does not add (the loop's accumulator sums partial dots)");
+  }
   const int64_t d = rs->dimensions[0];
   int side = -1;
   if (d == rank - 2) side = 0;

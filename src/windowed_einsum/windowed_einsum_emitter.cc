@@ -191,4 +191,13 @@ HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape
   return c;
 }
 
+bool IsSumComputation(const HloComputation* c) {
+  if (c == nullptr || c->num_parameters() != 2 || c->root() == nullptr) return false;
+  const HloInstruction* r = c->root();
+  if (r->opcode() != HloOpcode::kAdd || r->operand_count() != 2) return false;
+  const HloInstruction* a = r->operand(0);
+  const HloInstruction* b = r->operand(1);
+  return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
+}
+
 }  // namespace weave::windowed_einsum

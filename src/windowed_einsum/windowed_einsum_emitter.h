@@ -96,4 +96,8 @@ HloInstruction* EmitGuardedPermute(HloModule* m, Emitter& e, HloInstruction* mor
 HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape& tuple_shape,
                               int64_t trips);
 
+// True when `c` is add(parameter, parameter) of its two parameters: a sum reducer (the only
+// reduction a windowed loop's accumulator can split into partial sums).
+bool IsSumComputation(const HloComputation* c);
+
 }  // namespace weave::windowed_einsum

@@ -14,15 +14,6 @@
 namespace weave::windowed_einsum {
 namespace {
 
-bool IsSumComputation(const HloComputation* c) {
-  if (c == nullptr || c->num_parameters() != 2 || c->root() == nullptr) return false;
-  const HloInstruction* r = c->root();
-  if (r->opcode() != HloOpcode::kAdd || r->operand_count() != 2) return false;
-  const HloInstruction* a = r->operand(0);
-  const HloInstruction* b = r->operand(1);
-  return a->opcode() == HloOpcode::kParameter && b->opcode() == HloOpcode::kParameter && a != b;
-}
-
 // Common ring checks: N > 1, N <= max ring. Returns false with *why set.
 bool CheckRingSize(const DecomposerContext& ctx, const PartitionRing& ring, std::string* why) {
   if (ring.size() < 2) {
