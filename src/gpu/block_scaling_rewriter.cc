@@ -80,7 +80,8 @@ class BlockScalingLowering {
     return Add(HloOpcode::kMultiply, Shape(t, q->shape().dims), {qc, rs}, side + "dequantized");
   }
   HloComputation* AmaxComputation(PrimitiveType t);
-  // One side of the cuDNN call: (data, swizzled scale, the data's rows before padding).
+  // One side of the cuDNN call: the data padded to rows % 128 == 0, and its scale padded or
+  // cropped to [those rows, a multiple of 4 blocks] and swizzled.
   struct CudnnInput { HloInstruction* data; HloInstruction* scale; };
   CudnnInput CudnnSide(HloInstruction* data, HloInstruction* scale, const std::string& side);
 

@@ -131,17 +131,8 @@ absl::StatusOr<PValue> PartitionScaledDot(ComputationPartitioner& cp, const HloI
     if (!o.ok()) return o.status();
     ops.push_back(*o);
   }
-  std::vector<int64_t> c_dims;
-  if (best.IsTiled()) {
-    for (int64_t d = sp.nb + sp.nl + sp.nr; d < sp.rank(); ++d) {
-      if (best.tile(d) > 1) c_dims.push_back(d);
-    }
-  }
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), decision.oreq), ops);
-  for (auto it = c_dims.rbegin(); it != c_dims.rend(); ++it) {
-    local = cp.b().AllReduce(local, DeviceGroups(best, {*it}),
-                             cp.b().Reducer(HloOpcode::kAdd, h.shape().element_type));
-  }
+  const std::vector<int64_t> c_dims = TiledContractingDims(sp, best);
+  HloInstruction* local = SumPartials(cp, cp.Clone(h, LocalShape(h.shape(), decision.oreq), ops), best, c_dims);
   cp.Remark(h, true,
             absl::StrCat("block-scaled dot by XLA's dot handler order: ",
                          absl::StrJoin(decision.steps, "; then "), "; iteration space ",

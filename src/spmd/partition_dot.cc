@@ -117,6 +117,23 @@ std::string DotDecisionKey(const HloInstruction& h, const Sharding& ls, const Sh
 
 }  // namespace
 
+std::vector<int64_t> TiledContractingDims(const EinsumSpace& sp, const Sharding& best) {
+  std::vector<int64_t> c_dims;
+  if (!best.IsTiled()) return c_dims;
+  for (int64_t d = sp.nb + sp.nl + sp.nr; d < sp.rank(); ++d) {
+    if (best.tile(d) > 1) c_dims.push_back(d);
+  }
+  return c_dims;
+}
+
+HloInstruction* SumPartials(ComputationPartitioner& cp, HloInstruction* local, const Sharding& best,
+                            const std::vector<int64_t>& c_dims) {
+  for (auto it = c_dims.rbegin(); it != c_dims.rend(); ++it) {
+    local = cp.b().AllReduce(local, DeviceGroups(best, {*it}),
+                             cp.b().Reducer(HloOpcode::kAdd, local->shape().element_type));
+  }
+  return local;
+}
 
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h) {
   const int64_t n = cp.num_partitions();
@@ -143,12 +160,7 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   if (!l.ok()) return l.status();
   absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, rreq);
   if (!r.ok()) return r.status();
-  std::vector<int64_t> c_dims;
-  if (best->IsTiled()) {
-    for (int64_t d = sp.nb + sp.nl + sp.nr; d < sp.rank(); ++d) {
-      if (best->tile(d) > 1) c_dims.push_back(d);
-    }
-  }
+  const std::vector<int64_t> c_dims = TiledContractingDims(sp, *best);
   HloInstruction* lhs = *l;
   HloInstruction* rhs = *r;
   if (!c_dims.empty()) {
@@ -160,10 +172,7 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   }
   HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), oreq), {lhs, rhs});
   StampXlaWindow(cp, h, local, ls, lreq, rs, rreq, os, !c_dims.empty());
-  for (auto it = c_dims.rbegin(); it != c_dims.rend(); ++it) {
-    local = cp.b().AllReduce(local, DeviceGroups(*best, {*it}),
-                             cp.b().Reducer(HloOpcode::kAdd, h.shape().element_type));
-  }
+  local = SumPartials(cp, local, *best, c_dims);
   cp.Remark(h, true,
             absl::StrCat("dot by XLA's handler order: ", absl::StrJoin(decision.steps, "; then "),
                          "; iteration space ", best->ToString(), ": lhs ", lreq.ToString(),

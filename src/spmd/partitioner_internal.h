@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "hlo/instruction_index.h"
 #include "passes/pass.h"
+#include "spmd/einsum_planner.h"
 #include "spmd/reshard.h"
 #include "spmd/spmd_builder.h"
 
@@ -139,6 +140,13 @@ absl::StatusOr<PValue> PartitionBlockScaled(ComputationPartitioner& cp, const Hl
 absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_dot.cc:
 absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruction& h);
+// The contracting dims of einsum space `sp` that `best` (the chosen iteration-space sharding)
+// tiles, in space order: the local dot's result is a partial sum over each.
+std::vector<int64_t> TiledContractingDims(const EinsumSpace& sp, const Sharding& best);
+// `local` (a partial-sum shard) summed by one all-reduce (add, in its element type) per dim of
+// `c_dims`, last first, over the devices that differ only along it; `local` itself when empty.
+HloInstruction* SumPartials(ComputationPartitioner& cp, HloInstruction* local, const Sharding& best,
+                            const std::vector<int64_t>& c_dims);
 // partition_convolution.cc: dims read as an einsum's (einsum_planner.h), sliding windows by halo.
 absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const HloInstruction& h);
 // partition_gather_scatter.cc:
