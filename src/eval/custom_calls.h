@@ -41,8 +41,7 @@ void RegisterCustomCallEvaluator(const std::string& target, CustomCallEvaluator 
 const CustomCallEvaluator* FindCustomCallEvaluator(const std::string& target);
 
 // Defined by src/eval/fp8_gemm_custom_call.cc: registers "__cublas$lt$matmul$f8" via
-// RegisterCustomCallEvaluator. Called once from the registry's lazy initialisation. A weak
-// no-op default exists (src/eval/zz_weak_defaults.cc) until that file lands.
+// RegisterCustomCallEvaluator. Called once from the registry's lazy initialisation.
 void RegisterFp8GemmCustomCall();
 
 // Defined by src/eval/custom_calls_xla.cc: registers the XLA-defined targets listed above.

@@ -3,7 +3,7 @@
 // compared numerically with their input.
 //
 // Operands (XLA's order): a, b, [c when beta != 0], a_scale f32[], b_scale f32[],
-// [bias when the epilogue has BIAS], [d_scale f32[] when D is f8e4m3fn/f8e5m2].
+// [bias when the epilogue has BIAS], [d_scale f32[] when D is FP8; absent means 1].
 // Result: D, or a tuple (D, [f32[] amax when damax_output], [more], s8[workspace]).
 // backend_config: GpuBackendConfig JSON; gemm_backend_config gives alpha_real, beta,
 // dot_dimension_numbers (any number of batch and contracting dims), epilogue, damax_output.
@@ -138,12 +138,15 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
     return Error(instr, "damax_output needs a tuple result with f32[] at index 1");
   }
 
-  // Operands.
-  const size_t expected = 4 + (beta != 0 ? 1 : 0) + (has_bias ? 1 : 0) + (fp8_out ? 1 : 0);
-  if (ops.size() != expected) {
-    return Error(instr, absl::StrCat("expected ", expected, " operands (beta=", beta,
-                                     ", epilogue=", epilogue, ", D ", PrimitiveTypeName(dt).data(),
-                                     "), got ", ops.size()));
+  // Operands. An FP8 D may come without d_scale (XLA's call for a dot whose own result is FP8):
+  // d_scale is then 1.
+  const size_t base = 4 + (beta != 0 ? 1 : 0) + (has_bias ? 1 : 0);
+  const bool has_d_scale = fp8_out && ops.size() == base + 1;
+  if (ops.size() != base && !has_d_scale) {
+    return Error(instr, absl::StrCat("expected ", base, fp8_out ? " or " : "",
+                                     fp8_out ? std::to_string(base + 1) : std::string(),
+                                     " operands (beta=", beta, ", epilogue=", epilogue, ", D ",
+                                     PrimitiveTypeName(dt).data(), "), got ", ops.size()));
   }
   size_t next = 0;
   const Value& a = *ops[next++];
@@ -155,7 +158,7 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   if (!sb.ok()) return sb.status();
   const Value* bias = has_bias ? ops[next++].get() : nullptr;
   float d_scale = 1.0f;
-  if (fp8_out) {
+  if (has_d_scale) {
     absl::StatusOr<float> ds = ScalarF32(instr, ops[next++], "d_scale");
     if (!ds.ok()) return ds.status();
     d_scale = *ds;

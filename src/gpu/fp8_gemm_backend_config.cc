@@ -53,7 +53,7 @@ std::string BuildBackendConfig(const HloInstruction* dot, const OutputPlan& plan
   ordered_json gemm = ordered_json::object();
   gemm.get_ref<ordered_json::object_t&>().reserve(11);
   gemm["alpha_real"] = JsonNumber(plan.alpha);
-  gemm["beta"] = 0;
+  gemm["beta"] = plan.matrix_bias != nullptr ? 1 : 0;
   std::vector<int64_t> batch_dims;
   if (nb > 0) batch_dims.push_back(0);
   {
@@ -76,7 +76,7 @@ std::string BuildBackendConfig(const HloInstruction* dot, const OutputPlan& plan
     operands.push_back(PrecisionName(dot, 1));
     precision["algorithm"] = std::move(algorithm);
   }
-  gemm["epilogue"] = "DEFAULT";
+  gemm["epilogue"] = plan.epilogue;
   gemm["lhs_stride"] = std::to_string(lhs_stride);
   gemm["rhs_stride"] = std::to_string(rhs_stride);
   gemm["grad_x"] = dot->GetFrontendAttribute("grad_x").value_or("") == "true";
@@ -107,8 +107,8 @@ std::string BuildBackendConfig(const HloInstruction* dot, const OutputPlan& plan
 // GemmBackendConfig (passes/gpu_backend_config.h), in proto field-number order. Building one
 // goes through two JSON documents (about 40k machine instructions), and a module's GEMMs repeat
 // a few forms: each text is kept per thread by everything it is made of (the dot's config text,
-// algorithm, operand precisions and grad_x/grad_y attributes, the plan's alpha and amax, the
-// dimensions, strides and schema version), in a table emptied when it reaches 4k texts.
+// algorithm, operand precisions and grad_x/grad_y attributes, the plan's alpha, amax, beta and
+// epilogue, the dimensions, strides and schema version), in a table emptied when it reaches 4k texts.
 std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int64_t nb,
                           int64_t lhs_k, int64_t rhs_k, int64_t lhs_stride, int64_t rhs_stride,
                           XlaBackendConfigVersion v) {
@@ -130,6 +130,8 @@ std::string BackendConfig(const HloInstruction* dot, const OutputPlan& plan, int
   put(rhs_stride);
   put(alpha_bits);
   put(plan.amax_reduce != nullptr ? 1 : 0);
+  put(plan.matrix_bias != nullptr ? 1 : 0);
+  put_text(plan.epilogue);
   const std::string* algorithm = dot->GetRawAttribute("algorithm");
   put(algorithm != nullptr ? 1 : 0);
   if (algorithm != nullptr) put_text(*algorithm);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <cmath>
 #include <memory>
@@ -62,6 +63,8 @@ class DotRewriter {
                          std::vector<HloInstruction*>* dead);
   // The epilogues the last successful TryRewrite did not fold, with the reasons.
   const std::vector<std::string>& skipped_epilogues() const { return skipped_; }
+  // (new value, name): the values that replaced a folded epilogue's last op, with its name.
+  const std::vector<std::pair<HloInstruction*, std::string>>& renames() const { return renames_; }
 
  private:
   struct Canon {
@@ -88,6 +91,12 @@ class DotRewriter {
   Canon Canonicalize(HloInstruction* x, const std::vector<int64_t>& batch,
                      const std::vector<int64_t>& contracting);
   HloInstruction* PadMatrixDims(HloInstruction* x, int64_t first_matrix_dim);
+  // C for the call: the matrix bias (in the dot's result shape) collapsed to the call's
+  // [batch?, M, N] and padded with zeros to [batch?, Mp, Np].
+  HloInstruction* MatrixBiasOperand(HloInstruction* c, const std::vector<int64_t>& canon,
+                                    const std::vector<int64_t>& padded);
+  // The vector bias [N] padded with zeros to [Np].
+  HloInstruction* VectorBiasOperand(HloInstruction* bias, int64_t np);
 
   // The FP8 operand of the call for a dot operand (moved ops, TN/canonical form, padding); one per
   // (operand, batch dims, contracting dims), shared by every dot reading the same operand.
@@ -103,6 +112,7 @@ class DotRewriter {
   const GpuTarget& target_;
   XlaBackendConfigVersion schema_;
   std::vector<std::string> skipped_;  // see skipped_epilogues()
+  std::vector<std::pair<HloInstruction*, std::string>> renames_;  // see renames()
   HloInstruction* one_f32_ = nullptr;
   std::map<std::tuple<HloInstruction*, std::vector<int64_t>, std::vector<int64_t>>, Prepared>
       prepared_;
@@ -189,7 +199,10 @@ DotRewriter::Canon DotRewriter::Canonicalize(HloInstruction* x, const std::vecto
     };
     out.value = x;
     out.contracting = k;
-    if (pos(k) > pos(other)) {
+    // Blackwell (compute capability 10.x) takes either operand order: XLA inserts no transpose
+    // there (CreateF8CustomCall's IsBlackwell()).
+    const bool blackwell = !target_.rocm && target_.cuda_cc >= 10.0 && target_.cuda_cc < 11.0;
+    if (pos(k) > pos(other) && !blackwell) {
       // Swap the two matrix dims logically, keeping the physical minor_to_major.
       std::vector<int64_t> perm(static_cast<size_t>(rank));
       std::iota(perm.begin(), perm.end(), 0);
@@ -256,6 +269,34 @@ HloInstruction* DotRewriter::PadMatrixDims(HloInstruction* x, int64_t first_matr
   return p;
 }
 
+HloInstruction* DotRewriter::MatrixBiasOperand(HloInstruction* c, const std::vector<int64_t>& canon,
+                                               const std::vector<int64_t>& padded) {
+  HloInstruction* v = c;
+  if (c->shape().dims != canon) {
+    v = Add(HloOpcode::kReshape, Shape(c->shape().element_type, canon), {c}, c->name() + ".canon");
+  }
+  if (padded == canon) return v;
+  const PrimitiveType t = c->shape().element_type;
+  std::vector<PadDim> pads(canon.size());
+  for (size_t d = 0; d < canon.size(); ++d) pads[d].hi = padded[d] - canon[d];
+  HloInstruction* zero = ScalarConstant(t, 0.0, c->name() + ".padzero");
+  HloInstruction* p = Add(HloOpcode::kPad, Shape(t, padded), {v, zero}, c->name() + ".pad16");
+  p->set_padding(pads);
+  return p;
+}
+
+HloInstruction* DotRewriter::VectorBiasOperand(HloInstruction* bias, int64_t np) {
+  const Shape& s = bias->shape();
+  if (s.dims[0] == np) return bias;
+  std::vector<PadDim> pads(1);
+  pads[0].hi = np - s.dims[0];
+  HloInstruction* zero = ScalarConstant(s.element_type, 0.0, bias->name() + ".padzero");
+  HloInstruction* p =
+      Add(HloOpcode::kPad, Shape(s.element_type, {np}), {bias, zero}, bias->name() + ".pad16");
+  p->set_padding(pads);
+  return p;
+}
+
 const char* KindName(Fp8OperandMatch::Kind k) {
   switch (k) {
     case Fp8OperandMatch::Kind::kDirect: return "direct";
@@ -292,10 +333,18 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     }
   }
   const PrimitiveType out_t = dot->shape().element_type;
-  if (out_t != PrimitiveType::BF16 && out_t != PrimitiveType::F16 &&
+  // A dot whose own result is FP8 becomes a call writing FP8 D without a d scale (XLA's
+  // CreateF8CustomCall takes F8E4M3FN/F8E5M2 outputs on CUDA and OCP ROCm, FNUZ on gfx942).
+  const bool fp8_result = IsFp8(out_t);
+  if (fp8_result && !(IsOcpFp8(out_t) ? target_.HasOcpFp8()
+                                        : IsFnuzFp8(out_t) && target_.HasFnuzFp8())) {
+    return absl::StrCat("output type ", std::string(PrimitiveTypeName(out_t)), " is not an FP8 "
+                        "type ", target_.Name(), " writes");
+  }
+  if (!fp8_result && out_t != PrimitiveType::BF16 && out_t != PrimitiveType::F16 &&
       out_t != PrimitiveType::F32) {
     return absl::StrCat("output type ", std::string(PrimitiveTypeName(out_t)),
-                        " is not bf16, f16 or f32");
+                        " is not bf16, f16, f32 or FP8");
   }
   const DotDims& dd = dot->dot_dims();
   const Shape& sa = dot->operand(0)->shape();
@@ -317,25 +366,34 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   }
   const int64_t nb = dd.lhs_batch.empty() ? 0 : 1;
 
-  OutputPlan plan = PlanOutput(dot);
-  // An FP8 output the target cannot write stays a convert after the GEMM (XLA: OCP outputs on
-  // CUDA/gfx950/gfx12, FNUZ outputs on gfx942).
-  if (plan.fp8_convert != nullptr &&
-      (target_.HasFnuzFp8() ? !IsFnuzFp8(plan.fp8_type) : !IsOcpFp8(plan.fp8_type))) {
-    plan.skipped.push_back(absl::StrCat(
-        "FP8 output not folded: the target writes no ",
-        std::string(PrimitiveTypeName(plan.fp8_type)), " GEMM output (",
-        target_.HasFnuzFp8() ? "FNUZ types only" : "OCP types only",
-        "); the convert stays after the GEMM"));
-    plan.fp8_convert = nullptr;
-    plan.fp8_type = PrimitiveType::kInvalid;
-    plan.d_scale = nullptr;
-    plan.amax_reduce = nullptr;
-    plan.folds.erase(std::remove_if(plan.folds.begin(), plan.folds.end(),
-                                    [](const std::string& f) {
-                                      return f == "fp8-output" || f == "amax";
-                                    }),
-                     plan.folds.end());
+  std::vector<int64_t> canon_out;
+  if (nb > 0) canon_out.push_back(batch);
+  canon_out.push_back(Product(sa.dims, free_a));
+  canon_out.push_back(Product(sb.dims, free_b));
+  const bool reshape_out = canon_out != dot->shape().dims;
+
+  OutputPlan plan;
+  plan.last = dot;
+  if (fp8_result) {
+    bool epilogue_like = false;
+    for (const HloInstruction* u : dot->users()) {
+      epilogue_like |= u->opcode() == HloOpcode::kAdd || u->opcode() == HloOpcode::kMaximum ||
+                       u->opcode() == HloOpcode::kMultiply || u->opcode() == HloOpcode::kDivide;
+    }
+    if (epilogue_like) {
+      plan.skipped.push_back(absl::StrCat(
+          "nothing after the GEMM is folded: the dot itself writes ",
+          std::string(PrimitiveTypeName(out_t)), ", and an epilogue after an FP8 D would run on "
+          "rounded values"));
+    }
+  } else {
+    fp8_gemm_internal::OutputContext ctx;
+    ctx.a_scale_is_one = ma.kind != Fp8OperandMatch::Kind::kScaled;
+    ctx.cuda = !target_.rocm;
+    ctx.rhs_free_dims = static_cast<int64_t>(free_b.size());
+    ctx.n = Product(sb.dims, free_b);
+    ctx.reshaped_output = reshape_out;
+    plan = PlanOutput(dot, ctx);
   }
   skipped_ = plan.skipped;
 
@@ -346,16 +404,25 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   const Canon& cb = pb.canon;
   const int64_t m_dim = ca.contracting == nb ? nb + 1 : nb;  // index of M in ca.value
   const int64_t n_dim = cb.contracting == nb ? nb + 1 : nb;
-  const int64_t M = ca.value->shape().dims[static_cast<size_t>(m_dim)];
-  const int64_t N = cb.value->shape().dims[static_cast<size_t>(n_dim)];
   HloInstruction* a = pa.padded;
   HloInstruction* b = pb.padded;
   const int64_t Mp = a->shape().dims[static_cast<size_t>(m_dim)];
   const int64_t Np = b->shape().dims[static_cast<size_t>(n_dim)];
   const bool padded = a != ca.value || b != cb.value;
 
-  // ---- scales.
-  std::vector<HloInstruction*> operands = {a, b, F32Scale(ma), F32Scale(mb)};
+  // ---- operands: a, b, [C], a_scale, b_scale, [bias], [d_scale] (XLA's order).
+  std::vector<int64_t> padded_out = canon_out;
+  padded_out[static_cast<size_t>(nb)] = Mp;
+  padded_out[static_cast<size_t>(nb) + 1] = Np;
+  std::vector<HloInstruction*> operands = {a, b};
+  if (plan.matrix_bias != nullptr) {
+    operands.push_back(MatrixBiasOperand(plan.matrix_bias, canon_out, padded_out));
+  }
+  operands.push_back(plan.output_scale != nullptr
+                         ? F32ScaleOf(plan.output_scale, plan.output_scale_is_divide)
+                         : F32Scale(ma));
+  operands.push_back(F32Scale(mb));
+  if (plan.vector_bias != nullptr) operands.push_back(VectorBiasOperand(plan.vector_bias, Np));
   if (plan.fp8_convert != nullptr) {
     if (plan.d_scale == nullptr) {
       if (one_f32_ == nullptr) one_f32_ = ScalarConstant(PrimitiveType::F32, 1.0, "fp8_gemm.one");
@@ -367,14 +434,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
 
   // ---- the call.
   const PrimitiveType d_type = plan.fp8_convert ? plan.fp8_type : out_t;
-  std::vector<int64_t> canon_out;
-  if (nb > 0) canon_out.push_back(batch);
-  canon_out.push_back(M);
-  canon_out.push_back(N);
-  const bool reshape_out = canon_out != dot->shape().dims;
-  Shape d_shape(d_type, canon_out);
-  if (nb > 0) d_shape.dims = {batch, Mp, Np};
-  else d_shape.dims = {Mp, Np};
+  Shape d_shape(d_type, padded_out);
   if (!reshape_out && dot->shape().layout.has_value()) {
     d_shape.layout = Layout{dot->shape().MinorToMajor(), ""};
   } else {
@@ -394,6 +454,10 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
       BackendConfig(dot, plan, nb, ca.contracting, cb.contracting,
                     sa.ElementCount() / std::max<int64_t>(batch, 1),
                     sb.ElementCount() / std::max<int64_t>(batch, 1), schema_);
+  if (plan.matrix_bias_aliasable) {
+    // XLA lets the output reuse C's buffer when nothing else reads C (FuseMatrixBiasAdd).
+    call->SetRawAttribute("output_to_operand_aliasing", "{{0}: (2, {})}");
+  }
 
   HloInstruction* out = Add(HloOpcode::kGetTupleElement, d_shape, {call}, call->name() + ".d");
   out->tuple_index = 0;
@@ -408,13 +472,13 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     out = Add(HloOpcode::kReshape, dot->shape().WithElementType(d_type), {out},
               call->name() + ".out");
   }
-  HloInstruction* replaced = plan.fp8_convert   ? plan.fp8_convert
-                             : plan.alpha_multiply ? plan.alpha_multiply
-                                                   : dot;
   // The replaced value keeps its layout: when the dot had a non-default layout and a reshape was
   // needed, the reshape carries it (set above via dot->shape()).
+  HloInstruction* replaced = plan.last;
   if (!replaced->ReplaceAllUsesWith(out).ok()) return "internal: cannot replace the dot's uses";
   dead->push_back(replaced);
+  // The value the program named after the folded epilogue keeps that name (see Run).
+  if (replaced != dot) renames_.push_back({out, replaced->name()});
   if (plan.amax_reduce != nullptr) {
     HloInstruction* amax =
         Add(HloOpcode::kGetTupleElement, Shape::Scalar(PrimitiveType::F32), {call},
@@ -468,6 +532,13 @@ absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
       }
     }
     RemoveDeadChains(comp, dead);
+    if (!rewriter.renames().empty()) {
+      std::set<std::string> live;
+      for (const HloInstruction* i : comp->instructions()) live.insert(i->name());
+      for (const auto& [value, name] : rewriter.renames()) {
+        if (live.insert(name).second) value->set_name(name);
+      }
+    }
   }
   return changed;
 }

@@ -1,5 +1,7 @@
 #include "windowed_einsum/all_to_all_window.h"
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,49 +72,106 @@ int64_t GroupSizeOf(const HloInstruction* a) {
   return 0;
 }
 
+// One accumulate of the chain after `prev`: add(prev, X), or a GEMM call that reads `prev` as its
+// C operand (through reshape / pad / bitcast / copy) with beta != 0, the fp8-gemm-rewriter's (and
+// XLA GemmRewriter's) fold of add(gemm, prev).
+struct Accumulate {
+  const HloInstruction* result = nullptr;  // the add, or the call's D as the program reads it
+  const HloInstruction* x = nullptr;       // what is added (an all-to-all or a GEMM's result)
+  const HloInstruction* gemm = nullptr;    // set for the folded form
+};
+
+std::optional<Accumulate> NextAccumulate(const HloInstruction* prev) {
+  if (prev->user_count() != 1 || prev->IsRoot()) return std::nullopt;
+  const HloInstruction* u = prev->users()[0];
+  if (u->opcode() == HloOpcode::kAdd && u->operand_count() == 2) {
+    Accumulate a;
+    a.result = u;
+    a.x = u->operand(0) == prev ? u->operand(1) : u->operand(0);
+    return a;
+  }
+  const HloInstruction* v = prev;
+  for (int step = 0; step < 4; ++step) {
+    if (u->opcode() == HloOpcode::kCustomCall && IsGemmLike(u) && u->operand_count() > 2 &&
+        u->operand(2) == v && AccumulatesThroughC(*u)) {
+      Accumulate a;
+      a.gemm = u;
+      const HloInstruction* d = nullptr;
+      for (const HloInstruction* g : u->users()) {
+        if (g->opcode() == HloOpcode::kGetTupleElement && g->tuple_index == 0) d = g;
+      }
+      if (d == nullptr) return std::nullopt;
+      while (d->user_count() == 1 && !d->IsRoot() &&
+             (d->users()[0]->opcode() == HloOpcode::kSlice ||
+              d->users()[0]->opcode() == HloOpcode::kReshape ||
+              d->users()[0]->opcode() == HloOpcode::kBitcast)) {
+        d = d->users()[0];
+      }
+      a.result = d;
+      return a;
+    }
+    switch (u->opcode()) {
+      case HloOpcode::kReshape:
+      case HloOpcode::kPad:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kCopy:
+        if (u->user_count() != 1) return std::nullopt;
+        v = u;
+        u = u->users()[0];
+        continue;
+      default:
+        return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool AccumulatesThroughC(const HloInstruction& call) {
+  if (call.opcode() != HloOpcode::kCustomCall) return false;
+  const std::string& cfg = call.backend_config;
+  const size_t k = cfg.find("\"beta\":");
+  if (k == std::string::npos) return false;
+  return std::strtod(cfg.c_str() + k + 7, nullptr) != 0;
+}
 
 std::vector<AllToAllWindow> FindAllToAllWindows(const HloComputation& computation) {
   std::vector<AllToAllWindow> out;
   for (HloInstruction* z : computation.MakeInstructionPostOrder()) {
     if (!IsBroadcastOfConstant(z, 0.0) || z->opcode() != HloOpcode::kBroadcast) continue;
-    for (HloInstruction* first : z->users()) {
-      if (first->opcode() != HloOpcode::kAdd || first->operand_count() != 2) continue;
-      AllToAllWindow w;
-      int kind = -1;  // 1 = A, 0 = B
-      const HloInstruction* prev = z;
-      const HloInstruction* cur = first;
-      while (true) {
-        const HloInstruction* x = cur->operand(0) == prev ? cur->operand(1) : cur->operand(0);
-        int k = -1;
-        const HloInstruction* a2a = nullptr;
-        const HloInstruction* gemm = nullptr;
-        if (x->opcode() == HloOpcode::kAllToAll && x->operand_count() == 1) {
-          gemm = GemmOfResult(x->operand(0));
-          if (gemm) {
-            k = 0;
-            a2a = x;
-          }
-        } else if ((gemm = GemmOfResult(x)) != nullptr) {
-          a2a = ExchangeAbove(gemm);
-          if (a2a) k = 1;
+    AllToAllWindow w;
+    int kind = -1;  // 1 = A, 0 = B
+    const HloInstruction* prev = z;
+    while (std::optional<Accumulate> acc = NextAccumulate(prev)) {
+      const HloInstruction* x = acc->x;
+      int k = -1;
+      const HloInstruction* a2a = nullptr;
+      const HloInstruction* gemm = acc->gemm;
+      if (gemm != nullptr) {
+        a2a = ExchangeAbove(gemm);
+        if (a2a) k = 1;
+      } else if (x->opcode() == HloOpcode::kAllToAll && x->operand_count() == 1) {
+        gemm = GemmOfResult(x->operand(0));
+        if (gemm) {
+          k = 0;
+          a2a = x;
         }
-        if (k < 0 || (kind >= 0 && k != kind)) break;
-        kind = k;
-        w.all_to_alls.push_back(a2a);
-        w.gemms.push_back(gemm);
-        w.result = cur;
-        if (cur->user_count() != 1 || cur->IsRoot()) break;
-        const HloInstruction* next = cur->users()[0];
-        if (next->opcode() != HloOpcode::kAdd || next->operand_count() != 2) break;
-        prev = cur;
-        cur = next;
+      } else if ((gemm = GemmOfResult(x)) != nullptr) {
+        a2a = ExchangeAbove(gemm);
+        if (a2a) k = 1;
       }
-      if (w.all_to_alls.size() < 2) continue;
-      w.exchange_first = kind == 1;
-      w.group_size = GroupSizeOf(w.all_to_alls[0]);
-      out.push_back(std::move(w));
+      if (k < 0 || (kind >= 0 && k != kind)) break;
+      kind = k;
+      w.all_to_alls.push_back(a2a);
+      w.gemms.push_back(gemm);
+      w.result = acc->result;
+      prev = acc->result;
     }
+    if (w.all_to_alls.size() < 2) continue;
+    w.exchange_first = kind == 1;
+    w.group_size = GroupSizeOf(w.all_to_alls[0]);
+    out.push_back(std::move(w));
   }
   return out;
 }

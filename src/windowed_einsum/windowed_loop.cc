@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "analysis/dequantize.h"
+#include "windowed_einsum/all_to_all_window.h"
 
 namespace weave {
 
@@ -240,6 +241,7 @@ bool IsRingPairs(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
 
 HloInstruction* MergeUser(HloInstruction* dot) {
   if (dot->opcode() == HloOpcode::kCustomCall) {
+    if (AccumulatesThroughC(*dot)) return dot;
     // gte(call, 0), then the rewriter's unpad slice / reshape / convert / bitcast.
     HloInstruction* v = nullptr;
     for (HloInstruction* u : dot->users()) {
@@ -572,7 +574,8 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
       wd.window = StripRebuild(sl->operand(0));
       wd.other_slice = other_slice;
       wd.merge = MergeUser(d);
-      if (wd.merge == nullptr || wd.merge->opcode() != HloOpcode::kAdd) {
+      if (wd.merge == nullptr ||
+          (wd.merge->opcode() != HloOpcode::kAdd && wd.merge != d)) {
         return fail(absl::StrCat("dot '", d->name(), "' is not accumulated with add"));
       }
       L.dots.push_back(std::move(wd));

@@ -61,7 +61,8 @@ struct WindowedDot {
   HloInstruction* window = nullptr;
   // AG: the ring steps from get-tuple-element(param, windowed_operand) to `window`, in order.
   std::vector<RingStep> ring;
-  // The user that merges the dot's result: dynamic-update-slice (AG non-contracting/batch) or add.
+  // The user that merges the dot's result: dynamic-update-slice (AG non-contracting/batch) or add;
+  // for an RS GEMM call that adds its C operand (beta != 0), the call itself.
   HloInstruction* merge = nullptr;
   // RS loops over a batch dim: the other operand's get-tuple-element, also read through a
   // dynamic-slice (the decomposer slices both operands on their batch dims); null otherwise.
