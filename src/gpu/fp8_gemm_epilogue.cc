@@ -340,6 +340,21 @@ class ChainPlanner {
     }
     if (cur_->user_count() != 1) return false;
     HloInstruction* u = cur_->users()[0];
+    if (IsView(u)) {
+      // A bitcast or reshape between the GEMM and its epilogue (XLA: OptionalBitcast, e.g. a
+      // rank-3 result viewed from the [M, N] GEMM): followed only when a fold comes after it.
+      HloInstruction* before = cur_;
+      HloInstruction* last = plan_.last;
+      const bool through = through_view_;
+      cur_ = u;
+      through_view_ = true;
+      const size_t folds = plan_.folds.size();
+      if (Step() && plan_.folds.size() > folds) return true;
+      cur_ = before;
+      plan_.last = last;
+      through_view_ = through;
+      return false;
+    }
     if (!u->shape().IsArray() || u->shape().element_type != cur_->shape().element_type) {
       return false;  // a convert (the FP8 output below), a tuple, a reduce ...
     }
@@ -441,7 +456,7 @@ class ChainPlanner {
         Fold(u, "vector-bias");
         return true;
       }
-      if (!ctx_.reshaped_output) {
+      if (!ctx_.reshaped_output && !through_view_) {
         return Stop(u, absl::StrCat("the bias ", Quote(other),
                                     " is broadcast but not a vector along N, the output's minor "
                                     "dim (XLA does not materialize a broadcast as matrix bias)"));
@@ -540,8 +555,20 @@ class ChainPlanner {
     diagnose(plan_);
   }
 
+  // A reshape, or a bitcast that keeps the default layout (a reshape in memory), of cur_ alone.
+  bool IsView(const HloInstruction* u) const {
+    if (u->opcode() != HloOpcode::kReshape && u->opcode() != HloOpcode::kBitcast) return false;
+    if (!u->shape().IsArray() || u->shape().element_type != cur_->shape().element_type ||
+        u->shape().ElementCount() != cur_->shape().ElementCount()) {
+      return false;
+    }
+    return u->opcode() == HloOpcode::kReshape ||
+           (u->shape().HasDefaultLayout() && cur_->shape().HasDefaultLayout());
+  }
+
   const OutputContext& ctx_;
   HloInstruction* cur_;
+  bool through_view_ = false;  // the chain passed a reshape/bitcast of the GEMM's result
   OutputPlan plan_;
 };
 

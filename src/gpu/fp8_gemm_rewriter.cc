@@ -432,10 +432,12 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     }
   }
 
-  // ---- the call.
+  // ---- the call. D is [batch?, Mp, Np]; the value replacing the chain's last op has that op's
+  // shape (the dot's, or a view of it the epilogue was written on).
   const PrimitiveType d_type = plan.fp8_convert ? plan.fp8_type : out_t;
+  const bool reshape_final = canon_out != plan.last->shape().dims;
   Shape d_shape(d_type, padded_out);
-  if (!reshape_out && dot->shape().layout.has_value()) {
+  if (!reshape_final && dot->shape().layout.has_value() && !reshape_out) {
     d_shape.layout = Layout{dot->shape().MinorToMajor(), ""};
   } else {
     d_shape.SetDefaultLayout();
@@ -468,8 +470,8 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
     out = sl;
   }
-  if (reshape_out) {
-    out = Add(HloOpcode::kReshape, dot->shape().WithElementType(d_type), {out},
+  if (reshape_final) {
+    out = Add(HloOpcode::kReshape, plan.last->shape().WithElementType(d_type), {out},
               call->name() + ".out");
   }
   // The replaced value keeps its layout: when the dot had a non-default layout and a reshape was
@@ -502,7 +504,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     notes.push_back(absl::StrCat("transposed", ca.transposed ? " a" : "", cb.transposed ? " b" : "",
                                  " for TN layout"));
   }
-  if (ca.reshaped || cb.reshaped || reshape_out) notes.push_back("collapsed to canonical rank");
+  if (ca.reshaped || cb.reshaped || reshape_final) notes.push_back("collapsed to canonical rank");
   if (padded) notes.push_back(absl::StrCat("padded to ", Mp, "x", Np, " and sliced back"));
   if (!plan.folds.empty()) notes.push_back("folded: " + absl::StrJoin(plan.folds, ", "));
   *applied_message = absl::StrCat("rewritten into ", std::string(kCublasLtMatmulF8Target), " '", call->name(),
