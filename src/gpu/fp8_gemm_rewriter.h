@@ -16,19 +16,26 @@
 // - a_scale, b_scale: f32 scalars: the dequantization's scale (a divide's scale becomes
 //   divide(1, s) in s's type), converted to f32 when needed; a missing scale is f32 constant 1.
 // - W: 33554432 bytes of workspace for compute capability >= 9.0, 4194304 below.
-// - Output folds, matched on the dot's users before anything is built: alpha
-//   (multiply by broadcast(constant)), FP8 output (convert_fp8(clamp(-max, X, max)) with
-//   X = D, D / broadcast(d) or D * broadcast(d); d_scale = 1/d (in d's type), d, or 1, as f32)
-//   and amax (reduce(abs(D)) with a maximum body and an init <= 0, becoming get-tuple-element 1
-//   with damax_output=true; only together with the FP8 output fold, as in XLA). Unlike XLA,
-//   padding does not block these folds: the slice is applied to the folded result.
-//
+// - Output folds (fp8_gemm_internal.h PlanOutput), matched on the dot's single-reader chain
+//   before anything is built, as XLA's GemmRewriter folds them into FP8 calls: alpha, the output
+//   scale of a wide D as a_scale (a unscaled), vector bias (BIAS, [N] along the minor dim), matrix
+//   bias (C as operand 2, beta = 1, output aliasing C when nothing else reads it), ReLU and
+//   approximate GELU (RELU/GELU, BIAS_RELU/BIAS_GELU), then FP8 output (convert_fp8(clamp(-max,
+//   X, max)) with X = D, D / broadcast(d) or D * broadcast(d); d_scale = 1/d, d or 1, as f32;
+//   CUDA only) and amax (reduce(abs(D)) with a maximum body and an init <= 0, or reduce(D) after
+//   a ReLU, becoming get-tuple-element 1 with damax_output=true; only with the FP8 output). A
+//   reshape/bitcast view between the GEMM and an epilogue is followed. Unlike XLA, padding does
+//   not block these folds: bias and C are padded, the slice is applied to the folded result. A
+//   dot whose own result is FP8 (OCP on CUDA) becomes a call writing FP8 D without d_scale.
+//   Every op next to the GEMM left outside the call gets a [missed] remark with the reason.
+// - Compute capability 10.x (Blackwell): no TN transpose of an operand with one free and one
+//   contracting dim (XLA's IsBlackwell() rule).
 // Options (PassOptions): `gpu-compute-capability` (default 9.0; below 8.9 nothing is rewritten
 // and each FP8 dot gets a remark; a ROCm arch such as gfx942 selects the ROCm rules, GpuTarget); `xla-backend-config` (2024|2025|2026, default 2026: the
 // GpuBackendConfig schema of the call's backend_config).
 // Constraints (each failure is a remark on the dot): operand types E4M3FN or E5M2 but not
 // E5M2 x E5M2 (CUDA, ROCm gfx950/gfx12), or E4M3FNUZ or E5M2FNUZ but not E5M2FNUZ x E5M2FNUZ
-// (ROCm gfx942), as XLA allows them; scalar scales; dot output bf16/f16/f32; no matrix-vector dot; batch product
+// (ROCm gfx942), as XLA allows them; scalar scales; dot output bf16/f16/f32 or an FP8 type the target writes; no matrix-vector dot; batch product
 // <= 65535; batch dims the same count on both sides.
 #pragma once
 
