@@ -1,317 +1,132 @@
+// dot-merger (dot_merger.h): XLA's DotMerger (xla/hlo/transforms/simplifiers/dot_merger.cc in
+// the snapshot) in Weave's words. Dots that read one value as an operand are grouped by what the
+// merged dot needs to agree on; each group is merged into one dot on the shared value and the
+// concatenation of the other operands, brought to [batch..., free, contracting...] form; each
+// original dot's result is sliced out and brought back to its own dimension order.
 #include "passes/dot_merger.h"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <tuple>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "analysis/dequantize.h"
-#include "passes/fp8_operand.h"
+#include "absl/strings/str_join.h"
+#include "hlo/dot_dims.h"
+#include "passes/dot_merger_internal.h"
 #include "passes/gpu_backend_config.h"
 
 namespace weave {
 namespace {
 
-// XLA's canonical dot: batch dims are 0..nb-1 on both sides, one contracting dim per side and
-// operands of rank nb+2.
-bool IsCanonicalDot(const HloInstruction* dot) {
-  if (dot->opcode() != HloOpcode::kDot || dot->operand_count() != 2 || !dot->shape().IsArray()) {
-    return false;
+using dot_merger_internal::GuardReason;
+using dot_merger_internal::HandWrittenRingSteps;
+using dot_merger_internal::RingBodies;
+using dot_merger_internal::SubByteUpcast;
+
+// One dot, seen from one of its operands (the shared one).
+struct Usage {
+  HloInstruction* dot = nullptr;
+  int64_t side = 0;  // 0: the shared value is the lhs, 1: the rhs
+  // The shared value: the dot's operand, or what it transposes (XLA follows the shared operand
+  // up through layout ops to its source). Shared dims below are the source's.
+  HloInstruction* source = nullptr;
+  std::vector<int64_t> to_source;  // operand dim -> source dim
+  // (shared dim, other dim) pairs, sorted by the shared dim.
+  std::vector<std::pair<int64_t, int64_t>> batch, contracting;
+  std::vector<int64_t> shared_free, other_free;  // increasing
+  int64_t nc = 1;  // elements of the other operand's free dims
+};
+
+// What the dots of one merged group agree on (XLA's EquivalenceKey): the shared value and the
+// role of each of its dims, the three element types, precisions and algorithm, and the queue.
+struct Key {
+  int64_t shared_id = 0;
+  std::vector<int64_t> batch, contracting;  // shared dims, sorted
+  PrimitiveType shared_type{}, other_type{}, out_type{};
+  std::vector<std::string> precision;
+  std::string algorithm;
+  int64_t queue = 0;
+  bool operator<(const Key& o) const {
+    return std::tie(shared_id, batch, contracting, shared_type, other_type, out_type, precision,
+                    algorithm, queue) < std::tie(o.shared_id, o.batch, o.contracting,
+                                                 o.shared_type, o.other_type, o.out_type,
+                                                 o.precision, o.algorithm, o.queue);
   }
+};
+
+Usage UsageOf(HloInstruction* dot, int64_t side) {
   const DotDims& d = dot->dot_dims();
-  const int64_t nb = static_cast<int64_t>(d.lhs_batch.size());
-  if (static_cast<int64_t>(d.rhs_batch.size()) != nb || d.lhs_contracting.size() != 1 ||
-      d.rhs_contracting.size() != 1) {
-    return false;
+  const std::vector<int64_t>& sb = side == 0 ? d.lhs_batch : d.rhs_batch;
+  const std::vector<int64_t>& ob = side == 0 ? d.rhs_batch : d.lhs_batch;
+  const std::vector<int64_t>& sc = side == 0 ? d.lhs_contracting : d.rhs_contracting;
+  const std::vector<int64_t>& oc = side == 0 ? d.rhs_contracting : d.lhs_contracting;
+  Usage u;
+  u.dot = dot;
+  u.side = side;
+  const Shape& s = dot->operand(side)->shape();
+  const Shape& o = dot->operand(1 - side)->shape();
+  u.source = dot->operand(side);
+  u.to_source.resize(static_cast<size_t>(s.rank()));
+  std::iota(u.to_source.begin(), u.to_source.end(), 0);
+  // Up through transposes: operand dim i is dim perm[i] of the transpose's operand.
+  for (int guard = 0; guard < 16 && u.source->opcode() == HloOpcode::kTranspose &&
+                      u.source->operand_count() == 1;
+       ++guard) {
+    for (int64_t& d : u.to_source) d = u.source->dimensions[static_cast<size_t>(d)];
+    u.source = u.source->operand(0);
   }
-  auto is_iota = [](std::vector<int64_t> v) {
-    std::sort(v.begin(), v.end());
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] != static_cast<int64_t>(i)) return false;
-    }
-    return true;
-  };
-  return is_iota(d.lhs_batch) && is_iota(d.rhs_batch) && dot->operand(0)->shape().rank() == nb + 2 &&
-         dot->operand(1)->shape().rank() == nb + 2;
+  for (size_t i = 0; i < sb.size(); ++i) {
+    u.batch.push_back({u.to_source[static_cast<size_t>(sb[i])], ob[i]});
+  }
+  for (size_t i = 0; i < sc.size(); ++i) {
+    u.contracting.push_back({u.to_source[static_cast<size_t>(sc[i])], oc[i]});
+  }
+  std::sort(u.batch.begin(), u.batch.end());
+  std::sort(u.contracting.begin(), u.contracting.end());
+  for (int64_t d : DotFreeDims(s.rank(), sb, sc)) {
+    u.shared_free.push_back(u.to_source[static_cast<size_t>(d)]);
+  }
+  std::sort(u.shared_free.begin(), u.shared_free.end());
+  u.other_free = DotFreeDims(o.rank(), ob, oc);
+  for (int64_t f : u.other_free) u.nc *= o.dims[static_cast<size_t>(f)];
+  return u;
 }
 
-int64_t DotBytes(const HloInstruction* dot) {
-  int64_t bytes = dot->shape().ByteSize();
-  for (const HloInstruction* op : dot->operands()) bytes += op->shape().ByteSize();
-  return bytes;
+Key KeyOf(const Usage& u) {
+  Key k;
+  const HloInstruction* dot = u.dot;
+  k.shared_id = u.source->unique_id();
+  for (const auto& p : u.batch) k.batch.push_back(p.first);
+  for (const auto& p : u.contracting) k.contracting.push_back(p.first);
+  k.shared_type = dot->operand(u.side)->shape().element_type;
+  k.other_type = dot->operand(1 - u.side)->shape().element_type;
+  k.out_type = dot->shape().element_type;
+  k.precision = dot->operand_precision();
+  if (const std::string* a = dot->GetRawAttribute("algorithm")) k.algorithm = *a;
+  k.queue = OperationQueueId(*dot);
+  return k;
 }
 
-// Computations reachable from `comp` through called computations (including itself).
-void CollectCalled(const HloComputation* comp, std::unordered_set<const HloComputation*>* seen) {
-  if (!seen->insert(comp).second) return;
-  for (const HloInstruction* i : comp->instructions()) {
-    for (const HloComputation* c : i->called_computations()) CollectCalled(c, seen);
+// Why two keys of dots sharing a value differ (for the remark).
+std::string KeyDifference(const Key& a, const Key& b) {
+  if (a.batch != b.batch) return "the shared value's batch dims differ";
+  if (a.contracting != b.contracting) return "the shared value's contracting dims differ";
+  if (a.shared_type != b.shared_type || a.other_type != b.other_type || a.out_type != b.out_type) {
+    return "element types differ";
   }
-}
-
-// A windowed einsum loop: a while whose body (or what it calls) holds a collective-permute and a
-// dot.
-bool IsWindowedLoop(const HloInstruction* w) {
-  if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2) return false;
-  std::unordered_set<const HloComputation*> comps;
-  CollectCalled(w->while_body(), &comps);
-  bool permute = false, dot = false;
-  for (const HloComputation* c : comps) {
-    for (const HloInstruction* i : c->instructions()) {
-      permute |= i->opcode() == HloOpcode::kCollectivePermute ||
-                 i->opcode() == HloOpcode::kCollectivePermuteStart;
-      dot |= i->opcode() == HloOpcode::kDot || i->opcode() == HloOpcode::kCustomCall;
-    }
-  }
-  return permute && dot;
-}
-
-// If `operand` reads (through movable ops and a dequantization) a get-tuple-element of a windowed
-// loop, returns that get-tuple-element.
-const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
-  HloInstruction* cur = operand;
-  for (int guard = 0; guard < 64 && cur != nullptr; ++guard) {
-    if (cur->opcode() == HloOpcode::kGetTupleElement && cur->operand_count() == 1 &&
-        IsWindowedLoop(cur->operand(0))) {
-      return cur;
-    }
-    if (std::optional<DequantMatch> dq = MatchDequantize(cur)) {
-      cur = dq->q;
-    } else if ((IsMovableFp8Op(cur->opcode()) || cur->opcode() == HloOpcode::kConvert) &&
-               cur->operand_count() >= 1) {
-      cur = cur->opcode() == HloOpcode::kSelect ? cur->operand(1) : cur->operand(0);
-    } else {
-      break;
-    }
-  }
-  return nullptr;
-}
-
-// The stream annotation of `dot`'s backend_config that pins it (empty: none): a non-zero
-// "operation_queue_id" or "force_earliest_schedule": true, both read by the backend-config editor
-// (passes/gpu_backend_config.h) as the passes that assign streams read them: a queue id that is
-// no decimal integer (such as "12abc") is the main stream there, so it pins nothing here either.
-std::string StreamAnnotation(const HloInstruction* dot) {
-  const std::string& cfg = dot->backend_config;
-  if (cfg.empty() || cfg[0] != '{') return "";
-  // The queue as the editor reads it, without building the document (OperationQueueId, which
-  // skips a config that names no queue: a windowed loop's unrolled dots all name one, and a parse
-  // per dot cost more than the rest of the pass).
-  if (const int64_t q = OperationQueueId(*dot); q != 0) {
-    return absl::StrCat("operation_queue_id=", q);
-  }
-  // No force_earliest_schedule in the text (nor an escape that could spell it): none, unparsed.
-  if (cfg.find('\\') == std::string::npos &&
-      cfg.find("force_earliest_schedule") == std::string::npos) {
-    return "";
-  }
-  // Reading the stream fields does not depend on the schema version.
-  absl::StatusOr<GpuBackendConfigEditor> config =
-      GpuBackendConfigEditor::Of(*dot, XlaBackendConfigVersion::k2026);
-  if (!config.ok()) return "";
-  if (config->force_earliest_schedule()) return "force_earliest_schedule=true";
+  if (a.precision != b.precision) return "operand precisions differ";
+  if (a.algorithm != b.algorithm) return "algorithms differ";
+  if (a.queue != b.queue) return "they run on different operation queues";
   return "";
-}
-
-// Why this dot must not be merged (empty: it may be). `ring_body` names the while body whose
-// computations hold a collective-permute when the dot's computation is one of them (else null).
-std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body) {
-  if (std::string stream = StreamAnnotation(dot); !stream.empty()) {
-    return absl::StrCat("'", dot->name(), "' carries a stream annotation (backend_config ", stream,
-                        "): a windowed einsum step that wait_on_operation_queues may name");
-  }
-  if (ring_body != nullptr) {
-    return absl::StrCat("'", dot->name(), "' is a step of the windowed einsum loop body '",
-                        ring_body->name(),
-                        "' (its computation circulates values with collective-permute)");
-  }
-  for (int64_t i = 0; i < 2; ++i) {
-    HloInstruction* op = dot->operand(i);
-    if (ReachesFp8(op)) {
-      return absl::StrCat("operand ", i, " '", op->name(),
-                          "' derives from FP8: left for fp8-gemm-rewriter");
-    }
-    if (const HloInstruction* gte = ReadsWindowedLoop(op)) {
-      return absl::StrCat("operand ", i, " '", op->name(), "' reads windowed loop '",
-                          gte->operand(0)->name(), "' (element ", gte->tuple_index, ")");
-    }
-  }
-  return "";
-}
-
-// Hand-written collective matmuls (XLA issues 10640, 19555): the steps of a ring written out
-// without a while loop. An all-gather ring: dot(x, w), dot(cp(x), w), dot(cp(cp(x)), w), ...
-// A reduce-scatter ring: each partial dot is added into an accumulator that a collective-permute
-// sends on. Merging such dots puts every dot after (or before) every transfer: no overlap.
-
-bool IsPermuteOp(const HloInstruction* i) {
-  return i->opcode() == HloOpcode::kCollectivePermute ||
-         i->opcode() == HloOpcode::kCollectivePermuteDone;
-}
-
-// Strips views, converts and dequantizations between a ring value and a dot operand.
-HloInstruction* StripOperandOps(HloInstruction* v) {
-  for (int guard = 0; guard < 16; ++guard) {
-    if (auto m = MatchDequantize(v)) {
-      v = m->q;
-      continue;
-    }
-    switch (v->opcode()) {
-      case HloOpcode::kConvert:
-      case HloOpcode::kBitcast:
-      case HloOpcode::kReshape:
-      case HloOpcode::kCopy:
-      case HloOpcode::kTranspose:
-        v = v->operand(0);
-        continue;
-      default:
-        return v;
-    }
-  }
-  return v;
-}
-
-// The value a chain of collective-permutes starts from (`v` itself if it is not a permute) and
-// the number of permutes on the way; the first permute in *first (null if none).
-const HloInstruction* RingOrigin(HloInstruction* v, int* steps, const HloInstruction** first) {
-  *steps = 0;
-  *first = nullptr;
-  v = StripOperandOps(v);
-  for (int guard = 0; guard < 4096 && IsPermuteOp(v); ++guard) {
-    HloInstruction* next = v->operand(0);
-    if (next->opcode() == HloOpcode::kCollectivePermuteStart) next = next->operand(0);
-    ++*steps;
-    *first = v;
-    v = StripOperandOps(next);
-  }
-  return v;
-}
-
-// The collective-permute a dot's result reaches through add / convert / views (at most 4 ops).
-const HloInstruction* SentByPermute(const HloInstruction* dot) {
-  std::vector<std::pair<const HloInstruction*, int>> work{{dot, 0}};
-  while (!work.empty()) {
-    auto [v, depth] = work.back();
-    work.pop_back();
-    for (const HloInstruction* u : v->users()) {
-      if (u->opcode() == HloOpcode::kCollectivePermute ||
-          u->opcode() == HloOpcode::kCollectivePermuteStart) {
-        return u;
-      }
-      if (depth < 4 && (u->opcode() == HloOpcode::kAdd || u->opcode() == HloOpcode::kConvert ||
-                        u->opcode() == HloOpcode::kBitcast || u->opcode() == HloOpcode::kReshape ||
-                        u->opcode() == HloOpcode::kCopy)) {
-        work.push_back({u, depth + 1});
-      }
-    }
-  }
-  return nullptr;
-}
-
-// The collective-permute whose (received) result is added to `dot`'s result: the last step of a
-// hand-written reduce-scatter ring, add(collective-permute(partial sum), dot), through converts
-// and views on either side (at most 4 ops).
-const HloInstruction* ReceivedByPermute(const HloInstruction* dot) {
-  auto strip = [](const HloInstruction* v) {
-    for (int k = 0; k < 4; ++k) {
-      const HloOpcode op = v->opcode();
-      if ((op == HloOpcode::kConvert || op == HloOpcode::kBitcast || op == HloOpcode::kReshape ||
-           op == HloOpcode::kCopy || op == HloOpcode::kCollectivePermuteDone) &&
-          v->operand_count() == 1) {
-        v = v->operand(0);
-        continue;
-      }
-      break;
-    }
-    return v;
-  };
-  std::vector<std::pair<const HloInstruction*, int>> work{{dot, 0}};
-  while (!work.empty()) {
-    auto [v, depth] = work.back();
-    work.pop_back();
-    for (const HloInstruction* u : v->users()) {
-      if (u->opcode() == HloOpcode::kAdd && u->operand_count() == 2) {
-        for (const HloInstruction* o : u->operands()) {
-          const HloInstruction* src = strip(o);
-          if (src != v && (src->opcode() == HloOpcode::kCollectivePermute ||
-                           src->opcode() == HloOpcode::kCollectivePermuteStart)) {
-            return src;
-          }
-        }
-      }
-      if (depth < 4 && (u->opcode() == HloOpcode::kConvert || u->opcode() == HloOpcode::kBitcast ||
-                        u->opcode() == HloOpcode::kReshape || u->opcode() == HloOpcode::kCopy)) {
-        work.push_back({u, depth + 1});
-      }
-    }
-  }
-  return nullptr;
-}
-
-// For dots sharing operand `side`: the ones that are steps of a hand-written ring, with the
-// reason (for the remark).
-std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
-    const std::vector<HloInstruction*>& dots, int64_t side) {
-  std::map<const HloInstruction*, std::string> out;
-  // All-gather rings: other operands that come from one value through 0, 1, 2, ... permutes.
-  std::map<const HloInstruction*, std::vector<std::pair<HloInstruction*, int>>> by_origin;
-  std::map<const HloInstruction*, const HloInstruction*> first_permute;
-  for (HloInstruction* d : dots) {
-    int steps = 0;
-    const HloInstruction* first = nullptr;
-    const HloInstruction* origin = RingOrigin(d->operand(1 - side), &steps, &first);
-    by_origin[origin].push_back({d, steps});
-    if (first != nullptr) first_permute[d] = first;
-  }
-  for (const auto& [origin, members] : by_origin) {
-    if (members.size() < 2) continue;
-    bool any_permuted = false;
-    for (const auto& [d, steps] : members) any_permuted |= steps > 0;
-    if (!any_permuted) continue;
-    for (const auto& [d, steps] : members) {
-      out[d] = absl::StrCat(
-          "'", d->name(), "' is step ", steps, " of a hand-written collective matmul: it reads '",
-          origin->name(), "' after ", steps, " collective-permute", steps == 1 ? "" : "s",
-          first_permute.count(d) ? absl::StrCat(" ('", first_permute[d]->name(), "', ...)") : "",
-          ", like ", members.size() - 1, " other dot", members.size() == 2 ? "" : "s",
-          " sharing its ", side == 0 ? "lhs" : "rhs",
-          "; merging them would run every dot after the last transfer (no overlap)");
-    }
-  }
-  // Reduce-scatter rings: partial dots whose results are sent on by collective-permutes, and the
-  // last step, whose result is added to the partial sum a permute received (on a ring of 2 that
-  // is the only other step).
-  struct RsStep {
-    HloInstruction* dot;
-    const HloInstruction* cp;
-    bool sent;
-  };
-  std::vector<RsStep> steps;
-  bool any_sent = false;
-  for (HloInstruction* d : dots) {
-    if (const HloInstruction* cp = SentByPermute(d)) {
-      steps.push_back({d, cp, true});
-      any_sent = true;
-    } else if (const HloInstruction* rcp = ReceivedByPermute(d)) {
-      steps.push_back({d, rcp, false});
-    }
-  }
-  if (steps.size() >= 2 && any_sent) {
-    for (const RsStep& st : steps) {
-      if (out.count(st.dot)) continue;
-      out[st.dot] = absl::StrCat(
-          "'", st.dot->name(), "' is a step of a hand-written collective matmul: ",
-          st.sent ? "its result is sent on by collective-permute '"
-                  : "its result is added to what collective-permute '",
-          st.cp->name(), st.sent ? "'" : "' received", ", like ", steps.size() - 1, " other dot",
-          steps.size() == 2 ? "" : "s", " sharing its ", side == 0 ? "lhs" : "rhs",
-          "; merging them would run every dot before the first transfer (no overlap)");
-    }
-  }
-  return out;
 }
 
 // True when `target` is reachable from `from` through operands / control predecessors.
@@ -329,111 +144,268 @@ bool DependsOn(const HloInstruction* from, const HloInstruction* target) {
   return false;
 }
 
-// Why a and b (canonical, sharing operand `side`) cannot be merged (empty: they can).
-std::string Mismatch(const HloInstruction* a, const HloInstruction* b, int64_t side) {
-  if (a->operand(0)->shape().element_type != b->operand(0)->shape().element_type ||
-      a->operand(1)->shape().element_type != b->operand(1)->shape().element_type ||
-      a->shape().element_type != b->shape().element_type) {
-    return "element types differ";
-  }
-  if (!(a->dot_dims() == b->dot_dims())) return "dimension numbers differ";
-  if (a->operand_precision() != b->operand_precision()) return "operand precisions differ";
-  if (a->GetRawAttribute("algorithm") || b->GetRawAttribute("algorithm")) {
-    return "a dot has an algorithm attribute";
-  }
-  const Shape& oa = a->operand(1 - side)->shape();
-  const Shape& ob = b->operand(1 - side)->shape();
-  const int64_t nb = static_cast<int64_t>(a->dot_dims().lhs_batch.size());
-  const int64_t k = side == 0 ? a->dot_dims().rhs_contracting[0] : a->dot_dims().lhs_contracting[0];
-  const int64_t outer = k == nb ? nb + 1 : nb;
-  for (int64_t d = 0; d < oa.rank(); ++d) {
-    if (d != outer && oa.dims[static_cast<size_t>(d)] != ob.dims[static_cast<size_t>(d)]) {
-      return "the other operands differ in a dim other than the free one";
+// XLA's FindDotsToMerge over `cands` (sorted by nc, then id): the first window that makes a
+// group of >= 2 — members within a factor 20 of the first's non-contracting size, no member
+// reachable from another, the group's concat operand and output at most `max_bytes` before the
+// last member joins (so one member may take it past the limit), and a saving of the shared
+// operand's reads above 1e-5 of the modeled runtime.
+std::vector<Usage> FindGroup(const std::vector<Usage>& cands, int64_t max_bytes,
+                             std::map<HloInstruction*, std::string>* why_not) {
+  constexpr double kFlopsPerByte = 290.0;
+  constexpr int64_t kMaxNonContractingRatio = 20;
+  constexpr double kMinSavingsRatio = 1e-5;
+  if (cands.size() < 2) return {};
+  const Usage& f = cands.front();
+  const HloInstruction* shared = f.source;
+  const HloInstruction* other = f.dot->operand(1 - f.side);
+  const Shape& ss = shared->shape();
+  int64_t batch = 1, shared_nc = 1, contracting = 1;
+  for (const auto& p : f.batch) batch *= ss.dims[static_cast<size_t>(p.first)];
+  for (const auto& p : f.contracting) contracting *= ss.dims[static_cast<size_t>(p.first)];
+  for (int64_t d : f.shared_free) shared_nc *= ss.dims[static_cast<size_t>(d)];
+  const int64_t shared_bytes = ss.ByteSize();
+  const int64_t per_nc = batch * (contracting * std::max(1, BitWidth(other->shape().element_type) / 8) +
+                                  shared_nc * std::max(1, BitWidth(f.dot->shape().element_type) / 8));
+  const double cost_per_nc = 2.0 * batch * shared_nc * contracting / kFlopsPerByte + per_nc;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    std::vector<Usage> group = {cands[i]};
+    int64_t sum_nc = cands[i].nc;
+    const int64_t max_nc = sum_nc * kMaxNonContractingRatio;
+    for (size_t j = i + 1; j < cands.size(); ++j) {
+      if (per_nc * sum_nc > max_bytes) {
+        for (size_t r = group.size() == 1 ? i : j; r < cands.size(); ++r) {
+          why_not->emplace(cands[r].dot,
+                           absl::StrCat("the merged operand and result would pass ", max_bytes,
+                                        " bytes (--dot-merger-threshold-mb)"));
+        }
+        break;
+      }
+      const Usage& c = cands[j];
+      if (c.nc > max_nc) {
+        for (size_t r = j; r < cands.size(); ++r) {
+          why_not->emplace(cands[r].dot,
+                           absl::StrCat("its free dims are more than ", kMaxNonContractingRatio,
+                                        "x those of '", cands[i].dot->name(),
+                                        "' (XLA merges dots of similar size only)"));
+        }
+        break;
+      }
+      bool connected = false;
+      for (const Usage& m : group) {
+        connected |= DependsOn(m.dot, c.dot) || DependsOn(c.dot, m.dot);
+      }
+      if (connected) {
+        why_not->emplace(c.dot, absl::StrCat("it depends on '", cands[i].dot->name(),
+                                             "' or a dot merged with it (or the other way "
+                                             "round): one dot cannot compute both"));
+        continue;
+      }
+      const int64_t next = sum_nc + c.nc;
+      const double runtime =
+          cost_per_nc * static_cast<double>(next) +
+          static_cast<double>(group.size() + 1) * static_cast<double>(shared_bytes);
+      if (static_cast<double>(shared_bytes) * static_cast<double>(group.size()) / runtime <=
+          kMinSavingsRatio) {
+        why_not->emplace(c.dot, "the saving is below 1e-5 of the modeled runtime");
+        continue;
+      }
+      group.push_back(c);
+      sum_nc = next;
+    }
+    if (group.size() >= 2) {
+      // XLA's order in the concatenation: most trailing zero bits of nc, then larger nc first.
+      std::sort(group.begin(), group.end(), [](const Usage& a, const Usage& b) {
+        const int ta = std::countr_zero(static_cast<uint64_t>(a.nc));
+        const int tb = std::countr_zero(static_cast<uint64_t>(b.nc));
+        return std::make_tuple(tb, b.nc, a.dot->unique_id()) <
+               std::make_tuple(ta, a.nc, b.dot->unique_id());
+      });
+      return group;
     }
   }
-  if (oa.MinorToMajor() != ob.MinorToMajor()) return "the other operands have different layouts";
-  return "";
+  return {};
 }
 
-// Merges a and b (sharing operand `side`); returns the merged dot.
-HloInstruction* Merge(HloComputation* comp, HloInstruction* a, HloInstruction* b, int64_t side) {
-  const int64_t nb = static_cast<int64_t>(a->dot_dims().lhs_batch.size());
-  const int64_t k = side == 0 ? a->dot_dims().rhs_contracting[0] : a->dot_dims().lhs_contracting[0];
-  const int64_t outer = k == nb ? nb + 1 : nb;
-  HloInstruction* oa = a->operand(1 - side);
-  HloInstruction* ob = b->operand(1 - side);
-  Shape cs = oa->shape();
-  cs.dims[static_cast<size_t>(outer)] += ob->shape().dims[static_cast<size_t>(outer)];
-  HloInstruction* concat = comp->AddInstruction(HloOpcode::kConcatenate, cs, {oa, ob},
-                                                a->name() + ".merge_operands");
-  concat->dimensions = {outer};
+HloInstruction* Transpose(HloComputation* comp, HloInstruction* x, const std::vector<int64_t>& perm,
+                          const std::string& name) {
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  if (identity && x->shape().HasDefaultLayout()) return x;
+  std::vector<int64_t> dims;
+  for (int64_t p : perm) dims.push_back(x->shape().dims[static_cast<size_t>(p)]);
+  HloInstruction* t =
+      comp->AddInstruction(HloOpcode::kTranspose, Shape(x->shape().element_type, dims), {x}, name);
+  t->dimensions = perm;
+  t->has_dimensions_attr = true;
+  return t;
+}
+
+HloInstruction* Reshape(HloComputation* comp, HloInstruction* x, const std::vector<int64_t>& dims,
+                        const std::string& name) {
+  if (x->shape().dims == dims && x->shape().HasDefaultLayout()) return x;
+  return comp->AddInstruction(HloOpcode::kReshape, Shape(x->shape().element_type, dims), {x},
+                              name);
+}
+
+// Merges `group` (>= 2 dots of one key) into one dot; returns it. The shared value keeps its
+// place; each other operand becomes [batch..., nc, contracting...] (batch and contracting dims
+// in the order of the shared value's dims), concatenated along nc.
+HloInstruction* MergeGroup(HloComputation* comp, const std::vector<Usage>& group) {
+  int64_t lhs_count = 0;
+  for (const Usage& u : group) lhs_count += u.side == 0 ? 1 : 0;
+  const bool shared_is_lhs = static_cast<int64_t>(group.size()) < 2 * lhs_count;
+  const Usage& f = group.front();
+  HloInstruction* shared = f.source;
+  const Shape& ss = shared->shape();
+  const int64_t nb = static_cast<int64_t>(f.batch.size());
+  const int64_t ncn = static_cast<int64_t>(f.contracting.size());
+  const std::string base = f.dot->name();
+
+  // As XLA: [batch, nc, contracting] when the first dot's other operand has a contracting dim
+  // minor-most, else [batch, contracting, nc].
+  const HloInstruction* first_other = f.dot->operand(1 - f.side);
+  bool contracting_minor = false;
+  for (const auto& p : f.contracting) contracting_minor |= p.second == first_other->shape().rank() - 1;
+  const int64_t nc_pos = contracting_minor ? nb : nb + ncn;
+  std::vector<HloInstruction*> parts;
+  int64_t total_nc = 0;
+  for (const Usage& u : group) {
+    HloInstruction* y = u.dot->operand(1 - u.side);
+    std::vector<int64_t> perm, dims;
+    for (const auto& p : u.batch) {
+      perm.push_back(p.second);
+      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
+    }
+    auto add_free = [&] {
+      perm.insert(perm.end(), u.other_free.begin(), u.other_free.end());
+      dims.push_back(u.nc);
+    };
+    if (contracting_minor) add_free();
+    for (const auto& p : u.contracting) {
+      perm.push_back(p.second);
+      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
+    }
+    if (!contracting_minor) add_free();
+    HloInstruction* t = Transpose(comp, y, perm, y->name() + ".merge_form");
+    parts.push_back(Reshape(comp, t, dims, y->name() + ".merge_form"));
+    total_nc += u.nc;
+  }
+  Shape cs = parts[0]->shape();
+  cs.dims[static_cast<size_t>(nc_pos)] = total_nc;
+  cs.SetDefaultLayout();
+  HloInstruction* concat =
+      comp->AddInstruction(HloOpcode::kConcatenate, cs, parts, base + ".merge_operands");
+  concat->dimensions = {nc_pos};
   concat->has_dimensions_attr = true;
-  // Output dims are [batch..., lhs free, rhs free].
-  const int64_t rank = a->shape().rank();
-  const int64_t slice_dim = side == 0 ? rank - 1 : rank - 2;
-  Shape ms = a->shape();
-  ms.dims[static_cast<size_t>(slice_dim)] += b->shape().dims[static_cast<size_t>(slice_dim)];
-  std::vector<HloInstruction*> ops = {a->operand(0), a->operand(1)};
-  ops[static_cast<size_t>(1 - side)] = concat;
-  auto clone = a->CloneWithNewOperands(ms, ops, ".merged");
-  clone->backend_config.clear();  // queue assignments of a do not hold for the merged dot
+
+  // The merged dot.
+  DotDims dn;
+  std::vector<int64_t> s_batch, s_contracting, c_batch(static_cast<size_t>(nb)),
+      c_contracting(static_cast<size_t>(ncn));
+  for (const auto& p : f.batch) s_batch.push_back(p.first);
+  for (const auto& p : f.contracting) s_contracting.push_back(p.first);
+  std::iota(c_batch.begin(), c_batch.end(), 0);
+  std::iota(c_contracting.begin(), c_contracting.end(), contracting_minor ? nb + 1 : nb);
+  dn.lhs_batch = shared_is_lhs ? s_batch : c_batch;
+  dn.rhs_batch = shared_is_lhs ? c_batch : s_batch;
+  dn.lhs_contracting = shared_is_lhs ? s_contracting : c_contracting;
+  dn.rhs_contracting = shared_is_lhs ? c_contracting : s_contracting;
+  std::vector<int64_t> out;
+  for (int64_t d : s_batch) out.push_back(ss.dims[static_cast<size_t>(d)]);
+  std::vector<int64_t> shared_free_sizes;
+  for (int64_t d : f.shared_free) shared_free_sizes.push_back(ss.dims[static_cast<size_t>(d)]);
+  if (!shared_is_lhs) out.push_back(total_nc);
+  out.insert(out.end(), shared_free_sizes.begin(), shared_free_sizes.end());
+  if (shared_is_lhs) out.push_back(total_nc);
+  std::vector<HloInstruction*> ops = shared_is_lhs ? std::vector<HloInstruction*>{shared, concat}
+                                                   : std::vector<HloInstruction*>{concat, shared};
+  auto clone = f.dot->CloneWithNewOperands(Shape(f.dot->shape().element_type, out), ops,
+                                           ".merged");
+  clone->set_dot_dims(dn);
+  clone->backend_config.clear();  // queue assignments of one dot do not hold for the merged one
+  for (const Usage& u : group) {
+    if (clone->metadata.empty() && !u.dot->metadata.empty()) clone->metadata = u.dot->metadata;
+  }
   HloInstruction* merged = comp->AddInstruction(std::move(clone));
+
+  // Each dot's part: slice, unflatten nc, transpose to the dot's own order.
+  const int64_t rank = static_cast<int64_t>(out.size());
+  const int64_t nc_dim = shared_is_lhs ? rank - 1 : nb;
   int64_t start = 0;
-  for (HloInstruction* d : {a, b}) {
-    HloInstruction* sl = comp->AddInstruction(HloOpcode::kSlice, d->shape(), {merged},
-                                              d->name() + ".from_merged");
+  for (const Usage& u : group) {
+    std::vector<int64_t> sdims = out;
+    sdims[static_cast<size_t>(nc_dim)] = u.nc;
+    HloInstruction* sl = comp->AddInstruction(
+        HloOpcode::kSlice, Shape(f.dot->shape().element_type, sdims), {merged},
+        u.dot->name() + ".from_merged");
     for (int64_t i = 0; i < rank; ++i) {
-      SliceDim sd{0, ms.dims[static_cast<size_t>(i)], 1};
-      if (i == slice_dim) sd = SliceDim{start, start + d->shape().dims[static_cast<size_t>(i)], 1};
+      SliceDim sd{0, out[static_cast<size_t>(i)], 1};
+      if (i == nc_dim) sd = SliceDim{start, start + u.nc, 1};
       sl->mutable_slice()->push_back(sd);
     }
-    start += d->shape().dims[static_cast<size_t>(slice_dim)];
-    (void)d->ReplaceAllUsesWith(sl);
+    start += u.nc;
+    // Labels of the merged order M: batch pair k -> k, shared free j -> 100000 + j, other free
+    // j -> 200000 + j; the same labels in the dot's own order, then M's positions per label.
+    const Shape& os = u.dot->operand(1 - u.side)->shape();
+    std::vector<int64_t> m_labels, m_dims;
+    for (int64_t k = 0; k < nb; ++k) {
+      m_labels.push_back(u.batch[static_cast<size_t>(k)].first);
+      m_dims.push_back(ss.dims[static_cast<size_t>(u.batch[static_cast<size_t>(k)].first)]);
+    }
+    auto add_shared = [&] {
+      for (int64_t d : u.shared_free) {
+        m_labels.push_back(100000 + d);
+        m_dims.push_back(ss.dims[static_cast<size_t>(d)]);
+      }
+    };
+    auto add_other = [&] {
+      for (int64_t d : u.other_free) {
+        m_labels.push_back(200000 + d);
+        m_dims.push_back(os.dims[static_cast<size_t>(d)]);
+      }
+    };
+    if (shared_is_lhs) {
+      add_shared();
+      add_other();
+    } else {
+      add_other();
+      add_shared();
+    }
+    HloInstruction* v = Reshape(comp, sl, m_dims, u.dot->name() + ".unflat");
+    const DotDims& od = u.dot->dot_dims();
+    std::vector<int64_t> o_labels;
+    for (int64_t d : u.side == 0 ? od.lhs_batch : od.rhs_batch) {
+      o_labels.push_back(u.to_source[static_cast<size_t>(d)]);
+    }
+    // The dot's own free dims in operand order; the shared side's named by their source dims.
+    const Shape& sop = u.dot->operand(u.side)->shape();
+    const DotDims& dd = u.dot->dot_dims();
+    std::vector<int64_t> shared_free_in_order;
+    for (int64_t d : DotFreeDims(sop.rank(), u.side == 0 ? dd.lhs_batch : dd.rhs_batch,
+                                 u.side == 0 ? dd.lhs_contracting : dd.rhs_contracting)) {
+      shared_free_in_order.push_back(u.to_source[static_cast<size_t>(d)]);
+    }
+    if (u.side == 0) {
+      for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
+      for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
+    } else {
+      for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
+      for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
+    }
+    std::vector<int64_t> perm;
+    for (int64_t l : o_labels) {
+      perm.push_back(std::find(m_labels.begin(), m_labels.end(), l) - m_labels.begin());
+    }
+    v = Transpose(comp, v, perm, u.dot->name() + ".reorder");
+    if (!(v->shape().dims == u.dot->shape().dims)) {
+      v = Reshape(comp, v, u.dot->shape().dims, u.dot->name() + ".reorder");
+    }
+    (void)u.dot->ReplaceAllUsesWith(v);
   }
   return merged;
 }
 
-// Maps every computation of a while body that (with what it calls) holds a collective-permute
-// to that body: the steps of a windowed einsum ring.
-std::map<const HloComputation*, const HloComputation*> RingBodies(HloModule* module) {
-  std::map<const HloComputation*, const HloComputation*> out;
-  for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    for (const HloInstruction* w : comp->instructions()) {
-      if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2 ||
-          w->while_body() == nullptr) {
-        continue;
-      }
-      std::unordered_set<const HloComputation*> comps;
-      CollectCalled(w->while_body(), &comps);
-      bool permute = false;
-      for (const HloComputation* c : comps) {
-        for (const HloInstruction* i : c->instructions()) {
-          permute |= i->opcode() == HloOpcode::kCollectivePermute ||
-                     i->opcode() == HloOpcode::kCollectivePermuteStart;
-        }
-      }
-      if (!permute) continue;
-      for (const HloComputation* c : comps) out.emplace(c, w->while_body());
-    }
-  }
-  return out;
-}
-
 }  // namespace
-
-// The sub-byte type an operand is upcast from through transposes, reshapes, bitcasts and
-// converts (XLA's HasSubByteUpcast), or "".
-std::string SubByteUpcast(const HloInstruction* x) {
-  while (x != nullptr && (x->opcode() == HloOpcode::kTranspose || x->opcode() == HloOpcode::kReshape ||
-                          x->opcode() == HloOpcode::kBitcast || x->opcode() == HloOpcode::kConvert)) {
-    if (x->opcode() == HloOpcode::kConvert && x->operand_count() == 1) {
-      const PrimitiveType t = x->operand(0)->shape().element_type;
-      if (t != PrimitiveType::PRED && BitWidth(t) > 0 && BitWidth(t) < 8) return std::string(PrimitiveTypeName(t));
-    }
-    x = x->operand_count() > 0 ? x->operand(0) : nullptr;
-  }
-  return "";
-}
 
 absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   bool changed = false;
@@ -441,11 +413,28 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
     auto ring_it = ring_bodies.find(comp);
     const HloComputation* ring_body = ring_it == ring_bodies.end() ? nullptr : ring_it->second;
-    // operand (side) -> canonical dots using it on that side, in creation order.
-    std::map<std::pair<int64_t, int64_t>, std::vector<HloInstruction*>> groups;
-    std::map<int64_t, HloInstruction*> by_id;
+    std::map<HloInstruction*, std::string> refused;  // one remark per dot
+    std::unordered_set<const HloInstruction*> created;  // merged dots of earlier rounds
+    auto refuse = [&](HloInstruction* d, const std::string& why) {
+      if (refused.emplace(d, why).second) AddRemark(d->name(), false, "not merged: " + why);
+    };
+    // Rounds: a merge replaces its dots' results, so dots that read them (a dot of a merged
+    // dot's result) share a new value in the next round (XLA applies its replacements at the
+    // end, with the same effect). Each round merges at least one group or ends the loop.
+    for (int round = 0; round < 16; ++round) {
+    bool round_changed = false;
+    // Dots that may be merged, then their usages by shared value.
+    std::vector<HloInstruction*> dots;
     for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (!IsCanonicalDot(i)) continue;
+      if (i->opcode() != HloOpcode::kDot || i->operand_count() != 2 || !i->shape().IsArray() ||
+          created.count(i)) {
+        continue;  // a merged dot is not merged again (XLA adds it to no class)
+      }
+      const DotDims& d = i->dot_dims();
+      if (d.lhs_batch.size() != d.rhs_batch.size() ||
+          d.lhs_contracting.size() != d.rhs_contracting.size()) {
+        continue;
+      }
       if (!i->control_predecessors().empty() || !i->control_successors().empty()) {
         // The merged dot and its slices would not carry the ordering edge (XLA's
         // NoMergeControlPredecessor): left alone, and said so.
@@ -456,69 +445,120 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
         continue;
       }
       std::string sub_byte;
-      for (int64_t k = 0; k < i->operand_count() && sub_byte.empty(); ++k) sub_byte = SubByteUpcast(i->operand(k));
+      for (int64_t k = 0; k < 2 && sub_byte.empty(); ++k) sub_byte = SubByteUpcast(i->operand(k));
       if (!sub_byte.empty()) {
         // As XLA's merger, which skips such dots (its NoMergeSubByteUpcast test).
         AddRemark(i->name(), false, absl::StrCat("not merged: an operand is upcast from ", sub_byte));
         continue;
       }
+      dots.push_back(i);
+    }
+    // shared value -> usages (both sides), in post order.
+    std::map<int64_t, std::vector<Usage>> by_value;
+    for (HloInstruction* d : dots) {
       for (int64_t side = 0; side < 2; ++side) {
-        groups[{i->operand(side)->unique_id(), side}].push_back(i);
+        if (side == 1 && d->operand(1) == d->operand(0)) continue;  // one usage of x.x
+        Usage u = UsageOf(d, side);
+        by_value[u.source->unique_id()].push_back(std::move(u));
       }
     }
-    std::unordered_set<HloInstruction*> dead;
-    std::map<HloInstruction*, std::string> refused;  // remark once per dot
-    for (auto& [key, dots] : groups) {
-      if (dots.size() < 2) continue;
-      const int64_t side = key.second;
-      std::sort(dots.begin(), dots.end(), [](const HloInstruction* x, const HloInstruction* y) {
-        return x->unique_id() < y->unique_id();
-      });
-      // Guard and size first, one remark per refused dot.
-      const std::map<const HloInstruction*, std::string> ring_steps =
-          HandWrittenRingSteps(dots, side);
-      for (HloInstruction*& d : dots) {
-        std::string reason = GuardReason(d, ring_body);
-        if (auto it = ring_steps.find(d); reason.empty() && it != ring_steps.end()) {
-          reason = it->second;
+    std::unordered_set<HloInstruction*> merged_away;
+    for (auto& [value_id, usages] : by_value) {
+      if (usages.size() < 2) continue;
+      // Weave's guards first, one remark per refused dot.
+      std::vector<HloInstruction*> ring_dots;
+      for (const Usage& u : usages) ring_dots.push_back(u.dot);
+      std::vector<Usage> ok;
+      for (int64_t side = 0; side < 2; ++side) {
+        std::vector<HloInstruction*> same_side;
+        for (const Usage& u : usages) {
+          if (u.side == side) same_side.push_back(u.dot);
         }
-        if (reason.empty() && DotBytes(d) > threshold_bytes_) {
-          reason = absl::StrCat(DotBytes(d), " bytes exceed --dot-merger-threshold-mb (",
-                                threshold_bytes_, " bytes)");
-        }
-        if (!reason.empty()) {
-          if (refused.emplace(d, reason).second) AddRemark(d->name(), false, "not merged: " + reason);
-          d = nullptr;
-        }
-      }
-      for (size_t i = 0; i < dots.size(); ++i) {
-        for (size_t j = i + 1; j < dots.size(); ++j) {
-          HloInstruction* a = dots[i];
-          HloInstruction* b = dots[j];
-          if (a == nullptr || b == nullptr || dead.count(a) || dead.count(b)) continue;
-          if (DotBytes(a) > threshold_bytes_) continue;  // a merged dot grew past the limit
-          std::string why = Mismatch(a, b, side);
-          if (why.empty() && (DependsOn(a, b) || DependsOn(b, a))) why = "one depends on the other";
-          if (!why.empty()) {
-            AddRemark(b->name(), false, absl::StrCat("not merged with '", a->name(), "': ", why));
+        const std::map<const HloInstruction*, std::string> ring_steps =
+            HandWrittenRingSteps(same_side, side);
+        for (const Usage& u : usages) {
+          if (u.side != side) continue;
+          std::string reason = GuardReason(u.dot, ring_body);
+          if (auto it = ring_steps.find(u.dot); reason.empty() && it != ring_steps.end()) {
+            reason = it->second;
+          }
+          if (!reason.empty()) {
+            refuse(u.dot, reason);
             continue;
           }
-          HloInstruction* merged = Merge(comp, a, b, side);
-          AddRemark(a->name(), true,
-                    absl::StrCat("merged with '", b->name(), "' into '", merged->name(),
-                                 "' (shared ", side == 0 ? "lhs" : "rhs", " '",
-                                 merged->operand(side)->name(), "')"));
-          dead.insert(a);
-          dead.insert(b);
-          dots[i] = merged;
-          dots[j] = nullptr;
+          ok.push_back(u);
+        }
+      }
+      // Equivalence classes.
+      std::map<Key, std::vector<Usage>> classes;
+      for (const Usage& u : ok) classes[KeyOf(u)].push_back(u);
+      if (classes.size() > 1) {
+        // Dots that share the value but have no partner of their own key: say why.
+        const Key* largest = nullptr;
+        size_t most = 0;
+        for (const auto& [k, v] : classes) {
+          if (v.size() > most) most = v.size(), largest = &k;
+        }
+        for (const auto& [k, v] : classes) {
+          if (v.size() != 1 || &k == largest) continue;
+          const Usage& u = v.front();
+          if (u.dot == classes[*largest].front().dot) continue;
+          refuse(u.dot, absl::StrCat("shares '", u.source->name(), "' with '",
+                                     classes[*largest].front().dot->name(), "', but ",
+                                     KeyDifference(k, *largest)));
+        }
+      }
+      for (auto& [key, cands_all] : classes) {
+        std::map<HloInstruction*, std::string> why_not;
+        while (true) {
+          // Dots merged this round, or whose operand now reads another value, wait.
+          std::vector<Usage> cands;
+          for (const Usage& u : cands_all) {
+            if (!merged_away.count(u.dot) && UsageOf(u.dot, u.side).source == u.source) {
+              cands.push_back(u);
+            }
+          }
+          if (cands.size() < 2) {
+            for (const Usage& u : cands) {
+              if (auto it = why_not.find(u.dot); it != why_not.end()) refuse(u.dot, it->second);
+            }
+            break;
+          }
+          std::sort(cands.begin(), cands.end(), [](const Usage& a, const Usage& b) {
+            return std::make_pair(a.nc, a.dot->unique_id()) < std::make_pair(b.nc, b.dot->unique_id());
+          });
+          std::vector<Usage> group = FindGroup(cands, threshold_bytes_, &why_not);
+          if (group.size() < 2) {
+            for (const Usage& u : cands) {
+              auto it = why_not.find(u.dot);
+              refuse(u.dot, it != why_not.end() ? it->second
+                                                : "no dot of its kind is left to merge with");
+            }
+            break;
+          }
+          HloInstruction* merged = MergeGroup(comp, group);
+          created.insert(merged);
+          for (const Usage& u : group) {
+            std::vector<std::string> names;
+            for (const Usage& o : group) {
+              if (o.dot != u.dot) names.push_back(absl::StrCat("'", o.dot->name(), "'"));
+            }
+            AddRemark(u.dot->name(), true,
+                      absl::StrCat("merged with ", absl::StrJoin(names, ", "), " into '",
+                                   merged->name(), "' (shared ",
+                                   u.side == 0 ? "lhs" : "rhs", " '", u.source->name(), "')"));
+            merged_away.insert(u.dot);
+          }
           changed = true;
+          round_changed = true;
         }
       }
     }
-    for (HloInstruction* d : dead) {
+    for (HloInstruction* d : merged_away) {
       absl::Status s = comp->RemoveInstruction(d);
       if (!s.ok()) return s;
+    }
+    if (!round_changed) break;
     }
   }
   return changed;
@@ -529,7 +569,9 @@ absl::StatusOr<std::unique_ptr<HloPass>> MakeDotMerger(const PassOptions& option
   absl::StatusOr<double> mb = options.GetDouble("dot-merger-threshold-mb", 32);
   if (!mb.ok()) return mb.status();
   if (*mb < 0) return absl::InvalidArgumentError("--dot-merger-threshold-mb must be >= 0");
-  return std::unique_ptr<HloPass>(new DotMerger(static_cast<int64_t>(*mb * 1024 * 1024)));
+  const double bytes = *mb * 1024 * 1024;
+  return std::unique_ptr<HloPass>(
+      new DotMerger(bytes >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(bytes)));
 }
 }  // namespace
 

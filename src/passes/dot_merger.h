@@ -1,15 +1,25 @@
-// dot-merger: XLA's DotMerger, guarded so that it cannot block FP8 GEMMs.
+// dot-merger: XLA's DotMerger (xla/hlo/transforms/simplifiers/dot_merger.cc), guarded so that
+// it cannot block FP8 GEMMs or undo a windowed einsum.
 //
-// XLA's meaning: two canonical dots (batch dims leading, then one free and one contracting dim on
-// each side, in either order) that share an operand on the same side, have equal dimension
-// numbers, operand precisions and element types, and do not depend on each other, become
+// XLA's meaning: dots that read one value X (directly or through transposes) are grouped by what
+// a merged dot needs to agree on: X's batch and contracting dims, the element types of X, of the
+// other operand and of the result, operand precisions and algorithm, and the operation queue.
+// Within a group, sorted by the other operands' free size, the first window that qualifies is
+// merged: each member's free size within a factor 20 of the first's, no member reachable from
+// another (operands or control edges), the concat operand and result of the members so far at
+// most `dot-merger-threshold-mb` MiB before the next one joins (default 32, XLA's
+// xla_gpu_dot_merger_threshold_mb; so one member may take it past the limit), and a saving of
+// X's reads above 1e-5 of XLA's modeled runtime. The merged dot is
 //
-//   merged = dot(shared, concatenate(other_a, other_b))   (or with the sides swapped)
-//   a' = slice(merged), b' = slice(merged)
+//   merged = dot(X, concatenate(Y_1', ..., Y_n'))   (X on the side most members read it on)
+//   Y_i'   = Y_i transposed and reshaped to [batch..., free, contracting...] when Y_1's
+//            minor-most dim is a contracting dim, else to [batch..., contracting..., free] (XLA)
+//   dot_i' = slice(merged) reshaped to its free dims and transposed to dot_i's own order
 //
-// concatenating along the other operands' free dim. Both dots must be small: bytes of the dot's
-// result plus its operands <= `dot-merger-threshold-mb` MiB (default 32, XLA's
-// xla_gpu_dot_merger_threshold_mb). Merging repeats within a group of dots sharing an operand.
+// with any number of batch, contracting and free dims, batch dims anywhere. Merging repeats in
+// rounds, so that dots reading a merged dot's result can merge in turn; a merged dot is not
+// merged again. Every dot that shares a value with another and is not merged gets a remark with
+// the reason (different key, size, ratio, dependency, Weave's guards).
 //
 // Guard (Weave, not in XLA): a dot is never merged when either operand derives from FP8
 // (dequantized, unscaled convert or direct FP8; passes/fp8_operand.h ReachesFp8), nor when it
@@ -31,7 +41,9 @@
 //    are sent on by collective-permutes (through add/convert/views: a reduce-scatter ring).
 // A dot with control predecessors or successors is not merged (the merge would drop the edge),
 // nor one with an operand upcast from a sub-byte type such as s4 (XLA's HasSubByteUpcast).
-// Each refusal and each merge gets a remark.
+// Each refusal and each merge gets a remark. Not followed as XLA does: a shared value reached
+// through reshapes or bitcasts (XLA maps dim categories through them), and size-1 dims (XLA
+// ignores them in the key).
 #pragma once
 
 #include <cstdint>
