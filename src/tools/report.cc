@@ -3,6 +3,7 @@
 // loops), report_reasons.cc (collectives left alone and why), report_all_to_all.cc,
 // report_json.cc and report_table.cc (the two forms), report_cost_gate.cc and report_numerics.cc
 // (their sections).
+#include <cstdlib>
 #include "tools/report.h"
 
 #include <algorithm>
@@ -76,6 +77,17 @@ void AnalyzeCompileOutput(const CompileInputAnalysis& before, const HloModule& a
       });
   report->fired["cache"] = CacheConsumers(report->loops) > before.cache_consumers || cache_remark;
   report->fired["dot-merger"] = applied_by("dot-merger");
+  report->epilogue_gemms = 0;
+  report->epilogue_bytes_saved = 0;
+  for (const Remark& r : report->remarks) {
+    if (!r.applied || r.pass != "fp8-gemm-rewriter") continue;
+    const size_t k = r.message.find("saves an epilogue kernel's ");
+    if (k == std::string::npos) continue;
+    ++report->epilogue_gemms;
+    report->epilogue_bytes_saved +=
+        std::strtoll(r.message.c_str() + k + std::string_view("saves an epilogue kernel's ").size(),
+                     nullptr, 10);
+  }
   // Every consumer of an all-gather computed in the ring (windowed-einsum-consumers-in-ring), and
   // reduce-scatter loops in the ring layout (N-1 transfers; windowed_einsum/windowed_einsum_rs_ring.h).
   report->fired["windowed-in-ring"] = applied_by("windowed-einsum-consumers-in-ring");

@@ -231,6 +231,11 @@ struct CompileReport {
   // all-gather cache), "dot-merger" (dots were merged), "windowed-in-ring" (the consumers of an all-gather
   // compute inside its loop), "windowed-ring-rs" (a reduce-scatter loop in the ring layout).
   std::map<std::string, bool> fired;
+  // FP8 GEMM calls that took epilogues in (fp8-gemm-rewriter's applied remarks), and the HBM
+  // bytes the folds save per execution of those calls: each call's wide result, which a separate
+  // epilogue kernel would write and read back (2 x elements x bytes of the dot's type).
+  int64_t epilogue_gemms = 0;
+  int64_t epilogue_bytes_saved = 0;
   std::string status = "ok";           // "ok", "numerics-mismatch", "required-missing", ...
   int exit_code = 0;
 };

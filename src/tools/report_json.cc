@@ -84,6 +84,8 @@ nlohmann::json ReportToJson(const CompileReport& r) {
   }
   j["remarks"] = remarks;
   j["fired"] = r.fired;
+  j["fp8_gemm_epilogues"] = {{"calls", r.epilogue_gemms},
+                             {"hbm_bytes_saved_per_execution", r.epilogue_bytes_saved}};
   j["cost_gate"] = CostGateToJson(r.cost_gate);
   j["numerics"] = NumericsToJson(r.numerics);
   if (!r.input_form.empty()) j["input_form"] = r.input_form;

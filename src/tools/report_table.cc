@@ -128,6 +128,11 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
                         FormatFlops(r.before.fp8_flops), FormatFlops(r.after.fp8_flops));
   absl::StrAppendFormat(&o, "  %-30s %12d %14d\n", "FP8 GEMMs (custom calls)",
                         r.before.fp8_gemms, r.after.fp8_gemms);
+  if (r.epilogue_gemms > 0) {
+    absl::StrAppendFormat(&o, "  %-30s %12s %14d   %s of HBM traffic saved per execution\n",
+                          "  with epilogues folded", "", r.epilogue_gemms,
+                          FormatBytes(r.epilogue_bytes_saved));
+  }
   absl::StrAppendFormat(&o, "  %-30s %12d %14d\n", "dots", r.before.dots, r.after.dots);
   absl::StrAppendFormat(&o, "  %-30s %12d %14d\n", "instructions", r.before.instructions,
                         r.after.instructions);
