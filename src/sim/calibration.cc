@@ -329,7 +329,7 @@ absl::StatusOr<std::pair<double, double>> SimulateWeave(const std::string& text,
   if (!m.ok()) return m.status();
   PassOptions options;
   for (const char* name : {"windowed-einsum-decomposer", "windowed-einsum-handler",
-                           "collective-quantizer", "dot-merger", "block-scaling-rewriter", "fp8-gemm-rewriter", "cse", "dce",
+                           "windowed-einsum-epilogue", "collective-quantizer", "dot-merger", "block-scaling-rewriter", "fp8-gemm-rewriter", "cse", "dce",
                            "tuple-simplifier", "while-loop-dead-tuple-elements"}) {
     absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
     if (!p.ok()) continue;  // a pass missing from this build

@@ -96,7 +96,8 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
       "partitioned first, as by weave partition, and --verify-numerics compares with it): "
       "verify, collective-quantizer, windowed-einsum-decomposer, block-scaled-windowed-einsum, "
       "all-to-all-windowed-einsum, "
-      "windowed-einsum-handler, collective-quantizer, dot-merger, block-scaling-rewriter, "
+      "windowed-einsum-handler, windowed-einsum-consumers-in-ring, windowed-einsum-epilogue, "
+      "collective-quantizer, dot-merger, block-scaling-rewriter, "
       "fp8-gemm-rewriter, cleanup, verify");
   cmd->add_option("input", opts->input, "Partitioned or global HLO module ('-' = stdin)")
       ->required();

@@ -46,6 +46,7 @@ constexpr Stage kStages[] = {
     {"all-to-all-windowed-einsum", "all-to-all"},
     {"windowed-einsum-handler", "handler"},
     {"windowed-einsum-consumers-in-ring", "handler"},
+    {"windowed-einsum-epilogue", "handler"},
     {"collective-quantizer", "quantize"},
     {"dot-merger", "dot-merger"},
     {"block-scaling-rewriter", "fp8-gemm"},

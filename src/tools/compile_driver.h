@@ -7,7 +7,8 @@
 //    calls are declined by name, exit 1] ->
 //   verify -> windowed-einsum-decomposer -> block-scaled-windowed-einsum ->
 //   all-to-all-windowed-einsum ->
-//   windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> collective-quantizer ->
+//   windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> windowed-einsum-epilogue ->
+//   collective-quantizer ->
 //   dot-merger -> block-scaling-rewriter -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
 //   while-loop-dead-tuple-elements -> verify,
 // then the report (tools/report.h), --verify-numerics (compile_numerics.h: against the global

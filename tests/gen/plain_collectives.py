@@ -135,6 +135,44 @@ def dot_out(lhs, rhs, lc, rc):
     return [d for i, d in enumerate(lhs) if i != lc] + [d for i, d in enumerate(rhs) if i != rc]
 
 
+def epilogue(m, kind, r, sh, k):
+    """Elementwise ops after result r (shape text sh); returns the new (name, shape) result."""
+    dtype = sh.split("[")[0]
+    dims = [int(d) for d in sh.split("[")[1].split("]")[0].split(",")]
+    full = shape(dtype, dims)
+    bdim = 1 if kind == "rowbias" else len(dims) - 1
+    L = m.lines
+    if kind in ("bias-relu", "rowbias", "twice"):
+        m.param(f"bias{k}", dtype, [dims[bdim]], "{replicated}")
+        L.append(f"  bias{k}.b = {full} broadcast(bias{k}), dimensions={{{bdim}}}")
+        L.append(f"  {r}.biased = {full} add({r}, bias{k}.b)")
+        if kind == "twice":
+            L.append(f"  {r}.neg = {full} negate({r}.biased)")
+            L.append(f"  {r}.pair = ({full}, {full}) tuple({r}.biased, {r}.neg)")
+            return (f"{r}.pair", f"({full}, {full})")
+        L.append(f"  {r}.zero = {dtype}[] constant(0)")
+        L.append(f"  {r}.zeros = {full} broadcast({r}.zero), dimensions={{}}")
+        L.append(f"  {r}.relu = {full} maximum({r}.biased, {r}.zeros)")
+        return (f"{r}.relu", full)
+    # tanh GELU: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+    c = lambda n, v: (L.append(f"  {r}.{n} = {dtype}[] constant({v})"),
+                      L.append(f"  {r}.{n}b = {full} broadcast({r}.{n}), dimensions={{}}"))
+    c("c0", 0.044715)
+    c("c1", 0.7978845608)
+    c("one", 1)
+    c("half", 0.5)
+    L.append(f"  {r}.sq = {full} multiply({r}, {r})")
+    L.append(f"  {r}.cube = {full} multiply({r}.sq, {r})")
+    L.append(f"  {r}.t = {full} multiply({r}.c0b, {r}.cube)")
+    L.append(f"  {r}.sum = {full} add({r}, {r}.t)")
+    L.append(f"  {r}.in = {full} multiply({r}.c1b, {r}.sum)")
+    L.append(f"  {r}.tanh = {full} tanh({r}.in)")
+    L.append(f"  {r}.p1 = {full} add({r}.oneb, {r}.tanh)")
+    L.append(f"  {r}.cdf = {full} multiply({r}.halfb, {r}.p1)")
+    L.append(f"  {r}.gelu = {full} multiply({r}, {r}.cdf)")
+    return (f"{r}.gelu", full)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=["ag", "rs", "ards"])
@@ -163,6 +201,10 @@ def main():
     ap.add_argument("--consumers", type=int, default=1)
     ap.add_argument("--block", type=int, default=2, help="shard length along the collective dim")
     ap.add_argument("--channel", type=int, default=1)
+    ap.add_argument("--epilogue", choices=["none", "bias-relu", "gelu", "rowbias", "twice"],
+                    default="none",
+                    help="after each result: a bias along the last dim then ReLU; the tanh GELU; "
+                         "a bias along dim 1 (the gathered rows); a bias whose sum is read twice")
     ap.add_argument("-o", "--output")
     a = ap.parse_args()
 
@@ -406,6 +448,8 @@ def main():
             m.lines.append(f"  y = {shape(wide, local)} dynamic-slice(summed, {', '.join(offs)}), "
                            f"dynamic_slice_sizes={{{','.join(map(str, local))}}}")
         results.append(("y", shape(wide, local)))
+    if a.epilogue != "none":
+        results = [epilogue(m, a.epilogue, r, sh, k) for k, (r, sh) in enumerate(results)]
     body = m.lines
     root_shape = "(" + ", ".join(s for _, s in results) + ")"
     body.append(f"  ROOT result = {root_shape} tuple({', '.join(r for r, _ in results)})")

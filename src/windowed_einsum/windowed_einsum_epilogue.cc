@@ -1,0 +1,323 @@
+#include "windowed_einsum/windowed_einsum_epilogue.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "windowed_einsum/windowed_loop.h"
+
+namespace weave {
+namespace {
+
+bool IsEpilogueOp(HloOpcode op) {
+  switch (op) {
+    case HloOpcode::kAdd:
+    case HloOpcode::kSubtract:
+    case HloOpcode::kMultiply:
+    case HloOpcode::kDivide:
+    case HloOpcode::kMaximum:
+    case HloOpcode::kMinimum:
+    case HloOpcode::kTanh:
+    case HloOpcode::kExp:
+    case HloOpcode::kNegate:
+    case HloOpcode::kAbs:
+      return true;
+    default:
+      return false;
+  }
+}
+
+HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
+                       const std::string& name) {
+  HloInstruction* g = c->AddInstruction(
+      HloOpcode::kGetTupleElement, tuple->shape().tuple_shapes[static_cast<size_t>(index)],
+      {tuple}, name);
+  g->tuple_index = index;
+  return g;
+}
+
+// The epilogue region after the loop's output element `out` (see the header). Fills `region`
+// (in post order), `sink` and `invariants` (the values under the region's broadcasts), or
+// returns why not.
+std::string FindRegion(HloInstruction* out, const std::set<int64_t>& block_dims,
+                       std::vector<HloInstruction*>* region, HloInstruction** sink,
+                       std::vector<HloInstruction*>* invariants) {
+  const Shape& s = out->shape();
+  std::unordered_set<HloInstruction*> in;
+  std::vector<HloInstruction*> work(out->users().begin(), out->users().end());
+  while (!work.empty()) {
+    HloInstruction* i = work.back();
+    work.pop_back();
+    if (in.count(i)) continue;
+    if (!IsEpilogueOp(i->opcode()) || !i->shape().IsArray() || i->shape().dims != s.dims ||
+        i->shape().element_type != s.element_type) {
+      bool reads_out = false;
+      for (const HloInstruction* o : i->operands()) reads_out |= o == out;
+      if (reads_out) {
+        return absl::StrCat("'", i->name(), "' (", std::string(HloOpcodeString(i->opcode())),
+                            ") reads the result and is not an elementwise epilogue op of its "
+                            "shape and type");
+      }
+      continue;  // a reader after the epilogue
+    }
+    in.insert(i);
+    for (HloInstruction* u : i->users()) work.push_back(u);
+    if (in.size() > 64) return "the elementwise region after the loop has more than 64 ops";
+  }
+  if (in.empty()) return "nothing reads the loop's result";
+  // Operands, and the single sink.
+  *sink = nullptr;
+  std::set<HloInstruction*> inv;
+  for (HloInstruction* i : in) {
+    for (HloInstruction* o : i->operands()) {
+      if (o == out || in.count(o)) continue;
+      if (o->opcode() == HloOpcode::kConstant) continue;
+      if (o->opcode() == HloOpcode::kBroadcast && o->operand_count() == 1) {
+        for (int64_t d : o->dimensions) {
+          if (block_dims.count(d)) {
+            return absl::StrCat("'", o->name(), "' is broadcast along dim ", d,
+                                ", which the steps write in blocks");
+          }
+        }
+        // A broadcast constant is rebuilt in the body; any other value is passed in.
+        if (o->operand(0)->opcode() != HloOpcode::kConstant) inv.insert(o->operand(0));
+        continue;
+      }
+      return absl::StrCat("'", i->name(), "' reads '", o->name(),
+                          "', which is neither a constant nor a broadcast");
+    }
+    bool read_outside = i->IsRoot();
+    for (HloInstruction* u : i->users()) read_outside |= !in.count(u);
+    if (read_outside) {
+      if (*sink != nullptr) {
+        return absl::StrCat("both '", (*sink)->name(), "' and '", i->name(),
+                            "' are read after the epilogue");
+      }
+      *sink = i;
+    }
+  }
+  if (*sink == nullptr) return "the epilogue's result is not read";
+  // Post order of the region (operands first).
+  std::vector<HloInstruction*> order;
+  std::unordered_set<HloInstruction*> done;
+  std::function<void(HloInstruction*)> visit = [&](HloInstruction* i) {
+    if (!in.count(i) || done.count(i)) return;
+    done.insert(i);
+    for (HloInstruction* o : i->operands()) visit(o);
+    order.push_back(i);
+  };
+  for (HloInstruction* i : in) visit(i);
+  *region = order;
+  invariants->assign(inv.begin(), inv.end());
+  std::sort(invariants->begin(), invariants->end(),
+            [](const HloInstruction* a, const HloInstruction* b) {
+              return a->unique_id() < b->unique_id();
+            });
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
+  bool changed = false;
+  std::vector<HloInstruction*> whiles;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
+      if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
+    }
+  }
+  for (HloInstruction* w : whiles) {
+    std::optional<WindowedLoop> loop = MatchWindowedLoop(w);
+    if (!loop || loop->kind != WindowedLoopKind::kAllGather || loop->dots.empty()) continue;
+    auto skip = [&](const std::string& why) {
+      AddRemark(w->name(), false, "epilogue left after the loop: " + why);
+    };
+    // The output element: the chain of dynamic-update-slices the dots write through.
+    HloComputation* body = loop->body;
+    HloInstruction* root = body->root();
+    HloInstruction* first = loop->dots[0].merge;
+    if (first == nullptr || first->opcode() != HloOpcode::kDynamicUpdateSlice ||
+        root->opcode() != HloOpcode::kTuple) {
+      continue;  // contracting-dim windowing: the steps accumulate
+    }
+    int64_t index = -1;
+    for (int64_t k = 0; k < root->operand_count() && index < 0; ++k) {
+      HloInstruction* v = root->operand(k);
+      while (v->opcode() == HloOpcode::kDynamicUpdateSlice && v != first) v = v->operand(0);
+      if (v == first) index = k;
+    }
+    if (index < 0) continue;
+    std::vector<HloInstruction*> writes;
+    std::set<int64_t> block_dims;
+    HloInstruction* v = root->operand(index);
+    while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
+      writes.push_back(v);
+      const Shape& part = v->operand(1)->shape();
+      for (int64_t d = 0; d < part.rank(); ++d) {
+        if (part.dims[static_cast<size_t>(d)] != v->shape().dims[static_cast<size_t>(d)]) {
+          block_dims.insert(d);
+        }
+      }
+      v = v->operand(0);
+    }
+    if (!(v->opcode() == HloOpcode::kGetTupleElement && v->operand(0) == body->parameter(0) &&
+          v->tuple_index == index)) {
+      skip("the output element is not written only by dynamic-update-slices of the dots");
+      continue;
+    }
+    if (writes.size() != loop->dots.size()) {
+      skip("the output element's writes are not one per dot");
+      continue;
+    }
+    // After the loop: one get-tuple-element of the output element, read only by the epilogue.
+    HloComputation* comp = w->parent();
+    HloInstruction* out = nullptr;
+    bool other_reader = false;
+    for (HloInstruction* g : w->users()) {
+      if (g->opcode() != HloOpcode::kGetTupleElement) {
+        other_reader = true;
+      } else if (g->tuple_index == index) {
+        if (out != nullptr) other_reader = true;
+        out = g;
+      }
+    }
+    if (out == nullptr || w->IsRoot()) continue;
+    if (other_reader) {
+      skip("the loop's result is read whole or more than once");
+      continue;
+    }
+    std::vector<HloInstruction*> region, invariants;
+    HloInstruction* sink = nullptr;
+    if (out->IsRoot() || out->user_count() == 0) continue;
+    if (std::string why = FindRegion(out, block_dims, &region, &sink, &invariants); !why.empty()) {
+      skip(why);
+      continue;
+    }
+    // The loop state gains the invariants.
+    Shape state = w->shape();
+    const int64_t base = static_cast<int64_t>(state.tuple_shapes.size());
+    for (HloInstruction* x : invariants) state.tuple_shapes.push_back(x->shape());
+    HloInstruction* old_init = w->operand(0);
+    std::vector<HloInstruction*> init_ops;
+    if (old_init->opcode() == HloOpcode::kTuple) {
+      init_ops = old_init->operands();
+    } else {
+      for (size_t i = 0; i < w->shape().tuple_shapes.size(); ++i) {
+        init_ops.push_back(AddGte(comp, old_init, static_cast<int64_t>(i),
+                                  absl::StrCat(old_init->name(), ".", i)));
+      }
+    }
+    init_ops.insert(init_ops.end(), invariants.begin(), invariants.end());
+    HloInstruction* new_init = comp->AddInstruction(HloOpcode::kTuple, state, init_ops,
+                                                    absl::StrCat(old_init->name(), ".epilogue"));
+    if (absl::Status s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
+    w->set_shape(state);
+    w->sharding.reset();
+    if (old_init->user_count() == 0 && !old_init->IsRoot()) {
+      if (absl::Status s = comp->RemoveUnusedChains(
+              {old_init}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); });
+          !s.ok()) {
+        return s;
+      }
+    }
+    HloInstruction* param = body->parameter(0);
+    param->set_shape(state);
+    param->sharding.reset();
+    loop->condition->parameter(0)->set_shape(state);
+    loop->condition->parameter(0)->sharding.reset();
+    std::unordered_map<const HloInstruction*, HloInstruction*> inv_gte;
+    for (size_t k = 0; k < invariants.size(); ++k) {
+      HloInstruction* g = AddGte(body, param, base + static_cast<int64_t>(k),
+                                 invariants[k]->name() + ".epilogue");
+      inv_gte[invariants[k]] = g;
+      root->AppendOperand(g);
+    }
+    root->set_shape(state);
+    root->sharding.reset();
+    // Each step applies the region to its block.
+    std::unordered_map<const HloInstruction*, HloInstruction*> body_constants;
+    for (size_t s = 0; s < writes.size(); ++s) {
+      HloInstruction* dus = writes[s];
+      HloInstruction* part = dus->operand(1);
+      const Shape& ps = part->shape();
+      std::unordered_map<const HloInstruction*, HloInstruction*> map;
+      map[out] = part;
+      for (HloInstruction* i : region) {
+        std::vector<HloInstruction*> ops;
+        for (HloInstruction* o : i->operands()) {
+          if (auto it = map.find(o); it != map.end()) {
+            ops.push_back(it->second);
+          } else if (o->opcode() == HloOpcode::kConstant) {
+            HloInstruction*& c = body_constants[o];
+            if (c == nullptr) {
+              c = body->AddInstruction(o->CloneWithNewOperands(o->shape(), {}, ".epilogue"));
+            }
+            ops.push_back(c);
+          } else {  // a broadcast (of an invariant or a constant), rebuilt at the block's shape
+            HloInstruction* x = o->operand(0);
+            HloInstruction* src = nullptr;
+            if (x->opcode() == HloOpcode::kConstant) {
+              HloInstruction*& c = body_constants[x];
+              if (c == nullptr) {
+                c = body->AddInstruction(x->CloneWithNewOperands(x->shape(), {}, ".epilogue"));
+              }
+              src = c;
+            } else {
+              src = inv_gte.at(x);
+            }
+            HloInstruction* b = body->AddInstruction(
+                HloOpcode::kBroadcast, Shape(o->shape().element_type, ps.dims), {src},
+                absl::StrCat(o->name(), ".step", s));
+            b->dimensions = o->dimensions;
+            b->has_dimensions_attr = true;
+            ops.push_back(b);
+          }
+        }
+        auto clone = i->CloneWithNewOperands(Shape(i->shape().element_type, ps.dims), ops,
+                                             absl::StrCat(".step", s));
+        clone->sharding.reset();
+        map[i] = body->AddInstruction(std::move(clone));
+      }
+      if (absl::Status st = dus->ReplaceOperandWith(1, map.at(sink)); !st.ok()) return st;
+    }
+    // After the loop, the sink is the loop's output.
+    if (sink->sharding && !out->sharding) out->sharding = sink->sharding;
+    if (absl::Status s = sink->ReplaceAllUsesWith(out); !s.ok()) return s;
+    if (absl::Status s = comp->RemoveUnusedChains(
+            {sink}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); });
+        !s.ok()) {
+      return s;
+    }
+    changed = true;
+    std::vector<std::string> names;
+    for (const HloInstruction* i : region) names.push_back(absl::StrCat("'", i->name(), "'"));
+    AddRemark(w->name(), true,
+              absl::StrCat("epilogue ", absl::StrJoin(names, ", "), " computed by every step on "
+                           "the block it writes (", writes.size(), " write",
+                           writes.size() == 1 ? "" : "s", " in the body, ", loop->trip_count,
+                           " iteration", loop->trip_count == 1 ? "" : "s", "; ",
+                           invariants.size(), " loop-invariant operand",
+                           invariants.size() == 1 ? "" : "s", " passed in), instead of after the "
+                           "loop"));
+  }
+  return changed;
+}
+
+namespace {
+absl::StatusOr<std::unique_ptr<HloPass>> MakeWindowedEinsumEpilogue(const PassOptions&) {
+  return std::unique_ptr<HloPass>(new WindowedEinsumEpilogue());
+}
+}  // namespace
+
+WEAVE_REGISTER_PASS("windowed-einsum-epilogue", MakeWindowedEinsumEpilogue);
+
+}  // namespace weave
