@@ -11,7 +11,8 @@
 // Semantics (cuBLASLt's FP8 matmul, with f32 compute type):
 //   acc   = sum_k a[..,k] * b[..,k]           products exact, summed in f64, rounded once to f32
 //   t     = (alpha * a_scale * b_scale) * acc + beta * c     (f32 arithmetic)
-//   t     = epilogue(t [+ bias])                 RELU: max(t, 0); GELU: tanh approximation
+//   t     = epilogue(t [+ bias])                 RELU: max(t, 0); GELU: tanh approximation;
+//                                                GELU_AUX also returns t before the GELU
 //   amax  = max |t|                              (before d_scale; NaN if any t is NaN)
 //   D     = FP8 output: round_fp8(clamp(t * d_scale, -max, max))   (saturating, as cuBLASLt)
 //           otherwise: round(t) to D's type (bf16, f16, f32; round to nearest even)
@@ -107,9 +108,12 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   const double beta = Number(g, "beta", 0.0);
   const std::string epilogue = g.value("epilogue", std::string("DEFAULT"));
   const bool damax = g.value("damax_output", false);
-  const bool has_bias = epilogue == "BIAS" || epilogue == "BIAS_RELU" || epilogue == "BIAS_GELU";
+  const bool has_bias = epilogue == "BIAS" || epilogue == "BIAS_RELU" ||
+                        epilogue == "BIAS_GELU" || epilogue == "BIAS_GELU_AUX";
   const bool relu = epilogue == "RELU" || epilogue == "BIAS_RELU";
-  const bool gelu = epilogue == "GELU" || epilogue == "BIAS_GELU";
+  // GELU_AUX: the pre-activation value is also returned, as tuple element 1 in D's type.
+  const bool aux = epilogue == "GELU_AUX" || epilogue == "BIAS_GELU_AUX";
+  const bool gelu = epilogue == "GELU" || epilogue == "BIAS_GELU" || aux;
   if (!(epilogue == "DEFAULT" || has_bias || relu || gelu)) {
     return Error(instr, absl::StrCat("epilogue ", epilogue, " is not supported"));
   }
@@ -132,10 +136,15 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   const PrimitiveType dt = d_shape.element_type;
   const bool fp8_out = dt == PrimitiveType::F8E4M3FN || dt == PrimitiveType::F8E5M2 ||
                        dt == PrimitiveType::F8E4M3FNUZ || dt == PrimitiveType::F8E5M2FNUZ;
-  if (damax && (!rs.IsTuple() || rs.tuple_shapes.size() < 2 ||
-                rs.tuple_shapes[1].element_type != PrimitiveType::F32 ||
-                rs.tuple_shapes[1].rank() != 0)) {
-    return Error(instr, "damax_output needs a tuple result with f32[] at index 1");
+  const size_t amax_index = aux ? 2 : 1;
+  if (damax && (!rs.IsTuple() || rs.tuple_shapes.size() <= amax_index ||
+                rs.tuple_shapes[amax_index].element_type != PrimitiveType::F32 ||
+                rs.tuple_shapes[amax_index].rank() != 0)) {
+    return Error(instr, absl::StrCat("damax_output needs a tuple result with f32[] at index ",
+                                     amax_index));
+  }
+  if (aux && (!rs.IsTuple() || rs.tuple_shapes.size() < 2 || rs.tuple_shapes[1] != d_shape)) {
+    return Error(instr, "a GELU_AUX epilogue needs D's shape again at tuple index 1");
   }
 
   // Operands. An FP8 D may come without d_scale (XLA's call for a dot whose own result is FP8):
@@ -219,6 +228,7 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   const float fbeta = static_cast<float>(beta);
   const double dmax = fp8_out ? MaxFinite(dt) : 0.0;
   Value d = Value::Zeros(d_shape);
+  Value pre = aux ? Value::Zeros(d_shape) : Value();
   float amax = 0.0f;
   int64_t o = 0;
   for (int64_t bi = 0; bi < static_cast<int64_t>(a_batch.size()); ++bi) {
@@ -233,6 +243,7 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
         float t = scale * static_cast<float>(acc);
         if (c != nullptr) t += fbeta * static_cast<float>(c->GetDouble(o));
         if (bias != nullptr) t += static_cast<float>(bias->GetDouble(o % bias_count));
+        if (aux) pre.f[static_cast<size_t>(o)] = static_cast<float>(RoundToType(t, dt));
         if (relu) t = t > 0.0f ? t : (std::isnan(t) ? t : 0.0f);
         if (gelu) t = Gelu(t);
         if (std::isnan(t) || std::isnan(amax)) amax = std::nanf("");
@@ -256,7 +267,9 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   out.elements.push_back(Share(std::move(d)));
   for (size_t i = 1; i < rs.tuple_shapes.size(); ++i) {
     Value e;
-    if (i == 1 && damax) {
+    if (i == 1 && aux) {
+      e = std::move(pre);
+    } else if (i == amax_index && damax) {
       e = Value::Zeros(rs.tuple_shapes[i]);
       e.f[0] = amax;
     } else if (i + 1 == rs.tuple_shapes.size() && rs.tuple_shapes[i].element_type == PrimitiveType::S8) {

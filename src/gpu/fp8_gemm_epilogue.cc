@@ -326,16 +326,16 @@ class ChainPlanner {
   bool Step() {
     if (cur_->IsRoot() || cur_->user_count() == 0) return false;
     if (HloInstruction* gelu = MatchApproxGelu(cur_)) {
-      if (cur_->user_count() != 4) {
-        return Stop(gelu, absl::StrCat("the GELU input is also read outside the GELU (",
-                                       cur_->user_count() - 4, " more reader(s)); that needs "
-                                       "cuBLASLt's GELU_AUX output, which Weave does not form"));
-      }
       if (!(Epilogue("DEFAULT") || Epilogue("BIAS"))) {
         return Stop(gelu, absl::StrCat("GELU after the ", plan_.epilogue, " epilogue"));
       }
-      plan_.epilogue = Epilogue("BIAS") ? "BIAS_GELU" : "GELU";
-      Fold(gelu, "gelu");
+      // The GELU's input also read elsewhere: XLA's GELU_AUX writes that pre-activation value
+      // as the call's second output (FuseGeluActivation's has_aux), for those readers.
+      const bool aux = cur_->user_count() > 4;
+      plan_.epilogue = Epilogue("BIAS") ? (aux ? "BIAS_GELU_AUX" : "BIAS_GELU")
+                                        : (aux ? "GELU_AUX" : "GELU");
+      if (aux) plan_.aux_readers_of = cur_;
+      Fold(gelu, aux ? "gelu-aux" : "gelu");
       return true;
     }
     if (cur_->user_count() != 1) return false;
@@ -505,6 +505,18 @@ class ChainPlanner {
   // two chains (XLA's F8ConvertD, CUDA only).
   void PlanFp8Output() {
     HloInstruction* cur = cur_;
+    if (plan_.aux_readers_of != nullptr) {
+      bool fp8_next = false;
+      for (const HloInstruction* u : cur->users()) {
+        fp8_next |= u->opcode() == HloOpcode::kClamp || (u->opcode() == HloOpcode::kConvert &&
+                                                         IsFp8(u->shape().element_type));
+      }
+      if (fp8_next) {
+        plan_.skipped.push_back("FP8 output not folded: the call already writes GELU_AUX's "
+                                "auxiliary output (XLA folds no FP8 output after it)");
+      }
+      return;
+    }
     const bool nonnegative = Epilogue("RELU") || Epilogue("BIAS_RELU");
     auto diagnose = [&](const OutputPlan& p) {
       std::vector<std::string> d =

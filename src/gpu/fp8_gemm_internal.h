@@ -39,7 +39,8 @@ std::optional<double> ScalarConstantValue(const HloInstruction* i);
 // order its post-order visitor meets them, each on a GEMM value with a single user.
 struct OutputPlan {
   double alpha = 1.0;
-  // cuBLASLt epilogue: DEFAULT, BIAS, RELU, BIAS_RELU, GELU or BIAS_GELU.
+  // cuBLASLt epilogue: DEFAULT, BIAS, RELU, BIAS_RELU, GELU, BIAS_GELU, GELU_AUX or
+  // BIAS_GELU_AUX.
   std::string epilogue = "DEFAULT";
   // Matrix bias C (beta = 1), in the dot's result shape and type; null when none.
   HloInstruction* matrix_bias = nullptr;
@@ -50,6 +51,9 @@ struct OutputPlan {
   // F8ScaleD); null when none.
   HloInstruction* output_scale = nullptr;
   bool output_scale_is_divide = false;
+  // GELU_AUX: the value (the dot) whose readers outside the GELU read the call's auxiliary
+  // output, the pre-activation (tuple element 1); null otherwise.
+  HloInstruction* aux_readers_of = nullptr;
   // The last instruction of the folded chain (the dot when nothing is folded): its users read D.
   HloInstruction* last = nullptr;
   // FP8 output: convert_fp8(clamp(lo, X, hi)).

@@ -297,6 +297,26 @@ HloInstruction* DotRewriter::VectorBiasOperand(HloInstruction* bias, int64_t np)
   return p;
 }
 
+// Is `r` one of the ops of the GELU whose output is `out`: those between its input `pre`
+// (exclusive) and `out`, which are multiplies, adds and a tanh?
+bool IsInGelu(const HloInstruction* r, const HloInstruction* out, const HloInstruction* pre) {
+  std::vector<const HloInstruction*> work = {out};
+  std::set<const HloInstruction*> seen;
+  while (!work.empty()) {
+    const HloInstruction* i = work.back();
+    work.pop_back();
+    if (i == pre || !seen.insert(i).second || seen.size() > 16) continue;
+    if (i == r) return true;
+    for (const HloInstruction* o : i->operands()) {
+      if (o->opcode() == HloOpcode::kMultiply || o->opcode() == HloOpcode::kAdd ||
+          o->opcode() == HloOpcode::kTanh) {
+        work.push_back(o);
+      }
+    }
+  }
+  return false;
+}
+
 const char* KindName(Fp8OperandMatch::Kind k) {
   switch (k) {
     case Fp8OperandMatch::Kind::kDirect: return "direct";
@@ -443,6 +463,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     d_shape.SetDefaultLayout();
   }
   std::vector<Shape> results = {d_shape};
+  if (plan.aux_readers_of != nullptr) results.push_back(d_shape);  // GELU_AUX: pre-activation
   if (plan.amax_reduce != nullptr) results.push_back(Shape::Scalar(PrimitiveType::F32));
   Shape ws(PrimitiveType::S8, {target_.WorkspaceBytes()});
   ws.SetDefaultLayout();
@@ -461,18 +482,35 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     call->SetRawAttribute("output_to_operand_aliasing", "{{0}: (2, {})}");
   }
 
-  HloInstruction* out = Add(HloOpcode::kGetTupleElement, d_shape, {call}, call->name() + ".d");
-  out->tuple_index = 0;
-  if (padded) {
-    Shape ss = d_shape;
-    ss.dims = canon_out;
-    HloInstruction* sl = Add(HloOpcode::kSlice, ss, {out}, call->name() + ".unpad");
-    for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
-    out = sl;
-  }
-  if (reshape_final) {
-    out = Add(HloOpcode::kReshape, plan.last->shape().WithElementType(d_type), {out},
-              call->name() + ".out");
+  // An output of the call as the program reads it: unpadded, reshaped to `as`.
+  auto read_back = [&](int64_t index, const Shape& as, const std::string& name) {
+    HloInstruction* v = Add(HloOpcode::kGetTupleElement, d_shape, {call}, name);
+    v->tuple_index = index;
+    if (padded) {
+      Shape ss = d_shape;
+      ss.dims = canon_out;
+      HloInstruction* sl = Add(HloOpcode::kSlice, ss, {v}, name + ".unpad");
+      for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
+      v = sl;
+    }
+    if (canon_out != as.dims) v = Add(HloOpcode::kReshape, as, {v}, name + ".out");
+    return v;
+  };
+  HloInstruction* out =
+      read_back(0, plan.last->shape().WithElementType(d_type), call->name() + ".d");
+  if (plan.aux_readers_of != nullptr) {
+    // The GELU's input, read outside the GELU: the auxiliary output. Its readers inside the GELU
+    // die with it.
+    HloInstruction* pre = plan.aux_readers_of;
+    HloInstruction* aux = read_back(1, pre->shape(), call->name() + ".aux");
+    std::vector<HloInstruction*> readers = pre->users();
+    for (HloInstruction* r : readers) {
+      if (!IsInGelu(r, plan.last, pre)) {
+        if (!r->ReplaceOperandWith(r->OperandIndex(pre), aux).ok()) {
+          return "internal: cannot read the auxiliary output";
+        }
+      }
+    }
   }
   // The replaced value keeps its layout: when the dot had a non-default layout and a reshape was
   // needed, the reshape carries it (set above via dot->shape()).
@@ -485,7 +523,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     HloInstruction* amax =
         Add(HloOpcode::kGetTupleElement, Shape::Scalar(PrimitiveType::F32), {call},
             call->name() + ".amax");
-    amax->tuple_index = 1;
+    amax->tuple_index = plan.aux_readers_of != nullptr ? 2 : 1;
     const PrimitiveType rt = plan.amax_reduce->shape().element_type;
     if (rt != PrimitiveType::F32) {
       amax = Add(HloOpcode::kConvert, plan.amax_reduce->shape(), {amax}, call->name() + ".amax.cvt");
