@@ -483,26 +483,28 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   }
 
   // An output of the call as the program reads it: unpadded, reshaped to `as`.
-  auto read_back = [&](int64_t index, const Shape& as, const std::string& name) {
-    HloInstruction* v = Add(HloOpcode::kGetTupleElement, d_shape, {call}, name);
+  // Names: D is call.d / call.unpad / call.out, the auxiliary output call.aux / .aux.unpad / ...
+  auto read_back = [&](int64_t index, const Shape& as, const std::string& tag) {
+    const std::string base = call->name() + tag;
+    HloInstruction* v = Add(HloOpcode::kGetTupleElement, d_shape, {call},
+                            tag.empty() ? base + ".d" : base);
     v->tuple_index = index;
     if (padded) {
       Shape ss = d_shape;
       ss.dims = canon_out;
-      HloInstruction* sl = Add(HloOpcode::kSlice, ss, {v}, name + ".unpad");
+      HloInstruction* sl = Add(HloOpcode::kSlice, ss, {v}, base + ".unpad");
       for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
       v = sl;
     }
-    if (canon_out != as.dims) v = Add(HloOpcode::kReshape, as, {v}, name + ".out");
+    if (canon_out != as.dims) v = Add(HloOpcode::kReshape, as, {v}, base + ".out");
     return v;
   };
-  HloInstruction* out =
-      read_back(0, plan.last->shape().WithElementType(d_type), call->name() + ".d");
+  HloInstruction* out = read_back(0, plan.last->shape().WithElementType(d_type), "");
   if (plan.aux_readers_of != nullptr) {
     // The GELU's input, read outside the GELU: the auxiliary output. Its readers inside the GELU
     // die with it.
     HloInstruction* pre = plan.aux_readers_of;
-    HloInstruction* aux = read_back(1, pre->shape(), call->name() + ".aux");
+    HloInstruction* aux = read_back(1, pre->shape(), ".aux");
     std::vector<HloInstruction*> readers = pre->users();
     for (HloInstruction* r : readers) {
       if (!IsInGelu(r, plan.last, pre)) {
