@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
 #include "analysis/user_attributes.h"
+#include "windowed_einsum/loop_state.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "hlo/dot_dims.h"
 #include "passes/cost_oracle.h"
@@ -88,15 +89,6 @@ bool FindCacheUpdates(HloComputation* body, int64_t c, std::vector<CacheUpdate>*
   return true;
 }
 
-HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
-                       const std::string& name) {
-  HloInstruction* g = c->AddInstruction(
-      HloOpcode::kGetTupleElement, tuple->shape().tuple_shapes[static_cast<size_t>(index)],
-      {tuple}, name);
-  g->tuple_index = index;
-  return g;
-}
-
 HloInstruction* AddScalar(HloComputation* c, PrimitiveType t, int64_t v, const std::string& name) {
   HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
   k->literal = t == PrimitiveType::PRED || IsInteger(t)
@@ -124,7 +116,6 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
     const int64_t c = *loop->cache_index;
     HloComputation* comp = w->parent();
     HloComputation* body = w->while_body();
-    HloComputation* cond = w->while_condition();
     std::vector<CacheUpdate> updates;
     int64_t dim = -1;
     std::string why;
@@ -254,39 +245,17 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
       init->set_custom_call_target("AllocateBuffer");
       init_extra.push_back(init);
     }
-    // Init tuple.
-    HloInstruction* old_init = w->operand(0);
-    std::vector<HloInstruction*> init_ops;
-    if (old_init->opcode() == HloOpcode::kTuple) {
-      init_ops = old_init->operands();
-    } else {
-      for (size_t i = 0; i < old_state.tuple_shapes.size(); ++i) {
-        init_ops.push_back(AddGte(comp, old_init, static_cast<int64_t>(i),
-                                  absl::StrCat(old_init->name(), ".", i)));
-      }
-    }
-    init_ops.insert(init_ops.end(), init_extra.begin(), init_extra.end());
-    HloInstruction* new_init = comp->AddInstruction(HloOpcode::kTuple, state, init_ops,
-                                                    absl::StrCat(old_init->name(), ".in_ring"));
-    if (absl::Status s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
-    w->set_shape(state);
-    w->sharding.reset();
-    if (old_init->user_count() == 0 && !old_init->IsRoot()) {
-      if (absl::Status s = comp->RemoveUnusedChains({old_init}, Removable); !s.ok()) return s;
-    }
+    absl::StatusOr<int64_t> first = AppendLoopState(w, init_extra, ".in_ring");
+    if (!first.ok()) return first.status();
     HloInstruction* param = body->parameter(0);
-    param->set_shape(state);
-    param->sharding.reset();
-    cond->parameter(0)->set_shape(state);
-    cond->parameter(0)->sharding.reset();
     // The body: every consumer's partial dot next to every cache update.
     HloInstruction* root = body->root();
     std::vector<HloInstruction*> other_gte, other_value, other_scale_gte, scale_gte, out_cur;
     for (size_t k = 0; k < consumers.size(); ++k) {
       const std::string base = consumers[k].dot->name();
-      other_gte.push_back(AddGte(body, param, slots[k].other, base + ".ring_w"));
+      other_gte.push_back(AddGetTupleElement(body, param, slots[k].other, base + ".ring_w"));
       other_scale_gte.push_back(slots[k].other_scale >= 0
-                                    ? AddGte(body, param, slots[k].other_scale,
+                                    ? AddGetTupleElement(body, param, slots[k].other_scale,
                                              base + ".ring_w_scale")
                                     : nullptr);
       const Consumer& con = consumers[k];
@@ -296,9 +265,9 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
                                                   con.other_dq->wide_type, con.other->shape())
                                 : other_gte[k]);
       scale_gte.push_back(slots[k].scale >= 0
-                              ? AddGte(body, param, slots[k].scale, base + ".ring_scale")
+                              ? AddGetTupleElement(body, param, slots[k].scale, base + ".ring_scale")
                               : nullptr);
-      out_cur.push_back(AddGte(body, param, slots[k].out, base + ".ring_out"));
+      out_cur.push_back(AddGetTupleElement(body, param, slots[k].out, base + ".ring_out"));
     }
     for (size_t s = 0; s < updates.size(); ++s) {
       const CacheUpdate& u = updates[s];
@@ -354,7 +323,7 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
     // The consumers read the loop's outputs.
     for (size_t k = 0; k < consumers.size(); ++k) {
       HloInstruction* dot = consumers[k].dot;
-      HloInstruction* result = AddGte(comp, w, slots[k].out, dot->name() + ".in_ring");
+      HloInstruction* result = AddGetTupleElement(comp, w, slots[k].out, dot->name() + ".in_ring");
       if (dot->sharding) result->sharding = dot->sharding;
       if (absl::Status s = dot->ReplaceAllUsesWith(result); !s.ok()) return s;
       if (absl::Status s = comp->RemoveUnusedChains({dot}, Removable); !s.ok()) return s;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "windowed_einsum/loop_state.h"
 #include "windowed_einsum/windowed_loop.h"
 
 namespace weave {
@@ -34,15 +35,6 @@ bool IsEpilogueOp(HloOpcode op) {
     default:
       return false;
   }
-}
-
-HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
-                       const std::string& name) {
-  HloInstruction* g = c->AddInstruction(
-      HloOpcode::kGetTupleElement, tuple->shape().tuple_shapes[static_cast<size_t>(index)],
-      {tuple}, name);
-  g->tuple_index = index;
-  return g;
 }
 
 // The epilogue region after the loop's output element `out` (see the header). Fills `region`
@@ -203,41 +195,14 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
       continue;
     }
     // The loop state gains the invariants.
-    Shape state = w->shape();
-    const int64_t base = static_cast<int64_t>(state.tuple_shapes.size());
-    for (HloInstruction* x : invariants) state.tuple_shapes.push_back(x->shape());
-    HloInstruction* old_init = w->operand(0);
-    std::vector<HloInstruction*> init_ops;
-    if (old_init->opcode() == HloOpcode::kTuple) {
-      init_ops = old_init->operands();
-    } else {
-      for (size_t i = 0; i < w->shape().tuple_shapes.size(); ++i) {
-        init_ops.push_back(AddGte(comp, old_init, static_cast<int64_t>(i),
-                                  absl::StrCat(old_init->name(), ".", i)));
-      }
-    }
-    init_ops.insert(init_ops.end(), invariants.begin(), invariants.end());
-    HloInstruction* new_init = comp->AddInstruction(HloOpcode::kTuple, state, init_ops,
-                                                    absl::StrCat(old_init->name(), ".epilogue"));
-    if (absl::Status s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
-    w->set_shape(state);
-    w->sharding.reset();
-    if (old_init->user_count() == 0 && !old_init->IsRoot()) {
-      if (absl::Status s = comp->RemoveUnusedChains(
-              {old_init}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); });
-          !s.ok()) {
-        return s;
-      }
-    }
+    absl::StatusOr<int64_t> base = AppendLoopState(w, invariants, ".epilogue");
+    if (!base.ok()) return base.status();
     HloInstruction* param = body->parameter(0);
-    param->set_shape(state);
-    param->sharding.reset();
-    loop->condition->parameter(0)->set_shape(state);
-    loop->condition->parameter(0)->sharding.reset();
+    const Shape state = w->shape();
     std::unordered_map<const HloInstruction*, HloInstruction*> inv_gte;
     for (size_t k = 0; k < invariants.size(); ++k) {
-      HloInstruction* g = AddGte(body, param, base + static_cast<int64_t>(k),
-                                 invariants[k]->name() + ".epilogue");
+      HloInstruction* g = AddGetTupleElement(body, param, *base + static_cast<int64_t>(k),
+                                             invariants[k]->name() + ".epilogue");
       inv_gte[invariants[k]] = g;
       root->AppendOperand(g);
     }

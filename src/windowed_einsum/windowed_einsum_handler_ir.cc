@@ -7,15 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "windowed_einsum/loop_state.h"
 
 namespace weave::handler_internal {
 
 HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
                        std::string_view name) {
-  HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement,
-                                        tuple->shape().tuple_shapes.at(index), {tuple}, name);
-  g->tuple_index = index;
-  return g;
+  return AddGetTupleElement(c, tuple, index, name);
 }
 
 HloInstruction* AddIntConstant(HloComputation* c, PrimitiveType t, int64_t v,
