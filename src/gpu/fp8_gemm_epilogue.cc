@@ -338,7 +338,28 @@ class ChainPlanner {
       Fold(gelu, aux ? "gelu-aux" : "gelu");
       return true;
     }
-    if (cur_->user_count() != 1) return false;
+    if (cur_->user_count() != 1) {
+      // Several elementwise readers of the GEMM value (an exact GELU x * 0.5 * (1 + erf(x /
+      // sqrt(2))), a SiLU, ...): cuBLASLt's epilogue reads D once; only the tanh GELU, which
+      // reads it four times, is folded above.
+      std::vector<std::string> readers;
+      bool elementwise = false;
+      for (const HloInstruction* u : cur_->users()) {
+        readers.push_back(Quote(u));
+        elementwise |= u->shape().IsArray() && u->shape().dims == cur_->shape().dims &&
+                       (u->opcode() == HloOpcode::kMultiply || u->opcode() == HloOpcode::kAdd ||
+                        u->opcode() == HloOpcode::kDivide || u->opcode() == HloOpcode::kErf ||
+                        u->opcode() == HloOpcode::kLogistic || u->opcode() == HloOpcode::kTanh);
+      }
+      if (elementwise && !FeedsFp8OutputOrAmax()) {
+        plan_.skipped.push_back(absl::StrCat(
+            "the GEMM result is read by ", cur_->user_count(), " ops (",
+            absl::StrJoin(readers, ", "), "), which stay outside the call: cuBLASLt's epilogues "
+            "read it once (XLA folds no other multi-reader pattern than the tanh GELU; an exact "
+            "erf GELU has no cuBLASLt epilogue)"));
+      }
+      return false;
+    }
     HloInstruction* u = cur_->users()[0];
     if (IsView(u)) {
       // A bitcast or reshape between the GEMM and its epilogue (XLA: OptionalBitcast, e.g. a
@@ -368,6 +389,8 @@ class ChainPlanner {
       case HloOpcode::kTanh:
       case HloOpcode::kExp:
       case HloOpcode::kNegate:
+      case HloOpcode::kErf:
+      case HloOpcode::kLogistic:
         return Stop(u, "cuBLASLt has no such epilogue");
       default:
         return false;
@@ -411,6 +434,19 @@ class ChainPlanner {
                      "beta = 1)");
     }
     return Stop(u, absl::StrCat("an output scale after the ", plan_.epilogue, " epilogue"));
+  }
+
+  // Are cur_'s two readers an FP8 output chain and an amax (planned by PlanFp8Output)?
+  bool FeedsFp8OutputOrAmax() const {
+    if (cur_->user_count() != 2) return false;
+    for (const HloInstruction* u : cur_->users()) {
+      const bool amax = u->opcode() == HloOpcode::kAbs || u->opcode() == HloOpcode::kReduce;
+      const bool fp8 = u->opcode() == HloOpcode::kClamp ||
+                       ((u->opcode() == HloOpcode::kMultiply || u->opcode() == HloOpcode::kDivide) &&
+                        u->user_count() == 1 && u->users()[0]->opcode() == HloOpcode::kClamp);
+      if (!amax && !fp8) return false;
+    }
+    return true;
   }
 
   // Is `u` (a multiply or divide by a broadcast scalar) followed by clamp -> convert to FP8?
