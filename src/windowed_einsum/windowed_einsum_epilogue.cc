@@ -254,6 +254,9 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
       }
       if (absl::Status st = dus->ReplaceOperandWith(1, map.at(sink)); !st.ok()) return st;
     }
+    // Names for the remark, taken before the region is removed.
+    std::vector<std::string> names;
+    for (const HloInstruction* i : region) names.push_back(absl::StrCat("'", i->name(), "'"));
     // After the loop, the sink is the loop's output.
     if (sink->sharding && !out->sharding) out->sharding = sink->sharding;
     if (absl::Status s = sink->ReplaceAllUsesWith(out); !s.ok()) return s;
@@ -263,8 +266,6 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
       return s;
     }
     changed = true;
-    std::vector<std::string> names;
-    for (const HloInstruction* i : region) names.push_back(absl::StrCat("'", i->name(), "'"));
     AddRemark(w->name(), true,
               absl::StrCat("epilogue ", absl::StrJoin(names, ", "), " computed by every step on "
                            "the block it writes (", writes.size(), " write",
