@@ -460,7 +460,6 @@ class ChainPlanner {
   bool Bias(HloInstruction* u) {
     HloInstruction* other = OtherOperand(u, cur_);
     if (other == nullptr) return Stop(u, "it adds the GEMM result to itself");
-    const PrimitiveType t = cur_->shape().element_type;
     const int64_t rank = cur_->shape().rank();
     if (other->opcode() == HloOpcode::kBroadcast && other->operand_count() == 1) {
       HloInstruction* v = other->operand(0);
@@ -486,7 +485,6 @@ class ChainPlanner {
           }
           bias = v->operand(0);
         }
-        (void)t;
         plan_.vector_bias = bias;
         plan_.epilogue = "BIAS";
         Fold(u, "vector-bias");
@@ -515,8 +513,9 @@ class ChainPlanner {
     return true;
   }
 
-  // XLA's can_overwrite_bias: C read only by this add and not a parameter (unless an entry
-  // parameter the module aliases to an output).
+  // XLA's can_overwrite_bias: C read only by this add and not a parameter. (XLA also allows an
+  // entry parameter the module aliases to an output; Weave does not read input_output_alias
+  // here, so such a C is not aliased: the call then writes a fresh buffer, which is correct.)
   static bool CanOverwrite(HloInstruction* c) {
     if (c->user_count() > 1) return false;
     if (c->opcode() != HloOpcode::kParameter) return true;

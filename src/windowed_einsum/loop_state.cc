@@ -5,6 +5,16 @@
 
 namespace weave {
 
+std::vector<HloInstruction*> CollectWhiles(HloModule* module) {
+  std::vector<HloInstruction*> whiles;
+  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
+      if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
+    }
+  }
+  return whiles;
+}
+
 HloInstruction* AddGetTupleElement(HloComputation* c, HloInstruction* tuple, int64_t index,
                                    std::string_view name) {
   HloInstruction* g = c->AddInstruction(

@@ -12,6 +12,9 @@
 
 namespace weave {
 
+// Every while instruction of `module`, computations in post order, each in post order.
+std::vector<HloInstruction*> CollectWhiles(HloModule* module);
+
 // get-tuple-element(tuple), index=`index`, added to `c` with the element's shape.
 HloInstruction* AddGetTupleElement(HloComputation* c, HloInstruction* tuple, int64_t index,
                                    std::string_view name);

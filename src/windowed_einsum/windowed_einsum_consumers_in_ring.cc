@@ -104,12 +104,7 @@ bool Removable(const HloInstruction* x) { return x->IsRemovableWhenUnused(); }
 absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
   bool changed = false;
   int64_t next_queue = MaxOperationQueueId(*module) + 1;
-  std::vector<HloInstruction*> whiles;
-  for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
-    }
-  }
+  const std::vector<HloInstruction*> whiles = CollectWhiles(module);
   for (HloInstruction* w : whiles) {
     std::optional<WindowedLoop> loop = MatchWindowedLoop(w);
     if (!loop || loop->kind != WindowedLoopKind::kAllGather || !loop->cache_index) continue;

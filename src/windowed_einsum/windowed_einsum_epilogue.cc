@@ -121,12 +121,7 @@ std::string FindRegion(HloInstruction* out, const std::set<int64_t>& block_dims,
 
 absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
   bool changed = false;
-  std::vector<HloInstruction*> whiles;
-  for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (i->opcode() == HloOpcode::kWhile) whiles.push_back(i);
-    }
-  }
+  const std::vector<HloInstruction*> whiles = CollectWhiles(module);
   for (HloInstruction* w : whiles) {
     std::optional<WindowedLoop> loop = MatchWindowedLoop(w);
     if (!loop || loop->kind != WindowedLoopKind::kAllGather || loop->dots.empty()) continue;
