@@ -45,6 +45,14 @@ bool IsEndlessLoop(const absl::Status& s) {
   return absl::StrContains(s.message(), "without its condition turning false");
 }
 
+// The check's skip reason when the evaluator ran out of memory (a refused allocation or thread
+// under the process's limits): the module was not judged, so it is not a failure.
+std::string OutOfMemory(const std::string& msg, int64_t estimated_bytes) {
+  return absl::StrCat("the evaluator ran out of memory (", msg, "; its estimate was about ",
+                      FormatBytes(estimated_bytes),
+                      ", which leaves out thread stacks and library buffers)");
+}
+
 }  // namespace
 
 void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModule& input,
@@ -115,6 +123,10 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
     }
     if (!cmp.ok()) {
       std::string msg(cmp.status().message());
+      if (absl::IsResourceExhausted(cmp.status())) {
+        n.skipped = OutOfMemory(msg, n.estimated_bytes);
+        return;
+      }
       if (msg.rfind("partitioned module", 0) == 0) {
         n.ran = true;
         n.pass = false;
@@ -138,6 +150,10 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   absl::StatusOr<eval::CompareReport> cmp = eval::CompareModules(input, compiled, copts);
   if (!cmp.ok()) {
     std::string msg(cmp.status().message());
+    if (absl::IsResourceExhausted(cmp.status())) {
+      n.skipped = OutOfMemory(msg, n.estimated_bytes);
+      return;
+    }
     if (msg.rfind("module B", 0) == 0) {
       // The input runs but the output does not: the rewrite produced something unrunnable.
       n.ran = true;

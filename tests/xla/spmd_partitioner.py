@@ -28,6 +28,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scale_down  # noqa: E402  (beside this script)
+
 DEFAULT_XLA_PATH = "xla/service/spmd/spmd_partitioner_test.cc"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WEAVE = os.path.join(REPO_ROOT, "build", "weave")
@@ -641,9 +644,67 @@ def run_one(mod, args, scratch):
                            timeout=args.timeout, preexec_fn=limit_child(int(args.mem_gib * 2**30)))
         except subprocess.TimeoutExpired:
             pass
+    collectives = partitioned_collectives(part, out)
+    scaled = None
+    if cls == "unchecked" and ("too large to evaluate" in reason or "ran out of memory" in reason):
+        scaled = check_scaled_copy(mod, cmd, inp, d, args, collectives)
     return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else proc.returncode,
                 seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr),
-                collectives=partitioned_collectives(part, out))
+                collectives=collectives, scaled=scaled)
+
+
+def check_scaled_copy(mod, cmd, inp, d, args, collectives):
+    """The global-vs-partitioned check on scaled-down copies of a module too large to evaluate
+    (scale_down.py): the same command on each copy in turn until one runs. Returns a dict
+    (g, cls, reason, same_collectives) or None when no copy could be made."""
+    with open(inp) as f:
+        text = f.read()
+    last = None
+    for g, scaled_text in scale_down.scaled_copies(text, mod["n"]):
+        sd = os.path.join(d, "scaled-%d" % g)
+        os.makedirs(sd, exist_ok=True)
+        sinp = os.path.join(sd, "input.hlo")
+        with open(sinp, "w") as f:
+            f.write(scaled_text)
+        paths = {inp: sinp}
+        for flag in ("-o", "--report", "--partitioned-output"):
+            paths[cmd[cmd.index(flag) + 1]] = os.path.join(
+                sd, os.path.basename(cmd[cmd.index(flag) + 1]))
+        scmd = [paths.get(a, a) for a in cmd]
+        timed_out = False
+        proc = subprocess.Popen(scmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=limit_child(int(args.mem_gib * 2**30)))
+        with RUNNING_LOCK:
+            RUNNING.add(proc)
+        try:
+            stdout, stderr = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc)
+            stdout, stderr = proc.communicate()
+        finally:
+            with RUNNING_LOCK:
+                RUNNING.discard(proc)
+        report = None
+        try:
+            with open(os.path.join(sd, "report.json")) as f:
+                report = json.load(f)
+        except (OSError, ValueError):
+            pass
+        cls, reason = classify(proc.returncode, timed_out, stdout.decode("utf-8", "replace"),
+                               stderr.decode("utf-8", "replace"), sinp, report, args.timeout,
+                               args.mem_gib)
+        mine = partitioned_collectives(os.path.join(sd, "partitioned.hlo"),
+                                       os.path.join(sd, "output.hlo"))
+        last = dict(g=g, cls=cls, reason=clip(reason, 400),
+                    same_collectives=(mine is not None and mine == collectives),
+                    collectives=mine)
+        # Still too large (by the estimate, or the evaluator ran out of memory or time): the
+        # next, smaller copy.
+        if not (cls == "timeout" or (cls == "unchecked" and ("too large to evaluate" in reason
+                                                            or "ran out of memory" in reason))):
+            break
+    return last
 
 
 # --------------------------------------------------------------------------------------------
@@ -695,6 +756,28 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
                     sum(1 for r in third if r["class"] == "numerics-fail"), global_big,
                     passed, len(third) - global_big,
                     100.0 * passed / max(1, len(third) - global_big)))
+    # Scaled-down copies of the modules too large to evaluate (scale_down.py): the check on a
+    # copy with its large sizes divided by g, counted only where the copy's partitioned module
+    # has the module's own collective kinds (the same partitioning path).
+    tried = [r for r in counted if r.get("scaled")]
+    if tried:
+        def scaled_pass(r):
+            sc = r.get("scaled") or {}
+            return sc.get("cls") == "numerics-pass" and sc.get("same_collectives")
+        spass = [r for r in tried if scaled_pass(r)]
+        sfail = [r for r in tried if (r["scaled"] or {}).get("cls") == "numerics-fail"]
+        third_scaled = sum(1 for r in third if r["class"] == "unchecked" and scaled_pass(r))
+        big = [r for r in counted if r["class"] == "unchecked" and too_large(r)]
+        fh.write("Scaled-down copies (`tests/xla/scale_down.py`: every size that is a multiple of "
+                 "g*N divided by a power of two g, the same map on slice bounds, slice sizes, "
+                 "windows and pads; the same command on the copy): of %d modules too large to "
+                 "evaluate (by the estimate, or out of memory), %d have a copy that is checked; %d pass with the module's own "
+                 "collective kinds, %d fail the check. Every third partitioned module by name, "
+                 "counting a scaled-down pass: %d of %d (%.1f%%).\n\n"
+                 % (len(big), sum(1 for r in tried if r["scaled"]["cls"] in
+                                  ("numerics-pass", "numerics-fail")),
+                    len(spass), len(sfail), passed + third_scaled, len(third),
+                    100.0 * (passed + third_scaled) / max(1, len(third))))
     # Issue 48's measure: of the partitioned modules whose test asserts collective kinds, those
     # whose partitioned module has every kind asserted present and none asserted absent.
     asserting = [r for r in results if (r.get("asserted_present") or r.get("asserted_absent"))
@@ -721,13 +804,36 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
     if remat:
         fh.write("Modules with involuntary full rematerializations (Weave's remark): %d, "
                  "%d in all.\n\n" % (len(remat), sum(r["remat"] for r in remat)))
-    fh.write("| module | N | class | reason | remat | collectives (issue 48) |\n"
-             "|---|---:|---|---|---:|---|\n")
+    fh.write("| module | N | class | reason | remat | collectives (issue 48) | scaled-down check |\n"
+             "|---|---:|---|---|---:|---|---|\n")
     for r in results:
         reason = clip(r["reason"])
-        fh.write("| %s | %s | %s | %s | %s | %s |\n" % (
+        fh.write("| %s | %s | %s | %s | %s | %s | %s |\n" % (
             md_cell(r["name"]), r["n"] if r["n"] is not None else "?", r["class"],
-            md_cell(reason), r["remat"] if r.get("remat") else "", md_cell(collective_cell(r))))
+            md_cell(reason), r["remat"] if r.get("remat") else "", md_cell(collective_cell(r)),
+            md_cell(scaled_cell(r))))
+
+
+def too_large(r):
+    """Whether the check could not run for the module's size (the evaluator's estimate over the
+    limit, or the evaluator out of memory)."""
+    return "too large" in r["reason"] or "ran out of memory" in r["reason"]
+
+
+def scaled_cell(r):
+    """The scaled-down copy's outcome for the table: '' when none was tried."""
+    sc = r.get("scaled")
+    if r["class"] != "unchecked" or not too_large(r):
+        return ""
+    if not sc:
+        return "no copy: no size is a multiple of 2N, or none brings it under the budget"
+    same = "" if sc["same_collectives"] else (
+        "; other collectives: %s" % ", ".join(sc.get("collectives") or ["none"]))
+    if sc["cls"] == "numerics-pass":
+        return "sizes / %d: PASS%s" % (sc["g"], same)
+    if sc["cls"] == "numerics-fail":
+        return "sizes / %d: FAIL: %s" % (sc["g"], clip(sc["reason"], 100))
+    return "sizes / %d: %s: %s" % (sc["g"], sc["cls"], clip(sc["reason"], 100))
 
 
 def main():
@@ -794,7 +900,7 @@ def main():
                                   exit_code=r["rc"], seconds=r["seconds"], remat=r["remat"],
                                   asserted_present=m.get("asserted", ([], []))[0],
                                   asserted_absent=m.get("asserted", ([], []))[1],
-                                  collectives=r.get("collectives"))
+                                  collectives=r.get("collectives"), scaled=r.get("scaled"))
                 done += 1
                 sys.stderr.write("[%d/%d] %-60s %s\n" % (done, len(modules), m["name"], r["cls"]))
                 sys.stderr.flush()
