@@ -259,9 +259,25 @@ constexpr int64_t kMemoryCap = int64_t{1} << 60;
 
 int64_t CappedAdd(int64_t a, int64_t b) { return a > kMemoryCap - b ? kMemoryCap : a + b; }
 
-// The peak of `c`'s live storage in the evaluator (see EstimateMemoryBytes), memoized.
-int64_t PeakBytes(const HloComputation* c, bool entry,
-                  absl::flat_hash_map<const HloComputation*, int64_t>* memo) {
+// Whether the evaluator returns `h`'s operand itself as `h`'s value (EvalInstruction): the two
+// share one storage.
+bool ReturnsItsOperand(const HloInstruction* h) {
+  switch (h->opcode()) {
+    case HloOpcode::kCopy:
+    case HloOpcode::kOptimizationBarrier:
+    case HloOpcode::kDomain:
+    case HloOpcode::kAddDependency:
+    case HloOpcode::kAsyncUpdate:
+      return h->operand_count() > 0;
+    default:
+      return false;
+  }
+}
+
+// The peak of `c`'s live storage in the evaluator (see EstimateMemoryBytes), memoized. Entry
+// parameters in `shared` (by number) hold storage counted outside, once for every device.
+int64_t PeakBytes(const HloComputation* c, bool entry, const std::vector<bool>& shared,
+                  int64_t devices, absl::flat_hash_map<const HloComputation*, int64_t>* memo) {
   if (auto it = memo->find(c); it != memo->end()) return it->second;
   (*memo)[c] = 0;  // a computation reached again while being measured adds nothing more
   const internal::CompPlan plan = internal::BuildPlan(c);
@@ -281,6 +297,14 @@ int64_t PeakBytes(const HloComputation* c, bool entry,
       }
       return bytes;
     }
+    if (h->opcode() == HloOpcode::kAllGather || h->opcode() == HloOpcode::kAllReduce) {
+      // One result shared by the group's devices (evaluator_collectives.cc): each device's part.
+      int64_t group = devices;
+      if (h->replica_groups && !h->replica_groups->groups.empty()) {
+        group = static_cast<int64_t>(h->replica_groups->groups[0].size());
+      }
+      return StorageBytes(s) / std::max<int64_t>(1, group);
+    }
     return StorageBytes(s);
   };
   // A value that a tuple takes stays reachable through it: never released (an over-estimate).
@@ -290,22 +314,37 @@ int64_t PeakBytes(const HloComputation* c, bool entry,
     }
     return false;
   };
+  // Each step's storage: its own, or (an op returning its operand) its operand's step's. A
+  // storage is released when the last step holding it is.
+  const size_t steps = plan.order.size();
+  std::vector<size_t> storage(steps);
+  std::vector<int32_t> holders(steps, 0);
+  std::vector<bool> pinned(steps, false);
   int64_t live = 0, peak = 0;
   if (entry) {
-    for (const HloInstruction* p : c->parameters()) live = CappedAdd(live, StorageBytes(p->shape()));
+    for (const HloInstruction* p : c->parameters()) {
+      const size_t num = static_cast<size_t>(p->parameter_number);
+      if (num < shared.size() && shared[num]) continue;
+      live = CappedAdd(live, StorageBytes(p->shape()));
+    }
     peak = live;
   }
-  for (size_t k = 0; k < plan.order.size(); ++k) {
+  for (size_t k = 0; k < steps; ++k) {
     const HloInstruction* h = plan.order[k];
     int64_t callee = 0;
     for (const HloComputation* called : h->called_computations()) {
-      if (called != nullptr) callee = std::max(callee, PeakBytes(called, false, memo));
+      if (called != nullptr) callee = std::max(callee, PeakBytes(called, false, {}, devices, memo));
     }
-    peak = std::max(peak, CappedAdd(CappedAdd(live, own(h)), callee));
-    live = CappedAdd(live, own(h));
+    const bool alias = ReturnsItsOperand(h) && !plan.operands[k].empty() && plan.operands[k][0] >= 0;
+    storage[k] = alias ? storage[static_cast<size_t>(plan.operands[k][0])] : k;
+    const int64_t mine = alias ? 0 : own(h);
+    peak = std::max(peak, CappedAdd(CappedAdd(live, mine), callee));
+    live = CappedAdd(live, mine);
+    ++holders[storage[k]];
+    if (kept_by_tuple(h)) pinned[storage[k]] = true;
     for (int32_t s : plan.release[k]) {
-      const HloInstruction* done = plan.order[static_cast<size_t>(s)];
-      if (!kept_by_tuple(done)) live -= own(done);
+      const size_t held = storage[static_cast<size_t>(s)];
+      if (--holders[held] == 0 && !pinned[held]) live -= own(plan.order[held]);
     }
   }
   (*memo)[c] = peak;
@@ -314,10 +353,11 @@ int64_t PeakBytes(const HloComputation* c, bool entry,
 
 }  // namespace
 
-int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices) {
+int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices,
+                            const std::vector<bool>& shared_parameters) {
   if (module.entry() == nullptr) return 0;
   absl::flat_hash_map<const HloComputation*, int64_t> memo;
-  const int64_t total = PeakBytes(module.entry(), true, &memo);
+  const int64_t total = PeakBytes(module.entry(), true, shared_parameters, std::max<int64_t>(1, num_devices), &memo);
   if (num_devices > 0 && total > kMemoryCap / num_devices) return kMemoryCap;
   return total * std::max<int64_t>(1, num_devices);
 }
@@ -333,7 +373,19 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
     return InvalidArgumentError(absl::StrCat(devices, " devices is too many to simulate"));
   }
   if (absl::Status sizes = internal::CheckValueSizes(module); !sizes.ok()) return sizes;
-  const int64_t bytes = EstimateMemoryBytes(module, devices);
+  // Inputs given as one value for every device (a replicated parameter in the global check)
+  // are held once, outside the run.
+  std::vector<bool> shared;
+  if (given != nullptr && devices > 1 && static_cast<int64_t>(given->per_device.size()) == devices) {
+    const std::vector<ValuePtr>& first = given->per_device[0];
+    shared.assign(first.size(), true);
+    for (const std::vector<ValuePtr>& args : given->per_device) {
+      for (size_t i = 0; i < shared.size(); ++i) {
+        shared[i] = shared[i] && i < args.size() && args[i] == first[i];
+      }
+    }
+  }
+  const int64_t bytes = EstimateMemoryBytes(module, devices, shared);
   if (bytes > options.max_memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "module '%s' needs an estimated %.2f GiB to run on %d device%s (limit %.2f GiB): refused",

@@ -105,8 +105,15 @@ int64_t ResolvedReplicaCount(const HloModule& module, const EvalOptions& options
 // (unless a tuple holds it), the entry's parameters (the inputs) stay for the whole run, and a
 // callee's peak (loop body, branch, called computation) stacks on the caller's live values at the
 // call. Tuples and get-tuple-elements share storage and count nothing; other tuple-shaped results
-// count their leaves. Used to refuse huge modules up front; 2^60 when the sums overflow.
-int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices);
+// count their leaves. An op the evaluator answers with its operand's value (copy, optimization-
+// barrier, domain, add-dependency, async-update) shares its operand's storage, which is released
+// when the last of them is. An all-gather's or all-reduce's result is one value shared by its
+// group, so each device counts its share. Entry parameters whose number is true in `shared_parameters` count
+// nothing: their storage is held outside the run, once for all devices (the global-vs-partitioned
+// check hands every device the global input of a replicated parameter). Used to refuse huge
+// modules up front; 2^60 when the sums overflow.
+int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices,
+                            const std::vector<bool>& shared_parameters = {});
 
 // Bytes the evaluator stores for one value of shape `s`: 4 per element of a float type of 32
 // bits or fewer, 8 per other element (f64, integers, pred), tuples summed, tokens 0; 2^60 when

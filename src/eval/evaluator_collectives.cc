@@ -208,15 +208,15 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
       switch (kind) {
         case HloOpcode::kAllGather: {
           if (in->dimensions.size() != 1) return InvalidArgumentError("all-gather needs dimensions={d}");
-          for (int64_t pos = 0; pos < gsize; ++pos) {
-            std::vector<Value> leaves;
-            for (size_t j = 0; j < n_ops; ++j) {
-              std::vector<const Value*> parts;
-              for (int64_t m : members) parts.push_back(contrib[static_cast<size_t>(m)][j].get());
-              leaves.push_back(ops::Concatenate(parts, leaf_shape(j), in->dimensions[0]));
-            }
-            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
+          // Every member receives the same value: one (immutable) copy shared by the group.
+          std::vector<Value> leaves;
+          for (size_t j = 0; j < n_ops; ++j) {
+            std::vector<const Value*> parts;
+            for (int64_t m : members) parts.push_back(contrib[static_cast<size_t>(m)][j].get());
+            leaves.push_back(ops::Concatenate(parts, leaf_shape(j), in->dimensions[0]));
           }
+          const ValuePtr gathered = wrap(std::move(leaves));
+          for (int64_t m : members) results[static_cast<size_t>(m)] = gathered;
           break;
         }
         case HloOpcode::kAllReduce:
@@ -232,29 +232,35 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
             }
             sums.push_back(std::move(acc));
           }
+          if (kind == HloOpcode::kAllReduce) {
+            // Every member receives the same sums: one (immutable) copy shared by the group.
+            std::vector<Value> leaves;
+            for (size_t j = 0; j < n_ops; ++j) {
+              Value v = std::move(sums[j]);
+              v.shape = leaf_shape(j);
+              leaves.push_back(std::move(v));
+            }
+            const ValuePtr reduced = wrap(std::move(leaves));
+            for (int64_t m : members) results[static_cast<size_t>(m)] = reduced;
+            break;
+          }
           for (int64_t pos = 0; pos < gsize; ++pos) {
             std::vector<Value> leaves;
             for (size_t j = 0; j < n_ops; ++j) {
-              if (kind == HloOpcode::kAllReduce) {
-                Value v = sums[j];
-                v.shape = leaf_shape(j);
-                leaves.push_back(std::move(v));
-              } else {
-                if (in->dimensions.size() != 1) return InvalidArgumentError("reduce-scatter needs dimensions={d}");
-                const int64_t dim = in->dimensions[0];
-                const Shape& ls = leaf_shape(j);
-                std::vector<SliceDim> sl(ls.dims.size());
-                for (size_t q = 0; q < ls.dims.size(); ++q) {
-                  sl[q].start = 0;
-                  sl[q].limit = ls.dims[q];
-                }
-                sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
-                sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
-                if (sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
-                  return InvalidArgumentError("reduce-scatter result does not tile its operand");
-                }
-                leaves.push_back(ops::Slice(sums[j], ls, sl));
+              if (in->dimensions.size() != 1) return InvalidArgumentError("reduce-scatter needs dimensions={d}");
+              const int64_t dim = in->dimensions[0];
+              const Shape& ls = leaf_shape(j);
+              std::vector<SliceDim> sl(ls.dims.size());
+              for (size_t q = 0; q < ls.dims.size(); ++q) {
+                sl[q].start = 0;
+                sl[q].limit = ls.dims[q];
               }
+              sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
+              sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
+              if (sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
+                return InvalidArgumentError("reduce-scatter result does not tile its operand");
+              }
+              leaves.push_back(ops::Slice(sums[j], ls, sl));
             }
             results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
           }

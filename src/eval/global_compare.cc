@@ -321,6 +321,20 @@ ValuePtr RebuildTuple(const Value& v, const Fn& tile, size_t* next) {
   return Share(std::move(t));
 }
 
+std::vector<bool> SharedInputParameters(const HloModule& partitioned) {
+  std::vector<bool> shared;
+  const HloComputation* entry = partitioned.entry();
+  if (entry == nullptr) return shared;
+  for (const HloInstruction* p : entry->parameters()) {
+    const size_t num = static_cast<size_t>(p->parameter_number);
+    if (num >= shared.size()) shared.resize(num + 1, false);
+    if (p->shape().IsTuple()) continue;
+    absl::StatusOr<Sharding> s = ShardingOf(p, p->shape());
+    shared[num] = s.ok() && s->IsReplicated();
+  }
+  return shared;
+}
+
 absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
                                                                  const HloModule& partitioned,
                                                                  const CompareOptions& options,
@@ -417,8 +431,13 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       continue;
     }
     for (int64_t d = 0; d < devices; ++d) {
-      const Value& gv = *gins[static_cast<size_t>(group_of(d))].per_device[0][static_cast<size_t>(i)];
-      pin.per_device[static_cast<size_t>(d)].push_back(Share(TileOf(gv, *s, d % n, n)));
+      const ValuePtr& gv = gins[static_cast<size_t>(group_of(d))].per_device[0][static_cast<size_t>(i)];
+      // A replicated parameter's tile is the whole input: every device shares it (no copies;
+      // SharedInputParameters says which, for the memory estimate).
+      pin.per_device[static_cast<size_t>(d)].push_back(
+          s->IsReplicated() && gv->shape.dims == pentry->parameter(i)->shape().dims
+              ? gv
+              : Share(TileOf(*gv, *s, d % n, n)));
     }
   }
   absl::StatusOr<EvalResult> pr = RunModule(partitioned, pe, &pin);

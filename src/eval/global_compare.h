@@ -48,6 +48,11 @@ struct GlobalCompareReport {
 bool IsGlobalPartitionedPair(const HloModule& global, const HloModule& partitioned,
                              std::string* why = nullptr);
 
+// The entry parameters of `partitioned` (by number) whose devices all receive the global input
+// itself in CompareGlobalWithPartitioned (a replicated array parameter: its tile is the whole
+// value), so its storage is shared, not held once per device. For EstimateMemoryBytes.
+std::vector<bool> SharedInputParameters(const HloModule& partitioned);
+
 // Runs the check. options.eval.num_partitions / replica_count: the partitioned module's counts
 // (default: its header). Errors: InvalidArgument for modules that are not such a pair,
 // evaluator errors prefixed "global module:" / "partitioned module:".

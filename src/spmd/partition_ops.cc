@@ -107,8 +107,13 @@ absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const Hl
   const bool linear = op == HloOpcode::kAdd || op == HloOpcode::kSubtract || op == HloOpcode::kNegate ||
                       op == HloOpcode::kCopy;
   Sharding in = linear ? target : Summed(target);
+  // Replicated operands are sliced to a tiled target for free (a dynamic-slice, as XLA's
+  // HandleElementwise reshards every operand to the op's sharding): computing the whole value on
+  // every device and slicing the result would cost N times the work and memory.
+  const bool slice_replicated = common && common->IsReplicated() && target.IsTiled() &&
+                                !HoldsAddends(target) && !target.HasManualSubgroup();
   if (agree && common && (common->IsTiled() || common->IsReplicated()) && !common->HasManualSubgroup() &&
-      (linear || !HoldsAddends(*common)) && h.operand_count() > 0) {
+      (linear || !HoldsAddends(*common)) && h.operand_count() > 0 && !slice_replicated) {
     in = *common;
   }
   std::vector<HloInstruction*> ops;

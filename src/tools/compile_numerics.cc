@@ -45,9 +45,13 @@ bool IsEndlessLoop(const absl::Status& s) {
   return absl::StrContains(s.message(), "without its condition turning false");
 }
 
-// The check's skip reason when the evaluator ran out of memory (a refused allocation or thread
-// under the process's limits): the module was not judged, so it is not a failure.
+// The check's skip reason when the evaluator could not hold the compiled module (a value or a
+// device's plan over the evaluator's limits, or an allocation or thread refused under the
+// process's limits): the module was not judged, so it is not a failure.
 std::string OutOfMemory(const std::string& msg, int64_t estimated_bytes) {
+  if (absl::StrContains(msg, "refused")) {
+    return absl::StrCat("the compiled module is too large to evaluate here (", msg, ")");
+  }
   return absl::StrCat("the evaluator ran out of memory (", msg, "; its estimate was about ",
                       FormatBytes(estimated_bytes),
                       ", which leaves out thread stacks and library buffers)");
@@ -82,7 +86,8 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   if (global != nullptr) {
     const int64_t ref_devices = eval::GlobalViewReason(*global).empty() ? 1 : n.num_partitions;
     global_alone = eval::EstimateMemoryBytes(*global, ref_devices);
-    n.estimated_bytes = std::max(global_alone, eval::EstimateMemoryBytes(compiled, devices) + EntryIoBytes(*global));
+    n.estimated_bytes = std::max(global_alone, eval::EstimateMemoryBytes(compiled, devices, eval::SharedInputParameters(compiled)) +
+                                                   EntryIoBytes(*global));
   } else {
     n.estimated_bytes = std::max(eval::EstimateMemoryBytes(input, devices),
                                  eval::EstimateMemoryBytes(compiled, devices));
@@ -123,7 +128,7 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
     }
     if (!cmp.ok()) {
       std::string msg(cmp.status().message());
-      if (absl::IsResourceExhausted(cmp.status())) {
+      if (msg.rfind("partitioned module", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
         n.skipped = OutOfMemory(msg, n.estimated_bytes);
         return;
       }
@@ -150,7 +155,7 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   absl::StatusOr<eval::CompareReport> cmp = eval::CompareModules(input, compiled, copts);
   if (!cmp.ok()) {
     std::string msg(cmp.status().message());
-    if (absl::IsResourceExhausted(cmp.status())) {
+    if (msg.rfind("module B", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
       n.skipped = OutOfMemory(msg, n.estimated_bytes);
       return;
     }

@@ -278,5 +278,36 @@ ENTRY e {
   EXPECT_EQ(EstimateMemoryBytes(*loop, 1), 4096 + 8 + (8 + 4096) + 2 * 4096);
 }
 
+// Values the evaluator shares are counted once: a copy holds its operand's storage (b stays
+// live after the copy, so a, b and d are the peak, not four values); a parameter whose input is
+// held outside the run for every device counts nothing; an all-gather's result is one value for
+// its whole group, so each of the 4 devices counts a quarter of it.
+TEST(Modules, MemoryEstimateCountsSharedValuesOnce) {
+  auto copied = testing::ParseOrDie(R"(
+HloModule copied
+ENTRY e {
+  a = f32[1024] parameter(0)
+  b = f32[1024] negate(a)
+  c = f32[1024] copy(b)
+  ROOT d = f32[1024] add(b, c)
+})");
+  EXPECT_EQ(EstimateMemoryBytes(*copied, 1), 3 * 4096);
+  EXPECT_EQ(EstimateMemoryBytes(*copied, 2, {true}), 2 * 2 * 4096);
+  auto gathered = testing::ParseOrDie(R"(
+HloModule gathered, num_partitions=4
+ENTRY e {
+  x = f32[256] parameter(0)
+  ROOT g = f32[1024] all-gather(x), channel_id=1, replica_groups={}, dimensions={0}, use_global_device_ids=true
+})");
+  EXPECT_EQ(EstimateMemoryBytes(*gathered, 4), 4 * (1024 + 1024));
+  auto halves = testing::ParseOrDie(R"(
+HloModule halves, num_partitions=4
+ENTRY e {
+  x = f32[512] parameter(0)
+  ROOT g = f32[1024] all-gather(x), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
+})");
+  EXPECT_EQ(EstimateMemoryBytes(*halves, 4), 4 * (2048 + 2048));
+}
+
 }  // namespace
 }  // namespace weave::eval
