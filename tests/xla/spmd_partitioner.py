@@ -646,7 +646,7 @@ def run_one(mod, args, scratch):
             pass
     collectives = partitioned_collectives(part, out)
     scaled = None
-    if cls == "unchecked" and ("too large to evaluate" in reason or "ran out of memory" in reason):
+    if too_large(dict(reason=reason, **{"class": cls})):
         scaled = check_scaled_copy(mod, cmd, inp, d, args, collectives)
     return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else proc.returncode,
                 seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr),
@@ -766,12 +766,12 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
             return sc.get("cls") == "numerics-pass" and sc.get("same_collectives")
         spass = [r for r in tried if scaled_pass(r)]
         sfail = [r for r in tried if (r["scaled"] or {}).get("cls") == "numerics-fail"]
-        third_scaled = sum(1 for r in third if r["class"] == "unchecked" and scaled_pass(r))
-        big = [r for r in counted if r["class"] == "unchecked" and too_large(r)]
+        third_scaled = sum(1 for r in third if too_large(r) and scaled_pass(r))
+        big = [r for r in counted if too_large(r)]
         fh.write("Scaled-down copies (`tests/xla/scale_down.py`: every size that is a multiple of "
                  "g*N divided by a power of two g, the same map on slice bounds, slice sizes, "
                  "windows and pads; the same command on the copy): of %d modules too large to "
-                 "evaluate (by the estimate, or out of memory), %d have a copy that is checked; %d pass with the module's own "
+                 "evaluate (by the estimate, out of memory, or out of time in the check), %d have a copy that is checked; %d pass with the module's own "
                  "collective kinds, %d fail the check. Every third partitioned module by name, "
                  "counting a scaled-down pass: %d of %d (%.1f%%).\n\n"
                  % (len(big), sum(1 for r in tried if r["scaled"]["cls"] in
@@ -815,15 +815,18 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
 
 
 def too_large(r):
-    """Whether the check could not run for the module's size (the evaluator's estimate over the
-    limit, or the evaluator out of memory)."""
-    return "too large" in r["reason"] or "ran out of memory" in r["reason"]
+    """Whether the check could not run for the module's size: the evaluator's estimate over the
+    limit, the evaluator out of memory, or out of time in the check after compiling."""
+    if r["class"] == "timeout":
+        return "numerics check" in r["reason"]
+    return r["class"] == "unchecked" and ("too large" in r["reason"]
+                                          or "ran out of memory" in r["reason"])
 
 
 def scaled_cell(r):
     """The scaled-down copy's outcome for the table: '' when none was tried."""
     sc = r.get("scaled")
-    if r["class"] != "unchecked" or not too_large(r):
+    if not too_large(r):
         return ""
     if not sc:
         return "no copy: no size is a multiple of 2N, or none brings it under the budget"
