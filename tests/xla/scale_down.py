@@ -4,8 +4,9 @@
 A test module of XLA's may hold arrays of tens of GiB (`f32[32,39295,64,128]`): Weave partitions
 it at its own size, but the global-vs-partitioned check cannot run it on this machine. A
 scaled-down copy divides every large dimension by a power of two g, keeping each scaled size a
-multiple of g * N (N the partition count), so that every tiling of the module's shardings (a
-divisor of N) still divides it evenly, and leaves every other size as written (the odd, uneven
+multiple of g * M (M the least common multiple of the tile counts the module's shardings name,
+or N, the partition count, when it names none), so that every tiling the module writes still
+divides it evenly, and leaves every other size as written (the odd, uneven
 ones among them, so an uneven tiling stays uneven). The same map applies to the sizes written in
 attributes: slice bounds, `slice_sizes`, `dynamic_slice_sizes`, window sizes and paddings, pad
 edges. Dimension numbers, scalar constants and device lists are left alone.
@@ -21,6 +22,7 @@ copy that partitions a different way is reported as such.
 Standard library only.
 """
 
+import math
 import re
 import sys
 
@@ -114,26 +116,49 @@ def result_bytes(text):
     return total
 
 
+TILE_COUNTS = re.compile(r"devices=\[([0-9,]+)\]")
+MESH_AXIS = re.compile(r"'\w+'\s*=\s*(\d+)")
+
+
+def tile_multiple(text, n):
+    """The least common multiple of the tile counts the module's shardings name (the tile
+    assignment dims of `devices=[...]`, the axis sizes of named meshes): a size that stays a
+    multiple of it splits the same way under every tiling the module writes. n (the partition
+    count) when the module names none, or when it is not smaller."""
+    counts = [int(x) for m in TILE_COUNTS.finditer(text) for x in m.group(1).split(",") if x]
+    counts += [int(m.group(1)) for m in MESH_AXIS.finditer(text)]
+    m = 1
+    for c in counts:
+        if c > 0:
+            m = m * c // math.gcd(m, c)
+    return m if 1 < m < n else n
+
+
 def scaled_copies(text, n, budget_bytes=256 << 20, max_log2=12):
-    """Yields (g, text) for the smallest powers of two g whose scaled copy's results sum to at
-    most `budget_bytes`, then for g*4 and g*16 (tried in turn when the first is still too large
-    to evaluate). Yields nothing when no size of the module is a multiple of 2n."""
-    found = None
+    """Yields (g, text): first the copy for the smallest power of two g whose results sum to at
+    most `budget_bytes`, then that copy scaled again by 4 and by 4 once more (tried in turn when a
+    copy is still too large to evaluate; a larger g alone would scale fewer sizes, as fewer are
+    multiples of g*n). Yields nothing when no size of the module is a multiple of 2n or no g
+    brings it under the budget."""
+    n = tile_multiple(text, n)
+    first = None
     for k in range(1, max_log2 + 1):
         g = 1 << k
         scaled = scale_text(text, g, n)
         if scaled == text:
             return
         if result_bytes(scaled) <= budget_bytes:
-            found = k
+            first = (g, scaled)
             break
-    if found is None:
+    if first is None:
         return
-    for k in (found, found + 2, found + 4):
-        g = 1 << k
-        scaled = scale_text(text, g, n)
-        if scaled == text or (k > found and scaled == scale_text(text, g >> 2, n)):
+    g, scaled = first
+    yield g, scaled
+    for _ in range(2):
+        again = scale_text(scaled, 4, n)
+        if again == scaled:
             return
+        g, scaled = g * 4, again
         yield g, scaled
 
 

@@ -769,7 +769,8 @@ def write_summary(results, source, totals_tests, fh, elapsed, args):
         third_scaled = sum(1 for r in third if too_large(r) and scaled_pass(r))
         big = [r for r in counted if too_large(r)]
         fh.write("Scaled-down copies (`tests/xla/scale_down.py`: every size that is a multiple of "
-                 "g*N divided by a power of two g, the same map on slice bounds, slice sizes, "
+                 "g*M (M: the tile counts' least common multiple) divided by a power of two g, "
+                 "the same map on slice bounds, slice sizes, "
                  "windows and pads; the same command on the copy): of %d modules too large to "
                  "evaluate (by the estimate, out of memory, or out of time in the check), %d have a copy that is checked; %d pass with the module's own "
                  "collective kinds, %d fail the check. Every third partitioned module by name, "
