@@ -37,6 +37,7 @@
 #include <cmath>
 
 #include <functional>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -222,6 +223,36 @@ HloInstruction* ShiftParallelIndices(SpmdBuilder& b, HloInstruction* indices, co
   return ShiftIndexComponents(b, indices, g, shifted, osh, og);
 }
 
+// The indices' tiling `idx` moved into the operand's replication: the same tile counts, each
+// operand tile's replicated devices split among the index tiles (in their order along the
+// replicated subgroup), so that the operand's tiling and the indices' use independent devices
+// (XLA's merged operand pass-through + index pass-through, where the indices reach their new
+// devices by a collective-permute). nullopt unless `osh` is tiled with only a replicated
+// subgroup whose size the index tile count divides, and `idx` is tiled.
+std::optional<Sharding> RetileInOperandReplication(const Sharding& idx, const Sharding& osh, int64_t n) {
+  if (!idx.IsTiled() || !osh.IsTiled() || osh.HasManualSubgroup() || osh.SubgroupSize(SubgroupType::kUnreduced) > 1) {
+    return std::nullopt;
+  }
+  const int64_t r = osh.ReplicationSize();
+  const int64_t t = idx.NumTiles();
+  const int64_t rep_dim = osh.SubgroupArrayDim(SubgroupType::kReplicated);
+  if (t < 2 || rep_dim < 0 || r % t != 0) return std::nullopt;
+  const int64_t per_tile = r / t;
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  return Sharding::FromTileFunction(idx.tiles(), all, [&](int64_t dev) -> std::vector<int64_t> {
+    const std::optional<std::vector<int64_t>> at = osh.ArrayIndex(dev);
+    if (!at) return {};
+    int64_t flat = (*at)[static_cast<size_t>(rep_dim)] / per_tile;  // the index tile, row-major
+    std::vector<int64_t> tile(idx.tiles().size());
+    for (size_t d = tile.size(); d-- > 0;) {
+      tile[d] = flat % idx.tiles()[d];
+      flat /= idx.tiles()[d];
+    }
+    return tile;
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -278,6 +309,17 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   std::optional<Sharding> out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
   if (parallel && (!out_s || !groups_agree(*out_s))) {
     return cp.Replicated(h, "gather: index-parallel dims do not combine with the other tilings (no partitioning rule)");
+  }
+  std::string moved;  // the remark's note when the indices move into the operand's replication
+  if ((!out_s || !groups_agree(*out_s)) && !parallel) {
+    if (std::optional<Sharding> re = RetileInOperandReplication(idx_req, osh, n)) {
+      std::optional<Sharding> again = LocalGatherOutput(*g, osh, *re, vocab, out.rank(), n);
+      if (again && groups_agree(*again)) {
+        moved = absl::StrCat(" (indices moved from ", idx_req.ToString(), " into the operand's replicated devices)");
+        idx_req = *re;
+        out_s = again;
+      }
+    }
   }
   if (!out_s || !groups_agree(*out_s)) {
     idx_req = Sharding::Replicated();
@@ -350,7 +392,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   } else if (out_s->IsTiled()) {
     cp.Remark(h, true,
               absl::StrCat("gather, index-parallel / operand pass-through: local gather with "
-                           "operand ", osh.ToString(), ", indices ", idx_req.ToString(), "; result ",
+                           "operand ", osh.ToString(), ", indices ", idx_req.ToString(), moved, "; result ",
                            out_s->ToString(), gathered));
   }
   return PValue{local, *out_s, out};
@@ -531,6 +573,17 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   if (parallel && (!upd || !groups_ok(*upd))) {
     return cp.Replicated(h, "scatter: index-parallel dims do not combine with the other tilings (no partitioning rule)");
   }
+  std::string moved;  // the remark's note when the indices move into the operand's replication
+  if ((!upd || !groups_ok(*upd)) && vocab.empty()) {
+    if (std::optional<Sharding> re = RetileInOperandReplication(idx_req, osh, n)) {
+      std::optional<Sharding> again = LocalGatherOutput(*g, osh, *re, vocab, ug.rank(), n);
+      if (again && groups_ok(*again)) {
+        moved = absl::StrCat(" (indices moved from ", idx_req.ToString(), " into the operand's replicated devices)");
+        idx_req = *re;
+        upd = again;
+      }
+    }
+  }
   if (!upd || !groups_ok(*upd)) {
     idx_req = Sharding::Replicated();
     upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
@@ -605,7 +658,7 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     local = b.AllReduce(local, groups, b.Reducer(op, et));
     cp.Remark(h, true,
               absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
-                           upd->ToString(), "; the first device of each batch group scatters into "
+                           upd->ToString(), moved, "; the first device of each batch group scatters into "
                            "the operand, the others into the combiner's identity, one all-reduce (",
                            std::string(HloOpcodeString(op)), "); result ", osh.ToString(), gathered));
   } else if (parallel) {
