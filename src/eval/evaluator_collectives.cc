@@ -3,11 +3,14 @@
 // result computed once all devices meet (all-gather, all-reduce, reduce-scatter, all-to-all,
 // collective-permute, collective-broadcast).
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "eval/evaluator_internal.h"
 #include "eval/numerics.h"
@@ -141,7 +144,107 @@ absl::StatusOr<GroupIndex> IndexGroups(std::vector<std::vector<int64_t>> groups,
   return gi;
 }
 
+// `{{a,b},{c,d}}` (or `{a,b}`): the lists of an in-place collective-permute's slice_sizes.
+std::optional<std::vector<std::vector<int64_t>>> ParseSliceSizeLists(const std::string& text) {
+  std::vector<std::vector<int64_t>> lists;
+  std::vector<int64_t>* cur = nullptr;
+  int depth = 0;
+  const bool nested = absl::StrContains(text, "{{");
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '{') {
+      ++depth;
+      if (depth == (nested ? 2 : 1)) cur = &lists.emplace_back();
+    } else if (c == '}') {
+      --depth;
+      cur = nullptr;
+    } else if ((std::isdigit(static_cast<unsigned char>(c)) || c == '-') && cur != nullptr) {
+      size_t end = i + 1;
+      while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(text.substr(i, end - i), &v)) return std::nullopt;
+      cur->push_back(v);
+      i = end - 1;
+    } else if (c != ',' && c != ' ') {
+      return std::nullopt;
+    }
+  }
+  if (depth != 0 || lists.empty()) return std::nullopt;
+  return lists;
+}
+
+// Start indices of pair `k` from a collective-permute start-indices operand: a tuple of scalars
+// (one start per dim, the same for every pair), a tuple of such tuples (one per pair), or an
+// integer array of one start per dim.
+absl::StatusOr<std::vector<int64_t>> PairStarts(const Value& v, int64_t k, int64_t rank) {
+  const Value* starts = &v;
+  if (v.shape.IsTuple() && !v.elements.empty() && v.elements[0]->shape.IsTuple()) {
+    if (k >= static_cast<int64_t>(v.elements.size())) {
+      return InvalidArgumentError(absl::StrCat("no start indices for source-target pair ", k));
+    }
+    starts = v.elements[static_cast<size_t>(k)].get();
+  }
+  std::vector<int64_t> out;
+  if (starts->shape.IsTuple()) {
+    for (const ValuePtr& e : starts->elements) {
+      if (e->shape.IsTuple() || e->size() != 1) return InvalidArgumentError("start indices must be scalars");
+      out.push_back(e->GetInt(0));
+    }
+  } else {
+    for (int64_t i = 0; i < starts->size(); ++i) out.push_back(starts->GetInt(i));
+  }
+  if (static_cast<int64_t>(out.size()) != rank) {
+    return InvalidArgumentError(absl::StrCat(out.size(), " start indices for a rank-", rank, " buffer"));
+  }
+  return out;
+}
+
 }  // namespace
+
+// XLA's in-place collective-permute(input, output, input_start_indices, output_start_indices)
+// with slice_sizes: each target's result is its own output buffer with the slice of its
+// source's input (at the source's input starts, of the pair's slice size) written at its own
+// output starts; a device no pair targets keeps its output buffer. Starts are clamped as
+// dynamic-slice and dynamic-update-slice clamp them.
+absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
+    const HloInstruction& in, const std::vector<std::vector<ValuePtr>>& contrib,
+    const std::vector<int64_t>& source_of, const std::vector<int64_t>& pair_of, const Shape& result_shape) {
+  std::optional<std::vector<std::vector<int64_t>>> sizes = ParseSliceSizeLists(*in.GetRawAttribute("slice_sizes"));
+  if (!sizes) return InvalidArgumentError("in-place collective-permute: unreadable slice_sizes");
+  std::vector<ValuePtr> results(contrib.size());
+  for (size_t d = 0; d < contrib.size(); ++d) {
+    if (contrib[d].size() != 4) {
+      return InvalidArgumentError("in-place collective-permute takes input, output and two start-index operands");
+    }
+    const Value& output = *contrib[d][1];
+    if (output.shape.IsTuple() || output.shape.dims != result_shape.dims) {
+      return InvalidArgumentError("in-place collective-permute: the output buffer is not of the result's shape");
+    }
+    const int64_t s = source_of[d];
+    if (s < 0) {
+      results[d] = contrib[d][1];
+      continue;
+    }
+    const int64_t k = pair_of[d];
+    const std::vector<int64_t>& size = (*sizes)[sizes->size() == 1 ? 0 : static_cast<size_t>(k)];
+    const Value& input = *contrib[static_cast<size_t>(s)][0];
+    if (input.shape.IsTuple() || size.size() != input.shape.dims.size() || size.size() != output.shape.dims.size()) {
+      return InvalidArgumentError("in-place collective-permute: slice_sizes do not match the buffers' rank");
+    }
+    for (size_t q = 0; q < size.size(); ++q) {
+      if (size[q] < 0 || size[q] > input.shape.dims[q] || size[q] > output.shape.dims[q]) {
+        return InvalidArgumentError("in-place collective-permute: a slice size exceeds a buffer");
+      }
+    }
+    absl::StatusOr<std::vector<int64_t>> from = PairStarts(*contrib[static_cast<size_t>(s)][2], k, input.shape.rank());
+    if (!from.ok()) return from.status();
+    absl::StatusOr<std::vector<int64_t>> to = PairStarts(*contrib[d][3], k, output.shape.rank());
+    if (!to.ok()) return to.status();
+    const Value piece = ops::DynamicSlice(input, Shape(input.shape.element_type, size), *from);
+    results[d] = Share(ops::DynamicUpdateSlice(output, piece, *to));
+  }
+  return results;
+}
 
 // Shapes of a collective's operands -> its per-device result (without the async wrapping).
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* instr,
@@ -170,6 +273,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
       // Pairs name partition ids (with channel_id or a single replica), else replica ids.
       const bool by_partition = in->channel_id.has_value() || r_ == 1;
       std::vector<int64_t> source_of(static_cast<size_t>(devices), -1);
+      std::vector<int64_t> pair_of(static_cast<size_t>(devices), -1);  // the pair's position
+      int64_t pair = 0;
       for (const auto& [src, dst] : in->source_target_pairs()) {
         const int64_t limit = by_partition ? n_ : r_;
         if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
@@ -177,10 +282,20 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
                                                    "} is out of range"));
         }
         if (by_partition) {
-          for (int64_t rep = 0; rep < r_; ++rep) source_of[rep * n_ + dst] = rep * n_ + src;
+          for (int64_t rep = 0; rep < r_; ++rep) {
+            source_of[rep * n_ + dst] = rep * n_ + src;
+            pair_of[rep * n_ + dst] = pair;
+          }
         } else {
-          for (int64_t p = 0; p < n_; ++p) source_of[dst * n_ + p] = src * n_ + p;
+          for (int64_t p = 0; p < n_; ++p) {
+            source_of[dst * n_ + p] = src * n_ + p;
+            pair_of[dst * n_ + p] = pair;
+          }
         }
+        ++pair;
+      }
+      if (in->GetRawAttribute("slice_sizes") != nullptr) {
+        return InPlacePermute(*in, contrib, source_of, pair_of, result_shape);
       }
       for (int64_t d = 0; d < devices; ++d) {
         std::vector<Value> leaves;

@@ -93,6 +93,13 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
                                           const Shape& result_shape,
                                           const std::vector<ValuePtr>& ops);
+  // The per-device results of an in-place collective-permute (evaluator_collectives.cc):
+  // source_of / pair_of give each device's source device and pair position (-1: none).
+  absl::StatusOr<std::vector<ValuePtr>> InPlacePermute(const HloInstruction& in,
+                                                       const std::vector<std::vector<ValuePtr>>& contrib,
+                                                       const std::vector<int64_t>& source_of,
+                                                       const std::vector<int64_t>& pair_of,
+                                                       const Shape& result_shape);
   // Applies a binary computation elementwise to two arrays of the same shape.
   absl::StatusOr<Value> ApplyBinaryComputation(const HloComputation* c, const Value& a,
                                                const Value& b);
