@@ -2,6 +2,7 @@
 // all-to-all, collective-permute (analysis/verifier_checker.h), after XLA's ShapeInference.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -193,17 +194,84 @@ absl::Status Checker::AllToAll() {
   return ResultIs(Op(0), "operand shape");
 }
 
+namespace {
+
+// XLA's CheckBufferOffset: the start indices of an in-place collective-permute's buffer of rank
+// `rank` are a tuple of `rank` arrays (scalars), or a tuple of such tuples (one per pair a device
+// takes part in).
+std::string BufferOffsetError(const Shape& offset, int64_t rank) {
+  if (!offset.IsTuple()) return "is not a tuple";
+  bool arrays = true, tuples = true;
+  for (const Shape& e : offset.tuple_shapes) {
+    arrays = arrays && e.IsArray();
+    tuples = tuples && e.IsTuple();
+  }
+  if (!arrays && !tuples) return "is neither a tuple of arrays nor a tuple of tuples";
+  if (tuples) {
+    for (const Shape& e : offset.tuple_shapes) {
+      if (static_cast<int64_t>(e.tuple_shapes.size()) != rank) return "has a tuple whose length is not the buffer's rank";
+    }
+  } else if (static_cast<int64_t>(offset.tuple_shapes.size()) != rank) {
+    return "does not hold one index per dimension of the buffer";
+  }
+  return "";
+}
+
+}  // namespace
+
+// XLA's HandleCollectivePermute(Start): one or several array operands (combined; the result is
+// the operand's shape or the tuple of them), or the in-place form (slice_sizes given): input,
+// output, input and output start indices, the result the output buffer's shape. A device may
+// be a source (and a target) once, or in the in-place form as many times as it has starts.
 absl::Status Checker::CollectivePermute() {
-  if (h_.operand_count() != 1 && h_.operand_count() != 4) {
-    return Err(absl::StrCat("expects 1 operand (or 4 in the in-place form), got ",
-                            h_.operand_count()));
+  const bool in_place = h_.GetRawAttribute("slice_sizes") != nullptr;
+  const bool start = h_.opcode() == HloOpcode::kCollectivePermuteStart;
+  if (in_place && h_.operand_count() != 4) {
+    return Err(absl::StrCat("the in-place form (slice_sizes) expects 4 operands (input, output, input and "
+                            "output start indices), got ", h_.operand_count()));
+  }
+  if (h_.operand_count() < 1) return Err("expects at least one operand");
+  int64_t allowed = 1;
+  if (in_place) {
+    const Shape& in = Op(0);
+    const Shape& out = Op(1);
+    if (in.IsArray() != out.IsArray() ||
+        (in.IsTuple() && in.tuple_shapes.size() != out.tuple_shapes.size())) {
+      return Err(absl::StrCat("input buffer ", ShapeText(in), " and output buffer ", ShapeText(out),
+                              " do not match"));
+    }
+    for (int64_t k : {2, 3}) {
+      const Shape& buffer = Op(k - 2);
+      const Shape& offset = Op(k);
+      std::string why;
+      if (buffer.IsArray()) {
+        why = BufferOffsetError(offset, buffer.rank());
+      } else if (!offset.IsTuple() || offset.tuple_shapes.size() != buffer.tuple_shapes.size()) {
+        why = "does not hold one entry per buffer";
+      } else {
+        for (size_t i = 0; i < buffer.tuple_shapes.size() && why.empty(); ++i) {
+          why = BufferOffsetError(offset.tuple_shapes[i], buffer.tuple_shapes[i].rank());
+        }
+      }
+      if (!why.empty()) {
+        return Err(absl::StrCat(k == 2 ? "input" : "output", " start indices ", ShapeText(offset), " ", why));
+      }
+    }
+    const Shape& first = Op(2);
+    allowed = Op(0).IsArray() ? static_cast<int64_t>(first.tuple_shapes.size())
+                              : (first.tuple_shapes.empty() ? 1 : static_cast<int64_t>(first.tuple_shapes[0].tuple_shapes.size()));
+    allowed = std::max<int64_t>(allowed, 1);
+  } else {
+    for (int64_t i = 0; i < h_.operand_count(); ++i) {
+      if (auto st = ArrayOperand(i); !st.ok()) return st;
+    }
   }
   // Partition ids with a channel, replica ids without (when the module states its counts).
   const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
   const int64_t limit = m == nullptr || !m->has_num_partitions ? -1
                         : h_.channel_id.has_value()             ? m->num_partitions
                                                                 : m->replica_count;
-  std::set<int64_t> sources, targets;
+  std::map<int64_t, int64_t> sources, targets;
   for (const auto& [s, t] : h_.source_target_pairs()) {
     if (s < 0 || t < 0) {
       return Err(absl::StrCat("source_target_pairs has a negative id in {", s, ",", t, "}"));
@@ -212,15 +280,31 @@ absl::Status Checker::CollectivePermute() {
       return Err(absl::StrCat("source_target_pairs: {", s, ",", t, "} is out of range for ", limit,
                               h_.channel_id.has_value() ? " partitions" : " replicas"));
     }
-    if (!sources.insert(s).second) {
-      return Err(absl::StrCat("source_target_pairs: source ", s, " appears more than once"));
+    auto times = [&](int64_t allowed_times) {
+      return allowed_times == 1 ? std::string("more than once") : absl::StrCat("more than ", allowed_times, " times");
+    };
+    if (++sources[s] > allowed) {
+      return Err(absl::StrCat("source_target_pairs: source ", s, " appears ", times(allowed)));
     }
-    if (!targets.insert(t).second) {
-      return Err(absl::StrCat("source_target_pairs: target ", t, " appears more than once"));
+    if (++targets[t] > allowed) {
+      return Err(absl::StrCat("source_target_pairs: target ", t, " appears ", times(allowed)));
     }
   }
-  if (h_.opcode() == HloOpcode::kCollectivePermute && h_.operand_count() == 1) {
-    return ResultIs(Op(0), "operand shape");
+  // The result: the output buffer (in place), the operand, or the tuple of the operands; a
+  // -start wraps it as (sent, received, context...).
+  Shape moved = in_place ? Op(1) : Op(0);
+  if (!in_place && h_.operand_count() > 1) {
+    std::vector<Shape> parts;
+    for (int64_t i = 0; i < h_.operand_count(); ++i) parts.push_back(Op(i));
+    moved = Shape::Tuple(std::move(parts));
+  }
+  if (!start) return ResultIs(moved, in_place ? "output buffer's shape" : "operand shape");
+  const Shape& r = h_.shape();
+  const Shape& sent = in_place ? Op(0) : moved;
+  if (!r.IsTuple() || r.tuple_shapes.size() < 2 || !ShapesMatch(r.tuple_shapes[0], sent) ||
+      !ShapesMatch(r.tuple_shapes[1], moved)) {
+    return Err(absl::StrCat("result ", ShapeText(r), " is not (", ShapeText(sent), ", ", ShapeText(moved),
+                            ", context...)"));
   }
   return absl::OkStatus();
 }

@@ -180,7 +180,7 @@ absl::StatusOr<std::vector<int64_t>> PairStarts(const Value& v, int64_t k, int64
   const Value* starts = &v;
   if (v.shape.IsTuple() && !v.elements.empty() && v.elements[0]->shape.IsTuple()) {
     if (k >= static_cast<int64_t>(v.elements.size())) {
-      return InvalidArgumentError(absl::StrCat("no start indices for source-target pair ", k));
+      return InvalidArgumentError(absl::StrCat("no start indices for a device's pair ", k + 1));
     }
     starts = v.elements[static_cast<size_t>(k)].get();
   }
@@ -202,33 +202,40 @@ absl::StatusOr<std::vector<int64_t>> PairStarts(const Value& v, int64_t k, int64
 }  // namespace
 
 // XLA's in-place collective-permute(input, output, input_start_indices, output_start_indices)
-// with slice_sizes: each target's result is its own output buffer with the slice of its
-// source's input (at the source's input starts, of the pair's slice size) written at its own
-// output starts; a device no pair targets keeps its output buffer. Starts are clamped as
-// dynamic-slice and dynamic-update-slice clamp them.
+// with slice_sizes: each device's result is its own output buffer with, for every pair that
+// targets it (in pair order), a slice of the source's input written into it; a device no pair
+// targets keeps its output buffer. With several start-index tuples (XLA's verifier then lets a
+// device appear that many times as a source and as a target), a pair that is a device's k-th as
+// a source reads at its k-th input starts with the k-th slice size, and one that is the
+// target's k-th writes at its k-th output starts (Weave's reading; XLA's text gives no
+// evaluator). Starts are clamped as dynamic-slice and dynamic-update-slice clamp them.
 absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
     const HloInstruction& in, const std::vector<std::vector<ValuePtr>>& contrib,
-    const std::vector<int64_t>& source_of, const std::vector<int64_t>& pair_of, const Shape& result_shape) {
+    const std::vector<PermuteMove>& moves, const Shape& result_shape) {
   std::optional<std::vector<std::vector<int64_t>>> sizes = ParseSliceSizeLists(*in.GetRawAttribute("slice_sizes"));
   if (!sizes) return InvalidArgumentError("in-place collective-permute: unreadable slice_sizes");
-  std::vector<ValuePtr> results(contrib.size());
-  for (size_t d = 0; d < contrib.size(); ++d) {
-    if (contrib[d].size() != 4) {
+  std::vector<Value> buffers;
+  buffers.reserve(contrib.size());
+  for (const std::vector<ValuePtr>& ops : contrib) {
+    if (ops.size() != 4) {
       return InvalidArgumentError("in-place collective-permute takes input, output and two start-index operands");
     }
-    const Value& output = *contrib[d][1];
-    if (output.shape.IsTuple() || output.shape.dims != result_shape.dims) {
+    if (ops[1]->shape.IsTuple() || ops[1]->shape.dims != result_shape.dims || ops[0]->shape.IsTuple()) {
       return InvalidArgumentError("in-place collective-permute: the output buffer is not of the result's shape");
     }
-    const int64_t s = source_of[d];
-    if (s < 0) {
-      results[d] = contrib[d][1];
-      continue;
+    buffers.push_back(*ops[1]);
+  }
+  for (const PermuteMove& m : moves) {
+    const size_t s = static_cast<size_t>(m.source), t = static_cast<size_t>(m.target);
+    if (s >= contrib.size() || t >= contrib.size()) return InvalidArgumentError("in-place collective-permute: device out of range");
+    if (sizes->size() != 1 && m.source_use >= static_cast<int64_t>(sizes->size())) {
+      return InvalidArgumentError(absl::StrCat("in-place collective-permute: no slice size for device ", m.source,
+                                               "'s pair ", m.source_use + 1));
     }
-    const int64_t k = pair_of[d];
-    const std::vector<int64_t>& size = (*sizes)[sizes->size() == 1 ? 0 : static_cast<size_t>(k)];
-    const Value& input = *contrib[static_cast<size_t>(s)][0];
-    if (input.shape.IsTuple() || size.size() != input.shape.dims.size() || size.size() != output.shape.dims.size()) {
+    const std::vector<int64_t>& size = (*sizes)[sizes->size() == 1 ? 0 : static_cast<size_t>(m.source_use)];
+    const Value& input = *contrib[s][0];
+    Value& output = buffers[t];
+    if (size.size() != input.shape.dims.size() || size.size() != output.shape.dims.size()) {
       return InvalidArgumentError("in-place collective-permute: slice_sizes do not match the buffers' rank");
     }
     for (size_t q = 0; q < size.size(); ++q) {
@@ -236,13 +243,16 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
         return InvalidArgumentError("in-place collective-permute: a slice size exceeds a buffer");
       }
     }
-    absl::StatusOr<std::vector<int64_t>> from = PairStarts(*contrib[static_cast<size_t>(s)][2], k, input.shape.rank());
+    absl::StatusOr<std::vector<int64_t>> from = PairStarts(*contrib[s][2], m.source_use, input.shape.rank());
     if (!from.ok()) return from.status();
-    absl::StatusOr<std::vector<int64_t>> to = PairStarts(*contrib[d][3], k, output.shape.rank());
+    absl::StatusOr<std::vector<int64_t>> to = PairStarts(*contrib[t][3], m.target_use, output.shape.rank());
     if (!to.ok()) return to.status();
     const Value piece = ops::DynamicSlice(input, Shape(input.shape.element_type, size), *from);
-    results[d] = Share(ops::DynamicUpdateSlice(output, piece, *to));
+    output = ops::DynamicUpdateSlice(output, piece, *to);
   }
+  std::vector<ValuePtr> results;
+  results.reserve(buffers.size());
+  for (Value& b : buffers) results.push_back(Share(std::move(b)));
   return results;
 }
 
@@ -273,29 +283,25 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
       // Pairs name partition ids (with channel_id or a single replica), else replica ids.
       const bool by_partition = in->channel_id.has_value() || r_ == 1;
       std::vector<int64_t> source_of(static_cast<size_t>(devices), -1);
-      std::vector<int64_t> pair_of(static_cast<size_t>(devices), -1);  // the pair's position
-      int64_t pair = 0;
+      // The in-place form's moves: (source, target, the pair's occurrence among the source's
+      // pairs, among the target's), each device id as r * n + p.
+      std::vector<PermuteMove> moves;
+      std::vector<int64_t> sent(static_cast<size_t>(devices), 0), received(static_cast<size_t>(devices), 0);
       for (const auto& [src, dst] : in->source_target_pairs()) {
         const int64_t limit = by_partition ? n_ : r_;
         if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
           return InvalidArgumentError(absl::StrCat("source_target_pairs entry {", src, ",", dst,
                                                    "} is out of range"));
         }
-        if (by_partition) {
-          for (int64_t rep = 0; rep < r_; ++rep) {
-            source_of[rep * n_ + dst] = rep * n_ + src;
-            pair_of[rep * n_ + dst] = pair;
-          }
-        } else {
-          for (int64_t p = 0; p < n_; ++p) {
-            source_of[dst * n_ + p] = src * n_ + p;
-            pair_of[dst * n_ + p] = pair;
-          }
+        for (int64_t other = 0; other < (by_partition ? r_ : n_); ++other) {
+          const int64_t s = by_partition ? other * n_ + src : src * n_ + other;
+          const int64_t t = by_partition ? other * n_ + dst : dst * n_ + other;
+          source_of[static_cast<size_t>(t)] = s;
+          moves.push_back({s, t, sent[static_cast<size_t>(s)]++, received[static_cast<size_t>(t)]++});
         }
-        ++pair;
       }
       if (in->GetRawAttribute("slice_sizes") != nullptr) {
-        return InPlacePermute(*in, contrib, source_of, pair_of, result_shape);
+        return InPlacePermute(*in, contrib, moves, result_shape);
       }
       for (int64_t d = 0; d < devices; ++d) {
         std::vector<Value> leaves;

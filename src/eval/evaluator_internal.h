@@ -60,6 +60,12 @@ struct Program {
   uint64_t seed = 0;  // EvalOptions::seed: also the seed of `rng` (evaluator_random.cc)
 };
 
+// One move of an in-place collective-permute: source and target device (r * n + p), and the
+// pair's occurrence (0-based) among the source's pairs and among the target's.
+struct PermuteMove {
+  int64_t source, target, source_use, target_use;
+};
+
 // The per-device interpreter.
 
 class DeviceEvaluator {
@@ -93,12 +99,10 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalCollective(const HloInstruction* instr, HloOpcode kind,
                                           const Shape& result_shape,
                                           const std::vector<ValuePtr>& ops);
-  // The per-device results of an in-place collective-permute (evaluator_collectives.cc):
-  // source_of / pair_of give each device's source device and pair position (-1: none).
+  // The per-device results of an in-place collective-permute (evaluator_collectives.cc).
   absl::StatusOr<std::vector<ValuePtr>> InPlacePermute(const HloInstruction& in,
                                                        const std::vector<std::vector<ValuePtr>>& contrib,
-                                                       const std::vector<int64_t>& source_of,
-                                                       const std::vector<int64_t>& pair_of,
+                                                       const std::vector<PermuteMove>& moves,
                                                        const Shape& result_shape);
   // Applies a binary computation elementwise to two arrays of the same shape.
   absl::StatusOr<Value> ApplyBinaryComputation(const HloComputation* c, const Value& a,
