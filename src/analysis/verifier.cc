@@ -58,6 +58,8 @@ absl::Status Checker::Check() {
       return ReduceWindow();
     case HloOpcode::kSelect:
       return Select();
+    case HloOpcode::kInfeed:
+      return Infeed();
     case HloOpcode::kClamp:
       return Clamp();
     case HloOpcode::kWhile:

@@ -82,8 +82,11 @@ class Checker {
   absl::Status Unary();
   absl::Status BitcastConvert();
   absl::Status Binary();
+  absl::Status ComparisonType(PrimitiveType operand_type) const;
   absl::Status Select();
   absl::Status Clamp();
+  // infeed: (token) -> (data, token) (XLA's HandleInfeed).
+  absl::Status Infeed();
 
   // verifier_data_movement.cc
   absl::Status Broadcast();

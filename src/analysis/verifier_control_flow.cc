@@ -193,8 +193,28 @@ absl::Status Checker::Map() {
   return absl::OkStatus();
 }
 
+absl::Status Checker::Infeed() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  if (Op(0).element_type != PrimitiveType::TOKEN || Op(0).IsTuple()) {
+    return Err(absl::StrCat("operand ", ShapeText(Op(0)), " must be a token"));
+  }
+  const Shape& r = h_.shape();
+  if (!r.IsTuple() || r.tuple_shapes.size() != 2 || r.tuple_shapes[1].element_type != PrimitiveType::TOKEN) {
+    return Err(absl::StrCat("result ", ShapeText(r), " must be a tuple (data, token[])"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checker::CustomCall() {
   const std::string& t = h_.custom_call_target();
+  if (t == "GetRngSeed") {
+    // XLA's verifier: no operands, a u64[] result.
+    if (auto st = OperandCount(0); !st.ok()) return st;
+    if (!h_.shape().IsArray() || h_.shape().element_type != PrimitiveType::U64 || h_.shape().rank() != 0) {
+      return Err(absl::StrCat("custom_call_target=\"GetRngSeed\": result ", ShapeText(h_.shape()), " must be u64[]"));
+    }
+    return absl::OkStatus();
+  }
   if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||
       t == "MoveToHost" || t == "MoveToDevice") {
     if (auto st = OperandCount(1); !st.ok()) return st;

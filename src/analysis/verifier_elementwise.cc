@@ -166,7 +166,7 @@ absl::Status Checker::Binary() {
         return Err(absl::StrCat("result must be pred, got ", ShapeText(h_.shape())));
       }
       if (!h_.comparison_direction.has_value()) return Err("missing direction=");
-      return absl::OkStatus();
+      return ComparisonType(a.element_type);
     case HloOpcode::kComplex:
       return absl::OkStatus();
     default:
@@ -179,9 +179,35 @@ absl::Status Checker::Binary() {
   }
 }
 
+// XLA's HandleCompare: a written `type=` fits the operands' element type (FLOAT or TOTALORDER
+// for floats, SIGNED for signed integers, UNSIGNED for unsigned integers and pred).
+absl::Status Checker::ComparisonType(PrimitiveType t) const {
+  const std::string& type = h_.comparison_type();
+  if (type.empty()) return absl::OkStatus();
+  std::string want;
+  if (IsFloatingPoint(t) || IsComplex(t)) {
+    if (type == "FLOAT" || type == "TOTALORDER") return absl::OkStatus();
+    want = "FLOAT or TOTALORDER";
+  } else if (IsSignedInteger(t)) {
+    if (type == "SIGNED") return absl::OkStatus();
+    want = "SIGNED";
+  } else if (IsUnsignedInteger(t) || t == PrimitiveType::PRED) {
+    if (type == "UNSIGNED") return absl::OkStatus();
+    want = "UNSIGNED";
+  } else {
+    return absl::OkStatus();
+  }
+  return Err(absl::StrCat("comparison type=", type, " does not fit operands of element type ",
+                          std::string(PrimitiveTypeName(t)), " (expected ", want, ")"));
+}
+
 absl::Status Checker::Select() {
   if (auto st = OperandCount(3); !st.ok()) return st;
   const Shape &p = Op(0), &t = Op(1), &f = Op(2);
+  if (!t.IsArray() || !f.IsArray()) {
+    return Err(absl::StrCat("on_true ", ShapeText(t), " and on_false ", ShapeText(f),
+                            " must be arrays (XLA's select takes no tuples)"));
+  }
   if (!p.IsArray() || p.element_type != PrimitiveType::PRED) {
     return Err(absl::StrCat("predicate ", ShapeText(p), " must have element type pred"));
   }

@@ -39,6 +39,9 @@ bool Parser::ParseModule() {
     if (pos_ == b) return Expected("a module name");
     module_name = std::string(src_.substr(b, pos_ - b));
     if (module_name[0] == '%') module_name.erase(0, 1);
+    // XLA's parser also reads the older header form `HloModule name:`.
+    SkipWs();
+    if (Peek() == ':') ++pos_;
   }
   module_ = std::make_unique<HloModule>(module_name);
   if (has_header && !ParseHeaderAttributes()) return false;
@@ -139,6 +142,8 @@ bool Parser::ParseComputation() {
     return Error(name_pos, Cat("duplicate computation name '", name, "'"));
   }
   int64_t sig_params = -1;
+  Shape declared_result;
+  bool has_declared_result = false;
   if (Peek() == '(') {  // signature
     ++pos_;
     sig_params = 0;
@@ -156,8 +161,8 @@ bool Parser::ParseComputation() {
     SkipWs();
     if (src_.substr(pos_, 2) != "->") return Expected("'->' in computation signature");
     pos_ += 2;
-    Shape ignored;
-    if (!ParseShape(&ignored, /*allow_layout=*/false)) return false;
+    if (!ParseShape(&declared_result, /*allow_layout=*/false)) return false;
+    has_declared_result = true;
   }
   if (!Expect('{')) return false;
   auto owned = std::make_unique<HloComputation>(std::string(name));
@@ -185,6 +190,12 @@ bool Parser::ParseComputation() {
     return Error(name_pos, Cat("computation '", name, "' has no instructions"));
   }
   comp->set_root(st.root ? st.root : st.last);
+  // The signature's result must be the root's shape (layouts aside), as XLA's parser requires.
+  if (has_declared_result && !declared_result.Compatible(comp->root()->shape())) {
+    return Error(name_pos, Cat("the signature of computation '", name, "' gives the result ",
+                               declared_result.ToString(false), ", but its root '", comp->root()->name(),
+                               "' is ", comp->root()->shape().ToString(false)));
+  }
   for (int64_t i = 0; i < static_cast<int64_t>(st.param_seen.size()); ++i) {
     if (!st.param_seen[static_cast<size_t>(i)]) {
       return Error(name_pos, Cat("computation '", name, "' has no parameter(", i,

@@ -130,7 +130,8 @@ class Parser {
         }
         pos_ = e + 2;
       } else if (c == '/' && pos_ + 1 < n && src_[pos_ + 1] == '/') {
-        size_t e = src_.find('\n', pos_);
+        // To the end of the line: '\n', or '\r' alone (old Mac line ends; XLA's lexer too).
+        size_t e = src_.find_first_of("\n\r", pos_);
         pos_ = e == std::string_view::npos ? n : e + 1;
       } else {
         return;

@@ -4,6 +4,9 @@
 
 namespace weave::parser_internal {
 
+bool RoundsPastLargest(PrimitiveType t, double v);  // below, beside ParseFloatToken
+
+
 // ------------------------------------------------------------------ shapes
 // `allow_layout` is false where a `{` after the shape starts something else (the result shape
 // of a computation signature).
@@ -206,6 +209,13 @@ bool Parser::ParseLiteral(Literal* lit) {
         if (!ParseFloatToken(tok, &v)) {
           return Error(tok_pos, Cat("invalid floating-point value '", tok, "'"));
         }
+        // A finite value that rounds past the type's largest finite one is out of range (XLA's
+        // parser), and so is one beyond a double's.
+        const bool written_inf_or_nan = tok.find("inf") != std::string_view::npos ||
+                                        tok.find("nan") != std::string_view::npos;
+        if (!written_inf_or_nan && (!std::isfinite(v) || RoundsPastLargest(t, v))) {
+          return Error(tok_pos, Cat("value '", tok, "' is out of range for ", PrimitiveTypeName(t)));
+        }
         lit->f.push_back(v);
       } else if (is_pred) {
         if (tok == "true" || tok == "1") {
@@ -260,6 +270,36 @@ bool Parser::ParseLiteral(Literal* lit) {
     return Error(b, "scalar constant written with braces");
   }
   return true;
+}
+
+// Whether a finite value `v` written for float type `t` (a complex type: its component's) rounds
+// past the type's largest finite value (to inf, or NaN in types without one): XLA's parser
+// rejects those, and takes values that round down to the largest (3.40282347e+38 for f32).
+bool RoundsPastLargest(PrimitiveType t, double v) {
+  struct Range {
+    double largest, half_ulp;
+    bool tie_overflows;  // the largest's significand is odd: a tie rounds up, past it
+  };
+  Range r;
+  switch (t) {
+    case PrimitiveType::F16: r = {65504.0, 16.0, true}; break;
+    case PrimitiveType::BF16: r = {3.3895313892515355e38, std::ldexp(1.0, 119), true}; break;
+    case PrimitiveType::F32:
+    case PrimitiveType::C64:
+      r = {static_cast<double>(std::numeric_limits<float>::max()), std::ldexp(1.0, 103), true};
+      break;
+    case PrimitiveType::F8E5M2:
+    case PrimitiveType::F8E5M2FNUZ: r = {57344.0, 4096.0, true}; break;
+    case PrimitiveType::F8E4M3FN: r = {448.0, 16.0, false}; break;
+    case PrimitiveType::F8E4M3FNUZ:
+    case PrimitiveType::F8E4M3: r = {240.0, 8.0, true}; break;
+    case PrimitiveType::F8E4M3B11FNUZ: r = {30.0, 1.0, true}; break;
+    case PrimitiveType::F8E3M4: r = {15.5, 0.25, true}; break;
+    default: return false;  // f64, c128 (a double holds them), and types this table lacks
+  }
+  const double a = std::fabs(v);
+  const double edge = r.largest + r.half_ulp;
+  return a > edge || (a == edge && r.tie_overflows);
 }
 
 bool Parser::ParseFloatToken(std::string_view tok, double* v) {
