@@ -19,10 +19,54 @@
 #include <sstream>
 
 #include "hlo/parser_internal.h"
+#include "hlo/text_cursor.h"
 
 namespace weave::parser_internal {
 
 // ------------------------------------------------------------------ module
+namespace {
+
+// A shape index `{}` / `{0,1}` at c.
+bool ShapeIndex(hlo_internal::TextCursor& c) {
+  if (!c.Consume('{')) return false;
+  if (c.Consume('}')) return true;
+  do {
+    int64_t v;
+    if (!c.Int(&v) || v < 0) return false;
+  } while (c.Consume(','));
+  return c.Consume('}');
+}
+
+}  // namespace
+
+// XLA's header syntax: input_output_alias={ {out}: (param, {in}[, may-alias|must-alias]), ... },
+// buffer_donor={ (param, {in}), ... }. An empty string when `value` follows it, else what is
+// wrong.
+std::string AliasingSyntaxError(std::string_view value, bool donor) {
+  hlo_internal::TextCursor c(value);
+  if (!c.Consume('{')) return "expected '{'";
+  if (c.Consume('}')) return c.AtEnd() ? "" : "unexpected text after '}'";
+  do {
+    if (!donor) {
+      if (!ShapeIndex(c)) return "expected an output shape index such as {0}";
+      if (!c.Consume(':')) return "expected ':' after the output shape index";
+    }
+    if (!c.Consume('(')) return "expected '(' before the parameter number";
+    int64_t param;
+    if (!c.Int(&param) || param < 0) return "expected a parameter number";
+    if (!c.Consume(',')) return "expected ',' after the parameter number";
+    if (!ShapeIndex(c)) return "expected a parameter shape index such as {0}";
+    if (!donor && c.Consume(',')) {
+      if (!c.ConsumeStr("may-alias") && !c.ConsumeStr("must-alias")) {
+        return "expected may-alias or must-alias";
+      }
+    }
+    if (!c.Consume(')')) return "expected ')'";
+  } while (c.Consume(','));
+  if (!c.Consume('}')) return "expected ',' or '}'";
+  return c.AtEnd() ? "" : "unexpected text after '}'";
+}
+
 bool Parser::ParseModule() {
   SkipWs();
   if (!status_.ok()) return false;
@@ -85,7 +129,12 @@ bool Parser::ParseHeaderAttributes() {
       }
     } else {
       std::string_view value;
+      const size_t vpos = pos_;
       if (!ScanRawValue(&value)) return false;
+      if (name == "input_output_alias" || name == "buffer_donor") {
+        const std::string why = AliasingSyntaxError(value, name == "buffer_donor");
+        if (!why.empty()) return Error(vpos, Cat(name, ": ", why));
+      }
       module_->header_attributes.emplace_back(std::string(name), std::string(value));
     }
   }
