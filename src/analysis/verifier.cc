@@ -18,6 +18,7 @@ namespace weave {
 namespace verifier_internal {
 
 absl::Status Checker::Check() {
+  if (absl::Status paired = StartDonePairing(); !paired.ok()) return paired;
   switch (h_.opcode()) {
     case HloOpcode::kParameter:
     case HloOpcode::kAfterAll:

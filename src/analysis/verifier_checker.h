@@ -119,6 +119,8 @@ class Checker {
   // copy-start / copy-done and async-start / -update / -done (XLA's HloVerifier
   // HandleCopyStart, HandleCopyDone and its async checks).
   absl::Status AsyncPair();
+  // Each native -start with its one -done, each async-start with one async-done.
+  absl::Status StartDonePairing() const;
   // map: its computation takes one scalar of each operand's element type and returns a scalar
   // of the result's (XLA's ShapeInference::InferMapShape).
   absl::Status Map();

@@ -2,6 +2,7 @@
 // custom-call (analysis/verifier_checker.h), after XLA's ShapeInference.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,83 @@ absl::Status Checker::GetTupleElement() {
                             h_.operand(0)->name(), "' with ", n, " elements ", ShapeText(t)));
   }
   return ResultIs(t.tuple_shapes[static_cast<size_t>(h_.tuple_index)], "tuple element shape");
+}
+
+namespace {
+
+// The -done of a native -start opcode (XLA's VerifyAsynchronousInstructionPairs pairs them).
+std::optional<HloOpcode> DoneOf(HloOpcode start) {
+  switch (start) {
+    case HloOpcode::kCopyStart: return HloOpcode::kCopyDone;
+    case HloOpcode::kAllReduceStart: return HloOpcode::kAllReduceDone;
+    case HloOpcode::kAllGatherStart: return HloOpcode::kAllGatherDone;
+    case HloOpcode::kCollectivePermuteStart: return HloOpcode::kCollectivePermuteDone;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<HloOpcode> StartOf(HloOpcode done) {
+  switch (done) {
+    case HloOpcode::kCopyDone: return HloOpcode::kCopyStart;
+    case HloOpcode::kAllReduceDone: return HloOpcode::kAllReduceStart;
+    case HloOpcode::kAllGatherDone: return HloOpcode::kAllGatherStart;
+    case HloOpcode::kCollectivePermuteDone: return HloOpcode::kCollectivePermuteStart;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+// XLA's VerifyAsynchronousInstructionPairs: a native -start has exactly one user, its -done; a
+// -done's operand is its -start; an async-start reaches exactly one async-done through its chain
+// of async-updates (each link read by one async-update or async-done). Loop-crossing chains (a
+// start whose value a while loop carries) are left to the async shape checks.
+absl::Status Checker::StartDonePairing() const {
+  const HloOpcode op = h_.opcode();
+  if (std::optional<HloOpcode> done = DoneOf(op)) {
+    if (h_.users().size() != 1) {
+      return Err(absl::StrCat("requires one consumer (its ", std::string(HloOpcodeString(*done)), "), found ",
+                              h_.users().size()));
+    }
+    if (h_.users()[0]->opcode() != *done) {
+      return Err(absl::StrCat("its consumer '", h_.users()[0]->name(), "' is ",
+                              std::string(HloOpcodeString(h_.users()[0]->opcode())), ", not ",
+                              std::string(HloOpcodeString(*done))));
+    }
+  }
+  if (std::optional<HloOpcode> start = StartOf(op)) {
+    if (h_.operand_count() != 1 || h_.operand(0)->opcode() != *start) {
+      return Err(absl::StrCat("its operand must be a ", std::string(HloOpcodeString(*start)),
+                              h_.operand_count() == 1 ? absl::StrCat(", found ", std::string(HloOpcodeString(h_.operand(0)->opcode())))
+                                                      : std::string()));
+    }
+  }
+  if (op == HloOpcode::kAllReduceDone && !ShapesMatch(h_.shape(), Op(0))) {
+    return Err(absl::StrCat("result ", ShapeText(h_.shape()), " differs from its all-reduce-start's ",
+                            ShapeText(Op(0))));
+  }
+  if (op == HloOpcode::kAsyncStart) {
+    const HloInstruction* link = &h_;
+    std::string dones;
+    int64_t found = 0;
+    for (int64_t steps = 0; link != nullptr && steps < 1 << 20; ++steps) {
+      const HloInstruction* next = nullptr;
+      for (const HloInstruction* u : link->users()) {
+        if (u->opcode() == HloOpcode::kAsyncDone) {
+          ++found;
+          absl::StrAppend(&dones, dones.empty() ? "" : " and ", u->name());
+        } else if (u->opcode() == HloOpcode::kAsyncUpdate) {
+          next = u;
+        } else if (u->opcode() == HloOpcode::kGetTupleElement || u->opcode() == HloOpcode::kTuple) {
+          return absl::OkStatus();  // carried elsewhere (a loop): not followed here
+        }
+      }
+      link = next;
+    }
+    if (found == 0) return Err("has no matching async-done");
+    if (found > 1) return Err(absl::StrCat("is matched by several async-done instructions: ", dones));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Checker::AsyncPair() {
