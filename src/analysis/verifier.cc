@@ -17,8 +17,68 @@
 namespace weave {
 namespace verifier_internal {
 
+// XLA's HloSharding::Validate, as its verifier runs it on every instruction's sharding: a tiled
+// sharding has one tile dim per data dim of the (leaf) shape, a tuple sharding one leaf per
+// tuple leaf, and every device id (tile or maximal) is below the module's device count when the
+// module states it.
+absl::Status Checker::ShardingFits(const HloSharding& s, const Shape& shape, int64_t devices) const {
+  using Kind = HloSharding::Kind;
+  if (s.kind == Kind::kTuple) {
+    if (!shape.IsTuple()) return Err(absl::StrCat("tuple sharding ", s.ToString(), " on the non-tuple shape ", ShapeText(shape)));
+    std::vector<const Shape*> leaves;
+    std::vector<const Shape*> stack{&shape};
+    while (!stack.empty()) {
+      const Shape* x = stack.back();
+      stack.pop_back();
+      if (x->IsTuple()) {
+        for (size_t i = x->tuple_shapes.size(); i-- > 0;) stack.push_back(&x->tuple_shapes[i]);
+      } else {
+        leaves.push_back(x);
+      }
+    }
+    if (s.tuple.size() != leaves.size()) {
+      return Err(absl::StrCat("tuple sharding has ", s.tuple.size(), " elements for the ", leaves.size(),
+                              " leaves of ", ShapeText(shape)));
+    }
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (absl::Status st = ShardingFits(s.tuple[i], *leaves[i], devices); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  if (shape.IsTuple()) {  // one sharding for every leaf
+    for (const Shape& leaf : shape.tuple_shapes) {
+      if (absl::Status st = ShardingFits(s, leaf, devices); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  if (s.kind == Kind::kMaximal && devices > 0 && s.maximal_device >= devices) {
+    return Err(absl::StrCat("sharding ", s.ToString(), ": device ", s.maximal_device, " >= the ", devices,
+                            " devices of the module"));
+  }
+  if (s.kind != Kind::kTiled || !shape.IsArray() || shape.element_type == PrimitiveType::TOKEN) {
+    return absl::OkStatus();
+  }
+  if (s.DataRank() != shape.rank()) {
+    return Err(absl::StrCat("sharding ", s.ToString(), " tiles ", s.DataRank(), " dims, but ", ShapeText(shape),
+                            " has rank ", shape.rank()));
+  }
+  for (int64_t d : s.devices) {
+    if (d < 0 || (devices > 0 && d >= devices)) {
+      return Err(absl::StrCat("sharding ", s.ToString(), ": device ", d, " >= the ", devices,
+                              " devices of the module"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checker::Check() {
   if (absl::Status paired = StartDonePairing(); !paired.ok()) return paired;
+  // An outfeed's sharding describes the data it sends (XLA's form), not its token result.
+  if (h_.sharding && h_.opcode() != HloOpcode::kOutfeed) {
+    const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
+    const int64_t devices = m != nullptr && m->has_num_partitions ? m->num_partitions * m->replica_count : -1;
+    if (absl::Status st = ShardingFits(*h_.sharding, h_.shape(), devices); !st.ok()) return st;
+  }
   switch (h_.opcode()) {
     case HloOpcode::kParameter:
     case HloOpcode::kAfterAll:

@@ -121,6 +121,8 @@ class Checker {
   absl::Status AsyncPair();
   // Each native -start with its one -done, each async-start with one async-done.
   absl::Status StartDonePairing() const;
+  // The sharding `s` against `shape` and the module's device count (-1: not stated).
+  absl::Status ShardingFits(const HloSharding& s, const Shape& shape, int64_t devices) const;
   // map: its computation takes one scalar of each operand's element type and returns a scalar
   // of the result's (XLA's ShapeInference::InferMapShape).
   absl::Status Map();
