@@ -121,6 +121,15 @@ absl::Status Checker::Check() {
       return Select();
     case HloOpcode::kInfeed:
       return Infeed();
+    case HloOpcode::kRngBitGenerator:
+      return RngBitGenerator();
+    case HloOpcode::kRecv:
+      return Recv();
+    case HloOpcode::kDynamicReshape:
+      return DynamicReshape();
+    case HloOpcode::kScatter:
+    case HloOpcode::kGather:
+      return IndexedDims();
     case HloOpcode::kClamp:
       return Clamp();
     case HloOpcode::kWhile:

@@ -84,6 +84,10 @@ class Checker {
   absl::Status Binary();
   absl::Status ComparisonType(PrimitiveType operand_type) const;
   absl::Status Select();
+  absl::Status RngBitGenerator();
+  absl::Status Recv();
+  absl::Status DynamicReshape();
+  absl::Status IndexedDims();
   absl::Status Clamp();
   // infeed: (token) -> (data, token) (XLA's HandleInfeed).
   absl::Status Infeed();

@@ -309,4 +309,13 @@ absl::Status Checker::CollectivePermute() {
   return absl::OkStatus();
 }
 
+// recv(token) -> (data, u32[] context, token[]) (XLA's HandleRecv); recv-done reads a recv.
+absl::Status Checker::Recv() {
+  const Shape& r = h_.shape();
+  if (!r.IsTuple() || r.tuple_shapes.size() != 3 || r.tuple_shapes[2].element_type != PrimitiveType::TOKEN) {
+    return Err(absl::StrCat("result ", ShapeText(r), " must be a tuple (data, u32[], token[])"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace weave::verifier_internal

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/raw_dims_attribute.h"
 
 namespace weave::verifier_internal {
 
@@ -240,6 +241,48 @@ absl::Status Checker::Concatenate() {
     }
   }
   return ResultIs(expected, "concatenated shape");
+}
+
+// dynamic-reshape(operand, sizes...): one scalar size per result dim, the element type kept
+// (XLA's InferDynamicReshapeShape; the sizes are only known at run time).
+absl::Status Checker::DynamicReshape() {
+  if (h_.operand_count() < 1) return Err("needs an operand (the array to reshape)");
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (h_.operand_count() != 1 + h_.shape().rank()) {
+    return Err(absl::StrCat("takes one size operand per result dim: ", h_.shape().rank(), " for ",
+                            ShapeText(h_.shape()), ", got ", h_.operand_count() - 1));
+  }
+  for (int64_t i = 1; i < h_.operand_count(); ++i) {
+    if (!Op(i).IsArray() || Op(i).rank() != 0 || !IsInteger(Op(i).element_type)) {
+      return Err(absl::StrCat("size operand ", i, " ", ShapeText(Op(i)), " is not an integer scalar"));
+    }
+  }
+  if (Op(0).element_type != h_.shape().element_type) {
+    return Err(absl::StrCat("result ", ShapeText(h_.shape()), " changes the element type of ", ShapeText(Op(0))));
+  }
+  // The bounds hold the same number of elements (a dynamic dim counts at its bound).
+  if (Op(0).ElementCount() != h_.shape().ElementCount()) {
+    return Err(absl::StrCat("result ", ShapeText(h_.shape()), " holds ", h_.shape().ElementCount(),
+                            " elements at its bounds, the operand ", ShapeText(Op(0)), " ", Op(0).ElementCount()));
+  }
+  return absl::OkStatus();
+}
+
+// scatter / gather: the index-to-operand dim map names operand dims (XLA's
+// ValidateScatterDimensionNumbers / ValidateGatherDimensionNumbers).
+absl::Status Checker::IndexedDims() {
+  const bool scatter = h_.opcode() == HloOpcode::kScatter;
+  const char* key = scatter ? "scatter_dims_to_operand_dims" : "start_index_map";
+  absl::StatusOr<std::vector<int64_t>> dims = RawDimsAttribute(h_, key);
+  if (!dims.ok()) return Err(std::string(dims.status().message()));
+  if (h_.operand_count() < 1 || !Op(0).IsArray()) return absl::OkStatus();
+  const int64_t rank = Op(0).rank();
+  for (int64_t d : *dims) {
+    if (d < 0 || d >= rank) {
+      return Err(absl::StrCat(key, " names dim ", d, ", out of range for the operand ", ShapeText(Op(0))));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weave::verifier_internal

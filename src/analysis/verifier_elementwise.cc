@@ -179,6 +179,17 @@ absl::Status Checker::Binary() {
   }
 }
 
+// rng-bit-generator(state) -> (new state, data): one operand, the state kept (XLA's
+// InferRngBitGeneratorShape).
+absl::Status Checker::RngBitGenerator() {
+  if (auto st = OperandCount(1); !st.ok()) return st;
+  const Shape& r = h_.shape();
+  if (!r.IsTuple() || r.tuple_shapes.size() != 2 || !ShapesMatch(r.tuple_shapes[0], Op(0))) {
+    return Err(absl::StrCat("result ", ShapeText(r), " must be (", ShapeText(Op(0)), ", data)"));
+  }
+  return absl::OkStatus();
+}
+
 // XLA's HandleCompare: a written `type=` fits the operands' element type (FLOAT or TOTALORDER
 // for floats, SIGNED for signed integers, UNSIGNED for unsigned integers and pred).
 absl::Status Checker::ComparisonType(PrimitiveType t) const {

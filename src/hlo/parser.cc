@@ -387,7 +387,15 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
       if (opname.size() > suffix.size() &&
           opname.substr(opname.size() - suffix.size()) == suffix) {
         std::string_view base = opname.substr(0, opname.size() - suffix.size());
-        if (auto wrapped = ParseHloOpcode(base)) {
+        std::optional<HloOpcode> wrapped = ParseHloOpcode(base);
+        // XLA's parser wraps no collective, copy, send or recv this way (they have their own
+        // -start/-done opcodes or none): `send-start`, `all-gather-update` are unknown opcodes.
+        if (wrapped && (*wrapped == HloOpcode::kAllGather || *wrapped == HloOpcode::kAllReduce ||
+                        *wrapped == HloOpcode::kCollectivePermute || *wrapped == HloOpcode::kCopy ||
+                        *wrapped == HloOpcode::kRecv || *wrapped == HloOpcode::kSend)) {
+          return Error(op_pos, Cat("unknown opcode '", opname, "' (", base, " has no async wrapped form)"));
+        }
+        if (wrapped) {
           op = async_op;
           sugar = base;
           attr_op = *wrapped;
