@@ -173,6 +173,10 @@ absl::Status Checker::StartDonePairing() const {
                                                       : std::string()));
     }
   }
+  if (op == HloOpcode::kAsyncUpdate && h_.users().empty() &&
+      (h_.parent() == nullptr || h_.parent()->root() != &h_)) {
+    return Err("is an orphan: nothing reads it, so no async-done ends its chain");
+  }
   if (op == HloOpcode::kAllReduceDone && !ShapesMatch(h_.shape(), Op(0))) {
     return Err(absl::StrCat("result ", ShapeText(h_.shape()), " differs from its all-reduce-start's ",
                             ShapeText(Op(0))));
@@ -182,6 +186,12 @@ absl::Status Checker::StartDonePairing() const {
     std::string dones;
     int64_t found = 0;
     for (int64_t steps = 0; link != nullptr && steps < 1 << 20; ++steps) {
+      // A link that a loop carries (a loop body's root, or read by anything but the chain):
+      // its done is elsewhere, not followed here (XLA permits async ops across while loops).
+      // The entry's root is the program's result: no done follows it there.
+      const HloComputation* c = link->parent();
+      const HloModule* m = c != nullptr ? c->parent() : nullptr;
+      if (c != nullptr && c->root() == link && (m == nullptr || m->entry() != c)) return absl::OkStatus();
       const HloInstruction* next = nullptr;
       for (const HloInstruction* u : link->users()) {
         if (u->opcode() == HloOpcode::kAsyncDone) {
@@ -189,8 +199,8 @@ absl::Status Checker::StartDonePairing() const {
           absl::StrAppend(&dones, dones.empty() ? "" : " and ", u->name());
         } else if (u->opcode() == HloOpcode::kAsyncUpdate) {
           next = u;
-        } else if (u->opcode() == HloOpcode::kGetTupleElement || u->opcode() == HloOpcode::kTuple) {
-          return absl::OkStatus();  // carried elsewhere (a loop): not followed here
+        } else {
+          return absl::OkStatus();
         }
       }
       link = next;
@@ -230,7 +240,11 @@ absl::Status Checker::AsyncPair() {
     case HloOpcode::kAsyncUpdate:
     case HloOpcode::kAsyncDone: {
       const HloOpcode from = h_.operand(0)->opcode();
-      if (from != HloOpcode::kAsyncStart && from != HloOpcode::kAsyncUpdate) {
+      // The async value may also come through a loop (XLA's loop-crossing async: a parameter,
+      // a get-tuple-element of one, or the loop's result carry it); its shape is checked below.
+      const bool carried = from == HloOpcode::kParameter || from == HloOpcode::kGetTupleElement ||
+                           from == HloOpcode::kWhile;
+      if (from != HloOpcode::kAsyncStart && from != HloOpcode::kAsyncUpdate && !carried) {
         return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' is ",
                                 std::string(HloOpcodeString(from)), ", not async-start or async-update"));
       }
