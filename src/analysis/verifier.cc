@@ -125,6 +125,8 @@ absl::Status Checker::Check() {
       return RngBitGenerator();
     case HloOpcode::kRecv:
       return Recv();
+    case HloOpcode::kCollectiveReduce:
+      return CollectiveReduce();
     case HloOpcode::kDynamicReshape:
       return DynamicReshape();
     case HloOpcode::kScatter:

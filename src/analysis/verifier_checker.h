@@ -86,6 +86,7 @@ class Checker {
   absl::Status Select();
   absl::Status RngBitGenerator();
   absl::Status Recv();
+  absl::Status CollectiveReduce();
   absl::Status DynamicReshape();
   absl::Status IndexedDims();
   absl::Status Clamp();

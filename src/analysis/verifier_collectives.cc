@@ -23,7 +23,8 @@ absl::Status Checker::Groups() const {
   // As XLA's verifier (CheckReplicaGroups): no empty group; the ids are exactly 0..n-1 (n the
   // ids written); groups of one size, except for all-reduce ({{0},{1,3},{2}} is valid there).
   const HloOpcode op = h_.opcode();
-  const bool uniform = op != HloOpcode::kAllReduce && op != HloOpcode::kAllReduceStart;
+  const bool uniform = op != HloOpcode::kAllReduce && op != HloOpcode::kAllReduceStart &&
+                       op != HloOpcode::kCollectiveReduce;
   size_t n = 0, size = 0;
   for (const auto& g : h_.replica_groups->groups) {
     if (g.empty()) return Err(absl::StrCat("replica_groups=", text, " has an empty group"));
@@ -316,6 +317,34 @@ absl::Status Checker::Recv() {
     return Err(absl::StrCat("result ", ShapeText(r), " must be a tuple (data, u32[], token[])"));
   }
   return absl::OkStatus();
+}
+
+// collective-reduce(data..., [root indices]) (XLA's HandleCollectiveReduce and
+// InferCollectiveReduceShape): groups of any size; array data operands; with
+// has_dynamic_root=true a last s32[k] operand, one root per data operand; the result is the
+// data operand's shape, or the tuple of them; the reducer is a scalar computation of the first
+// data operand's type.
+absl::Status Checker::CollectiveReduce() {
+  if (auto st = Groups(); !st.ok()) return st;
+  const std::string* dynamic = h_.GetRawAttribute("has_dynamic_root");
+  const bool has_root = dynamic != nullptr && *dynamic == "true";
+  const int64_t data = h_.operand_count() - (has_root ? 1 : 0);
+  if (data < 1) return Err("expects at least one data operand");
+  if (has_root) {
+    const Shape& r = Op(data);
+    if (!r.IsArray() || r.element_type != PrimitiveType::S32 || r.rank() != 1 || r.dims[0] != data) {
+      return Err(absl::StrCat("with has_dynamic_root=true the last operand must be s32[", data, "], got ", ShapeText(r)));
+    }
+  }
+  std::vector<Shape> parts;
+  std::vector<PrimitiveType> types;
+  for (int64_t i = 0; i < data; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    parts.push_back(Op(i));
+    types.push_back(Op(i).element_type);
+  }
+  if (auto st = ResultIs(data == 1 ? parts[0] : Shape::Tuple(parts), "data operands' shape"); !st.ok()) return st;
+  return Reducer({types[0]});  // one scalar computation for every data operand, as all-reduce's
 }
 
 }  // namespace weave::verifier_internal

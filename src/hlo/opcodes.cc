@@ -111,6 +111,7 @@ bool IsCollective(HloOpcode op) {
     case HloOpcode::kCollectivePermute:
     case HloOpcode::kCollectivePermuteStart:
     case HloOpcode::kCollectiveBroadcast:
+    case HloOpcode::kCollectiveReduce:
     case HloOpcode::kRaggedAllToAll:
       return true;
     default:

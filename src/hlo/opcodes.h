@@ -47,6 +47,7 @@ namespace weave {
   V(kConvert, "convert")                                       \
   V(kConvolution, "convolution")                               \
   V(kCopy, "copy")                                             \
+  V(kCollectiveReduce, "collective-reduce")                    \
   V(kCopyStart, "copy-start")                                  \
   V(kCopyDone, "copy-done")                                    \
   V(kCos, "cosine")                                            \

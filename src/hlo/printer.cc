@@ -286,6 +286,7 @@ bool IsListCollective(HloOpcode op) {
     case HloOpcode::kAllToAll:
     case HloOpcode::kRaggedAllToAll:
     case HloOpcode::kCollectiveBroadcast:
+    case HloOpcode::kCollectiveReduce:
       return true;
     default:
       return false;
