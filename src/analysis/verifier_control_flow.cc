@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 
@@ -86,6 +87,22 @@ absl::Status Checker::Conditional() {
 absl::Status Checker::Call() {
   if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
     return Err("needs one to_apply computation");
+  }
+  // A composite call names its composite in frontend attributes (XLA's HandleCall):
+  // composite.name, and composite.version, where given, a non-negative integer
+  // (composite.attributes is optional).
+  if (const std::string* composite = h_.GetRawAttribute("is_composite"); composite != nullptr && *composite == "true") {
+    if (!h_.frontend_attributes.contains("composite.name")) {
+      return Err("a composite call needs the frontend attribute composite.name");
+    }
+    if (auto it = h_.frontend_attributes.find("composite.version"); it != h_.frontend_attributes.end()) {
+      std::string version = it->second;
+      version.erase(std::remove(version.begin(), version.end(), '"'), version.end());
+      int64_t v = -1;
+      if (!absl::SimpleAtoi(version, &v) || v < 0) {
+        return Err(absl::StrCat("composite.version=", it->second, " is not a non-negative integer"));
+      }
+    }
   }
   const HloComputation* c = h_.called_computations()[0];
   if (c->num_parameters() != h_.operand_count()) {
