@@ -573,6 +573,29 @@ def snapshot_weave(weave, scratch):
     sys.exit("could not take a stable copy of %s" % weave)
 
 
+def run_weave(cmd, args):
+    """Runs one weave command under the time limit and address-space cap: (exit code, timed
+    out, stdout, stderr), or None when the runner is stopping."""
+    timed_out = False
+    with RUNNING_LOCK:
+        if STOPPING:
+            return None
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=limit_child(int(args.mem_gib * 2**30)))
+        RUNNING.add(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(proc)
+        stdout, stderr = proc.communicate()
+    finally:
+        with RUNNING_LOCK:
+            RUNNING.discard(proc)
+    return (proc.returncode, timed_out, stdout.decode("utf-8", errors="replace"),
+            stderr.decode("utf-8", errors="replace"))
+
+
 def run_one(mod, args, scratch):
     if mod["hlo"] is None or mod["n"] is None:
         return dict(cls="no-device-count",
@@ -592,26 +615,12 @@ def run_one(mod, args, scratch):
     part = os.path.join(d, "partitioned.hlo")
     cmd += ["--partitioned-output", part]
     t0 = time.monotonic()
-    timed_out = False
-    with RUNNING_LOCK:
-        if STOPPING:
-            return dict(cls="timeout", reason="not run: the runner was interrupted", rc=None,
-                        seconds=0.0, remat=None)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=limit_child(int(args.mem_gib * 2**30)))
-        RUNNING.add(proc)
-    try:
-        stdout, stderr = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(proc)
-        stdout, stderr = proc.communicate()
-    finally:
-        with RUNNING_LOCK:
-            RUNNING.discard(proc)
+    ran = run_weave(cmd, args)
+    if ran is None:
+        return dict(cls="timeout", reason="not run: the runner was interrupted", rc=None,
+                    seconds=0.0, remat=None)
+    rc, timed_out, stdout, stderr = ran
     seconds = time.monotonic() - t0
-    stdout = stdout.decode("utf-8", errors="replace")
-    stderr = stderr.decode("utf-8", errors="replace")
     report = None
     if os.path.exists(rep):
         try:
@@ -626,8 +635,8 @@ def run_one(mod, args, scratch):
     with open(os.path.join(d, "stderr.txt"), "w") as f:
         f.write(stderr)
     with open(os.path.join(d, "exit_code.txt"), "w") as f:
-        f.write("timeout\n" if timed_out else "%d\n" % proc.returncode)
-    cls, reason = classify(proc.returncode, timed_out, stdout, stderr, inp, report,
+        f.write("timeout\n" if timed_out else "%d\n" % rc)
+    cls, reason = classify(rc, timed_out, stdout, stderr, inp, report,
                            args.timeout, args.mem_gib)
     if mod.get("expect_error") is not None and cls == "declined":
         # XLA's own test expects the partitioner to refuse this module: Weave agrees.
@@ -648,7 +657,7 @@ def run_one(mod, args, scratch):
     scaled = None
     if too_large(dict(reason=reason, **{"class": cls})):
         scaled = check_scaled_copy(mod, cmd, inp, d, args, collectives)
-    return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else proc.returncode,
+    return dict(cls=cls, reason=clip(reason, 1000), rc=None if timed_out else rc,
                 seconds=round(seconds, 3), remat=count_remat(report, stdout + stderr),
                 collectives=collectives, scaled=scaled)
 
@@ -671,28 +680,17 @@ def check_scaled_copy(mod, cmd, inp, d, args, collectives):
             paths[cmd[cmd.index(flag) + 1]] = os.path.join(
                 sd, os.path.basename(cmd[cmd.index(flag) + 1]))
         scmd = [paths.get(a, a) for a in cmd]
-        timed_out = False
-        proc = subprocess.Popen(scmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=limit_child(int(args.mem_gib * 2**30)))
-        with RUNNING_LOCK:
-            RUNNING.add(proc)
-        try:
-            stdout, stderr = proc.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(proc)
-            stdout, stderr = proc.communicate()
-        finally:
-            with RUNNING_LOCK:
-                RUNNING.discard(proc)
+        ran = run_weave(scmd, args)
+        if ran is None:
+            break
+        rc, timed_out, stdout, stderr = ran
         report = None
         try:
             with open(os.path.join(sd, "report.json")) as f:
                 report = json.load(f)
         except (OSError, ValueError):
             pass
-        cls, reason = classify(proc.returncode, timed_out, stdout.decode("utf-8", "replace"),
-                               stderr.decode("utf-8", "replace"), sinp, report, args.timeout,
+        cls, reason = classify(rc, timed_out, stdout, stderr, sinp, report, args.timeout,
                                args.mem_gib)
         mine = partitioned_collectives(os.path.join(sd, "partitioned.hlo"),
                                        os.path.join(sd, "output.hlo"))
