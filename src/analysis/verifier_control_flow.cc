@@ -269,6 +269,29 @@ absl::Status Checker::AsyncPair() {
         return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' ", ShapeText(x),
                                 " is not an async-start tuple"));
       }
+      if (!carried) {
+        // The chain wraps one op, one computation, on one thread (XLA's parser checks each
+        // link against the one before).
+        const HloInstruction& prev = *h_.operand(0);
+        if (!h_.async_sugar().empty() && !prev.async_sugar().empty() && h_.async_sugar() != prev.async_sugar()) {
+          return Err(absl::StrCat("wraps ", h_.async_sugar(), ", but '", prev.name(), "' wraps ", prev.async_sugar()));
+        }
+        if (!h_.called_computations().empty() && !prev.called_computations().empty() &&
+            h_.called_computations()[0] != prev.called_computations()[0]) {
+          return Err(absl::StrCat("calls '", h_.called_computations()[0]->name(), "', but '", prev.name(), "' calls '",
+                                  prev.called_computations()[0]->name(), "'"));
+        }
+        // A link that names its thread names the start's (a link without one inherits it).
+        const HloInstruction* start = &prev;
+        while (start->opcode() == HloOpcode::kAsyncUpdate && start->operand_count() > 0) start = start->operand(0);
+        const std::string* mine = h_.GetRawAttribute("async_execution_thread");
+        const std::string* theirs = start->GetRawAttribute("async_execution_thread");
+        const std::string started = theirs == nullptr ? std::string("\"main\"") : *theirs;
+        if (mine != nullptr && *mine != started) {
+          return Err(absl::StrCat("runs on async_execution_thread=", *mine, ", but its async-start '", start->name(),
+                                  "' on ", started));
+        }
+      }
       if (op == HloOpcode::kAsyncUpdate) return ResultIs(x, "its operand's shape");
       return ResultIs(x.tuple_shapes[1], "the async-start's result");
     }
