@@ -214,8 +214,8 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
     const std::vector<PermuteMove>& moves, const Shape& result_shape) {
   std::optional<std::vector<std::vector<int64_t>>> sizes = ParseSliceSizeLists(*in.GetRawAttribute("slice_sizes"));
   if (!sizes) return InvalidArgumentError("in-place collective-permute: unreadable slice_sizes");
-  std::vector<Value> buffers;
-  buffers.reserve(contrib.size());
+  // A device's result is its own output buffer, copied only when a move writes into it.
+  std::vector<std::optional<Value>> buffers(contrib.size());
   for (const std::vector<ValuePtr>& ops : contrib) {
     if (ops.size() != 4) {
       return InvalidArgumentError("in-place collective-permute takes input, output and two start-index operands");
@@ -223,7 +223,6 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
     if (ops[1]->shape.IsTuple() || ops[1]->shape.dims != result_shape.dims || ops[0]->shape.IsTuple()) {
       return InvalidArgumentError("in-place collective-permute: the output buffer is not of the result's shape");
     }
-    buffers.push_back(*ops[1]);
   }
   for (const PermuteMove& m : moves) {
     const size_t s = static_cast<size_t>(m.source), t = static_cast<size_t>(m.target);
@@ -234,7 +233,8 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
     }
     const std::vector<int64_t>& size = (*sizes)[sizes->size() == 1 ? 0 : static_cast<size_t>(m.source_use)];
     const Value& input = *contrib[s][0];
-    Value& output = buffers[t];
+    if (!buffers[t]) buffers[t] = *contrib[t][1];
+    Value& output = *buffers[t];
     if (size.size() != input.shape.dims.size() || size.size() != output.shape.dims.size()) {
       return InvalidArgumentError("in-place collective-permute: slice_sizes do not match the buffers' rank");
     }
@@ -252,7 +252,9 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
   }
   std::vector<ValuePtr> results;
   results.reserve(buffers.size());
-  for (Value& b : buffers) results.push_back(Share(std::move(b)));
+  for (size_t d = 0; d < buffers.size(); ++d) {
+    results.push_back(buffers[d] ? Share(std::move(*buffers[d])) : contrib[d][1]);
+  }
   return results;
 }
 
