@@ -253,6 +253,24 @@ std::optional<Sharding> RetileInOperandReplication(const Sharding& idx, const Sh
   });
 }
 
+// When the local op's sharding `*local` is missing or rejected by `ok`, tries the indices moved
+// into the operand's replication (RetileInOperandReplication); on success updates *idx and
+// *local and returns the remark's note, else returns "" and changes nothing.
+template <typename Ok>
+std::string TryIndicesInOperandReplication(const GatherScatterDims& g, const Sharding& osh,
+                                           const std::vector<int64_t>& vocab, int64_t rank, int64_t n,
+                                           Ok ok, Sharding* idx, std::optional<Sharding>* local) {
+  if (*local && ok(**local)) return "";
+  std::optional<Sharding> re = RetileInOperandReplication(*idx, osh, n);
+  if (!re) return "";
+  std::optional<Sharding> again = LocalGatherOutput(g, osh, *re, vocab, rank, n);
+  if (!again || !ok(*again)) return "";
+  std::string note = absl::StrCat(" (indices moved from ", idx->ToString(), " into the operand's replicated devices)");
+  *idx = *re;
+  *local = again;
+  return note;
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -310,17 +328,10 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
   if (parallel && (!out_s || !groups_agree(*out_s))) {
     return cp.Replicated(h, "gather: index-parallel dims do not combine with the other tilings (no partitioning rule)");
   }
-  std::string moved;  // the remark's note when the indices move into the operand's replication
-  if ((!out_s || !groups_agree(*out_s)) && !parallel) {
-    if (std::optional<Sharding> re = RetileInOperandReplication(idx_req, osh, n)) {
-      std::optional<Sharding> again = LocalGatherOutput(*g, osh, *re, vocab, out.rank(), n);
-      if (again && groups_agree(*again)) {
-        moved = absl::StrCat(" (indices moved from ", idx_req.ToString(), " into the operand's replicated devices)");
-        idx_req = *re;
-        out_s = again;
-      }
-    }
-  }
+  // the remark's note when the indices move into the operand's replication
+  const std::string moved =
+      parallel ? std::string()
+               : TryIndicesInOperandReplication(*g, osh, vocab, out.rank(), n, groups_agree, &idx_req, &out_s);
   if (!out_s || !groups_agree(*out_s)) {
     idx_req = Sharding::Replicated();
     out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
@@ -573,17 +584,10 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   if (parallel && (!upd || !groups_ok(*upd))) {
     return cp.Replicated(h, "scatter: index-parallel dims do not combine with the other tilings (no partitioning rule)");
   }
-  std::string moved;  // the remark's note when the indices move into the operand's replication
-  if ((!upd || !groups_ok(*upd)) && vocab.empty()) {
-    if (std::optional<Sharding> re = RetileInOperandReplication(idx_req, osh, n)) {
-      std::optional<Sharding> again = LocalGatherOutput(*g, osh, *re, vocab, ug.rank(), n);
-      if (again && groups_ok(*again)) {
-        moved = absl::StrCat(" (indices moved from ", idx_req.ToString(), " into the operand's replicated devices)");
-        idx_req = *re;
-        upd = again;
-      }
-    }
-  }
+  // the remark's note when the indices move into the operand's replication
+  const std::string moved =
+      !vocab.empty() ? std::string()
+                     : TryIndicesInOperandReplication(*g, osh, vocab, ug.rank(), n, groups_ok, &idx_req, &upd);
   if (!upd || !groups_ok(*upd)) {
     idx_req = Sharding::Replicated();
     upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
