@@ -33,6 +33,7 @@ FUZZ_GATED_ALLOW ?=
 FUZZ_LIBFUZZER_ALLOW ?=
 FUZZ_MUTANTS := dequant-unproven ring-reversed drop-last-step
 FUZZ_LONG_SECONDS ?= 3600
+FUZZ_LONG_RUN_SECONDS ?= 3600
 FUZZ_LONG_SEEDS ?= 0:20000
 FUZZ_OUT ?= build-fuzz/findings
 # ../shared/examples seeds the parser fuzzer where it is beside the checkout (empty in a clone on
@@ -78,15 +79,20 @@ test: build
 #    instrumented, linked against $(BUILD)'s libraries (about 10 files to compile): what `make
 #    test` runs, FUZZ_SECONDS of each target in FUZZ_TEST_SMOKE, so that a cold `make test` stays
 #    within its 20 minutes on 2 cores.
-FUZZ_SMOKE ?= parser pipeline
-FUZZ_TEST_SMOKE ?= parser pipeline
+FUZZ_SMOKE ?= parser pipeline run
+FUZZ_TEST_SMOKE ?= parser pipeline run
 FUZZ_FLAVOUR ?= fuzz
 FUZZ_PIPELINE := $(if $(filter smoke,$(FUZZ_FLAVOUR)),pipeline_fuzzer_smoke,pipeline_fuzzer)
+FUZZ_RUN := $(if $(filter smoke,$(FUZZ_FLAVOUR)),run_fuzzer_smoke,run_fuzzer)
 fuzz-build: deps $(if $(filter smoke,$(FUZZ_FLAVOUR)),build)
 	cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DWEAVE_RELEASE_BUILD=$(abspath $(BUILD))
-	cmake --build build-fuzz -j $(JOBS) $(foreach t,$(FUZZ_SMOKE),--target $(if $(filter pipeline,$(t)),$(FUZZ_PIPELINE),$(t)_fuzzer))
+	cmake --build build-fuzz -j $(JOBS) $(foreach t,$(FUZZ_SMOKE),--target $(if $(filter pipeline,$(t)),$(FUZZ_PIPELINE),$(if $(filter run,$(t)),$(FUZZ_RUN),$(t)_fuzzer)))
 
+# The run target's seeds: Weave's own lit modules (run_fuzzer.cc). Inputs are HLO text: the
+# largest lit module is about 20 KB.
+RUN_CORPUS := mkdir -p build-fuzz/run-corpus && cp -f tests/lit/*.hlo tests/lit/Inputs/*.hlo build-fuzz/run-corpus/
+RUN_FUZZER_FLAGS := -max_len=24576 -timeout=30 -rss_limit_mb=4096
 # FUZZ_SECONDS of each libFuzzer target in FUZZ_SMOKE.
 fuzz-smoke: fuzz-build build
 ifneq ($(filter parser,$(FUZZ_SMOKE)),)
@@ -100,6 +106,11 @@ ifneq ($(filter pipeline,$(FUZZ_SMOKE)),)
 	  WEAVE_FUZZ_ALLOW=$(FUZZ_LIBFUZZER_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/$(FUZZ_PIPELINE) \
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=build-fuzz/ build-fuzz/pipeline-corpus 2>&1 | tail -3
+endif
+ifneq ($(filter run,$(FUZZ_SMOKE)),)
+	@set -o pipefail; $(RUN_CORPUS) && OPENBLAS_NUM_THREADS=1 build-fuzz/$(FUZZ_RUN) \
+	  -max_total_time=$(FUZZ_SECONDS) $(RUN_FUZZER_FLAGS) -artifact_prefix=build-fuzz/ \
+	  build-fuzz/run-corpus 2>&1 | tail -3
 endif
 
 # The differential driver on the CI seed set (with $(BUILD): build-asan under SANITIZE=1), then
@@ -127,12 +138,15 @@ fuzz: fuzz-build build
 	WEAVE_FUZZ_ALLOW=$(FUZZ_LIBFUZZER_ALLOW) OPENBLAS_NUM_THREADS=1 build-fuzz/pipeline_fuzzer \
 	  -max_total_time=$${FUZZ_SECONDS:-300} -max_len=1024 -timeout=30 -rss_limit_mb=4096 \
 	  -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus
+	$(RUN_CORPUS) && OPENBLAS_NUM_THREADS=1 build-fuzz/run_fuzzer -max_total_time=$${FUZZ_SECONDS:-300} \
+	  $(RUN_FUZZER_FLAGS) -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/run-corpus
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/weave-fuzz run --seeds 100000:$$((100000 + 10 * $${FUZZ_SECONDS:-300})) -j $(JOBS) \
 	  $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW)) --out $(FUZZ_OUT)
 
 # `make fuzz-long`: an hour of the pipeline fuzzer (ASan + UBSan), then FUZZ_LONG_SEEDS programs
-# through the driver built with sanitizers; figures in build-fuzz/fuzz-long.txt and
-# build-fuzz/fuzz-long-summary.json, failing programs in $(FUZZ_OUT).
+# through the driver built with sanitizers, then FUZZ_LONG_RUN_SECONDS (an hour) of the run
+# fuzzer; figures in build-fuzz/fuzz-long.txt, build-fuzz/fuzz-long-summary.json and
+# build-fuzz/fuzz-long-run.txt, failing programs in $(FUZZ_OUT).
 fuzz-long: fuzz-build
 	$(MAKE) --no-print-directory build SANITIZE=1
 	@mkdir -p build-fuzz/pipeline-corpus $(FUZZ_OUT)
@@ -142,6 +156,9 @@ fuzz-long: fuzz-build
 	  -print_final_stats=1 -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/pipeline-corpus 2>&1 | tee build-fuzz/fuzz-long-libfuzzer.txt | tail -25
 	set -o pipefail; OPENBLAS_NUM_THREADS=1 nice build-asan/weave-fuzz run --seeds $(FUZZ_LONG_SEEDS) -j $(JOBS) --timeout 120 \
 	  $(if $(FUZZ_ALLOW),--allow=$(FUZZ_ALLOW)) --out $(FUZZ_OUT) --summary build-fuzz/fuzz-long-summary.json | tee build-fuzz/fuzz-long.txt | tail -25
+	set -o pipefail; $(RUN_CORPUS) && OPENBLAS_NUM_THREADS=1 nice build-fuzz/run_fuzzer \
+	  -max_total_time=$(FUZZ_LONG_RUN_SECONDS) $(RUN_FUZZER_FLAGS) -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_OUT)/ build-fuzz/run-corpus 2>&1 | tee build-fuzz/fuzz-long-run.txt | tail -25
 
 # The demo needs the `weave` binary only: no test, benchmark or fuzzer is built.
 demo: deps $(BUILD)/build.ninja

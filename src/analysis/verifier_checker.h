@@ -135,7 +135,8 @@ class Checker {
   // verifier_collectives.cc
   // Replica groups: every id at most once over all groups, groups of one size.
   absl::Status Groups() const;
-  // Group size when known from explicit groups, else 0.
+  // Devices per group, per XLA's group modes (explicit groups, or empty ones with the module's
+  // stated counts); 0 when unknown.
   int64_t KnownGroupSize() const;
   // Shapes of the result leaves (one per operand for multi-operand collectives).
   absl::Status PerOperandResults(std::vector<const Shape*>* out) const;

@@ -18,7 +18,11 @@ absl::Status Checker::Groups() const {
   if (h_.use_global_device_ids && !h_.channel_id.has_value()) {
     return Err("use_global_device_ids=true needs a channel_id");
   }
-  if (!h_.replica_groups.has_value() || h_.replica_groups->groups.empty()) return absl::OkStatus();
+  if (!h_.replica_groups.has_value() || h_.replica_groups->groups.empty()) {
+    // XLA's CheckReplicaGroups: flattened ids (global device ids) name their groups.
+    if (h_.use_global_device_ids) return Err("use_global_device_ids=true needs explicit replica_groups (flattened ids)");
+    return absl::OkStatus();
+  }
   const std::string text = h_.replica_groups->ToString();
   // As XLA's verifier (CheckReplicaGroups): no empty group; the ids are exactly 0..n-1 (n the
   // ids written); groups of one size, except for all-reduce ({{0},{1,3},{2}} is valid there).
@@ -71,12 +75,40 @@ absl::Status Checker::Groups() const {
   return absl::OkStatus();
 }
 
-// Group size when known from explicit groups, else 0.
+// The devices one group holds, as XLA's GetSubgroupSize counts them per CollectiveOpGroupMode:
+// explicit groups give their size, times the partition count in cross-replica-and-partition mode
+// (a channel, no global ids, on an op with that attribute: each replica group spans every
+// partition; with one replica, groups naming other ids than 0 are partition ids, Weave's
+// leniency, and count as they are); empty groups mean every replica, every partition or every device, per the mode,
+// and are counted only when the module states its partitions (`num_partitions=`), since `weave
+// run --num-partitions` may set them otherwise. 0 when unknown.
 int64_t Checker::KnownGroupSize() const {
+  const HloOpcode op = h_.opcode();
+  const bool has_global_attr = op == HloOpcode::kAllReduce || op == HloOpcode::kAllReduceStart ||
+                               op == HloOpcode::kAllGather || op == HloOpcode::kAllGatherStart ||
+                               op == HloOpcode::kReduceScatter;
+  const bool channel = h_.channel_id.has_value();
+  const bool replica_and_partition = channel && has_global_attr && !h_.use_global_device_ids;
+  const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
   if (h_.replica_groups.has_value() && !h_.replica_groups->groups.empty()) {
-    return static_cast<int64_t>(h_.replica_groups->groups[0].size());
+    const int64_t size = static_cast<int64_t>(h_.replica_groups->groups[0].size());
+    if (!replica_and_partition) return size;
+    if (m == nullptr) return 0;
+    // With one replica, groups naming ids other than 0 are read as partition ids (the
+    // evaluator's reading, evaluator_collectives.cc DeviceGroups): their own size.
+    bool only_zero = true;
+    for (const auto& g : h_.replica_groups->groups) {
+      for (int64_t id : g) only_zero &= id == 0;
+    }
+    if (m->replica_count <= 1 && !only_zero) return size;
+    return size * std::max<int64_t>(1, m->num_partitions);
   }
-  return 0;
+  if (m == nullptr || !m->has_num_partitions) return 0;
+  const int64_t replicas = std::max<int64_t>(1, m->replica_count);
+  const int64_t partitions = std::max<int64_t>(1, m->num_partitions);
+  if (!channel) return replicas;
+  if (h_.use_global_device_ids || replica_and_partition) return replicas * partitions;
+  return partitions;
 }
 
 // Shapes of the result leaves (one per operand for multi-operand collectives).

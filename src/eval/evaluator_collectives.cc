@@ -199,6 +199,21 @@ absl::StatusOr<std::vector<int64_t>> PairStarts(const Value& v, int64_t k, int64
   return out;
 }
 
+// OK when device `device`'s contribution `v` can stand as a result leaf of shape `leaf`: an
+// array of the same dims (all but `free_dim`, when >= 0) and storage. The verifier checks this
+// from the shapes; the evaluator checks it again on the values, so that a module the verifier
+// lets through (an unknown group size) is an error here, never a read past an array.
+absl::Status FitsLeaf(const Value& v, const Shape& leaf, int64_t device, int64_t free_dim = -1) {
+  bool ok = !v.shape.IsTuple() && !leaf.IsTuple() && v.shape.rank() == leaf.rank() &&
+            StorageFor(v.shape.element_type) == StorageFor(leaf.element_type);
+  for (int64_t q = 0; ok && q < leaf.rank(); ++q) {
+    ok = q == free_dim || v.shape.dims[static_cast<size_t>(q)] == leaf.dims[static_cast<size_t>(q)];
+  }
+  if (ok) return absl::OkStatus();
+  return InvalidArgumentError(absl::StrCat("device ", device, "'s operand ", v.shape.ToString(false),
+                                           " does not fit the result ", leaf.ToString(false)));
+}
+
 }  // namespace
 
 // XLA's in-place collective-permute(input, output, input_start_indices, output_start_indices)
@@ -312,6 +327,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
           if (s < 0) {
             leaves.push_back(Value::Zeros(leaf_shape(j)));
           } else {
+            if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(s)][j], leaf_shape(j), s); !f.ok()) return f;
             Value v = *contrib[static_cast<size_t>(s)][j];
             v.shape = leaf_shape(j);
             leaves.push_back(std::move(v));
@@ -333,10 +349,23 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
           if (in->dimensions.size() != 1) return InvalidArgumentError("all-gather needs dimensions={d}");
           // Every member receives the same value: one (immutable) copy shared by the group.
           std::vector<Value> leaves;
+          const int64_t dim = in->dimensions[0];
           for (size_t j = 0; j < n_ops; ++j) {
             std::vector<const Value*> parts;
-            for (int64_t m : members) parts.push_back(contrib[static_cast<size_t>(m)][j].get());
-            leaves.push_back(ops::Concatenate(parts, leaf_shape(j), in->dimensions[0]));
+            int64_t extent = 0;
+            for (int64_t m : members) {
+              const Value& part = *contrib[static_cast<size_t>(m)][j];
+              if (absl::Status f = FitsLeaf(part, leaf_shape(j), m, dim); !f.ok()) return f;
+              if (dim < 0 || dim >= part.shape.rank()) return InvalidArgumentError("all-gather dimension out of range");
+              extent += part.shape.dims[static_cast<size_t>(dim)];
+              parts.push_back(&part);
+            }
+            if (extent != leaf_shape(j).dims[static_cast<size_t>(dim)]) {
+              return InvalidArgumentError(absl::StrCat("a group of ", gsize, " gathers ", extent,
+                                                       " along dimension ", dim, " into a result of ",
+                                                       leaf_shape(j).ToString(false)));
+            }
+            leaves.push_back(ops::Concatenate(parts, leaf_shape(j), dim));
           }
           const ValuePtr gathered = wrap(std::move(leaves));
           for (int64_t m : members) results[static_cast<size_t>(m)] = gathered;
@@ -346,6 +375,21 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
         case HloOpcode::kReduceScatter: {
           std::vector<Value> sums;
           for (size_t j = 0; j < n_ops; ++j) {
+            const Value& first = *contrib[static_cast<size_t>(members[0])][j];
+            for (int64_t m : members) {
+              const Value& v = *contrib[static_cast<size_t>(m)][j];
+              if (v.shape.IsTuple() || v.shape.dims != first.shape.dims ||
+                  StorageFor(v.shape.element_type) != StorageFor(first.shape.element_type)) {
+                return InvalidArgumentError(absl::StrCat("device ", m, "'s operand ", v.shape.ToString(false),
+                                                         " differs from device ", members[0], "'s ",
+                                                         first.shape.ToString(false)));
+              }
+            }
+            if (kind == HloOpcode::kAllReduce) {
+              if (absl::Status f = FitsLeaf(first, leaf_shape(j), members[0]); !f.ok()) return f;
+            } else if (in->dimensions.size() == 1) {
+              if (absl::Status f = FitsLeaf(first, leaf_shape(j), members[0], in->dimensions[0]); !f.ok()) return f;
+            }
             Value acc = *contrib[static_cast<size_t>(members[0])][j];
             for (int64_t k = 1; k < gsize; ++k) {
               auto next = ApplyBinaryComputation(in->to_apply(), acc,
@@ -380,7 +424,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
               }
               sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
               sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
-              if (sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
+              if (dim < 0 || dim >= ls.rank() ||
+                  sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
                 return InvalidArgumentError("reduce-scatter result does not tile its operand");
               }
               leaves.push_back(ops::Slice(sums[j], ls, sl));
@@ -393,6 +438,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
           if (!in->dimensions.empty()) {
             if (n_ops != 1) return InvalidArgumentError("array all-to-all takes one operand");
             const int64_t dim = in->dimensions[0];
+            for (int64_t m : members) {
+              if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(m)][0], leaf_shape(0), m); !f.ok()) return f;
+            }
+            if (dim < 0 || dim >= leaf_shape(0).rank()) return InvalidArgumentError("all-to-all dimension out of range");
             const Shape& os = contrib[static_cast<size_t>(members[0])][0]->shape;
             const int64_t extent = os.dims[static_cast<size_t>(dim)];
             if (extent % gsize != 0) return InvalidArgumentError("all-to-all split dimension is not divisible by the group size");
@@ -422,7 +471,13 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
             for (int64_t pos = 0; pos < gsize; ++pos) {
               std::vector<Value> leaves;
               for (int64_t k = 0; k < gsize; ++k) {
-                Value v = *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][static_cast<size_t>(pos)];
+                const int64_t from = members[static_cast<size_t>(k)];
+                if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)],
+                                              leaf_shape(static_cast<size_t>(k)), from);
+                    !f.ok()) {
+                  return f;
+                }
+                Value v = *contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)];
                 v.shape = leaf_shape(static_cast<size_t>(k));
                 leaves.push_back(std::move(v));
               }
@@ -435,6 +490,10 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
           for (int64_t pos = 0; pos < gsize; ++pos) {
             std::vector<Value> leaves;
             for (size_t j = 0; j < n_ops; ++j) {
+              if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(members[0])][j], leaf_shape(j), members[0]);
+                  !f.ok()) {
+                return f;
+              }
               Value v = *contrib[static_cast<size_t>(members[0])][j];
               v.shape = leaf_shape(j);
               leaves.push_back(std::move(v));

@@ -35,6 +35,8 @@
 #include "absl/strings/numbers.h"
 #include "campaign.h"
 #include "differential.h"
+#include "hlo_text_mutator.h"
+#include "run_check.h"
 #include "tools/compile_pipeline.h"
 #include "nlohmann/json.hpp"
 #include "program_gen.h"
@@ -410,6 +412,40 @@ int main(int argc, char** argv) {
   check->add_option("--timeout", timeout, "Seconds before TIMEOUT");
   check->add_flag("--findings-fatal", findings_fatal, "Missed-rewrite findings count as MISMATCH");
   check->callback([&] { code = CmdCheck(path, timeout, findings_fatal); });
+
+  // The run fuzzer's check and mutator (fuzz/run_fuzzer.cc), for replaying its findings and
+  // testing its pieces: each file's stage, one line per file; a crash is the failure.
+  std::vector<std::string> run_files;
+  CLI::App* run_check = app.add_subcommand(
+      "run-check", "Parse, verify and (if small) evaluate HLO files as the run fuzzer does");
+  run_check->add_option("files", run_files)->required();
+  run_check->callback([&] {
+    static const char* kStage[] = {"parse-error", "verify-error", "over-budget", "ran"};
+    for (const std::string& f : run_files) {
+      bool ok = false;
+      const std::string text = ReadFile(f, &ok);
+      if (!ok) {
+        std::cerr << "weave-fuzz: cannot read " << f << "\n";
+        code = 2;
+        return;
+      }
+      std::cout << f << ": " << kStage[static_cast<int>(weave::fuzz::CheckParseVerifyRun(text))] << "\n";
+    }
+  });
+  uint64_t mutate_seed = 0;
+  CLI::App* mutate = app.add_subcommand("mutate", "Print the run fuzzer's mutant of an HLO file");
+  mutate->add_option("file", path)->required();
+  mutate->add_option("--seed", mutate_seed, "The mutation's seed");
+  mutate->callback([&] {
+    bool ok = false;
+    const std::string text = ReadFile(path, &ok);
+    if (!ok) {
+      std::cerr << "weave-fuzz: cannot read " << path << "\n";
+      code = 2;
+      return;
+    }
+    std::cout << weave::fuzz::MutateHloText(text, static_cast<unsigned int>(mutate_seed));
+  });
 
   std::string corpus_seeds = "0:64", corpus_dir;
   CLI::App* corpus = app.add_subcommand("corpus", "Write seeds' decisions as libFuzzer inputs");
