@@ -79,6 +79,10 @@ absl::Status Checker::Check() {
     const int64_t devices = m != nullptr && m->has_num_partitions ? m->num_partitions * m->replica_count : -1;
     if (absl::Status st = ShardingFits(*h_.sharding, h_.shape(), devices); !st.ok()) return st;
   }
+  if (h_.opcode() == HloOpcode::kFusion || h_.opcode() == HloOpcode::kWhile ||
+      h_.opcode() == HloOpcode::kConditional) {
+    if (absl::Status st = CalleesOnCallerThread(); !st.ok()) return st;
+  }
   switch (h_.opcode()) {
     case HloOpcode::kParameter:
     case HloOpcode::kAfterAll:
@@ -152,6 +156,8 @@ absl::Status Checker::Check() {
       return ReduceScatter();
     case HloOpcode::kAllToAll:
       return AllToAll();
+    case HloOpcode::kRaggedAllToAll:
+      return RaggedAllToAll();
     case HloOpcode::kCollectivePermute:
     case HloOpcode::kCollectivePermuteStart:
       return CollectivePermute();
@@ -159,10 +165,16 @@ absl::Status Checker::Check() {
       return CustomCall();
     case HloOpcode::kCopyStart:
     case HloOpcode::kCopyDone:
+      return AsyncPair();
     case HloOpcode::kAsyncStart:
     case HloOpcode::kAsyncUpdate:
     case HloOpcode::kAsyncDone:
-      return AsyncPair();
+      return AsyncOp();
+    case HloOpcode::kAllGatherStart:
+    case HloOpcode::kAllGatherDone:
+      return AllGatherStartDone();
+    case HloOpcode::kFusion:
+      return Fusion();
     case HloOpcode::kMap:
       return Map();
     case HloOpcode::kBitcastConvert:
@@ -258,6 +270,7 @@ absl::Status VerifyModule(const HloModule& module) {
     return absl::InvalidArgumentError(
         absl::StrCat("module '", module.name(), "': the entry is not one of its computations"));
   }
+  const HloInstruction* first_all_reduce = nullptr;
   for (const HloComputation* c : comps) {
     if (c->root() == nullptr) return StructErr(c, nullptr, "has no root instruction");
     if (c->root()->parent() != c) {
@@ -308,6 +321,17 @@ absl::Status VerifyModule(const HloModule& module) {
         if (called == c) return StructErr(c, h, "calls its own computation");
       }
       if (absl::Status st = verifier_internal::Checker(*h).Check(); !st.ok()) return st;
+      // XLA's VerifyLayoutConstrainedAllReduce: all all-reduces constrain their layout, or none.
+      if (h->opcode() == HloOpcode::kAllReduce || h->opcode() == HloOpcode::kAllReduceStart) {
+        if (first_all_reduce == nullptr) {
+          first_all_reduce = h;
+        } else if (h->constrain_layout != first_all_reduce->constrain_layout) {
+          return StructErr(c, h, absl::StrCat("has constrain_layout=", h->constrain_layout ? "true" : "false",
+                                              ", but all-reduce '", first_all_reduce->name(), "' has ",
+                                              first_all_reduce->constrain_layout ? "true" : "false",
+                                              " (a module's all-reduces are all layout-constrained or none is)"));
+        }
+      }
     }
   }
   return absl::OkStatus();

@@ -11,6 +11,8 @@
 //   verifier_control_flow.cc   while, conditional, call, tuple, get-tuple-element, custom-call
 //   verifier_collectives.cc    replica groups, all-gather, reduce-scatter, all-reduce, all-to-all,
 //                              collective-permute
+//   verifier_async.cc          async-start / -update / -done, output_to_operand_aliasing,
+//                              all-gather-start / -done
 // Only these files include it.
 #pragma once
 
@@ -121,8 +123,15 @@ class Checker {
   absl::Status Tuple();
   absl::Status GetTupleElement();
   absl::Status CustomCall();
-  // copy-start / copy-done and async-start / -update / -done (XLA's HloVerifier
-  // HandleCopyStart, HandleCopyDone and its async checks).
+  // The instructions of `group` that have a sharding have the same one (XLA's
+  // VerifyConsistentSharding: a while with its body's parameter and root and its condition's
+  // parameter; a conditional with its branches' roots).
+  absl::Status ConsistentSharding(const std::vector<const HloInstruction*>& group) const;
+  // fusion, while, conditional: the called computations run on the caller's execution thread.
+  absl::Status CalleesOnCallerThread() const;
+  // fusion: the fused computation's parameters are the leading operands, its root the result.
+  absl::Status Fusion();
+  // copy-start / copy-done (XLA's HloVerifier HandleCopyStart, HandleCopyDone).
   absl::Status AsyncPair();
   // Each native -start with its one -done, each async-start with one async-done.
   absl::Status StartDonePairing() const;
@@ -131,6 +140,17 @@ class Checker {
   // map: its computation takes one scalar of each operand's element type and returns a scalar
   // of the result's (XLA's ShapeInference::InferMapShape).
   absl::Status Map();
+
+  // verifier_async.cc
+  // async-start / -update / -done: the async shape ((operands...), result, context...) against
+  // the wrapped computation, operands bound at the start or by later updates, the done's result,
+  // the chain's computation and thread (XLA's ShapeVerifier::CheckAsyncOp).
+  absl::Status AsyncOp();
+  // output_to_operand_aliasing of fusion, custom-call, async-start and async-update: indices in
+  // range and aliased shapes equal (XLA's HandleFusion / HandleCustomCall / CheckAsync*AliasConfig).
+  absl::Status AliasingConfig() const;
+  // all-gather-start gives (operand, gathered); all-gather-done its gathered part.
+  absl::Status AllGatherStartDone();
 
   // verifier_collectives.cc
   // Replica groups: every id at most once over all groups, groups of one size.
@@ -145,6 +165,7 @@ class Checker {
   absl::Status ReduceScatter();
   absl::Status AllReduce();
   absl::Status AllToAll();
+  absl::Status RaggedAllToAll();
   absl::Status CollectivePermute();
 
   const HloInstruction& h_;

@@ -199,6 +199,19 @@ absl::Status Checker::AllToAll() {
   if (h_.operand_count() < 1) return Err("expects at least one operand");
   if (auto st = Groups(); !st.ok()) return st;
   if (h_.dimensions.empty()) {
+    // The tuple form (XLA's InferAllToAllTupleShape and HandleAllToAll): one operand per group
+    // member, all of one shape (layouts too, where both state one).
+    for (int64_t i = 1; i < h_.operand_count(); ++i) {
+      const bool layouts = Op(0).layout.has_value() && Op(i).layout.has_value();
+      if (!ShapesMatch(Op(i), Op(0)) || (layouts && Op(i).MinorToMajor() != Op(0).MinorToMajor())) {
+        return Err(absl::StrCat("operand ", i, " ", Op(i).ToString(true), " differs from operand 0 ",
+                                Op(0).ToString(true), " (the tuple form takes operands of one shape)"));
+      }
+    }
+    if (const int64_t n = KnownGroupSize(); n > 0 && h_.operand_count() != n) {
+      return Err(absl::StrCat("the tuple form takes one operand per group member: ", h_.operand_count(),
+                              " operands for a group of ", n));
+    }
     std::vector<const Shape*> results;
     if (auto st = PerOperandResults(&results); !st.ok()) return st;
     for (int64_t i = 0; i < h_.operand_count(); ++i) {
@@ -299,11 +312,15 @@ absl::Status Checker::CollectivePermute() {
       if (auto st = ArrayOperand(i); !st.ok()) return st;
     }
   }
-  // Partition ids with a channel, replica ids without (when the module states its counts).
+  // Partition ids with a channel, replica ids without (when the module states its counts; a
+  // replica count above 1 is stated by being there).
   const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
-  const int64_t limit = m == nullptr || !m->has_num_partitions ? -1
-                        : h_.channel_id.has_value()             ? m->num_partitions
-                                                                : m->replica_count;
+  int64_t limit = -1;
+  if (m != nullptr && h_.channel_id.has_value()) {
+    limit = m->has_num_partitions ? m->num_partitions : -1;
+  } else if (m != nullptr) {
+    limit = m->has_num_partitions || m->replica_count > 1 ? m->replica_count : -1;
+  }
   std::map<int64_t, int64_t> sources, targets;
   for (const auto& [s, t] : h_.source_target_pairs()) {
     if (s < 0 || t < 0) {
@@ -377,6 +394,25 @@ absl::Status Checker::CollectiveReduce() {
   }
   if (auto st = ResultIs(data == 1 ? parts[0] : Shape::Tuple(parts), "data operands' shape"); !st.ok()) return st;
   return Reducer({types[0]});  // one scalar computation for every data operand, as all-reduce's
+}
+
+absl::Status Checker::RaggedAllToAll() {
+  // XLA's InferRaggedAllToAllShape: (input, output, input_offsets, send_sizes, output_offsets,
+  // recv_sizes); the four index operands are integer arrays of rank 1 or 2, of one shape; the
+  // result is the output buffer's shape.
+  if (auto st = OperandCount(6); !st.ok()) return st;
+  if (auto st = Groups(); !st.ok()) return st;
+  for (int64_t i = 2; i < 6; ++i) {
+    const Shape& s = Op(i);
+    if (!s.IsArray() || (s.rank() != 1 && s.rank() != 2) || !IsInteger(s.element_type)) {
+      return Err(absl::StrCat("operand ", i, " ", ShapeText(s), " must be an integer array of rank 1 or 2"));
+    }
+    if (!ShapesMatch(s, Op(2))) {
+      return Err(absl::StrCat("operand ", i, " ", ShapeText(s), " differs from operand 2 ", ShapeText(Op(2)),
+                              " (the offsets and sizes have one shape)"));
+    }
+  }
+  return ResultIs(Op(1), "the output buffer's shape");
 }
 
 }  // namespace weave::verifier_internal

@@ -23,6 +23,48 @@ absl::Status Checker::OneParamComputation(const HloComputation* c, const char* r
   return absl::OkStatus();
 }
 
+namespace {
+
+// XLA's HloSharding equality: the same kind, tiles, devices and subgroups (the written form,
+// iota or list, does not matter).
+bool SameSharding(const HloSharding& a, const HloSharding& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case HloSharding::Kind::kTiled:
+      return a.tile_dims == b.tile_dims && a.devices == b.devices &&
+             a.last_tile_dim_replicate == b.last_tile_dim_replicate && a.last_tile_dims == b.last_tile_dims;
+    case HloSharding::Kind::kMaximal:
+      return a.maximal_device == b.maximal_device;
+    case HloSharding::Kind::kTuple:
+      if (a.tuple.size() != b.tuple.size()) return false;
+      for (size_t i = 0; i < a.tuple.size(); ++i) {
+        if (!SameSharding(a.tuple[i], b.tuple[i])) return false;
+      }
+      return true;
+    case HloSharding::Kind::kOther:
+      return a.text == b.text;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+absl::Status Checker::ConsistentSharding(const std::vector<const HloInstruction*>& group) const {
+  // XLA's VerifyConsistentSharding: those with a sharding agree.
+  const HloInstruction* first = nullptr;
+  for (const HloInstruction* i : group) {
+    if (i == nullptr || !i->sharding) continue;
+    if (first == nullptr) {
+      first = i;
+    } else if (!SameSharding(*first->sharding, *i->sharding)) {
+      return Err(absl::StrCat("inconsistent shardings: '", first->name(), "' has ", first->sharding->ToString(),
+                              ", '", i->name(), "' has ", i->sharding->ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checker::While() {
   if (auto st = OperandCount(1); !st.ok()) return st;
   if (h_.called_computations().size() != 2) return Err("needs condition= and body=");
@@ -49,7 +91,9 @@ absl::Status Checker::While() {
     return Err(absl::StrCat("body '", body->name(), "' root ", ShapeText(body->root()->shape()),
                             " differs from init ", ShapeText(init)));
   }
-  return ResultIs(init, "init shape");
+  if (auto st = ResultIs(init, "init shape"); !st.ok()) return st;
+  // The loop, its body's parameter and root and its condition's parameter share one sharding.
+  return ConsistentSharding({&h_, body->root(), body->parameter(0), cond->parameter(0)});
 }
 
 absl::Status Checker::Conditional() {
@@ -81,7 +125,10 @@ absl::Status Checker::Conditional() {
                               ShapeText(h_.shape())));
     }
   }
-  return absl::OkStatus();
+  // The conditional and its branches' roots share one sharding.
+  std::vector<const HloInstruction*> group = {&h_};
+  for (const HloComputation* c : branches) group.push_back(c->root());
+  return ConsistentSharding(group);
 }
 
 absl::Status Checker::Call() {
@@ -231,12 +278,6 @@ absl::Status Checker::StartDonePairing() const {
 absl::Status Checker::AsyncPair() {
   const HloOpcode op = h_.opcode();
   const Shape& s = h_.shape();
-  if (op == HloOpcode::kAsyncStart) {
-    if (!s.IsTuple() || s.tuple_shapes.size() < 2) {
-      return Err(absl::StrCat("result ", ShapeText(s), " is not a tuple ((operands), result, ...)"));
-    }
-    return absl::OkStatus();
-  }
   if (auto st = OperandCount(1); !st.ok()) return st;
   const Shape& x = Op(0);
   switch (op) {
@@ -254,47 +295,6 @@ absl::Status Checker::AsyncPair() {
                                 " is not a copy-start tuple"));
       }
       return ResultIs(x.tuple_shapes[0], "the copy-start's destination");
-    case HloOpcode::kAsyncUpdate:
-    case HloOpcode::kAsyncDone: {
-      const HloOpcode from = h_.operand(0)->opcode();
-      // The async value may also come through a loop (XLA's loop-crossing async: a parameter,
-      // a get-tuple-element of one, or the loop's result carry it); its shape is checked below.
-      const bool carried = from == HloOpcode::kParameter || from == HloOpcode::kGetTupleElement ||
-                           from == HloOpcode::kWhile;
-      if (from != HloOpcode::kAsyncStart && from != HloOpcode::kAsyncUpdate && !carried) {
-        return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' is ",
-                                std::string(HloOpcodeString(from)), ", not async-start or async-update"));
-      }
-      if (!x.IsTuple() || x.tuple_shapes.size() < 2) {
-        return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' ", ShapeText(x),
-                                " is not an async-start tuple"));
-      }
-      if (!carried) {
-        // The chain wraps one op, one computation, on one thread (XLA's parser checks each
-        // link against the one before).
-        const HloInstruction& prev = *h_.operand(0);
-        if (!h_.async_sugar().empty() && !prev.async_sugar().empty() && h_.async_sugar() != prev.async_sugar()) {
-          return Err(absl::StrCat("wraps ", h_.async_sugar(), ", but '", prev.name(), "' wraps ", prev.async_sugar()));
-        }
-        if (!h_.called_computations().empty() && !prev.called_computations().empty() &&
-            h_.called_computations()[0] != prev.called_computations()[0]) {
-          return Err(absl::StrCat("calls '", h_.called_computations()[0]->name(), "', but '", prev.name(), "' calls '",
-                                  prev.called_computations()[0]->name(), "'"));
-        }
-        // A link that names its thread names the start's (a link without one inherits it).
-        const HloInstruction* start = &prev;
-        while (start->opcode() == HloOpcode::kAsyncUpdate && start->operand_count() > 0) start = start->operand(0);
-        const std::string* mine = h_.GetRawAttribute("async_execution_thread");
-        const std::string* theirs = start->GetRawAttribute("async_execution_thread");
-        const std::string started = theirs == nullptr ? std::string("\"main\"") : *theirs;
-        if (mine != nullptr && *mine != started) {
-          return Err(absl::StrCat("runs on async_execution_thread=", *mine, ", but its async-start '", start->name(),
-                                  "' on ", started));
-        }
-      }
-      if (op == HloOpcode::kAsyncUpdate) return ResultIs(x, "its operand's shape");
-      return ResultIs(x.tuple_shapes[1], "the async-start's result");
-    }
     default:
       return absl::OkStatus();
   }
@@ -305,11 +305,12 @@ absl::Status Checker::Map() {
     return Err("needs one computation (to_apply=)");
   }
   const HloComputation* c = h_.called_computations()[0];
+  // More operands than parameters is allowed (XLA); fewer is not.
   if (c->num_parameters() != h_.operand_count()) {
     return Err(absl::StrCat("computation '", c->name(), "' takes ", c->num_parameters(), " parameters for ",
                             h_.operand_count(), " operands"));
   }
-  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+  for (int64_t i = 0; i < c->num_parameters(); ++i) {
     if (!Op(i).IsArray()) return Err(absl::StrCat("operand ", i, " is not an array"));
     const Shape want = Shape::Scalar(Op(i).element_type);
     const Shape& got = c->parameters()[static_cast<size_t>(i)]->shape();
@@ -363,6 +364,50 @@ absl::Status Checker::CustomCall() {
   if (t.rfind("__cublas$", 0) == 0 && h_.operand_count() < 2) {
     return Err(absl::StrCat("custom_call_target=\"", t, "\" needs at least 2 operands, got ",
                             h_.operand_count()));
+  }
+  return AliasingConfig();
+}
+
+absl::Status Checker::Fusion() {
+  // XLA's HandleFusion: the fused computation takes the operands and gives the result.
+  if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
+    return Err("needs one fused computation (calls=)");
+  }
+  const HloComputation* c = h_.called_computations()[0];
+  // More operands than parameters is allowed (XLA); fewer is not.
+  if (c->num_parameters() > h_.operand_count()) {
+    return Err(absl::StrCat("computation '", c->name(), "' takes ", c->num_parameters(), " parameters for ",
+                            h_.operand_count(), " operands"));
+  }
+  for (int64_t i = 0; i < c->num_parameters(); ++i) {
+    const Shape& p = c->parameters()[static_cast<size_t>(i)]->shape();
+    if (!ShapesMatch(p, Op(i))) {
+      return Err(absl::StrCat("parameter ", i, " of '", c->name(), "' is ", ShapeText(p), ", but operand ", i,
+                              " is ", ShapeText(Op(i))));
+    }
+  }
+  if (c->root() != nullptr) {
+    if (auto st = ResultIs(c->root()->shape(), absl::StrCat("computation '", c->name(), "''s result")); !st.ok()) {
+      return st;
+    }
+  }
+  return AliasingConfig();
+}
+
+absl::Status Checker::CalleesOnCallerThread() const {
+  // XLA's CheckCallableInstructionThreadName (default for fusion, while and conditional).
+  auto thread = [](const HloComputation* c) {
+    std::string t = c->execution_thread;
+    if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+    return t.empty() ? std::string("main") : t;
+  };
+  if (h_.parent() == nullptr) return absl::OkStatus();
+  const std::string mine = thread(h_.parent());
+  for (const HloComputation* c : h_.called_computations()) {
+    if (c != nullptr && thread(c) != mine) {
+      return Err(absl::StrCat("calls '", c->name(), "' on thread \"", thread(c), "\" from a computation on \"",
+                              mine, "\" (a called computation runs on its caller's thread)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -68,6 +68,25 @@ bool TakesNoOperand(HloOpcode op) {
   }
 }
 
+// The result of an async computation whose operands are not all bound yet (an empty tuple).
+ValuePtr PendingResult() {
+  Value v;
+  v.shape = Shape::Tuple({});
+  return Share(std::move(v));
+}
+bool IsPending(const Value& v) { return v.shape.IsTuple() && v.elements.empty(); }
+
+// The async chain's computation: `h`'s own calls=, else the nearest link before it that names one.
+const HloComputation* ChainComputation(const HloInstruction* h) {
+  while (h != nullptr) {
+    if (!h->called_computations().empty()) return h->called_computations()[0];
+    if (h->opcode() == HloOpcode::kAsyncStart || h->operand_count() == 0) return nullptr;
+    h = h->operand(0);
+    if (h->opcode() != HloOpcode::kAsyncStart && h->opcode() != HloOpcode::kAsyncUpdate) return nullptr;
+  }
+  return nullptr;
+}
+
 ValuePtr WrapStart(const Shape& shape, const std::vector<ValuePtr>& ops, const ValuePtr& result) {
   Value t;
   t.shape = shape;
@@ -105,6 +124,40 @@ absl::StatusOr<std::vector<int64_t>> StartIndices(const std::vector<ValuePtr>& o
 }
 
 }  // namespace
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::BindLate(const HloInstruction* instr, const std::vector<ValuePtr>& ops) {
+  const Value& prev = *ops[0];
+  const Shape& shape = instr->shape();
+  if (!prev.shape.IsTuple() || prev.elements.size() < 2 || !prev.elements[0]->shape.IsTuple() ||
+      !shape.IsTuple() || shape.tuple_shapes.size() < 2) {
+    return InvalidArgumentError("async-update: its operand is not an async value ((operands...), result, ...)");
+  }
+  const HloComputation* c = ChainComputation(instr);
+  if (c == nullptr) return InvalidArgumentError("async-update: no computation in its async chain");
+  std::vector<ValuePtr> bound = prev.elements[0]->elements;
+  bound.insert(bound.end(), ops.begin() + 1, ops.end());
+  if (static_cast<int64_t>(bound.size()) > c->num_parameters()) {
+    return InvalidArgumentError(absl::StrCat("async-update binds ", bound.size(), " operands of a computation taking ",
+                                             c->num_parameters()));
+  }
+  ValuePtr result = prev.elements[1];
+  if (static_cast<int64_t>(bound.size()) == c->num_parameters() && IsPending(*result)) {
+    auto r = EvalComputation(c, bound);
+    if (!r.ok()) return r.status();
+    result = *r;
+  }
+  Value operands;
+  operands.shape = shape.tuple_shapes[0];
+  operands.elements = std::move(bound);
+  Value t;
+  t.shape = shape;
+  t.elements.push_back(Share(std::move(operands)));
+  t.elements.push_back(result);
+  for (size_t k = 2; k < shape.tuple_shapes.size(); ++k) {
+    t.elements.push_back(k < prev.elements.size() ? prev.elements[k] : Share(Value::Zeros(shape.tuple_shapes[k])));
+  }
+  return Share(std::move(t));
+}
 
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* instr,
                                                           const std::vector<ValuePtr>& ops,
@@ -161,11 +214,13 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       }
       return t.elements[static_cast<size_t>(instr->tuple_index)];
     }
+    case HloOpcode::kAsyncUpdate:
+      if (ops.size() > 1) return BindLate(instr, ops);
+      [[fallthrough]];
     case HloOpcode::kCopy:
     case HloOpcode::kOptimizationBarrier:
     case HloOpcode::kDomain:
     case HloOpcode::kAddDependency:
-    case HloOpcode::kAsyncUpdate:
       if (ops.empty()) return fail(InvalidArgumentError("missing operand"));
       return ops[0];
     case HloOpcode::kCopyStart: {
@@ -415,15 +470,25 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
         }
       } else {
         if (instr->called_computations().empty()) return fail(InvalidArgumentError("async-start without calls="));
-        auto r = EvalComputation(instr->called_computations()[0], ops);
-        if (!r.ok()) return r.status();
-        result = *r;
+        const HloComputation* c = instr->called_computations()[0];
+        if (static_cast<int64_t>(ops.size()) < c->num_parameters()) {
+          // Late binding: async-updates bind the other operands; the computation runs when the
+          // last is bound (BindLate).
+          result = PendingResult();
+        } else {
+          auto r = EvalComputation(c, ops);
+          if (!r.ok()) return r.status();
+          result = *r;
+        }
       }
       return WrapStart(shape, ops, result);
     }
     case HloOpcode::kAsyncDone:
       if (!ops[0]->shape.IsTuple() || ops[0]->elements.size() < 2) {
         return fail(InvalidArgumentError("async-done operand is not an async-start tuple"));
+      }
+      if (IsPending(*ops[0]->elements[1])) {
+        return fail(InvalidArgumentError("async-done before its computation's operands are all bound"));
       }
       return ops[0]->elements[1];
     default:

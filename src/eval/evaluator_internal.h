@@ -89,6 +89,9 @@ class DeviceEvaluator {
                                             const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalSort(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalScan(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  // An async-update binding more of its computation's operands (XLA's late binding): the new
+  // async value, with the computation's result once the last operand is bound.
+  absl::StatusOr<ValuePtr> BindLate(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   // evaluator_random.cc
   absl::StatusOr<ValuePtr> EvalRng(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalInfeed(const HloInstruction* instr);

@@ -77,7 +77,7 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   }
   const Shape& out = instr.shape();
   const size_t lead = contracting ? 1 : 0;
-  if (out.rank() != lead + dd.lhs_batch.size() + lhs_free.size() + rhs_free.size()) {
+  if (static_cast<size_t>(out.rank()) != lead + dd.lhs_batch.size() + lhs_free.size() + rhs_free.size()) {
     return absl::InvalidArgumentError(absl::StrCat("ragged-dot result rank ", out.rank(), " does not match its operands"));
   }
   std::vector<int64_t> csize;
