@@ -88,6 +88,7 @@ bool Parser::ParseModule() {
     if (Peek() == ':') ++pos_;
   }
   module_ = std::make_unique<HloModule>(module_name);
+  if (!has_header && SingleInstructionAhead()) return ParseSingleInstruction();
   if (has_header && !ParseHeaderAttributes()) return false;
   if (!ParseStackTables()) return false;
   while (!AtEnd()) {
@@ -213,7 +214,11 @@ bool Parser::ParseComputation() {
     if (!ParseShape(&declared_result, /*allow_layout=*/false)) return false;
     has_declared_result = true;
   }
-  if (!Expect('{')) return false;
+  if (Peek() != '{') return Expected("'{'");
+  // A computation written earlier inline under this name (its name was made up) gives it up.
+  if (HloComputation* prev = module_->GetComputation(name); prev && inline_comps_.contains(prev)) {
+    RenameInlineComputation(prev);
+  }
   auto owned = std::make_unique<HloComputation>(std::string(name));
   HloComputation* comp = module_->AddComputation(std::move(owned));
   if (comp->name() != name) comp->set_name(std::string(name));
@@ -224,50 +229,18 @@ bool Parser::ParseComputation() {
   }
   last_comp_ = comp;
 
-  CompState st;
-  st.comp = comp;
-  while (true) {
-    if (AtEnd()) return Error(pos_, Cat("unexpected end of input in computation '",
-                                                 name, "' (missing '}')"));
-    if (Peek() == '}') {
-      ++pos_;
-      break;
-    }
-    if (!ParseInstruction(st)) return false;
-  }
-  if (st.last == nullptr) {
-    return Error(name_pos, Cat("computation '", name, "' has no instructions"));
-  }
-  comp->set_root(st.root ? st.root : st.last);
+  if (!ParseInstructionList(comp, name_pos)) return false;
   // The signature's result must be the root's shape (layouts aside), as XLA's parser requires.
   if (has_declared_result && !declared_result.Compatible(comp->root()->shape())) {
     return Error(name_pos, Cat("the signature of computation '", name, "' gives the result ",
                                declared_result.ToString(false), ", but its root '", comp->root()->name(),
                                "' is ", comp->root()->shape().ToString(false)));
   }
-  for (int64_t i = 0; i < static_cast<int64_t>(st.param_seen.size()); ++i) {
-    if (!st.param_seen[static_cast<size_t>(i)]) {
-      return Error(name_pos, Cat("computation '", name, "' has no parameter(", i,
-                                          ") but has parameter(", st.param_seen.size() - 1,
-                                          ")"));
-    }
-  }
   // `main() -> ...`: XLA's parser takes an empty parameter list whatever the computation's
   // parameters (its partitioner tests write it); a list that names parameters must match.
-  if (sig_params > 0 && sig_params != st.param_count) {
+  if (sig_params > 0 && sig_params != static_cast<int64_t>(comp->parameters().size())) {
     return Error(name_pos, Cat("signature of computation '", name, "' lists ",
-                                        sig_params, " parameters but it has ", st.param_count));
-  }
-  // Control predecessors may name instructions defined later in the computation.
-  for (auto& pc : st.control) {
-    for (auto& [n, p] : pc.names) {
-      auto it = st.by_name.find(n);
-      if (it == st.by_name.end()) {
-        return Error(p, Cat("control predecessor '", n, "' is not defined in '",
-                                     name, "'"));
-      }
-      it->second->AddControlDependencyTo(pc.instr);
-    }
+                                        sig_params, " parameters but it has ", comp->parameters().size()));
   }
   // Optional `, execution_thread="..."`.
   size_t save = pos_;
@@ -281,6 +254,51 @@ bool Parser::ParseComputation() {
     } else {
       pos_ = save;
       return Expected("'execution_thread=' or a computation");
+    }
+  }
+  return true;
+}
+
+bool Parser::ParseInstructionList(HloComputation* comp, size_t name_pos) {
+  const std::string& name = comp->name();
+  if (!Expect('{')) return false;
+  CompState st;
+  st.comp = comp;
+  while (true) {
+    if (AtEnd()) return Error(pos_, Cat("unexpected end of input in computation '",
+                                                 name, "' (missing '}')"));
+    if (Peek() == '}') {
+      ++pos_;
+      break;
+    }
+    if (!ParseInstruction(st)) return false;
+  }
+  return FinishInstructionList(st, name_pos);
+}
+
+bool Parser::FinishInstructionList(CompState& st, size_t name_pos) {
+  HloComputation* comp = st.comp;
+  const std::string& name = comp->name();
+  if (st.last == nullptr) {
+    return Error(name_pos, Cat("computation '", name, "' has no instructions"));
+  }
+  comp->set_root(st.root ? st.root : st.last);
+  for (int64_t i = 0; i < static_cast<int64_t>(st.param_seen.size()); ++i) {
+    if (!st.param_seen[static_cast<size_t>(i)]) {
+      return Error(name_pos, Cat("computation '", name, "' has no parameter(", i,
+                                          ") but has parameter(", st.param_seen.size() - 1,
+                                          ")"));
+    }
+  }
+  // Control predecessors may name instructions defined later in the computation.
+  for (auto& pc : st.control) {
+    for (auto& [n, p] : pc.names) {
+      auto it = st.by_name.find(n);
+      if (it == st.by_name.end()) {
+        return Error(p, Cat("control predecessor '", n, "' is not defined in '",
+                                     name, "'"));
+      }
+      it->second->AddControlDependencyTo(pc.instr);
     }
   }
   return true;
@@ -405,8 +423,13 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
     }
     if (!op) return Error(op_pos, Cat("unknown opcode '", opname, "'"));
   }
+  // What the messages about a missing result shape call this instruction.
+  auto what = [&] {
+    return name.empty() ? Cat("nested operand '", opname, "(...)'")
+                        : Cat("instruction '", name, "'");
+  };
   if (infer_shape && (*op == HloOpcode::kParameter || *op == HloOpcode::kConstant)) {
-    return Error(op_pos, Cat("instruction '", name, "' has no result shape: a ", opname,
+    return Error(op_pos, Cat(what(), " has no result shape: a ", opname,
                              " must write its shape"));
   }
   if (!Expect('(')) return false;
@@ -464,7 +487,7 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   if (infer_shape) {
     std::optional<Shape> inferred = sugar.empty() ? InferResultShape(*instr) : std::nullopt;
     if (!inferred) {
-      return Error(op_pos, Cat("instruction '", name, "' has no result shape and Weave cannot infer one for ",
+      return Error(op_pos, Cat(what(), " has no result shape and Weave cannot infer one for ",
                                opname, " on these operands: write its shape"));
     }
     if (!inferred->CheckedByteSize()) {
@@ -536,25 +559,39 @@ bool Parser::ParseOperand(CompState& st, HloInstruction** out) {
   }
   SkipWs();
   size_t npos = pos_;
+  HloInstruction* v = nullptr;
+  // A single-instruction text may give an operand's shape alone: a parameter of that shape.
+  if (shape && single_op_ == &st && (Peek() == ',' || Peek() == ')')) {
+    if (!AddOperandParameter(st, *shape, "", b, &v)) return false;
+    *out = v;
+    return true;
+  }
   std::string_view name;
   if (!ParseName(&name, "an operand")) return false;
-  HloInstruction* v = nullptr;
   if (src_[npos] != '%' && Peek() == '(') {
-    // Nested instruction; its shape must be written.
-    if (!shape) return Error(b, Cat("nested operand '", name, "(...)' needs a shape"));
+    // Nested instruction; without a written shape, its shape is inferred.
     pos_ = npos;
     DepthGuard guard(this);
     if (depth_ > kMaxNesting) return Error(npos, "nested operands nested too deeply");
-    if (!ParseInstructionBody(st, std::move(*shape), "", /*top_level=*/false, &v)) {
+    const bool infer = !shape.has_value();
+    if (!ParseInstructionBody(st, infer ? Shape() : std::move(*shape), "", /*top_level=*/false,
+                              &v, infer)) {
       return false;
     }
     if (!Register(st, v, v->name(), npos, /*generated=*/true)) return false;
   } else {
     auto it = st.by_name.find(name);
-    if (it == st.by_name.end()) {
+    if (it != st.by_name.end()) {
+      v = it->second;
+    } else if (single_op_ == &st && shape) {
+      if (!AddOperandParameter(st, *shape, name, npos, &v)) return false;
+    } else if (single_op_ == &st) {
+      return Error(npos, Cat("operand '", name, "' is not defined and has no shape: in a "
+                             "single-instruction text, write the operand's shape (f32[2] ",
+                             name, ") to make it a parameter"));
+    } else {
       return Error(npos, Cat("use of undefined value '", name, "'"));
     }
-    v = it->second;
   }
   while (Peek() == '#') {  // compact get-tuple-element chain
     ++pos_;
@@ -589,36 +626,6 @@ bool Parser::ParseOperand(CompState& st, HloInstruction** out) {
   }
   *out = v;
   return true;
-}
-
-bool Parser::ParseComputationRef(HloComputation** out) {
-  SkipWs();
-  size_t p = pos_;
-  std::string_view name;
-  if (!ParseName(&name, "a computation name")) return false;
-  auto it = comps_.find(name);
-  if (it == comps_.end()) {
-    return Error(p, Cat("unknown computation '", name, "'"));
-  }
-  *out = it->second;
-  return true;
-}
-
-bool Parser::ParseComputationList(std::vector<HloComputation*>* out) {
-  if (Peek() != '{') {
-    HloComputation* c;
-    if (!ParseComputationRef(&c)) return false;
-    out->push_back(c);
-    return true;
-  }
-  ++pos_;
-  if (Consume('}')) return true;
-  do {
-    HloComputation* c;
-    if (!ParseComputationRef(&c)) return false;
-    out->push_back(c);
-  } while (Consume(','));
-  return Expect('}');
 }
 
 }  // namespace weave::parser_internal

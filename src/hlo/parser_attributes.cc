@@ -4,6 +4,18 @@
 
 namespace weave::parser_internal {
 
+namespace {
+
+// Arrays (and tokens) in a shape: a tuple counts its elements' leaves (an empty tuple has none).
+int64_t LeafCount(const Shape& s) {
+  if (!s.IsTuple()) return 1;
+  int64_t n = 0;
+  for (const Shape& e : s.tuple_shapes) n += LeafCount(e);
+  return n;
+}
+
+}  // namespace
+
 // ------------------------------------------------------------------ attributes
 bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, CalledSlots& called) {
   SkipWs();
@@ -41,17 +53,21 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
     }
     return true;
   }
-  if (name == "to_apply") return ParseComputationList(&called.to_apply);
-  if (name == "calls") return ParseComputationList(&called.calls);
-  if (name == "called_computations") return ParseComputationList(&called.called);
-  if (name == "branch_computations") return ParseComputationList(&called.branches);
-  if (name == "condition") return ParseComputationRef(&called.condition);
-  if (name == "body") return ParseComputationRef(&called.body);
-  if (name == "true_computation") return ParseComputationRef(&called.true_comp);
-  if (name == "false_computation") return ParseComputationRef(&called.false_comp);
-  if (op == HloOpcode::kSelectAndScatter) {
-    if (name == "select") return ParseComputationRef(&called.select);
-    if (name == "scatter") return ParseComputationRef(&called.scatter);
+  {
+    // A computation written inline is named `<instruction>.<attribute>`.
+    const InlineName hint{instr->name(), name};
+    if (name == "to_apply") return ParseComputationList(&called.to_apply, hint);
+    if (name == "calls") return ParseComputationList(&called.calls, hint);
+    if (name == "called_computations") return ParseComputationList(&called.called, hint);
+    if (name == "branch_computations") return ParseComputationList(&called.branches, hint);
+    if (name == "condition") return ParseComputationRef(&called.condition, hint);
+    if (name == "body") return ParseComputationRef(&called.body, hint);
+    if (name == "true_computation") return ParseComputationRef(&called.true_comp, hint);
+    if (name == "false_computation") return ParseComputationRef(&called.false_comp, hint);
+    if (op == HloOpcode::kSelectAndScatter) {
+      if (name == "select") return ParseComputationRef(&called.select, hint);
+      if (name == "scatter") return ParseComputationRef(&called.scatter, hint);
+    }
   }
   if (name == "sharding") return ParseShardingAttr(instr);
   if (name == "backend_config") {
@@ -157,6 +173,39 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
   }
   if (op == HloOpcode::kCustomCall && name == "custom_call_target") {
     return ParseString(instr->mutable_custom_call_target());
+  }
+  if (op == HloOpcode::kCustomCall && name == "literal") {
+    std::string_view v;
+    if (!ScanShapedLiteral(&v)) return false;
+    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
+    return true;
+  }
+  if (name == "parameter_replication") {
+    // `{true, false, ...}`: one flag per leaf buffer (array) of the shape, as XLA's parser checks.
+    if (Peek() != '{') return Expected("'{' to start parameter_replication");
+    std::string_view v;
+    if (!ScanBraces(&v)) return false;
+    int64_t flags = 0;
+    for (std::string_view rest = v.substr(1, v.size() - 2);;) {
+      const size_t comma = rest.find(',');
+      const std::string_view flag = TrimView(rest.substr(0, comma));
+      if (flag == "true" || flag == "false") {
+        ++flags;
+      } else if (!(flag.empty() && comma == std::string_view::npos && flags == 0)) {
+        return Error(vpos, Cat("parameter_replication: expected true or false, found '", flag, "'"));
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (instr->shape().element_type != PrimitiveType::kInvalid) {
+      const int64_t leaves = LeafCount(instr->shape());
+      if (leaves != flags) {
+        return Error(vpos, Cat("parameter_replication has ", flags, " elements, but the shape ",
+                               instr->shape().ToString(false), " has ", leaves, " leaf buffers"));
+      }
+    }
+    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
+    return true;
   }
   if (op == HloOpcode::kFusion && name == "kind") {
     std::string_view k;

@@ -4,6 +4,8 @@
 //   parser_shapes.cc      shapes and layouts, literals (constants)
 //   parser_attributes.cc  instruction attributes (`name=value` after the operands)
 //   parser_sharding.cc    sharding and replica-group attributes
+//   parser_inline.cc      computation references, computations written inline in an attribute
+//   parser_single_op.cc   a text of one instruction, wrapped into a module
 // Not an API: include only from those files.
 #pragma once
 
@@ -88,6 +90,12 @@ struct CompState {
 };
 
 // Called-computation attributes of one instruction, assembled per opcode at the end.
+// The made-up name of a computation written inline: `<owner>.<attribute>`.
+struct InlineName {
+  std::string_view owner;      // the instruction's name
+  std::string_view attribute;  // to_apply, calls, condition, ...
+};
+
 struct CalledSlots {
   std::vector<HloComputation*> to_apply, calls, called, branches;
   HloComputation* condition = nullptr;
@@ -194,11 +202,30 @@ class Parser {
 
   bool ParseHeaderAttributes();
 
+  // ------------------------------------------------------------------ single instruction
+  // (parser_single_op.cc) Whether the text (no `HloModule` header) is one instruction
+  // (`[ROOT] name = ...` or `shape opcode(...)`) rather than computations.
+  bool SingleInstructionAhead();
+  // Parses the one instruction into the entry computation of module_.
+  bool ParseSingleInstruction();
+  // In a single-instruction text, an operand that names no instruction (or no name at all) becomes
+  // the next parameter of the entry computation, with the operand's written shape.
+  bool AddOperandParameter(CompState& st, const Shape& shape, std::string_view name, size_t pos,
+                           HloInstruction** out);
+
   // FileNames / FunctionNames / FileLocations / StackFrames tables, kept verbatim.
   bool ParseStackTables();
 
   // ------------------------------------------------------------------ computations
   bool ParseComputation();
+
+  // `{ instruction+ }`: the instructions of `comp` (already added to the module), its root,
+  // parameter numbering and control predecessors. `name_pos` locates errors about the whole
+  // computation.
+  bool ParseInstructionList(HloComputation* comp, size_t name_pos);
+  // After the instructions of st.comp: sets the root (the ROOT one, else the last) and checks
+  // parameter numbering and control predecessors.
+  bool FinishInstructionList(CompState& st, size_t name_pos);
 
   // Registers `instr` (already added to the computation) under `name` in the computation scope.
   // Parsed names are kept exactly as written; `generated` marks instructions the parser created
@@ -221,8 +248,18 @@ class Parser {
   // `shape? name('#' index)*` or `shape? opcode(operands)` (nested, test style).
   bool ParseOperand(CompState& st, HloInstruction** out);
 
-  bool ParseComputationRef(HloComputation** out);
-  bool ParseComputationList(std::vector<HloComputation*>* out);
+  // ------------------------------------------------------------------ called computations
+  // (parser_inline.cc) A computation operand of an attribute: its name, or its instructions
+  // written inline in braces (a new computation named after `hint`, the instruction and the
+  // attribute).
+  bool ParseComputationRef(HloComputation** out, const InlineName& hint);
+  // A name, an inline computation, or a braced list of those.
+  bool ParseComputationList(std::vector<HloComputation*>* out, const InlineName& hint);
+  // At '{': whether an inline computation starts here (`{ [ROOT] name =`), not a list of names.
+  bool InlineComputationAhead();
+  bool ParseInlineComputation(HloComputation** out, const InlineName& hint);
+  // Gives an inline computation a fresh name (a computation written later takes its name).
+  void RenameInlineComputation(HloComputation* c);
 
   // ------------------------------------------------------------------ attributes
   bool ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, CalledSlots& called);
@@ -241,6 +278,12 @@ class Parser {
   // ------------------------------------------------------------------ literals
   // After `constant(`: captures the literal text up to the matching `)` and decodes its values.
   bool ParseLiteral(Literal* lit);
+  // The values of `text` (a literal of shape lit->shape, starting at source position `b`) into
+  // `lit`; tuple literals are not decoded.
+  bool DecodeLiteral(std::string_view text, size_t b, Literal* lit);
+  // `shape value` after `literal=` (custom-call): a shaped literal, `s32[2] {1, 2}`,
+  // `f32[] 0.5` or a tuple `(s32[1] {3}, pred[] true)`; returns its text in `out`.
+  bool ScanShapedLiteral(std::string_view* out);
 
   static bool ParseFloatToken(std::string_view tok, double* v);
 
@@ -267,6 +310,11 @@ class Parser {
   HloComputation* entry_ = nullptr;
   HloComputation* last_comp_ = nullptr;
   absl::flat_hash_set<const HloInstruction*> generated_;
+  // The scope of a single-instruction text (null when parsing computations): operands it does not
+  // define become parameters.
+  CompState* single_op_ = nullptr;
+  // Computations written inline in attributes (their names were made up by the parser).
+  absl::flat_hash_set<const HloComputation*> inline_comps_;
   std::vector<std::string_view> small_names_;  // attribute names of the current instruction
 };
 

@@ -140,6 +140,40 @@ bool Parser::ParseLiteral(Literal* lit) {
   ++pos_;  // ')'
   lit->text = std::string(text);
   if (text.empty()) return Error(b, "empty constant");
+  return DecodeLiteral(text, b, lit);
+}
+
+bool Parser::ScanShapedLiteral(std::string_view* out) {
+  SkipWs();
+  const size_t b = pos_;
+  // A tuple literal is kept as its text (balanced parentheses), as tuple constants are.
+  if (Peek() == '(') return ScanRawValue(out);
+  Literal lit;
+  if (!ParseShape(&lit.shape)) return false;
+  SkipWs();
+  const size_t vb = pos_;
+  if (Peek() == '{') {
+    std::string_view braces;
+    if (!ScanBraces(&braces)) return false;
+  } else {
+    const size_t n = src_.size();
+    while (pos_ < n && src_[pos_] != ',' && src_[pos_] != ' ' && src_[pos_] != '\n' &&
+           src_[pos_] != '\r' && src_[pos_] != '\t' && src_[pos_] != '}' && src_[pos_] != ')') {
+      if (src_[pos_] == '(') {  // nan(0x...)
+        const size_t close = src_.find(')', pos_);
+        pos_ = close == std::string_view::npos ? n : close + 1;
+        break;
+      }
+      ++pos_;
+    }
+    if (pos_ == vb) return Expected(Cat("a value for the literal of shape ", lit.shape.ToString()));
+  }
+  if (!DecodeLiteral(src_.substr(vb, pos_ - vb), vb, &lit)) return false;
+  *out = src_.substr(b, pos_ - b);
+  return true;
+}
+
+bool Parser::DecodeLiteral(std::string_view text, size_t b, Literal* lit) {
   const Shape& shape = lit->shape;
   if (shape.IsTuple()) return true;  // tuple literals are kept as text only
   if (text == "{...}") {
@@ -229,6 +263,8 @@ bool Parser::ParseLiteral(Literal* lit) {
         int64_t v;
         const int bits = BitWidth(t);
         bool in_range = ParseIntToken(tok, is_unsigned, &v);
+        // A negative value of an unsigned type wraps modulo 2^64, as XLA's parser reads it: in
+        // range for u64 only (u64 -1 is 2^64-1); in u8..u32 it wraps past the type's largest.
         if (in_range && bits > 0 && bits < 64) {
           in_range = is_unsigned ? (v >= 0 && v < (int64_t{1} << bits))
                                  : (v >= -(int64_t{1} << (bits - 1)) &&
@@ -332,7 +368,7 @@ bool Parser::ParseFloatToken(std::string_view tok, double* v) {
 }
 
 bool Parser::ParseIntToken(std::string_view tok, bool is_unsigned, int64_t* v) {
-  if (is_unsigned) {
+  if (is_unsigned && !tok.empty() && tok[0] != '-') {
     uint64_t u;
     auto r = std::from_chars(tok.data(), tok.data() + tok.size(), u);
     if (r.ec != std::errc() || r.ptr != tok.data() + tok.size()) return false;

@@ -252,7 +252,8 @@ void AppendCalledComputations(std::string* out, const HloInstruction& instr, Hlo
     case HloOpcode::kAsyncStart:
     case HloOpcode::kAsyncUpdate:
     case HloOpcode::kAsyncDone:
-      if (instr.async_sugar().empty()) {
+      // `fusion-start` names its fused computation `calls=`, as fusion does.
+      if (instr.async_sugar().empty() || aop == HloOpcode::kFusion) {
         single("calls");
         return;
       }

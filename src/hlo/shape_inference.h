@@ -8,7 +8,9 @@
 // change the type, see below); elementwise binary ops on operands of one shape (compare and the
 // predicates give pred); select (its on-true shape); clamp (its operand); is-finite (pred);
 // partition-id and replica-id (u32[]); after-all (token[]); add-dependency and opt-barrier
-// (their operand's shape). Every inferred array shape has the default layout.
+// (their operand's shape); dot (batch dims, then the lhs and the rhs free dims, on operands of one
+// element type); call (its computation's root), conditional (its first branch's root) and while
+// (its body's root). Every inferred array shape has the default layout.
 #pragma once
 
 #include <optional>
