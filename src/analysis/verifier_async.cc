@@ -122,6 +122,12 @@ class AliasReader {
   size_t p_ = 0;
 };
 
+// The async op wraps its called computation: the plain form, or `call-start` / `fusion-start`
+// (a sugared collective such as `reduce-scatter-start` calls its reducer instead).
+bool WrapsComputation(const HloInstruction& h) {
+  return h.async_sugar().empty() || h.async_sugar() == "call" || h.async_sugar() == "fusion";
+}
+
 const HloComputation* Wrapped(const HloInstruction& h) {
   return h.called_computations().empty() ? nullptr : h.called_computations()[0];
 }
@@ -230,7 +236,7 @@ absl::Status Checker::AsyncOp() {
   }
   // A sugared form (`reduce-scatter-start`, ...) calls its op's reducer, not a wrapped
   // computation: the computation rules below do not apply to it.
-  const bool sugared = !h_.async_sugar().empty();
+  const bool sugared = !WrapsComputation(h_);
   const HloComputation* wrapped = sugared ? nullptr : Wrapped(h_);
   // A link that does not name its computation wraps its chain's (the async-start's).
   const HloComputation* chained = wrapped;
@@ -238,7 +244,7 @@ absl::Status Checker::AsyncOp() {
                                       p->operand_count() > 0;) {
     p = p->operand(0);
     if ((p->opcode() != HloOpcode::kAsyncStart && p->opcode() != HloOpcode::kAsyncUpdate) ||
-        !p->async_sugar().empty()) {
+        !WrapsComputation(*p)) {
       break;
     }
     chained = Wrapped(*p);
@@ -346,7 +352,7 @@ absl::Status Checker::AsyncOp() {
     if (c == nullptr && !carried && !sugared) {
       const HloInstruction* p = h_.operand(0);
       while (Wrapped(*p) == nullptr && p->opcode() == HloOpcode::kAsyncUpdate && p->operand_count() > 0) p = p->operand(0);
-      c = p->async_sugar().empty() ? Wrapped(*p) : nullptr;
+      c = WrapsComputation(*p) ? Wrapped(*p) : nullptr;
     }
     if (c != nullptr && x.tuple_shapes[0].tuple_shapes.size() != static_cast<size_t>(c->num_parameters())) {
       return Err(absl::StrCat("its async value binds ", x.tuple_shapes[0].tuple_shapes.size(), " of computation '",

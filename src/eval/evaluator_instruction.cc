@@ -457,7 +457,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
         return fail(InvalidArgumentError("async-start must have a tuple shape ((operands), result, ...)"));
       }
       ValuePtr result;
-      if (!instr->async_sugar().empty()) {
+      // `call-start` / `fusion-start` wrap their computation as the plain form does.
+      const bool wraps = instr->async_sugar().empty() || instr->async_sugar() == "call" || instr->async_sugar() == "fusion";
+      if (!wraps) {
         auto base = ParseHloOpcode(instr->async_sugar());
         if (!base) return fail(InvalidArgumentError("unknown async wrapped opcode"));
         if (IsPlainCollective(*base)) {

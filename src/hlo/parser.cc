@@ -484,6 +484,16 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
     }
   }
   if (!AssembleCalled(*op, attr_op, !sugar.empty(), called, instr, op_pos)) return false;
+  // An async computation written inline runs on the thread its async-start names (XLA's parser
+  // creates it on that thread).
+  if (*op == HloOpcode::kAsyncStart && instr->called_computations().size() == 1 &&
+      inline_comps_.contains(instr->called_computations()[0])) {
+    if (const std::string* t = instr->GetRawAttribute("async_execution_thread"); t != nullptr) {
+      std::string thread = *t;
+      if (thread.size() >= 2 && thread.front() == '"' && thread.back() == '"') thread = thread.substr(1, thread.size() - 2);
+      if (thread != "main") instr->called_computations()[0]->execution_thread = *t;  // kept as written
+    }
+  }
   if (infer_shape) {
     std::optional<Shape> inferred = sugar.empty() ? InferResultShape(*instr) : std::nullopt;
     if (!inferred) {
