@@ -334,7 +334,7 @@ absl::Status VerifyModule(const HloModule& module) {
       }
     }
   }
-  return absl::OkStatus();
+  return verifier_internal::VerifyModuleBuffers(module);
 }
 
 }  // namespace weave

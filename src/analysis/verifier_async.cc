@@ -217,7 +217,11 @@ absl::Status Checker::AliasingConfig() const {
     if (op == HloOpcode::kCustomCall && h_.frontend_attributes.count("xla_skip_custom_call_alias_shape_check")) {
       continue;
     }
-    if (!ShapesMatch(*in, *out)) {
+    // A custom-call other than Pin / Unpin aliases buffers to buffers only (XLA compares the
+    // buffer marker there).
+    const bool buffer_kinds_differ = op == HloOpcode::kCustomCall && in->buffer != out->buffer &&
+                                     h_.custom_call_target() != "Pin" && h_.custom_call_target() != "Unpin";
+    if (!ShapesMatch(*in, *out) || buffer_kinds_differ) {
       return Err(absl::StrCat("output_to_operand_aliasing: output ", IndexText(e.output), " ", ShapeText(*out),
                               " and operand ", e.operand, " ", IndexText(e.operand_index), " ", ShapeText(*in),
                               " differ"));

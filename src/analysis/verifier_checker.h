@@ -13,6 +13,7 @@
 //                              collective-permute
 //   verifier_async.cc          async-start / -update / -done, output_to_operand_aliasing,
 //                              all-gather-start / -done
+//   verifier_buffers.cc        buffer shapes b(...): Pin, Unpin, CreateBuffer, aliasing, writers
 // Only these files include it.
 #pragma once
 
@@ -60,6 +61,10 @@ inline bool HasDynamicDim(const Shape& s) {
 
 // Checks one instruction's result shape against its operands and attributes (XLA's shape
 // inference); errors name the instruction and its computation (Err).
+// verifier_buffers.cc: XLA's VerifyBuffers over the whole module (a module without buffer shapes
+// costs one scan). Errors name the instruction.
+absl::Status VerifyModuleBuffers(const HloModule& module);
+
 class Checker {
  public:
   explicit Checker(const HloInstruction& h) : h_(h) {}

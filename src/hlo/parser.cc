@@ -355,7 +355,9 @@ bool Parser::ParseInstruction(CompState& st) {
   // `name = opcode(...)`: no result shape written (an identifier followed by '(' is an opcode;
   // a shape is a type followed by '[' or a '(' tuple).
   const std::string_view first = PeekIdent();
-  const bool infer = !first.empty() && pos_ + first.size() < src_.size() && src_[pos_ + first.size()] == '(';
+  // `b(...)` is a buffer shape, not an opcode.
+  const bool infer = !first.empty() && first != "b" && pos_ + first.size() < src_.size() &&
+                     src_[pos_ + first.size()] == '(';
   if (!infer) {
     shape_owner_ = name;
     const bool shape_ok = ParseShape(&shape);
@@ -562,7 +564,7 @@ bool Parser::ParseOperand(CompState& st, HloInstruction** out) {
   } else if (IsIdentStart(c)) {
     std::string_view w = PeekIdent();
     size_t after = pos_ + w.size();
-    if (after < src_.size() && src_[after] == '[' && ParsePrimitiveType(w)) {
+    if (after < src_.size() && ((src_[after] == '[' && ParsePrimitiveType(w)) || (w == "b" && src_[after] == '('))) {
       shape.emplace();
       if (!ParseShape(&*shape)) return false;
     }

@@ -27,11 +27,13 @@ bool Parser::ParseShape(Shape* s, bool allow_layout) {
   }
   std::string_view t;
   if (!ParseIdent(&t, "a shape")) return false;
-  if (t == "b" && Peek() == '(') {  // buffer shape `b(shape)`: keep the inner shape
+  if (t == "b" && Peek() == '(') {  // buffer shape `b(shape)`
     DepthGuard guard(this);
     if (depth_ > kMaxNesting) return Error(b, "shapes nested too deeply");
     ++pos_;
     if (!ParseShape(s, allow_layout)) return false;
+    if (!s->IsArray()) return Error(b, "a buffer shape b(...) holds an array");
+    s->buffer = true;
     return Expect(')');
   }
   auto type = ParsePrimitiveType(t);

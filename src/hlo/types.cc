@@ -274,6 +274,14 @@ bool AppendArrayShapeFast(std::string* out, const Shape& s, bool print_layout) {
 // Shape::ToString into `out`, without a string per piece (shapes are printed for every
 // instruction the printer writes and for every key CSE makes).
 void AppendShape(std::string* out, const Shape& s, bool print_layout) {
+  if (s.buffer) {
+    Shape inner = s;
+    inner.buffer = false;
+    out->append("b(");
+    AppendShape(out, inner, print_layout);
+    out->push_back(')');
+    return;
+  }
   if (s.IsTuple()) {
     out->push_back('(');
     for (size_t i = 0; i < s.tuple_shapes.size(); ++i) {
@@ -290,8 +298,8 @@ void AppendShape(std::string* out, const Shape& s, bool print_layout) {
   }
   if (s.IsArray() && AppendArrayShapeFast(out, s, print_layout)) return;
   out->append(PrimitiveTypeName(s.element_type));
-  if (s.IsToken()) {
-    out->append("[]");  // XLA prints the token shape as `token[]`
+  if (s.IsToken() || s.element_type == PrimitiveType::OPAQUE) {
+    out->append("[]");  // XLA prints `token[]` and `opaque[]`
     return;
   }
   if (!s.IsArray()) return;

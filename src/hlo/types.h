@@ -66,6 +66,9 @@ struct Shape {
   std::vector<bool> dynamic;  // empty or same size as dims
   std::optional<Layout> layout;
   std::vector<Shape> tuple_shapes;
+  // XLA's buffer shape `b(f32[32])`: an array that custom-calls write in place (Pin, Unpin,
+  // CreateBuffer; hlo_verifier.cc VerifyBuffers). Printed back as written; comparisons ignore it.
+  bool buffer = false;
 
   Shape() = default;
   // Array shape with the default (descending) layout.

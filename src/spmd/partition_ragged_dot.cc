@@ -76,7 +76,7 @@ std::optional<RaggedSpace> MakeSpace(const HloInstruction& h) {
     s.lhs_map[static_cast<size_t>(d)] = sd;
   }
   std::vector<int64_t> rfree_space;
-  for (int64_t d : rfree) rfree_space.push_back(s.nb + s.nl + s.nr++);
+  for (size_t k = 0; k < rfree.size(); ++k) rfree_space.push_back(s.nb + s.nl + s.nr++);
   for (size_t k = 0; k < rfree.size(); ++k) s.rhs_map[static_cast<size_t>(rfree[k])] = rfree_space[k];
   for (size_t k = 0; k < dd.lhs_contracting.size(); ++k) {
     const int64_t sd = dd.lhs_contracting[k] == r ? -1 : s.nb + s.nl + s.nr + s.nc++;
