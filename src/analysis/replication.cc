@@ -71,12 +71,6 @@ std::vector<int32_t> Canon(const std::vector<Key>& keys) {
   return cls;
 }
 
-int64_t LeafCount(const Shape& s) {
-  if (!s.IsTuple()) return 1;
-  int64_t n = 0;
-  for (const Shape& e : s.tuple_shapes) n += LeafCount(e);
-  return n;
-}
 
 std::string IndexText(const Index& index) {
   if (index.empty()) return "";
@@ -372,10 +366,10 @@ class Analyzer {
         if (!cur->IsTuple() || i < 0 || i >= static_cast<int64_t>(cur->tuple_shapes.size())) {
           return Own(h, "has no such tuple element");
         }
-        for (int64_t j = 0; j < i; ++j) offset += LeafCount(cur->tuple_shapes[static_cast<size_t>(j)]);
+        for (int64_t j = 0; j < i; ++j) offset += cur->tuple_shapes[static_cast<size_t>(j)].LeafCount();
         cur = &cur->tuple_shapes[static_cast<size_t>(i)];
       }
-      const int64_t count = LeafCount(*cur);
+      const int64_t count = cur->LeafCount();
       if (offset + count > static_cast<int64_t>(s.tuple.size())) {
         // A single entry for a whole tuple applies to every leaf.
         if (s.tuple.size() == 1) return ShardingEq(h, s.tuple[0], index);

@@ -42,13 +42,6 @@ const Shape* Subshape(const Shape& s, const std::vector<int64_t>& index) {
 
 std::string IndexText(const std::vector<int64_t>& v) { return Dims(v); }
 
-// One `{output index}: (operand, {operand index}[, kind])` entry of output_to_operand_aliasing.
-struct AliasEntry {
-  std::vector<int64_t> output;
-  int64_t operand = 0;
-  std::vector<int64_t> operand_index;
-};
-
 class AliasReader {
  public:
   explicit AliasReader(std::string_view s) : s_(s) {}
@@ -148,10 +141,12 @@ std::string Thread(const std::string* raw) {
 
 }  // namespace
 
+std::optional<std::vector<AliasEntry>> ReadAliasing(std::string_view text) { return AliasReader(text).Read(); }
+
 absl::Status Checker::AliasingConfig() const {
   const std::string* raw = h_.GetRawAttribute("output_to_operand_aliasing");
   if (raw == nullptr) return absl::OkStatus();
-  std::optional<std::vector<AliasEntry>> entries = AliasReader(*raw).Read();
+  std::optional<std::vector<AliasEntry>> entries = ReadAliasing(*raw);
   if (!entries) return Err(absl::StrCat("output_to_operand_aliasing=", *raw, " is not {{index}: (operand, {index}), ...}"));
   const HloOpcode op = h_.opcode();
   const HloComputation* wrapped = Wrapped(h_);

@@ -53,56 +53,6 @@ std::vector<Index> Buffers(const Shape& s) {
   return out;
 }
 
-// (output index) -> (operand, operand index) of output_to_operand_aliasing; nullopt when absent
-// or unreadable (the aliasing rule reports that).
-std::optional<std::vector<std::pair<Index, std::pair<int64_t, Index>>>> Aliasing(const HloInstruction& h) {
-  const std::string* raw = h.GetRawAttribute("output_to_operand_aliasing");
-  std::vector<std::pair<Index, std::pair<int64_t, Index>>> out;
-  if (raw == nullptr) return out;
-  // `{{o...}: (n, {i...}[, kind]), ...}`: read the integers group by group.
-  const std::string& t = *raw;
-  size_t p = 0;
-  auto skip = [&] { while (p < t.size() && (t[p] == ' ' || t[p] == '\n' || t[p] == '\t' || t[p] == '\r')) ++p; };
-  auto eat = [&](char c) {
-    skip();
-    if (p < t.size() && t[p] == c) {
-      ++p;
-      return true;
-    }
-    return false;
-  };
-  auto num = [&](int64_t* v) {
-    skip();
-    bool neg = eat('-');
-    if (p >= t.size() || t[p] < '0' || t[p] > '9') return false;
-    int64_t x = 0;
-    while (p < t.size() && t[p] >= '0' && t[p] <= '9' && x < (int64_t{1} << 50)) x = x * 10 + (t[p++] - '0');
-    *v = neg ? -x : x;
-    return true;
-  };
-  auto index = [&](Index* v) {
-    if (!eat('{')) return false;
-    if (eat('}')) return true;
-    do {
-      int64_t x = 0;
-      if (!num(&x)) return false;
-      v->push_back(x);
-    } while (eat(','));
-    return eat('}');
-  };
-  if (!eat('{')) return std::nullopt;
-  if (eat('}')) return out;
-  do {
-    Index o, i;
-    int64_t n = 0;
-    if (!index(&o) || !eat(':') || !eat('(') || !num(&n) || !eat(',') || !index(&i)) return std::nullopt;
-    while (p < t.size() && t[p] != ')') ++p;
-    if (!eat(')')) return std::nullopt;
-    out.push_back({std::move(o), {n, std::move(i)}});
-  } while (eat(','));
-  return out;
-}
-
 class BufferChecker {
  public:
   explicit BufferChecker(const HloModule& m) {
@@ -191,7 +141,10 @@ class BufferChecker {
   // gives has one writer.
   absl::Status CustomCall(const HloInstruction& h, const Shape& result, bool count_writers) {
     const std::string& t = h.custom_call_target();
-    const auto alias = Aliasing(h);
+    const std::string* raw = h.GetRawAttribute("output_to_operand_aliasing");
+    // Unreadable aliasing is the aliasing rule's error (verifier_async.cc); here it aliases nothing.
+    const std::optional<std::vector<AliasEntry>> alias =
+        raw == nullptr ? std::optional<std::vector<AliasEntry>>(std::vector<AliasEntry>{}) : ReadAliasing(*raw);
     const size_t aliases = alias ? alias->size() : 0;
     if (t == "Pin" || t == "Unpin") {
       const bool pin = t == "Pin";
@@ -220,9 +173,9 @@ class BufferChecker {
     std::map<std::pair<int64_t, Index>, int> by_operand;
     std::map<Index, int> by_output;
     if (alias) {
-      for (const auto& [out, in] : *alias) {
-        ++by_operand[in];
-        ++by_output[out];
+      for (const AliasEntry& e : *alias) {
+        ++by_operand[{e.operand, e.operand_index}];
+        ++by_output[e.output];
       }
     }
     for (int64_t i = 0; i < h.operand_count(); ++i) {

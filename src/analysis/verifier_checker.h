@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,6 +63,16 @@ inline bool HasDynamicDim(const Shape& s) {
 
 // Checks one instruction's result shape against its operands and attributes (XLA's shape
 // inference); errors name the instruction and its computation (Err).
+// One `{output index}: (operand, {operand index}[, kind])` entry of output_to_operand_aliasing.
+struct AliasEntry {
+  std::vector<int64_t> output;
+  int64_t operand = 0;
+  std::vector<int64_t> operand_index;
+};
+// verifier_async.cc: the entries of an output_to_operand_aliasing value `{...}`; nullopt when the
+// text is not of that form.
+std::optional<std::vector<AliasEntry>> ReadAliasing(std::string_view text);
+
 // verifier_buffers.cc: XLA's VerifyBuffers over the whole module (a module without buffer shapes
 // costs one scan). Errors name the instruction.
 absl::Status VerifyModuleBuffers(const HloModule& module);
@@ -116,7 +128,10 @@ class Checker {
   absl::Status Dot();
   absl::Status Convolution();
   // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
-  absl::Status Reducer(const std::vector<PrimitiveType>& acc_types) const;
+  // With `input_types`, the element parameters take the inputs' element types (or, floating
+  // point, another float type).
+  absl::Status Reducer(const std::vector<PrimitiveType>& acc_types,
+                       const std::vector<PrimitiveType>& input_types = {}) const;
   absl::Status Reduce();
   absl::Status ReduceWindow();
 

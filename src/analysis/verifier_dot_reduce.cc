@@ -136,7 +136,8 @@ absl::Status Checker::Convolution() {
 }
 
 // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
-absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types) const {
+absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types,
+                              const std::vector<PrimitiveType>& input_types) const {
   if (h_.called_computations().size() != 1 || h_.called_computations()[0] == nullptr) {
     return Err("needs exactly one to_apply computation");
   }
@@ -155,6 +156,15 @@ absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types) const
     if (i < n && p.element_type != acc_types[i]) {
       return Err(absl::StrCat(name, ": parameter ", i, " has type ", ShapeText(p),
                               ", expected ", std::string(PrimitiveTypeName(acc_types[i]))));
+    }
+    // The inputs' elements pass as the other parameters: the same type, or both floating
+    // point (XLA's VerifyReducerShape: compatible ignoring fp precision).
+    if (i >= n && i - n < input_types.size()) {
+      const PrimitiveType in = input_types[i - n];
+      if (p.element_type != in && !(IsFloatingPoint(p.element_type) && IsFloatingPoint(in))) {
+        return Err(absl::StrCat(name, ": parameter ", i, " has type ", ShapeText(p), ", but input ", i - n,
+                                "'s elements are ", std::string(PrimitiveTypeName(in))));
+      }
     }
   }
   if (f->root() == nullptr) return Err(absl::StrCat(name, " has no root"));
@@ -219,7 +229,9 @@ absl::Status Checker::Reduce() {
     expected = Shape::Tuple(elems);
   }
   if (auto st = ResultIs(expected, "reduced shape"); !st.ok()) return st;
-  return Reducer(acc);
+  std::vector<PrimitiveType> inputs;
+  for (int64_t i = 0; i < n; ++i) inputs.push_back(Op(i).element_type);
+  return Reducer(acc, inputs);
 }
 
 absl::Status Checker::ReduceWindow() {
@@ -297,7 +309,9 @@ absl::Status Checker::ReduceWindow() {
     expected = Shape::Tuple(elems);
   }
   if (auto st = ResultIs(expected, "windowed shape"); !st.ok()) return st;
-  return Reducer(acc);
+  std::vector<PrimitiveType> inputs;
+  for (size_t i = 0; i < acc.size(); ++i) inputs.push_back(Op(static_cast<int64_t>(i)).element_type);
+  return Reducer(acc, inputs);
 }
 
 }  // namespace weave::verifier_internal

@@ -189,7 +189,26 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
           instr->parameter_number >= static_cast<int64_t>(args.size())) {
         return fail(InvalidArgumentError("parameter number out of range"));
       }
-      return args[static_cast<size_t>(instr->parameter_number)];
+    {
+      const ValuePtr& arg = args[static_cast<size_t>(instr->parameter_number)];
+      // A value of another storage (an s32 element into an f32 reducer, f64 into f32: XLA's
+      // mixed precision, or a caller the verifier let through) is converted to the parameter's
+      // type, never read through the wrong storage.
+      if (shape.IsArray() && arg->shape.IsArray() && arg->storage() != StorageFor(shape.element_type)) {
+        if (arg->size() != shape.ElementCount()) {
+          return fail(InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
+                                                        " does not fit the parameter")));
+        }
+        auto converted = ops::Convert(*arg, shape);
+        if (!converted.ok()) return converted.status();
+        return done(std::move(*converted));
+      }
+      if (shape.IsArray() != arg->shape.IsArray()) {
+        return fail(InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
+                                                      " does not fit the parameter")));
+      }
+      return arg;
+    }
     case HloOpcode::kConstant:
       if (!instr->literal.has_value()) return fail(InvalidArgumentError("constant without literal"));
       if (shape.IsTuple()) return fail(InvalidArgumentError("tuple constants are not supported"));

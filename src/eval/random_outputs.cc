@@ -11,12 +11,6 @@
 namespace weave::eval {
 namespace {
 
-int64_t LeafCount(const Shape& s) {
-  if (!s.IsTuple()) return 1;
-  int64_t n = 0;
-  for (const Shape& e : s.tuple_shapes) n += LeafCount(e);
-  return n;
-}
 
 // Whether a computation (or one it calls) holds an rng: the first one found, memoized.
 class RngFinder {
@@ -88,7 +82,7 @@ void Leaves(const HloInstruction* h, RngFinder* finder, std::vector<RandomOutput
   }
   const HloInstruction* rng = RngInSlice(h, finder);
   const HloInstruction* direct = h->shape().IsTuple() ? nullptr : DirectDraw(h);
-  for (int64_t k = LeafCount(h->shape()); k > 0; --k) {
+  for (int64_t k = h->shape().LeafCount(); k > 0; --k) {
     out->push_back(RandomOutput{rng, direct != nullptr && direct == rng});
   }
 }

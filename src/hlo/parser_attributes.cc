@@ -6,13 +6,6 @@ namespace weave::parser_internal {
 
 namespace {
 
-// Arrays (and tokens) in a shape: a tuple counts its elements' leaves (an empty tuple has none).
-int64_t LeafCount(const Shape& s) {
-  if (!s.IsTuple()) return 1;
-  int64_t n = 0;
-  for (const Shape& e : s.tuple_shapes) n += LeafCount(e);
-  return n;
-}
 
 }  // namespace
 
@@ -198,7 +191,7 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
       rest.remove_prefix(comma + 1);
     }
     if (instr->shape().element_type != PrimitiveType::kInvalid) {
-      const int64_t leaves = LeafCount(instr->shape());
+      const int64_t leaves = instr->shape().LeafCount();
       if (leaves != flags) {
         return Error(vpos, Cat("parameter_replication has ", flags, " elements, but the shape ",
                                instr->shape().ToString(false), " has ", leaves, " leaf buffers"));

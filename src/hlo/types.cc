@@ -190,6 +190,13 @@ bool Shape::Compatible(const Shape& o) const {
   return dims == o.dims;
 }
 
+int64_t Shape::LeafCount() const {
+  if (!IsTuple()) return 1;
+  int64_t n = 0;
+  for (const Shape& e : tuple_shapes) n += e.LeafCount();
+  return n;
+}
+
 bool Shape::operator==(const Shape& o) const {
   if (!Compatible(o)) return false;
   if (IsTuple()) {

@@ -103,6 +103,9 @@ struct Shape {
   bool operator!=(const Shape& o) const { return !(*this == o); }
   // Same dims, other element type (layout kept). Tuples: applied to every leaf.
   Shape WithElementType(PrimitiveType t) const;
+  // Leaves (arrays, tokens, opaques) of the shape: 1 for a non-tuple; a tuple sums its elements'
+  // (an empty tuple has none).
+  int64_t LeafCount() const;
 
   // XLA text: `bf16[2,16,64]{2,1,0}`, `(f32[], s32[4]{0})`. With print_layout false the layout
   // is omitted (signatures and program shapes).

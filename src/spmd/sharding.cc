@@ -467,12 +467,7 @@ HloSharding Sharding::ToHlo() const {
   return h;
 }
 
-int64_t Sharding::LeafCount(const Shape& shape) {
-  if (!shape.IsTuple()) return 1;
-  int64_t n = 0;
-  for (const Shape& e : shape.tuple_shapes) n += LeafCount(e);
-  return n;
-}
+int64_t Sharding::LeafCount(const Shape& shape) { return shape.LeafCount(); }
 
 Sharding Sharding::Broadcast(const Sharding& s, const Shape& shape) {
   if (!shape.IsTuple() || s.IsTuple()) return s;
