@@ -125,6 +125,8 @@ absl::Status Checker::Check() {
       return Select();
     case HloOpcode::kInfeed:
       return Infeed();
+    case HloOpcode::kOutfeed:
+      return Outfeed();
     case HloOpcode::kRngBitGenerator:
       return RngBitGenerator();
     case HloOpcode::kRecv:

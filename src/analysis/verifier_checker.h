@@ -111,6 +111,8 @@ class Checker {
   absl::Status Clamp();
   // infeed: (token) -> (data, token) (XLA's HandleInfeed).
   absl::Status Infeed();
+  // outfeed: (data, token) -> token[] (XLA's HandleOutfeed).
+  absl::Status Outfeed();
 
   // verifier_data_movement.cc
   absl::Status Broadcast();

@@ -326,6 +326,14 @@ absl::Status Checker::Map() {
   return absl::OkStatus();
 }
 
+absl::Status Checker::Outfeed() {
+  // XLA's HandleOutfeed: (data, token) -> token[].
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (!Op(1).IsToken()) return Err(absl::StrCat("operand 1 is ", ShapeText(Op(1)), ", not a token[]"));
+  if (!h_.shape().IsToken()) return Err(absl::StrCat("result ", ShapeText(h_.shape()), " must be token[]"));
+  return absl::OkStatus();
+}
+
 absl::Status Checker::Infeed() {
   if (auto st = OperandCount(1); !st.ok()) return st;
   if (Op(0).element_type != PrimitiveType::TOKEN || Op(0).IsTuple()) {

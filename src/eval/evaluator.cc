@@ -142,6 +142,15 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalComputation(const HloComputation* 
     }
     auto v = EvalInstruction(instr, ops, args);
     if (!v.ok()) return v.status();
+    // An array value holds as many elements as its instruction's shape, in that shape's storage:
+    // a value that does not (an op the verifier let through with the wrong result shape) is an
+    // error here, before any reader indexes past it.
+    if (instr->shape().IsArray() && *v != nullptr && !HoldsShape(**v, instr->shape())) {
+      return InvalidArgumentError(absl::StrCat(Describe(instr), ": the value computed does not hold its shape ",
+                                               instr->shape().ToString(false), " (",
+                                               (*v)->shape.IsArray() ? "a different element count or storage" : "not an array",
+                                               ")"));
+    }
     slots[k] = std::move(*v);
     for (int32_t s : plan.release[k]) slots[static_cast<size_t>(s)].reset();
   }
@@ -195,6 +204,20 @@ ValuePtr ScalarAt(const Value& v, int64_t k) {
     default: break;
   }
   return Share(std::move(s));
+}
+
+bool HoldsShape(const Value& v, const Shape& shape) {
+  if (!v.shape.IsArray()) return false;
+  const std::optional<int64_t> n = shape.CheckedElementCount();
+  if (!n) return false;
+  const size_t want = static_cast<size_t>(*n);
+  switch (StorageFor(shape.element_type)) {
+    case Storage::kFloat: return v.f.size() == want;
+    case Storage::kDouble: return v.d.size() == want;
+    case Storage::kInt: return v.i.size() == want;
+    case Storage::kComplex: return v.c.size() == want;
+    default: return true;
+  }
 }
 
 void StoreScalar(const Value& s, Value* dst, int64_t k) {
