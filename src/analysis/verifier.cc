@@ -234,8 +234,21 @@ absl::Status Checker::ArrayOperand(int64_t i) const {
   return absl::OkStatus();
 }
 
+bool Checker::SameShape(const Shape& a, const Shape& b) const {
+  if (!options_.allow_mixed_precision) return ShapesMatch(a, b);
+  if (a.IsTuple() != b.IsTuple()) return false;
+  if (a.IsTuple()) {
+    if (a.tuple_shapes.size() != b.tuple_shapes.size()) return false;
+    for (size_t i = 0; i < a.tuple_shapes.size(); ++i) {
+      if (!SameShape(a.tuple_shapes[i], b.tuple_shapes[i])) return false;
+    }
+    return true;
+  }
+  return TypesCompatible(a.element_type, b.element_type) && DimsEqual(a.dims, b.dims);
+}
+
 absl::Status Checker::ResultIs(const Shape& expected, const std::string& what) const {
-  if (!ShapesMatch(h_.shape(), expected)) {
+  if (!SameShape(h_.shape(), expected)) {
     return Err(absl::StrCat("result shape ", ShapeText(h_.shape()), " does not match the ",
                             what.empty() ? "expected shape " : what + " ", ShapeText(expected)));
   }
@@ -256,11 +269,11 @@ absl::Status StructErr(const HloComputation* c, const HloInstruction* h, const s
 
 }  // namespace
 
-absl::Status VerifyInstruction(const HloInstruction& instr) {
-  return verifier_internal::Checker(instr).Check();
+absl::Status VerifyInstruction(const HloInstruction& instr, const VerifyOptions& options) {
+  return verifier_internal::Checker(instr, options).Check();
 }
 
-absl::Status VerifyModule(const HloModule& module) {
+absl::Status VerifyModule(const HloModule& module, const VerifyOptions& options) {
   const std::vector<HloComputation*> comps = module.computations();
   // Open-addressing sets (one allocation each, not one per element): the verifier runs on every
   // module compiled, and node-based sets cost an allocation per instruction and per use edge.
@@ -322,7 +335,7 @@ absl::Status VerifyModule(const HloModule& module) {
         }
         if (called == c) return StructErr(c, h, "calls its own computation");
       }
-      if (absl::Status st = verifier_internal::Checker(*h).Check(); !st.ok()) return st;
+      if (absl::Status st = verifier_internal::Checker(*h, options).Check(); !st.ok()) return st;
       // XLA's VerifyLayoutConstrainedAllReduce: all all-reduces constrain their layout, or none.
       if (h->opcode() == HloOpcode::kAllReduce || h->opcode() == HloOpcode::kAllReduceStart) {
         if (first_all_reduce == nullptr) {

@@ -15,13 +15,21 @@
 
 namespace weave {
 
+// Options of the verifier (XLA's HloVerifierOpts that Weave follows).
+struct VerifyOptions {
+  // XLA's allow_mixed_precision: float operands and results may differ in precision where the
+  // shape inference would give one float type (select's branches, rng's bounds, map's and a
+  // reducer's parameters, any result against its inferred shape).
+  bool allow_mixed_precision = false;
+};
+
 // OK, or InvalidArgument with a message naming the instruction and its computation, e.g.
 // "instruction 'd' in computation 'main': dot: lhs contracting dimension 1 has size 64 but rhs
 // contracting dimension 0 has size 32". Returns the first error found.
-absl::Status VerifyModule(const HloModule& module);
+absl::Status VerifyModule(const HloModule& module, const VerifyOptions& options = {});
 
 // Checks one instruction's shape against its operands and attributes (no structural checks).
 // Same message format as VerifyModule.
-absl::Status VerifyInstruction(const HloInstruction& instr);
+absl::Status VerifyInstruction(const HloInstruction& instr, const VerifyOptions& options = {});
 
 }  // namespace weave

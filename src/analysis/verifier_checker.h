@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "analysis/verifier.h"
 #include "hlo/ir.h"
 
 namespace weave::verifier_internal {
@@ -79,7 +80,7 @@ absl::Status VerifyModuleBuffers(const HloModule& module);
 
 class Checker {
  public:
-  explicit Checker(const HloInstruction& h) : h_(h) {}
+  explicit Checker(const HloInstruction& h, const VerifyOptions& options = {}) : h_(h), options_(options) {}
   absl::Status Check();
 
  private:
@@ -92,6 +93,13 @@ class Checker {
   absl::Status ArrayOperand(int64_t i) const;
   absl::Status ResultIs(const Shape& expected, const std::string& what = "") const;
   const Shape& Op(int64_t i) const { return h_.operand(i)->shape(); }
+  // Element types that may stand for each other: equal, or both floating point under
+  // allow_mixed_precision.
+  bool TypesCompatible(PrimitiveType a, PrimitiveType b) const {
+    return a == b || (options_.allow_mixed_precision && IsFloatingPoint(a) && IsFloatingPoint(b));
+  }
+  // ShapesMatch, with element types compared by TypesCompatible.
+  bool SameShape(const Shape& a, const Shape& b) const;
 
   // verifier_elementwise.cc
   absl::Status Constant();
@@ -191,6 +199,7 @@ class Checker {
   absl::Status CollectivePermute();
 
   const HloInstruction& h_;
+  const VerifyOptions options_;
 };
 
 }  // namespace weave::verifier_internal

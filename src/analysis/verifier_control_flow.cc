@@ -314,7 +314,7 @@ absl::Status Checker::Map() {
     if (!Op(i).IsArray()) return Err(absl::StrCat("operand ", i, " is not an array"));
     const Shape want = Shape::Scalar(Op(i).element_type);
     const Shape& got = c->parameters()[static_cast<size_t>(i)]->shape();
-    if (!ShapesMatch(got, want)) {
+    if (!SameShape(got, want)) {
       return Err(absl::StrCat("parameter ", i, " of '", c->name(), "' is ", ShapeText(got), ", not ",
                               ShapeText(want), " (operand ", i, "'s element type)"));
     }

@@ -153,7 +153,7 @@ absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types,
       return Err(absl::StrCat(name, ": parameter ", i, " has shape ", ShapeText(p),
                               ", expected a scalar"));
     }
-    if (i < n && p.element_type != acc_types[i]) {
+    if (i < n && !TypesCompatible(p.element_type, acc_types[i])) {
       return Err(absl::StrCat(name, ": parameter ", i, " has type ", ShapeText(p),
                               ", expected ", std::string(PrimitiveTypeName(acc_types[i]))));
     }
@@ -177,7 +177,7 @@ absl::Status Checker::Reducer(const std::vector<PrimitiveType>& acc_types,
     for (PrimitiveType t : acc_types) elems.push_back(Shape::Scalar(t));
     expected = Shape::Tuple(elems);
   }
-  if (!ShapesMatch(r, expected)) {
+  if (!SameShape(r, expected)) {
     return Err(absl::StrCat(name, " returns ", ShapeText(r), ", expected ",
                             ShapeText(expected)));
   }

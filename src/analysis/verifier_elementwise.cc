@@ -53,7 +53,7 @@ absl::Status Checker::Rng() {
   if (auto st = OperandCount(2); !st.ok()) return st;
   if (auto st = ArrayResult(); !st.ok()) return st;
   for (int64_t i = 0; i < 2; ++i) {
-    if (!Op(i).IsArray() || Op(i).rank() != 0 || Op(i).element_type != h_.shape().element_type) {
+    if (!Op(i).IsArray() || Op(i).rank() != 0 || !TypesCompatible(Op(i).element_type, h_.shape().element_type)) {
       return Err(absl::StrCat("operand ", i, " is ", ShapeText(Op(i)), "; the bounds are scalars of the result's type ",
                               std::string(PrimitiveTypeName(h_.shape().element_type))));
     }
@@ -222,7 +222,7 @@ absl::Status Checker::Select() {
   if (!p.IsArray() || p.element_type != PrimitiveType::PRED) {
     return Err(absl::StrCat("predicate ", ShapeText(p), " must have element type pred"));
   }
-  if (!ShapesMatch(t, f)) {
+  if (!SameShape(t, f)) {
     return Err(absl::StrCat("on_true ", ShapeText(t), " and on_false ", ShapeText(f),
                             " have different shapes"));
   }

@@ -139,14 +139,14 @@ void RunOpt(const std::string& input, const std::string& output, const std::stri
   *exit_code = kOk;
 }
 
-void RunVerify(const std::string& input, int* exit_code) {
+void RunVerify(const std::string& input, const VerifyOptions& options, int* exit_code) {
   absl::StatusOr<std::unique_ptr<HloModule>> module = ParseHloModuleFile(input);
   if (!module.ok()) {
     std::cerr << module.status().message() << "\n";
     *exit_code = kInvalidInput;
     return;
   }
-  if (absl::Status st = VerifyModule(**module); !st.ok()) {
+  if (absl::Status st = VerifyModule(**module, options); !st.ok()) {
     std::cerr << input << ": " << st.message() << "\n";
     *exit_code = kInvalidInput;
     return;
@@ -291,7 +291,11 @@ void RegisterOptCommand(CLI::App& app, int* exit_code) {
   CLI::App* verify = app.add_subcommand("verify", "Parse and verify an HLO module");
   auto verify_input = std::make_shared<std::string>();
   verify->add_option("input", *verify_input, "HLO text file ('-' for stdin)")->required();
-  verify->callback([=]() { RunVerify(*verify_input, exit_code); });
+  auto verify_options = std::make_shared<VerifyOptions>();
+  verify->add_flag("--allow-mixed-precision", verify_options->allow_mixed_precision,
+                   "XLA's allow_mixed_precision verifier option: float operands and results may differ in "
+                   "precision (select, rng, map, reducers, results against their inferred shape)");
+  verify->callback([=]() { RunVerify(*verify_input, *verify_options, exit_code); });
 
   // stats
   CLI::App* stats = app.add_subcommand(
