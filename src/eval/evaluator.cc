@@ -208,6 +208,10 @@ ValuePtr ScalarAt(const Value& v, int64_t k) {
 
 bool HoldsShape(const Value& v, const Shape& shape) {
   if (!v.shape.IsArray()) return false;
+  // A dynamic dim's size is known at run time only: such a shape is not checked.
+  for (size_t i = 0; i < shape.dims.size(); ++i) {
+    if (shape.dims[i] < 0 || (i < shape.dynamic.size() && shape.dynamic[i])) return true;
+  }
   const std::optional<int64_t> n = shape.CheckedElementCount();
   if (!n) return false;
   const size_t want = static_cast<size_t>(*n);
