@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/async_chain.h"
 
 namespace weave::verifier_internal {
 namespace {
@@ -115,12 +116,6 @@ class AliasReader {
   size_t p_ = 0;
 };
 
-// The async op wraps its called computation: the plain form, or `call-start` / `fusion-start`
-// (a sugared collective such as `reduce-scatter-start` calls its reducer instead).
-bool WrapsComputation(const HloInstruction& h) {
-  return h.async_sugar().empty() || h.async_sugar() == "call" || h.async_sugar() == "fusion";
-}
-
 const HloComputation* Wrapped(const HloInstruction& h) {
   return h.called_computations().empty() ? nullptr : h.called_computations()[0];
 }
@@ -132,11 +127,10 @@ Shape ParamTuple(const HloComputation& c) {
   return Shape::Tuple(std::move(params));
 }
 
-std::string Thread(const std::string* raw) {
-  if (raw == nullptr || raw->empty()) return "main";
-  std::string t = *raw;
-  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
-  return t;
+// The thread an async link runs on (its async_execution_thread=, else main).
+std::string AsyncThread(const HloInstruction& h) {
+  const std::string* written = h.GetRawAttribute("async_execution_thread");
+  return ExecutionThreadName(written == nullptr ? std::string_view() : std::string_view(*written));
 }
 
 }  // namespace
@@ -235,19 +229,10 @@ absl::Status Checker::AsyncOp() {
   }
   // A sugared form (`reduce-scatter-start`, ...) calls its op's reducer, not a wrapped
   // computation: the computation rules below do not apply to it.
-  const bool sugared = !WrapsComputation(h_);
+  const bool sugared = !AsyncWrapsComputation(h_);
   const HloComputation* wrapped = sugared ? nullptr : Wrapped(h_);
   // A link that does not name its computation wraps its chain's (the async-start's).
-  const HloComputation* chained = wrapped;
-  for (const HloInstruction* p = &h_; chained == nullptr && p->opcode() != HloOpcode::kAsyncStart &&
-                                      p->operand_count() > 0;) {
-    p = p->operand(0);
-    if ((p->opcode() != HloOpcode::kAsyncStart && p->opcode() != HloOpcode::kAsyncUpdate) ||
-        !WrapsComputation(*p)) {
-      break;
-    }
-    chained = Wrapped(*p);
-  }
+  const HloComputation* chained = AsyncChainComputation(h_);
   if (chained != nullptr && chained->root() != nullptr && op != HloOpcode::kAsyncDone) {
     const Shape params = ParamTuple(*chained);
     if (!IsShapePrefix(s.tuple_shapes[0], params)) {
@@ -262,8 +247,8 @@ absl::Status Checker::AsyncOp() {
   if (wrapped != nullptr && wrapped->root() != nullptr) {
     // The wrapped computation's thread is the op's; on the main thread it holds one
     // instruction besides its parameters (XLA: unless a collectives group or a barrier).
-    const std::string mine = Thread(h_.GetRawAttribute("async_execution_thread"));
-    const std::string theirs = wrapped->execution_thread.empty() ? "main" : Thread(&wrapped->execution_thread);
+    const std::string mine = AsyncThread(h_);
+    const std::string theirs = ExecutionThreadName(wrapped->execution_thread);
     if (mine != theirs) {
       return Err(absl::StrCat("runs on thread \"", mine, "\", but its computation '", wrapped->name(), "' on \"",
                               theirs, "\""));
@@ -347,12 +332,7 @@ absl::Status Checker::AsyncOp() {
   }
   if (op == HloOpcode::kAsyncDone) {
     // The operands are all bound by now (XLA: AreOperandsAndOutputFullyBound at {0}).
-    const HloComputation* c = wrapped;
-    if (c == nullptr && !carried && !sugared) {
-      const HloInstruction* p = h_.operand(0);
-      while (Wrapped(*p) == nullptr && p->opcode() == HloOpcode::kAsyncUpdate && p->operand_count() > 0) p = p->operand(0);
-      c = WrapsComputation(*p) ? Wrapped(*p) : nullptr;
-    }
+    const HloComputation* c = chained;
     if (c != nullptr && x.tuple_shapes[0].tuple_shapes.size() != static_cast<size_t>(c->num_parameters())) {
       return Err(absl::StrCat("its async value binds ", x.tuple_shapes[0].tuple_shapes.size(), " of computation '",
                               c->name(), "''s ", c->num_parameters(), " operands (all must be bound by the done)"));

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/async_chain.h"
 
 namespace weave::verifier_internal {
 namespace {
@@ -62,7 +63,7 @@ class BufferChecker {
           loop_bodies_.insert(h->called_computations()[1]);
         }
         if (h->opcode() == HloOpcode::kAsyncStart && !h->called_computations().empty() &&
-            (h->async_sugar().empty() || h->async_sugar() == "call" || h->async_sugar() == "fusion")) {
+            AsyncWrapsComputation(*h)) {
           async_computations_.insert(h->called_computations()[0]);
         }
       }

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/async_chain.h"
 
 namespace weave::verifier_internal {
 
@@ -404,11 +405,7 @@ absl::Status Checker::Fusion() {
 
 absl::Status Checker::CalleesOnCallerThread() const {
   // XLA's CheckCallableInstructionThreadName (default for fusion, while and conditional).
-  auto thread = [](const HloComputation* c) {
-    std::string t = c->execution_thread;
-    if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
-    return t.empty() ? std::string("main") : t;
-  };
+  auto thread = [](const HloComputation* c) { return ExecutionThreadName(c->execution_thread); };
   if (h_.parent() == nullptr) return absl::OkStatus();
   const std::string mine = thread(h_.parent());
   for (const HloComputation* c : h_.called_computations()) {

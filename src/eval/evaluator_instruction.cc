@@ -12,6 +12,7 @@
 #include "eval/evaluator_internal.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
+#include "hlo/async_chain.h"
 #include "eval/custom_calls.h"
 
 namespace weave::eval::internal {
@@ -76,17 +77,6 @@ ValuePtr PendingResult() {
 }
 bool IsPending(const Value& v) { return v.shape.IsTuple() && v.elements.empty(); }
 
-// The async chain's computation: `h`'s own calls=, else the nearest link before it that names one.
-const HloComputation* ChainComputation(const HloInstruction* h) {
-  while (h != nullptr) {
-    if (!h->called_computations().empty()) return h->called_computations()[0];
-    if (h->opcode() == HloOpcode::kAsyncStart || h->operand_count() == 0) return nullptr;
-    h = h->operand(0);
-    if (h->opcode() != HloOpcode::kAsyncStart && h->opcode() != HloOpcode::kAsyncUpdate) return nullptr;
-  }
-  return nullptr;
-}
-
 ValuePtr WrapStart(const Shape& shape, const std::vector<ValuePtr>& ops, const ValuePtr& result) {
   Value t;
   t.shape = shape;
@@ -132,7 +122,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::BindLate(const HloInstruction* instr, 
       !shape.IsTuple() || shape.tuple_shapes.size() < 2) {
     return InvalidArgumentError("async-update: its operand is not an async value ((operands...), result, ...)");
   }
-  const HloComputation* c = ChainComputation(instr);
+  const HloComputation* c = AsyncChainComputation(*instr);
   if (c == nullptr) return InvalidArgumentError("async-update: no computation in its async chain");
   std::vector<ValuePtr> bound = prev.elements[0]->elements;
   bound.insert(bound.end(), ops.begin() + 1, ops.end());
@@ -477,8 +467,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       }
       ValuePtr result;
       // `call-start` / `fusion-start` wrap their computation as the plain form does.
-      const bool wraps = instr->async_sugar().empty() || instr->async_sugar() == "call" || instr->async_sugar() == "fusion";
-      if (!wraps) {
+      if (!AsyncWrapsComputation(*instr)) {
         auto base = ParseHloOpcode(instr->async_sugar());
         if (!base) return fail(InvalidArgumentError("unknown async wrapped opcode"));
         if (IsPlainCollective(*base)) {

@@ -151,9 +151,6 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
 ValuePtr ScalarAt(const Value& v, int64_t k);
 // Stores the rank-0 value `s` as element `k` of `dst` (same storage).
 void StoreScalar(const Value& s, Value* dst, int64_t k);
-// `v` is an array holding exactly `shape`'s element count in `shape`'s storage (true for a shape
-// with a dynamic dim, whose size only the run knows).
-bool HoldsShape(const Value& v, const Shape& shape);
 
 // XLA gather of `operand` at `indices` (evaluator_gather_scatter.cc).
 absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -160,6 +161,24 @@ bool BitwiseEqual(const Value& a, const Value& b) {
     }
   }
   return true;
+}
+
+bool HoldsShape(const Value& v, const Shape& shape) {
+  if (!v.shape.IsArray()) return false;
+  // A dynamic dim's size is known at run time only: such a shape is not checked.
+  for (size_t i = 0; i < shape.dims.size(); ++i) {
+    if (shape.dims[i] < 0 || (i < shape.dynamic.size() && shape.dynamic[i])) return true;
+  }
+  const std::optional<int64_t> n = shape.CheckedElementCount();
+  if (!n) return false;
+  const size_t want = static_cast<size_t>(*n);
+  switch (StorageFor(shape.element_type)) {
+    case Storage::kFloat: return v.f.size() == want;
+    case Storage::kDouble: return v.d.size() == want;
+    case Storage::kInt: return v.i.size() == want;
+    case Storage::kComplex: return v.c.size() == want;
+    default: return true;
+  }
 }
 
 }  // namespace weave::eval

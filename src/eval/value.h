@@ -65,6 +65,13 @@ ValuePtr Share(Value v);
 // Flattens a (possibly nested) tuple into its array leaves, in order. An array yields itself.
 void FlattenLeaves(const ValuePtr& v, std::vector<ValuePtr>* out);
 
+// `v` is an array holding exactly `shape`'s element count in the storage of `shape`'s element
+// type (shapes of token/opaque type: any array). True for a shape with a dynamic or unknown dim,
+// whose size only the run knows; false for a tuple value or a shape whose count overflows int64.
+// The evaluator checks every instruction's value with it, so that a wrong-sized result is an
+// error naming the instruction, not an out-of-bounds read in its users.
+bool HoldsShape(const Value& v, const Shape& shape);
+
 // Exact equality of two values (same shape ignoring layout; same element bits, with NaN == NaN).
 bool BitwiseEqual(const Value& a, const Value& b);
 

@@ -18,6 +18,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "hlo/async_chain.h"
 #include "hlo/parser_internal.h"
 #include "hlo/text_cursor.h"
 
@@ -491,9 +492,7 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   if (*op == HloOpcode::kAsyncStart && instr->called_computations().size() == 1 &&
       inline_comps_.contains(instr->called_computations()[0])) {
     if (const std::string* t = instr->GetRawAttribute("async_execution_thread"); t != nullptr) {
-      std::string thread = *t;
-      if (thread.size() >= 2 && thread.front() == '"' && thread.back() == '"') thread = thread.substr(1, thread.size() - 2);
-      if (thread != "main") instr->called_computations()[0]->execution_thread = *t;  // kept as written
+      if (ExecutionThreadName(*t) != "main") instr->called_computations()[0]->execution_thread = *t;  // as written
     }
   }
   if (infer_shape) {
