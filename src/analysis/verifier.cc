@@ -153,6 +153,7 @@ absl::Status Checker::Check() {
     case HloOpcode::kAllGather:
       return AllGather();
     case HloOpcode::kAllReduce:
+    case HloOpcode::kAllReduceStart:  // its result is the all-reduce's
       return AllReduce();
     case HloOpcode::kReduceScatter:
       return ReduceScatter();

@@ -271,7 +271,16 @@ absl::Status Checker::AsyncOp() {
     }
   }
   if (op == HloOpcode::kAsyncStart) {
-    if (sugared) return AliasingConfig();
+    if (sugared) {
+      // A sugared reduction (`all-reduce-start`, `reduce-scatter-start` written as async sugar)
+      // calls its reducer: the same rule as the plain op's (XLA verifies the wrapped op).
+      const std::optional<HloOpcode> base = ParseHloOpcode(h_.async_sugar());
+      if (base && (*base == HloOpcode::kAllReduce || *base == HloOpcode::kReduceScatter) &&
+          h_.operand_count() > 0) {
+        if (absl::Status st = Reducer({Op(0).element_type}); !st.ok()) return st;
+      }
+      return AliasingConfig();
+    }
     const Shape& bound = s.tuple_shapes[0];
     if (h_.operand_count() != static_cast<int64_t>(bound.tuple_shapes.size())) {
       return Err(absl::StrCat("binds ", bound.tuple_shapes.size(), " operands in ", ShapeText(s), ", but has ",

@@ -176,7 +176,7 @@ absl::StatusOr<Value> DeviceEvaluator::ApplyBinaryComputation(const HloComputati
   Shape scalar = Shape::Scalar(s.element_type);
   for (int64_t k = 0; k < n; ++k) {
     Value x = Value::Zeros(scalar), y = Value::Zeros(scalar);
-    if (a.storage() == Storage::kInt) {
+    if (x.storage() == Storage::kInt && a.storage() == Storage::kInt && b.storage() == Storage::kInt) {
       x.i[0] = a.i[static_cast<size_t>(k)];
       y.i[0] = b.i[static_cast<size_t>(k)];
     } else {
@@ -185,7 +185,8 @@ absl::StatusOr<Value> DeviceEvaluator::ApplyBinaryComputation(const HloComputati
     }
     auto res = CallScalar(c, {Share(std::move(x)), Share(std::move(y))});
     if (!res.ok()) return res.status();
-    if ((*res)->storage() == Storage::kInt) {
+    // The computation's result is converted to `a`'s element type where their storages differ.
+    if ((*res)->storage() == Storage::kInt && r.storage() == Storage::kInt) {
       r.i[static_cast<size_t>(k)] = (*res)->i[0];
     } else {
       r.SetDouble(k, (*res)->GetDouble(0));

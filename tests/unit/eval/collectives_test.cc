@@ -294,6 +294,31 @@ ENTRY e {
   EXPECT_EQ(r->outputs[2][2]->GetInt(0), 0);
 }
 
+TEST(Collectives, ReducerOfAnotherTypeIsConvertedNotStoredThroughTheWrongStorage) {
+  // The verifier rejects a reducer whose types differ from the all-reduce's; the evaluator,
+  // which may be handed an unverified module, converts instead of writing integers into float
+  // storage (a run-fuzzer finding: s4 parameters under an f32 reduce-scatter). Here an s32
+  // reducer (not a simple add, so it is run per element) under f32: the sums are truncated.
+  const char* text = R"(
+HloModule m, num_partitions=2
+isum {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = s32[] add(a, b)
+  ROOT d = s32[] add(c, c)
+}
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=isum
+})";
+  std::vector<std::vector<ValuePtr>> per = {{Arr(F32, {2}, {1.5, -3})}, {Arr(F32, {2}, {2.25, 4})}};
+  auto out = RunPer(text, per, 2);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  // s32 parameters take 1 and 2 (1.5, 2.25 truncated), then -3 and 4: 2 * (1 + 2), 2 * (-3 + 4).
+  EXPECT_THAT(Doubles(*(*out)[0][0]), ElementsAreArray({6.0, 2.0}));
+  EXPECT_THAT(Doubles(*(*out)[1][0]), ElementsAreArray({6.0, 2.0}));
+}
+
 TEST(Collectives, MismatchedCollectivesAreReportedNotHung) {
   // Partition 0 takes the branch with an all-reduce; the others take the branch with an
   // all-gather: they can never meet.
