@@ -24,7 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "eval/custom_calls.h"
 #include "eval/numerics.h"
-#include "gpu/fp8_gemm_rewriter.h"
+#include "hlo/gemm_call.h"
 #include "nlohmann/json.hpp"
 
 namespace weave::eval {

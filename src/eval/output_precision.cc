@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "hlo/conv_dims.h"
+#include "hlo/gemm_call.h"
 
 namespace weave::eval {
 
@@ -310,8 +311,7 @@ std::unique_ptr<HloModule> MagnitudeModule(const HloModule& module) {
         if (i->IsRoot()) c->set_root(i->operand(0));
         continue;
       }
-      const bool gemm = op == HloOpcode::kCustomCall &&
-                        i->custom_call_target().find("__cublas$lt$matmul") == 0;
+      const bool gemm = IsCublasGemmCall(*i);
       if (op != HloOpcode::kDot && op != HloOpcode::kConvolution && !gemm && !IsReductionCollective(op)) continue;
       // A sum reducer is what a reduction collective must hold for |.| to bound it.
       if (IsReductionCollective(op) && !i->called_computations().empty()) {

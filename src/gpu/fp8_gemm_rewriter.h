@@ -44,6 +44,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "hlo/gemm_call.h"
 #include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
 
@@ -92,8 +93,7 @@ class Fp8GemmRewriter : public HloPass {
   XlaBackendConfigVersion backend_config_;
 };
 
-// The custom-call target of an FP8 cuBLASLt GEMM.
-inline constexpr std::string_view kCublasLtMatmulF8Target = "__cublas$lt$matmul$f8";
+// The custom-call target of an FP8 cuBLASLt GEMM: kCublasLtMatmulF8Target (hlo/gemm_call.h).
 
 // Workspace bytes XLA reserves for a cuBLASLt GEMM on the given compute capability.
 int64_t CublasWorkspaceBytes(double compute_capability);

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "hlo/block_scaled_call.h"
+#include "hlo/gemm_call.h"
 #include "sim/all_to_all_cost.h"
 
 namespace weave::sim {
@@ -142,12 +143,12 @@ bool IsGemmValue(const HloInstruction* v, const HloInstruction** gemm) {
     *gemm = v;
     return true;
   }
-  if (IsGemmCustomCall(*v) && v->shape().IsArray()) {
+  if (IsCublasGemmCall(*v) && v->shape().IsArray()) {
     *gemm = v;
     return true;
   }
   if (v->opcode() == HloOpcode::kGetTupleElement && v->tuple_index == 0 &&
-      v->operand_count() == 1 && IsGemmCustomCall(*v->operand(0))) {
+      v->operand_count() == 1 && IsCublasGemmCall(*v->operand(0))) {
     *gemm = v->operand(0);
     return true;
   }
@@ -193,12 +194,6 @@ bool ForceEarliestSchedule(const json& config) {
   if (!config.is_object()) return false;
   auto it = config.find("force_earliest_schedule");
   return it != config.end() && it->is_boolean() && it->get<bool>();
-}
-
-bool IsGemmCustomCall(const HloInstruction& instr) {
-  if (instr.opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = instr.custom_call_target();
-  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
 }
 
 int64_t CollectiveGroupSize(const HloInstruction& instr, int64_t num_partitions,
@@ -297,7 +292,7 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
           return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(result), value);
         }
       }
-      if (IsGemmCustomCall(instr) && instr.operand_count() >= 2) {
+      if (IsCublasGemmCall(instr) && instr.operand_count() >= 2) {
         const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0]
                                                                          : out;
         const Shape& lhs = instr.operand(0)->shape();
@@ -317,7 +312,7 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         }
         if (!found && lhs.rank() > 0) contracting = {lhs.rank() - 1};
         GemmDims d = DimsFrom(lhs, result, batch, contracting);
-        PrimitiveType t = instr.custom_call_target() == "__cublas$lt$matmul$f8"
+        PrimitiveType t = IsCublasLtMatmulF8Call(instr)
                               ? PrimitiveType::F8E4M3FN
                               : WiderType(instr, 2);
         const HloInstruction* value = &instr;

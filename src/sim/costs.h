@@ -65,8 +65,6 @@ std::vector<int64_t> WaitOnOperationQueues(const nlohmann::json& config);
 // `force_earliest_schedule`.
 bool ForceEarliestSchedule(const nlohmann::json& config);
 
-// True for cuBLAS GEMM custom-call targets.
-bool IsGemmCustomCall(const HloInstruction& instr);
 // Group size N of a collective (from replica_groups, else the module's partitions/replicas).
 int64_t CollectiveGroupSize(const HloInstruction& instr, int64_t num_partitions,
                             int64_t replica_count);

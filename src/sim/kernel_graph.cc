@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hlo/gemm_call.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "passes/gpu_backend_config.h"
 
@@ -77,7 +78,7 @@ std::pair<bool, bool> Expander::Contents(const HloComputation* comp) {
   bool gemm = false, permute = false;
   for (const HloInstruction* i : comp->instructions()) {
     HloOpcode op = i->opcode();
-    if (op == HloOpcode::kDot || internal::IsGemmCustomCall(*i)) gemm = true;
+    if (IsDotOrGemmCall(*i)) gemm = true;
     if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
       permute = true;
     }

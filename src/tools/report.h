@@ -65,9 +65,9 @@ int64_t CollectiveBytesSent(const HloInstruction& instr, int64_t default_group);
 // from backend_config's gemm_backend_config, falling back to lhs dim 1); 0 otherwise.
 double GemmFlops(const HloInstruction& instr);
 
-// True for a custom call to one of the cuBLAS GEMM targets / to the FP8 one (or a block-scaled
-// GEMM on FP8 data: JAX's "__op$block_scaled_dot" or XLA's "__cudnn$blockScaledDot").
-bool IsGemmCustomCall(const HloInstruction& instr);
+// True for a custom call to the FP8 cuBLASLt GEMM (or a block-scaled GEMM on FP8 data: JAX's
+// "__op$block_scaled_dot" or XLA's "__cudnn$blockScaledDot"). Any cuBLAS GEMM: IsCublasGemmCall
+// (hlo/gemm_call.h).
 bool IsFp8GemmCustomCall(const HloInstruction& instr);
 // True for a block-scaled GEMM call (hlo/block_scaled_call.h), FP8 or FP4 data.
 bool IsBlockScaledGemm(const HloInstruction& instr);

@@ -29,7 +29,6 @@ int64_t ArrayBytes(const Shape& s);
 // The element type of the first array in `s` (kInvalid if none).
 PrimitiveType FirstArrayType(const Shape& s);
 bool IsPermute(const HloInstruction& i);  // collective-permute or its -start
-bool IsGemm(const HloInstruction& i);     // dot or a cuBLAS GEMM custom call
 // Computations an instruction runs "inline" for the purposes of a loop body: conditional
 // branches, calls, fusions, async wrappers (not nested while loops, not reducers).
 bool DescendsInto(const HloInstruction& i);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_join.h"
+#include "hlo/gemm_call.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "sim/simulator.h"
 #include "tools/report_internal.h"
@@ -81,7 +82,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
   Rings rings;
   int64_t first_device = -1;
   for (const HloInstruction* i : instrs) {
-    if (IsGemm(*i)) {
+    if (IsDotOrGemmCall(*i)) {
       ++gemms;
       if (IsFp8GemmCustomCall(*i)) ++fp8;
     }
@@ -144,7 +145,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     bool is_perm = holds_permute(i);
     if (is_perm && g) rs_link = true;
     dep_perm[i] = p || is_perm;
-    dep_gemm[i] = g || IsGemm(*i);
+    dep_gemm[i] = g || IsDotOrGemmCall(*i);
   }
   // Tuple elements carried around the ring: root operands that depend on a permute.
   std::set<int64_t> ring_index;
@@ -164,7 +165,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
     }
     for (const HloInstruction* o : i->operands()) r = r || dep_ring[o];
     dep_ring[i] = r;
-    if (IsGemm(*i)) {
+    if (IsDotOrGemmCall(*i)) {
       for (const HloInstruction* o : i->operands()) ag_link = ag_link || dep_ring[o];
     }
   }
@@ -236,7 +237,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
       stack.pop_back();
       if (!visited.insert(x).second) continue;
       for (const HloInstruction* y : x->users()) {
-        if (IsGemm(*y)) {
+        if (IsDotOrGemmCall(*y)) {
           consumers.insert(y);
           continue;
         }

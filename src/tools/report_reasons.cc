@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
+#include "hlo/gemm_call.h"
 #include "tools/report.h"
 #include "tools/report_internal.h"
 
@@ -148,7 +149,7 @@ std::string StructuralReason(const HloInstruction& c, const std::string& base) {
   Readers(&c, 4, &readers);
   std::vector<const HloInstruction*> dots;
   for (const HloInstruction* r : readers) {
-    if (r->opcode() == HloOpcode::kDot || IsGemmCustomCall(*r)) dots.push_back(r);
+    if (IsDotOrGemmCall(*r)) dots.push_back(r);
   }
   const HloInstruction* src = c.operand_count() > 0 ? c.operand(0) : nullptr;
   if (base == "all-gather") {

@@ -7,6 +7,7 @@
 
 #include "analysis/cost.h"
 #include "hlo/block_scaled_call.h"
+#include "hlo/gemm_call.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
 #include "tools/json_path_scan.h"
@@ -15,7 +16,6 @@
 namespace weave::tools {
 namespace {
 
-constexpr const char* kFp8GemmTarget = "__cublas$lt$matmul$f8";
 
 int64_t GroupSize(const HloInstruction& instr, int64_t default_group) {
   if (instr.replica_groups && !instr.replica_groups->groups.empty() &&
@@ -87,10 +87,6 @@ bool IsPermute(const HloInstruction& i) {
          i.opcode() == HloOpcode::kCollectivePermuteStart;
 }
 
-bool IsGemm(const HloInstruction& i) {
-  return i.opcode() == HloOpcode::kDot || IsGemmCustomCall(i);
-}
-
 // Computations an instruction runs "inline" for the purposes of a loop body: conditional
 // branches, calls, fusions, async wrappers (not nested while loops, not reducers).
 bool DescendsInto(const HloInstruction& i) {
@@ -122,15 +118,9 @@ void CollectInline(const HloComputation* c, std::vector<const HloInstruction*>* 
   }
 }
 
-bool IsGemmCustomCall(const HloInstruction& instr) {
-  if (instr.opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = instr.custom_call_target();
-  return t == kFp8GemmTarget || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
-}
-
 bool IsFp8GemmCustomCall(const HloInstruction& instr) {
   if (IsBlockScaledGemm(instr)) return IsFp8(instr.operand(0)->shape().element_type);
-  return instr.opcode() == HloOpcode::kCustomCall && instr.custom_call_target() == kFp8GemmTarget;
+  return IsCublasLtMatmulF8Call(instr);
 }
 
 bool IsBlockScaledGemm(const HloInstruction& instr) {
@@ -200,7 +190,7 @@ double GemmFlops(const HloInstruction& instr) {
     if (!out.IsArray() || !lhs.IsArray() || lhs.rank() == 0) return 0;
     return 2.0 * static_cast<double>(out.ElementCount()) * static_cast<double>(lhs.dims.back());
   }
-  if (!IsGemmCustomCall(instr) || instr.operand_count() < 2) return 0;
+  if (!IsCublasGemmCall(instr) || instr.operand_count() < 2) return 0;
   const Shape& out = instr.shape().IsTuple() && !instr.shape().tuple_shapes.empty()
                          ? instr.shape().tuple_shapes[0]
                          : instr.shape();

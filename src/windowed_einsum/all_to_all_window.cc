@@ -6,22 +6,16 @@
 #include <utility>
 #include <vector>
 
+#include "hlo/gemm_call.h"
 #include "passes/fp8_operand.h"
 
 namespace weave {
 namespace {
 
-bool IsGemmLike(const HloInstruction* i) {
-  if (i->opcode() == HloOpcode::kDot) return true;
-  if (i->opcode() != HloOpcode::kCustomCall) return false;
-  const std::string& t = i->custom_call_target();
-  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
-}
-
 // The GEMM `x` is the (possibly unpadded / reshaped) result of, or null.
 const HloInstruction* GemmOfResult(const HloInstruction* x) {
   for (int step = 0; step < 6 && x != nullptr; ++step) {
-    if (IsGemmLike(x)) return x;
+    if (IsDotOrGemmCall(*x)) return x;
     switch (x->opcode()) {
       case HloOpcode::kGetTupleElement:
       case HloOpcode::kSlice:
@@ -92,7 +86,7 @@ std::optional<Accumulate> NextAccumulate(const HloInstruction* prev) {
   }
   const HloInstruction* v = prev;
   for (int step = 0; step < 4; ++step) {
-    if (u->opcode() == HloOpcode::kCustomCall && IsGemmLike(u) && u->operand_count() > 2 &&
+    if (IsCublasGemmCall(*u) && u->operand_count() > 2 &&
         u->operand(2) == v && AccumulatesThroughC(*u)) {
       Accumulate a;
       a.gemm = u;

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "analysis/user_attributes.h"
+#include "hlo/gemm_call.h"
 #include "passes/cost_oracle.h"
 #include "windowed_einsum/windowed_einsum_plan.h"
 #include "windowed_einsum/windowed_einsum_rs_ring.h"
@@ -125,8 +126,7 @@ void AddAgSeeds(const HloInstruction* dot, const windowed_einsum::GatheredChain&
             break;
           }
         }
-      } else if (u->opcode() == HloOpcode::kCustomCall &&
-                 absl::StartsWith(u->custom_call_target(), "__cublas")) {
+      } else if (IsCublasGemmCall(*u)) {
         // A GEMM already rewritten to cuBLAS (compiling a compiled module again) that reads the
         // gathered value: no candidate, but its time is the module's in both variants.
         add(u);

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "analysis/dequantize.h"
+#include "hlo/gemm_call.h"
 #include "windowed_einsum/all_to_all_window.h"
 
 namespace weave {
@@ -361,12 +362,6 @@ static int64_t FindCounterIndex(const HloComputation* condition) {
   return -1;
 }
 
-bool IsGemmCustomCallTarget(const HloInstruction& instr) {
-  if (instr.opcode() != HloOpcode::kCustomCall || instr.operand_count() < 2) return false;
-  const std::string& t = instr.custom_call_target();
-  return t == "__cublas$lt$matmul$f8" || t == "__cublas$lt$matmul" || t == "__cublas$gemm";
-}
-
 std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* why_not,
                                               const WindowedLoopMatchOptions& options) {
   auto fail = [&](std::string msg) -> std::optional<WindowedLoop> {
@@ -454,7 +449,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
     switch (i->opcode()) {
       case HloOpcode::kDot: dots.push_back(i); break;
       case HloOpcode::kCustomCall:
-        if (options.gemm_custom_calls && IsGemmCustomCallTarget(*i)) dots.push_back(i);
+        if (options.gemm_custom_calls && IsCublasGemmCall(*i) && i->operand_count() >= 2) dots.push_back(i);
         break;
       case HloOpcode::kCollectivePermute: L.permutes.push_back(i); break;
       case HloOpcode::kConditional:
@@ -651,7 +646,7 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* wh
           }
           break;
         }
-        gemm_results |= u->opcode() == HloOpcode::kDot || IsGemmCustomCallTarget(*u);
+        gemm_results |= u->opcode() == HloOpcode::kDot || (IsCublasGemmCall(*u) && u->operand_count() >= 2);
         v = v->operand(0);
       }
       if (gemm_results) continue;

@@ -127,9 +127,6 @@ std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* while_instr,
                                               std::string* why_not = nullptr,
                                               const WindowedLoopMatchOptions& options = {});
 
-// True for a custom call to one of the cuBLAS GEMM targets listed in WindowedLoopMatchOptions.
-bool IsGemmCustomCallTarget(const HloInstruction& instr);
-
 // Evaluates a scalar integer/pred expression of a loop body: constants, the loop counter
 // (get-tuple-element(counter_param, counter_index) reads `counter`), partition-id (reads
 // `partition`), add/subtract/multiply/divide/remainder/maximum/minimum/compare/select/and/or/not,
