@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -52,9 +53,13 @@ struct Stats {
   double seconds = 0;
 };
 
-std::string ReadFile(const std::string& path, bool* ok) {
+// The contents of `path`, or nullopt after "weave-fuzz: cannot read [what ]PATH" on stderr.
+std::optional<std::string> ReadFile(const std::string& path, const std::string& what = "") {
   std::ifstream f(path);
-  *ok = static_cast<bool>(f);
+  if (!f) {
+    std::cerr << "weave-fuzz: cannot read " << what << (what.empty() ? "" : " ") << path << "\n";
+    return std::nullopt;
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -135,12 +140,11 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
       allowed.emplace_back(-1, std::string(a));
       continue;
     }
-    bool ok = false;
-    const std::string text = ReadFile(std::string(a.substr(1)), &ok);
-    if (!ok) {
-      std::cerr << "weave-fuzz: cannot read " << a.substr(1) << "\n";
+    const std::optional<std::string> read = ReadFile(std::string(a.substr(1)));
+    if (!read) {
       return 2;
     }
+    const std::string& text = *read;
     for (absl::string_view line : absl::StrSplit(text, '\n')) {
       line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
       if (line.empty()) continue;
@@ -169,12 +173,11 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
     uint64_t a = 0, b = 0;
     std::string spec(part);
     if (spec.rfind("@", 0) == 0) {  // @FILE: seeds listed one per line (# comments)
-      bool ok = false;
-      const std::string text = ReadFile(spec.substr(1), &ok);
-      if (!ok) {
-        std::cerr << "weave-fuzz: cannot read seed list " << spec.substr(1) << "\n";
+      const std::optional<std::string> read = ReadFile(spec.substr(1), "seed list");
+      if (!read) {
         return 2;
       }
+      const std::string& text = *read;
       for (absl::string_view line : absl::StrSplit(text, '\n')) {
         line = line.substr(0, line.find('#'));
         line = absl::StripAsciiWhitespace(line);
@@ -288,12 +291,11 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
 }
 
 int CmdCheck(const std::string& path, double timeout, bool findings_fatal) {
-  bool ok = false;
-  const std::string text = ReadFile(path, &ok);
-  if (!ok) {
-    std::cerr << "weave-fuzz: cannot read " << path << "\n";
+  const std::optional<std::string> read = ReadFile(path);
+  if (!read) {
     return 2;
   }
+  const std::string& text = *read;
   CheckOptions options;
   options.findings_fatal = findings_fatal;
   ChildResult r = RunOneInChild([text] { return text; }, options, timeout);
@@ -318,12 +320,11 @@ int CmdReduce(const std::string& input, int64_t seed, bool have_seed, const std:
   if (have_seed) {
     r = ReduceSeed(static_cast<uint64_t>(seed), options, ro, gen);
   } else {
-    bool ok = false;
-    const std::string text = ReadFile(input, &ok);
-    if (!ok) {
-      std::cerr << "weave-fuzz: cannot read " << input << "\n";
+    const std::optional<std::string> read = ReadFile(input);
+    if (!read) {
       return 2;
     }
+    const std::string& text = *read;
     r = ReduceText(text, options, ro);
   }
   if (!r.ok()) {
@@ -422,13 +423,12 @@ int main(int argc, char** argv) {
   run_check->callback([&] {
     static const char* kStage[] = {"parse-error", "verify-error", "over-budget", "ran"};
     for (const std::string& f : run_files) {
-      bool ok = false;
-      const std::string text = ReadFile(f, &ok);
-      if (!ok) {
-        std::cerr << "weave-fuzz: cannot read " << f << "\n";
+      const std::optional<std::string> read = ReadFile(f);
+      if (!read) {
         code = 2;
         return;
       }
+      const std::string& text = *read;
       std::cout << f << ": " << kStage[static_cast<int>(weave::fuzz::CheckParseVerifyRun(text))] << "\n";
     }
   });
@@ -437,13 +437,12 @@ int main(int argc, char** argv) {
   mutate->add_option("file", path)->required();
   mutate->add_option("--seed", mutate_seed, "The mutation's seed");
   mutate->callback([&] {
-    bool ok = false;
-    const std::string text = ReadFile(path, &ok);
-    if (!ok) {
-      std::cerr << "weave-fuzz: cannot read " << path << "\n";
+    const std::optional<std::string> read = ReadFile(path);
+    if (!read) {
       code = 2;
       return;
     }
+    const std::string& text = *read;
     std::cout << weave::fuzz::MutateHloText(text, static_cast<unsigned int>(mutate_seed));
   });
 
