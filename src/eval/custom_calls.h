@@ -10,8 +10,9 @@
 //  - "__cublas$lt$matmul$f8": registered by RegisterFp8GemmCustomCall(), defined in
 //    src/eval/fp8_gemm_custom_call.cc (FP8 GEMM owner).
 //  - XLA's own targets found in global modules ("LayoutConstraint", "xla.debug.Log",
-//    "GetRngSeed", "TopK", "_SPMDInternalOp_RotateRight/MultiSlice/MultiPad"): registered by
-//    RegisterXlaCustomCalls(), src/eval/custom_calls_xla.cc, which states each meaning.
+//    "GetRngSeed", "TopK", "_SPMDInternalOp_RotateRight/MultiSlice/MultiPad/MultiRotate/Wrap"):
+//    registered by RegisterXlaCustomCalls(), src/eval/custom_calls_xla.cc, which states each
+//    meaning.
 //  - XLA's block-scaling calls ("__op$quantize", "__op$dequantize", "__op$block_scaled_dot",
 //    "__cudnn$blockScaledDot"): registered by RegisterBlockScaledCustomCalls(),
 //    src/eval/block_scaled_custom_calls.cc, as XLA's BlockScalingRewriter expands them.

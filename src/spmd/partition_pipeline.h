@@ -1,7 +1,6 @@
 // The SPMD pipeline from a global module to a partitioned one (../shared/specs/spmd-partitioner.md
-// §0): sharding-import -> spmd-prepare -> sharding-propagation -> spmd-partitioner -> cleanup
-// (dce, tuple-simplifier). `weave partition` runs it; `weave compile` will run it first on
-// global modules.
+// §0): the passes PartitionPassNames lists, from sharding-import through the partitioner to its
+// cleanup. `weave partition` runs it, and `weave compile` runs it first on a global module.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // XLA's GPU partitioner gives the first dot of a gathered activation the loop and leaves the
 // others as all-gather + dot for the GPU WindowedEinsumHandler's cache
 // (../shared/specs/spmd-windowed-einsum.md §1 "Several dots on one gathered operand"). Weave keeps
-// that split, with two differences:
+// that split, with three differences:
 //  - a dot is left for the cache only when the handler's cache step can serve it (same gathered
 //    value, same dim, same ring, no cache yet, the dot does not feed the loop); otherwise it gets
 //    its own loop, so that no all-gather + dot stays serial (issue 14, known bug 1);
