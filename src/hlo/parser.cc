@@ -532,6 +532,11 @@ bool Parser::AssembleCalled(HloOpcode op, HloOpcode attr_op, bool sugared, Calle
         return Error(op_pos, "conditional needs branch_computations= or "
                              "true_computation=/false_computation=");
       }
+      if (instr->operand_count() > 0 && instr->operand(0)->shape().IsArray() &&
+          instr->operand(0)->shape().element_type == PrimitiveType::PRED) {
+        return Error(op_pos, "a conditional on a pred[] branch index takes true_computation= and "
+                             "false_computation=, not branch_computations= (XLA's parser)");
+      }
       v = c.branches;
     }
   } else if (attr_op == HloOpcode::kSelectAndScatter && (c.select || c.scatter)) {
@@ -594,6 +599,11 @@ bool Parser::ParseOperand(CompState& st, HloInstruction** out) {
     auto it = st.by_name.find(name);
     if (it != st.by_name.end()) {
       v = it->second;
+      // A shape written before the operand's name must be the operand's (XLA's parser checks it).
+      if (shape && Peek() != '#' && !shape->Compatible(v->shape())) {
+        return Error(b, Cat("the declared operand shape ", shape->ToString(), " is not compatible with '", name,
+                            "''s shape ", v->shape().ToString()));
+      }
     } else if (single_op_ == &st && shape) {
       if (!AddOperandParameter(st, *shape, name, npos, &v)) return false;
     } else if (single_op_ == &st) {

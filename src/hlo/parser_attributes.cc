@@ -2,10 +2,50 @@
 // called computations, configs, windows, dot/conv numbers, ...). See parser_internal.h.
 #include "hlo/parser_internal.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 namespace weave::parser_internal {
 
 namespace {
 
+// Why `v` is not a result_accuracy XLA's parser reads ({mode=default|highest} or
+// {tolerance={atol=X, rtol=Y, ulps=Z}}, any of the three), or "".
+std::string ResultAccuracyError(std::string_view v) {
+  auto braced = [](std::string_view x, std::string_view* inner) {
+    x = TrimView(x);
+    if (x.size() < 2 || x.front() != '{' || x.back() != '}') return false;
+    *inner = TrimView(x.substr(1, x.size() - 2));
+    return true;
+  };
+  std::string_view body;
+  if (!braced(v, &body)) return "expected {mode=...} or {tolerance={...}}";
+  const size_t eq = body.find('=');
+  if (eq == std::string_view::npos) return "expected mode= or tolerance=";
+  const std::string_view key = TrimView(body.substr(0, eq));
+  const std::string_view value = TrimView(body.substr(eq + 1));
+  if (key == "mode") {
+    const std::string mode = absl::AsciiStrToLower(std::string(value));
+    if (mode != "default" && mode != "highest") {
+      return Cat("mode '", value, "' is not a result accuracy mode (default or highest)");
+    }
+    return "";
+  }
+  if (key != "tolerance") return Cat("'", key, "' is not mode or tolerance");
+  std::string_view list;
+  if (!braced(value, &list)) return "tolerance takes {atol=X, rtol=Y, ulps=Z}";
+  for (absl::string_view piece : absl::StrSplit(absl::string_view(list.data(), list.size()), ',', absl::SkipWhitespace())) {
+    const std::string_view item(piece.data(), piece.size());
+    const size_t e = item.find('=');
+    const std::string_view k = TrimView(item.substr(0, e));
+    double d = 0;
+    if (e == std::string_view::npos || (k != "atol" && k != "rtol" && k != "ulps") ||
+        !absl::SimpleAtod(std::string(TrimView(item.substr(e + 1))), &d)) {
+      return Cat("tolerance entry '", TrimView(item), "' is not atol=, rtol= or ulps= a number");
+    }
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -212,9 +252,27 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
   if (op == HloOpcode::kReducePrecision && name == "mantissa_bits") {
     return ParseInt(&instr->mantissa_bits);
   }
+  if (op == HloOpcode::kCustomCall && name == "api_version") {
+    // Kept verbatim; one of XLA's CustomCallApiVersion values (hlo.proto), and not UNSPECIFIED.
+    std::string_view v;
+    if (!ParseIdent(&v, "an API version")) return false;
+    if (v == "API_VERSION_UNSPECIFIED") return Error(vpos, "api_version=API_VERSION_UNSPECIFIED is not a valid API version");
+    if (v != "API_VERSION_ORIGINAL" && v != "API_VERSION_STATUS_RETURNING" &&
+        v != "API_VERSION_STATUS_RETURNING_UNIFIED" && v != "API_VERSION_TYPED_FFI") {
+      return Error(vpos, Cat("unknown API version '", v, "' (API_VERSION_ORIGINAL, API_VERSION_STATUS_RETURNING, "
+                             "API_VERSION_STATUS_RETURNING_UNIFIED or API_VERSION_TYPED_FFI)"));
+    }
+    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
+    return true;
+  }
   // Anything else is kept verbatim.
   std::string_view v;
   if (!ScanRawValue(&v)) return false;
+  if (name == "result_accuracy") {
+    if (std::string why = ResultAccuracyError(v); !why.empty()) {
+      return Error(vpos, Cat("result_accuracy=", v, ": ", why));
+    }
+  }
   instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
   return true;
 }

@@ -232,7 +232,11 @@ void AppendCalledComputations(std::string* out, const HloInstruction& instr, Hlo
       }
       break;
     case HloOpcode::kConditional:
-      if (instr.conditional_is_pred && cs.size() == 2) {
+      // A pred[] branch index takes the true/false form (XLA's printer and parser): the only form
+      // that parses for it, whether or not the text it came from used it.
+      if (cs.size() == 2 && (instr.conditional_is_pred ||
+                             (instr.operand_count() > 0 && instr.operand(0)->shape().IsArray() &&
+                              instr.operand(0)->shape().element_type == PrimitiveType::PRED))) {
         out->append(", true_computation=");
         AppendCompRef(out, cs[0]);
         out->append(", false_computation=");

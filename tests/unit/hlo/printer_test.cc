@@ -387,5 +387,34 @@ TEST(PrinterTest, CanonicalNamesMode) {
   EXPECT_THAT(m->ToString(), HasSubstr("metadata={op_name=\"layer/x\"}"));
 }
 
+// A conditional on a pred[] index prints as true_computation= / false_computation= (the only form
+// XLA's parser, and Weave's, reads for it), also when a pass built it without the parser's flag.
+TEST(PrinterTest, PredConditionalPrintsTrueFalseForm) {
+  auto m = Parse(R"(HloModule cond
+on_true {
+  a = f32[3] parameter(0)
+  ROOT n = f32[3] negate(a)
+}
+on_false {
+  b = f32[3] parameter(0)
+  ROOT e = f32[3] exponential(b)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  k = pred[] parameter(1)
+  ROOT c = f32[3] conditional(k, x, x), true_computation=on_true, false_computation=on_false
+}
+)");
+  ASSERT_NE(m, nullptr);
+  HloInstruction* c = m->entry()->root();
+  ASSERT_EQ(c->opcode(), HloOpcode::kConditional);
+  c->conditional_is_pred = false;  // as a pass that builds the instruction leaves it
+  const std::string text = m->ToString();
+  EXPECT_THAT(text, HasSubstr("true_computation=%on_true, false_computation=%on_false"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("branch_computations")));
+  auto again = ParseHloModule(text, "again.hlo");
+  EXPECT_TRUE(again.ok()) << again.status().message();
+}
+
 }  // namespace
 }  // namespace weave
