@@ -136,8 +136,10 @@ absl::Status Checker::Check() {
     case HloOpcode::kDynamicReshape:
       return DynamicReshape();
     case HloOpcode::kScatter:
-    case HloOpcode::kGather:
       return IndexedDims();
+    case HloOpcode::kGather:
+      if (absl::Status st = IndexedDims(); !st.ok()) return st;
+      return Gather();
     case HloOpcode::kClamp:
       return Clamp();
     case HloOpcode::kWhile:

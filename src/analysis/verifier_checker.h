@@ -116,6 +116,7 @@ class Checker {
   absl::Status CollectiveReduce();
   absl::Status DynamicReshape();
   absl::Status IndexedDims();
+  absl::Status Gather();  // after IndexedDims
   absl::Status Clamp();
   // infeed: (token) -> (data, token) (XLA's HandleInfeed).
   absl::Status Infeed();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 #include "hlo/raw_dims_attribute.h"
@@ -270,6 +271,102 @@ absl::Status Checker::DynamicReshape() {
 
 // scatter / gather: the index-to-operand dim map names operand dims (XLA's
 // ValidateScatterDimensionNumbers / ValidateGatherDimensionNumbers).
+// gather: XLA's ShapeInference::InferGatherShape. The slice sizes fit the operand (collapsed and
+// batching dims take 1), start_index_map matches the index vector, and the result is the indices'
+// batch dims with the uncollapsed slice sizes at offset_dims.
+absl::Status Checker::Gather() {
+  if (h_.operand_count() != 2 || !Op(0).IsArray() || !Op(1).IsArray()) {
+    return Err("expects an operand and start indices, both arrays");
+  }
+  const Shape& operand = Op(0);
+  const Shape& indices = Op(1);
+  if (!IsInteger(indices.element_type)) {
+    return Err(absl::StrCat("start indices ", ShapeText(indices), " are not integers"));
+  }
+  auto list = [&](std::string_view key, std::vector<int64_t>* out) -> absl::Status {
+    absl::StatusOr<std::vector<int64_t>> v = RawDimsAttribute(h_, key);
+    if (!v.ok()) return Err(std::string(v.status().message()));
+    *out = *std::move(v);
+    return absl::OkStatus();
+  };
+  std::vector<int64_t> offset, collapsed, start_map, sizes, op_batch, idx_batch;
+  for (auto [key, out] : {std::pair{"offset_dims", &offset}, {"collapsed_slice_dims", &collapsed},
+                          {"start_index_map", &start_map}, {"slice_sizes", &sizes},
+                          {"operand_batching_dims", &op_batch}, {"start_indices_batching_dims", &idx_batch}}) {
+    if (absl::Status st = list(key, out); !st.ok()) return st;
+  }
+  const std::string* ivd_text = h_.GetRawAttribute("index_vector_dim");
+  int64_t ivd = 0;
+  if (ivd_text == nullptr || !absl::SimpleAtoi(*ivd_text, &ivd)) return Err("needs index_vector_dim=N");
+  const int64_t irank = indices.rank(), orank = operand.rank();
+  if (ivd < 0 || ivd > irank) {
+    return Err(absl::StrCat("index_vector_dim=", ivd, " is out of range for the start indices ", ShapeText(indices)));
+  }
+  const int64_t vector = ivd < irank ? indices.dims[static_cast<size_t>(ivd)] : 1;
+  if (vector != static_cast<int64_t>(start_map.size())) {
+    return Err(absl::StrCat("start_index_map has ", start_map.size(), " entries, but the index vector has ", vector));
+  }
+  if (static_cast<int64_t>(sizes.size()) != orank) {
+    return Err(absl::StrCat("slice_sizes=", Dims(sizes), " has ", sizes.size(), " entries for the operand ",
+                            ShapeText(operand)));
+  }
+  for (int64_t d = 0; d < orank; ++d) {
+    const int64_t sz = sizes[static_cast<size_t>(d)];
+    if (sz < 0 || sz > operand.dims[static_cast<size_t>(d)]) {
+      return Err(absl::StrCat("slice_sizes=", Dims(sizes), ": slice size ", sz, " of dim ", d,
+                              " does not fit the operand ", ShapeText(operand)));
+    }
+  }
+  std::vector<bool> not_window(static_cast<size_t>(orank), false);
+  for (const std::vector<int64_t>* dims : {&collapsed, &op_batch}) {
+    for (int64_t d : *dims) {
+      if (d < 0 || d >= orank || not_window[static_cast<size_t>(d)]) {
+        return Err(absl::StrCat("collapsed_slice_dims=", Dims(collapsed), " and operand_batching_dims=",
+                                Dims(op_batch), " must name distinct operand dims"));
+      }
+      if (sizes[static_cast<size_t>(d)] > 1) {
+        return Err(absl::StrCat("operand dim ", d, " is collapsed or a batching dim, but its slice size is ",
+                                sizes[static_cast<size_t>(d)], " (at most 1)"));
+      }
+      not_window[static_cast<size_t>(d)] = true;
+    }
+  }
+  for (int64_t d : idx_batch) {
+    if (d < 0 || d >= irank || d == ivd) {
+      return Err(absl::StrCat("start_indices_batching_dims=", Dims(idx_batch), " names a dim that is not a batch "
+                              "dim of the start indices ", ShapeText(indices)));
+    }
+  }
+  if (op_batch.size() != idx_batch.size()) {
+    return Err("operand_batching_dims and start_indices_batching_dims differ in length");
+  }
+  std::vector<int64_t> window;  // slice sizes of the window dims, in operand order
+  for (int64_t d = 0; d < orank; ++d) {
+    if (!not_window[static_cast<size_t>(d)]) window.push_back(sizes[static_cast<size_t>(d)]);
+  }
+  if (window.size() != offset.size()) {
+    return Err(absl::StrCat("offset_dims=", Dims(offset), " has ", offset.size(), " entries, but the slice has ",
+                            window.size(), " uncollapsed dims"));
+  }
+  const int64_t out_rank = static_cast<int64_t>(offset.size()) + irank - (ivd < irank ? 1 : 0);
+  std::vector<int64_t> want(static_cast<size_t>(out_rank), -1);
+  for (size_t j = 0; j < offset.size(); ++j) {
+    const int64_t d = offset[j];
+    if (d < 0 || d >= out_rank || (j > 0 && d <= offset[j - 1])) {
+      return Err(absl::StrCat("offset_dims=", Dims(offset), " must be increasing dims of the ", out_rank,
+                              "-dim result"));
+    }
+    want[static_cast<size_t>(d)] = window[j];
+  }
+  size_t next = 0;
+  for (int64_t d = 0; d < irank; ++d) {
+    if (d == ivd) continue;
+    while (next < want.size() && want[next] >= 0) ++next;
+    if (next < want.size()) want[next++] = indices.dims[static_cast<size_t>(d)];
+  }
+  return ResultIs(Shape(operand.element_type, want), "gather shape its operand, indices and slice sizes give");
+}
+
 absl::Status Checker::IndexedDims() {
   const bool scatter = h_.opcode() == HloOpcode::kScatter;
   const char* key = scatter ? "scatter_dims_to_operand_dims" : "start_index_map";

@@ -63,6 +63,11 @@ absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
   const size_t orank = operand.shape.dims.size();
   const size_t out_rank = out_shape.dims.size();
   if (sizes->size() != orank) return InvalidArgumentError("slice_sizes rank mismatch");
+  for (size_t d = 0; d < orank; ++d) {
+    if ((*sizes)[d] < 0 || (*sizes)[d] > operand.shape.dims[d]) {
+      return InvalidArgumentError(absl::StrCat("slice size ", (*sizes)[d], " of dim ", d, " does not fit the operand"));
+    }
+  }
   std::vector<bool> is_offset(out_rank, false);
   for (int64_t d : *offset_dims) is_offset.at(static_cast<size_t>(d)) = true;
   std::vector<int64_t> batch_out_dims;
