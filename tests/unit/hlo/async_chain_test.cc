@@ -38,6 +38,12 @@ ENTRY main {
 }
 )";
 
+std::unique_ptr<HloModule> ParseChains() {
+  auto m = ParseHloModule(kChains, "chains.hlo");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? *std::move(m) : nullptr;
+}
+
 const HloInstruction* Find(const HloModule& m, std::string_view name) {
   for (const HloComputation* c : m.computations()) {
     for (const HloInstruction* h : c->instructions()) {
@@ -49,11 +55,11 @@ const HloInstruction* Find(const HloModule& m, std::string_view name) {
 }
 
 TEST(AsyncChain, LinksWithoutCallsWrapTheirStartsComputation) {
-  auto m = ParseHloModule(kChains, "chains.hlo");
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  const HloInstruction* st = Find(**m, "st");
-  const HloInstruction* up = Find(**m, "up");
-  const HloInstruction* dn = Find(**m, "dn");
+  std::unique_ptr<HloModule> m = ParseChains();
+  ASSERT_NE(m, nullptr);
+  const HloInstruction* st = Find(*m, "st");
+  const HloInstruction* up = Find(*m, "up");
+  const HloInstruction* dn = Find(*m, "dn");
   ASSERT_TRUE(st && up && dn);
   ASSERT_FALSE(st->called_computations().empty());
   const HloComputation* halve = st->called_computations()[0];
@@ -65,12 +71,12 @@ TEST(AsyncChain, LinksWithoutCallsWrapTheirStartsComputation) {
 }
 
 TEST(AsyncChain, CallSugarWrapsReduceScatterSugarDoesNot) {
-  auto m = ParseHloModule(kChains, "chains.hlo");
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  const HloInstruction* cs = Find(**m, "cs");
-  const HloInstruction* cd = Find(**m, "cd");
-  const HloInstruction* rs = Find(**m, "rs");
-  const HloInstruction* rd = Find(**m, "rd");
+  std::unique_ptr<HloModule> m = ParseChains();
+  ASSERT_NE(m, nullptr);
+  const HloInstruction* cs = Find(*m, "cs");
+  const HloInstruction* cd = Find(*m, "cd");
+  const HloInstruction* rs = Find(*m, "rs");
+  const HloInstruction* rd = Find(*m, "rd");
   ASSERT_TRUE(cs && cd && rs && rd);
   EXPECT_TRUE(AsyncWrapsComputation(*cs));
   ASSERT_NE(AsyncChainComputation(*cd), nullptr);
@@ -82,12 +88,12 @@ TEST(AsyncChain, CallSugarWrapsReduceScatterSugarDoesNot) {
 }
 
 TEST(AsyncChain, WalkStopsOutsideTheChain) {
-  auto m = ParseHloModule(kChains, "chains.hlo");
-  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::unique_ptr<HloModule> m = ParseChains();
+  ASSERT_NE(m, nullptr);
   // A non-async instruction calls nothing and has no chain to walk.
-  EXPECT_EQ(AsyncChainComputation(*Find(**m, "x")), nullptr);
+  EXPECT_EQ(AsyncChainComputation(*Find(*m, "x")), nullptr);
   // tuple's operand 0 is an async-done, not a start or update: the walk stops there.
-  EXPECT_EQ(AsyncChainComputation(*Find(**m, "t")), nullptr);
+  EXPECT_EQ(AsyncChainComputation(*Find(*m, "t")), nullptr);
 }
 
 TEST(ExecutionThreadName, QuotesStrippedEmptyIsMain) {
