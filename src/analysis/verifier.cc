@@ -136,7 +136,8 @@ absl::Status Checker::Check() {
     case HloOpcode::kDynamicReshape:
       return DynamicReshape();
     case HloOpcode::kScatter:
-      return IndexedDims();
+      if (absl::Status st = IndexedDims(); !st.ok()) return st;
+      return Scatter();
     case HloOpcode::kGather:
       if (absl::Status st = IndexedDims(); !st.ok()) return st;
       return Gather();

@@ -116,7 +116,8 @@ class Checker {
   absl::Status CollectiveReduce();
   absl::Status DynamicReshape();
   absl::Status IndexedDims();
-  absl::Status Gather();  // after IndexedDims
+  absl::Status Gather();   // after IndexedDims
+  absl::Status Scatter();  // after IndexedDims
   absl::Status Clamp();
   // infeed: (token) -> (data, token) (XLA's HandleInfeed).
   absl::Status Infeed();

@@ -367,6 +367,111 @@ absl::Status Checker::Gather() {
   return ResultIs(Shape(operand.element_type, want), "gather shape its operand, indices and slice sizes give");
 }
 
+// scatter: XLA's ShapeInference::InferScatterShape. Inputs, start indices and as many updates;
+// the index vector as long as scatter_dims_to_operand_dims; the updates' scatter dims are the
+// indices' batch dims and their window dims fit the input; the result is the inputs' shape and
+// the reducer combines their element types.
+absl::Status Checker::Scatter() {
+  const int64_t count = h_.operand_count();
+  if (count < 3 || count % 2 == 0) {
+    return Err(absl::StrCat("expects inputs, start indices and as many updates, got ", count, " operands"));
+  }
+  const int64_t n = (count - 1) / 2;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!Op(i).IsArray()) return Err(absl::StrCat("operand ", i, " ", ShapeText(Op(i)), " is not an array"));
+  }
+  const Shape& operand = Op(0);
+  const Shape& indices = Op(n);
+  const Shape& updates = Op(n + 1);
+  if (!IsInteger(indices.element_type)) {
+    return Err(absl::StrCat("start indices ", ShapeText(indices), " are not integers"));
+  }
+  for (int64_t i = 1; i < n; ++i) {
+    if (!DimsEqual(Op(i).dims, operand.dims) || !DimsEqual(Op(n + 1 + i).dims, updates.dims)) {
+      return Err("the inputs, and the updates, of a variadic scatter must have the same dims");
+    }
+  }
+  std::vector<int64_t> window_dims, inserted, to_operand, in_batch, idx_batch;
+  for (auto [key, out] : {std::pair{"update_window_dims", &window_dims}, {"inserted_window_dims", &inserted},
+                          {"scatter_dims_to_operand_dims", &to_operand}, {"input_batching_dims", &in_batch},
+                          {"scatter_indices_batching_dims", &idx_batch}}) {
+    absl::StatusOr<std::vector<int64_t>> v = RawDimsAttribute(h_, key);
+    if (!v.ok()) return Err(std::string(v.status().message()));
+    *out = *std::move(v);
+  }
+  const std::string* ivd_text = h_.GetRawAttribute("index_vector_dim");
+  int64_t ivd = 0;
+  if (ivd_text == nullptr || !absl::SimpleAtoi(*ivd_text, &ivd)) return Err("needs index_vector_dim=N");
+  const int64_t irank = indices.rank(), orank = operand.rank(), urank = updates.rank();
+  if (ivd < 0 || ivd > irank) {
+    return Err(absl::StrCat("index_vector_dim=", ivd, " is out of range for the start indices ", ShapeText(indices)));
+  }
+  const int64_t vector = ivd < irank ? indices.dims[static_cast<size_t>(ivd)] : 1;
+  if (vector != static_cast<int64_t>(to_operand.size())) {
+    return Err(absl::StrCat("scatter_dims_to_operand_dims has ", to_operand.size(),
+                            " entries, but the index vector has ", vector));
+  }
+  std::vector<bool> is_window(static_cast<size_t>(urank), false);
+  for (size_t j = 0; j < window_dims.size(); ++j) {
+    const int64_t d = window_dims[j];
+    if (d < 0 || d >= urank || (j > 0 && d <= window_dims[j - 1])) {
+      return Err(absl::StrCat("update_window_dims=", Dims(window_dims), " must be increasing dims of the updates ",
+                              ShapeText(updates)));
+    }
+    is_window[static_cast<size_t>(d)] = true;
+  }
+  std::vector<bool> not_window(static_cast<size_t>(orank), false);
+  for (const std::vector<int64_t>* dims : {&inserted, &in_batch}) {
+    for (int64_t d : *dims) {
+      if (d < 0 || d >= orank || not_window[static_cast<size_t>(d)]) {
+        return Err(absl::StrCat("inserted_window_dims=", Dims(inserted), " and input_batching_dims=",
+                                Dims(in_batch), " must name distinct input dims"));
+      }
+      not_window[static_cast<size_t>(d)] = true;
+    }
+  }
+  if (static_cast<int64_t>(window_dims.size() + inserted.size() + in_batch.size()) != orank) {
+    return Err(absl::StrCat("update_window_dims, inserted_window_dims and input_batching_dims name ",
+                            window_dims.size() + inserted.size() + in_batch.size(), " dims, but the input ",
+                            ShapeText(operand), " has ", orank));
+  }
+  if (in_batch.size() != idx_batch.size()) {
+    return Err("input_batching_dims and scatter_indices_batching_dims differ in length");
+  }
+  size_t w = 0;
+  for (int64_t d = 0; d < orank; ++d) {
+    if (not_window[static_cast<size_t>(d)]) continue;
+    const int64_t size = updates.dims[static_cast<size_t>(window_dims[w++])];
+    if (size > operand.dims[static_cast<size_t>(d)]) {
+      return Err(absl::StrCat("update window dim of size ", size, " does not fit input dim ", d, " of ",
+                              ShapeText(operand)));
+    }
+  }
+  std::vector<int64_t> scatter_sizes;  // the updates' non-window dims, in order
+  for (int64_t d = 0; d < urank; ++d) {
+    if (!is_window[static_cast<size_t>(d)]) scatter_sizes.push_back(updates.dims[static_cast<size_t>(d)]);
+  }
+  std::vector<int64_t> batch_sizes;  // the indices' dims but the index vector's
+  for (int64_t d = 0; d < irank; ++d) {
+    if (d != ivd) batch_sizes.push_back(indices.dims[static_cast<size_t>(d)]);
+  }
+  if (scatter_sizes != batch_sizes) {
+    return Err(absl::StrCat("the updates' scatter dims ", Dims(scatter_sizes), " are not the start indices' batch "
+                            "dims ", Dims(batch_sizes)));
+  }
+  std::vector<PrimitiveType> acc, in;
+  std::vector<Shape> results;
+  for (int64_t i = 0; i < n; ++i) {
+    acc.push_back(Op(i).element_type);
+    in.push_back(Op(n + 1 + i).element_type);
+    results.push_back(Op(i));
+  }
+  if (absl::Status st = ResultIs(n == 1 ? results[0] : Shape::Tuple(results), "inputs' shape"); !st.ok()) {
+    return st;
+  }
+  return Reducer(acc, in);
+}
+
 absl::Status Checker::IndexedDims() {
   const bool scatter = h_.opcode() == HloOpcode::kScatter;
   const char* key = scatter ? "scatter_dims_to_operand_dims" : "start_index_map";
