@@ -141,6 +141,8 @@ absl::Status Checker::Check() {
     case HloOpcode::kGather:
       if (absl::Status st = IndexedDims(); !st.ok()) return st;
       return Gather();
+    case HloOpcode::kScan:
+      return Scan();
     case HloOpcode::kClamp:
       return Clamp();
     case HloOpcode::kWhile:

@@ -118,6 +118,7 @@ class Checker {
   absl::Status IndexedDims();
   absl::Status Gather();   // after IndexedDims
   absl::Status Scatter();  // after IndexedDims
+  absl::Status Scan();
   absl::Status Clamp();
   // infeed: (token) -> (data, token) (XLA's HandleInfeed).
   absl::Status Infeed();

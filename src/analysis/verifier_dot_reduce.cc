@@ -314,4 +314,50 @@ absl::Status Checker::ReduceWindow() {
   return Reducer(acc, inputs);
 }
 
+// scan (XLA's kScan): inputs, then num_carries carries; the results are the stacked outputs, then
+// the final carries. Every input has the scan dim's length along `dimensions`, every output
+// stacks that many steps along it, and each final carry has its carry operand's shape.
+absl::Status Checker::Scan() {
+  if (h_.dimensions.size() != 1) return Err("needs dimensions={d}, one scan dim");
+  int64_t carries = 0;
+  if (const std::string* v = h_.GetRawAttribute("num_carries"); v != nullptr && !absl::SimpleAtoi(*v, &carries)) {
+    return Err(absl::StrCat("num_carries=", *v, " is not an integer"));
+  }
+  const int64_t inputs = h_.operand_count() - carries;
+  if (carries < 0 || inputs < 1) {
+    return Err(absl::StrCat("num_carries=", carries, " leaves no input among its ", h_.operand_count(), " operands"));
+  }
+  const int64_t d = h_.dimensions[0];
+  int64_t length = -1;
+  for (int64_t i = 0; i < inputs; ++i) {
+    if (!Op(i).IsArray() || d < 0 || d >= Op(i).rank()) {
+      return Err(absl::StrCat("input ", i, " ", ShapeText(Op(i)), " has no scan dim ", d));
+    }
+    const int64_t n = Op(i).dims[static_cast<size_t>(d)];
+    if (length >= 0 && n != length) {
+      return Err(absl::StrCat("input ", i, " ", ShapeText(Op(i)), " has ", n, " steps along dim ", d, ", input 0 ",
+                              length));
+    }
+    length = n;
+  }
+  const Shape& s = h_.shape();
+  const std::vector<Shape> results = s.IsTuple() ? s.tuple_shapes : std::vector<Shape>{s};
+  const int64_t outputs = static_cast<int64_t>(results.size()) - carries;
+  if (outputs < 0) return Err(absl::StrCat("result ", ShapeText(s), " has fewer elements than its ", carries, " carries"));
+  for (int64_t o = 0; o < outputs; ++o) {
+    const Shape& r = results[static_cast<size_t>(o)];
+    if (!r.IsArray() || d >= r.rank() || r.dims[static_cast<size_t>(d)] != length) {
+      return Err(absl::StrCat("output ", o, " ", ShapeText(r), " does not stack the ", length, " steps along dim ", d));
+    }
+  }
+  for (int64_t c = 0; c < carries; ++c) {
+    const Shape& r = results[static_cast<size_t>(outputs + c)];
+    if (!SameShape(r, Op(inputs + c))) {
+      return Err(absl::StrCat("final carry ", c, " ", ShapeText(r), " is not its carry operand's shape ",
+                              ShapeText(Op(inputs + c))));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace weave::verifier_internal

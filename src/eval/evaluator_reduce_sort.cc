@@ -417,7 +417,14 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
   const int64_t n_outputs = static_cast<int64_t>(results.size()) - carries;
   if (n_outputs < 0) return InvalidArgumentError("scan has fewer results than carries");
   std::vector<Value> outputs;
-  for (int64_t o = 0; o < n_outputs; ++o) outputs.push_back(Value::Zeros(results[static_cast<size_t>(o)]));
+  for (int64_t o = 0; o < n_outputs; ++o) {
+    const Shape& r = results[static_cast<size_t>(o)];
+    if (!r.IsArray() || d >= r.rank() || r.dims[static_cast<size_t>(d)] != length) {
+      return InvalidArgumentError(absl::StrCat("scan output ", o, " ", r.ToString(false), " does not stack ", length,
+                                               " steps along dim ", d));
+    }
+    outputs.push_back(Value::Zeros(r));
+  }
   std::vector<ValuePtr> state(ops.begin() + n_inputs, ops.end());
   for (int64_t step = 0; step < length; ++step) {
     const int64_t k = reverse ? length - 1 - step : step;
