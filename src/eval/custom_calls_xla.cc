@@ -218,8 +218,9 @@ absl::StatusOr<Value> RotateRight(const HloInstruction& instr, const std::vector
   return Rotated(x, static_cast<size_t>(*dim), n == 0 ? 0 : *amount % n, instr.shape());
 }
 
-// Checks a tuple of `count` equal array shapes; returns the element shape.
-absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t count,
+// Checks a tuple of `count` equal array shapes of the operand's element type `type`; returns the
+// element shape.
+absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t count, PrimitiveType type,
                                          const char* what = "amount + 1") {
   const Shape& s = instr.shape();
   if (!s.IsTuple() || static_cast<int64_t>(s.tuple_shapes.size()) != count) {
@@ -228,6 +229,10 @@ absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t co
   for (const Shape& e : s.tuple_shapes) {
     if (!e.IsArray() || !e.Compatible(s.tuple_shapes[0])) {
       return Bad(instr, "the result's elements must have one shape");
+    }
+    if (e.element_type != type) {
+      return Bad(instr, absl::StrCat("the result's elements must have the operand's element type ",
+                                     std::string(PrimitiveTypeName(type))));
     }
   }
   return s.tuple_shapes[0];
@@ -252,7 +257,7 @@ absl::StatusOr<Value> MultiSlice(const HloInstruction& instr, const std::vector<
     return Bad(instr, absl::StrCat("start_indices, limit_indices (and strides) need ", rank,
                                    " entries each"));
   }
-  auto elem = EqualTupleElements(instr, *amount + 1);
+  auto elem = EqualTupleElements(instr, *amount + 1, x.shape.element_type);
   if (!elem.ok()) return elem.status();
   Value t;
   t.shape = instr.shape();
@@ -288,7 +293,7 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   auto amount = attrs->Int("amt") ? attrs->Int("amt") : attrs->Int("amount");
   if (!amount) return Bad(instr, "backend_config needs an integer 'amt'");
   if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amt is out of range");
-  auto elem = EqualTupleElements(instr, *amount + 1);
+  auto elem = EqualTupleElements(instr, *amount + 1, x.shape.element_type);
   if (!elem.ok()) return elem.status();
   const size_t rank = x.shape.dims.size(), d0 = static_cast<size_t>(*dim);
   std::vector<PadDim> pads(rank);
@@ -379,7 +384,7 @@ absl::StatusOr<Value> MultiRotate(const HloInstruction& instr, const std::vector
   const Value& x = *call->x;
   const size_t d = call->dim;
   const int64_t left = call->left, right = call->right;
-  auto elem = EqualTupleElements(instr, left + right + 1, "left_amount + right_amount + 1");
+  auto elem = EqualTupleElements(instr, left + right + 1, x.shape.element_type, "left_amount + right_amount + 1");
   if (!elem.ok()) return elem.status();
   if (!elem->Compatible(x.shape)) return Bad(instr, "the result's elements must have the operand's shape");
   const int64_t n = x.shape.dims[d];
