@@ -269,8 +269,52 @@ absl::Status Checker::DynamicReshape() {
   return absl::OkStatus();
 }
 
-// scatter / gather: the index-to-operand dim map names operand dims (XLA's
-// ValidateScatterDimensionNumbers / ValidateGatherDimensionNumbers).
+namespace {
+
+// Reads each `{d,...}` attribute named in `lists` into its vector (absent: empty); the first
+// malformed one's message, or "".
+std::string ReadDimLists(const HloInstruction& h,
+                         std::initializer_list<std::pair<const char*, std::vector<int64_t>*>> lists) {
+  for (auto [key, out] : lists) {
+    absl::StatusOr<std::vector<int64_t>> v = RawDimsAttribute(h, key);
+    if (!v.ok()) return std::string(v.status().message());
+    *out = *std::move(v);
+  }
+  return "";
+}
+
+// A gather's or scatter's index_vector_dim (in [0, rank of `indices`]) and its index vector's
+// length (1 for the implicit trailing dim), which must equal `map`'s (the attribute `map_key`).
+std::string ReadIndexVector(const HloInstruction& h, const Shape& indices, const std::vector<int64_t>& map,
+                            const char* map_key, int64_t* ivd) {
+  const std::string* text = h.GetRawAttribute("index_vector_dim");
+  if (text == nullptr || !absl::SimpleAtoi(*text, ivd)) return "needs index_vector_dim=N";
+  if (*ivd < 0 || *ivd > indices.rank()) {
+    return absl::StrCat("index_vector_dim=", *ivd, " is out of range for the start indices ", ShapeText(indices));
+  }
+  const int64_t vector = *ivd < indices.rank() ? indices.dims[static_cast<size_t>(*ivd)] : 1;
+  if (vector != static_cast<int64_t>(map.size())) {
+    return absl::StrCat(map_key, " has ", map.size(), " entries, but the index vector has ", vector);
+  }
+  return "";
+}
+
+// Marks the dims `a` and then `b` of a rank-`rank` operand in `mask`; false when one is out of
+// range or named twice.
+bool MarkDistinctDims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, int64_t rank,
+                      std::vector<bool>* mask) {
+  mask->assign(static_cast<size_t>(rank), false);
+  for (const std::vector<int64_t>* dims : {&a, &b}) {
+    for (int64_t d : *dims) {
+      if (d < 0 || d >= rank || (*mask)[static_cast<size_t>(d)]) return false;
+      (*mask)[static_cast<size_t>(d)] = true;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 // gather: XLA's ShapeInference::InferGatherShape. The slice sizes fit the operand (collapsed and
 // batching dims take 1), start_index_map matches the index vector, and the result is the indices'
 // batch dims with the uncollapsed slice sizes at offset_dims.
@@ -283,29 +327,15 @@ absl::Status Checker::Gather() {
   if (!IsInteger(indices.element_type)) {
     return Err(absl::StrCat("start indices ", ShapeText(indices), " are not integers"));
   }
-  auto list = [&](std::string_view key, std::vector<int64_t>* out) -> absl::Status {
-    absl::StatusOr<std::vector<int64_t>> v = RawDimsAttribute(h_, key);
-    if (!v.ok()) return Err(std::string(v.status().message()));
-    *out = *std::move(v);
-    return absl::OkStatus();
-  };
   std::vector<int64_t> offset, collapsed, start_map, sizes, op_batch, idx_batch;
-  for (auto [key, out] : {std::pair{"offset_dims", &offset}, {"collapsed_slice_dims", &collapsed},
-                          {"start_index_map", &start_map}, {"slice_sizes", &sizes},
-                          {"operand_batching_dims", &op_batch}, {"start_indices_batching_dims", &idx_batch}}) {
-    if (absl::Status st = list(key, out); !st.ok()) return st;
-  }
-  const std::string* ivd_text = h_.GetRawAttribute("index_vector_dim");
+  std::string why = ReadDimLists(h_, {{"offset_dims", &offset}, {"collapsed_slice_dims", &collapsed},
+                                      {"start_index_map", &start_map}, {"slice_sizes", &sizes},
+                                      {"operand_batching_dims", &op_batch},
+                                      {"start_indices_batching_dims", &idx_batch}});
   int64_t ivd = 0;
-  if (ivd_text == nullptr || !absl::SimpleAtoi(*ivd_text, &ivd)) return Err("needs index_vector_dim=N");
+  if (why.empty()) why = ReadIndexVector(h_, indices, start_map, "start_index_map", &ivd);
+  if (!why.empty()) return Err(why);
   const int64_t irank = indices.rank(), orank = operand.rank();
-  if (ivd < 0 || ivd > irank) {
-    return Err(absl::StrCat("index_vector_dim=", ivd, " is out of range for the start indices ", ShapeText(indices)));
-  }
-  const int64_t vector = ivd < irank ? indices.dims[static_cast<size_t>(ivd)] : 1;
-  if (vector != static_cast<int64_t>(start_map.size())) {
-    return Err(absl::StrCat("start_index_map has ", start_map.size(), " entries, but the index vector has ", vector));
-  }
   if (static_cast<int64_t>(sizes.size()) != orank) {
     return Err(absl::StrCat("slice_sizes=", Dims(sizes), " has ", sizes.size(), " entries for the operand ",
                             ShapeText(operand)));
@@ -317,18 +347,15 @@ absl::Status Checker::Gather() {
                               " does not fit the operand ", ShapeText(operand)));
     }
   }
-  std::vector<bool> not_window(static_cast<size_t>(orank), false);
-  for (const std::vector<int64_t>* dims : {&collapsed, &op_batch}) {
-    for (int64_t d : *dims) {
-      if (d < 0 || d >= orank || not_window[static_cast<size_t>(d)]) {
-        return Err(absl::StrCat("collapsed_slice_dims=", Dims(collapsed), " and operand_batching_dims=",
-                                Dims(op_batch), " must name distinct operand dims"));
-      }
-      if (sizes[static_cast<size_t>(d)] > 1) {
-        return Err(absl::StrCat("operand dim ", d, " is collapsed or a batching dim, but its slice size is ",
-                                sizes[static_cast<size_t>(d)], " (at most 1)"));
-      }
-      not_window[static_cast<size_t>(d)] = true;
+  std::vector<bool> not_window;
+  if (!MarkDistinctDims(collapsed, op_batch, orank, &not_window)) {
+    return Err(absl::StrCat("collapsed_slice_dims=", Dims(collapsed), " and operand_batching_dims=", Dims(op_batch),
+                            " must name distinct operand dims"));
+  }
+  for (int64_t d = 0; d < orank; ++d) {
+    if (not_window[static_cast<size_t>(d)] && sizes[static_cast<size_t>(d)] > 1) {
+      return Err(absl::StrCat("operand dim ", d, " is collapsed or a batching dim, but its slice size is ",
+                              sizes[static_cast<size_t>(d)], " (at most 1)"));
     }
   }
   for (int64_t d : idx_batch) {
@@ -392,25 +419,14 @@ absl::Status Checker::Scatter() {
     }
   }
   std::vector<int64_t> window_dims, inserted, to_operand, in_batch, idx_batch;
-  for (auto [key, out] : {std::pair{"update_window_dims", &window_dims}, {"inserted_window_dims", &inserted},
-                          {"scatter_dims_to_operand_dims", &to_operand}, {"input_batching_dims", &in_batch},
-                          {"scatter_indices_batching_dims", &idx_batch}}) {
-    absl::StatusOr<std::vector<int64_t>> v = RawDimsAttribute(h_, key);
-    if (!v.ok()) return Err(std::string(v.status().message()));
-    *out = *std::move(v);
-  }
-  const std::string* ivd_text = h_.GetRawAttribute("index_vector_dim");
+  std::string why = ReadDimLists(h_, {{"update_window_dims", &window_dims}, {"inserted_window_dims", &inserted},
+                                      {"scatter_dims_to_operand_dims", &to_operand},
+                                      {"input_batching_dims", &in_batch},
+                                      {"scatter_indices_batching_dims", &idx_batch}});
   int64_t ivd = 0;
-  if (ivd_text == nullptr || !absl::SimpleAtoi(*ivd_text, &ivd)) return Err("needs index_vector_dim=N");
+  if (why.empty()) why = ReadIndexVector(h_, indices, to_operand, "scatter_dims_to_operand_dims", &ivd);
+  if (!why.empty()) return Err(why);
   const int64_t irank = indices.rank(), orank = operand.rank(), urank = updates.rank();
-  if (ivd < 0 || ivd > irank) {
-    return Err(absl::StrCat("index_vector_dim=", ivd, " is out of range for the start indices ", ShapeText(indices)));
-  }
-  const int64_t vector = ivd < irank ? indices.dims[static_cast<size_t>(ivd)] : 1;
-  if (vector != static_cast<int64_t>(to_operand.size())) {
-    return Err(absl::StrCat("scatter_dims_to_operand_dims has ", to_operand.size(),
-                            " entries, but the index vector has ", vector));
-  }
   std::vector<bool> is_window(static_cast<size_t>(urank), false);
   for (size_t j = 0; j < window_dims.size(); ++j) {
     const int64_t d = window_dims[j];
@@ -420,15 +436,10 @@ absl::Status Checker::Scatter() {
     }
     is_window[static_cast<size_t>(d)] = true;
   }
-  std::vector<bool> not_window(static_cast<size_t>(orank), false);
-  for (const std::vector<int64_t>* dims : {&inserted, &in_batch}) {
-    for (int64_t d : *dims) {
-      if (d < 0 || d >= orank || not_window[static_cast<size_t>(d)]) {
-        return Err(absl::StrCat("inserted_window_dims=", Dims(inserted), " and input_batching_dims=",
-                                Dims(in_batch), " must name distinct input dims"));
-      }
-      not_window[static_cast<size_t>(d)] = true;
-    }
+  std::vector<bool> not_window;
+  if (!MarkDistinctDims(inserted, in_batch, orank, &not_window)) {
+    return Err(absl::StrCat("inserted_window_dims=", Dims(inserted), " and input_batching_dims=", Dims(in_batch),
+                            " must name distinct input dims"));
   }
   if (static_cast<int64_t>(window_dims.size() + inserted.size() + in_batch.size()) != orank) {
     return Err(absl::StrCat("update_window_dims, inserted_window_dims and input_batching_dims name ",
@@ -472,6 +483,8 @@ absl::Status Checker::Scatter() {
   return Reducer(acc, in);
 }
 
+// scatter / gather: the index-to-operand dim map names operand dims (XLA's
+// ValidateScatterDimensionNumbers / ValidateGatherDimensionNumbers).
 absl::Status Checker::IndexedDims() {
   const bool scatter = h_.opcode() == HloOpcode::kScatter;
   const char* key = scatter ? "scatter_dims_to_operand_dims" : "start_index_map";
