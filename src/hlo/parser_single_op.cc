@@ -32,7 +32,7 @@ bool Parser::SingleInstructionAhead() {
         if (n == '%' || IsIdentStart(n)) single = true;  // `ROOT name = ...`
       }
       if (!single) {
-        if (src_[pos_] == '%') ++pos_;
+        if (Peek() == '%') ++pos_;  // Peek: the text may end after `ROOT`
         pos_ += PeekIdent().size();
         single = Peek() == '=';  // `name = ...`
       }

@@ -1,6 +1,8 @@
 // Malformed HLO text: every case returns InvalidArgument with `file:line:column: message` naming
 // the problem, and nothing crashes (truncations and byte flips of real files included).
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -177,12 +179,25 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// Every prefix of `text` either parses or fails cleanly; so do single-byte corruptions.
+// `text` in a heap buffer of exactly its size, with no terminator after it: under ASan a read
+// past the end of the text is a heap-buffer-overflow, not a read of the rest of a larger string.
+struct ExactBuffer {
+  explicit ExactBuffer(std::string_view text) : bytes(new char[text.size()]), size(text.size()) {
+    std::memcpy(bytes.get(), text.data(), text.size());
+  }
+  std::string_view view() const { return std::string_view(bytes.get(), size); }
+  std::unique_ptr<char[]> bytes;
+  size_t size;
+};
+
+// Every prefix of `text` (each in its own exact buffer) either parses or fails cleanly; so do
+// single-byte corruptions.
 void TruncateAndCorrupt(const std::string& text) {
   ASSERT_FALSE(text.empty());
   int failures = 0;
   for (size_t n = 0; n < text.size(); n += 3) {
-    auto m = ParseHloModule(std::string_view(text).substr(0, n), "prefix.hlo");
+    const ExactBuffer prefix(std::string_view(text).substr(0, n));
+    auto m = ParseHloModule(prefix.view(), "prefix.hlo");
     if (!m.ok()) {
       ++failures;
       EXPECT_THAT(std::string(m.status().message()), StartsWith("prefix.hlo:"));
@@ -195,6 +210,19 @@ void TruncateAndCorrupt(const std::string& text) {
     t[pos] = kJunk[pos % sizeof(kJunk)];
     auto m = ParseHloModule(t, "flip.hlo");
     if (m.ok()) (void)(*m)->ToString();  // printing whatever parsed must not crash either
+  }
+}
+
+// Texts that end right after a word the parser looks past (the run fuzzer found `\nROOT`: the
+// single-instruction check read the byte after the text). Each ends its buffer.
+TEST(BadInputTest, TextEndingAfterAKeywordIsAnError) {
+  for (std::string_view text : {"ROOT", "\nROOT", "ROOT ", "ROOT %", "%", "x", "x =", "ROOT x",
+                                "f32[2]", "(", "HloModule"}) {
+    SCOPED_TRACE(text);
+    const ExactBuffer buffer(text);
+    auto m = ParseHloModule(buffer.view(), "end.hlo");
+    ASSERT_FALSE(m.ok());
+    EXPECT_THAT(std::string(m.status().message()), StartsWith("end.hlo:"));
   }
 }
 
