@@ -21,16 +21,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo/dot_dims.h"
-#include "passes/dot_merger_internal.h"
-#include "passes/gpu_backend_config.h"
 
 namespace weave {
 namespace {
 
-using dot_merger_internal::GuardReason;
-using dot_merger_internal::HandWrittenRingSteps;
-using dot_merger_internal::RingBodies;
-using dot_merger_internal::SubByteUpcast;
+// The sub-byte type an operand is upcast from through transposes, reshapes, bitcasts and
+// converts (XLA's HasSubByteUpcast), or "".
+std::string SubByteUpcast(const HloInstruction* x) {
+  while (x != nullptr && (x->opcode() == HloOpcode::kTranspose || x->opcode() == HloOpcode::kReshape ||
+                          x->opcode() == HloOpcode::kBitcast || x->opcode() == HloOpcode::kConvert)) {
+    if (x->opcode() == HloOpcode::kConvert && x->operand_count() == 1) {
+      const PrimitiveType t = x->operand(0)->shape().element_type;
+      if (t != PrimitiveType::PRED && BitWidth(t) > 0 && BitWidth(t) < 8) return std::string(PrimitiveTypeName(t));
+    }
+    x = x->operand_count() > 0 ? x->operand(0) : nullptr;
+  }
+  return "";
+}
 
 // One dot, seen from one of its operands (the shared one).
 struct Usage {
@@ -101,7 +108,7 @@ Usage UsageOf(HloInstruction* dot, int64_t side) {
   return u;
 }
 
-Key KeyOf(const Usage& u) {
+Key KeyOf(const Usage& u, const DotMerger::QueueIdFn& queue_id) {
   Key k;
   const HloInstruction* dot = u.dot;
   k.shared_id = u.source->unique_id();
@@ -112,7 +119,7 @@ Key KeyOf(const Usage& u) {
   k.out_type = dot->shape().element_type;
   k.precision = dot->operand_precision();
   if (const std::string* a = dot->GetRawAttribute("algorithm")) k.algorithm = *a;
-  k.queue = OperationQueueId(*dot);
+  k.queue = queue_id ? queue_id(*dot) : 0;
   return k;
 }
 
@@ -409,10 +416,8 @@ HloInstruction* MergeGroup(HloComputation* comp, const std::vector<Usage>& group
 
 absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   bool changed = false;
-  const std::map<const HloComputation*, const HloComputation*> ring_bodies = RingBodies(module);
+  if (guard_ != nullptr) guard_->Prepare(*module);
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    auto ring_it = ring_bodies.find(comp);
-    const HloComputation* ring_body = ring_it == ring_bodies.end() ? nullptr : ring_it->second;
     std::map<HloInstruction*, std::string> refused;  // one remark per dot
     std::unordered_set<const HloInstruction*> created;  // merged dots of earlier rounds
     auto refuse = [&](HloInstruction* d, const std::string& why) {
@@ -465,25 +470,19 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
     std::unordered_set<HloInstruction*> merged_away;
     for (auto& [value_id, usages] : by_value) {
       if (usages.size() < 2) continue;
-      // Weave's guards first, one remark per refused dot.
-      std::vector<HloInstruction*> ring_dots;
-      for (const Usage& u : usages) ring_dots.push_back(u.dot);
+      // The caller's guard first, one remark per refused dot.
       std::vector<Usage> ok;
       for (int64_t side = 0; side < 2; ++side) {
         std::vector<HloInstruction*> same_side;
         for (const Usage& u : usages) {
           if (u.side == side) same_side.push_back(u.dot);
         }
-        const std::map<const HloInstruction*, std::string> ring_steps =
-            HandWrittenRingSteps(same_side, side);
+        std::map<const HloInstruction*, std::string> refusals;
+        if (guard_ != nullptr && !same_side.empty()) refusals = guard_->Refusals(same_side, side);
         for (const Usage& u : usages) {
           if (u.side != side) continue;
-          std::string reason = GuardReason(u.dot, ring_body);
-          if (auto it = ring_steps.find(u.dot); reason.empty() && it != ring_steps.end()) {
-            reason = it->second;
-          }
-          if (!reason.empty()) {
-            refuse(u.dot, reason);
+          if (auto it = refusals.find(u.dot); it != refusals.end()) {
+            refuse(u.dot, it->second);
             continue;
           }
           ok.push_back(u);
@@ -491,7 +490,7 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
       }
       // Equivalence classes.
       std::map<Key, std::vector<Usage>> classes;
-      for (const Usage& u : ok) classes[KeyOf(u)].push_back(u);
+      for (const Usage& u : ok) classes[KeyOf(u, queue_id_)].push_back(u);
       if (classes.size() > 1) {
         // Dots that share the value but have no partner of their own key: say why.
         const Key* largest = nullptr;
@@ -564,17 +563,12 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   return changed;
 }
 
-namespace {
-absl::StatusOr<std::unique_ptr<HloPass>> MakeDotMerger(const PassOptions& options) {
+absl::StatusOr<int64_t> DotMerger::ThresholdBytes(const PassOptions& options) {
   absl::StatusOr<double> mb = options.GetDouble("dot-merger-threshold-mb", 32);
   if (!mb.ok()) return mb.status();
   if (*mb < 0) return absl::InvalidArgumentError("--dot-merger-threshold-mb must be >= 0");
   const double bytes = *mb * 1024 * 1024;
-  return std::unique_ptr<HloPass>(
-      new DotMerger(bytes >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(bytes)));
+  return bytes >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(bytes);
 }
-}  // namespace
-
-WEAVE_REGISTER_PASS("dot-merger", MakeDotMerger);
 
 }  // namespace weave

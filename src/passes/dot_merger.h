@@ -19,26 +19,16 @@
 // with any number of batch, contracting and free dims, batch dims anywhere. Merging repeats in
 // rounds, so that dots reading a merged dot's result can merge in turn; a merged dot is not
 // merged again. Every dot that shares a value with another and is not merged gets a remark with
-// the reason (different key, size, ratio, dependency, Weave's guards).
+// the reason (different key, size, ratio, dependency, the caller's guard).
 //
-// Guard (Weave, not in XLA): a dot is never merged when either operand derives from FP8
-// (dequantized, unscaled convert or direct FP8; passes/fp8_operand.h ReachesFp8), nor when it
-// reads a windowed loop's cache (an operand that is, through dequantization and movable ops, a
-// get-tuple-element of a while whose body has a collective-permute and a dot). XLA's FP8 tests
-// had to switch the merger off because a merged dot reads a concatenation, which the FP8 GEMM
-// rewriter cannot see through.
-//
-// Windowed einsum guard (Weave): the per-step partial dots of a windowed einsum loop are never
-// merged, since merging them undoes the loop's overlap of compute with the collective-permutes:
-//  - a dot whose backend_config carries a stream assignment (a non-zero "operation_queue_id", as
-//    windowed-einsum-handler gives the dots of a loop body, or "force_earliest_schedule": true);
-//    other instructions' "wait_on_operation_queues" name those queues, so the dot must stay;
-//  - a dot in a while-loop body (or a computation it calls) whose computations also hold a
-//    collective-permute(-start): a step of a windowed einsum ring, annotated or not.
-//  - the steps of a hand-written collective matmul outside any loop (XLA issues 10640, 19555):
-//    dots sharing an operand whose other operands come from one value through 0, 1, 2, ...
-//    collective-permutes (views, converts and dequantizations looked through), or whose results
-//    are sent on by collective-permutes (through add/convert/views: a reduce-scatter ring).
+// What the caller decides (XLA's DotMerger takes a queue_id callback the same way):
+//  - `queue_id`: the operation queue a dot runs on, part of the key (dots on different queues are
+//    not merged); default 0 for every dot, as in XLA. The GPU pipeline passes the queue its
+//    backend_config names (passes/gpu_backend_config.h OperationQueueId).
+//  - `guard` (Weave, not in XLA): dots that must not be merged beyond XLA's conditions, each with
+//    the reason for its remark; none by default. The compile pipeline's dot-merger takes the
+//    windowed einsum guard (windowed_einsum/dot_merge_guard.h): windowed einsum steps, hand-written
+//    collective matmuls, stream-annotated and FP8-derived dots.
 // A dot with control predecessors or successors is not merged (the merge would drop the edge),
 // nor one with an operand upcast from a sub-byte type such as s4 (XLA's HasSubByteUpcast).
 // Each refusal and each merge gets a remark. Not followed as XLA does: a shared value reached
@@ -47,21 +37,51 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "passes/pass.h"
 
 namespace weave {
 
+// Refusals a caller adds to the merger's own conditions.
+class DotMergeGuard {
+ public:
+  virtual ~DotMergeGuard() = default;
+  // Called once at the start of each DotMerger::Run, before any dot is considered.
+  virtual void Prepare(const HloModule& module) = 0;
+  // For `dots`, which all read one value as operand `side` (0 lhs, 1 rhs) in one computation:
+  // the reason each dot that must not be merged must not be ("'d3' carries a stream annotation
+  // ..."). Dots absent from the result may be merged.
+  virtual std::map<const HloInstruction*, std::string> Refusals(
+      const std::vector<HloInstruction*>& dots, int64_t side) = 0;
+};
+
 class DotMerger : public HloPass {
  public:
-  explicit DotMerger(int64_t threshold_bytes = int64_t{32} << 20)
-      : threshold_bytes_(threshold_bytes) {}
+  using QueueIdFn = std::function<int64_t(const HloInstruction& dot)>;
+
+  // `threshold_bytes`: XLA's max_size_to_merge (bytes). `queue_id` null: every dot on queue 0.
+  // `guard` null: XLA's conditions only.
+  explicit DotMerger(int64_t threshold_bytes = int64_t{32} << 20, QueueIdFn queue_id = nullptr,
+                     std::shared_ptr<DotMergeGuard> guard = nullptr)
+      : threshold_bytes_(threshold_bytes), queue_id_(std::move(queue_id)), guard_(std::move(guard)) {}
   std::string_view name() const override { return "dot-merger"; }
   absl::StatusOr<bool> Run(HloModule* module) override;
 
+  // Reads --dot-merger-threshold-mb (MiB, default 32, XLA's xla_gpu_dot_merger_threshold_mb) from
+  // `options` as bytes; InvalidArgument for a negative or unreadable value.
+  static absl::StatusOr<int64_t> ThresholdBytes(const PassOptions& options);
+
  private:
   int64_t threshold_bytes_;
+  QueueIdFn queue_id_;
+  std::shared_ptr<DotMergeGuard> guard_;
 };
 
 }  // namespace weave

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hlo/gemm_call.h"
-#include "windowed_einsum/windowed_loop.h"
 #include "passes/gpu_backend_config.h"
 
 namespace weave::sim::internal {
@@ -25,11 +24,6 @@ absl::StatusOr<Value> Expander::Run() {
   if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
   std::vector<Value> args(static_cast<size_t>(entry->num_parameters()), ready_);
   return Expand(entry, args);
-}
-
-bool Expander::IsWindowedBody(const HloComputation* comp) {
-  auto [gemm, permute] = Contents(comp);
-  return gemm && permute;
 }
 
 const InstrInfo& Expander::Info(const HloInstruction* instr) {
@@ -71,32 +65,6 @@ std::optional<int64_t> Expander::TripCount(const HloInstruction* w) {
 }
 
 // (has GEMM, has collective-permute), through callees.
-std::pair<bool, bool> Expander::Contents(const HloComputation* comp) {
-  auto it = contents_.find(comp);
-  if (it != contents_.end()) return it->second;
-  contents_[comp] = {false, false};  // cycle guard
-  bool gemm = false, permute = false;
-  for (const HloInstruction* i : comp->instructions()) {
-    HloOpcode op = i->opcode();
-    if (IsDotOrGemmCall(*i)) gemm = true;
-    if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {
-      permute = true;
-    }
-    if (op == HloOpcode::kFusion) {
-      if (Info(i).cost.kind == CostKind::kGemm) gemm = true;
-      continue;
-    }
-    for (const HloComputation* c : i->called_computations()) {
-      if (c == nullptr) continue;
-      auto [g, p] = Contents(c);
-      gemm |= g;
-      permute |= p;
-    }
-  }
-  contents_[comp] = {gemm, permute};
-  return {gemm, permute};
-}
-
 // Estimated cost (sum of kernel times) and kernel count of one execution of `comp`.
 std::pair<double, double> Expander::Estimate(const HloComputation* comp) {
   auto it = estimate_.find(comp);
@@ -340,7 +308,7 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
         }
         if (*trips > 0) state = Leaf(gate);
         inst.end = static_cast<int32_t>(tasks.size());
-        if (IsWindowedBody(instr->while_body())) loops.push_back(inst);
+        if (step_scan_.HoldsWindowedStep(instr->while_body())) loops.push_back(inst);
         v = state;
         break;
       }

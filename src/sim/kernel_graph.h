@@ -17,6 +17,7 @@
 #include "hlo/ir.h"
 #include "sim/costs.h"
 #include "sim/simulator.h"
+#include "windowed_einsum/windowed_step_scan.h"
 
 namespace weave::sim::internal {
 
@@ -71,15 +72,12 @@ class Expander {
   std::vector<LoopInstance> loops;
   std::vector<std::string> warnings;
   const std::vector<std::string>& stream_names() const { return stream_names_; }
-  bool IsWindowedBody(const HloComputation* comp);
 
  private:
   const InstrInfo& Info(const HloInstruction* instr);
   const std::vector<HloInstruction*>& PostOrder(const HloComputation* comp);
   int32_t StreamForQueue(int64_t queue);
   std::optional<int64_t> TripCount(const HloInstruction* w);
-  // (has GEMM, has collective-permute), through callees.
-  std::pair<bool, bool> Contents(const HloComputation* comp);
   // Estimated cost (sum of kernel times) and kernel count of one execution of `comp`.
   std::pair<double, double> Estimate(const HloComputation* comp);
   // Appends a kernel depending on `*dep_ids` (modified) and on the innermost loop gate.
@@ -111,7 +109,8 @@ class Expander {
   absl::flat_hash_map<const HloInstruction*, InstrInfo> info_;
   absl::flat_hash_map<const HloComputation*, std::vector<HloInstruction*>> post_order_;
   absl::flat_hash_map<const HloInstruction*, std::optional<int64_t>> trips_;
-  absl::flat_hash_map<const HloComputation*, std::pair<bool, bool>> contents_;
+  // Which loop bodies are windowed einsum loops (recorded in `loops`).
+  WindowedStepScan step_scan_;
   absl::flat_hash_map<const HloComputation*, std::pair<double, double>> estimate_;
   absl::flat_hash_set<const HloComputation*> active_;
   absl::flat_hash_set<const HloInstruction*> warned_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "windowed_einsum/all_to_all_window.h"
+#include "windowed_einsum/windowed_step_scan.h"
 #include "hlo/ir.h"
 #include "sim/simulator.h"
 #include "tools/report.h"
@@ -123,8 +124,9 @@ class TotalsCache {
 // "+12.5%" change from `before` to `after` ("" when both are 0, "new" from 0; report_table.cc).
 std::string PercentChange(double before, double after);
 
-// Analyses one while; false if it is not a windowed loop (report_loops.cc).
-bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info);
+// Analyses one while; false if it is not a windowed loop (report_loops.cc). `steps` remembers
+// what the module's computations hold across the whiles of one module.
+bool AnalyzeLoop(const HloInstruction& w, WindowedStepScan* steps, WindowedLoopInfo* info);
 
 // The windowed loops of one module, found once for the report's several views of it
 // (SummarizeModule, FindWindowedLoops, FindCollectivesLeftAlone): each while AnalyzeLoop accepts,

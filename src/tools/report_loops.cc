@@ -71,8 +71,8 @@ bool IsRingReduceScatter(const std::vector<HloInstruction*>& order,
   return true;
 }
 
-bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
-  if (w.opcode() != HloOpcode::kWhile || w.called_computations().size() < 2) return false;
+bool AnalyzeLoop(const HloInstruction& w, WindowedStepScan* steps, WindowedLoopInfo* info) {
+  if (!steps->IsWindowedEinsumLoop(w)) return false;
   const HloComputation* body = w.while_body();
   std::vector<const HloInstruction*> instrs;
   std::set<const HloComputation*> seen;
@@ -98,7 +98,6 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
       }
     }
   }
-  if (gemms == 0 || permutes == 0) return false;
 
   // The shared structural matcher (windowed_einsum/windowed_loop.h) decides when it recognises the loop; the
   // data-flow test below is the fallback for layouts it does not know, only for loops whose body
@@ -262,10 +261,11 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedLoopInfo* info) {
 
 LoopScan ScanLoops(const HloModule& module) {
   LoopScan scan;
+  WindowedStepScan steps;
   for (const HloComputation* c : module.MakeComputationPostOrder()) {
     for (const HloInstruction* i : c->MakeInstructionPostOrder()) {
       WindowedLoopInfo info;
-      if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &info)) {
+      if (i->opcode() == HloOpcode::kWhile && AnalyzeLoop(*i, &steps, &info)) {
         scan.loops.emplace_back(i, std::move(info));
       }
     }

@@ -1,19 +1,21 @@
-// Weave's guards of the dot-merger (dot_merger_internal.h): the dots it never merges, beyond
-// XLA's own conditions, so that windowed einsum steps keep their overlap and FP8 dots stay for
-// fp8-gemm-rewriter.
+// The windowed einsum guard of the dot-merger (dot_merge_guard.h) and the pipeline's
+// "dot-merger": the dots the merger must leave alone so that windowed einsum steps keep their
+// overlap and FP8 dots stay for fp8-gemm-rewriter.
+#include "windowed_einsum/dot_merge_guard.h"
+
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "analysis/dequantize.h"
-#include "passes/dot_merger_internal.h"
 #include "passes/fp8_operand.h"
 #include "passes/gpu_backend_config.h"
 
 namespace weave {
-namespace dot_merger_internal {
 namespace {
 
 // Computations reachable from `comp` through called computations (including itself).
@@ -24,30 +26,13 @@ void CollectCalled(const HloComputation* comp, std::unordered_set<const HloCompu
   }
 }
 
-// A windowed einsum loop: a while whose body (or what it calls) holds a collective-permute and a
-// dot.
-bool IsWindowedLoop(const HloInstruction* w) {
-  if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2) return false;
-  std::unordered_set<const HloComputation*> comps;
-  CollectCalled(w->while_body(), &comps);
-  bool permute = false, dot = false;
-  for (const HloComputation* c : comps) {
-    for (const HloInstruction* i : c->instructions()) {
-      permute |= i->opcode() == HloOpcode::kCollectivePermute ||
-                 i->opcode() == HloOpcode::kCollectivePermuteStart;
-      dot |= i->opcode() == HloOpcode::kDot || i->opcode() == HloOpcode::kCustomCall;
-    }
-  }
-  return permute && dot;
-}
-
 // If `operand` reads (through movable ops and a dequantization) a get-tuple-element of a windowed
 // loop, returns that get-tuple-element.
-const HloInstruction* ReadsWindowedLoop(HloInstruction* operand) {
+const HloInstruction* ReadsWindowedLoop(HloInstruction* operand, WindowedStepScan* scan) {
   HloInstruction* cur = operand;
   for (int guard = 0; guard < 64 && cur != nullptr; ++guard) {
     if (cur->opcode() == HloOpcode::kGetTupleElement && cur->operand_count() == 1 &&
-        IsWindowedLoop(cur->operand(0))) {
+        scan->IsWindowedEinsumLoop(*cur->operand(0))) {
       return cur;
     }
     if (std::optional<DequantMatch> dq = MatchDequantize(cur)) {
@@ -88,9 +73,12 @@ std::string StreamAnnotation(const HloInstruction* dot) {
   return "";
 }
 
-}  // namespace
-
-std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body) {
+// Why `dot` must not be merged by the per-dot guards (empty: it may be): a stream annotation, a
+// step of a windowed einsum loop body (`ring_body`: the while body whose computations hold a
+// collective-permute when the dot's computation is one of them, else null), an operand deriving
+// from FP8 (left for fp8-gemm-rewriter) or reading a windowed loop's cache.
+std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body,
+                        WindowedStepScan* scan) {
   if (std::string stream = StreamAnnotation(dot); !stream.empty()) {
     return absl::StrCat("'", dot->name(), "' carries a stream annotation (backend_config ", stream,
                         "): a windowed einsum step that wait_on_operation_queues may name");
@@ -106,20 +94,13 @@ std::string GuardReason(HloInstruction* dot, const HloComputation* ring_body) {
       return absl::StrCat("operand ", i, " '", op->name(),
                           "' derives from FP8: left for fp8-gemm-rewriter");
     }
-    if (const HloInstruction* gte = ReadsWindowedLoop(op)) {
+    if (const HloInstruction* gte = ReadsWindowedLoop(op, scan)) {
       return absl::StrCat("operand ", i, " '", op->name(), "' reads windowed loop '",
                           gte->operand(0)->name(), "' (element ", gte->tuple_index, ")");
     }
   }
   return "";
 }
-
-// Hand-written collective matmuls (XLA issues 10640, 19555): the steps of a ring written out
-// without a while loop. An all-gather ring: dot(x, w), dot(cp(x), w), dot(cp(cp(x)), w), ...
-// A reduce-scatter ring: each partial dot is added into an accumulator that a collective-permute
-namespace {
-
-// sends on. Merging such dots puts every dot after (or before) every transfer: no overlap.
 
 bool IsPermuteOp(const HloInstruction* i) {
   return i->opcode() == HloOpcode::kCollectivePermute ||
@@ -225,8 +206,11 @@ const HloInstruction* ReceivedByPermute(const HloInstruction* dot) {
   return nullptr;
 }
 
-}  // namespace
-
+// Hand-written collective matmuls (XLA issues 10640, 19555): the steps of a ring written out
+// without a while loop, among `dots` sharing operand `side`, with the reason for the remark. An
+// all-gather ring: dot(x, w), dot(cp(x), w), dot(cp(cp(x)), w), ... A reduce-scatter ring: each
+// partial dot is added into an accumulator that a collective-permute sends on. Merging such dots
+// puts every dot after (or before) every transfer: no overlap.
 std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
     const std::vector<HloInstruction*>& dots, int64_t side) {
   std::map<const HloInstruction*, std::string> out;
@@ -289,46 +273,48 @@ std::map<const HloInstruction*, std::string> HandWrittenRingSteps(
 }
 
 
-// Maps every computation of a while body that (with what it calls) holds a collective-permute
-// to that body: the steps of a windowed einsum ring.
-std::map<const HloComputation*, const HloComputation*> RingBodies(HloModule* module) {
-  std::map<const HloComputation*, const HloComputation*> out;
-  for (HloComputation* comp : module->MakeComputationPostOrder()) {
+}  // namespace
+
+void WindowedEinsumDotMergeGuard::Prepare(const HloModule& module) {
+  ring_bodies_.clear();
+  scan_ = WindowedStepScan();
+  for (HloComputation* comp : module.MakeComputationPostOrder()) {
     for (const HloInstruction* w : comp->instructions()) {
       if (w->opcode() != HloOpcode::kWhile || w->called_computations().size() < 2 ||
-          w->while_body() == nullptr) {
+          !scan_.HoldsPermute(w->while_body())) {
         continue;
       }
       std::unordered_set<const HloComputation*> comps;
       CollectCalled(w->while_body(), &comps);
-      bool permute = false;
-      for (const HloComputation* c : comps) {
-        for (const HloInstruction* i : c->instructions()) {
-          permute |= i->opcode() == HloOpcode::kCollectivePermute ||
-                     i->opcode() == HloOpcode::kCollectivePermuteStart;
-        }
-      }
-      if (!permute) continue;
-      for (const HloComputation* c : comps) out.emplace(c, w->while_body());
+      for (const HloComputation* c : comps) ring_bodies_.emplace(c, w->while_body());
     }
+  }
+}
+
+std::map<const HloInstruction*, std::string> WindowedEinsumDotMergeGuard::Refusals(
+    const std::vector<HloInstruction*>& dots, int64_t side) {
+  std::map<const HloInstruction*, std::string> out = HandWrittenRingSteps(dots, side);
+  for (HloInstruction* dot : dots) {
+    auto ring = ring_bodies_.find(dot->parent());
+    std::string reason =
+        GuardReason(dot, ring == ring_bodies_.end() ? nullptr : ring->second, &scan_);
+    if (!reason.empty()) out[dot] = std::move(reason);  // before a hand-written ring's reason
   }
   return out;
 }
 
-
-// The sub-byte type an operand is upcast from through transposes, reshapes, bitcasts and
-// converts (XLA's HasSubByteUpcast), or "".
-std::string SubByteUpcast(const HloInstruction* x) {
-  while (x != nullptr && (x->opcode() == HloOpcode::kTranspose || x->opcode() == HloOpcode::kReshape ||
-                          x->opcode() == HloOpcode::kBitcast || x->opcode() == HloOpcode::kConvert)) {
-    if (x->opcode() == HloOpcode::kConvert && x->operand_count() == 1) {
-      const PrimitiveType t = x->operand(0)->shape().element_type;
-      if (t != PrimitiveType::PRED && BitWidth(t) > 0 && BitWidth(t) < 8) return std::string(PrimitiveTypeName(t));
-    }
-    x = x->operand_count() > 0 ? x->operand(0) : nullptr;
-  }
-  return "";
+namespace {
+absl::StatusOr<std::unique_ptr<HloPass>> MakeDotMerger(const PassOptions& options) {
+  absl::StatusOr<int64_t> threshold = DotMerger::ThresholdBytes(options);
+  if (!threshold.ok()) return threshold.status();
+  return std::unique_ptr<HloPass>(new DotMerger(
+      *threshold, [](const HloInstruction& dot) { return OperationQueueId(dot); },
+      std::make_shared<WindowedEinsumDotMergeGuard>()));
 }
+}  // namespace
 
-}  // namespace dot_merger_internal
+// The pipeline's dot-merger (weave compile, weave opt --passes=dot-merger): XLA's merger with the
+// GPU backend's operation queues and this guard.
+WEAVE_REGISTER_PASS("dot-merger", MakeDotMerger);
+
 }  // namespace weave

@@ -1,4 +1,6 @@
-// Unit tests of dot-merger (pass-level behaviour; numerics are checked by tests/lit/dot-merger.hlo).
+// Unit tests of the dot-merger as the pipeline registers it, with the windowed einsum guard
+// (windowed_einsum/dot_merge_guard.h): which dots it refuses and why. XLA's merger alone:
+// tests/unit/passes/dot_merger_test.cc; numerics: tests/lit/dot-merger*.hlo.
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,7 +10,7 @@
 #include "hlo/parser.h"
 #include "passes/gpu_backend_config.h"
 #include "passes/pass.h"
-#include "pass_test_util.h"
+#include "passes/pass_test_util.h"
 
 namespace weave {
 namespace {
@@ -32,7 +34,7 @@ ENTRY main {
 }
 )";
 
-TEST(DotMerger, MergesPlainDotsButNotFp8) {
+TEST(DotMergeGuard, MergesPlainDotsButNotFp8) {
   auto m = Parse(kMergeModule);
   ASSERT_NE(m, nullptr);
   PassRun r = RunPass(m.get(), "dot-merger");
@@ -59,7 +61,7 @@ TEST(DotMerger, MergesPlainDotsButNotFp8) {
   EXPECT_TRUE(refused_fp8);
 }
 
-TEST(DotMerger, ThresholdOption) {
+TEST(DotMergeGuard, ThresholdOption) {
   auto m = Parse(kMergeModule);
   ASSERT_NE(m, nullptr);
   PassOptions opts;
@@ -125,7 +127,7 @@ bool HasMissed(const PassRun& r, const std::string& location, const std::string&
   return false;
 }
 
-TEST(DotMerger, KeepsWindowedEinsumLoopStepsApart) {
+TEST(DotMergeGuard, KeepsWindowedEinsumLoopStepsApart) {
   auto m = Parse(LoopModule(
       "collective-permute(xs), channel_id=1, source_target_pairs={{0,1},{1,0}}"));
   ASSERT_NE(m, nullptr);
@@ -137,7 +139,7 @@ TEST(DotMerger, KeepsWindowedEinsumLoopStepsApart) {
   EXPECT_TRUE(HasMissed(r, "stepB", "circulates values with collective-permute"));
 }
 
-TEST(DotMerger, MergesDotsOfAnOrdinaryLoopBody) {
+TEST(DotMergeGuard, MergesDotsOfAnOrdinaryLoopBody) {
   // Same loop without a collective-permute: not a windowed einsum, so the dots merge.
   auto m = Parse(LoopModule("copy(xs)"));
   ASSERT_NE(m, nullptr);
@@ -161,7 +163,7 @@ ENTRY main {
 )");
 }
 
-TEST(DotMerger, KeepsDotsWithAStreamAnnotation) {
+TEST(DotMergeGuard, KeepsDotsWithAStreamAnnotation) {
   for (const char* cfg : {R"({"operation_queue_id":"3","wait_on_operation_queues":[]})",
                           R"({"operation_queue_id":5})",
                           R"({"operation_queue_id":"0","force_earliest_schedule":true})"}) {
@@ -175,7 +177,7 @@ TEST(DotMerger, KeepsDotsWithAStreamAnnotation) {
   }
 }
 
-TEST(DotMerger, MergesDotsOnTheMainStream) {
+TEST(DotMergeGuard, MergesDotsOnTheMainStream) {
   // operation_queue_id 0 is the main stream: no pin, the pair merges. So is a queue id that is no
   // decimal integer ("12abc", "-4", a float): the handler and the simulator read those as queue
   // 0 (OperationQueueId, passes/gpu_backend_config.h), and the merger reads them the same way.
@@ -194,13 +196,87 @@ TEST(DotMerger, MergesDotsOnTheMainStream) {
   }
 }
 
-TEST(DotMerger, StreamRemarkGivesTheQueueAsRead) {
+TEST(DotMergeGuard, StreamRemarkGivesTheQueueAsRead) {
   // A queue written with leading zeros is that queue: the remark gives the number it reads.
   auto m = Parse(StreamModule(R"({"operation_queue_id":"007"})"));
   ASSERT_NE(m, nullptr);
   PassRun r = RunPass(m.get(), "dot-merger");
   EXPECT_FALSE(r.changed);
   EXPECT_TRUE(HasMissed(r, "d1", "stream annotation (backend_config operation_queue_id=7)"));
+}
+
+// A loop whose per-step GEMM is already a cuBLAS call (after fp8-gemm-rewriter) is a windowed
+// einsum loop too (WindowedStepScan): two dots reading its result are refused, and the same two
+// dots after a loop that only copies (no collective-permute) merge.
+TEST(DotMergeGuard, KeepsDotsReadingAGemmCallLoopApart) {
+  const std::string loop = R"(HloModule dmg, num_partitions=2
+body {
+  st = (f32[8,16]{1,0}, f32[16,16]{1,0}, s32[]) parameter(0)
+  x = f32[8,16]{1,0} get-tuple-element(st), index=0
+  w = f32[16,16]{1,0} get-tuple-element(st), index=1
+  i = s32[] get-tuple-element(st), index=2
+  g = (f32[8,16]{1,0}, s8[0]{0}) custom-call(x, w), custom_call_target="__cublas$gemm"
+  y = f32[8,16]{1,0} get-tuple-element(g), index=0
+  yn = f32[8,16]{1,0} $NEXT
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT nx = (f32[8,16]{1,0}, f32[16,16]{1,0}, s32[]) tuple(yn, w, i1)
+}
+cond {
+  cs = (f32[8,16]{1,0}, f32[16,16]{1,0}, s32[]) parameter(0)
+  ci = s32[] get-tuple-element(cs), index=2
+  two = s32[] constant(2)
+  ROOT lt = pred[] compare(ci, two), direction=LT
+}
+ENTRY main {
+  x0 = f32[8,16]{1,0} parameter(0)
+  w0 = f32[16,16]{1,0} parameter(1)
+  a = f32[16,4]{1,0} parameter(2)
+  b = f32[16,12]{1,0} parameter(3)
+  i0 = s32[] constant(0)
+  init = (f32[8,16]{1,0}, f32[16,16]{1,0}, s32[]) tuple(x0, w0, i0)
+  lp = (f32[8,16]{1,0}, f32[16,16]{1,0}, s32[]) while(init), condition=cond, body=body
+  cache = f32[8,16]{1,0} get-tuple-element(lp), index=0
+  d0 = f32[8,4]{1,0} dot(cache, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d1 = f32[8,12]{1,0} dot(cache, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[8,4]{1,0}, f32[8,12]{1,0}) tuple(d0, d1)
+}
+)";
+  auto with = [&](const std::string& next) {
+    std::string text = loop;
+    text.replace(text.find("$NEXT"), 5, next);
+    return text;
+  };
+  auto ring = Parse(with("collective-permute(y), channel_id=1, source_target_pairs={{0,1},{1,0}}"));
+  ASSERT_NE(ring, nullptr);
+  PassRun r = RunPass(ring.get(), "dot-merger");
+  EXPECT_FALSE(r.changed);
+  EXPECT_TRUE(HasMissed(r, "d0", "reads windowed loop 'lp' (element 0)"));
+  auto plain = Parse(with("copy(y)"));
+  ASSERT_NE(plain, nullptr);
+  EXPECT_TRUE(RunPass(plain.get(), "dot-merger").changed);
+  EXPECT_EQ(Count(*plain, HloOpcode::kDot), 1);
+}
+
+// A dot refused for two reasons gets the per-dot one: d1 is a step of a hand-written ring (it
+// reads x after one collective-permute, d0 before it) and carries a stream annotation.
+TEST(DotMergeGuard, PerDotReasonBeforeTheHandWrittenRing) {
+  auto m = Parse(R"(HloModule dmr, num_partitions=2
+ENTRY main {
+  x = f32[8,16]{1,0} parameter(0)
+  w = f32[16,4]{1,0} parameter(1)
+  xp = f32[8,16]{1,0} collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,0}}
+  d0 = f32[8,4]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d1 = f32[8,4]{1,0} dot(xp, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"operation_queue_id":"2"}
+  ROOT t = (f32[8,4]{1,0}, f32[8,4]{1,0}) tuple(d0, d1)
+}
+)");
+  ASSERT_NE(m, nullptr);
+  PassRun r = RunPass(m.get(), "dot-merger");
+  EXPECT_FALSE(r.changed);
+  EXPECT_TRUE(HasMissed(r, "d0", "is step 0 of a hand-written collective matmul"));
+  EXPECT_TRUE(HasMissed(r, "d1", "carries a stream annotation (backend_config operation_queue_id=2)"));
+  EXPECT_FALSE(HasMissed(r, "d1", "hand-written"));
 }
 
 }  // namespace
