@@ -78,7 +78,6 @@ HloInstruction* BuildDequantize(HloComputation* comp, HloInstruction* q, HloInst
   HloInstruction* cvt = comp->AddInstruction(HloOpcode::kConvert, out, {q}, base + ".cvt");
   HloInstruction* bc = comp->AddInstruction(HloOpcode::kBroadcast, out, {scale}, base + ".bcast");
   bc->dimensions = broadcast_dims;
-  bc->has_dimensions_attr = true;
   return comp->AddInstruction(divide ? HloOpcode::kDivide : HloOpcode::kMultiply, out, {cvt, bc},
                               base);
 }

@@ -45,7 +45,6 @@ class BlockScalingLowering {
                             const std::string& suffix) {
     HloInstruction* b = Add(HloOpcode::kBroadcast, Shape(x->shape().element_type, std::move(dims)), {x}, suffix);
     b->dimensions = std::move(map);
-    b->has_dimensions_attr = true;
     return b;
   }
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> dims, const std::string& suffix) {
@@ -133,7 +132,6 @@ std::optional<HloInstruction*> BlockScalingLowering::Quantize(std::string* why) 
   HloInstruction* zero = Scalar(t, 0, "zero");
   HloInstruction* amax = Add(HloOpcode::kReduce, Shape(t, ss.dims), {xb, zero}, "amax");
   amax->dimensions = {static_cast<int64_t>(ss.dims.size())};
-  amax->has_dimensions_attr = true;
   *amax->mutable_called_computations() = {AmaxComputation(t)};
   HloInstruction* emax = Broadcast(Scalar(t, QuantizeEmax(qs.element_type), "emax"), ss.dims, {}, "emax_bc");
   HloInstruction* norm = Add(HloOpcode::kDivide, Shape(t, ss.dims), {amax, emax}, "amax_norm");
@@ -202,7 +200,6 @@ BlockScalingLowering::CudnnInput BlockScalingLowering::CudnnSide(HloInstruction*
                            Shape(scale->shape().element_type, {batch, r / 128, c / 4, 32, 4, 4}), {s6},
                            side + "scale_tr");
   tr->dimensions = {0, 1, 4, 3, 2, 5};
-  tr->has_dimensions_attr = true;
   return {data, Reshape(tr, sdims, side + "scale_swizzle")};
 }
 

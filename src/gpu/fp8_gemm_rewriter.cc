@@ -212,7 +212,6 @@ DotRewriter::Canon DotRewriter::Canonicalize(HloInstruction* x, const std::vecto
       ts.layout = Layout{mtm, s.layout ? s.layout->suffix : ""};
       HloInstruction* t = Add(HloOpcode::kTranspose, ts, {x}, x->name() + ".tn");
       t->dimensions = perm;
-      t->has_dimensions_attr = true;
       out.value = t;
       out.contracting = other;
       out.transposed = true;
@@ -233,7 +232,6 @@ DotRewriter::Canon DotRewriter::Canonicalize(HloInstruction* x, const std::vecto
     HloInstruction* t = Add(HloOpcode::kTranspose, Shape(s.element_type, td), {x},
                             x->name() + ".canon");
     t->dimensions = perm;
-    t->has_dimensions_attr = true;
     v = t;
     out.transposed = true;
   }

@@ -174,7 +174,9 @@ class HloInstruction {
   int64_t iota_dimension = -1;            // iota
   std::vector<int64_t> dimensions;        // broadcast/transpose/reverse/concatenate/reduce/map/
                                           // sort/all-gather/reduce-scatter/all-to-all `dimensions=`
-  bool has_dimensions_attr = false;       // `dimensions=` was (or must be) printed
+  // The parser read `dimensions=` (so an empty list of an opcode that does not always print one,
+  // such as all-to-all, prints back). Passes leave it alone: the printer decides from the opcode.
+  bool has_dimensions_attr = false;
   std::optional<ComparisonDirection> comparison_direction;  // compare `direction=`
   Boxed<Literal> literal;                 // constant
 

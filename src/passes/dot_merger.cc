@@ -243,7 +243,6 @@ HloInstruction* Transpose(HloComputation* comp, HloInstruction* x, const std::ve
   HloInstruction* t =
       comp->AddInstruction(HloOpcode::kTranspose, Shape(x->shape().element_type, dims), {x}, name);
   t->dimensions = perm;
-  t->has_dimensions_attr = true;
   return t;
 }
 
@@ -303,7 +302,6 @@ HloInstruction* MergeGroup(HloComputation* comp, const std::vector<Usage>& group
   HloInstruction* concat =
       comp->AddInstruction(HloOpcode::kConcatenate, cs, parts, base + ".merge_operands");
   concat->dimensions = {nc_pos};
-  concat->has_dimensions_attr = true;
 
   // The merged dot.
   DotDims dn;

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hlo/builders.h"
 #include "nlohmann/json.hpp"
 #include "passes/dce.h"
 
@@ -293,10 +294,7 @@ absl::Status PassThrough(HloInstruction* w, const std::vector<int64_t>& elements
   for (int64_t j : elements) {
     HloInstruction*& g = gte[static_cast<size_t>(j)];
     if (g == nullptr) {
-      g = body->AddInstruction(HloOpcode::kGetTupleElement,
-                               w->shape().tuple_shapes[static_cast<size_t>(j)], {bparam},
-                               absl::StrCat(bparam->name(), ".passthrough"));
-      g->tuple_index = j;
+      g = AddGetTupleElement(body, bparam, j, absl::StrCat(bparam->name(), ".passthrough"));
     }
     if (absl::Status st = root->ReplaceOperandWith(j, g); !st.ok()) return st;
   }

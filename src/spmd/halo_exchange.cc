@@ -32,7 +32,6 @@ HloInstruction* ConcatAlong(SpmdBuilder& b, const std::vector<HloInstruction*>& 
   for (HloInstruction* p : parts) dims[static_cast<size_t>(dim)] += p->shape().dims[static_cast<size_t>(dim)];
   HloInstruction* c = b.Add(HloOpcode::kConcatenate, Shape(parts[0]->shape().element_type, dims), parts, "halo_concat");
   c->dimensions = {dim};
-  c->has_dimensions_attr = true;
   return c;
 }
 
@@ -238,7 +237,6 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   if (sizes.size() > 1) {
     in = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, sizes), {in1}, "in_bounds");
     in->dimensions = {dim};
-    in->has_dimensions_attr = true;
   }
   return b.Select(in, win, b.Splat(fill, win->shape()));
 }

@@ -104,7 +104,6 @@ HloInstruction* LandsMask(SpmdBuilder& b, const DusDims& a, const Shape& out, co
     if (local.size() > 1) {
       full = b.Add(HloOpcode::kBroadcast, pred, {in}, "lands");
       full->dimensions = {d};
-      full->has_dimensions_attr = true;
     }
     mask = mask == nullptr ? full : b.Add(HloOpcode::kAnd, pred, {mask, full}, "lands");
   }

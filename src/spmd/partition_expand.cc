@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/builders.h"
 #include "hlo/spmd_internal_config.h"
 #include "spmd/sharding.h"
 #include "spmd/sharding_util.h"
@@ -86,14 +87,12 @@ HloInstruction* IndexMask(HloComputation* c, HloInstruction* iota, const Shape& 
   const Shape& s32 = iota->shape();
   HloInstruction* kb = c->AddInstruction(HloOpcode::kBroadcast, s32, {ConstantOf(c, Literal::ScalarInt(PrimitiveType::S32, bound), bound_name)},
                                          "broadcast");
-  kb->has_dimensions_attr = true;
   kb->sharding = HloSharding();
   HloInstruction* cmp = c->AddInstruction(HloOpcode::kCompare, Shape(PrimitiveType::PRED, s32.dims), {iota, kb}, cmp_name);
   cmp->comparison_direction = dir;
   cmp->sharding = HloSharding();
   HloInstruction* m = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {cmp}, "mask");
   m->dimensions = {dim};
-  m->has_dimensions_attr = true;
   return Annotated(m, s);
 }
 
@@ -145,7 +144,6 @@ HloInstruction* RotateRightOf(HloComputation* c, HloInstruction* x, int64_t dim,
   }
   HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, xs, {tail, head}, "concatenate");
   cat->dimensions = {dim};
-  cat->has_dimensions_attr = true;
   return Annotated(cat, s);
 }
 
@@ -208,7 +206,6 @@ HloInstruction* ExpandWrap(HloComputation* c, HloInstruction* h, const SpmdInter
   rows.dims[d + 1] = k + L + R;
   HloInstruction* cat = c->AddInstruction(HloOpcode::kConcatenate, rows, pieces, "concatenate");
   cat->dimensions = {dim + 1};
-  cat->has_dimensions_attr = true;
   Annotated(cat, ss);
   *what = absl::StrCat("each of ", p, " shards along dim ", dim, " with ", L, " elements of the shard before and ", R,
                        " of the one after, as rotations of the rows of a [", p, ",", k, "] split");
@@ -480,9 +477,7 @@ bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what, std
   const std::optional<HloSharding> ws = whole->ToHlo();
   HloInstruction* cand[2];
   for (int j = 0; j < 2; ++j) {
-    const Shape& part = sorted1.tuple_shapes[static_cast<size_t>(j)];
-    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, part, {s1}, "get-tuple-element");
-    g->tuple_index = j;
+    HloInstruction* g = AddGetTupleElement(c, s1, j, "get-tuple-element");
     Annotated(g, split);
     HloInstruction* top = SliceOf(c, g, d + 1, 0, k, split);
     Shape merged = h->shape().tuple_shapes[static_cast<size_t>(j)];
@@ -496,9 +491,7 @@ bool ExpandSortTopK(HloComputation* c, HloInstruction* h, std::string* what, std
   s2->sharding = tuple_of(ws);
   for (int j = 0; j < 2; ++j) {
     if (slices[j].empty()) continue;
-    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, sorted2.tuple_shapes[static_cast<size_t>(j)], {s2},
-                                          "get-tuple-element");
-    g->tuple_index = j;
+    HloInstruction* g = AddGetTupleElement(c, s2, j, "get-tuple-element");
     Annotated(g, ws);
     HloInstruction* top = SliceOf(c, g, d, 0, k, ws);
     for (HloInstruction* sl : slices[j]) {

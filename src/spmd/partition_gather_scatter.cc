@@ -190,7 +190,6 @@ HloInstruction* RewriteIndexComponents(SpmdBuilder& b, HloInstruction* indices, 
   if (!has_ivd) return comps[0];
   HloInstruction* cat = b.Add(HloOpcode::kConcatenate, indices->shape(), comps, "concatenate");
   cat->dimensions = {g.index_vector_dim};
-  cat->has_dimensions_attr = true;
   return cat;
 }
 
@@ -382,7 +381,6 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     HloInstruction* m = b.Reshape(mask, batch_sizes);
     HloInstruction* mb = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, local_shape.dims), {m}, "broadcast");
     mb->dimensions = g->batch_out;
-    mb->has_dimensions_attr = true;
     local = b.Select(mb, local, b.Zeros(local_shape));
     local = b.AllReduce(local, vocab_groups, b.Reducer(HloOpcode::kAdd, out.element_type));
     cp.Remark(h, true,
@@ -641,7 +639,6 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
     HloInstruction* is_first = Compare(b, flag, one, ComparisonDirection::kEq);
     HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
                                  {is_first}, "broadcast");
-    pred->has_dimensions_attr = true;
     base = b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(h.to_apply(), et)->identity),
                                         base->shape()));
   }

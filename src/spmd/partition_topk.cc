@@ -154,7 +154,6 @@ absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstru
   HloInstruction* sort =
       b.Add(HloOpcode::kSort, Shape::Tuple({merged_vals, merged_idx}), {*all_vals, *all_idx}, "sort");
   sort->dimensions = {row};
-  sort->has_dimensions_attr = true;
   *sort->mutable_called_computations() = {MergeComparator(b, et, *order)};
   const Sharding rs = Sharding::Broadcast(*gathered, out);
   const Shape local_out = LocalShape(out, rs);

@@ -133,7 +133,6 @@ absl::StatusOr<bool> ReduceScatterCreator::Run(HloModule* module) {
       r->use_global_device_ids = m->ar->use_global_device_ids;
       *r->mutable_called_computations() = m->ar->called_computations();
       r->dimensions = {m->dim};
-      r->has_dimensions_attr = true;
       r->metadata = m->ar->metadata;
       r->sharding = ds->sharding;
       r->set_name("reduce-scatter");

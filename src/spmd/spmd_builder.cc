@@ -45,7 +45,6 @@ HloInstruction* SpmdBuilder::ScalarConst(PrimitiveType t, double v) {
 HloInstruction* SpmdBuilder::Splat(HloInstruction* scalar, const Shape& shape) {
   Shape s(scalar->shape().element_type, shape.dims);
   HloInstruction* b = Add(HloOpcode::kBroadcast, s, {scalar}, "broadcast");
-  b->has_dimensions_attr = true;
   return b;
 }
 
@@ -100,7 +99,6 @@ HloInstruction* SpmdBuilder::Transpose(HloInstruction* x, const std::vector<int6
   HloInstruction* t =
       Add(HloOpcode::kTranspose, Shape(x->shape().element_type, dims), {x}, "transpose");
   t->dimensions = perm;
-  t->has_dimensions_attr = true;
   return t;
 }
 
@@ -181,7 +179,6 @@ HloInstruction* SpmdBuilder::AllGather(HloInstruction* x, int64_t dim,
   ag->channel_id = ctx_->next_channel_id++;
   ag->replica_groups = GlobalGroups(groups);
   ag->dimensions = {dim};
-  ag->has_dimensions_attr = true;
   ag->use_global_device_ids = true;
   return ag;
 }
@@ -203,7 +200,6 @@ HloInstruction* SpmdBuilder::AllToAll(HloInstruction* x, int64_t dim,
   a->channel_id = ctx_->next_channel_id++;
   a->replica_groups = MakeReplicaGroups(groups);
   a->dimensions = {dim};
-  a->has_dimensions_attr = true;
   return a;
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/builders.h"
 #include "spmd/inline_call.h"
 #include "spmd/sharding_import.h"
 
@@ -43,9 +44,7 @@ HloInstruction* DeepCopy(HloComputation* c, HloInstruction* x) {
   if (!s.IsTuple()) return x;
   std::vector<HloInstruction*> elements;
   for (size_t k = 0; k < s.tuple_shapes.size(); ++k) {
-    HloInstruction* g = c->AddInstruction(HloOpcode::kGetTupleElement, s.tuple_shapes[k], {x},
-                                          "get-tuple-element");
-    g->tuple_index = static_cast<int64_t>(k);
+    HloInstruction* g = AddGetTupleElement(c, x, static_cast<int64_t>(k), "get-tuple-element");
     elements.push_back(DeepCopy(c, g));
   }
   return c->AddInstruction(HloOpcode::kTuple, s, elements, "copy");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
+#include "hlo/builders.h"
 #include "passes/cost_oracle.h"
 #include "passes/gpu_backend_config.h"
 
@@ -339,13 +340,7 @@ HloInstruction* SliceDimRange(HloComputation* comp, HloInstruction* v, int64_t d
 
 HloInstruction* Zeros(HloComputation* comp, const Shape& shape, const HloInstruction* derive_from,
                       const std::string& name) {
-  const PrimitiveType t = shape.element_type;
-  HloInstruction* z = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {},
-                                           name + ".zero");
-  z->literal = IsInteger(t) || t == PrimitiveType::PRED ? Literal::ScalarInt(t, 0)
-                                                        : Literal::Scalar(t, 0.0);
-  HloInstruction* b = comp->AddInstruction(HloOpcode::kBroadcast, shape, {z}, name);
-  b->has_dimensions_attr = true;
+  HloInstruction* b = AddZeros(comp, shape, name);
   Derive(derive_from, b);
   return b;
 }
@@ -370,7 +365,6 @@ HloInstruction* PartialExchange(HloComputation* comp, const HloInstruction* t, H
   HloInstruction* a =
       comp->AddInstruction(t->CloneWithNewOperands(v->shape(), {v}, ".chunk"));
   a->dimensions = {s};
-  a->has_dimensions_attr = true;
   a->constrain_layout = false;
   a->channel_id = ids->next_channel++;
   return a;

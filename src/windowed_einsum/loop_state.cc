@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/builders.h"
 
 namespace weave {
 
@@ -13,15 +14,6 @@ std::vector<HloInstruction*> CollectWhiles(HloModule* module) {
     }
   }
   return whiles;
-}
-
-HloInstruction* AddGetTupleElement(HloComputation* c, HloInstruction* tuple, int64_t index,
-                                   std::string_view name) {
-  HloInstruction* g = c->AddInstruction(
-      HloOpcode::kGetTupleElement, tuple->shape().tuple_shapes.at(static_cast<size_t>(index)),
-      {tuple}, std::string(name));
-  g->tuple_index = index;
-  return g;
 }
 
 absl::StatusOr<int64_t> AppendLoopState(HloInstruction* w, const std::vector<HloInstruction*>& values,

@@ -8,16 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hlo/builders.h"
 #include "hlo/ir.h"
 
 namespace weave {
 
 // Every while instruction of `module`, computations in post order, each in post order.
 std::vector<HloInstruction*> CollectWhiles(HloModule* module);
-
-// get-tuple-element(tuple), index=`index`, added to `c` with the element's shape.
-HloInstruction* AddGetTupleElement(HloComputation* c, HloInstruction* tuple, int64_t index,
-                                   std::string_view name);
 
 // Appends `values` (computed in the while's computation) to the state of `w`: its init becomes
 // a tuple of the old elements and `values` (named after the old init plus `suffix`; an old init

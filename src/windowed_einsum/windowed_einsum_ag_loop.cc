@@ -46,7 +46,6 @@ HloInstruction* RebuildOperand(Emitter& b, const OperandCarry& c, HloInstruction
     HloInstruction* bc = b.Add(HloOpcode::kBroadcast, v->shape().WithElementType(s.type), {sc},
                                absl::StrCat(name, ".bcast"));
     bc->dimensions = s.scale_dims;
-    bc->has_dimensions_attr = true;
     if (v->shape().element_type != s.type) {
       v = b.Add(HloOpcode::kConvert, v->shape().WithElementType(s.type), {v},
                 absl::StrCat(name, ".cvt"));

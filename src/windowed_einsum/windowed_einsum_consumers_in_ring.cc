@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/dequantize.h"
 #include "analysis/user_attributes.h"
+#include "hlo/builders.h"
 #include "windowed_einsum/loop_state.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "hlo/dot_dims.h"
@@ -87,14 +88,6 @@ bool FindCacheUpdates(HloComputation* body, int64_t c, std::vector<CacheUpdate>*
     *dim = d;
   }
   return true;
-}
-
-HloInstruction* AddScalar(HloComputation* c, PrimitiveType t, int64_t v, const std::string& name) {
-  HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
-  k->literal = t == PrimitiveType::PRED || IsInteger(t)
-                   ? Literal::ScalarInt(t, v)
-                   : Literal::Scalar(t, static_cast<double>(v));
-  return k;
 }
 
 bool Removable(const HloInstruction* x) { return x->IsRemovableWhenUnused(); }
@@ -294,7 +287,7 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
         pcfg.ApplyTo(part);
         // The block offset on the output dim is the cache update's on the cached dim.
         HloInstruction* offset = u.offsets[static_cast<size_t>(dim)];
-        HloInstruction* zero = AddScalar(body, offset->shape().element_type, 0, base + ".zero");
+        HloInstruction* zero = AddScalarConstant(body, offset->shape().element_type, 0, base + ".zero");
         std::vector<HloInstruction*> dus_ops = {out_cur[k], part};
         for (int64_t i = 0; i < con.dot->shape().rank(); ++i) {
           dus_ops.push_back(i == con.out_dim ? offset : zero);

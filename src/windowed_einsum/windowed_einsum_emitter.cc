@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "hlo/builders.h"
 
 namespace weave::windowed_einsum {
 
@@ -22,16 +23,11 @@ HloInstruction* Emitter::Param(const Shape& s, const std::string& name) {
 }
 
 HloInstruction* Emitter::Gte(HloInstruction* t, int64_t i, const std::string& name) {
-  HloInstruction* g = Add(HloOpcode::kGetTupleElement,
-                          t->shape().tuple_shapes.at(static_cast<size_t>(i)), {t}, name);
-  g->tuple_index = i;
-  return g;
+  return AddGetTupleElement(c_, t, i, name);
 }
 
 HloInstruction* Emitter::ConstInt(PrimitiveType t, int64_t v, const std::string& name) {
-  HloInstruction* c = Add(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
-  c->literal = Literal::ScalarInt(t, v);
-  return c;
+  return AddScalarConstant(c_, t, v, name);
 }
 
 HloInstruction* Emitter::ConstVec(PrimitiveType t, const std::vector<int64_t>& v,
@@ -43,13 +39,7 @@ HloInstruction* Emitter::ConstVec(PrimitiveType t, const std::vector<int64_t>& v
 }
 
 HloInstruction* Emitter::Zeros(const Shape& s, const std::string& name) {
-  PrimitiveType t = s.element_type;
-  HloInstruction* z = Add(HloOpcode::kConstant, Shape::Scalar(t), {}, absl::StrCat(name, ".zero"));
-  z->literal =
-      IsInteger(t) || t == PrimitiveType::PRED ? Literal::ScalarInt(t, 0) : Literal::Scalar(t, 0.0);
-  HloInstruction* b = Add(HloOpcode::kBroadcast, s, {z}, name);
-  b->has_dimensions_attr = true;
-  return b;
+  return AddZeros(c_, s, name);
 }
 
 HloInstruction* Emitter::Binary(HloOpcode op, HloInstruction* a, HloInstruction* b,

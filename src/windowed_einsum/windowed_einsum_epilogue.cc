@@ -238,7 +238,6 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
                 HloOpcode::kBroadcast, Shape(o->shape().element_type, ps.dims), {src},
                 absl::StrCat(o->name(), ".step", s));
             b->dimensions = o->dimensions;
-            b->has_dimensions_attr = true;
             ops.push_back(b);
           }
         }

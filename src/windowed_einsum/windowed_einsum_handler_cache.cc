@@ -309,7 +309,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   elems.push_back(cache_shape);
   Shape state = Shape::Tuple(elems);
   HloInstruction* init = L.init;
-  HloInstruction* zeros = AddZeroBroadcast(comp, cache_shape, "cache_init");
+  HloInstruction* zeros = AddZeros(comp, cache_shape, "cache_init");
   std::vector<HloInstruction*> ops = init->operands();
   ops.push_back(zeros);
   // The wide cache's scale in the body: an element the loop already passes through with it as
@@ -350,9 +350,9 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
 
   // Body: one dynamic-update-slice per dot, at the dot's block offset (of the shard dequantized
   // with the carried scale, for a wide cache).
-  HloInstruction* cur = AddGte(body, P, n, "cache");
+  HloInstruction* cur = AddGetTupleElement(body, P, n, "cache");
   HloInstruction* zero = nullptr;
-  HloInstruction* scale = wide ? AddGte(body, P, scale_slot, "cache_scale") : nullptr;
+  HloInstruction* scale = wide ? AddGetTupleElement(body, P, scale_slot, "cache_scale") : nullptr;
   absl::flat_hash_map<const HloInstruction*, HloInstruction*> dequantized;  // by window
   for (size_t i = 0; i < L.dots.size(); ++i) {
     HloInstruction* off = offsets[i];
@@ -370,7 +370,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
       if (d == dim) {
         dus_ops.push_back(off);
       } else {
-        if (zero == nullptr) zero = AddIntConstant(body, off->shape().element_type, 0, "cache_zero");
+        if (zero == nullptr) zero = AddScalarConstant(body, off->shape().element_type, 0, "cache_zero");
         dus_ops.push_back(zero);
       }
     }
@@ -382,7 +382,7 @@ absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheU
   R->set_shape(state);
 
   // After the loop: the cache (an FP8 one dequantized per reader) replaces the all-gathers.
-  HloInstruction* cache = AddGte(comp, w, n, "cache_out");
+  HloInstruction* cache = AddGetTupleElement(comp, w, n, "cache_out");
   int64_t rewired = 0;
   std::vector<std::string> kept;
   for (size_t k = 0; k < uses.size(); ++k) {

@@ -315,8 +315,8 @@ absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) 
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
 
-  HloInstruction* scale_gte[2] = {AddGte(body, P, n, absl::StrCat(m[0]->scale->name(), ".gte")),
-                                  AddGte(body, P, n + 1,
+  HloInstruction* scale_gte[2] = {AddGetTupleElement(body, P, n, absl::StrCat(m[0]->scale->name(), ".gte")),
+                                  AddGetTupleElement(body, P, n + 1,
                                          absl::StrCat(m[1]->scale->name(), ".gte"))};
   // Retype the carriers, then dequantize them for every other reader.
   std::vector<Shape> wide_shape;

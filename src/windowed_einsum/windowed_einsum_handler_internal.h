@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "analysis/dequantize.h"
 #include "analysis/replication.h"
+#include "hlo/builders.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "hlo/ir.h"
 #include "nlohmann/json.hpp"
@@ -43,14 +44,7 @@ using Json = nlohmann::ordered_json;
 
 // ---- small IR helpers (windowed_einsum_handler_ir.cc) ----
 
-// get-tuple-element(tuple, index) added to `c`.
-HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
-                       std::string_view name);
-// A scalar constant `v` of type `t` (integer, pred or floating point).
-HloInstruction* AddIntConstant(HloComputation* c, PrimitiveType t, int64_t v,
-                               std::string_view name);
-// broadcast(constant 0) of `shape`.
-HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::string_view name);
+// (Typed builders: hlo/builders.h.)
 // Removes `i` if nothing reads it, then its operands that became dead (targeted, not a full DCE,
 // so that the pass stays linear in the module size). Instructions with control predecessors are
 // kept, like everything IsRemovableWhenUnused refuses.

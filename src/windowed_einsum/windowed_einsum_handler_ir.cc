@@ -11,27 +11,6 @@
 
 namespace weave::handler_internal {
 
-HloInstruction* AddGte(HloComputation* c, HloInstruction* tuple, int64_t index,
-                       std::string_view name) {
-  return AddGetTupleElement(c, tuple, index, name);
-}
-
-HloInstruction* AddIntConstant(HloComputation* c, PrimitiveType t, int64_t v,
-                               std::string_view name) {
-  HloInstruction* k = c->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
-  k->literal = t == PrimitiveType::PRED || IsInteger(t) ? Literal::ScalarInt(t, v)
-                                                        : Literal::Scalar(t, static_cast<double>(v));
-  return k;
-}
-
-HloInstruction* AddZeroBroadcast(HloComputation* c, const Shape& shape, std::string_view name) {
-  HloInstruction* z = AddIntConstant(c, shape.element_type, 0, absl::StrCat(std::string(name), ".zero"));
-  HloInstruction* b = c->AddInstruction(HloOpcode::kBroadcast, shape, {z}, name);
-  b->dimensions.clear();
-  b->has_dimensions_attr = true;
-  return b;
-}
-
 // Removes `i` if nothing reads it, then its operands that became dead (targeted, not a full DCE,
 // so that the pass stays linear in the module size). Instructions with control predecessors are
 // kept, like everything IsRemovableWhenUnused refuses.

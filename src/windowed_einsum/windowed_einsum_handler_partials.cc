@@ -169,14 +169,13 @@ absl::StatusOr<bool> Handler::CollectPartials(const WindowedLoop& L, std::string
   }
   HloInstruction* buffer = body->AddInstruction(HloOpcode::kConcatenate, stacked, parts, "partials");
   buffer->dimensions = {0};
-  buffer->has_dimensions_attr = true;
 
   // Loop state: append the buffer (zeros on entry).
   std::vector<Shape> elems = w->shape().tuple_shapes;
   elems.push_back(stacked);
   const Shape state = Shape::Tuple(elems);
   std::vector<HloInstruction*> ops = L.init->operands();
-  ops.push_back(AddZeroBroadcast(comp, stacked, "partials_init"));
+  ops.push_back(AddZeros(comp, stacked, "partials_init"));
   HloInstruction* acc0 = L.init->operand(a);
   if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
   body->parameter(0)->set_shape(state);
@@ -185,14 +184,13 @@ absl::StatusOr<bool> Handler::CollectPartials(const WindowedLoop& L, std::string
   R->set_shape(state);
 
   // After the loop: one f32 reduction, then the accumulator's type.
-  HloInstruction* out = AddGte(comp, w, n_elems, "partials_out");
-  HloInstruction* zero = AddIntConstant(comp, f32, 0, "partials_zero");
+  HloInstruction* out = AddGetTupleElement(comp, w, n_elems, "partials_out");
+  HloInstruction* zero = AddScalarConstant(comp, f32, 0, "partials_zero");
   Shape reduced(f32, acc_shape.dims);
   reduced.SetDefaultLayout();
   HloInstruction* sum = comp->AddInstruction(HloOpcode::kReduce, reduced, {out, zero},
                                              "partials_sum");
   sum->dimensions = {0};
-  sum->has_dimensions_attr = true;
   sum->mutable_called_computations()->push_back(ScalarAddComputation(f32));
   ++callers_[sum->called_computations()[0]];
   const bool zero_start = IsZeroBroadcast(acc0);

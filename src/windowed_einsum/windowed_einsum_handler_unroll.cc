@@ -78,7 +78,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
     for (HloInstruction* i : cloned_order) {
       if (i->opcode() == HloOpcode::kGetTupleElement && i->operand(0) == P) {
         if (i->tuple_index == ci) {
-          if (kt == nullptr) kt = AddIntConstant(body, ct, ks[t], "unrolled_counter");
+          if (kt == nullptr) kt = AddScalarConstant(body, ct, ks[t], "unrolled_counter");
           map[i] = kt;
         } else {
           map[i] = prev.at(i->tuple_index);
@@ -111,7 +111,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
   std::vector<HloInstruction*> gtes = P->users();
   for (HloInstruction* g : gtes) {
     if (g->tuple_index != ci) continue;
-    HloInstruction* k = AddIntConstant(body, ct, ks[0], "unrolled_counter");
+    HloInstruction* k = AddScalarConstant(body, ct, ks[0], "unrolled_counter");
     std::vector<HloInstruction*> readers = g->users();
     if (auto s = ReplaceUses(g, readers, k); !s.ok()) return s;
   }
@@ -122,7 +122,7 @@ absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
     if (IsFoldableScalarOp(i)) {
       auto v = EvaluateScalar(i, ScalarEnv{});
       if (!v) continue;
-      HloInstruction* k = AddIntConstant(body, i->shape().element_type, *v, i->name());
+      HloInstruction* k = AddScalarConstant(body, i->shape().element_type, *v, i->name());
       std::vector<HloInstruction*> readers = i->users();
       if (auto s = ReplaceUses(i, readers, k); !s.ok()) return s;
       continue;

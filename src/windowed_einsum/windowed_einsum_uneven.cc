@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "hlo/builders.h"
 #include "spmd/partition_ring.h"
 #include "windowed_einsum/windowed_einsum_plan.h"
 
@@ -48,13 +49,6 @@ bool IsZeroScalar(const HloInstruction* v) {
   return !l.elided && (l.f.empty() ? l.GetAsInt(0) == 0 : l.GetAsDouble(0) == 0.0);
 }
 
-// A scalar zero of type `t` (false for pred).
-HloInstruction* ZeroOf(HloComputation* comp, PrimitiveType t, const std::string& name) {
-  HloInstruction* z = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(t), {}, name);
-  z->literal = t == PrimitiveType::PRED || IsInteger(t) ? Literal::ScalarInt(t, 0) : Literal::Scalar(t, 0);
-  return z;
-}
-
 HloInstruction* SliceOf(HloComputation* comp, HloInstruction* x, const Shape& to, const std::string& name) {
   HloInstruction* s = comp->AddInstruction(HloOpcode::kSlice, to, {x}, name);
   for (size_t d = 0; d < to.dims.size(); ++d) s->mutable_slice()->push_back(SliceDim{0, to.dims[d], 1});
@@ -85,20 +79,16 @@ HloInstruction* ZeroPastEnd(HloComputation* comp, HloInstruction* ag, int64_t di
   HloInstruction* iota = comp->AddInstruction(HloOpcode::kIota, s32, {}, base);
   iota->iota_dimension = 0;
   HloInstruction* sb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {start}, base);
-  sb->has_dimensions_attr = true;
   HloInstruction* index = comp->AddInstruction(HloOpcode::kAdd, s32, {iota, sb}, base);
   HloInstruction* limit = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, base);
   limit->literal = Literal::ScalarInt(PrimitiveType::S32, valid);
   HloInstruction* lb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, base);
-  lb->has_dimensions_attr = true;
   HloInstruction* in = comp->AddInstruction(HloOpcode::kCompare, pred, {index, lb}, base);
   in->comparison_direction = ComparisonDirection::kLt;
   HloInstruction* mask = comp->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, xs.dims), {in}, base);
   mask->dimensions = {dim};
-  mask->has_dimensions_attr = true;
-  HloInstruction* zero = ZeroOf(comp, xs.element_type, base);
+  HloInstruction* zero = AddScalarConstant(comp, xs.element_type, 0, base);
   HloInstruction* zeros = comp->AddInstruction(HloOpcode::kBroadcast, xs, {zero}, base);
-  zeros->has_dimensions_attr = true;
   HloInstruction* masked = comp->AddInstruction(HloOpcode::kSelect, xs, {mask, x, zeros}, base);
   return comp->AddInstruction(ag->CloneWithNewOperands(ag->shape(), {masked}, ".valid"));
 }
@@ -121,7 +111,7 @@ absl::StatusOr<HloInstruction*> ZeroPaddedContraction(HloComputation* comp, HloI
   HloInstruction* w = dot->operand(1 - side);
   Shape ps = w->shape();
   ps.dims[static_cast<size_t>(odim)] = full;
-  HloInstruction* zero = ZeroOf(comp, w->shape().element_type, absl::StrCat(w->name(), ".zero"));
+  HloInstruction* zero = AddScalarConstant(comp, w->shape().element_type, 0, absl::StrCat(w->name(), ".zero"));
   HloInstruction* wp = comp->AddInstruction(HloOpcode::kPad, ps, {w, zero}, absl::StrCat(w->name(), ".padded"));
   std::vector<PadDim> pads(static_cast<size_t>(ps.rank()), PadDim{0, 0, 0});
   pads[static_cast<size_t>(odim)].hi = full - valid;
@@ -214,7 +204,7 @@ absl::StatusOr<HloInstruction*> PushPadIn(HloComputation* comp, HloInstruction* 
     HloInstruction* x = ops[static_cast<size_t>(side)];
     Shape ps = x->shape();
     for (size_t d = 0; d < ps.dims.size(); ++d) ps.dims[d] += pads[static_cast<size_t>(side)][d].hi;
-    HloInstruction* zero = ZeroOf(comp, x->shape().element_type, absl::StrCat(x->name(), ".zero"));
+    HloInstruction* zero = AddScalarConstant(comp, x->shape().element_type, 0, absl::StrCat(x->name(), ".zero"));
     HloInstruction* xp = comp->AddInstruction(HloOpcode::kPad, ps, {x, zero}, absl::StrCat(x->name(), ".padded"));
     *xp->mutable_padding() = pads[static_cast<size_t>(side)];
     ops[static_cast<size_t>(side)] = xp;
