@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "gpu/compile_pipeline.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
 
@@ -328,9 +329,7 @@ absl::StatusOr<std::pair<double, double>> SimulateWeave(const std::string& text,
   absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModule(text, "<calibration>");
   if (!m.ok()) return m.status();
   PassOptions options;
-  for (const char* name : {"windowed-einsum-decomposer", "windowed-einsum-handler",
-                           "windowed-einsum-epilogue", "collective-quantizer", "dot-merger", "block-scaling-rewriter", "fp8-gemm-rewriter", "cse", "dce",
-                           "tuple-simplifier", "while-loop-dead-tuple-elements"}) {
+  for (const std::string& name : CompilePipelinePassNames()) {
     absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
     if (!p.ok()) continue;  // a pass missing from this build
     absl::StatusOr<bool> changed = (*p)->Run(m->get());

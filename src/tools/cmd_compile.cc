@@ -22,6 +22,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "gpu/compile_pipeline.h"
 #include "hlo/parser.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
@@ -92,13 +93,10 @@ void RegisterCompileCommands(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App* cmd = app.add_subcommand(
       "compile",
-      "Windowed einsum + FP8 pipeline on a partitioned or global module (a global one is "
-      "partitioned first, as by weave partition, and --verify-numerics compares with it): "
-      "verify, collective-quantizer, windowed-einsum-decomposer, block-scaled-windowed-einsum, "
-      "all-to-all-windowed-einsum, "
-      "windowed-einsum-handler, windowed-einsum-consumers-in-ring, windowed-einsum-epilogue, "
-      "collective-quantizer, dot-merger, block-scaling-rewriter, "
-      "fp8-gemm-rewriter, cleanup, verify");
+      std::string("Windowed einsum + FP8 pipeline on a partitioned or global module (a global "
+                  "one is partitioned first, as by weave partition, and --verify-numerics "
+                  "compares with it): ") +
+          CompilePipelineSummary());
   cmd->add_option("input", opts->input, "Partitioned or global HLO module ('-' = stdin)")
       ->required();
   cmd->add_option("--partitioned-output", opts->partitioned_output,

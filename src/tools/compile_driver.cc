@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "analysis/verifier.h"
+#include "gpu/compile_pipeline.h"
 #include "passes/pass.h"
 #include "sim/cost_gate.h"
 #include "sim/simulator.h"
@@ -24,38 +25,10 @@
 #include "tools/cli_util.h"
 #include "tools/compile_input.h"
 #include "tools/compile_numerics.h"
-#include "tools/compile_pipeline.h"
 #include "tools/report.h"
 
 namespace weave::tools {
 namespace {
-
-struct Stage {
-  const char* pass;
-  const char* switch_name;  // the --no-<switch> flag that disables it
-};
-// collective-quantizer runs twice: first so that the decomposer and the handler see every
-// data-movement collective of a dequantized value already carrying FP8 (a collective between the
-// dequantization and a windowed dot, such as the second all-gather of a value resharded in two
-// steps, would otherwise leave a wide loop that only a second compile puts in FP8), and again
-// after the windowed passes for the collectives they leave or create.
-constexpr Stage kStages[] = {
-    {"collective-quantizer", "quantize"},
-    {"windowed-einsum-decomposer", "decompose"},
-    {"block-scaled-windowed-einsum", "decompose"},
-    {"all-to-all-windowed-einsum", "all-to-all"},
-    {"windowed-einsum-handler", "handler"},
-    {"windowed-einsum-consumers-in-ring", "handler"},
-    {"windowed-einsum-epilogue", "handler"},
-    {"collective-quantizer", "quantize"},
-    {"dot-merger", "dot-merger"},
-    {"block-scaling-rewriter", "fp8-gemm"},
-    {"fp8-gemm-rewriter", "fp8-gemm"},
-    {"cse", "cleanup"},
-    {"dce", "cleanup"},
-    {"tuple-simplifier", "cleanup"},
-    {"while-loop-dead-tuple-elements", "cleanup"},
-};
 
 // Builds the pass options from the named flags and the extras.
 bool BuildPassOptions(const CompileOptions& o, PassOptions* opts, std::string* error) {
@@ -86,40 +59,28 @@ bool BuildPassOptions(const CompileOptions& o, PassOptions* opts, std::string* e
   return true;
 }
 
-// The passes to run, after the --no-* switches and --disable-passes.
+// The passes to run, after the --no-* switches and --disable-passes (gpu/compile_pipeline.h).
 std::vector<std::string> PipelinePasses(const CompileOptions& o, std::string* error) {
-  std::set<std::string> disabled;
+  std::set<std::string> off_passes;
   for (absl::string_view p : absl::StrSplit(o.disable_passes, ',', absl::SkipWhitespace())) {
-    disabled.insert(std::string(p));
+    off_passes.insert(std::string(p));
   }
-  std::set<std::string> known;
-  for (const Stage& s : kStages) known.insert(s.pass);
-  for (const std::string& d : disabled) {
-    if (!known.count(d)) {
-      *error = absl::StrCat("--disable-passes: '", d, "' is not a pass of the compile pipeline (",
-                            absl::StrJoin(known, ", "), ")");
-      return {};
-    }
+  std::set<std::string> off_groups;
+  if (o.no_decompose) off_groups.insert("decompose");
+  if (o.no_handler) off_groups.insert("handler");
+  if (o.no_quantize) off_groups.insert("quantize");
+  if (o.no_dot_merger) off_groups.insert("dot-merger");
+  if (o.no_fp8_gemm) off_groups.insert("fp8-gemm");
+  if (o.no_cleanup) off_groups.insert("cleanup");
+  absl::StatusOr<std::vector<std::string>> passes = CompilePipelinePassNames(off_groups, off_passes);
+  if (!passes.ok()) {
+    *error = absl::StrCat("--disable-passes: ", passes.status().message());
+    return {};
   }
-  std::vector<std::string> out;
-  for (const Stage& s : kStages) {
-    std::string sw = s.switch_name;
-    bool off = disabled.count(s.pass) || (sw == "decompose" && o.no_decompose) ||
-               (sw == "handler" && o.no_handler) || (sw == "quantize" && o.no_quantize) ||
-               (sw == "dot-merger" && o.no_dot_merger) || (sw == "fp8-gemm" && o.no_fp8_gemm) ||
-               (sw == "cleanup" && o.no_cleanup);
-    if (!off) out.push_back(s.pass);
-  }
-  return out;
+  return *std::move(passes);
 }
 
 }  // namespace
-
-std::vector<std::string> CompilePipelinePassNames() {
-  std::vector<std::string> names;
-  for (const Stage& s : kStages) names.push_back(s.pass);
-  return names;
-}
 
 int64_t CountInstructions(const HloModule& m) {
   int64_t n = 0;

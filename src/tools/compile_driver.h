@@ -5,12 +5,8 @@
 //   [global only: the SPMD pipeline of `weave partition` (compile_input.h): sharding-import,
 //    spmd-prepare, sharding-propagation, spmd-partitioner, cleanup; CustomSPMDPartitioning
 //    calls are declined by name, exit 1] ->
-//   verify -> windowed-einsum-decomposer -> block-scaled-windowed-einsum ->
-//   all-to-all-windowed-einsum ->
-//   windowed-einsum-handler -> windowed-einsum-consumers-in-ring -> windowed-einsum-epilogue ->
-//   collective-quantizer ->
-//   dot-merger -> block-scaling-rewriter -> fp8-gemm-rewriter -> cse -> dce -> tuple-simplifier ->
-//   while-loop-dead-tuple-elements -> verify,
+//   verify -> the compile pipeline (gpu/compile_pipeline.h, defined there once, less the stages
+//   the --no-* switches and --disable-passes turn off) -> verify,
 // then the report (tools/report.h), --verify-numerics (compile_numerics.h: against the global
 // program on one device when the input was global, against the input otherwise), the
 // simulator's estimate (--system) and --require.

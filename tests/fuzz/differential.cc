@@ -16,7 +16,7 @@
 #include "sim/simulator.h"
 #include "spmd/input_form.h"
 #include "spmd/partition_pipeline.h"
-#include "tools/compile_pipeline.h"
+#include "gpu/compile_pipeline.h"
 #include "tools/report.h"
 
 namespace weave::fuzz {
@@ -138,7 +138,7 @@ class Checker {
     }
 
     std::vector<std::string> names =
-        o_.pipeline.empty() ? tools::CompilePipelinePassNames() : o_.pipeline;
+        o_.pipeline.empty() ? CompilePipelinePassNames() : o_.pipeline;
     // 2. The pipeline, comparing each changed intermediate module.
     auto compiled = RunPipeline(*input_, names, "", o_.after_each_pass, &remarks_, true);
     if (!compiled) return;

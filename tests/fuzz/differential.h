@@ -12,7 +12,7 @@
 //     (eval/global_compare.h: "numerics:global:partitioned"); the checks below then run on the
 //     partitioned module, and the compiled output is compared with the global program too
 //     ("numerics:global:compiled").
-//  2. The compile pipeline (tools/compile_pipeline.h) on a clone of M, verifying after every
+//  2. The compile pipeline (gpu/compile_pipeline.h) on a clone of M, verifying after every
 //     pass: a pass that returns an error or leaves a module that does not verify is a CRASH
 //     (a pass never fails on a valid module). Every intermediate module that changed is
 //     compared with M on the evaluator ("numerics:after:<pass>"): the first pass that breaks

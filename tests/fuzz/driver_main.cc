@@ -38,7 +38,7 @@
 #include "differential.h"
 #include "hlo_text_mutator.h"
 #include "run_check.h"
-#include "tools/compile_pipeline.h"
+#include "gpu/compile_pipeline.h"
 #include "nlohmann/json.hpp"
 #include "program_gen.h"
 #include "mutants.h"
@@ -211,7 +211,7 @@ int CmdRun(const std::string& seeds, int jobs, double timeout, const std::string
     options.each_pass_alone = false;
   }
   if (!mutant.empty()) {
-    options.pipeline = PipelineWithMutant(tools::CompilePipelinePassNames(), mutant);
+    options.pipeline = PipelineWithMutant(CompilePipelinePassNames(), mutant);
     if (options.pipeline.empty()) {
       std::cerr << "weave-fuzz: unknown mutant '" << mutant << "' (known:";
       for (const MutantInfo& m : Mutants()) std::cerr << " " << m.name;

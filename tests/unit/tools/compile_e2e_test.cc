@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "gpu/compile_pipeline.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "shared_files.h"
@@ -169,6 +170,31 @@ TEST_F(CompileE2E, ReportBytesMatchHandComputedValues) {
 }
 
 // --require fails with exit 4 when nothing fires, and no output is written.
+// `weave compile` runs the library's compile pipeline (gpu/compile_pipeline.h), every stage or
+// the stages its switches leave on, and no list of its own.
+TEST_F(CompileE2E, RunsTheLibraryPipeline) {
+  const std::string in = Write("plain.hlo", kPlainAllGatherTwoDots);
+  CmdResult all = Sh(Weave() + " compile '" + in + "' -q --cost-gate=off --report '" +
+                     Tmp("all.json") + "'");
+  ASSERT_EQ(all.code, 0) << all.out;
+  nlohmann::json j = ReadJson(Tmp("all.json"));
+  ASSERT_TRUE(j.contains("pipeline")) << j.dump();
+  EXPECT_EQ(j["pipeline"].get<std::vector<std::string>>(), weave::CompilePipelinePassNames());
+  CmdResult some = Sh(Weave() + " compile '" + in + "' -q --cost-gate=off --no-cleanup "
+                      "--disable-passes=dot-merger --report '" + Tmp("some.json") + "'");
+  ASSERT_EQ(some.code, 0) << some.out;
+  absl::StatusOr<std::vector<std::string>> expected =
+      weave::CompilePipelinePassNames({"cleanup"}, {"dot-merger"});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(ReadJson(Tmp("some.json"))["pipeline"].get<std::vector<std::string>>(), *expected);
+  // The help text names the same passes.
+  CmdResult help = Sh(Weave() + " compile --help");
+  EXPECT_THAT(help.out, HasSubstr(weave::CompilePipelineSummary()));
+  CmdResult bad = Sh(Weave() + " compile '" + in + "' --disable-passes=no-such-pass");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("'no-such-pass' is not a pass of the compile pipeline"));
+}
+
 TEST_F(CompileE2E, RequireFailsWhenNothingFires) {
   std::string out = Tmp("ln.hlo");
   CmdResult r = Sh(Weave() + " compile '" + Write("none.hlo", kNoCollective) + "' -o '" + out +
