@@ -47,7 +47,9 @@ class Coster {
     if (auto it = memo_.find(c); it != memo_.end()) return it->second;
     memo_[c] = kSaturated;  // a computation that reaches itself is never cheap
     int64_t total = 0;
-    for (const HloInstruction* h : c->instructions()) total = Add(total, Of(*h));
+    for (const HloInstruction* h : c->instructions()) {
+      total = Add(total, Add(Of(*h), kInterpretedInstructionCost));
+    }
     memo_[c] = total;
     return total;
   }

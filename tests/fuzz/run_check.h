@@ -20,6 +20,12 @@ inline constexpr int64_t kMaxEvalBytes = int64_t{64} << 20;
 inline constexpr int64_t kMaxDevices = 8;
 // The most element operations (RunCost) a run may take.
 inline constexpr int64_t kMaxRunCost = int64_t{1} << 24;
+// What one instruction of a called computation costs on top of its elements, in element
+// operations: the evaluator interprets a comparator, reducer or body instruction by instruction,
+// each with a value to allocate, so a per-element call is far dearer than its scalar elements.
+// (Found by the run fuzzer: a sort of 3 x 4000 keys through an interpreted 25-instruction
+// comparator costs 1.6 s in the release build and 87 s under ASan: a timeout, not a hang.)
+inline constexpr int64_t kInterpretedInstructionCost = 8;
 
 // An upper estimate of the element operations of running `module` once per device: each
 // instruction's result and operand elements; a dot's result times its contracted size; a
@@ -27,7 +33,8 @@ inline constexpr int64_t kMaxRunCost = int64_t{1} << 24;
 // select-and-scatter times their window; sort n log n comparisons; an op applying a computation
 // per element (reduce, map, scatter, sort, all-reduce...) its elements times that computation's
 // cost; a while loop kMaxWhileTrips times its body and condition; a call or conditional its
-// callee (the costliest branch). Saturates at INT64_MAX.
+// callee (the costliest branch). A computation costs its instructions' costs plus
+// kInterpretedInstructionCost per instruction. Saturates at INT64_MAX.
 int64_t RunCost(const HloModule& module);
 
 // True when the module is small enough to run (devices, the memory estimate, RunCost).
