@@ -111,6 +111,7 @@ absl::StatusOr<bool> HloPassPipeline::Run(HloModule* module, std::vector<PassTim
   bool changed = false;
   for (const std::unique_ptr<HloPass>& pass : passes_) {
     pass->set_remarks(remarks_);
+    if (hooks_.before) hooks_.before(*pass, *module);
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<bool> result = pass->Run(module);
     const double seconds =
@@ -120,7 +121,9 @@ absl::StatusOr<bool> HloPassPipeline::Run(HloModule* module, std::vector<PassTim
                           absl::StrCat("pass ", std::string(pass->name()), ": ",
                                        result.status().message()));
     }
-    if (timings) timings->push_back({std::string(pass->name()), seconds, *result});
+    const PassTiming timing{std::string(pass->name()), seconds, *result};
+    if (hooks_.after) hooks_.after(*pass, *module, timing);
+    if (timings) timings->push_back(timing);
     changed |= *result;
     if (verify_each_) {
       absl::Status st = VerifyModule(*module);

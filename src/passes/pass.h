@@ -142,11 +142,24 @@ struct PassTiming {
   double seconds = 0;
   bool changed = false;
 };
+// What a caller observes around each pass of a pipeline (the compile driver's per-pass record,
+// its -v line and --timing): `before` runs just before a pass, `after` just after one that
+// succeeded (before verify_each checks it), with its timing. Either may be empty.
+struct PassHooks {
+  std::function<void(const HloPass& pass, const HloModule& module)> before;
+  std::function<void(const HloPass& pass, const HloModule& module, const PassTiming& timing)> after;
+};
+
 class HloPassPipeline {
  public:
   void AddPass(std::unique_ptr<HloPass> pass) { passes_.push_back(std::move(pass)); }
   void set_verify_each(bool v) { verify_each_ = v; }
   void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
+  void set_hooks(PassHooks hooks) { hooks_ = std::move(hooks); }
+  // Gives every pass added so far the cost gate (HloPass::set_cost_oracle).
+  void set_cost_oracle(CostOracle* oracle) {
+    for (const std::unique_ptr<HloPass>& p : passes_) p->set_cost_oracle(oracle);
+  }
   absl::StatusOr<bool> Run(HloModule* module, std::vector<PassTiming>* timings = nullptr);
   // Creates the passes named in `names` (a comma-separated list like "dce,cse"; empty entries
   // and surrounding spaces are ignored) from the registry with `options` and appends them.
@@ -158,6 +171,7 @@ class HloPassPipeline {
   std::vector<std::unique_ptr<HloPass>> passes_;
   bool verify_each_ = false;
   std::vector<Remark>* remarks_ = nullptr;
+  PassHooks hooks_;
 };
 
 }  // namespace weave

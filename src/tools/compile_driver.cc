@@ -103,29 +103,31 @@ void PrintTiming(const std::string& phase, double seconds, int64_t instructions)
 
 }  // namespace
 
-int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
-                  std::ostream& table, CompileReport* report,
-                  std::unique_ptr<HloModule>* compiled) {
-  const auto t_start = std::chrono::steady_clock::now();
-  if (o.timing && o.parse_seconds >= 0) {
-    PrintTiming("parse", o.parse_seconds, CountInstructions(*given));
-  }
-  report->input = o.input;
-  report->output = o.output;
-  report->module = given->name();
+namespace {
 
-  std::string error;
+// What one compile runs: the pass options, the pipeline (gpu/compile_pipeline.h, after the
+// switches) with its passes created, the rewrites --require names, and the cost gate.
+struct CompilePlan {
   PassOptions options;
-  if (!BuildPassOptions(o, &options, &error)) {
+  std::vector<std::string> passes;    // the pipeline's names after the switches
+  std::vector<std::string> required;  // --require, in the order given
+  HloPassPipeline pipeline;           // the passes created from `passes`
+  std::unique_ptr<CostOracle> oracle;
+};
+
+// Stage 1: the options, the passes and --require; a usage error (kUsage, message printed) for an
+// unknown pass, option, rewrite or --system.
+int Configure(const CompileOptions& o, CompileReport* report, CompilePlan* plan) {
+  std::string error;
+  if (!BuildPassOptions(o, &plan->options, &error)) {
     std::cerr << "weave compile: " << error << "\n";
     return kUsage;
   }
-  std::vector<std::string> passes = PipelinePasses(o, &error);
+  plan->passes = PipelinePasses(o, &error);
   if (!error.empty()) {
     std::cerr << "weave compile: " << error << "\n";
     return kUsage;
   }
-  std::vector<std::string> required;  // in the order given
   for (absl::string_view r : absl::StrSplit(o.require, ',', absl::SkipWhitespace())) {
     std::string name(r);
     const auto& known = RewriteNames();
@@ -134,16 +136,14 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
                 << absl::StrJoin(known, ", ") << ")\n";
       return kUsage;
     }
-    if (std::find(required.begin(), required.end(), name) == required.end()) {
-      required.push_back(name);
+    if (std::find(plan->required.begin(), plan->required.end(), name) == plan->required.end()) {
+      plan->required.push_back(name);
     }
   }
-
   // Create the passes first: their factories read the options, and an option that none of
   // them read (and that is no compile flag) is a usage error, reported before any work.
-  std::vector<std::pair<std::string, std::unique_ptr<HloPass>>> created;
-  for (const std::string& name : passes) {
-    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, options);
+  for (const std::string& name : plan->passes) {
+    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, plan->options);
     if (!pass.ok()) {
       if (absl::IsNotFound(pass.status())) {
         std::cerr << "weave compile: warning: pass '" << name
@@ -154,32 +154,29 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
       std::cerr << "weave compile: " << name << ": " << pass.status().message() << "\n";
       return kUsage;
     }
-    created.emplace_back(name, *std::move(pass));
+    plan->pipeline.AddPass(*std::move(pass));
   }
-  {
-    // Only the free-form `--key[=value]` arguments are checked: the named flags set option
-    // keys too, but those are compile flags even when their pass is switched off.
-    std::set<std::string> extra_keys;
-    for (const std::string& a : o.extras) {
-      extra_keys.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos
-                                                                      : a.find('=') - 2));
-    }
-    std::vector<std::string> unread;
-    for (const std::string& k : options.Unread()) {
-      if (extra_keys.count(k)) unread.push_back(k);
-    }
-    if (!unread.empty()) {
-      std::vector<std::string> known = KnownPassOptionNames();
-      known.insert(known.end(), o.flag_names.begin(), o.flag_names.end());
-      std::cerr << "weave compile: "
-                << UnknownOptionsMessage(
-                       unread, "not a compile flag, and no pass in the pipeline reads it",
-                       passes, known)
-                << "\n";
-      return kUsage;
-    }
+  // Only the free-form `--key[=value]` arguments are checked: the named flags set option keys
+  // too, but those are compile flags even when their pass is switched off.
+  std::set<std::string> extra_keys;
+  for (const std::string& a : o.extras) {
+    extra_keys.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos
+                                                                    : a.find('=') - 2));
   }
-
+  std::vector<std::string> unread;
+  for (const std::string& k : plan->options.Unread()) {
+    if (extra_keys.count(k)) unread.push_back(k);
+  }
+  if (!unread.empty()) {
+    std::vector<std::string> known = KnownPassOptionNames();
+    known.insert(known.end(), o.flag_names.begin(), o.flag_names.end());
+    std::cerr << "weave compile: "
+              << UnknownOptionsMessage(unread,
+                                       "not a compile flag, and no pass in the pipeline reads it",
+                                       plan->passes, known)
+              << "\n";
+    return kUsage;
+  }
   if (!o.system.empty()) {
     // Checked up front: a --system that does not load is an error, not a line in the table.
     if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(o.system); !spec.ok()) {
@@ -187,11 +184,14 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
       return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
     }
   }
+  return kOk;
+}
 
-  // The cost gate (passes/cost_oracle.h): the performance model decides every candidate on
-  // --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
-  // explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model).
-  std::unique_ptr<CostOracle> oracle;
+// Stage 2: the cost gate (passes/cost_oracle.h). The performance model decides every candidate
+// on --system (default h100x8), unless --cost-gate=off, or XLA's byte threshold was given
+// explicitly (then that threshold decides, as XLA users expect; --cost-gate=on adds the model);
+// weave demo's scaled copy replays the full-size block's decisions.
+int AttachCostGate(const CompileOptions& o, CompileReport* report, CompilePlan* plan) {
   // XLA's operand-bytes threshold is an explicit byte threshold too, unless it is -1 (unset).
   const bool xla_threshold =
       !o.threshold_mib.empty() || (!o.operand_bytes.empty() && o.operand_bytes != "-1");
@@ -200,7 +200,7 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
   if (o.replay_decisions) {
     // weave demo's scaled copy: the decisions the gate took on the full-size block, by location.
     const std::map<std::string, int> decisions = *o.replay_decisions;
-    oracle = std::make_unique<FunctionCostOracle>(
+    plan->oracle = std::make_unique<FunctionCostOracle>(
         [decisions](const CostQuery& q) -> absl::StatusOr<std::vector<double>> {
           auto it = decisions.find(ReplayKey(q.pass, q.location));
           if (it == decisions.end()) {
@@ -214,8 +214,6 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
         },
         "the full-size block's decisions");
     report->cost_gate.mode = "replay";
-    report->cost_gate.system = oracle->SystemName();
-    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
   } else if (gate_on) {
     const std::string name = o.system.empty() ? std::string(kDefaultGateSystem) : o.system;
     absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(name);
@@ -225,8 +223,8 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     }
     sim::CostGateConfig config;
     config.system = *spec;
-    config.pipeline = passes;
-    config.pass_options = options;
+    config.pipeline = plan->passes;
+    config.pass_options = plan->options;
     config.dump_dir = o.cost_gate_dump;
     if (!o.cost_gate_dump.empty()) {
       std::error_code ec;
@@ -237,77 +235,54 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
         return kInvalidInput;
       }
     }
-    oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
-    report->cost_gate.system = oracle->SystemName();
-    for (auto& entry : created) entry.second->set_cost_oracle(oracle.get());
+    plan->oracle = std::make_unique<sim::SimCostOracle>(std::move(config));
   }
+  if (plan->oracle) {
+    report->cost_gate.system = plan->oracle->SystemName();
+    plan->pipeline.set_cost_oracle(plan->oracle.get());
+  }
+  return kOk;
+}
 
-  // Input form (spec §0): a global module is partitioned first (compile_input.h); the
-  // windowed einsum pipeline starts from the partitioned module.
-  CompileInput prepared;
-  const int64_t given_instructions = o.timing ? CountInstructions(*given) : 0;
-  const auto t_prepare = std::chrono::steady_clock::now();
-  if (int code = PrepareCompileInput(o, std::move(given), report, &prepared); code != kOk) {
-    return code;
-  }
-  if (o.timing) PrintTiming("input (verify, partition)", SecondsSince(t_prepare), given_instructions);
-  const HloModule* global = prepared.global.get();
-  std::unique_ptr<HloModule> input = std::move(prepared.partitioned);
-  report->num_partitions = prepared.from_global || o.num_partitions <= 0
-                               ? std::max<int64_t>(input->num_partitions, 1)
-                               : o.num_partitions;
-  if (!prepared.from_global && o.num_partitions <= 0 && !input->has_num_partitions &&
-      input->replica_count == 1) {
-    const int64_t addressed = DevicesAddressedByCollectives(*input);
-    if (addressed > report->num_partitions) {
-      report->num_partitions = addressed;
-      report->num_partitions_inferred = true;
-    }
-  }
-
-  // The report's view of the input is taken now, so that the pipeline can run on the input
-  // itself: a copy is kept only for the numerics and the simulation, which run both modules.
-  const auto t_analyze_input = std::chrono::steady_clock::now();
-  const CompileInputAnalysis input_analysis = AnalyzeCompileInput(*input, report);
-  const double analyze_input_seconds = SecondsSince(t_analyze_input);
-  const bool keep_input = !o.verify_seed.empty() || !o.system.empty();
-  std::unique_ptr<HloModule> module = keep_input ? input->Clone() : std::move(input);
-  for (auto& [name, pass] : created) {
-    report->pipeline.push_back(name);
-    PassRecord rec;
-    rec.pass = name;
-    rec.instructions_before = CountInstructions(*module);
-    size_t first_remark = report->remarks.size();
-    pass->set_remarks(&report->remarks);
-    auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<bool> changed = pass->Run(module.get());
-    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!changed.ok()) {
-      std::cerr << "weave compile: " << o.input << ": pass " << name << " failed: "
-                << changed.status().message() << "\n";
-      return kInvalidInput;
-    }
-    rec.changed = *changed;
-    rec.instructions_after = CountInstructions(*module);
+// Stage 3: the pipeline on `module`, each pass recorded in the report (and printed with -v and
+// --timing), then the final verify. kInvalidInput (message printed) when a pass fails or the
+// module does not verify.
+int RunPasses(const CompileOptions& o, CompilePlan* plan, HloModule* module,
+              CompileReport* report) {
+  PassRecord rec;
+  size_t first_remark = 0;
+  PassHooks hooks;
+  hooks.before = [&](const HloPass& pass, const HloModule& m) {
+    report->pipeline.emplace_back(pass.name());
+    rec = PassRecord();
+    rec.pass = std::string(pass.name());
+    rec.instructions_before = CountInstructions(m);
+    first_remark = report->remarks.size();
+  };
+  hooks.after = [&](const HloPass&, const HloModule& m, const PassTiming& timing) {
+    rec.seconds = timing.seconds;
+    rec.changed = timing.changed;
+    rec.instructions_after = CountInstructions(m);
     for (size_t k = first_remark; k < report->remarks.size(); ++k) {
       if (report->remarks[k].applied) ++rec.remarks_applied;
       if (report->remarks[k].missed()) ++rec.remarks_missed;
     }
     if (o.verbose) {
       std::cerr << absl::StrFormat(
-          "  %-32s %9.3f ms  %-9s instructions %d -> %d  remarks: %d applied, %d missed\n", name,
-          rec.seconds * 1e3, rec.changed ? "changed" : "unchanged", rec.instructions_before,
-          rec.instructions_after, rec.remarks_applied, rec.remarks_missed);
+          "  %-32s %9.3f ms  %-9s instructions %d -> %d  remarks: %d applied, %d missed\n",
+          rec.pass, rec.seconds * 1e3, rec.changed ? "changed" : "unchanged",
+          rec.instructions_before, rec.instructions_after, rec.remarks_applied,
+          rec.remarks_missed);
     }
-    if (o.timing) PrintTiming(name, rec.seconds, rec.instructions_before);
+    if (o.timing) PrintTiming(rec.pass, rec.seconds, rec.instructions_before);
     report->passes.push_back(rec);
-    if (o.verify_each) {
-      if (absl::Status st = VerifyModule(*module); !st.ok()) {
-        std::cerr << "weave compile: the module does not verify after " << name << ": "
-                  << st.message() << "\n";
-        return kInvalidInput;
-      }
-    }
+  };
+  plan->pipeline.set_hooks(std::move(hooks));
+  plan->pipeline.set_remarks(&report->remarks);
+  plan->pipeline.set_verify_each(o.verify_each);
+  if (absl::StatusOr<bool> changed = plan->pipeline.Run(module); !changed.ok()) {
+    std::cerr << "weave compile: " << o.input << ": " << changed.status().message() << "\n";
+    return kInvalidInput;
   }
   const int64_t compiled_instructions = o.timing ? CountInstructions(*module) : 0;
   const auto t_verify = std::chrono::steady_clock::now();
@@ -316,43 +291,13 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
     return kInvalidInput;
   }
   if (o.timing) PrintTiming("verify", SecondsSince(t_verify), compiled_instructions);
+  return kOk;
+}
 
-  // The verified module's text is made on a second thread while this one analyses it (the
-  // report, the numerics, the simulation): all only read it. The one state a read may write, a
-  // computation's kept post order (HloComputation::MakeInstructionPostOrder), is made here
-  // first, so that the threads only copy it. The text is written out at the end, only if the
-  // compile succeeds; a return before that waits for the thread (the future's destructor) and
-  // drops the text.
-  double print_seconds = 0;
-  std::future<std::string> printed;
-  if (!o.output.empty()) {
-    for (const HloComputation* c : module->computations()) c->MakeInstructionPostOrder();
-    printed = std::async(std::launch::async, [m = module.get(), &print_seconds] {
-      const auto t_print = std::chrono::steady_clock::now();
-      std::string text = m->ToString();
-      print_seconds = SecondsSince(t_print);
-      return text;
-    });
-  }
-
-  if (oracle) report->cost_gate.decisions = oracle->decisions();
-
-  std::vector<std::string> pending_notes = report->after.notes;
-  const auto t_analyze = std::chrono::steady_clock::now();
-  AnalyzeCompileOutput(input_analysis, *module, report);
-  if (o.timing) {
-    PrintTiming("analysis (report)", analyze_input_seconds + SecondsSince(t_analyze),
-                compiled_instructions);
-  }
-  for (const std::string& n : pending_notes) report->after.notes.push_back(n);
-
-  if (!o.verify_seed.empty()) {
-    RunNumerics(o, global, *input, *module, report);
-  } else if (o.numerics_from_copy) {
-    report->numerics = *o.numerics_from_copy;
-  }
-  if (!o.system.empty()) RunSimulation(o.system, *input, *module, report);
-
+// Stage 5: the exit code from the numerics and --require, the table and the JSON report, and the
+// message of a failed compile (the output is then not written).
+int Conclude(const CompileOptions& o, const std::vector<std::string>& required,
+             CompileReport* report, std::ostream& table) {
   int code = kOk;
   std::vector<std::string> missing;
   for (const std::string& r : required) {
@@ -394,21 +339,106 @@ int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
   if (code == kNumericsMismatch) {
     std::cerr << "weave compile: numerics: the compiled module differs from the input beyond "
                  "tolerance; the output was not written\n";
-    return code;
-  }
-  if (code == kRequiredMissing) {
+  } else if (code == kRequiredMissing) {
     std::cerr << "weave compile: --require: " << absl::StrJoin(missing, ", ")
               << " did not fire anywhere in " << o.input << ". The output was not written\n";
     for (const std::string& m : missing) {
       std::cerr << "  " << m << ": " << ExplainMissingRewrite(m, report->remarks) << "\n";
     }
-    return code;
-  }
-  if (code == kNumericsNotVerified) {
+  } else if (code == kNumericsNotVerified) {
     std::cerr << "weave compile: --verify-numerics: the numerics could not be verified: "
               << report->numerics.skipped << ". The output was not written\n";
+  }
+  return code;
+}
+
+}  // namespace
+
+int CompileModule(const CompileOptions& o, std::unique_ptr<HloModule> given,
+                  std::ostream& table, CompileReport* report,
+                  std::unique_ptr<HloModule>* compiled) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (o.timing && o.parse_seconds >= 0) {
+    PrintTiming("parse", o.parse_seconds, CountInstructions(*given));
+  }
+  report->input = o.input;
+  report->output = o.output;
+  report->module = given->name();
+
+  CompilePlan plan;
+  if (int code = Configure(o, report, &plan); code != kOk) return code;
+  if (int code = AttachCostGate(o, report, &plan); code != kOk) return code;
+
+  // Stage 4: the input. A global module is partitioned first (compile_input.h, spec §0); the
+  // windowed einsum pipeline starts from the partitioned module.
+  CompileInput prepared;
+  const int64_t given_instructions = o.timing ? CountInstructions(*given) : 0;
+  const auto t_prepare = std::chrono::steady_clock::now();
+  if (int code = PrepareCompileInput(o, std::move(given), report, &prepared); code != kOk) {
     return code;
   }
+  if (o.timing) PrintTiming("input (verify, partition)", SecondsSince(t_prepare), given_instructions);
+  const HloModule* global = prepared.global.get();
+  std::unique_ptr<HloModule> input = std::move(prepared.partitioned);
+  report->num_partitions = prepared.from_global || o.num_partitions <= 0
+                               ? std::max<int64_t>(input->num_partitions, 1)
+                               : o.num_partitions;
+  if (!prepared.from_global && o.num_partitions <= 0 && !input->has_num_partitions &&
+      input->replica_count == 1) {
+    const int64_t addressed = DevicesAddressedByCollectives(*input);
+    if (addressed > report->num_partitions) {
+      report->num_partitions = addressed;
+      report->num_partitions_inferred = true;
+    }
+  }
+
+  // The report's view of the input is taken now, so that the pipeline can run on the input
+  // itself: a copy is kept only for the numerics and the simulation, which run both modules.
+  const auto t_analyze_input = std::chrono::steady_clock::now();
+  const CompileInputAnalysis input_analysis = AnalyzeCompileInput(*input, report);
+  const double analyze_input_seconds = SecondsSince(t_analyze_input);
+  const bool keep_input = !o.verify_seed.empty() || !o.system.empty();
+  std::unique_ptr<HloModule> module = keep_input ? input->Clone() : std::move(input);
+  if (int code = RunPasses(o, &plan, module.get(), report); code != kOk) return code;
+  const int64_t compiled_instructions = o.timing ? CountInstructions(*module) : 0;
+
+  // The verified module's text is made on a second thread while this one analyses it (the
+  // report, the numerics, the simulation): all only read it. The one state a read may write, a
+  // computation's kept post order (HloComputation::MakeInstructionPostOrder), is made here
+  // first, so that the threads only copy it. The text is written out at the end, only if the
+  // compile succeeds; a return before that waits for the thread (the future's destructor) and
+  // drops the text.
+  double print_seconds = 0;
+  std::future<std::string> printed;
+  if (!o.output.empty()) {
+    for (const HloComputation* c : module->computations()) c->MakeInstructionPostOrder();
+    printed = std::async(std::launch::async, [m = module.get(), &print_seconds] {
+      const auto t_print = std::chrono::steady_clock::now();
+      std::string text = m->ToString();
+      print_seconds = SecondsSince(t_print);
+      return text;
+    });
+  }
+
+  if (plan.oracle) report->cost_gate.decisions = plan.oracle->decisions();
+
+  std::vector<std::string> pending_notes = report->after.notes;
+  const auto t_analyze = std::chrono::steady_clock::now();
+  AnalyzeCompileOutput(input_analysis, *module, report);
+  if (o.timing) {
+    PrintTiming("analysis (report)", analyze_input_seconds + SecondsSince(t_analyze),
+                compiled_instructions);
+  }
+  for (const std::string& n : pending_notes) report->after.notes.push_back(n);
+
+  if (!o.verify_seed.empty()) {
+    RunNumerics(o, global, *input, *module, report);
+  } else if (o.numerics_from_copy) {
+    report->numerics = *o.numerics_from_copy;
+  }
+  if (!o.system.empty()) RunSimulation(o.system, *input, *module, report);
+
+  if (int code = Conclude(o, plan.required, report, table); code != kOk) return code;
   if (!o.output.empty()) {
     const auto t_wait = std::chrono::steady_clock::now();
     std::string text = printed.get();
