@@ -49,12 +49,7 @@ Result RunMerger(HloModule* m, DotMerger merger) {
 }
 
 bool Missed(const Result& r, const std::string& where, const std::string& needle) {
-  for (const Remark& rm : r.remarks) {
-    if (rm.location == where && !rm.applied && rm.message.find(needle) != std::string::npos) {
-      return true;
-    }
-  }
-  return false;
+  return testing_util::HasMissed(r.remarks, where, needle);
 }
 
 TEST(DotMerger, WithoutQueueOrGuardMergesEveryDotSharingTheValue) {

@@ -47,4 +47,15 @@ inline int Count(const HloModule& m, HloOpcode op) {
   return n;
 }
 
+// True when `remarks` holds a missed remark at `location` whose message contains `needle`.
+inline bool HasMissed(const std::vector<Remark>& remarks, const std::string& location,
+                      const std::string& needle) {
+  for (const Remark& rm : remarks) {
+    if (rm.location == location && !rm.applied && rm.message.find(needle) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace weave::testing_util

@@ -119,12 +119,7 @@ std::string LoopModule(const std::string& xs1) {
 }
 
 bool HasMissed(const PassRun& r, const std::string& location, const std::string& needle) {
-  for (const Remark& rm : r.remarks) {
-    if (rm.location == location && !rm.applied && rm.message.find(needle) != std::string::npos) {
-      return true;
-    }
-  }
-  return false;
+  return testing_util::HasMissed(r.remarks, location, needle);
 }
 
 TEST(DotMergeGuard, KeepsWindowedEinsumLoopStepsApart) {
