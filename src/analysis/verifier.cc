@@ -105,6 +105,8 @@ absl::Status Checker::Check() {
       return Transpose();
     case HloOpcode::kDot:
       return Dot();
+    case HloOpcode::kRaggedDot:
+      return RaggedDot();
     case HloOpcode::kConvolution:
       return Convolution();
     case HloOpcode::kSlice:

@@ -138,7 +138,16 @@ class Checker {
   absl::Status Concatenate();
 
   // verifier_dot_reduce.cc
+  // The batch and contracting dims of a dot or ragged-dot: as many on each side, within its rank,
+  // each dim once, of equal sizes on both sides (XLA's ValidateDotDimensionNumbers and
+  // CheckDotDimensionConstraints).
+  absl::Status DotDimensions(const Shape& lhs, const Shape& rhs) const;
   absl::Status Dot();
+  // ragged-dot (XLA's ShapeInference::InferRaggedDotOpShape): lhs_ragged_dims one lhs dim; by
+  // its kind (batch, contracting or other) the group sizes [prefix..., G] and rhs_group_dims (one
+  // dim of size G, only when the ragged dim is neither), and the result [G if contracting,
+  // batch..., lhs free..., rhs free but the group dim...].
+  absl::Status RaggedDot();
   absl::Status Convolution();
   // to_apply of reduce/reduce-window/all-reduce/reduce-scatter: (acc..., x...) -> acc scalars.
   // With `input_types`, the element parameters take the inputs' element types (or, floating

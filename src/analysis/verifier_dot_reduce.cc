@@ -12,16 +12,12 @@
 #include "analysis/verifier_checker.h"
 #include "hlo/conv_dims.h"
 #include "hlo/dot_dims.h"
+#include "hlo/raw_dims_attribute.h"
 #include "hlo/window.h"
 
 namespace weave::verifier_internal {
 
-absl::Status Checker::Dot() {
-  if (auto st = OperandCount(2); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayOperand(1); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
-  const Shape &lhs = Op(0), &rhs = Op(1);
+absl::Status Checker::DotDimensions(const Shape& lhs, const Shape& rhs) const {
   const DotDims& dn = h_.dot_dims();
   if (dn.lhs_batch.size() != dn.rhs_batch.size()) {
     return Err(absl::StrCat("lhs_batch_dims=", Dims(dn.lhs_batch), " and rhs_batch_dims=",
@@ -68,6 +64,18 @@ absl::Status Checker::Dot() {
                               " has size ", b));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::Dot() {
+  if (auto st = OperandCount(2); !st.ok()) return st;
+  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  if (auto st = ArrayOperand(1); !st.ok()) return st;
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape &lhs = Op(0), &rhs = Op(1);
+  const DotDims& dn = h_.dot_dims();
+  if (auto st = DotDimensions(lhs, rhs); !st.ok()) return st;
+  auto size = [](const Shape& s, int64_t d) { return s.dims[static_cast<size_t>(d)]; };
   std::vector<int64_t> dims;
   for (int64_t d : dn.lhs_batch) dims.push_back(size(lhs, d));
   for (int64_t d : DotFreeDims(lhs.rank(), dn.lhs_batch, dn.lhs_contracting)) {
@@ -81,6 +89,96 @@ absl::Status Checker::Dot() {
                             " differ from the dims implied by the operands ", ShapeText(lhs),
                             ", ", ShapeText(rhs), " and dimension numbers: ", Dims(dims),
                             " (batch, lhs free, rhs free)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::RaggedDot() {
+  if (auto st = OperandCount(3); !st.ok()) return st;
+  for (int64_t i = 0; i < 3; ++i) {
+    if (auto st = ArrayOperand(i); !st.ok()) return st;
+  }
+  if (auto st = ArrayResult(); !st.ok()) return st;
+  const Shape &lhs = Op(0), &rhs = Op(1), &groups = Op(2);
+  if (!IsInteger(groups.element_type) || groups.rank() < 1) {
+    return Err(absl::StrCat("group sizes ", ShapeText(groups),
+                            " must be an integer array of rank >= 1"));
+  }
+  if (auto st = DotDimensions(lhs, rhs); !st.ok()) return st;
+  const DotDims& dn = h_.dot_dims();
+  absl::StatusOr<std::vector<int64_t>> ragged = RawDimsAttribute(h_, "lhs_ragged_dims");
+  if (!ragged.ok()) return Err(std::string(ragged.status().message()));
+  absl::StatusOr<std::vector<int64_t>> group_dims = RawDimsAttribute(h_, "rhs_group_dims");
+  if (!group_dims.ok()) return Err(std::string(group_dims.status().message()));
+  if (ragged->size() != 1) {
+    return Err(absl::StrCat("lhs_ragged_dims=", Dims(*ragged),
+                            " must name exactly one lhs dimension"));
+  }
+  const int64_t r = (*ragged)[0];
+  if (r < 0 || r >= lhs.rank()) {
+    return Err(absl::StrCat("lhs ragged dimension ", r, " is out of range for lhs shape ",
+                            ShapeText(lhs)));
+  }
+  auto has = [](const std::vector<int64_t>& v, int64_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  const bool batch = has(dn.lhs_batch, r), contracting = has(dn.lhs_contracting, r);
+  const std::vector<int64_t> lhs_free = DotFreeDims(lhs.rank(), dn.lhs_batch, dn.lhs_contracting);
+  // The group sizes' leading dims: the batch dims, then (by the ragged dim's kind) the
+  // contracting or free dims before it; in the batch mode only the batch dims before it.
+  std::vector<int64_t> prefix_dims;
+  if (batch) {
+    prefix_dims.assign(dn.lhs_batch.begin(), std::find(dn.lhs_batch.begin(), dn.lhs_batch.end(), r));
+  } else {
+    prefix_dims = dn.lhs_batch;
+    const std::vector<int64_t>& kind = contracting ? dn.lhs_contracting : lhs_free;
+    prefix_dims.insert(prefix_dims.end(), kind.begin(), std::find(kind.begin(), kind.end(), r));
+  }
+  std::vector<int64_t> prefix;
+  for (int64_t d : prefix_dims) prefix.push_back(lhs.dims[static_cast<size_t>(d)]);
+  if (groups.rank() != 1) {
+    const std::vector<int64_t> leading(groups.dims.begin(), groups.dims.end() - 1);
+    if (leading != prefix) {
+      std::vector<int64_t> want = prefix;
+      want.push_back(groups.dims.back());
+      return Err(absl::StrCat("group sizes ", ShapeText(groups), " should have dims ", Dims(want),
+                              " or be [", groups.dims.back(), "]"));
+    }
+  }
+  const int64_t num_groups = groups.dims.back();
+  for (int64_t g : *group_dims) {
+    if (g < 0 || g >= rhs.rank() || has(dn.rhs_batch, g) || has(dn.rhs_contracting, g)) {
+      return Err(absl::StrCat("rhs group dimension ", g,
+                              " must be an rhs dimension that is neither batch nor contracting"));
+    }
+  }
+  if ((batch || contracting) && !group_dims->empty()) {
+    return Err("rhs_group_dims must be empty when the lhs ragged dimension is batch or contracting");
+  }
+  if (!batch && !contracting) {
+    if (group_dims->size() != 1) {
+      return Err("a ragged non-contracting lhs dimension needs exactly one rhs_group_dims entry");
+    }
+    const int64_t g_size = rhs.dims[static_cast<size_t>((*group_dims)[0])];
+    if (g_size != num_groups) {
+      return Err(absl::StrCat("rhs group dimension ", (*group_dims)[0], " has size ", g_size,
+                              " but there are ", num_groups, " groups"));
+    }
+  }
+  std::vector<int64_t> dims;
+  if (contracting) dims.push_back(num_groups);
+  for (int64_t d : dn.lhs_batch) dims.push_back(lhs.dims[static_cast<size_t>(d)]);
+  for (int64_t d : lhs_free) dims.push_back(lhs.dims[static_cast<size_t>(d)]);
+  for (int64_t d : DotFreeDims(rhs.rank(), dn.rhs_batch, dn.rhs_contracting)) {
+    if (!has(*group_dims, d)) dims.push_back(rhs.dims[static_cast<size_t>(d)]);
+  }
+  if (!DimsEqual(h_.shape().dims, dims)) {
+    return Err(absl::StrCat("result dims ", Dims(h_.shape().dims),
+                            " differ from the dims implied by the operands ", ShapeText(lhs), ", ",
+                            ShapeText(rhs), ", ", ShapeText(groups),
+                            " and dimension numbers: ", Dims(dims),
+                            contracting ? " (groups, batch, lhs free, rhs free)"
+                                        : " (batch, lhs free, rhs free)"));
   }
   return absl::OkStatus();
 }
