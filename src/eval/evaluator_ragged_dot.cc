@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "eval/evaluator_internal.h"
@@ -77,8 +78,26 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   }
   const Shape& out = instr.shape();
   const size_t lead = contracting ? 1 : 0;
-  if (static_cast<size_t>(out.rank()) != lead + dd.lhs_batch.size() + lhs_free.size() + rhs_free.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ragged-dot result rank ", out.rank(), " does not match its operands"));
+  // The result the operands give (the verifier's rule, checked again: every index below reads
+  // within the operands only for this shape).
+  std::vector<int64_t> want;
+  if (contracting) want.push_back(num_groups);
+  for (int64_t d : dd.lhs_batch) want.push_back(lhs.shape.dims[static_cast<size_t>(d)]);
+  for (int64_t d : lhs_free) want.push_back(lhs.shape.dims[static_cast<size_t>(d)]);
+  for (int64_t d : rhs_free) want.push_back(rhs.shape.dims[static_cast<size_t>(d)]);
+  if (out.dims != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ragged-dot result ", absl::StrJoin(out.dims, ","), " is not the [",
+        absl::StrJoin(want, ","), "] its operands give"));
+  }
+  for (size_t i = 0; i < dd.lhs_batch.size(); ++i) {
+    if (lhs.shape.dims[static_cast<size_t>(dd.lhs_batch[i])] !=
+        rhs.shape.dims[static_cast<size_t>(dd.rhs_batch[i])]) {
+      return absl::InvalidArgumentError("ragged-dot batch dim sizes differ between the operands");
+    }
+  }
+  if (grouped && rhs.shape.dims[static_cast<size_t>(rg)] < num_groups) {
+    return absl::InvalidArgumentError("ragged-dot rhs group dim is smaller than the group count");
   }
   std::vector<int64_t> csize;
   for (size_t i = 0; i < dd.lhs_contracting.size(); ++i) {
@@ -108,6 +127,15 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
       li[static_cast<size_t>(d)] = oi[idx++];
     }
     for (int64_t d : rhs_free) ri[static_cast<size_t>(d)] = oi[idx++];
+    // The group sizes' leading dims index the output's batch dims and, grouped, the lhs free dims
+    // other than the ragged one: each index must be within the group sizes.
+    for (int64_t i = 0; i + 1 < gs_rank; ++i) {
+      if (gi[static_cast<size_t>(i)] >= group_sizes.shape.dims[static_cast<size_t>(i)]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ragged-dot group sizes ", absl::StrJoin(group_sizes.shape.dims, ","),
+            " do not cover the result's leading dims"));
+      }
+    }
     // The group bounds this element reads.
     int64_t lo = 0, hi = 0;
     bool zero = false;

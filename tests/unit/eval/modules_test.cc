@@ -309,5 +309,36 @@ ENTRY e {
   EXPECT_EQ(EstimateMemoryBytes(*halves, 4), 4 * (2048 + 2048));
 }
 
+// The evaluator checks a ragged-dot's shapes itself (a module may reach it unverified): the run
+// fuzzer's batch-mode ragged-dot with result f32[3,4,2] for operands giving [3,1,1] is an error,
+// not a read past the operands.
+TEST(Modules, RaggedDotShapesAreCheckedBeforeReading) {
+  const std::string base = R"(HloModule rd
+ENTRY main {
+  l = f32[3,1,2] parameter(0)
+  r = f32[3,2,1] parameter(1)
+  g = s32[$G] parameter(2)
+  ROOT b = f32[$OUT] ragged-dot(l, r, g), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}, lhs_ragged_dims={0}
+}
+)";
+  auto text = [&](const std::string& groups, const std::string& out) {
+    std::string t = base;
+    t.replace(t.find("$G"), 2, groups);
+    t.replace(t.find("$OUT"), 4, out);
+    return t;
+  };
+  const std::vector<ValuePtr> args = {
+      testing::Arr(PrimitiveType::F32, {3, 1, 2}, {1, 2, 3, 4, 5, 6}),
+      testing::Arr(PrimitiveType::F32, {3, 2, 1}, {1, 1, 1, 2, 1, 1}),
+      testing::Arr(PrimitiveType::S32, {1}, {2})};
+  auto ok = testing::RunWith(text("1", "3,1,1"), args);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(testing::Doubles(*(*ok)[0][0]), (std::vector<double>{3, 11, 0}));
+  auto wrong = testing::RunWith(text("1", "3,4,2"), args);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()),
+              ::testing::HasSubstr("ragged-dot result 3,4,2 is not the [3,1,1] its operands give"));
+}
+
 }  // namespace
 }  // namespace weave::eval
