@@ -43,7 +43,7 @@ struct EvalOptions {
   uint64_t seed = 0;
   // Parameters without sharding get the same values on every device (default), as XLA's SPMD
   // partitioner treats an unannotated instruction as replicated; false gives them independent
-  // values per device (Weave's behaviour before 2026-12).
+  // values per device.
   bool replicate_unsharded = true;
   // Refuse modules whose estimated memory (EstimateMemoryBytes) exceeds this many bytes.
   int64_t max_memory_bytes = int64_t{8} << 30;

@@ -51,10 +51,9 @@ bool IsCheapProducer(const HloInstruction* i) {
 }
 
 constexpr int kProducerDepth = 4;
-// How far back from a seed a path to another seed is looked for (instructions). 16 was too few:
-// on the Llama 3 8B context-parallel dump a decomposer candidate's dots are joined through
-// attention (the estimates changed); 64 gives every region of the shared dumps and the layer
-// stacks exactly as the unbounded walk did.
+// How far back from a seed a path to another seed is looked for (instructions): deep enough that
+// the regions are those of an unbounded walk on the shared dumps and layer stacks (why 64:
+// bench/NOTES.md).
 constexpr int kPathDepth = 64;
 
 // Marks on instructions by unique id, one byte each in a table kept between queries (ids are

@@ -22,11 +22,9 @@ namespace weave::tools {
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
 
 // Hands `object` to the process: it is never destroyed, and its memory goes back to the system
-// when the process exits. For what a command holds at its very end (the compiled module, 80k
-// instructions on a 30k-instruction input): freeing it block by block costs 2.2% of the machine
-// instructions of `weave compile` and 5.4% of the `weave opt` round trip (callgrind, the 30k
-// layer stack), and changes nothing anyone sees. Clang does the same with its AST
-// (`-disable-free`, llvm::BuryPointer). The object stays reachable from a static list, so a leak
+// when the process exits. For what a command holds at its very end (the compiled module), whose
+// block-by-block destruction changes nothing anyone sees (as Clang's `-disable-free` keeps its
+// AST; the cost saved: bench/NOTES.md). The object stays reachable from a static list, so a leak
 // checker (LeakSanitizer in the SANITIZE=1 build) does not report it. Not for loops: every call
 // keeps one more object for the life of the process.
 void KeepUntilExitImpl(void* object);

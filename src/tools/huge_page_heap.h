@@ -14,14 +14,8 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // the kernel backs the heap with transparent huge pages where its setting is `madvise` or
 // `always` (/sys/kernel/mm/transparent_hugepage/enabled).
 //
-// Why: a compile touches every page of its heap for the first time once (42.6k page faults for
-// a 180 MB peak on a 30k-instruction layer stack), and on the virtual machines measured here each
-// first touch costs 6 to 9 us in the kernel: a quarter of the compile. With huge pages there are
-// 2.0k faults, and fewer TLB misses. Measured on that stack (2-core AMD EPYC VM, min of 5
-// interleaved runs): compile 1.34 -> 0.80 s, `weave opt` round trip 0.21 -> 0.08 s; peak RSS
-// 179 -> 185 MB; small modules unchanged in time, +2 MB RSS. The same idea as the hugepage-aware
-// allocator of Google's newer TCMalloc (Hunter et al., "Beyond malloc efficiency to fleet
-// efficiency", OSDI 2021).
+// Why: a compile touches most of its heap's pages once, and the first touch of a 4 KiB page is
+// a kernel fault; 2 MiB pages make those faults (and TLB misses) rare. Figures: bench/NOTES.md.
 //
 // Call once, at the start of main (threads that already exist are no matter: tcmalloc switches
 // its system allocator under its own lock). Returns true when the allocator was installed, false
