@@ -536,9 +536,9 @@ EinsumDecision PlanEinsum(const EinsumSpace& sp, const Shape& lhs, const Shape& 
   EinsumPlanner::Plan plan = planner.Run();
   d.best = Combine(sp, plan.parts, n);
   if (d.best) {
-    d.lreq = Project(*d.best, sp.lhs_map, n);
-    d.rreq = Project(*d.best, sp.rhs_map, n);
-    d.oreq = Project(*d.best, sp.out_map, n);
+    d.lhs_target = Project(*d.best, sp.lhs_map, n);
+    d.rhs_target = Project(*d.best, sp.rhs_map, n);
+    d.output_target = Project(*d.best, sp.out_map, n);
   }
   d.steps = std::move(plan.steps);
   return d;

@@ -39,7 +39,7 @@ EinsumSpace DotSpaceOf(const DotDims& dd, int64_t lhs_rank, int64_t rhs_rank);
 // and its projections; `steps` name the handler steps taken, for the remark.
 struct EinsumDecision {
   std::optional<Sharding> best;
-  Sharding lreq, rreq, oreq;
+  Sharding lhs_target, rhs_target, output_target;
   std::vector<std::string> steps;
 };
 

@@ -94,7 +94,7 @@ absl::StatusOr<PValue> PartitionScaledDot(ComputationPartitioner& cp, const HloI
   const Shape* data[2] = {&lg, &rg};
   // Why the decision's operand shardings cannot carry the scales (empty when they can).
   auto mismatch = [&](const EinsumDecision& d) -> std::string {
-    const Sharding* req[2] = {&d.lreq, &d.rreq};
+    const Sharding* req[2] = {&d.lhs_target, &d.rhs_target};
     for (int i = 0; i < 2; ++i) {
       if (scales[i] == nullptr) continue;
       if (scales[i]->rank() != rank) return "a scale's rank differs from its data's";
@@ -124,24 +124,24 @@ absl::StatusOr<PValue> PartitionScaledDot(ComputationPartitioner& cp, const HloI
   const Sharding& best = *decision.best;
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < nops; ++i) {
-    const Sharding want = i == 0 || i == 2 ? decision.lreq
-                          : i == 1 || i == 3 ? decision.rreq
+    const Sharding want = i == 0 || i == 2 ? decision.lhs_target
+                          : i == 1 || i == 3 ? decision.rhs_target
                                              : Sharding::Replicated();
     absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, want);
     if (!o.ok()) return o.status();
     ops.push_back(*o);
   }
   const std::vector<int64_t> c_dims = TiledContractingDims(sp, best);
-  HloInstruction* local = SumPartials(cp, cp.Clone(h, LocalShape(h.shape(), decision.oreq), ops), best, c_dims);
+  HloInstruction* local = SumPartials(cp, cp.Clone(h, LocalShape(h.shape(), decision.output_target), ops), best, c_dims);
   cp.Remark(h, true,
             absl::StrCat("block-scaled dot by XLA's dot handler order: ",
                          absl::StrJoin(decision.steps, "; then "), "; iteration space ",
-                         best.ToString(), ": lhs and its scale ", decision.lreq.ToString(),
-                         ", rhs and its scale ", decision.rreq.ToString(),
+                         best.ToString(), ": lhs and its scale ", decision.lhs_target.ToString(),
+                         ", rhs and its scale ", decision.rhs_target.ToString(),
                          c_dims.empty() ? std::string()
                                         : absl::StrCat(", ", c_dims.size(),
                                                        " all-reduce(s) of the partial sums")));
-  return PValue{local, decision.oreq, h.shape()};
+  return PValue{local, decision.output_target, h.shape()};
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
       const int64_t out_size = og.dims[static_cast<size_t>(cd->out.spatial[static_cast<size_t>(d.spatial)])];
       const int64_t tile = d.role == Role::kSlideOut ? ShardSize(out_size, t) : ShardSize(kernel, t);
       const HaloWindow hw = SlideWindow(d, w, tile, kernel, out_size);
-      const absl::Status ok = CheckHalo(decision.lreq, lg, hw, n);
+      const absl::Status ok = CheckHalo(decision.lhs_target, lg, hw, n);
       if (!ok.ok()) {
         drop = k;
         whole.push_back(absl::StrCat("spatial dim ", d.spatial, ": ", ok.message()));
@@ -255,9 +255,9 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
     return cp.Replicated(h, absl::StrCat("convolution: no dim of its iteration space can be tiled",
                                          whole.empty() ? std::string() : absl::StrCat(" (", absl::StrJoin(whole, "; "), ")")));
   }
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lreq);
+  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lhs_target);
   if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rreq);
+  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rhs_target);
   if (!r.ok()) return r.status();
   SpmdBuilder& b = cp.b();
   HloInstruction* lhs = *l;
@@ -270,15 +270,15 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
     if (order[k].role == Role::kInFeature) lmask.push_back(order[k].lhs);
     rmask.push_back(order[k].rhs);
   }
-  if (!lmask.empty()) lhs = b.MaskPadding(lhs, decision.lreq, lg, lmask, b.ScalarConst(lg.element_type, 0));
-  if (!rmask.empty()) rhs = b.MaskPadding(rhs, decision.rreq, rg, rmask, b.ScalarConst(rg.element_type, 0));
+  if (!lmask.empty()) lhs = b.MaskPadding(lhs, decision.lhs_target, lg, lmask, b.ScalarConst(lg.element_type, 0));
+  if (!rmask.empty()) rhs = b.MaskPadding(rhs, decision.rhs_target, rg, rmask, b.ScalarConst(rg.element_type, 0));
   HloInstruction* zero = halos.empty() ? nullptr : b.ScalarConst(lg.element_type, 0);
   for (const HaloWindow& hw : halos) {
-    absl::StatusOr<HloInstruction*> x = ExchangeHalo(b, lhs, decision.lreq, lg, hw, zero);
+    absl::StatusOr<HloInstruction*> x = ExchangeHalo(b, lhs, decision.lhs_target, lg, hw, zero);
     if (!x.ok()) return x.status();
     lhs = *x;
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(og, decision.oreq), {lhs, rhs});
+  HloInstruction* local = cp.Clone(h, LocalShape(og, decision.output_target), {lhs, rhs});
   std::vector<std::string> roles;
   bool window_changed = false;
   for (size_t k = 0; k < order.size(); ++k) {
@@ -305,11 +305,11 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
             absl::StrCat("convolution as an einsum (XLA's convolution handler): ",
                          roles.empty() ? std::string("no dim tiled") : absl::StrJoin(roles, ", "),
                          "; by the dot handler's order: ", absl::StrJoin(decision.steps, "; then "),
-                         "; lhs ", decision.lreq.ToString(), ", kernel ", decision.rreq.ToString(),
+                         "; lhs ", decision.lhs_target.ToString(), ", kernel ", decision.rhs_target.ToString(),
                          halos.empty() ? std::string() : absl::StrCat(", ", halos.size(), " halo exchange(s) on the lhs"),
                          c_dims.empty() ? std::string() : absl::StrCat(", ", c_dims.size(), " all-reduce(s) of the partial sums"),
                          whole.empty() ? std::string() : absl::StrCat("; kept whole: ", absl::StrJoin(whole, "; "))));
-  return PValue{local, decision.oreq, og};
+  return PValue{local, decision.output_target, og};
 }
 
 }  // namespace weave::spmd

@@ -54,21 +54,21 @@ namespace {
 // the plain form either way (the decomposer and the cost gate decide); the choice XLA would
 // make is stamped as _weave_xla_window="ag|rs|none" and said in a remark.
 void StampXlaWindow(ComputationPartitioner& cp, const HloInstruction& h, HloInstruction* local,
-                    const Sharding& ls, const Sharding& lreq, const Sharding& rs,
-                    const Sharding& rreq, const Sharding& os, bool partial_sums) {
+                    const Sharding& lhs_sharding, const Sharding& lhs_target, const Sharding& rhs_sharding,
+                    const Sharding& rhs_target, const Sharding& output_sharding, bool partial_sums) {
   const int64_t n = cp.num_partitions();
   std::string form;
   double bytes = 0;
   for (int i = 0; i < 2; ++i) {
-    const Sharding& from = i == 0 ? ls : rs;
-    const Sharding& to = i == 0 ? lreq : rreq;
+    const Sharding& from = i == 0 ? lhs_sharding : rhs_sharding;
+    const Sharding& to = i == 0 ? lhs_target : rhs_target;
     if (PlanReshard(from, to, h.operand(i)->shape(), n).Gathers()) {
       form = absl::StrCat("all-gather of ", i == 0 ? "lhs" : "rhs", " '", h.operand(i)->name(),
                           "' into the dot");
       bytes = std::max(bytes, static_cast<double>(h.operand(i)->shape().ByteSize()));
     }
   }
-  const bool rs_form = partial_sums && os.IsTiled();
+  const bool rs_form = partial_sums && output_sharding.IsTiled();
   if (rs_form && form.empty()) {
     form = "partial sums reduced to a sharded output (reduce-scatter)";
     bytes = static_cast<double>(h.shape().ByteSize());
@@ -77,8 +77,8 @@ void StampXlaWindow(ComputationPartitioner& cp, const HloInstruction& h, HloInst
   std::string divergence;
   if (rs_form) {
     for (int i = 0; i < 2; ++i) {
-      const Sharding& from = i == 0 ? ls : rs;
-      const Sharding& to = i == 0 ? lreq : rreq;
+      const Sharding& from = i == 0 ? lhs_sharding : rhs_sharding;
+      const Sharding& to = i == 0 ? lhs_target : rhs_target;
       if (PlanReshard(from, to, h.operand(i)->shape(), n).kind == ReshardKind::kSlice) {
         divergence = absl::StrCat("; XLA takes its reduce-scatter loop (config C) only when both "
                                   "operands are already contracting-sharded, but '",
@@ -104,15 +104,15 @@ void StampXlaWindow(ComputationPartitioner& cp, const HloInstruction& h, HloInst
 }
 
 // is canonical).
-std::string DotDecisionKey(const HloInstruction& h, const Sharding& ls, const Sharding& rs,
-                           const Sharding& os, int64_t n) {
+std::string DotDecisionKey(const HloInstruction& h, const Sharding& lhs_sharding, const Sharding& rhs_sharding,
+                           const Sharding& output_sharding, int64_t n) {
   const DotDims& dd = h.dot_dims();
   return absl::StrCat(n, "|", absl::StrJoin(dd.lhs_batch, ","), "|",
                       absl::StrJoin(dd.lhs_contracting, ","), "|", absl::StrJoin(dd.rhs_batch, ","),
                       "|", absl::StrJoin(dd.rhs_contracting, ","), "|",
                       h.operand(0)->shape().ToString(), "|", h.operand(1)->shape().ToString(), "|",
-                      h.shape().ToString(), "|", ls.ToString(), "|", rs.ToString(), "|",
-                      os.ToString());
+                      h.shape().ToString(), "|", lhs_sharding.ToString(), "|", rhs_sharding.ToString(), "|",
+                      output_sharding.ToString());
 }
 
 }  // namespace
@@ -141,46 +141,46 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   const Sharding& out = cp.Target(&h);
   const PValue& lv = cp.Value(h.operand(0));
   const PValue& rv = cp.Value(h.operand(1));
-  const Sharding ls = PhysicalSharding(lv.sharding), rs = PhysicalSharding(rv.sharding), os = PhysicalSharding(out);
+  const Sharding lhs_sharding = PhysicalSharding(lv.sharding), rhs_sharding = PhysicalSharding(rv.sharding), output_sharding = PhysicalSharding(out);
   std::shared_ptr<const EinsumDecision>& decided =
-      cp.ctx()->dot_decisions[DotDecisionKey(h, ls, rs, os, n)];
+      cp.ctx()->dot_decisions[DotDecisionKey(h, lhs_sharding, rhs_sharding, output_sharding, n)];
   if (decided == nullptr) {
     decided = std::make_shared<const EinsumDecision>(
-        PlanEinsum(sp, h.operand(0)->shape(), h.operand(1)->shape(), h.shape(), ls, rs, os, n));
+        PlanEinsum(sp, h.operand(0)->shape(), h.operand(1)->shape(), h.shape(), lhs_sharding, rhs_sharding, output_sharding, n));
   }
   const EinsumDecision& decision = *decided;
   const std::optional<Sharding>& best = decision.best;
   if (!best) return cp.Replicated(h, "dot: no consistent sharding of its iteration space");
   const Shape& lg = h.operand(0)->shape();
   const Shape& rg = h.operand(1)->shape();
-  const Sharding& lreq = decision.lreq;
-  const Sharding& rreq = decision.rreq;
-  const Sharding& oreq = decision.oreq;
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, lreq);
+  const Sharding& lhs_target = decision.lhs_target;
+  const Sharding& rhs_target = decision.rhs_target;
+  const Sharding& output_target = decision.output_target;
+  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, lhs_target);
   if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, rreq);
+  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, rhs_target);
   if (!r.ok()) return r.status();
   const std::vector<int64_t> c_dims = TiledContractingDims(sp, *best);
   HloInstruction* lhs = *l;
   HloInstruction* rhs = *r;
   if (!c_dims.empty()) {
     SpmdBuilder& b = cp.b();
-    lhs = b.MaskPadding(lhs, lreq, lg, h.dot_dims().lhs_contracting,
+    lhs = b.MaskPadding(lhs, lhs_target, lg, h.dot_dims().lhs_contracting,
                         b.ScalarConst(lg.element_type, 0));
-    rhs = b.MaskPadding(rhs, rreq, rg, h.dot_dims().rhs_contracting,
+    rhs = b.MaskPadding(rhs, rhs_target, rg, h.dot_dims().rhs_contracting,
                         b.ScalarConst(rg.element_type, 0));
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), oreq), {lhs, rhs});
-  StampXlaWindow(cp, h, local, ls, lreq, rs, rreq, os, !c_dims.empty());
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), output_target), {lhs, rhs});
+  StampXlaWindow(cp, h, local, lhs_sharding, lhs_target, rhs_sharding, rhs_target, output_sharding, !c_dims.empty());
   local = SumPartials(cp, local, *best, c_dims);
   cp.Remark(h, true,
             absl::StrCat("dot by XLA's handler order: ", absl::StrJoin(decision.steps, "; then "),
-                         "; iteration space ", best->ToString(), ": lhs ", lreq.ToString(),
-                         ", rhs ", rreq.ToString(),
+                         "; iteration space ", best->ToString(), ": lhs ", lhs_target.ToString(),
+                         ", rhs ", rhs_target.ToString(),
                          c_dims.empty() ? std::string()
                                         : absl::StrCat(", ", c_dims.size(),
                                                        " all-reduce(s) of the partial sums")));
-  return PValue{local, oreq, h.shape()};
+  return PValue{local, output_target, h.shape()};
 }
 
 }  // namespace weave::spmd

@@ -119,9 +119,9 @@ absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloI
   if (!decision.best) return absl::UnimplementedError("no consistent sharding of its iteration space");
   const Sharding& best = *decision.best;
   const Sharding gsreq = ProjectSpace(best, rs->gs_map, n);
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lreq);
+  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lhs_target);
   if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rreq);
+  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rhs_target);
   if (!r.ok()) return r.status();
   absl::StatusOr<HloInstruction*> gs = cp.Operand(h, 2, gsreq);
   if (!gs.ok()) return gs.status();
@@ -135,21 +135,21 @@ absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloI
   HloInstruction* lhs = *l;
   HloInstruction* rhs = *r;
   if (!c_space.empty()) {
-    lhs = b.MaskPadding(lhs, decision.lreq, lg, h.dot_dims().lhs_contracting, b.ScalarConst(lg.element_type, 0));
-    rhs = b.MaskPadding(rhs, decision.rreq, rg, h.dot_dims().rhs_contracting, b.ScalarConst(rg.element_type, 0));
+    lhs = b.MaskPadding(lhs, decision.lhs_target, lg, h.dot_dims().lhs_contracting, b.ScalarConst(lg.element_type, 0));
+    rhs = b.MaskPadding(rhs, decision.rhs_target, rg, h.dot_dims().rhs_contracting, b.ScalarConst(rg.element_type, 0));
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), decision.oreq), {lhs, rhs, *gs});
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), decision.output_target), {lhs, rhs, *gs});
   for (auto it = c_space.rbegin(); it != c_space.rend(); ++it) {
     local = b.AllReduce(local, DeviceGroups(best, {*it}), b.SumReducer(h.shape().element_type));
   }
   cp.Remark(h, true,
             absl::StrCat("ragged-dot (", rs->mode, " mode) by the dot's handler order with its ragged and group "
                          "dims whole: ", absl::StrJoin(decision.steps, "; then "), "; iteration space ",
-                         best.ToString(), ": lhs ", decision.lreq.ToString(), ", rhs ", decision.rreq.ToString(),
+                         best.ToString(), ": lhs ", decision.lhs_target.ToString(), ", rhs ", decision.rhs_target.ToString(),
                          ", group sizes ", gsreq.ToString(),
                          c_space.empty() ? std::string()
                                          : absl::StrCat(", ", c_space.size(), " all-reduce(s) of the partial sums")));
-  return PValue{local, decision.oreq, h.shape()};
+  return PValue{local, decision.output_target, h.shape()};
 }
 
 }  // namespace weave::spmd
