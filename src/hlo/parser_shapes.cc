@@ -83,12 +83,32 @@ bool Parser::ParseShape(Shape* s, bool allow_layout) {
   if (allow_layout && Peek() == '{') {
     ++pos_;
     Layout layout;
+    const size_t layout_pos = pos_;
     if (Peek() != ':' && Peek() != '}') {
       do {
         int64_t v;
         if (!ParseInt(&v, "a layout dimension")) return false;
         layout.minor_to_major.push_back(v);
       } while (Consume(','));
+    }
+    // XLA's parser and LayoutUtil::ValidateLayoutInShape: a layout lists each dim of the shape
+    // once (`{}` stays accepted as the default layout).
+    if (!layout.minor_to_major.empty()) {
+      const int64_t rank = s->rank();
+      std::vector<bool> seen(static_cast<size_t>(rank), false);
+      if (static_cast<int64_t>(layout.minor_to_major.size()) != rank) {
+        return Error(layout_pos, Cat("layout of ", s->ToString(false), " lists ",
+                                     static_cast<int64_t>(layout.minor_to_major.size()),
+                                     " dims for rank ", rank));
+      }
+      for (int64_t d : layout.minor_to_major) {
+        if (d < 0 || d >= rank || seen[static_cast<size_t>(d)]) {
+          return Error(layout_pos, Cat("layout of ", s->ToString(false), " must list each dim in [0, ",
+                                       rank, ") once; ", d,
+                                       d < 0 || d >= rank ? " is out of range" : " repeats"));
+        }
+        seen[static_cast<size_t>(d)] = true;
+      }
     }
     if (Consume(':')) {
       size_t sb = pos_;
