@@ -165,13 +165,8 @@ absl::Status Checker::RaggedDot() {
                               " but there are ", num_groups, " groups"));
     }
   }
-  std::vector<int64_t> dims;
-  if (contracting) dims.push_back(num_groups);
-  for (int64_t d : dn.lhs_batch) dims.push_back(lhs.dims[static_cast<size_t>(d)]);
-  for (int64_t d : lhs_free) dims.push_back(lhs.dims[static_cast<size_t>(d)]);
-  for (int64_t d : DotFreeDims(rhs.rank(), dn.rhs_batch, dn.rhs_contracting)) {
-    if (!has(*group_dims, d)) dims.push_back(rhs.dims[static_cast<size_t>(d)]);
-  }
+  const std::vector<int64_t> dims =
+      RaggedDotResultDims(lhs, rhs, dn, contracting, num_groups, *group_dims);
   if (!DimsEqual(h_.shape().dims, dims)) {
     return Err(absl::StrCat("result dims ", Dims(h_.shape().dims),
                             " differ from the dims implied by the operands ", ShapeText(lhs), ", ",

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "eval/evaluator_internal.h"
+#include "hlo/dot_dims.h"
 #include "hlo/raw_dims_attribute.h"
 
 namespace weave::eval::internal {
@@ -80,11 +81,9 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   const size_t lead = contracting ? 1 : 0;
   // The result the operands give (the verifier's rule, checked again: every index below reads
   // within the operands only for this shape).
-  std::vector<int64_t> want;
-  if (contracting) want.push_back(num_groups);
-  for (int64_t d : dd.lhs_batch) want.push_back(lhs.shape.dims[static_cast<size_t>(d)]);
-  for (int64_t d : lhs_free) want.push_back(lhs.shape.dims[static_cast<size_t>(d)]);
-  for (int64_t d : rhs_free) want.push_back(rhs.shape.dims[static_cast<size_t>(d)]);
+  const std::vector<int64_t> want = RaggedDotResultDims(
+      lhs.shape, rhs.shape, dd, contracting, num_groups,
+      grouped ? std::vector<int64_t>{rg} : std::vector<int64_t>{});
   if (out.dims != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ragged-dot result ", absl::StrJoin(out.dims, ","), " is not the [",

@@ -48,4 +48,21 @@ int64_t DotOperandDimOf(const HloInstruction* dot, int side, int64_t out_dim) {
   return pos >= 0 && pos < static_cast<int64_t>(rf.size()) ? rf[static_cast<size_t>(pos)] : -1;
 }
 
+std::vector<int64_t> RaggedDotResultDims(const Shape& lhs, const Shape& rhs, const DotDims& dd,
+                                         bool ragged_contracting, int64_t num_groups,
+                                         const std::vector<int64_t>& rhs_group_dims) {
+  std::vector<int64_t> dims;
+  if (ragged_contracting) dims.push_back(num_groups);
+  for (int64_t d : dd.lhs_batch) dims.push_back(lhs.dims[static_cast<size_t>(d)]);
+  for (int64_t d : DotFreeDims(lhs.rank(), dd.lhs_batch, dd.lhs_contracting)) {
+    dims.push_back(lhs.dims[static_cast<size_t>(d)]);
+  }
+  for (int64_t d : DotFreeDims(rhs.rank(), dd.rhs_batch, dd.rhs_contracting)) {
+    if (std::find(rhs_group_dims.begin(), rhs_group_dims.end(), d) == rhs_group_dims.end()) {
+      dims.push_back(rhs.dims[static_cast<size_t>(d)]);
+    }
+  }
+  return dims;
+}
+
 }  // namespace weave

@@ -32,6 +32,14 @@ int64_t DotOutputDimOfFree(const HloInstruction* dot, int side, int64_t dim);
 // operand's free dims or is out of range.
 int64_t DotOperandDimOf(const HloInstruction* dot, int side, int64_t out_dim);
 
+// The result dims of a ragged-dot of `lhs` and `rhs` with dot dims `dd` (XLA's
+// ShapeInference::InferRaggedDotOpShape): `num_groups` first when the lhs ragged dim is a
+// contracting dim (`ragged_contracting`), then the batch dims, the lhs free dims and the rhs free
+// dims other than `rhs_group_dims`. Dims in `dd` must be within the operands' ranks.
+std::vector<int64_t> RaggedDotResultDims(const Shape& lhs, const Shape& rhs, const DotDims& dd,
+                                         bool ragged_contracting, int64_t num_groups,
+                                         const std::vector<int64_t>& rhs_group_dims);
+
 }  // namespace weave
 
 #endif  // WEAVE_HLO_DOT_DIMS_H_
