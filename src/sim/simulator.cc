@@ -97,9 +97,9 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
     // several groups share one collective-permute (e.g. {{0,2,4,6},{1,3,5,7}}: 8 pairs, rings of
     // 4). The loop matcher's ring (trip count x dots per trip) is the group size for XLA's
     // one-dot-per-step layouts but counts every dot of a step that has several, so it is used
-    // only to split the pair count into equal groups. MatchWindowedLoop only reads the loop.
+    // only to split the pair count into equal groups.
     if (ring > 0) {
-      if (auto L = MatchWindowedLoop(const_cast<HloInstruction*>(inst.loop))) {
+      if (auto L = MatchWindowedLoop(inst.loop)) {
         if (L->layout != WindowedLoopLayout::kOther && L->ring_size > 1 && L->ring_size < ring &&
             ring % L->ring_size == 0) {
           ring = L->ring_size;

@@ -104,7 +104,7 @@ bool AnalyzeLoop(const HloInstruction& w, WindowedStepScan* steps, WindowedLoopI
   // carries XLA's name hint.
   std::string why_not;
   std::optional<WindowedLoop> matched =
-      MatchWindowedLoop(const_cast<HloInstruction*>(&w), &why_not,
+      MatchWindowedLoop(&w, &why_not,
                         WindowedLoopMatchOptions{/*gemm_custom_calls=*/true});
   if (matched) {
     info->name = w.name();

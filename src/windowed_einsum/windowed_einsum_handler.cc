@@ -113,7 +113,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
     if (!L) continue;
     analysis_(w->name(), "recognised: " + L->ToString());
     std::string msg;
-    auto r = ShiftFp8(*L, &msg);
+    auto r = ShiftFp8(w, *L, &msg);
     if (!r.ok()) return r.status();
     remark_(w->name(), *r, msg);
     changed |= *r;
@@ -130,7 +130,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
     if (!L) continue;
     if (unroll_ && L->layout != WindowedLoopLayout::kFullyUnrolled) {
       std::string msg;
-      auto r = Unroll(*L, &msg);
+      auto r = Unroll(w, *L, &msg);
       if (!r.ok()) return r.status();
       remark_(w->name(), *r, msg);
       changed |= *r;
@@ -139,7 +139,7 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
     }
     {
       std::string msg;
-      auto r = CollectPartials(*L, &msg);
+      auto r = CollectPartials(w, *L, &msg);
       if (!r.ok()) return r.status();
       if (!msg.empty()) remark_(w->name(), *r, msg);
       if (*r) {

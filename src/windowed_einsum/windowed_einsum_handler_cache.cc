@@ -181,7 +181,7 @@ std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& 
   return "";
 }
 
-bool Handler::IsAncestorOfWhile(HloInstruction* u, HloInstruction* w) {
+bool Handler::IsAncestorOfWhile(const HloInstruction* u, const HloInstruction* w) {
   auto pu = position_.find(u), pw = position_.find(w);
   if (!order_stale_ && pu != position_.end() && pw != position_.end() &&
       pu->second > pw->second) {
@@ -278,9 +278,9 @@ std::vector<HloInstruction*> Handler::RewirableReaders(HloInstruction* v, HloIns
   return readers;
 }
 
-absl::StatusOr<bool> Handler::AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
-                                       const WideForm* wide, std::string* msg) {
-  HloInstruction* w = L.while_instr;
+absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
+                                       std::vector<CacheUse>& uses, const WideForm* wide,
+                                       std::string* msg) {
   HloComputation* comp = w->parent();
   HloComputation* body = L.body;
   HloInstruction* P = body->parameter(0);
@@ -653,7 +653,7 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     std::string msg, note;
     WideForm form;
     const bool wide = ChooseWideCache(matched.at(w), entry.second, &form, &note);
-    auto r = AddCache(matched.at(w), entry.second, wide ? &form : nullptr, &msg);
+    auto r = AddCache(w, matched.at(w), entry.second, wide ? &form : nullptr, &msg);
     if (!r.ok()) return r.status();
     remark_(w->name(), *r, msg + note);
     changed |= *r;

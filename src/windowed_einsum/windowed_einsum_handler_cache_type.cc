@@ -111,7 +111,7 @@ bool Handler::ChooseWideCache(const WindowedLoop& L, const std::vector<CacheUse>
   }
   // kAuto: a cost question, only for a loop that circulates FP8.
   if (oracle_ == nullptr || !why.empty()) return false;
-  HloInstruction* w = L.while_instr;
+  const HloInstruction* w = L.while_instr;
   std::vector<const HloInstruction*> seeds = {w, w->operand(0)};
   std::vector<std::string> names;
   auto add = [&seeds](const HloInstruction* i) {

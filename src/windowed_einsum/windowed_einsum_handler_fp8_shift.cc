@@ -153,8 +153,8 @@ absl::Status Handler::RetypeBranch(HloInstruction* cond, PrimitiveType t) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> Handler::ShiftFp8(const WindowedLoop& L, std::string* msg) {
-  HloInstruction* w = L.while_instr;
+absl::StatusOr<bool> Handler::ShiftFp8(HloInstruction* w, const WindowedLoop& L,
+                                       std::string* msg) {
   HloInstruction* init = L.init;
   if (L.fp8_operands) {
     *msg = "FP8 operands already inside the loop (scales at tuple indices " +

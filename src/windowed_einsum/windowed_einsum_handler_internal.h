@@ -139,8 +139,10 @@ class Handler {
                                   const std::vector<HloInstruction*>& gathers,
                                   const std::vector<HloInstruction*>& order);
 
+  // The steps that rewrite a loop take its while `w` (mutable) beside what MatchWindowedLoop found.
   // Step 1, FP8 shift (windowed_einsum_handler_fp8_shift.cc).
-  absl::StatusOr<bool> ShiftFp8(const WindowedLoop& L, std::string* msg);
+  absl::StatusOr<bool> ShiftFp8(HloInstruction* w, const WindowedLoop& L,
+                                std::string* msg);
   absl::Status RetypeBranch(HloInstruction* cond, PrimitiveType t);
   // The groups of partitions the loop's ring connects.
   std::vector<std::vector<int64_t>> LoopRingGroups(const WindowedLoop& L) const;
@@ -153,7 +155,7 @@ class Handler {
                                         const std::vector<HloInstruction*>& gathers);
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
   HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
-  bool IsAncestorOfWhile(HloInstruction* u, HloInstruction* w);
+  bool IsAncestorOfWhile(const HloInstruction* u, const HloInstruction* w);
   // The readers of `v` the cache may serve: those loop `w` does not depend on (the others are
   // named in *kept).
   std::vector<HloInstruction*> RewirableReaders(HloInstruction* v, HloInstruction* w,
@@ -179,8 +181,9 @@ class Handler {
   };
   // `wide`: the wide cache in `form` (from WhyNoWideCache), else the cache in the loop's
   // windowed element type.
-  absl::StatusOr<bool> AddCache(const WindowedLoop& L, std::vector<CacheUse>& uses,
-                                const WideForm* wide, std::string* msg);
+  absl::StatusOr<bool> AddCache(HloInstruction* w, const WindowedLoop& L,
+                                std::vector<CacheUse>& uses, const WideForm* wide,
+                                std::string* msg);
   // Why a wide cache cannot serve `uses` of loop L ("" when it can, with *form set): the loop
   // circulates no FP8; an all-gather of the FP8 value has a reader that is not a scalar
   // dequantization; the dequantizations differ; or the scale depends on the loop.
@@ -192,12 +195,14 @@ class Handler {
                        std::string* note);
 
   // Step 3, unrolling (windowed_einsum_handler_unroll.cc).
-  absl::StatusOr<bool> Unroll(const WindowedLoop& L, std::string* msg);
+  absl::StatusOr<bool> Unroll(HloInstruction* w, const WindowedLoop& L,
+                              std::string* msg);
 
   // Step 3b, contracting-dim loops (windowed_einsum_handler_partials.cc): the partial products
   // of a fully unrolled AG loop that accumulates into one element are collected in a buffer and
   // reduced after the loop.
-  absl::StatusOr<bool> CollectPartials(const WindowedLoop& L, std::string* msg);
+  absl::StatusOr<bool> CollectPartials(HloInstruction* w, const WindowedLoop& L,
+                                       std::string* msg);
   HloComputation* ScalarAddComputation(PrimitiveType t);
 
   // Step 4, streams (windowed_einsum_handler_streams.cc).

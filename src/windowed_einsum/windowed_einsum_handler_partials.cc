@@ -81,8 +81,8 @@ HloComputation* Handler::ScalarAddComputation(PrimitiveType t) {
   return add;
 }
 
-absl::StatusOr<bool> Handler::CollectPartials(const WindowedLoop& L, std::string* msg) {
-  HloInstruction* w = L.while_instr;
+absl::StatusOr<bool> Handler::CollectPartials(HloInstruction* w, const WindowedLoop& L,
+                                              std::string* msg) {
   HloComputation* body = L.body;
   HloComputation* comp = w->parent();
   if (L.kind != WindowedLoopKind::kAllGather) return false;

@@ -38,8 +38,8 @@ bool IsFoldableScalarOp(const HloInstruction* i) {
 
 }  // namespace
 
-absl::StatusOr<bool> Handler::Unroll(const WindowedLoop& L, std::string* msg) {
-  HloInstruction* w = L.while_instr;
+absl::StatusOr<bool> Handler::Unroll(HloInstruction* w, const WindowedLoop& L,
+                                     std::string* msg) {
   HloComputation* body = L.body;
   HloInstruction* P = body->parameter(0);
   HloInstruction* R = body->root();

@@ -347,9 +347,15 @@ std::optional<std::vector<int64_t>> ApplyRingSteps(const std::vector<RingStep>& 
   return holder;
 }
 
+namespace {
+
+// What MatchAllGather returns when the operand it tries does not circulate at all (no reason to
+// report: the reduce-scatter form or the other operand may still match).
+constexpr char kNotThisOperand[] = "-";
+
 // Index of the loop-state element that the condition's root compares with a constant
 // (`compare(get-tuple-element(param, i), constant)` in either operand order), or -1.
-static int64_t FindCounterIndex(const HloComputation* condition) {
+int64_t FindCounterIndex(const HloComputation* condition) {
   const HloInstruction* root = condition->root();
   if (root == nullptr || root->opcode() != HloOpcode::kCompare || condition->num_parameters() != 1) {
     return -1;
@@ -362,301 +368,383 @@ static int64_t FindCounterIndex(const HloComputation* condition) {
   return -1;
 }
 
-std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* w, std::string* why_not,
-                                              const WindowedLoopMatchOptions& options) {
-  auto fail = [&](std::string msg) -> std::optional<WindowedLoop> {
-    if (why_not) *why_not = std::move(msg);
-    return std::nullopt;
-  };
-  if (w == nullptr || w->opcode() != HloOpcode::kWhile) return fail("not a while");
-  if (w->called_computations().size() < 2 || w->operand_count() != 1) {
-    return fail("while without condition and body");
+// The steps of MatchWindowedLoop, in order. Each fills its part of `loop` from the body's
+// parameter and root tuple, and returns the first condition that failed (empty when it held).
+class LoopMatcher {
+ public:
+  LoopMatcher(const HloInstruction& while_instr, const WindowedLoopMatchOptions& options)
+      : while_instr_(while_instr), options_(options) {}
+
+  std::optional<WindowedLoop> Match(std::string* why_not) {
+    std::string why = MatchFrame();
+    if (why.empty()) why = CountTrips();
+    if (why.empty()) why = CollectBodyOps();
+    if (why.empty()) why = MatchDots();
+    if (!why.empty()) {
+      if (why_not) *why_not = std::move(why);
+      return std::nullopt;
+    }
+    ClassifyLayout();
+    FindHandlerElements();
+    return std::move(loop_);
   }
-  WindowedLoop L;
-  L.while_instr = w;
-  L.init = w->operand(0);
-  L.condition = w->while_condition();
-  L.body = w->while_body();
-  const Shape& st = w->shape();
-  if (!st.IsTuple() || st.tuple_shapes.size() < 4) {
-    return fail("loop state is not a tuple of at least 4 elements (lhs, rhs, out, [extra,] counter)");
+
+ private:
+  // The loop state, its counter, the body's parameter and root tuple, the body name hint.
+  std::string MatchFrame();
+  // Simulates the counter from its initial constant through the condition.
+  std::string CountTrips();
+  // The body's dots (and GEMM calls), collective-permutes and conditionals; the permutes must
+  // send around a ring.
+  std::string CollectBodyOps();
+  // All-gather first (one operand circulates), then reduce-scatter (both passed through).
+  std::string MatchDots();
+  // The AG form with windowed operand `operand`; empty and `loop_` filled when it matches.
+  std::string MatchAllGather(int64_t operand);
+  std::string MatchReduceScatter(const std::string& ag_why);
+  void ClassifyLayout();
+  // The handler's layout: FP8 operands with their scale elements, the activation cache element.
+  void FindHandlerElements();
+  void FindFp8Scales();
+  void FindCache();
+
+  const HloInstruction& while_instr_;
+  const WindowedLoopMatchOptions& options_;
+  WindowedLoop loop_;
+  HloInstruction* param_ = nullptr;  // the body's parameter
+  HloInstruction* root_ = nullptr;   // the body's root tuple
+  int64_t counter_ = 4;              // tuple index of the loop counter
+  int64_t state_size_ = 0;           // elements of the loop state
+  std::vector<HloInstruction*> gemms_;  // dots (and GEMM calls) of the body, in post order
+};
+
+std::string LoopMatcher::MatchFrame() {
+  const HloInstruction& w = while_instr_;
+  if (w.opcode() != HloOpcode::kWhile) return "not a while";
+  if (w.called_computations().size() < 2 || w.operand_count() != 1) {
+    return "while without condition and body";
   }
-  const int64_t n_elems = static_cast<int64_t>(st.tuple_shapes.size());
-  if (L.condition->num_parameters() != 1) {
-    return fail("body or condition does not take exactly one parameter");
+  loop_.while_instr = &w;
+  loop_.init = w.operand(0);
+  loop_.condition = w.while_condition();
+  loop_.body = w.while_body();
+  const Shape& state = w.shape();
+  if (!state.IsTuple() || state.tuple_shapes.size() < 4) {
+    return "loop state is not a tuple of at least 4 elements (lhs, rhs, out, [extra,] counter)";
+  }
+  state_size_ = static_cast<int64_t>(state.tuple_shapes.size());
+  if (loop_.condition->num_parameters() != 1) {
+    return "body or condition does not take exactly one parameter";
   }
   // The counter is the tuple element the condition compares (index 4 in XLA's layout, 3 once a
   // cleanup pass removed the unused `extra` buffer).
-  L.counter_index = FindCounterIndex(L.condition);
-  if (L.counter_index < 0 || L.counter_index >= n_elems) L.counter_index = 4;
-  if (L.counter_index >= n_elems) {
-    return fail("the loop condition does not compare a tuple element (the loop counter)");
+  loop_.counter_index = FindCounterIndex(loop_.condition);
+  if (loop_.counter_index < 0 || loop_.counter_index >= state_size_) loop_.counter_index = 4;
+  if (loop_.counter_index >= state_size_) {
+    return "the loop condition does not compare a tuple element (the loop counter)";
   }
-  const int64_t ci = L.counter_index;
-  const Shape& cs = st.tuple_shapes[static_cast<size_t>(ci)];
-  if (!cs.IsArray() || cs.rank() != 0 || !IsInteger(cs.element_type)) {
-    return fail(absl::StrCat("tuple element ", ci, " is not a scalar integer loop counter"));
+  counter_ = loop_.counter_index;
+  const Shape& counter_shape = state.tuple_shapes[static_cast<size_t>(counter_)];
+  if (!counter_shape.IsArray() || counter_shape.rank() != 0 ||
+      !IsInteger(counter_shape.element_type)) {
+    return absl::StrCat("tuple element ", counter_, " is not a scalar integer loop counter");
   }
-  if (L.body->num_parameters() != 1 || L.condition->num_parameters() != 1) {
-    return fail("body or condition does not take exactly one parameter");
+  if (loop_.body->num_parameters() != 1) {
+    return "body or condition does not take exactly one parameter";
   }
-  HloInstruction* P = L.body->parameter(0);
-  HloInstruction* R = L.body->root();
-  if (R == nullptr || R->opcode() != HloOpcode::kTuple || R->operand_count() != n_elems) {
-    return fail("body root is not a tuple of the loop state");
+  param_ = loop_.body->parameter(0);
+  root_ = loop_.body->root();
+  if (root_ == nullptr || root_->opcode() != HloOpcode::kTuple ||
+      root_->operand_count() != state_size_) {
+    return "body root is not a tuple of the loop state";
   }
-  for (HloInstruction* u : P->users()) {
+  for (HloInstruction* u : param_->users()) {
     if (u->opcode() != HloOpcode::kGetTupleElement) {
-      return fail(absl::StrCat("body parameter is read by '", u->name(),
-                               "', not only by get-tuple-element"));
+      return absl::StrCat("body parameter is read by '", u->name(),
+                          "', not only by get-tuple-element");
     }
   }
   // The handler renames unrolled bodies `unrolled_<name>`, as XLA does.
-  absl::string_view body_name = L.body->name();
+  absl::string_view body_name = loop_.body->name();
   absl::ConsumePrefix(&body_name, "unrolled_");
   if (absl::StartsWith(body_name, "windowed_dot_general_body_ag")) {
-    L.name_hint = "windowed_dot_general_body_ag";
+    loop_.name_hint = "windowed_dot_general_body_ag";
   } else if (absl::StartsWith(body_name, "windowed_dot_general_body_rs")) {
-    L.name_hint = "windowed_dot_general_body_rs";
+    loop_.name_hint = "windowed_dot_general_body_rs";
   }
+  return "";
+}
 
-  // Trip count: simulate the counter.
-  if (L.init->opcode() != HloOpcode::kTuple || L.init->operand_count() != n_elems) {
-    return fail("loop init is not a tuple");
+std::string LoopMatcher::CountTrips() {
+  if (loop_.init->opcode() != HloOpcode::kTuple || loop_.init->operand_count() != state_size_) {
+    return "loop init is not a tuple";
   }
-  auto k0 = EvaluateScalar(L.init->operand(ci), ScalarEnv{});
-  if (!k0) return fail("initial loop counter is not a constant");
-  L.init_counter = *k0;
-  {
-    const HloInstruction* cp = L.condition->parameter(0);
-    int64_t k = *k0, trips = 0;
-    for (;; ++trips) {
-      if (trips > kMaxTrips) return fail("trip count unknown or above 4096");
-      auto more = EvaluateScalar(L.condition->root(), ScalarEnv{cp, ci, k, 0});
-      if (!more) return fail("loop condition is not a comparison of the counter with constants");
-      if (*more == 0) break;
-      auto next = EvaluateScalar(R->operand(ci), ScalarEnv{P, ci, k, 0});
-      if (!next) return fail("loop counter is not incremented by a constant");
-      k = *next;
-    }
-    L.trip_count = trips;
+  std::optional<int64_t> first = EvaluateScalar(loop_.init->operand(counter_), ScalarEnv{});
+  if (!first) return "initial loop counter is not a constant";
+  loop_.init_counter = *first;
+  const HloInstruction* condition_param = loop_.condition->parameter(0);
+  int64_t counter = *first, trips = 0;
+  for (;; ++trips) {
+    if (trips > kMaxTrips) return "trip count unknown or above 4096";
+    std::optional<int64_t> more =
+        EvaluateScalar(loop_.condition->root(), ScalarEnv{condition_param, counter_, counter, 0});
+    if (!more) return "loop condition is not a comparison of the counter with constants";
+    if (*more == 0) break;
+    std::optional<int64_t> next =
+        EvaluateScalar(root_->operand(counter_), ScalarEnv{param_, counter_, counter, 0});
+    if (!next) return "loop counter is not incremented by a constant";
+    counter = *next;
   }
-  if (L.trip_count == 0) return fail("loop runs zero times");
+  loop_.trip_count = trips;
+  if (loop_.trip_count == 0) return "loop runs zero times";
+  return "";
+}
 
-  // Dots, permutes, conditionals of the body.
-  std::vector<HloInstruction*> dots;
-  for (HloInstruction* i : L.body->MakeInstructionPostOrder()) {
+std::string LoopMatcher::CollectBodyOps() {
+  for (HloInstruction* i : loop_.body->MakeInstructionPostOrder()) {
     switch (i->opcode()) {
-      case HloOpcode::kDot: dots.push_back(i); break;
+      case HloOpcode::kDot: gemms_.push_back(i); break;
       case HloOpcode::kCustomCall:
-        if (options.gemm_custom_calls && IsCublasGemmCall(*i) && i->operand_count() >= 2) dots.push_back(i);
+        if (options_.gemm_custom_calls && IsCublasGemmCall(*i) && i->operand_count() >= 2) {
+          gemms_.push_back(i);
+        }
         break;
-      case HloOpcode::kCollectivePermute: L.permutes.push_back(i); break;
+      case HloOpcode::kCollectivePermute: loop_.permutes.push_back(i); break;
       case HloOpcode::kConditional:
-        L.conditionals.push_back(i);
+        loop_.conditionals.push_back(i);
         for (HloComputation* c : i->called_computations()) {
           for (HloInstruction* j : c->instructions()) {
-            if (j->opcode() == HloOpcode::kCollectivePermute) L.permutes.push_back(j);
+            if (j->opcode() == HloOpcode::kCollectivePermute) loop_.permutes.push_back(j);
           }
         }
         break;
       default: break;
     }
   }
-  if (dots.empty()) return fail("body has no dot");
-  if (L.permutes.empty()) return fail("body has no collective-permute ring");
+  if (gemms_.empty()) return "body has no dot";
+  if (loop_.permutes.empty()) return "body has no collective-permute ring";
   // XLA's unrolled reduce-scatter layout on a ring of 2 shifts its accumulators by -2 = 0: every
-  // permute of the body is the identity. Accepted below for reduce-scatter loops of 2 blocks only.
-  L.identity_permutes = std::all_of(L.permutes.begin(), L.permutes.end(), [](HloInstruction* cp) {
-    return IsIdentityPairs(cp->source_target_pairs());
-  });
-  for (HloInstruction* cp : L.permutes) {
-    if (!L.identity_permutes && !IsRingPairs(cp->source_target_pairs())) {
-      return fail(absl::StrCat("collective-permute '", cp->name(),
-                               "' does not send around a ring (source_target_pairs)"));
+  // permute of the body is the identity. Accepted for reduce-scatter loops of 2 blocks only.
+  loop_.identity_permutes =
+      std::all_of(loop_.permutes.begin(), loop_.permutes.end(), [](HloInstruction* permute) {
+        return IsIdentityPairs(permute->source_target_pairs());
+      });
+  for (HloInstruction* permute : loop_.permutes) {
+    if (!loop_.identity_permutes && !IsRingPairs(permute->source_target_pairs())) {
+      return absl::StrCat("collective-permute '", permute->name(),
+                          "' does not send around a ring (source_target_pairs)");
     }
   }
-  L.source_target_pairs = L.permutes[0]->source_target_pairs();
+  loop_.source_target_pairs = loop_.permutes[0]->source_target_pairs();
+  return "";
+}
 
-  // All-gather: elements 0/1, one circulates, the other is passed through.
+std::string LoopMatcher::MatchDots() {
   std::string ag_why;
-  bool is_ag = false;
-  for (int64_t wi = 0; wi < 2 && !is_ag && !L.identity_permutes; ++wi) {
-    std::vector<RingStep> root_ring;
-    HloInstruction* g = TraceRing(R->operand(wi), P, &root_ring);
-    if (g == nullptr || g->tuple_index != wi) continue;
-    if (!IsGteOf(R->operand(1 - wi), P, 1 - wi)) continue;
-    std::vector<WindowedDot> wdots;
-    bool any_ring = !root_ring.empty();
-    bool ok = true;
-    for (HloInstruction* d : dots) {
-      WindowedDot wd;
-      wd.dot = d;
-      std::vector<RingStep> ring;
-      HloInstruction* win = OperandCore(d->operand(wi), d->opcode() == HloOpcode::kCustomCall);
-      HloInstruction* g2 = TraceRing(win, P, &ring);
-      if (g2 == nullptr || g2->tuple_index != wi) {
-        ag_why = absl::StrCat("dot '", d->name(), "' does not read the windowed operand ", wi,
-                              " through the collective-permute ring");
-        ok = false;
+  if (!loop_.identity_permutes) {
+    for (int64_t operand = 0; operand < 2; ++operand) {
+      std::string why = MatchAllGather(operand);
+      if (why.empty()) return "";
+      // The reason reported is that of the last operand tried that circulates at all.
+      if (why != kNotThisOperand) ag_why = std::move(why);
+    }
+  }
+  return MatchReduceScatter(ag_why);
+}
+
+std::string LoopMatcher::MatchAllGather(int64_t operand) {
+  // Elements 0/1: `operand` circulates through the ring, the other one is passed through.
+  std::vector<RingStep> root_ring;
+  HloInstruction* start = TraceRing(root_->operand(operand), param_, &root_ring);
+  if (start == nullptr || start->tuple_index != operand) return kNotThisOperand;
+  if (!IsGteOf(root_->operand(1 - operand), param_, 1 - operand)) return kNotThisOperand;
+  std::vector<WindowedDot> dots;
+  bool any_ring = !root_ring.empty();
+  for (HloInstruction* gemm : gemms_) {
+    WindowedDot wd;
+    wd.dot = gemm;
+    HloInstruction* window =
+        OperandCore(gemm->operand(operand), gemm->opcode() == HloOpcode::kCustomCall);
+    HloInstruction* window_start = TraceRing(window, param_, &wd.ring);
+    if (window_start == nullptr || window_start->tuple_index != operand) {
+      return absl::StrCat("dot '", gemm->name(), "' does not read the windowed operand ", operand,
+                          " through the collective-permute ring");
+    }
+    wd.window = window;
+    any_ring = any_ring || !wd.ring.empty();
+    wd.merge = MergeUser(gemm);
+    dots.push_back(std::move(wd));
+  }
+  if (!any_ring) return "no dot reads a permuted shard";
+  loop_.kind = WindowedLoopKind::kAllGather;
+  loop_.windowed_operand = operand;
+  loop_.root_ring = std::move(root_ring);
+  loop_.dots = std::move(dots);
+  return "";
+}
+
+std::string LoopMatcher::MatchReduceScatter(const std::string& ag_why) {
+  // Operands passed through, dots on dynamic-slice(operand j) x operand (1-j).
+  if (!IsGteOf(root_->operand(0), param_, 0) || !IsGteOf(root_->operand(1), param_, 1)) {
+    return ag_why.empty()
+               ? "neither operand circulates through a collective-permute ring (all-gather) "
+                 "nor are both passed through (reduce-scatter)"
+               : ag_why;
+  }
+  int64_t sliced = -1;
+  bool both_sliced = false;
+  for (HloInstruction* gemm : gemms_) {
+    const bool call = gemm->opcode() == HloOpcode::kCustomCall;
+    int64_t found = -1;
+    HloInstruction* other_slice = nullptr;
+    for (int64_t j = 0; j < 2; ++j) {
+      HloInstruction* slice = SlicedOperand(gemm->operand(j), call);
+      if (slice->opcode() != HloOpcode::kDynamicSlice) continue;
+      HloInstruction* base = StripRebuild(slice->operand(0));
+      HloInstruction* other = OperandCore(gemm->operand(1 - j), call);
+      if (IsGteOf(base, param_, j) && IsGteOf(other, param_, 1 - j)) {
+        found = j;
         break;
       }
-      wd.window = win;
-      wd.ring = std::move(ring);
-      any_ring = any_ring || !wd.ring.empty();
-      wd.merge = MergeUser(d);
-      wdots.push_back(std::move(wd));
+      // Batch dim: both operands are sliced (on their batch dims).
+      if (j == 0 && IsGteOf(base, param_, 0) && other->opcode() == HloOpcode::kDynamicSlice &&
+          IsGteOf(StripRebuild(other->operand(0)), param_, 1)) {
+        found = 0;
+        other_slice = StripRebuild(other->operand(0));
+        break;
+      }
     }
-    if (!ok) continue;
-    if (!any_ring) {
-      ag_why = "no dot reads a permuted shard";
-      continue;
+    if (found >= 0 && !loop_.dots.empty() && (other_slice != nullptr) != both_sliced) {
+      return "dots slice different operands";
     }
-    is_ag = true;
-    L.kind = WindowedLoopKind::kAllGather;
-    L.windowed_operand = wi;
-    L.root_ring = std::move(root_ring);
-    L.dots = std::move(wdots);
+    both_sliced = other_slice != nullptr;
+    if (found < 0) {
+      return absl::StrCat("dot '", gemm->name(),
+                          "' does not read a dynamic-slice of one loop operand and the "
+                          "other operand (reduce-scatter pattern)");
+    }
+    if (sliced >= 0 && sliced != found) return "dots slice different operands";
+    sliced = found;
+    WindowedDot wd;
+    wd.dot = gemm;
+    wd.window = StripRebuild(SlicedOperand(gemm->operand(found), call)->operand(0));
+    wd.other_slice = other_slice;
+    wd.merge = MergeUser(gemm);
+    if (wd.merge == nullptr || (wd.merge->opcode() != HloOpcode::kAdd && wd.merge != gemm)) {
+      return absl::StrCat("dot '", gemm->name(), "' is not accumulated with add");
+    }
+    loop_.dots.push_back(std::move(wd));
   }
-
-  if (!is_ag) {
-    // Reduce-scatter: operands passed through, dots on dynamic-slice(op j) x op (1-j).
-    if (!IsGteOf(R->operand(0), P, 0) || !IsGteOf(R->operand(1), P, 1)) {
-      return fail(ag_why.empty()
-                      ? "neither operand circulates through a collective-permute ring (all-gather) "
-                        "nor are both passed through (reduce-scatter)"
-                      : ag_why);
-    }
-    int64_t sliced = -1;
-    bool both_sliced = false;
-    for (HloInstruction* d : dots) {
-      const bool call = d->opcode() == HloOpcode::kCustomCall;
-      int64_t found = -1;
-      HloInstruction* other_slice = nullptr;
-      for (int64_t j = 0; j < 2; ++j) {
-        HloInstruction* a = SlicedOperand(d->operand(j), call);
-        if (a->opcode() != HloOpcode::kDynamicSlice) continue;
-        HloInstruction* base = StripRebuild(a->operand(0));
-        HloInstruction* other = OperandCore(d->operand(1 - j), call);
-        if (IsGteOf(base, P, j) && IsGteOf(other, P, 1 - j)) {
-          found = j;
-          break;
-        }
-        // Batch dim: both operands are sliced (on their batch dims).
-        if (j == 0 && IsGteOf(base, P, 0) && other->opcode() == HloOpcode::kDynamicSlice &&
-            IsGteOf(StripRebuild(other->operand(0)), P, 1)) {
-          found = 0;
-          other_slice = StripRebuild(other->operand(0));
-          break;
-        }
-      }
-      if (found >= 0 && !L.dots.empty() && (other_slice != nullptr) != both_sliced) {
-        return fail("dots slice different operands");
-      }
-      both_sliced = other_slice != nullptr;
-      if (found < 0) {
-        return fail(absl::StrCat("dot '", d->name(),
-                                 "' does not read a dynamic-slice of one loop operand and the "
-                                 "other operand (reduce-scatter pattern)"));
-      }
-      if (sliced >= 0 && sliced != found) {
-        return fail("dots slice different operands");
-      }
-      sliced = found;
-      WindowedDot wd;
-      wd.dot = d;
-      HloInstruction* sl = SlicedOperand(d->operand(found), call);
-      wd.window = StripRebuild(sl->operand(0));
-      wd.other_slice = other_slice;
-      wd.merge = MergeUser(d);
-      if (wd.merge == nullptr ||
-          (wd.merge->opcode() != HloOpcode::kAdd && wd.merge != d)) {
-        return fail(absl::StrCat("dot '", d->name(), "' is not accumulated with add"));
-      }
-      L.dots.push_back(std::move(wd));
-    }
-    L.kind = WindowedLoopKind::kReduceScatter;
-    L.windowed_operand = sliced;
-    L.rs_both_sliced = both_sliced;
-    if (L.identity_permutes && L.trip_count * static_cast<int64_t>(L.dots.size()) != 2) {
-      return fail("the body's collective-permutes send every partition's value to itself "
-                  "(identity source_target_pairs) on a ring of more than 2 blocks");
-    }
+  loop_.kind = WindowedLoopKind::kReduceScatter;
+  loop_.windowed_operand = sliced;
+  loop_.rs_both_sliced = both_sliced;
+  if (loop_.identity_permutes && loop_.trip_count * static_cast<int64_t>(loop_.dots.size()) != 2) {
+    return "the body's collective-permutes send every partition's value to itself "
+           "(identity source_target_pairs) on a ring of more than 2 blocks";
   }
+  return "";
+}
 
-  // Layout.
-  auto attr = w->GetFrontendAttribute(kTripCountOneAttr);
-  const int64_t per_trip = static_cast<int64_t>(L.dots.size());
-  if (attr && *attr == "true" && L.trip_count == 1) {
-    L.layout = WindowedLoopLayout::kFullyUnrolled;
-  } else if (!L.conditionals.empty() && per_trip == 1) {
-    L.layout = WindowedLoopLayout::kRolled;
-  } else if (L.conditionals.empty() && per_trip == 2) {
-    L.layout = WindowedLoopLayout::kUnrolledByTwo;
+void LoopMatcher::ClassifyLayout() {
+  std::optional<std::string> attr = while_instr_.GetFrontendAttribute(kTripCountOneAttr);
+  const int64_t per_trip = static_cast<int64_t>(loop_.dots.size());
+  if (attr && *attr == "true" && loop_.trip_count == 1) {
+    loop_.layout = WindowedLoopLayout::kFullyUnrolled;
+  } else if (!loop_.conditionals.empty() && per_trip == 1) {
+    loop_.layout = WindowedLoopLayout::kRolled;
+  } else if (loop_.conditionals.empty() && per_trip == 2) {
+    loop_.layout = WindowedLoopLayout::kUnrolledByTwo;
   } else {
-    L.layout = WindowedLoopLayout::kOther;
+    loop_.layout = WindowedLoopLayout::kOther;
   }
   // Blocks visited per trip: one per dot, except when several dots read the same window (every
   // consumer of an all-gather computed in the ring: windowed-einsum-consumers-in-ring).
   int64_t steps = per_trip;
-  if (L.kind == WindowedLoopKind::kAllGather) {
+  if (loop_.kind == WindowedLoopKind::kAllGather) {
     std::vector<const HloInstruction*> windows;
-    for (const WindowedDot& wd : L.dots) {
+    for (const WindowedDot& wd : loop_.dots) {
       if (std::find(windows.begin(), windows.end(), wd.window) == windows.end()) {
         windows.push_back(wd.window);
       }
     }
     steps = static_cast<int64_t>(windows.size());
   }
-  L.ring_size = L.trip_count * steps;
+  loop_.ring_size = loop_.trip_count * steps;
+}
 
-  // Handler layout: FP8 operands with their scales, cache element.
-  const PrimitiveType t0 = st.tuple_shapes[0].element_type, t1 = st.tuple_shapes[1].element_type;
-  L.fp8_operands = IsFp8(t0) && IsFp8(t1);
-  if (L.fp8_operands) {
-    for (const WindowedDot& wd : L.dots) {
-      for (int64_t j = 0; j < 2; ++j) {
-        HloInstruction* a = wd.dot->operand(j);
-        if (a->opcode() == HloOpcode::kDynamicSlice) a = a->operand(0);
-        if (auto m = MatchDequantize(a)) {
-          if (m->scale->opcode() == HloOpcode::kGetTupleElement && m->scale->operand(0) == P &&
-              m->scale->tuple_index > ci) {
-            L.scale_index[j] = m->scale->tuple_index;
-          }
+void LoopMatcher::FindHandlerElements() {
+  const Shape& state = while_instr_.shape();
+  loop_.fp8_operands =
+      IsFp8(state.tuple_shapes[0].element_type) && IsFp8(state.tuple_shapes[1].element_type);
+  if (loop_.fp8_operands) FindFp8Scales();
+  if (loop_.kind == WindowedLoopKind::kAllGather) FindCache();
+}
+
+void LoopMatcher::FindFp8Scales() {
+  for (const WindowedDot& wd : loop_.dots) {
+    for (int64_t j = 0; j < 2; ++j) {
+      HloInstruction* operand = wd.dot->operand(j);
+      if (operand->opcode() == HloOpcode::kDynamicSlice) operand = operand->operand(0);
+      if (auto m = MatchDequantize(operand)) {
+        if (m->scale->opcode() == HloOpcode::kGetTupleElement && m->scale->operand(0) == param_ &&
+            m->scale->tuple_index > counter_) {
+          loop_.scale_index[j] = m->scale->tuple_index;
         }
       }
     }
   }
-  if (L.kind == WindowedLoopKind::kAllGather) {
-    for (int64_t i = ci + 1; i < n_elems; ++i) {
-      if (i == L.scale_index[0] || i == L.scale_index[1]) continue;
-      HloInstruction* v = R->operand(i);
-      if (v->opcode() != HloOpcode::kDynamicUpdateSlice) continue;
-      // A cache stores shards; an element whose updates are GEMM results is an output (e.g. a
-      // consumer computed in the ring by windowed-einsum-consumers-in-ring).
-      bool gemm_results = false;
-      while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
-        const HloInstruction* u = v->operand(1);
-        for (int guard = 0; guard < 8; ++guard) {
-          if (u->opcode() == HloOpcode::kGetTupleElement || u->opcode() == HloOpcode::kBitcast ||
-              u->opcode() == HloOpcode::kReshape || u->opcode() == HloOpcode::kSlice ||
-              u->opcode() == HloOpcode::kConvert) {
-            u = u->operand(0);
-            continue;
-          }
-          break;
-        }
-        gemm_results |= u->opcode() == HloOpcode::kDot || (IsCublasGemmCall(*u) && u->operand_count() >= 2);
-        v = v->operand(0);
-      }
-      if (gemm_results) continue;
-      if (IsGteOf(v, P, i)) {
-        L.cache_index = i;
-        break;
-      }
+}
+
+// The update a cache's dynamic-update-slice writes, before the views in between.
+const HloInstruction* StripUpdateViews(const HloInstruction* update) {
+  for (int guard = 0; guard < 8; ++guard) {
+    switch (update->opcode()) {
+      case HloOpcode::kGetTupleElement:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kReshape:
+      case HloOpcode::kSlice:
+      case HloOpcode::kConvert:
+        update = update->operand(0);
+        continue;
+      default:
+        return update;
     }
   }
-  return L;
+  return update;
+}
+
+void LoopMatcher::FindCache() {
+  for (int64_t i = counter_ + 1; i < state_size_; ++i) {
+    if (i == loop_.scale_index[0] || i == loop_.scale_index[1]) continue;
+    HloInstruction* v = root_->operand(i);
+    if (v->opcode() != HloOpcode::kDynamicUpdateSlice) continue;
+    // A cache stores shards; an element whose updates are GEMM results is an output (e.g. a
+    // consumer computed in the ring by windowed-einsum-consumers-in-ring).
+    bool gemm_results = false;
+    while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
+      const HloInstruction* update = StripUpdateViews(v->operand(1));
+      gemm_results |= update->opcode() == HloOpcode::kDot ||
+                      (IsCublasGemmCall(*update) && update->operand_count() >= 2);
+      v = v->operand(0);
+    }
+    if (gemm_results) continue;
+    if (IsGteOf(v, param_, i)) {
+      loop_.cache_index = i;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<WindowedLoop> MatchWindowedLoop(const HloInstruction* while_instr,
+                                              std::string* why_not,
+                                              const WindowedLoopMatchOptions& options) {
+  if (while_instr == nullptr) {
+    if (why_not) *why_not = "not a while";
+    return std::nullopt;
+  }
+  return LoopMatcher(*while_instr, options).Match(why_not);
 }
 
 }  // namespace weave

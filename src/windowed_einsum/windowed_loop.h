@@ -69,8 +69,11 @@ struct WindowedDot {
   HloInstruction* other_slice = nullptr;
 };
 
+// The handles below are what the IR's (shallow-const) accessors give: the body's instructions are
+// mutable, for the handler that rewrites the loop it matched; the while itself is const, the
+// matcher's argument (a pass that rewrites the while holds its own mutable pointer).
 struct WindowedLoop {
-  HloInstruction* while_instr = nullptr;
+  const HloInstruction* while_instr = nullptr;
   HloInstruction* init = nullptr;  // the while's operand (usually a tuple)
   HloComputation* body = nullptr;
   HloComputation* condition = nullptr;
@@ -123,7 +126,7 @@ struct WindowedLoopMatchOptions {
 // layouts above. Returns nullopt when it is not one; then *why_not (if non-null) receives the first
 // condition that failed, e.g. "body has no collective-permute ring". Never modifies the module.
 // Cost: linear in the size of the body (the trip count is simulated, at most 4096 iterations).
-std::optional<WindowedLoop> MatchWindowedLoop(HloInstruction* while_instr,
+std::optional<WindowedLoop> MatchWindowedLoop(const HloInstruction* while_instr,
                                               std::string* why_not = nullptr,
                                               const WindowedLoopMatchOptions& options = {});
 

@@ -100,5 +100,69 @@ TEST(WindowedLoopMatcher, ReduceScatterOverBatchDimSlicesBothOperands) {
   for (const WindowedDot& d : L->dots) EXPECT_NE(d.other_slice, nullptr);
 }
 
+// A loop whose lhs circulates through a ring but whose dot reads it through a negate: not the
+// all-gather form (the dot does not read the window), and not the reduce-scatter form either (the
+// lhs is not passed through). The reason names the all-gather attempt that got furthest.
+constexpr char kAlmostAg[] = R"(HloModule almost_ag, num_partitions=2
+
+body {
+  state = (f32[2,3], f32[3,4], f32[4,4], f32[4,4], s32[]) parameter(0)
+  lhs = f32[2,3] get-tuple-element(state), index=0
+  rhs = f32[3,4] get-tuple-element(state), index=1
+  out = f32[4,4] get-tuple-element(state), index=2
+  extra = f32[4,4] get-tuple-element(state), index=3
+  k = s32[] get-tuple-element(state), index=4
+  flipped = f32[2,3] negate(lhs)
+  part = f32[2,4] dot(flipped, rhs), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  zero = s32[] constant(0)
+  row = s32[] multiply(k, zero)
+  updated = f32[4,4] dynamic-update-slice(out, part, row, zero)
+  next = f32[2,3] collective-permute(lhs), channel_id=1, source_target_pairs={{0,1},{1,0}}
+  one = s32[] constant(1)
+  k1 = s32[] add(k, one)
+  ROOT s = (f32[2,3], f32[3,4], f32[4,4], f32[4,4], s32[]) tuple(next, rhs, updated, extra, k1)
+}
+
+cond {
+  state = (f32[2,3], f32[3,4], f32[4,4], f32[4,4], s32[]) parameter(0)
+  k = s32[] get-tuple-element(state), index=4
+  two = s32[] constant(2)
+  ROOT more = pred[] compare(k, two), direction=LT
+}
+
+ENTRY main {
+  a = f32[2,3] parameter(0)
+  b = f32[3,4] parameter(1)
+  z = f32[] constant(0)
+  o = f32[4,4] broadcast(z), dimensions={}
+  k0 = s32[] constant(0)
+  init = (f32[2,3], f32[3,4], f32[4,4], f32[4,4], s32[]) tuple(a, b, o, o, k0)
+  loop = (f32[2,3], f32[3,4], f32[4,4], f32[4,4], s32[]) while(init), condition=cond, body=body
+  ROOT r = f32[4,4] get-tuple-element(loop), index=2
+})";
+
+TEST(WindowedLoopMatcher, ReasonIsTheAllGatherAttemptThatGotFurthest) {
+  auto m = ParseHloModule(kAlmostAg);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<HloInstruction*> loops = Whiles(m->get());
+  ASSERT_EQ(loops.size(), 1u);
+  std::string why;
+  EXPECT_FALSE(MatchWindowedLoop(loops[0], &why).has_value());
+  EXPECT_EQ(why, "dot 'part' does not read the windowed operand 0 through the collective-permute ring");
+  // Reading the window directly makes it the all-gather form.
+  HloInstruction* part = nullptr;
+  for (HloInstruction* i : loops[0]->while_body()->instructions()) {
+    if (i->name() == "part") part = i;
+  }
+  ASSERT_NE(part, nullptr);
+  ASSERT_TRUE(part->ReplaceOperandWith(0, part->operand(0)->operand(0)).ok());
+  auto L = MatchWindowedLoop(loops[0], &why);
+  ASSERT_TRUE(L.has_value()) << why;
+  EXPECT_EQ(L->kind, WindowedLoopKind::kAllGather);
+  EXPECT_EQ(L->windowed_operand, 0);
+  EXPECT_EQ(L->trip_count, 2);
+  EXPECT_EQ(L->ring_size, 2);
+}
+
 }  // namespace
 }  // namespace weave
