@@ -82,4 +82,29 @@ HloInstruction* BuildDequantize(HloComputation* comp, HloInstruction* q, HloInst
                               base);
 }
 
+HloInstruction* StripDequantizeAndViews(HloInstruction* v, bool through_pad) {
+  for (int guard = 0; guard < 64 && v != nullptr; ++guard) {
+    if (auto m = MatchDequantize(v)) {
+      v = m->q;
+      continue;
+    }
+    switch (v->opcode()) {
+      case HloOpcode::kPad:
+        if (!through_pad) return v;
+        [[fallthrough]];
+      case HloOpcode::kReshape:
+      case HloOpcode::kBitcast:
+      case HloOpcode::kTranspose:
+      case HloOpcode::kCopy:
+      case HloOpcode::kConvert:
+        if (v->operand_count() < 1) return v;
+        v = v->operand(0);
+        continue;
+      default:
+        return v;
+    }
+  }
+  return v;
+}
+
 }  // namespace weave

@@ -62,4 +62,10 @@ HloInstruction* BuildDequantize(HloComputation* comp, HloInstruction* q, HloInst
                                 bool divide, PrimitiveType wide, const Shape& shape,
                                 const std::vector<int64_t>& broadcast_dims = {});
 
+// Follows `v` back to the value a GEMM operand is computed from: through dequantizations (to
+// their FP8 value) and convert, reshape, bitcast, transpose and copy; with `through_pad` also
+// through pad (fp8-gemm-rewriter pads GEMM operands to multiples of 16). Returns the first
+// instruction that is none of these, after at most 64 steps; null for null.
+HloInstruction* StripDequantizeAndViews(HloInstruction* v, bool through_pad);
+
 }  // namespace weave

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 #include "hlo/async_chain.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 namespace {
@@ -295,7 +296,7 @@ absl::Status Checker::AsyncOp() {
     return AliasingConfig();
   }
   if (op == HloOpcode::kAsyncDone) {
-    if (auto st = OperandCount(1); !st.ok()) return st;
+    RETURN_IF_ERROR(OperandCount(1));
   } else if (h_.operand_count() < 1) {
     return Err("expects at least 1 operand (the async value), got 0");
   }
@@ -387,7 +388,7 @@ absl::Status Checker::AllGatherStartDone() {
     }
     return absl::OkStatus();
   }
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   if (!Op(0).IsTuple() || Op(0).tuple_shapes.size() != 2) {
     return Err(absl::StrCat("operand ", ShapeText(Op(0)), " is not an all-gather-start's (operand, result)"));
   }

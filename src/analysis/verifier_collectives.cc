@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 
@@ -128,16 +129,16 @@ absl::Status Checker::PerOperandResults(std::vector<const Shape*>* out) const {
 
 absl::Status Checker::ScatterGather(bool gather) {
   if (h_.operand_count() < 1) return Err("expects at least one operand");
-  if (auto st = Groups(); !st.ok()) return st;
+  RETURN_IF_ERROR(Groups());
   if (h_.dimensions.size() != 1) {
     return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
   }
   const int64_t d = h_.dimensions[0];
   std::vector<const Shape*> results;
-  if (auto st = PerOperandResults(&results); !st.ok()) return st;
+  RETURN_IF_ERROR(PerOperandResults(&results));
   const int64_t n = KnownGroupSize();
   for (int64_t i = 0; i < h_.operand_count(); ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
     const Shape& in = Op(i);
     const Shape& out = *results[static_cast<size_t>(i)];
     if (d < 0 || d >= in.rank()) {
@@ -175,7 +176,7 @@ absl::Status Checker::ScatterGather(bool gather) {
 }
 
 absl::Status Checker::ReduceScatter() {
-  if (auto st = ScatterGather(false); !st.ok()) return st;
+  RETURN_IF_ERROR(ScatterGather(false));
   std::vector<PrimitiveType> acc;
   for (const HloInstruction* o : h_.operands()) acc.push_back(o->shape().element_type);
   return Reducer({acc.empty() ? PrimitiveType::kInvalid : acc[0]});
@@ -183,9 +184,9 @@ absl::Status Checker::ReduceScatter() {
 
 absl::Status Checker::AllReduce() {
   if (h_.operand_count() < 1) return Err("expects at least one operand");
-  if (auto st = Groups(); !st.ok()) return st;
+  RETURN_IF_ERROR(Groups());
   std::vector<const Shape*> results;
-  if (auto st = PerOperandResults(&results); !st.ok()) return st;
+  RETURN_IF_ERROR(PerOperandResults(&results));
   for (int64_t i = 0; i < h_.operand_count(); ++i) {
     if (!ShapesMatch(*results[static_cast<size_t>(i)], Op(i))) {
       return Err(absl::StrCat("result ", ShapeText(*results[static_cast<size_t>(i)]),
@@ -197,7 +198,7 @@ absl::Status Checker::AllReduce() {
 
 absl::Status Checker::AllToAll() {
   if (h_.operand_count() < 1) return Err("expects at least one operand");
-  if (auto st = Groups(); !st.ok()) return st;
+  RETURN_IF_ERROR(Groups());
   if (h_.dimensions.empty()) {
     // The tuple form (XLA's InferAllToAllTupleShape and HandleAllToAll): one operand per group
     // member, all of one shape (layouts too, where both state one).
@@ -213,7 +214,7 @@ absl::Status Checker::AllToAll() {
                               " operands for a group of ", n));
     }
     std::vector<const Shape*> results;
-    if (auto st = PerOperandResults(&results); !st.ok()) return st;
+    RETURN_IF_ERROR(PerOperandResults(&results));
     for (int64_t i = 0; i < h_.operand_count(); ++i) {
       if (!ShapesMatch(*results[static_cast<size_t>(i)], Op(i))) {
         return Err(absl::StrCat("result ", ShapeText(*results[static_cast<size_t>(i)]),
@@ -225,8 +226,8 @@ absl::Status Checker::AllToAll() {
   if (h_.dimensions.size() != 1) {
     return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
   }
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
   const int64_t d = h_.dimensions[0];
   if (d < 0 || d >= Op(0).rank()) {
     return Err(absl::StrCat("split dimension ", d, " is out of range for ", ShapeText(Op(0))));
@@ -309,7 +310,7 @@ absl::Status Checker::CollectivePermute() {
     allowed = std::max<int64_t>(allowed, 1);
   } else {
     for (int64_t i = 0; i < h_.operand_count(); ++i) {
-      if (auto st = ArrayOperand(i); !st.ok()) return st;
+      RETURN_IF_ERROR(ArrayOperand(i));
     }
   }
   // Partition ids with a channel, replica ids without (when the module states its counts; a
@@ -374,7 +375,7 @@ absl::Status Checker::Recv() {
 // data operand's shape, or the tuple of them; the reducer is a scalar computation of the first
 // data operand's type.
 absl::Status Checker::CollectiveReduce() {
-  if (auto st = Groups(); !st.ok()) return st;
+  RETURN_IF_ERROR(Groups());
   const std::string* dynamic = h_.GetRawAttribute("has_dynamic_root");
   const bool has_root = dynamic != nullptr && *dynamic == "true";
   const int64_t data = h_.operand_count() - (has_root ? 1 : 0);
@@ -388,11 +389,11 @@ absl::Status Checker::CollectiveReduce() {
   std::vector<Shape> parts;
   std::vector<PrimitiveType> types;
   for (int64_t i = 0; i < data; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
     parts.push_back(Op(i));
     types.push_back(Op(i).element_type);
   }
-  if (auto st = ResultIs(data == 1 ? parts[0] : Shape::Tuple(parts), "data operands' shape"); !st.ok()) return st;
+  RETURN_IF_ERROR(ResultIs(data == 1 ? parts[0] : Shape::Tuple(parts), "data operands' shape"));
   return Reducer({types[0]});  // one scalar computation for every data operand, as all-reduce's
 }
 
@@ -400,8 +401,8 @@ absl::Status Checker::RaggedAllToAll() {
   // XLA's InferRaggedAllToAllShape: (input, output, input_offsets, send_sizes, output_offsets,
   // recv_sizes); the four index operands are integer arrays of rank 1 or 2, of one shape; the
   // result is the output buffer's shape.
-  if (auto st = OperandCount(6); !st.ok()) return st;
-  if (auto st = Groups(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(6));
+  RETURN_IF_ERROR(Groups());
   for (int64_t i = 2; i < 6; ++i) {
     const Shape& s = Op(i);
     if (!s.IsArray() || (s.rank() != 1 && s.rank() != 2) || !IsInteger(s.element_type)) {

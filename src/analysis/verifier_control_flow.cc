@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 #include "hlo/async_chain.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 
@@ -67,12 +68,12 @@ absl::Status Checker::ConsistentSharding(const std::vector<const HloInstruction*
 }
 
 absl::Status Checker::While() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   if (h_.called_computations().size() != 2) return Err("needs condition= and body=");
   const HloComputation* cond = h_.while_condition();
   const HloComputation* body = h_.while_body();
-  if (auto st = OneParamComputation(cond, "condition"); !st.ok()) return st;
-  if (auto st = OneParamComputation(body, "body"); !st.ok()) return st;
+  RETURN_IF_ERROR(OneParamComputation(cond, "condition"));
+  RETURN_IF_ERROR(OneParamComputation(body, "body"));
   const Shape& init = Op(0);
   if (!ShapesMatch(cond->root()->shape(), Shape::Scalar(PrimitiveType::PRED))) {
     return Err(absl::StrCat("condition '", cond->name(), "' returns ",
@@ -92,7 +93,7 @@ absl::Status Checker::While() {
     return Err(absl::StrCat("body '", body->name(), "' root ", ShapeText(body->root()->shape()),
                             " differs from init ", ShapeText(init)));
   }
-  if (auto st = ResultIs(init, "init shape"); !st.ok()) return st;
+  RETURN_IF_ERROR(ResultIs(init, "init shape"));
   // The loop, its body's parameter and root and its condition's parameter share one sharding.
   return ConsistentSharding({&h_, body->root(), body->parameter(0), cond->parameter(0)});
 }
@@ -113,7 +114,7 @@ absl::Status Checker::Conditional() {
   }
   for (size_t b = 0; b < branches.size(); ++b) {
     const HloComputation* c = branches[b];
-    if (auto st = OneParamComputation(c, "branch"); !st.ok()) return st;
+    RETURN_IF_ERROR(OneParamComputation(c, "branch"));
     const Shape& arg = Op(static_cast<int64_t>(b) + 1);
     if (!ShapesMatch(c->parameter(0)->shape(), arg)) {
       return Err(absl::StrCat("branch ", b, " '", c->name(), "' parameter ",
@@ -175,7 +176,7 @@ absl::Status Checker::Tuple() {
 }
 
 absl::Status Checker::GetTupleElement() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   const Shape& t = Op(0);
   if (!t.IsTuple()) {
     return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' has non-tuple shape ",
@@ -279,7 +280,7 @@ absl::Status Checker::StartDonePairing() const {
 absl::Status Checker::AsyncPair() {
   const HloOpcode op = h_.opcode();
   const Shape& s = h_.shape();
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   const Shape& x = Op(0);
   switch (op) {
     case HloOpcode::kCopyStart:
@@ -329,14 +330,14 @@ absl::Status Checker::Map() {
 
 absl::Status Checker::Outfeed() {
   // XLA's HandleOutfeed: (data, token) -> token[].
-  if (auto st = OperandCount(2); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
   if (!Op(1).IsToken()) return Err(absl::StrCat("operand 1 is ", ShapeText(Op(1)), ", not a token[]"));
   if (!h_.shape().IsToken()) return Err(absl::StrCat("result ", ShapeText(h_.shape()), " must be token[]"));
   return absl::OkStatus();
 }
 
 absl::Status Checker::Infeed() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   if (Op(0).element_type != PrimitiveType::TOKEN || Op(0).IsTuple()) {
     return Err(absl::StrCat("operand ", ShapeText(Op(0)), " must be a token"));
   }
@@ -351,7 +352,7 @@ absl::Status Checker::CustomCall() {
   const std::string& t = h_.custom_call_target();
   if (t == "GetRngSeed") {
     // XLA's verifier: no operands, a u64[] result.
-    if (auto st = OperandCount(0); !st.ok()) return st;
+    RETURN_IF_ERROR(OperandCount(0));
     if (!h_.shape().IsArray() || h_.shape().element_type != PrimitiveType::U64 || h_.shape().rank() != 0) {
       return Err(absl::StrCat("custom_call_target=\"GetRngSeed\": result ", ShapeText(h_.shape()), " must be u64[]"));
     }
@@ -359,7 +360,7 @@ absl::Status Checker::CustomCall() {
   }
   if (t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" ||
       t == "MoveToHost" || t == "MoveToDevice") {
-    if (auto st = OperandCount(1); !st.ok()) return st;
+    RETURN_IF_ERROR(OperandCount(1));
     if (t == "Sharding" || t == "MoveToHost" || t == "MoveToDevice") {
       return ResultIs(Op(0), "operand shape");
     }

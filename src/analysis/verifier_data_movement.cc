@@ -10,13 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 #include "hlo/raw_dims_attribute.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 
 absl::Status Checker::Broadcast() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape& in = Op(0);
   const Shape& out = h_.shape();
   if (in.element_type != out.element_type) {
@@ -47,9 +48,9 @@ absl::Status Checker::Broadcast() {
 }
 
 absl::Status Checker::Reshape() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   if (Op(0).element_type != h_.shape().element_type) {
     return Err(absl::StrCat("operand ", ShapeText(Op(0)), " and result ", ShapeText(h_.shape()),
                             " have different element types"));
@@ -64,9 +65,9 @@ absl::Status Checker::Reshape() {
 }
 
 absl::Status Checker::Transpose() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape& in = Op(0);
   const int64_t rank = in.rank();
   std::vector<int64_t> perm = h_.dimensions;
@@ -92,10 +93,10 @@ absl::Status Checker::SameElementType(int64_t operand) const {
 }
 
 absl::Status Checker::Slice() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
-  if (auto st = SameElementType(0); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
+  RETURN_IF_ERROR(SameElementType(0));
   const Shape& in = Op(0);
   if (static_cast<int64_t>(h_.slice().size()) != in.rank()) {
     return Err(absl::StrCat("slice has ", h_.slice().size(), " ranges but the operand ",
@@ -139,11 +140,11 @@ absl::Status Checker::ScalarIndices(int64_t first, int64_t rank) const {
 
 absl::Status Checker::DynamicSlice() {
   if (h_.operand_count() < 1) return Err("expects an operand");
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
-  if (auto st = SameElementType(0); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
+  RETURN_IF_ERROR(SameElementType(0));
   const Shape& in = Op(0);
-  if (auto st = ScalarIndices(1, in.rank()); !st.ok()) return st;
+  RETURN_IF_ERROR(ScalarIndices(1, in.rank()));
   if (static_cast<int64_t>(h_.dynamic_slice_sizes().size()) != in.rank()) {
     return Err(absl::StrCat("dynamic_slice_sizes=", Dims(h_.dynamic_slice_sizes()), " has ",
                             h_.dynamic_slice_sizes().size(), " entries but the operand ",
@@ -162,8 +163,8 @@ absl::Status Checker::DynamicSlice() {
 
 absl::Status Checker::DynamicUpdateSlice() {
   if (h_.operand_count() < 2) return Err("expects an operand and an update");
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayOperand(1); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayOperand(1));
   const Shape &in = Op(0), &upd = Op(1);
   if (upd.rank() != in.rank()) {
     return Err(absl::StrCat("update ", ShapeText(upd), " and operand ", ShapeText(in),
@@ -180,14 +181,14 @@ absl::Status Checker::DynamicUpdateSlice() {
                               ShapeText(in), " in dimension ", i));
     }
   }
-  if (auto st = ScalarIndices(2, in.rank()); !st.ok()) return st;
+  RETURN_IF_ERROR(ScalarIndices(2, in.rank()));
   return ResultIs(in, "operand shape");
 }
 
 absl::Status Checker::Pad() {
-  if (auto st = OperandCount(2); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape &in = Op(0), &pv = Op(1);
   if (!pv.IsArray() || pv.rank() != 0 || pv.element_type != in.element_type) {
     return Err(absl::StrCat("padding value ", ShapeText(pv), " must be a scalar of type ",
@@ -211,14 +212,14 @@ absl::Status Checker::Pad() {
 
 absl::Status Checker::Concatenate() {
   if (h_.operand_count() < 1) return Err("expects at least one operand");
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayResult());
   if (h_.dimensions.size() != 1) {
     return Err(absl::StrCat("dimensions=", Dims(h_.dimensions), " must name one dimension"));
   }
   const int64_t d = h_.dimensions[0];
   const Shape& first = Op(0);
   for (int64_t i = 0; i < h_.operand_count(); ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
   }
   if (d < 0 || d >= first.rank()) {
     return Err(absl::StrCat("dimension ", d, " is out of range for ", ShapeText(first)));
@@ -248,7 +249,7 @@ absl::Status Checker::Concatenate() {
 // (XLA's InferDynamicReshapeShape; the sizes are only known at run time).
 absl::Status Checker::DynamicReshape() {
   if (h_.operand_count() < 1) return Err("needs an operand (the array to reshape)");
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayOperand(0));
   if (h_.operand_count() != 1 + h_.shape().rank()) {
     return Err(absl::StrCat("takes one size operand per result dim: ", h_.shape().rank(), " for ",
                             ShapeText(h_.shape()), ", got ", h_.operand_count() - 1));

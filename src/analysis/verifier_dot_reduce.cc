@@ -14,6 +14,7 @@
 #include "hlo/dot_dims.h"
 #include "hlo/raw_dims_attribute.h"
 #include "hlo/window.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 
@@ -46,8 +47,8 @@ absl::Status Checker::DotDimensions(const Shape& lhs, const Shape& rhs) const {
     }
     return absl::OkStatus();
   };
-  if (auto st = check_side("lhs", lhs, dn.lhs_batch, dn.lhs_contracting); !st.ok()) return st;
-  if (auto st = check_side("rhs", rhs, dn.rhs_batch, dn.rhs_contracting); !st.ok()) return st;
+  RETURN_IF_ERROR(check_side("lhs", lhs, dn.lhs_batch, dn.lhs_contracting));
+  RETURN_IF_ERROR(check_side("rhs", rhs, dn.rhs_batch, dn.rhs_contracting));
   auto size = [](const Shape& s, int64_t d) { return s.dims[static_cast<size_t>(d)]; };
   for (size_t i = 0; i < dn.lhs_batch.size(); ++i) {
     const int64_t a = size(lhs, dn.lhs_batch[i]), b = size(rhs, dn.rhs_batch[i]);
@@ -68,13 +69,13 @@ absl::Status Checker::DotDimensions(const Shape& lhs, const Shape& rhs) const {
 }
 
 absl::Status Checker::Dot() {
-  if (auto st = OperandCount(2); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayOperand(1); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayOperand(1));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape &lhs = Op(0), &rhs = Op(1);
   const DotDims& dn = h_.dot_dims();
-  if (auto st = DotDimensions(lhs, rhs); !st.ok()) return st;
+  RETURN_IF_ERROR(DotDimensions(lhs, rhs));
   auto size = [](const Shape& s, int64_t d) { return s.dims[static_cast<size_t>(d)]; };
   std::vector<int64_t> dims;
   for (int64_t d : dn.lhs_batch) dims.push_back(size(lhs, d));
@@ -94,17 +95,17 @@ absl::Status Checker::Dot() {
 }
 
 absl::Status Checker::RaggedDot() {
-  if (auto st = OperandCount(3); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(3));
   for (int64_t i = 0; i < 3; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
   }
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayResult());
   const Shape &lhs = Op(0), &rhs = Op(1), &groups = Op(2);
   if (!IsInteger(groups.element_type) || groups.rank() < 1) {
     return Err(absl::StrCat("group sizes ", ShapeText(groups),
                             " must be an integer array of rank >= 1"));
   }
-  if (auto st = DotDimensions(lhs, rhs); !st.ok()) return st;
+  RETURN_IF_ERROR(DotDimensions(lhs, rhs));
   const DotDims& dn = h_.dot_dims();
   absl::StatusOr<std::vector<int64_t>> ragged = RawDimsAttribute(h_, "lhs_ragged_dims");
   if (!ragged.ok()) return Err(std::string(ragged.status().message()));
@@ -184,11 +185,11 @@ absl::Status Checker::RaggedDot() {
 // window of the kernel's spatial sizes, and result dims: batch / B, the kernel's output features,
 // and per spatial dim floor((dilated input + padding - dilated window) / stride) + 1.
 absl::Status Checker::Convolution() {
-  if (auto st = OperandCount(2); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
   for (int64_t i = 0; i < 2; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
   }
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayResult());
   const Shape& l = Op(0);
   const Shape& k = Op(1);
   const Shape& o = h_.shape();
@@ -287,7 +288,7 @@ absl::Status Checker::Reduce() {
   const Shape& in0 = Op(0);
   std::vector<PrimitiveType> acc;
   for (int64_t i = 0; i < n; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
     if (!DimsEqual(Op(i).dims, in0.dims)) {
       return Err(absl::StrCat("input ", i, " ", ShapeText(Op(i)), " differs in dims from input 0 ",
                               ShapeText(in0)));
@@ -321,7 +322,7 @@ absl::Status Checker::Reduce() {
     for (PrimitiveType t : acc) elems.push_back(Shape(t, kept));
     expected = Shape::Tuple(elems);
   }
-  if (auto st = ResultIs(expected, "reduced shape"); !st.ok()) return st;
+  RETURN_IF_ERROR(ResultIs(expected, "reduced shape"));
   std::vector<PrimitiveType> inputs;
   for (int64_t i = 0; i < n; ++i) inputs.push_back(Op(i).element_type);
   return Reducer(acc, inputs);
@@ -334,11 +335,11 @@ absl::Status Checker::ReduceWindow() {
                             " operands"));
   }
   const int64_t n = n2 / 2;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
+  RETURN_IF_ERROR(ArrayOperand(0));
   const Shape& in0 = Op(0);
   std::vector<PrimitiveType> acc;
   for (int64_t i = 0; i < n; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
     const Shape& init = Op(n + i);
     if (!init.IsArray() || init.rank() != 0) {
       return Err(absl::StrCat("init value ", i, " must be a scalar, got ", ShapeText(init)));
@@ -401,7 +402,7 @@ absl::Status Checker::ReduceWindow() {
     for (PrimitiveType t : acc) elems.push_back(Shape(t, out_dims));
     expected = Shape::Tuple(elems);
   }
-  if (auto st = ResultIs(expected, "windowed shape"); !st.ok()) return st;
+  RETURN_IF_ERROR(ResultIs(expected, "windowed shape"));
   std::vector<PrimitiveType> inputs;
   for (size_t i = 0; i < acc.size(); ++i) inputs.push_back(Op(static_cast<int64_t>(i)).element_type);
   return Reducer(acc, inputs);

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 
@@ -32,8 +33,8 @@ absl::Status Checker::Constant() {
 }
 
 absl::Status Checker::Iota() {
-  if (auto st = OperandCount(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(0));
+  RETURN_IF_ERROR(ArrayResult());
   if (h_.iota_dimension < 0 || h_.iota_dimension >= std::max<int64_t>(h_.shape().rank(), 1)) {
     return Err(absl::StrCat("iota_dimension=", h_.iota_dimension, " is out of range for ",
                             ShapeText(h_.shape())));
@@ -50,8 +51,8 @@ absl::Status Checker::Iota() {
 
 absl::Status Checker::Rng() {
   // XLA's HandleRng: two scalar bounds of the result's element type; rng_normal of a float type.
-  if (auto st = OperandCount(2); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
+  RETURN_IF_ERROR(ArrayResult());
   for (int64_t i = 0; i < 2; ++i) {
     if (!Op(i).IsArray() || Op(i).rank() != 0 || !TypesCompatible(Op(i).element_type, h_.shape().element_type)) {
       return Err(absl::StrCat("operand ", i, " is ", ShapeText(Op(i)), "; the bounds are scalars of the result's type ",
@@ -70,7 +71,7 @@ absl::Status Checker::Rng() {
 }
 
 absl::Status Checker::IdOp() {
-  if (auto st = OperandCount(0); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(0));
   if (!ShapesMatch(h_.shape(), Shape::Scalar(PrimitiveType::U32))) {
     return Err(absl::StrCat("result must be u32[], got ", ShapeText(h_.shape())));
   }
@@ -80,9 +81,9 @@ absl::Status Checker::IdOp() {
 // XLA's BitcastConvertType: the same dims when the widths agree; otherwise the narrower side is
 // the wider side's shape with one more, last dimension of size wide/narrow. Pred takes no part.
 absl::Status Checker::BitcastConvert() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape& in = Op(0);
   const Shape& out = h_.shape();
   const int wi = BitWidth(in.element_type), wo = BitWidth(out.element_type);
@@ -115,9 +116,9 @@ absl::Status Checker::BitcastConvert() {
 }
 
 absl::Status Checker::Unary() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayResult());
   if (!DimsEqual(h_.shape().dims, Op(0).dims)) {
     return Err(absl::StrCat("result dims ", Dims(h_.shape().dims), " differ from operand dims ",
                             Dims(Op(0).dims)));
@@ -142,10 +143,10 @@ absl::Status Checker::Unary() {
 }
 
 absl::Status Checker::Binary() {
-  if (auto st = OperandCount(2); !st.ok()) return st;
-  if (auto st = ArrayOperand(0); !st.ok()) return st;
-  if (auto st = ArrayOperand(1); !st.ok()) return st;
-  if (auto st = ArrayResult(); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(2));
+  RETURN_IF_ERROR(ArrayOperand(0));
+  RETURN_IF_ERROR(ArrayOperand(1));
+  RETURN_IF_ERROR(ArrayResult());
   const Shape &a = Op(0), &b = Op(1);
   if (!DimsEqual(a.dims, b.dims)) {
     return Err(absl::StrCat("operand shapes ", ShapeText(a), " and ", ShapeText(b),
@@ -182,7 +183,7 @@ absl::Status Checker::Binary() {
 // rng-bit-generator(state) -> (new state, data): one operand, the state kept (XLA's
 // InferRngBitGeneratorShape).
 absl::Status Checker::RngBitGenerator() {
-  if (auto st = OperandCount(1); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(1));
   const Shape& r = h_.shape();
   if (!r.IsTuple() || r.tuple_shapes.size() != 2 || !ShapesMatch(r.tuple_shapes[0], Op(0))) {
     return Err(absl::StrCat("result ", ShapeText(r), " must be (", ShapeText(Op(0)), ", data)"));
@@ -213,7 +214,7 @@ absl::Status Checker::ComparisonType(PrimitiveType t) const {
 }
 
 absl::Status Checker::Select() {
-  if (auto st = OperandCount(3); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(3));
   const Shape &p = Op(0), &t = Op(1), &f = Op(2);
   if (!t.IsArray() || !f.IsArray()) {
     return Err(absl::StrCat("on_true ", ShapeText(t), " and on_false ", ShapeText(f),
@@ -234,9 +235,9 @@ absl::Status Checker::Select() {
 }
 
 absl::Status Checker::Clamp() {
-  if (auto st = OperandCount(3); !st.ok()) return st;
+  RETURN_IF_ERROR(OperandCount(3));
   for (int64_t i = 0; i < 3; ++i) {
-    if (auto st = ArrayOperand(i); !st.ok()) return st;
+    RETURN_IF_ERROR(ArrayOperand(i));
   }
   const Shape &lo = Op(0), &x = Op(1), &hi = Op(2);
   for (const Shape* b : {&lo, &hi}) {

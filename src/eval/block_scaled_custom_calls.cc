@@ -30,6 +30,7 @@
 #include "eval/ops.h"
 #include "hlo/block_scaled_call.h"
 #include "hlo/ir.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace {
@@ -88,14 +89,11 @@ absl::StatusOr<Value> ExpandScale(const HloInstruction& instr, const Value& s,
 // convert<T>(q) * convert<T>(scale broadcast per block), the rewriter's BuildDequantize.
 absl::StatusOr<Value> Dequantize(const HloInstruction& instr, const Value& q, const Value& scale,
                                  int64_t block, PrimitiveType t) {
-  absl::StatusOr<Value> s = ExpandScale(instr, scale, q.shape.dims, block);
-  if (!s.ok()) return s.status();
+  ASSIGN_OR_RETURN(Value s, ExpandScale(instr, scale, q.shape.dims, block));
   const Shape out = WithType(q.shape, t);
-  absl::StatusOr<Value> qc = Convert(q, out);
-  if (!qc.ok()) return qc.status();
-  absl::StatusOr<Value> sc = Convert(*s, out);
-  if (!sc.ok()) return sc.status();
-  return Binary(HloOpcode::kMultiply, *qc, *sc, out);
+  ASSIGN_OR_RETURN(Value qc, Convert(q, out));
+  ASSIGN_OR_RETURN(Value sc, Convert(s, out));
+  return Binary(HloOpcode::kMultiply, qc, sc, out);
 }
 
 absl::StatusOr<Value> QuantizeCall(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
@@ -129,21 +127,15 @@ absl::StatusOr<Value> QuantizeCall(const HloInstruction& instr, const std::vecto
   }
   Value emax = Value::Zeros(amax_shape);
   for (int64_t b = 0; b < blocks; ++b) emax.SetDouble(b, QuantizeEmax(qs.element_type));
-  absl::StatusOr<Value> norm = Binary(HloOpcode::kDivide, amax, emax, amax_shape);
-  if (!norm.ok()) return norm.status();
-  absl::StatusOr<Value> scale = Convert(*norm, ss);
-  if (!scale.ok()) return scale.status();
-  absl::StatusOr<Value> scale_t = Convert(*scale, amax_shape);
-  if (!scale_t.ok()) return scale_t.status();
-  absl::StatusOr<Value> wide = ExpandScale(instr, *scale_t, x.shape.dims, *block);
-  if (!wide.ok()) return wide.status();
-  absl::StatusOr<Value> div = Binary(HloOpcode::kDivide, x, *wide, x.shape);
-  if (!div.ok()) return div.status();
-  absl::StatusOr<Value> q = Convert(*div, qs);
-  if (!q.ok()) return q.status();
+  ASSIGN_OR_RETURN(Value norm, Binary(HloOpcode::kDivide, amax, emax, amax_shape));
+  ASSIGN_OR_RETURN(Value scale, Convert(norm, ss));
+  ASSIGN_OR_RETURN(Value scale_t, Convert(scale, amax_shape));
+  ASSIGN_OR_RETURN(Value wide, ExpandScale(instr, scale_t, x.shape.dims, *block));
+  ASSIGN_OR_RETURN(Value div, Binary(HloOpcode::kDivide, x, wide, x.shape));
+  ASSIGN_OR_RETURN(Value q, Convert(div, qs));
   Value r;
   r.shape = rs;
-  r.elements = {Share(std::move(*q)), Share(std::move(*scale))};
+  r.elements = {Share(std::move(q)), Share(std::move(scale))};
   return r;
 }
 
@@ -174,10 +166,9 @@ absl::StatusOr<Value> ScaledDot(const HloInstruction& instr, const Value& lhs, c
   absl::StatusOr<Value> a = lhs_scale ? Dequantize(instr, lhs, *lhs_scale, block, t)
                                       : Convert(lhs, WithType(lhs.shape, t));
   if (!a.ok()) return a.status();
-  absl::StatusOr<Value> b = rhs_scale ? Dequantize(instr, rhs, *rhs_scale, block, t)
-                                      : Convert(rhs, WithType(rhs.shape, t));
-  if (!b.ok()) return b.status();
-  absl::StatusOr<Value> r = Dot(*a, *b, out, BlockScaledDotDims(rank));
+  ASSIGN_OR_RETURN(Value b, rhs_scale ? Dequantize(instr, rhs, *rhs_scale, block, t)
+                                      : Convert(rhs, WithType(rhs.shape, t)));
+  absl::StatusOr<Value> r = Dot(*a, b, out, BlockScaledDotDims(rank));
   if (!r.ok()) return r.status();
   if (global_scale == nullptr) return r;
   if (global_scale->shape.rank() != 0 || global_scale->shape.element_type != t) {
@@ -258,16 +249,13 @@ absl::StatusOr<Value> CudnnBlockScaledDotCall(const HloInstruction& instr, const
   if (lhs.shape.rank() < 2 || lhs.shape.dims.back() % *lb != 0) {
     return Bad(instr, "the contracting dim is not a multiple of the block size");
   }
-  absl::StatusOr<Value> ls = Unswizzle(instr, *ops[2]);
-  if (!ls.ok()) return ls.status();
-  absl::StatusOr<Value> rsc = Unswizzle(instr, *ops[3]);
-  if (!rsc.ok()) return rsc.status();
-  absl::StatusOr<Value> d = ScaledDot(instr, lhs, rhs, &*ls, &*rsc, ops.size() == 5 ? ops[4].get() : nullptr,
-                                      *lb, rs.tuple_shapes[0]);
-  if (!d.ok()) return d.status();
+  ASSIGN_OR_RETURN(Value ls, Unswizzle(instr, *ops[2]));
+  ASSIGN_OR_RETURN(Value rsc, Unswizzle(instr, *ops[3]));
+  ASSIGN_OR_RETURN(Value d, ScaledDot(instr, lhs, rhs, &ls, &rsc, ops.size() == 5 ? ops[4].get() : nullptr,
+                                      *lb, rs.tuple_shapes[0]));
   Value r;
   r.shape = rs;
-  r.elements = {Share(std::move(*d)), Share(Value::Zeros(rs.tuple_shapes[1]))};
+  r.elements = {Share(std::move(d)), Share(Value::Zeros(rs.tuple_shapes[1]))};
   return r;
 }
 

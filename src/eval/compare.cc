@@ -8,6 +8,7 @@
 #include "eval/numerics.h"
 #include "eval/output_precision.h"
 #include "nlohmann/json.hpp"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 
@@ -299,9 +300,8 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   if (given != nullptr) {
     inputs = *given;
   } else {
-    auto in = MakeInputs(a, eo);
-    if (!in.ok()) return in.status();
-    inputs = std::move(*in);
+    ASSIGN_OR_RETURN(auto in, MakeInputs(a, eo));
+    inputs = std::move(in);
   }
   auto ra = RunModule(a, eo, &inputs);
   if (!ra.ok()) return absl::Status(ra.status().code(), absl::StrCat("module A: ", ra.status().message()));
@@ -309,9 +309,8 @@ absl::StatusOr<CompareReport> CompareModules(const HloModule& a, const HloModule
   if (!rb.ok()) return absl::Status(rb.status().code(), absl::StrCat("module B: ", rb.status().message()));
   CompareOptions co = options;
   co.eval = eo;
-  absl::StatusOr<EvalResult> magnitudes = RingMagnitudes(a, eo, inputs, options);
-  if (!magnitudes.ok()) return magnitudes.status();
-  return CompareResults(a, *ra, b, *rb, co, magnitudes->outputs.empty() ? nullptr : &*magnitudes);
+  ASSIGN_OR_RETURN(EvalResult magnitudes, RingMagnitudes(a, eo, inputs, options));
+  return CompareResults(a, *ra, b, *rb, co, magnitudes.outputs.empty() ? nullptr : &magnitudes);
 }
 
 namespace {

@@ -45,6 +45,7 @@
 #include "eval/ops.h"
 #include "hlo/ir.h"
 #include "hlo/spmd_internal_config.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace {
@@ -168,13 +169,12 @@ absl::StatusOr<Value> TopK(const HloInstruction& instr, const std::vector<ValueP
 
 absl::StatusOr<int64_t> CheckedDim(const HloInstruction& instr, const OpaqueAttrs& a,
                                    const Shape& operand) {
-  auto dim = NeedInt(instr, a, "dimension");
-  if (!dim.ok()) return dim.status();
-  if (*dim < 0 || *dim >= static_cast<int64_t>(operand.dims.size())) {
-    return Bad(instr, absl::StrCat("dimension ", *dim, " is out of range for rank ",
+  ASSIGN_OR_RETURN(auto dim, NeedInt(instr, a, "dimension"));
+  if (dim < 0 || dim >= static_cast<int64_t>(operand.dims.size())) {
+    return Bad(instr, absl::StrCat("dimension ", dim, " is out of range for rank ",
                                    operand.dims.size()));
   }
-  return *dim;
+  return dim;
 }
 
 // x rotated right by `a` (0 <= a < n) along `dim`: concat(x[n-a:], x[:n-a]).
@@ -206,16 +206,14 @@ absl::StatusOr<Value> RotateRight(const HloInstruction& instr, const std::vector
   if (ops.size() != 1 || !ops[0]->shape.IsArray() || !ops[0]->shape.Compatible(instr.shape())) {
     return Bad(instr, "expects one array operand of the result's shape");
   }
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
-  auto dim = CheckedDim(instr, *attrs, ops[0]->shape);
-  if (!dim.ok()) return dim.status();
-  auto amount = NeedInt(instr, *attrs, "amount");
+  ASSIGN_OR_RETURN(auto attrs, ParseOpaque(instr));
+  ASSIGN_OR_RETURN(auto dim, CheckedDim(instr, attrs, ops[0]->shape));
+  auto amount = NeedInt(instr, attrs, "amount");
   if (!amount.ok()) return amount.status();
   if (*amount < 0) return Bad(instr, "amount must not be negative");
   const Value& x = *ops[0];
-  const int64_t n = x.shape.dims[static_cast<size_t>(*dim)];
-  return Rotated(x, static_cast<size_t>(*dim), n == 0 ? 0 : *amount % n, instr.shape());
+  const int64_t n = x.shape.dims[static_cast<size_t>(dim)];
+  return Rotated(x, static_cast<size_t>(dim), n == 0 ? 0 : *amount % n, instr.shape());
 }
 
 // Checks a tuple of `count` equal array shapes of the operand's element type `type`; returns the
@@ -240,42 +238,39 @@ absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t co
 
 absl::StatusOr<Value> MultiSlice(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
+  ASSIGN_OR_RETURN(auto attrs, ParseOpaque(instr));
   const Value& x = *ops[0];
-  auto dim = CheckedDim(instr, *attrs, x.shape);
-  if (!dim.ok()) return dim.status();
-  auto amount = NeedInt(instr, *attrs, "amount");
+  ASSIGN_OR_RETURN(auto dim, CheckedDim(instr, attrs, x.shape));
+  auto amount = NeedInt(instr, attrs, "amount");
   if (!amount.ok()) return amount.status();
   if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amount is out of range");
   const size_t rank = x.shape.dims.size();
-  const std::vector<int64_t>* starts = attrs->Array("start_indices");
-  const std::vector<int64_t>* limits = attrs->Array("limit_indices");
-  const std::vector<int64_t>* strides = attrs->Array("strides");
+  const std::vector<int64_t>* starts = attrs.Array("start_indices");
+  const std::vector<int64_t>* limits = attrs.Array("limit_indices");
+  const std::vector<int64_t>* strides = attrs.Array("strides");
   if (!starts || !limits || starts->size() != rank || limits->size() != rank ||
       (strides && strides->size() != rank)) {
     return Bad(instr, absl::StrCat("start_indices, limit_indices (and strides) need ", rank,
                                    " entries each"));
   }
-  auto elem = EqualTupleElements(instr, *amount + 1, x.shape.element_type);
-  if (!elem.ok()) return elem.status();
+  ASSIGN_OR_RETURN(auto elem, EqualTupleElements(instr, *amount + 1, x.shape.element_type));
   Value t;
   t.shape = instr.shape();
   for (int64_t i = 0; i <= *amount; ++i) {
     std::vector<SliceDim> sl(rank);
     for (size_t d = 0; d < rank; ++d) {
-      const int64_t shift = static_cast<int64_t>(d) == *dim ? i : 0;
+      const int64_t shift = static_cast<int64_t>(d) == dim ? i : 0;
       sl[d] = {(*starts)[d] + shift, (*limits)[d] + shift, strides ? (*strides)[d] : 1};
       const int64_t len = sl[d].stride <= 0 ? -1
                                             : (sl[d].limit - sl[d].start + sl[d].stride - 1) / sl[d].stride;
       if (sl[d].start < 0 || sl[d].limit > x.shape.dims[d] || sl[d].stride <= 0 ||
-          len != elem->dims[d]) {
+          len != elem.dims[d]) {
         return Bad(instr, absl::StrCat("slice ", i, " [", sl[d].start, ":", sl[d].limit, ":",
                                        sl[d].stride, "] of dimension ", d, " does not give ",
-                                       elem->dims[d], " elements of ", x.shape.dims[d]));
+                                       elem.dims[d], " elements of ", x.shape.dims[d]));
       }
     }
-    t.elements.push_back(Share(ops::Slice(x, *elem, sl)));
+    t.elements.push_back(Share(ops::Slice(x, elem, sl)));
   }
   return t;
 }
@@ -285,16 +280,14 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
       !ops[1]->shape.dims.empty() || ops[1]->shape.element_type != ops[0]->shape.element_type) {
     return Bad(instr, "expects an array operand and a scalar pad value of its type");
   }
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
+  ASSIGN_OR_RETURN(auto attrs, ParseOpaque(instr));
   const Value& x = *ops[0];
-  auto dim = CheckedDim(instr, *attrs, x.shape);
+  auto dim = CheckedDim(instr, attrs, x.shape);
   if (!dim.ok()) return dim.status();
-  auto amount = attrs->Int("amt") ? attrs->Int("amt") : attrs->Int("amount");
+  auto amount = attrs.Int("amt") ? attrs.Int("amt") : attrs.Int("amount");
   if (!amount) return Bad(instr, "backend_config needs an integer 'amt'");
   if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amt is out of range");
-  auto elem = EqualTupleElements(instr, *amount + 1, x.shape.element_type);
-  if (!elem.ok()) return elem.status();
+  ASSIGN_OR_RETURN(auto elem, EqualTupleElements(instr, *amount + 1, x.shape.element_type));
   const size_t rank = x.shape.dims.size(), d0 = static_cast<size_t>(*dim);
   std::vector<PadDim> pads(rank);
   pads[d0] = {*amount, *amount, 0};
@@ -303,9 +296,9 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   for (size_t d = 0; d < rank; ++d) {
     // Along `dim` the window (amount + 1 starts) must lie inside the padded operand; elsewhere
     // the result keeps the operand's extent.
-    const bool fits = d == d0 ? elem->dims[d] + *amount <= ps.dims[d] : elem->dims[d] == x.shape.dims[d];
+    const bool fits = d == d0 ? elem.dims[d] + *amount <= ps.dims[d] : elem.dims[d] == x.shape.dims[d];
     if (!fits) {
-      return Bad(instr, absl::StrCat("the result's dimension ", d, " (", elem->dims[d],
+      return Bad(instr, absl::StrCat("the result's dimension ", d, " (", elem.dims[d],
                                      ") does not fit the operand padded by ", *amount, " (",
                                      ps.dims[d], ")"));
     }
@@ -316,8 +309,8 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   for (int64_t i = 0; i <= *amount; ++i) {
     std::vector<SliceDim> sl(rank);
     for (size_t d = 0; d < rank; ++d) sl[d] = {0, ps.dims[d], 1};
-    sl[d0] = {i, i + elem->dims[d0], 1};
-    t.elements.push_back(Share(ops::Slice(padded, *elem, sl)));
+    sl[d0] = {i, i + elem.dims[d0], 1};
+    t.elements.push_back(Share(ops::Slice(padded, elem, sl)));
   }
   return t;
 }
@@ -364,46 +357,39 @@ struct LeftRightCall {
 
 absl::StatusOr<LeftRightCall> ReadLeftRightCall(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
-  auto attrs = ParseOpaque(instr);
-  if (!attrs.ok()) return attrs.status();
-  auto dim = CheckedDim(instr, *attrs, ops[0]->shape);
-  if (!dim.ok()) return dim.status();
-  auto left = NeedInt(instr, *attrs, "left_amount");
-  if (!left.ok()) return left.status();
-  auto right = NeedInt(instr, *attrs, "right_amount");
-  if (!right.ok()) return right.status();
-  if (*left < 0 || *right < 0 || *left > (int64_t{1} << 20) || *right > (int64_t{1} << 20)) {
+  ASSIGN_OR_RETURN(auto attrs, ParseOpaque(instr));
+  ASSIGN_OR_RETURN(auto dim, CheckedDim(instr, attrs, ops[0]->shape));
+  ASSIGN_OR_RETURN(auto left, NeedInt(instr, attrs, "left_amount"));
+  ASSIGN_OR_RETURN(auto right, NeedInt(instr, attrs, "right_amount"));
+  if (left < 0 || right < 0 || left > (int64_t{1} << 20) || right > (int64_t{1} << 20)) {
     return Bad(instr, "left_amount and right_amount must be in [0, 2^20]");
   }
-  return LeftRightCall{ops[0].get(), static_cast<size_t>(*dim), *left, *right};
+  return LeftRightCall{ops[0].get(), static_cast<size_t>(dim), left, right};
 }
 
 absl::StatusOr<Value> MultiRotate(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
-  absl::StatusOr<LeftRightCall> call = ReadLeftRightCall(instr, ops);
-  if (!call.ok()) return call.status();
-  const Value& x = *call->x;
-  const size_t d = call->dim;
-  const int64_t left = call->left, right = call->right;
-  auto elem = EqualTupleElements(instr, left + right + 1, x.shape.element_type, "left_amount + right_amount + 1");
-  if (!elem.ok()) return elem.status();
-  if (!elem->Compatible(x.shape)) return Bad(instr, "the result's elements must have the operand's shape");
+  ASSIGN_OR_RETURN(LeftRightCall call, ReadLeftRightCall(instr, ops));
+  const Value& x = *call.x;
+  const size_t d = call.dim;
+  const int64_t left = call.left, right = call.right;
+  ASSIGN_OR_RETURN(auto elem, EqualTupleElements(instr, left + right + 1, x.shape.element_type, "left_amount + right_amount + 1"));
+  if (!elem.Compatible(x.shape)) return Bad(instr, "the result's elements must have the operand's shape");
   const int64_t n = x.shape.dims[d];
   Value t;
   t.shape = instr.shape();
   for (int64_t i = 0; i <= left + right; ++i) {
     // Element i is x rotated left by (left - i): rotated right by (i - left) mod n.
-    t.elements.push_back(Share(Rotated(x, d, n == 0 ? 0 : Mod(i - left, n), *elem)));
+    t.elements.push_back(Share(Rotated(x, d, n == 0 ? 0 : Mod(i - left, n), elem)));
   }
   return t;
 }
 
 absl::StatusOr<Value> Wrap(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (!instr.shape().IsArray()) return Bad(instr, "expects an array result");
-  absl::StatusOr<LeftRightCall> call = ReadLeftRightCall(instr, ops);
-  if (!call.ok()) return call.status();
-  const Value& x = *call->x;
-  const size_t d = call->dim;
-  const int64_t left = call->left, right = call->right;
+  ASSIGN_OR_RETURN(LeftRightCall call, ReadLeftRightCall(instr, ops));
+  const Value& x = *call.x;
+  const size_t d = call.dim;
+  const int64_t left = call.left, right = call.right;
   const Shape& out = instr.shape();
   std::optional<int64_t> parts = WrapShardCount(instr, d);
   if (!parts) {

@@ -21,6 +21,7 @@
 #include "eval/evaluator_rendezvous.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace internal {
@@ -140,18 +141,17 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalComputation(const HloComputation* 
       if (s < 0) return InvalidArgumentError(absl::StrCat(Describe(instr), ": operand outside its computation"));
       ops.push_back(slots[static_cast<size_t>(s)]);
     }
-    auto v = EvalInstruction(instr, ops, args);
-    if (!v.ok()) return v.status();
+    ASSIGN_OR_RETURN(auto v, EvalInstruction(instr, ops, args));
     // An array value holds as many elements as its instruction's shape, in that shape's storage:
     // a value that does not (an op the verifier let through with the wrong result shape) is an
     // error here, before any reader indexes past it.
-    if (instr->shape().IsArray() && *v != nullptr && !HoldsShape(**v, instr->shape())) {
+    if (instr->shape().IsArray() && v != nullptr && !HoldsShape(*v, instr->shape())) {
       return InvalidArgumentError(absl::StrCat(Describe(instr), ": the value computed does not hold its shape ",
                                                instr->shape().ToString(false), " (",
-                                               (*v)->shape.IsArray() ? "a different element count or storage" : "not an array",
+                                               v->shape.IsArray() ? "a different element count or storage" : "not an array",
                                                ")"));
     }
-    slots[k] = std::move(*v);
+    slots[k] = std::move(v);
     for (int32_t s : plan.release[k]) slots[static_cast<size_t>(s)].reset();
   }
   return slots[static_cast<size_t>(plan.root)];

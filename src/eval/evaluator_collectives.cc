@@ -15,6 +15,7 @@
 #include "eval/evaluator_internal.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 
@@ -258,12 +259,10 @@ absl::StatusOr<std::vector<ValuePtr>> DeviceEvaluator::InPlacePermute(
         return InvalidArgumentError("in-place collective-permute: a slice size exceeds a buffer");
       }
     }
-    absl::StatusOr<std::vector<int64_t>> from = PairStarts(*contrib[s][2], m.source_use, input.shape.rank());
-    if (!from.ok()) return from.status();
-    absl::StatusOr<std::vector<int64_t>> to = PairStarts(*contrib[t][3], m.target_use, output.shape.rank());
-    if (!to.ok()) return to.status();
-    const Value piece = ops::DynamicSlice(input, Shape(input.shape.element_type, size), *from);
-    output = ops::DynamicUpdateSlice(output, piece, *to);
+    ASSIGN_OR_RETURN(std::vector<int64_t> from, PairStarts(*contrib[s][2], m.source_use, input.shape.rank()));
+    ASSIGN_OR_RETURN(std::vector<int64_t> to, PairStarts(*contrib[t][3], m.target_use, output.shape.rank()));
+    const Value piece = ops::DynamicSlice(input, Shape(input.shape.element_type, size), from);
+    output = ops::DynamicUpdateSlice(output, piece, to);
   }
   std::vector<ValuePtr> results;
   results.reserve(buffers.size());
@@ -339,10 +338,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
     }
     auto groups = DeviceGroups(*in, kind, n_, r_);
     if (!groups.ok()) return groups.status();
-    auto gi = IndexGroups(std::move(*groups), devices, /*require_all=*/true);
-    if (!gi.ok()) return gi.status();
-    for (size_t g = 0; g < gi->groups.size(); ++g) {
-      const std::vector<int64_t>& members = gi->groups[g];
+    ASSIGN_OR_RETURN(auto gi, IndexGroups(std::move(*groups), devices, /*require_all=*/true));
+    for (size_t g = 0; g < gi.groups.size(); ++g) {
+      const std::vector<int64_t>& members = gi.groups[g];
       const int64_t gsize = static_cast<int64_t>(members.size());
       switch (kind) {
         case HloOpcode::kAllGather: {
@@ -392,10 +390,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
             }
             Value acc = *contrib[static_cast<size_t>(members[0])][j];
             for (int64_t k = 1; k < gsize; ++k) {
-              auto next = ApplyBinaryComputation(in->to_apply(), acc,
-                                                 *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][j]);
-              if (!next.ok()) return next.status();
-              acc = std::move(*next);
+              ASSIGN_OR_RETURN(auto next, ApplyBinaryComputation(in->to_apply(), acc,
+                                                 *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][j]));
+              acc = std::move(next);
             }
             sums.push_back(std::move(acc));
           }

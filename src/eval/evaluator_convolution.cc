@@ -34,6 +34,7 @@
 #include "eval/evaluator_internal.h"
 #include "eval/ops.h"
 #include "hlo/conv_dims.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 namespace {
@@ -54,8 +55,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
   const ConvLabels* K = &dims->kernel;
   const ConvLabels* O = &dims->out;
   const size_t ns = L->spatial.size();
-  absl::StatusOr<std::vector<WindowDim>> w = ParseWindow(instr, ns);
-  if (!w.ok()) return w.status();
+  ASSIGN_OR_RETURN(std::vector<WindowDim> w, ParseWindow(instr, ns));
   const int64_t groups = dims->feature_group_count;
   const int64_t bgroups = dims->batch_group_count;
   const std::vector<int64_t>& ld = lhs.shape.dims;
@@ -72,7 +72,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
         " and result ", out_shape.ToString(false)));
   }
   for (size_t j = 0; j < ns; ++j) {
-    const WindowDim& wd = (*w)[j];
+    const WindowDim& wd = w[j];
     if (wd.size != kd[static_cast<size_t>(K->spatial[j])] || wd.stride < 1 || wd.lhs_dilate < 1 ||
         wd.rhs_dilate < 1) {
       return InvalidArgumentError(absl::StrCat("convolution '", instr.name(),
@@ -129,7 +129,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
       krem /= size;
     }
     for (size_t j = 0; j < ns; ++j) {
-      const WindowDim& wd = (*w)[j];
+      const WindowDim& wd = w[j];
       const int64_t kpj = kpositions[static_cast<size_t>(kp)][j];
       koffset[static_cast<size_t>(kp)] += (wd.reversal ? wd.size - 1 - kpj : kpj) * ks[static_cast<size_t>(K->spatial[j])];
     }
@@ -158,7 +158,7 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
               int64_t lbase = lhs_batch * ls[static_cast<size_t>(L->a)] + g * kernel_in * lstride_f;
               bool inside = true;
               for (size_t j = 0; j < ns; ++j) {
-                const WindowDim& wd = (*w)[j];
+                const WindowDim& wd = w[j];
                 const int64_t x = ospatial[j] * wd.stride - wd.lo + kpositions[static_cast<size_t>(kp)][j] * wd.rhs_dilate;
                 const int64_t lsize = ld[static_cast<size_t>(L->spatial[j])];
                 if (x < 0 || x % wd.lhs_dilate != 0 || x / wd.lhs_dilate >= lsize) {

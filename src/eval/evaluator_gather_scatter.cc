@@ -12,6 +12,7 @@
 #include "eval/ops.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 
@@ -288,20 +289,19 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
       std::vector<ValuePtr> args;
       for (size_t j = 0; j < count; ++j) args.push_back(ScalarAt(outs[j], dst));
       for (size_t j = 0; j < count; ++j) args.push_back(ScalarAt(*ops[count + 1 + j], k));
-      auto r = CallScalar(c, args);
-      if (!r.ok()) return r.status();
-      if ((*r)->elements.size() != count) {
-        return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", (*r)->elements.size(),
+      ASSIGN_OR_RETURN(auto r, CallScalar(c, args));
+      if (r->elements.size() != count) {
+        return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", r->elements.size(),
                                                  " values for ", count, " operands"));
       }
       for (size_t j = 0; j < count; ++j) {
-        const Value& e = *(*r)->elements[j];
+        const Value& e = *r->elements[j];
         if (e.shape.IsTuple() || e.size() != 1 || e.shape.element_type != outs[j].shape.element_type) {
           return InvalidArgumentError(absl::StrCat("the scatter's combiner returns ", e.shape.ToString(false),
                                                    " as value ", j, ", not a scalar of operand ", j, "'s type"));
         }
       }
-      for (size_t j = 0; j < count; ++j) StoreScalar(*(*r)->elements[j], &outs[j], dst);
+      for (size_t j = 0; j < count; ++j) StoreScalar(*r->elements[j], &outs[j], dst);
     }
   }
   if (count == 1) return std::move(outs[0]);

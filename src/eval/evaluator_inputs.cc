@@ -13,6 +13,7 @@
 #include "eval/evaluator_internal.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace {
@@ -187,8 +188,7 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
       const Shape global = GlobalShape(local, *sh);
       Value g;
       if (global_override != nullptr) {
-        absl::Status s = check(*global_override->value, global, "global array of a sharded parameter");
-        if (!s.ok()) return s;
+        RETURN_IF_ERROR(check(*global_override->value, global, "global array of a sharded parameter"));
         g = *global_override->value;
       } else {
         g = RandomArray(global, base);
@@ -204,8 +204,7 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
                         IsReplicatedLike(sh) || global_override != nullptr;
       ValuePtr shared;
       if (global_override != nullptr) {
-        absl::Status s = check(*global_override->value, local, "local array");
-        if (!s.ok()) return s;
+        RETURN_IF_ERROR(check(*global_override->value, local, "local array"));
         Value v = *global_override->value;
         v.shape = local;
         shared = Share(std::move(v));
@@ -219,8 +218,7 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
     }
     for (int64_t d = 0; d < devices; ++d) {
       if (const InputOverride* o = device_override[static_cast<size_t>(d)]) {
-        absl::Status s = check(*o->value, local, "one partition's local array");
-        if (!s.ok()) return s;
+        RETURN_IF_ERROR(check(*o->value, local, "one partition's local array"));
         Value v = *o->value;
         v.shape = local;
         in.per_device[static_cast<size_t>(d)][static_cast<size_t>(i)] = Share(std::move(v));

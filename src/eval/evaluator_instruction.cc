@@ -14,6 +14,7 @@
 #include "eval/ops.h"
 #include "hlo/async_chain.h"
 #include "eval/custom_calls.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 
@@ -113,6 +114,17 @@ absl::StatusOr<std::vector<int64_t>> StartIndices(const std::vector<ValuePtr>& o
   return starts;
 }
 
+// The status with the instruction named first.
+absl::Status Fail(const HloInstruction* instr, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(Describe(instr), ": ", s.message()));
+}
+
+// The value shared, or the status with the instruction named first.
+absl::StatusOr<ValuePtr> Done(const HloInstruction* instr, absl::StatusOr<Value> v) {
+  if (!v.ok()) return Fail(instr, v.status());
+  return Share(std::move(*v));
+}
+
 }  // namespace
 
 absl::StatusOr<ValuePtr> DeviceEvaluator::BindLate(const HloInstruction* instr, const std::vector<ValuePtr>& ops) {
@@ -132,9 +144,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::BindLate(const HloInstruction* instr, 
   }
   ValuePtr result = prev.elements[1];
   if (static_cast<int64_t>(bound.size()) == c->num_parameters() && IsPending(*result)) {
-    auto r = EvalComputation(c, bound);
-    if (!r.ok()) return r.status();
-    result = *r;
+    ASSIGN_OR_RETURN(auto r, EvalComputation(c, bound));
+    result = r;
   }
   Value operands;
   operands.shape = shape.tuple_shapes[0];
@@ -149,35 +160,18 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::BindLate(const HloInstruction* instr, 
   return Share(std::move(t));
 }
 
-absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* instr,
-                                                          const std::vector<ValuePtr>& ops,
-                                                          const std::vector<ValuePtr>& args) {
+// Values not computed from array data: parameters, constants, ids, tuples, pass-through ops,
+// copy-start/done, tokens, dimension sizes.
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalStructural(const HloInstruction* instr,
+                                                            const std::vector<ValuePtr>& ops,
+                                                            const std::vector<ValuePtr>& args) {
   const HloOpcode op = instr->opcode();
   const Shape& shape = instr->shape();
-  auto fail = [&](const absl::Status& s) -> absl::Status {
-    return absl::Status(s.code(), absl::StrCat(Describe(instr), ": ", s.message()));
-  };
-  auto done = [&](absl::StatusOr<Value> v) -> absl::StatusOr<ValuePtr> {
-    if (!v.ok()) return fail(v.status());
-    return Share(std::move(*v));
-  };
-  if (shape.IsArray() && StorageFor(shape.element_type) == Storage::kNone &&
-      op != HloOpcode::kBitcastConvert) {
-    return fail(InvalidArgumentError(absl::StrCat("element type ",
-                                                  std::string(PrimitiveTypeName(shape.element_type)),
-                                                  " is not supported by the evaluator")));
-  }
-  if (ops.empty() && !TakesNoOperand(op)) {
-    return fail(InvalidArgumentError(absl::StrCat(std::string(HloOpcodeString(op)), " needs an operand")));
-  }
-  if (IsElementwiseBinary(op) && op != HloOpcode::kCompare && ops.size() == 2) {
-    return done(ops::Binary(op, *ops[0], *ops[1], shape));
-  }
-  switch (op) {
+  switch (instr->opcode()) {
     case HloOpcode::kParameter:
       if (instr->parameter_number < 0 ||
           instr->parameter_number >= static_cast<int64_t>(args.size())) {
-        return fail(InvalidArgumentError("parameter number out of range"));
+        return Fail(instr, InvalidArgumentError("parameter number out of range"));
       }
     {
       const ValuePtr& arg = args[static_cast<size_t>(instr->parameter_number)];
@@ -186,23 +180,22 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       // type, never read through the wrong storage.
       if (shape.IsArray() && arg->shape.IsArray() && arg->storage() != StorageFor(shape.element_type)) {
         if (arg->size() != shape.ElementCount()) {
-          return fail(InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
+          return Fail(instr, InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
                                                         " does not fit the parameter")));
         }
-        auto converted = ops::Convert(*arg, shape);
-        if (!converted.ok()) return converted.status();
-        return done(std::move(*converted));
+        ASSIGN_OR_RETURN(auto converted, ops::Convert(*arg, shape));
+        return Done(instr, std::move(converted));
       }
       if (shape.IsArray() != arg->shape.IsArray()) {
-        return fail(InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
+        return Fail(instr, InvalidArgumentError(absl::StrCat("argument ", arg->shape.ToString(false),
                                                       " does not fit the parameter")));
       }
       return arg;
     }
     case HloOpcode::kConstant:
-      if (!instr->literal.has_value()) return fail(InvalidArgumentError("constant without literal"));
-      if (shape.IsTuple()) return fail(InvalidArgumentError("tuple constants are not supported"));
-      return done(ops::FromLiteral(*instr->literal, shape));
+      if (!instr->literal.has_value()) return Fail(instr, InvalidArgumentError("constant without literal"));
+      if (shape.IsTuple()) return Fail(instr, InvalidArgumentError("tuple constants are not supported"));
+      return Done(instr, ops::FromLiteral(*instr->literal, shape));
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId: {
       Value v = Value::Zeros(shape);
@@ -219,7 +212,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       const Value& t = *ops[0];
       if (!t.shape.IsTuple() || instr->tuple_index < 0 ||
           instr->tuple_index >= static_cast<int64_t>(t.elements.size())) {
-        return fail(InvalidArgumentError("tuple index out of range"));
+        return Fail(instr, InvalidArgumentError("tuple index out of range"));
       }
       return t.elements[static_cast<size_t>(instr->tuple_index)];
     }
@@ -230,11 +223,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     case HloOpcode::kOptimizationBarrier:
     case HloOpcode::kDomain:
     case HloOpcode::kAddDependency:
-      if (ops.empty()) return fail(InvalidArgumentError("missing operand"));
+      if (ops.empty()) return Fail(instr, InvalidArgumentError("missing operand"));
       return ops[0];
     case HloOpcode::kCopyStart: {
       if (!shape.IsTuple() || shape.tuple_shapes.size() < 2) {
-        return fail(InvalidArgumentError("copy-start must have a tuple shape (destination, source, context)"));
+        return Fail(instr, InvalidArgumentError("copy-start must have a tuple shape (destination, source, context)"));
       }
       Value t;
       t.shape = shape;
@@ -253,57 +246,68 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     }
     case HloOpcode::kGetDimensionSize: {
       Value v = Value::Zeros(shape);
-      if (instr->dimensions.size() != 1) return fail(InvalidArgumentError("needs dimensions={d}"));
+      if (instr->dimensions.size() != 1) return Fail(instr, InvalidArgumentError("needs dimensions={d}"));
       v.SetInt(0, ops[0]->shape.dims.at(static_cast<size_t>(instr->dimensions[0])));
       return Share(std::move(v));
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Compare, convert, select, clamp and data movement (broadcast, transpose, reshape, bitcast,
+// slices, pad, concatenate, reverse, iota).
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalArrayOp(const HloInstruction* instr,
+                                                         const std::vector<ValuePtr>& ops) {
+  const Shape& shape = instr->shape();
+  switch (instr->opcode()) {
     case HloOpcode::kCompare:
-      return done(ops::Compare(instr->comparison_direction.value_or(ComparisonDirection::kEq),
+      return Done(instr, ops::Compare(instr->comparison_direction.value_or(ComparisonDirection::kEq),
                                instr->comparison_type() == "TOTALORDER", *ops[0], *ops[1], shape));
-    case HloOpcode::kConvert: return done(ops::Convert(*ops[0], shape));
-    case HloOpcode::kBitcastConvert: return done(ops::BitcastConvert(*ops[0], shape));
-    case HloOpcode::kSelect: return done(ops::Select(*ops[0], *ops[1], *ops[2], shape));
-    case HloOpcode::kClamp: return done(ops::Clamp(*ops[0], *ops[1], *ops[2], shape));
+    case HloOpcode::kConvert: return Done(instr, ops::Convert(*ops[0], shape));
+    case HloOpcode::kBitcastConvert: return Done(instr, ops::BitcastConvert(*ops[0], shape));
+    case HloOpcode::kSelect: return Done(instr, ops::Select(*ops[0], *ops[1], *ops[2], shape));
+    case HloOpcode::kClamp: return Done(instr, ops::Clamp(*ops[0], *ops[1], *ops[2], shape));
     case HloOpcode::kBroadcast:
       return Share(ops::Broadcast(*ops[0], shape, instr->dimensions));
     case HloOpcode::kTranspose:
       return Share(ops::Transpose(*ops[0], shape, instr->dimensions));
     case HloOpcode::kReshape:
-      if (ops[0]->size() != shape.ElementCount()) return fail(InvalidArgumentError("reshape changes the element count"));
+      if (ops[0]->size() != shape.ElementCount()) return Fail(instr, InvalidArgumentError("reshape changes the element count"));
       return Share(ops::Reshape(*ops[0], shape));
     case HloOpcode::kBitcast:
       if (ops[0]->size() != shape.ElementCount() ||
           ops[0]->shape.element_type != shape.element_type) {
-        return fail(InvalidArgumentError("bitcast must keep the element type and count"));
+        return Fail(instr, InvalidArgumentError("bitcast must keep the element type and count"));
       }
       return Share(ops::Bitcast(*ops[0], instr->operand(0)->shape(), shape));
     case HloOpcode::kSlice:
       if (instr->slice().size() != ops[0]->shape.dims.size()) {
-        return fail(InvalidArgumentError("slice rank mismatch"));
+        return Fail(instr, InvalidArgumentError("slice rank mismatch"));
       }
       return Share(ops::Slice(*ops[0], shape, instr->slice()));
     case HloOpcode::kDynamicSlice: {
       auto starts = StartIndices(ops, 1);
-      if (!starts.ok()) return fail(starts.status());
-      if (starts->size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("wrong number of start indices"));
+      if (!starts.ok()) return Fail(instr, starts.status());
+      if (starts->size() != ops[0]->shape.dims.size()) return Fail(instr, InvalidArgumentError("wrong number of start indices"));
       return Share(ops::DynamicSlice(*ops[0], shape, *starts));
     }
     case HloOpcode::kDynamicUpdateSlice: {
       auto starts = StartIndices(ops, 2);
-      if (!starts.ok()) return fail(starts.status());
-      if (starts->size() != ops[0]->shape.dims.size()) return fail(InvalidArgumentError("wrong number of start indices"));
-      if (ops[1]->shape.element_type != ops[0]->shape.element_type) return fail(InvalidArgumentError("update element type differs"));
+      if (!starts.ok()) return Fail(instr, starts.status());
+      if (starts->size() != ops[0]->shape.dims.size()) return Fail(instr, InvalidArgumentError("wrong number of start indices"));
+      if (ops[1]->shape.element_type != ops[0]->shape.element_type) return Fail(instr, InvalidArgumentError("update element type differs"));
       return Share(ops::DynamicUpdateSlice(*ops[0], *ops[1], *starts));
     }
     case HloOpcode::kPad:
       if (instr->padding().size() != ops[0]->shape.dims.size()) {
-        return fail(InvalidArgumentError("padding rank mismatch"));
+        return Fail(instr, InvalidArgumentError("padding rank mismatch"));
       }
       return Share(ops::Pad(*ops[0], *ops[1], shape, instr->padding()));
     case HloOpcode::kConcatenate: {
       std::vector<const Value*> parts;
       for (const ValuePtr& v : ops) parts.push_back(v.get());
-      if (instr->dimensions.size() != 1) return fail(InvalidArgumentError("needs dimensions={d}"));
+      if (instr->dimensions.size() != 1) return Fail(instr, InvalidArgumentError("needs dimensions={d}"));
       return Share(ops::Concatenate(parts, shape, instr->dimensions[0]));
     }
     case HloOpcode::kReverse: {
@@ -312,39 +316,59 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     }
     case HloOpcode::kIota:
       return Share(ops::Iota(shape, instr->iota_dimension));
+    default:
+      return std::nullopt;
+  }
+}
+
+// Dot, triangular-solve, fft, cholesky, ragged-dot, convolution, gather, scatter.
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalLinalgOrIndexing(const HloInstruction* instr,
+                                                                  const std::vector<ValuePtr>& ops) {
+  const Shape& shape = instr->shape();
+  switch (instr->opcode()) {
     case HloOpcode::kDot:
-      return done(ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
+      return Done(instr, ops::Dot(*ops[0], *ops[1], shape, instr->dot_dims()));
     case HloOpcode::kTriangularSolve:
-      if (ops.size() != 2) return fail(InvalidArgumentError("triangular-solve takes a and b"));
-      return done(TriangularSolve(*instr, *ops[0], *ops[1]));
+      if (ops.size() != 2) return Fail(instr, InvalidArgumentError("triangular-solve takes a and b"));
+      return Done(instr, TriangularSolve(*instr, *ops[0], *ops[1]));
     case HloOpcode::kFft:
-      if (ops.size() != 1) return fail(InvalidArgumentError("fft takes one operand"));
-      return done(Fft(*instr, *ops[0]));
+      if (ops.size() != 1) return Fail(instr, InvalidArgumentError("fft takes one operand"));
+      return Done(instr, Fft(*instr, *ops[0]));
     case HloOpcode::kCholesky:
-      if (ops.size() != 1) return fail(InvalidArgumentError("cholesky takes one operand"));
-      return done(Cholesky(*instr, *ops[0]));
+      if (ops.size() != 1) return Fail(instr, InvalidArgumentError("cholesky takes one operand"));
+      return Done(instr, Cholesky(*instr, *ops[0]));
     case HloOpcode::kRaggedDot:
-      if (ops.size() != 3) return fail(InvalidArgumentError("ragged-dot takes lhs, rhs and group sizes"));
-      return done(RaggedDot(*instr, *ops[0], *ops[1], *ops[2]));
+      if (ops.size() != 3) return Fail(instr, InvalidArgumentError("ragged-dot takes lhs, rhs and group sizes"));
+      return Done(instr, RaggedDot(*instr, *ops[0], *ops[1], *ops[2]));
     case HloOpcode::kConvolution:
-      return done(Convolution(*instr, *ops[0], *ops[1]));
+      return Done(instr, Convolution(*instr, *ops[0], *ops[1]));
     case HloOpcode::kGather:
-      return done(Gather(*instr, *ops[0], *ops[1]));
+      return Done(instr, Gather(*instr, *ops[0], *ops[1]));
     case HloOpcode::kScatter:
-      return done(Scatter(*instr, ops));
+      return Done(instr, Scatter(*instr, ops));
+    default:
+      return std::nullopt;
+  }
+}
+
+// Reduce, reduce-window, sort, select-and-scatter, scan, map, rng, infeed, outfeed.
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalReductionOrIo(const HloInstruction* instr,
+                                                               const std::vector<ValuePtr>& ops) {
+  const Shape& shape = instr->shape();
+  switch (instr->opcode()) {
     case HloOpcode::kReduce: {
       auto r = EvalReduce(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kReduceWindow: {
       auto r = EvalReduceWindow(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kOutfeed: {
       // Records what is sent; the result is the token.
-      if (ops.empty()) return fail(InvalidArgumentError("outfeed needs its data operand"));
+      if (ops.empty()) return Fail(instr, InvalidArgumentError("outfeed needs its data operand"));
       outfeeds_.push_back(EvalResult::Outfeed{instr->name(), ops[0]});
       Value token;
       token.shape = shape;
@@ -352,27 +376,27 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
     }
     case HloOpcode::kInfeed: {
       auto r = EvalInfeed(instr);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kRng: {
       auto r = EvalRng(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kSort: {
       auto r = EvalSort(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kSelectAndScatter: {
       auto r = EvalSelectAndScatter(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kScan: {
       auto r = EvalScan(instr, ops);
-      if (!r.ok()) return fail(r.status());
+      if (!r.ok()) return Fail(instr, r.status());
       return r;
     }
     case HloOpcode::kMap: {
@@ -381,15 +405,23 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       for (int64_t k = 0; k < n; ++k) {
         std::vector<ValuePtr> a;
         for (const ValuePtr& v : ops) a.push_back(ScalarAt(*v, k));
-        auto r = CallScalar(instr->to_apply(), a);
-        if (!r.ok()) return r.status();
-        StoreScalar(**r, &out, k);
+        ASSIGN_OR_RETURN(auto r, CallScalar(instr->to_apply(), a));
+        StoreScalar(*r, &out, k);
       }
       return Share(std::move(out));
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Call, fusion, while, conditional, custom-call.
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalControlFlow(const HloInstruction* instr,
+                                                             const std::vector<ValuePtr>& ops) {
+  switch (instr->opcode()) {
     case HloOpcode::kCall:
     case HloOpcode::kFusion:
-      if (instr->called_computations().empty()) return fail(InvalidArgumentError("no called computation"));
+      if (instr->called_computations().empty()) return Fail(instr, InvalidArgumentError("no called computation"));
       return EvalComputation(instr->called_computations()[0], ops);
     case HloOpcode::kWhile: {
       ValuePtr state = ops.at(0);
@@ -397,11 +429,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
         auto cond = EvalComputation(instr->while_condition(), {state});
         if (!cond.ok()) return cond.status();
         if ((*cond)->storage() != Storage::kInt || (*cond)->i.empty()) {
-          return fail(InvalidArgumentError("while condition must return pred[]"));
+          return Fail(instr, InvalidArgumentError("while condition must return pred[]"));
         }
         if ((*cond)->i[0] == 0) break;
         if (iter >= program_.max_while_trips) {
-          return fail(absl::ResourceExhaustedError(absl::StrCat(
+          return Fail(instr, absl::ResourceExhaustedError(absl::StrCat(
               "ran ", iter, " iterations without its condition turning false: not evaluated "
               "further (the evaluator's limit)")));
         }
@@ -426,21 +458,32 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
         }
       }
       if (index >= static_cast<int64_t>(branches.size()) || index + 1 >= static_cast<int64_t>(ops.size())) {
-        return fail(InvalidArgumentError("conditional branch/operand count mismatch"));
+        return Fail(instr, InvalidArgumentError("conditional branch/operand count mismatch"));
       }
       return EvalComputation(branches[static_cast<size_t>(index)], {ops[static_cast<size_t>(index + 1)]});
     }
     case HloOpcode::kCustomCall: {
       const CustomCallEvaluator* fn = FindCustomCallEvaluator(instr->custom_call_target());
       if (fn == nullptr) {
-        return fail(InvalidArgumentError(absl::StrCat("custom-call target \"",
+        return Fail(instr, InvalidArgumentError(absl::StrCat("custom-call target \"",
                                                       instr->custom_call_target(),
                                                       "\" is not supported by the evaluator")));
       }
       auto v = (*fn)(*instr, ops);
-      if (!v.ok()) return fail(v.status());
+      if (!v.ok()) return Fail(instr, v.status());
       return Share(std::move(*v));
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// The -start/-done forms of collectives, async-start and async-done.
+DeviceEvaluator::MaybeValue DeviceEvaluator::EvalAsync(const HloInstruction* instr,
+                                                       const std::vector<ValuePtr>& ops) {
+  const HloOpcode op = instr->opcode();
+  const Shape& shape = instr->shape();
+  switch (instr->opcode()) {
     case HloOpcode::kAllGatherStart:
     case HloOpcode::kAllReduceStart:
     case HloOpcode::kCollectivePermuteStart: {
@@ -463,52 +506,75 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* 
       return ops[0];
     case HloOpcode::kAsyncStart: {
       if (!shape.IsTuple() || shape.tuple_shapes.size() < 2) {
-        return fail(InvalidArgumentError("async-start must have a tuple shape ((operands), result, ...)"));
+        return Fail(instr, InvalidArgumentError("async-start must have a tuple shape ((operands), result, ...)"));
       }
       ValuePtr result;
       // `call-start` / `fusion-start` wrap their computation as the plain form does.
       if (!AsyncWrapsComputation(*instr)) {
         auto base = ParseHloOpcode(instr->async_sugar());
-        if (!base) return fail(InvalidArgumentError("unknown async wrapped opcode"));
+        if (!base) return Fail(instr, InvalidArgumentError("unknown async wrapped opcode"));
         if (IsPlainCollective(*base)) {
-          auto r = EvalCollective(instr, *base, shape.tuple_shapes[1], ops);
-          if (!r.ok()) return r.status();
-          result = *r;
+          ASSIGN_OR_RETURN(auto r, EvalCollective(instr, *base, shape.tuple_shapes[1], ops));
+          result = r;
         } else {
-          return fail(InvalidArgumentError(absl::StrCat("async ", instr->async_sugar(),
+          return Fail(instr, InvalidArgumentError(absl::StrCat("async ", instr->async_sugar(),
                                                         " is not supported by the evaluator")));
         }
       } else {
-        if (instr->called_computations().empty()) return fail(InvalidArgumentError("async-start without calls="));
+        if (instr->called_computations().empty()) return Fail(instr, InvalidArgumentError("async-start without calls="));
         const HloComputation* c = instr->called_computations()[0];
         if (static_cast<int64_t>(ops.size()) < c->num_parameters()) {
           // Late binding: async-updates bind the other operands; the computation runs when the
           // last is bound (BindLate).
           result = PendingResult();
         } else {
-          auto r = EvalComputation(c, ops);
-          if (!r.ok()) return r.status();
-          result = *r;
+          ASSIGN_OR_RETURN(auto r, EvalComputation(c, ops));
+          result = r;
         }
       }
       return WrapStart(shape, ops, result);
     }
     case HloOpcode::kAsyncDone:
       if (!ops[0]->shape.IsTuple() || ops[0]->elements.size() < 2) {
-        return fail(InvalidArgumentError("async-done operand is not an async-start tuple"));
+        return Fail(instr, InvalidArgumentError("async-done operand is not an async-start tuple"));
       }
       if (IsPending(*ops[0]->elements[1])) {
-        return fail(InvalidArgumentError("async-done before its computation's operands are all bound"));
+        return Fail(instr, InvalidArgumentError("async-done before its computation's operands are all bound"));
       }
       return ops[0]->elements[1];
     default:
-      break;
+      return std::nullopt;
+  }
+}
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalInstruction(const HloInstruction* instr,
+                                                          const std::vector<ValuePtr>& ops,
+                                                          const std::vector<ValuePtr>& args) {
+  const HloOpcode op = instr->opcode();
+  const Shape& shape = instr->shape();
+  if (shape.IsArray() && StorageFor(shape.element_type) == Storage::kNone &&
+      op != HloOpcode::kBitcastConvert) {
+    return Fail(instr, InvalidArgumentError(absl::StrCat("element type ",
+                                                  std::string(PrimitiveTypeName(shape.element_type)),
+                                                  " is not supported by the evaluator")));
+  }
+  if (ops.empty() && !TakesNoOperand(op)) {
+    return Fail(instr, InvalidArgumentError(absl::StrCat(std::string(HloOpcodeString(op)), " needs an operand")));
+  }
+  if (IsElementwiseBinary(op) && op != HloOpcode::kCompare && ops.size() == 2) {
+    return Done(instr, ops::Binary(op, *ops[0], *ops[1], shape));
+  }
+  if (MaybeValue v = EvalStructural(instr, ops, args)) return *std::move(v);
+  for (auto family : {&DeviceEvaluator::EvalArrayOp, &DeviceEvaluator::EvalLinalgOrIndexing,
+                      &DeviceEvaluator::EvalReductionOrIo, &DeviceEvaluator::EvalControlFlow,
+                      &DeviceEvaluator::EvalAsync}) {
+    if (MaybeValue v = (this->*family)(instr, ops)) return *std::move(v);
   }
   if (IsPlainCollective(op)) return EvalCollective(instr, op, shape, ops);
   if (IsElementwiseUnary(op) || op == HloOpcode::kIsFinite || op == HloOpcode::kNot) {
-    return done(ops::Unary(op, *ops[0], shape));
+    return Done(instr, ops::Unary(op, *ops[0], shape));
   }
-  return fail(InvalidArgumentError(absl::StrCat("opcode ", OpName(op),
+  return Fail(instr, InvalidArgumentError(absl::StrCat("opcode ", OpName(op),
                                                 " is not supported by the evaluator")));
 }
 

@@ -83,6 +83,16 @@ class DeviceEvaluator {
   absl::StatusOr<ValuePtr> EvalInstruction(const HloInstruction* instr,
                                            const std::vector<ValuePtr>& ops,
                                            const std::vector<ValuePtr>& args);
+  // EvalInstruction's op families (evaluator_instruction.cc): each evaluates the opcodes of its
+  // family and returns nullopt for any other.
+  using MaybeValue = std::optional<absl::StatusOr<ValuePtr>>;
+  MaybeValue EvalStructural(const HloInstruction* instr, const std::vector<ValuePtr>& ops,
+                            const std::vector<ValuePtr>& args);
+  MaybeValue EvalArrayOp(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  MaybeValue EvalLinalgOrIndexing(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  MaybeValue EvalReductionOrIo(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  MaybeValue EvalControlFlow(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
+  MaybeValue EvalAsync(const HloInstruction* instr, const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalReduce(const HloInstruction* instr,
                                       const std::vector<ValuePtr>& ops);
   absl::StatusOr<ValuePtr> EvalReduceWindow(const HloInstruction* instr,

@@ -15,6 +15,7 @@
 #include "eval/scalar_program.h"
 #include "eval/numerics.h"
 #include "eval/ops.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 
@@ -113,12 +114,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
     for (int64_t q = 0; q < inner; ++q) {
       std::vector<ValuePtr> args = acc;
       for (size_t j = 0; j < k_ops; ++j) args.push_back(ScalarAt(moved[j], o * inner + q));
-      auto res = CallScalar(c, args);
-      if (!res.ok()) return res.status();
+      ASSIGN_OR_RETURN(auto res, CallScalar(c, args));
       if (k_ops == 1) {
-        acc[0] = *res;
+        acc[0] = res;
       } else {
-        for (size_t j = 0; j < k_ops; ++j) acc[j] = (*res)->elements.at(j);
+        for (size_t j = 0; j < k_ops; ++j) acc[j] = res->elements.at(j);
       }
     }
     for (size_t j = 0; j < k_ops; ++j) StoreScalar(*acc[j], &outs[j], o);
@@ -157,9 +157,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
   }
   const Value& in = *ops[0];
   const size_t rank = in.shape.dims.size();
-  auto w = ParseWindow(*instr, rank);
-  if (!w.ok()) return w.status();
-  for (const WindowDim& wd : *w) {
+  ASSIGN_OR_RETURN(auto w, ParseWindow(*instr, rank));
+  for (const WindowDim& wd : w) {
     if (wd.reversal) return InvalidArgumentError("reduce-window takes no window reversal");
   }
   const Shape& out_shape = instr->shape();
@@ -172,7 +171,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
   const bool fast = simple != program_.simple_binary.end() && simple->second.has_value();
   const PrimitiveType t = out_shape.element_type;
   int64_t wcount = 1;
-  for (const WindowDim& wd : *w) wcount *= wd.size;
+  for (const WindowDim& wd : w) wcount *= wd.size;
   if (fast) {
     // The source offsets each output index reads along each dim, in window order (WindowSource's
     // rule: padding and lhs-dilation holes left out). An output then walks the product of its
@@ -180,7 +179,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
     // results are the same bits, and only the elements it reads cost anything.
     std::vector<std::vector<std::vector<int64_t>>> src(rank);
     for (size_t d = 0; d < rank; ++d) {
-      const WindowDim& wd = (*w)[d];
+      const WindowDim& wd = w[d];
       src[d].resize(static_cast<size_t>(out_shape.dims[d]));
       for (int64_t o = 0; o < out_shape.dims[d]; ++o) {
         for (int64_t k = 0; k < wd.size; ++k) {
@@ -239,7 +238,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
     double facc = ops[1]->GetDouble(0);
     int64_t iacc = ops[1]->storage() == Storage::kInt ? ops[1]->i[0] : 0;
     for (int64_t q = 0; q < wcount; ++q) {
-      const int64_t flat = WindowSource(*w, oidx, q, in.shape.dims, is, &widx);
+      const int64_t flat = WindowSource(w, oidx, q, in.shape.dims, is, &widx);
       if (flat < 0) continue;  // padding holds the init value: combining with it is a no-op
       if (fast) {
         if (in.storage() == Storage::kInt) {
@@ -320,9 +319,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
       args.push_back(ScalarAt(*v, ex));
       args.push_back(ScalarAt(*v, ey));
     }
-    auto res = CallScalar(c, args);
-    if (!res.ok()) return res.status();
-    return (*res)->i.at(0) != 0;
+    ASSIGN_OR_RETURN(auto res, CallScalar(c, args));
+    return res->i.at(0) != 0;
   };
   bool replayed = false;
   std::vector<int64_t> line_at(static_cast<size_t>(extent));
@@ -340,9 +338,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
         for (int64_t q = 0; q + 1 < std::min<int64_t>(extent, 33) && program; ++q) {
           for (int flip = 0; flip < 2 && program; ++flip) {
             const int64_t x = flip ? q + 1 : q, y = flip ? q : q + 1;
-            auto want = interpret(at(x), at(y));
-            if (!want.ok()) return want.status();
-            if (*want != (program->Compare(x, y) != 0)) program.reset();
+            ASSIGN_OR_RETURN(auto want, interpret(at(x), at(y)));
+            if (want != (program->Compare(x, y) != 0)) program.reset();
           }
         }
       }
@@ -448,9 +445,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
       args.push_back(Share(std::move(slice)));
     }
     args.insert(args.end(), state.begin(), state.end());
-    absl::StatusOr<ValuePtr> r = EvalComputation(body, args);
-    if (!r.ok()) return r.status();
-    std::vector<ValuePtr> parts = (*r)->shape.IsTuple() ? (*r)->elements : std::vector<ValuePtr>{*r};
+    ASSIGN_OR_RETURN(ValuePtr r, EvalComputation(body, args));
+    std::vector<ValuePtr> parts = r->shape.IsTuple() ? r->elements : std::vector<ValuePtr>{r};
     if (static_cast<int64_t>(parts.size()) != n_outputs + carries) {
       return InvalidArgumentError("scan body's result count is not outputs + carries");
     }

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "eval/evaluator_internal.h"
 #include "eval/ops.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 
@@ -47,15 +48,14 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
         "select-and-scatter: the source and init_value must be of the operand's type ", std::string(PrimitiveTypeName(t)),
         ", init_value a scalar"));
   }
-  auto w = ParseWindow(*instr, rank);
-  if (!w.ok()) return w.status();
-  for (const WindowDim& wd : *w) {
+  ASSIGN_OR_RETURN(auto w, ParseWindow(*instr, rank));
+  for (const WindowDim& wd : w) {
     if (wd.reversal || wd.lhs_dilate != 1 || wd.rhs_dilate != 1 || wd.stride < 1 || wd.size < 1) {
       return InvalidArgumentError("select-and-scatter takes a window without dilation or reversal");
     }
   }
   for (size_t d = 0; d < rank; ++d) {
-    const WindowDim& wd = (*w)[d];
+    const WindowDim& wd = w[d];
     const int64_t padded = in.shape.dims[d] + wd.lo + wd.hi;
     const int64_t positions = padded < wd.size ? 0 : (padded - wd.size) / wd.stride + 1;
     if (src.shape.dims[d] != positions) {
@@ -77,7 +77,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
   }
   const std::vector<int64_t> is = ops::Strides(in.shape.dims);
   int64_t wcount = 1;
-  for (const WindowDim& wd : *w) wcount *= wd.size;
+  for (const WindowDim& wd : w) wcount *= wd.size;
   std::vector<int64_t> sidx(rank), widx(rank);
   auto selects = [&](int64_t cur, int64_t cand) -> absl::StatusOr<bool> {
     if (fast_select) {
@@ -102,15 +102,14 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSelectAndScatter(const HloInstruct
     }
     int64_t chosen = -1;
     for (int64_t q = 0; q < wcount; ++q) {
-      const int64_t flat = WindowSource(*w, sidx, q, in.shape.dims, is, &widx);
+      const int64_t flat = WindowSource(w, sidx, q, in.shape.dims, is, &widx);
       if (flat < 0) continue;  // padding is never chosen
       if (chosen < 0) {
         chosen = flat;
         continue;
       }
-      auto keep = selects(chosen, flat);
-      if (!keep.ok()) return keep.status();
-      if (!*keep) chosen = flat;
+      ASSIGN_OR_RETURN(auto keep, selects(chosen, flat));
+      if (!keep) chosen = flat;
     }
     if (chosen < 0) continue;
     if (has_combine) {

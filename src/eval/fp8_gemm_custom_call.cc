@@ -26,6 +26,7 @@
 #include "eval/numerics.h"
 #include "hlo/gemm_call.h"
 #include "nlohmann/json.hpp"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace {
@@ -161,16 +162,13 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   const Value& a = *ops[next++];
   const Value& b = *ops[next++];
   const Value* c = beta != 0 ? ops[next++].get() : nullptr;
-  absl::StatusOr<float> sa = ScalarF32(instr, ops[next++], "a_scale");
-  if (!sa.ok()) return sa.status();
-  absl::StatusOr<float> sb = ScalarF32(instr, ops[next++], "b_scale");
-  if (!sb.ok()) return sb.status();
+  ASSIGN_OR_RETURN(float sa, ScalarF32(instr, ops[next++], "a_scale"));
+  ASSIGN_OR_RETURN(float sb, ScalarF32(instr, ops[next++], "b_scale"));
   const Value* bias = has_bias ? ops[next++].get() : nullptr;
   float d_scale = 1.0f;
   if (has_d_scale) {
-    absl::StatusOr<float> ds = ScalarF32(instr, ops[next++], "d_scale");
-    if (!ds.ok()) return ds.status();
-    d_scale = *ds;
+    ASSIGN_OR_RETURN(float ds, ScalarF32(instr, ops[next++], "d_scale"));
+    d_scale = ds;
   }
   if (!a.shape.IsArray() || !b.shape.IsArray()) return Error(instr, "a and b must be arrays");
 
@@ -224,7 +222,7 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   for (int64_t i = 0; i < a.size(); ++i) av[static_cast<size_t>(i)] = a.GetDouble(i);
   for (int64_t i = 0; i < b.size(); ++i) bv[static_cast<size_t>(i)] = b.GetDouble(i);
 
-  const float scale = static_cast<float>(alpha) * *sa * *sb;
+  const float scale = static_cast<float>(alpha) * sa * sb;
   const float fbeta = static_cast<float>(beta);
   const double dmax = fp8_out ? MaxFinite(dt) : 0.0;
   Value d = Value::Zeros(d_shape);

@@ -22,6 +22,7 @@
 #include "eval/random_outputs.h"
 #include "spmd/sharding.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::global_compare_internal {
 
@@ -362,10 +363,9 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   // Partially manual parameters: every manual group runs its own program, so each group gets its
   // own inputs (a group reading another's data then shows), and its outputs are checked against
   // the reference run on them; the other parameters are the same for every group.
-  absl::StatusOr<std::vector<int64_t>> mgroup = ManualGroupsOfParameters(partitioned, global, n);
-  if (!mgroup.ok()) return mgroup.status();
+  ASSIGN_OR_RETURN(std::vector<int64_t> mgroup, ManualGroupsOfParameters(partitioned, global, n));
   const int64_t num_groups =
-      mgroup->empty() ? 1 : *std::max_element(mgroup->begin(), mgroup->end()) + 1;
+      mgroup.empty() ? 1 : *std::max_element(mgroup.begin(), mgroup.end()) + 1;
   std::vector<Inputs> gins = {*gin};
   for (int64_t m = 1; m < num_groups; ++m) {
     EvalOptions gm = ge;
@@ -381,19 +381,18 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     }
     gins.push_back(*std::move(in));
   }
-  auto group_of = [&](int64_t d) { return mgroup->empty() ? int64_t{0} : (*mgroup)[static_cast<size_t>(d % n)]; };
+  auto group_of = [&](int64_t d) { return mgroup.empty() ? int64_t{0} : mgroup[static_cast<size_t>(d % n)]; };
   std::vector<EvalResult> grs;
   if (num_groups > 1 && !GlobalViewReason(global).empty()) {
     std::vector<std::vector<ValuePtr>> view_in;
     for (int64_t d = 0; d < n; ++d) view_in.push_back(gins[static_cast<size_t>(group_of(d))].per_device[0]);
-    absl::StatusOr<EvalResult> r = RunReference(global, partitioned, options.eval, ge, *gin, &view_in);
-    if (!r.ok()) return r.status();
+    ASSIGN_OR_RETURN(EvalResult r, RunReference(global, partitioned, options.eval, ge, *gin, &view_in));
     // Group m's reference: the view's outputs on the first device of group m.
     for (int64_t m = 0; m < num_groups; ++m) {
-      EvalResult g = *r;
+      EvalResult g = r;
       for (int64_t d = 0; d < n; ++d) {
         if (group_of(d) == m) {
-          g.outputs[0] = r->outputs[static_cast<size_t>(d)];
+          g.outputs[0] = r.outputs[static_cast<size_t>(d)];
           break;
         }
       }
@@ -401,9 +400,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     }
   } else {
     for (int64_t m = 0; m < num_groups; ++m) {
-      absl::StatusOr<EvalResult> r = RunReference(global, partitioned, options.eval, ge, gins[static_cast<size_t>(m)]);
-      if (!r.ok()) return r.status();
-      grs.push_back(*std::move(r));
+      ASSIGN_OR_RETURN(EvalResult r, RunReference(global, partitioned, options.eval, ge, gins[static_cast<size_t>(m)]));
+      grs.push_back(std::move(r));
     }
   }
   EvalResult* gr = &grs[0];
@@ -461,9 +459,8 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   report.compare.seed = options.eval.seed;
   std::vector<Shape> leaf_shapes;
   FlattenShapes(global.entry()->root()->shape(), &leaf_shapes);
-  absl::StatusOr<Sharding> root_sharding = ShardingOf(pentry->root(), global.entry()->root()->shape());
-  if (!root_sharding.ok()) return root_sharding.status();
-  std::vector<Sharding> leaves = LeafShardings(*root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  ASSIGN_OR_RETURN(Sharding root_sharding, ShardingOf(pentry->root(), global.entry()->root()->shape()));
+  std::vector<Sharding> leaves = LeafShardings(root_sharding, static_cast<int64_t>(leaf_shapes.size()));
   for (size_t k = 0; k < leaves.size(); ++k) {
     std::vector<int64_t> devices = leaves[k].IsTiled() ? leaves[k].devices() : std::vector<int64_t>{};
     if (leaves[k].IsMaximal()) devices.push_back(leaves[k].maximal_device());
@@ -647,8 +644,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
   if (!recheck.empty()) {
     EvalOptions gx = ge, px = pe;
     gx.exact_sums = px.exact_sums = true;
-    absl::StatusOr<EvalResult> gxr = RunReference(global, partitioned, options.eval, gx, *gin);
-    if (!gxr.ok()) return gxr.status();
+    ASSIGN_OR_RETURN(EvalResult gxr, RunReference(global, partitioned, options.eval, gx, *gin));
     absl::StatusOr<EvalResult> pxr = RunModule(partitioned, px, &pin);
     if (!pxr.ok()) {
       return absl::Status(pxr.status().code(),
@@ -663,7 +659,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       PathPrecision without_sums = paths[k];
       without_sums.sum_terms = 0;
       const OutputComparison x = CompareOutputValuesOnPath(
-          *gxr->outputs[0][k], exact, co, without_sums, magnitudes[k] ? &*magnitudes[k] : nullptr);
+          *gxr.outputs[0][k], exact, co, without_sums, magnitudes[k] ? &*magnitudes[k] : nullptr);
       c.exact_sums = absl::StrFormat("exact-sum run: max_abs_err=%.4g mismatches=%d/%d (%g ulps at max |A| %.4g = %.4g) %s",
                                      x.max_abs_error, x.mismatches, x.elements, x.norm_ulps,
                                      x.max_abs_value, x.norm_atol, x.pass ? "PASS" : "FAIL");

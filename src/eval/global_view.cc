@@ -13,6 +13,7 @@
 #include "spmd/reshard.h"
 #include "spmd/sharding.h"
 #include "spmd/spmd_builder.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval {
 namespace {
@@ -230,19 +231,17 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
     for (HloInstruction* h : calls) {
       const bool to_shard = IsCall(h, "SPMDFullToShardShape");
       if (HasManualSubgroup(h) || HasManualSubgroup(h->operand(0))) {
-        absl::StatusOr<HloInstruction*> r = ConvertPartiallyManual(b, h, to_shard, num_partitions);
-        if (!r.ok()) return r.status();
-        if (absl::Status st = h->ReplaceAllUsesWith(*r); !st.ok()) return st;
+        ASSIGN_OR_RETURN(HloInstruction* r, ConvertPartiallyManual(b, h, to_shard, num_partitions));
+        if (absl::Status st = h->ReplaceAllUsesWith(r); !st.ok()) return st;
         if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
         continue;
       }
-      absl::StatusOr<spmd::Sharding> s = ConversionSharding(h, to_shard);
-      if (!s.ok()) return s.status();
+      ASSIGN_OR_RETURN(spmd::Sharding s, ConversionSharding(h, to_shard));
       HloInstruction* x = h->operand(0);
       absl::StatusOr<HloInstruction*> r =
           to_shard ? spmd::Reshard(b, spmd::PValue{x, spmd::Sharding::Replicated(), x->shape()},
-                                   *s)
-                   : spmd::Reshard(b, spmd::PValue{x, *s, h->shape()},
+                                   s)
+                   : spmd::Reshard(b, spmd::PValue{x, s, h->shape()},
                                    spmd::Sharding::Replicated());
       if (!r.ok()) {
         return absl::Status(r.status().code(), absl::StrCat("'", h->name(), "': ",
@@ -251,7 +250,7 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
       if ((*r)->shape().dims != h->shape().dims) {
         return absl::InvalidArgumentError(absl::StrCat(
             "'", h->name(), "' (", h->custom_call_target(), ") is ", h->shape().ToString(false),
-            ", but the ", to_shard ? "tile" : "gathered value", " under ", s->ToString(), " is ",
+            ", but the ", to_shard ? "tile" : "gathered value", " under ", s.ToString(), " is ",
             (*r)->shape().ToString(false)));
       }
       if (absl::Status st = h->ReplaceAllUsesWith(*r); !st.ok()) return st;

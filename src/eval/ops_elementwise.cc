@@ -12,6 +12,7 @@
 #include "eval/numerics.h"
 #include "eval/ops.h"
 #include "eval/ops_internal.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::ops {
 
@@ -558,9 +559,8 @@ absl::StatusOr<Value> Clamp(const Value& lo0, const Value& x, const Value& hi0, 
   Value tl, th;
   const Value& lo = MaybeBroadcastScalar(lo0, out, &tl);
   const Value& hi = MaybeBroadcastScalar(hi0, out, &th);
-  auto mx = Binary(HloOpcode::kMaximum, lo, x, out);
-  if (!mx.ok()) return mx.status();
-  return Binary(HloOpcode::kMinimum, *mx, hi, out);
+  ASSIGN_OR_RETURN(auto mx, Binary(HloOpcode::kMaximum, lo, x, out));
+  return Binary(HloOpcode::kMinimum, mx, hi, out);
 }
 
 }  // namespace weave::eval::ops

@@ -12,6 +12,7 @@
 #include "gpu/fp8_gemm_rewriter.h"
 #include "hlo/block_scaled_call.h"
 #include "hlo/ir.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 
@@ -367,8 +368,7 @@ absl::StatusOr<bool> BlockScalingRewriter::Run(HloModule* module) {
         continue;
       }
       const std::string name = call->name();
-      absl::Status s = comp->ReplaceInstruction(call, *r);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(comp->ReplaceInstruction(call, *r));
       changed = true;
       AddRemark(name, true,
                 kind == BlockScaledKind::kQuantize     ? "quantize expanded into a kLoop fusion: per-block amax, E8M0 scale, data divided by it"
@@ -383,9 +383,8 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<HloPass>> MakeBlockScalingRewriter(const PassOptions& options) {
   // A ROCm target (gfx...) has no cuDNN: compute capability 0 for this pass.
-  absl::StatusOr<GpuTarget> target = GpuTarget::Parse(options.GetString("gpu-compute-capability", "9.0"));
-  if (!target.ok()) return target.status();
-  const double cc = target->rocm ? 0.0 : target->cuda_cc;
+  ASSIGN_OR_RETURN(GpuTarget target, GpuTarget::Parse(options.GetString("gpu-compute-capability", "9.0")));
+  const double cc = target.rocm ? 0.0 : target.cuda_cc;
   const std::string v = options.GetString("cudnn-version", "9.13");
   int major = 0, minor = 0;
   if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0) {

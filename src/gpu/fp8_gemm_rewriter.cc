@@ -19,6 +19,7 @@
 #include "gpu/fp8_gemm_internal.h"
 #include "hlo/dot_dims.h"
 #include "passes/fp8_operand.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -594,11 +595,9 @@ absl::StatusOr<bool> Fp8GemmRewriter::Run(HloModule* module) {
 
 namespace {
 absl::StatusOr<std::unique_ptr<HloPass>> MakeFp8GemmRewriter(const PassOptions& options) {
-  auto target = GpuTarget::Parse(options.GetString("gpu-compute-capability", "9.0"));
-  if (!target.ok()) return target.status();
-  auto schema = XlaBackendConfigVersionFromOptions(options);
-  if (!schema.ok()) return schema.status();
-  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(*target, *schema));
+  ASSIGN_OR_RETURN(auto target, GpuTarget::Parse(options.GetString("gpu-compute-capability", "9.0")));
+  ASSIGN_OR_RETURN(auto schema, XlaBackendConfigVersionFromOptions(options));
+  return std::unique_ptr<HloPass>(new Fp8GemmRewriter(target, schema));
 }
 }  // namespace
 

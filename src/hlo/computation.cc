@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -251,8 +252,7 @@ absl::Status HloComputation::RemoveUnusedChains(
 }
 
 absl::Status HloComputation::ReplaceInstruction(HloInstruction* old, HloInstruction* replacement) {
-  absl::Status s = old->ReplaceAllUsesWith(replacement);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(old->ReplaceAllUsesWith(replacement));
   // Remove `old` and whatever became dead because of it (not side-effecting instructions).
   return RemoveUnusedChains({old}, [](const HloInstruction* i) { return !i->HasSideEffect(); });
 }

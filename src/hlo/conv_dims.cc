@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -56,24 +57,19 @@ absl::StatusOr<ConvDims> ParseConvDims(const HloInstruction& conv, int64_t rank)
     return InvalidArgumentError(absl::StrCat("bad dim_labels '", t, "'"));
   }
   ConvDims d;
-  absl::StatusOr<ConvLabels> l = ParseLabels(t.substr(0, us), 'b', 'f', rank);
-  if (!l.ok()) return l.status();
-  absl::StatusOr<ConvLabels> k = ParseLabels(t.substr(us + 1, arrow - us - 1), 'i', 'o', rank);
-  if (!k.ok()) return k.status();
-  absl::StatusOr<ConvLabels> o = ParseLabels(t.substr(arrow + 2), 'b', 'f', rank);
-  if (!o.ok()) return o.status();
-  d.lhs = *std::move(l);
-  d.kernel = *std::move(k);
-  d.out = *std::move(o);
+  ASSIGN_OR_RETURN(ConvLabels l, ParseLabels(t.substr(0, us), 'b', 'f', rank));
+  ASSIGN_OR_RETURN(ConvLabels k, ParseLabels(t.substr(us + 1, arrow - us - 1), 'i', 'o', rank));
+  ASSIGN_OR_RETURN(ConvLabels o, ParseLabels(t.substr(arrow + 2), 'b', 'f', rank));
+  d.lhs = std::move(l);
+  d.kernel = std::move(k);
+  d.out = std::move(o);
   if (d.kernel.spatial.size() != d.lhs.spatial.size() || d.out.spatial.size() != d.lhs.spatial.size()) {
     return InvalidArgumentError("dim_labels give the operands different spatial dims");
   }
-  absl::StatusOr<int64_t> fg = GroupCount(conv, "feature_group_count");
-  if (!fg.ok()) return fg.status();
-  absl::StatusOr<int64_t> bg = GroupCount(conv, "batch_group_count");
-  if (!bg.ok()) return bg.status();
-  d.feature_group_count = *fg;
-  d.batch_group_count = *bg;
+  ASSIGN_OR_RETURN(int64_t fg, GroupCount(conv, "feature_group_count"));
+  ASSIGN_OR_RETURN(int64_t bg, GroupCount(conv, "batch_group_count"));
+  d.feature_group_count = fg;
+  d.batch_group_count = bg;
   return d;
 }
 

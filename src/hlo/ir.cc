@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -226,8 +227,7 @@ absl::Status HloInstruction::ReplaceUsesWith(const std::vector<HloInstruction*>&
   for (HloInstruction* user : users) {
     for (int64_t k = 0; k < user->operand_count(); ++k) {
       if (user->operands_[static_cast<size_t>(k)] == this) {
-        absl::Status s = user->ReplaceOperandWith(k, v);
-        if (!s.ok()) return s;
+        RETURN_IF_ERROR(user->ReplaceOperandWith(k, v));
       }
     }
     user->ReplaceControlPredecessor(this, v);
@@ -238,8 +238,7 @@ absl::Status HloInstruction::ReplaceUsesWith(const std::vector<HloInstruction*>&
 absl::Status HloInstruction::ReplaceAllUsesWith(HloInstruction* v) {
   if (v == this) return absl::InvalidArgumentError("cannot replace an instruction by itself");
   std::vector<HloInstruction*> users = users_;
-  absl::Status s = ReplaceUsesWith(users, v);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReplaceUsesWith(users, v));
   if (parent_ != nullptr && parent_->root() == this) parent_->set_root(v);
   return absl::OkStatus();
 }

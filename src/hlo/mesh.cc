@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "hlo/str_util.h"
 #include "hlo/text_cursor.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -402,9 +403,8 @@ absl::Status ParseAxisList(TextCursor& c, const Mesh& m, std::vector<AxisRef>* o
       dim->closed = false;
       break;
     }
-    absl::StatusOr<AxisRef> r = ParseAxis(c, m);
-    if (!r.ok()) return r.status();
-    out->push_back(*r);
+    ASSIGN_OR_RETURN(AxisRef r, ParseAxis(c, m));
+    out->push_back(r);
   } while (c.Consume(','));
   if (!c.Consume('}')) return Bad("expected '}' after axes", c.text());
   return absl::OkStatus();

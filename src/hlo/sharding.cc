@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "hlo/mesh.h"
 #include "hlo/text_cursor.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -130,8 +131,7 @@ absl::StatusOr<HloSharding> ParseSingle(std::string_view inner) {
       if (c.ConsumeStr("<=")) {
         IotaList iota;
         iota.dims = s.tile_dims;
-        auto st = ParseIotaTail(c, inner, &iota);
-        if (!st.ok()) return st;
+        RETURN_IF_ERROR(ParseIotaTail(c, inner, &iota));
         s.devices = iota.Expand();
       } else {
         s.devices.reserve(static_cast<size_t>(n));
@@ -165,9 +165,8 @@ absl::StatusOr<HloSharding> ParseSingle(std::string_view inner) {
       if (!c.Consume('=') || !c.SkipBraces()) return Bad("malformed sharding metadata", inner);
     } else if ((w == "mesh" || w == "maximal_mesh") && !have_kind) {
       // XLA's named (v3) form, converted to the tile-assignment form (text kept verbatim).
-      absl::StatusOr<MeshSharding> named = ParseNamedSharding(inner);
-      if (!named.ok()) return named.status();
-      return MeshShardingToHlo(*named, s.text);
+      ASSIGN_OR_RETURN(MeshSharding named, ParseNamedSharding(inner));
+      return MeshShardingToHlo(named, s.text);
     } else {
       // Anything newer: keep verbatim.
       s.kind = HloSharding::Kind::kOther;
@@ -214,9 +213,8 @@ absl::StatusOr<HloSharding> ParseSingleOrTuple(std::string_view text, int depth)
     c.SkipWs();
     b = c.pos();
     if (!c.SkipBraces()) return Bad("malformed tuple sharding element", text);
-    auto e = ParseSingleOrTuple(inner.substr(b, c.pos() - b), depth + 1);
-    if (!e.ok()) return e.status();
-    s.tuple.push_back(*std::move(e));
+    ASSIGN_OR_RETURN(auto e, ParseSingleOrTuple(inner.substr(b, c.pos() - b), depth + 1));
+    s.tuple.push_back(std::move(e));
   } while (c.Consume(','));
   if (!c.AtEnd()) return Bad("unexpected text after tuple sharding", text);
   return s;
@@ -303,8 +301,7 @@ absl::StatusOr<ReplicaGroups> ParseReplicaGroups(std::string_view text) {
       return Bad("iota replica groups need '[num_groups,group_size]'", text);
     }
     if (!c.ConsumeStr("<=")) return Bad("expected '<=' in iota replica groups", text);
-    auto st = ParseIotaTail(c, text, &iota);
-    if (!st.ok()) return st;
+    RETURN_IF_ERROR(ParseIotaTail(c, text, &iota));
     std::vector<int64_t> ids = iota.Expand();
     const int64_t g = iota.dims[0], sz = iota.dims[1];
     rg.groups.assign(static_cast<size_t>(g), {});
@@ -314,10 +311,9 @@ absl::StatusOr<ReplicaGroups> ParseReplicaGroups(std::string_view text) {
     rg.iota = std::move(iota);
   } else if (c.ConsumeStr("mesh") || c.ConsumeStr("maximal_mesh")) {
     // Mesh form: expanded here (each group runs over the listed axes); printed back verbatim.
-    absl::StatusOr<std::pair<Mesh, std::vector<AxisRef>>> mesh = ParseMeshReplicaGroups(text);
-    if (!mesh.ok()) return mesh.status();
+    ASSIGN_OR_RETURN(auto mesh, ParseMeshReplicaGroups(text));
     absl::StatusOr<std::vector<std::vector<int64_t>>> groups =
-        MeshAxesReplicaGroups(mesh->first, mesh->second);
+        MeshAxesReplicaGroups(mesh.first, mesh.second);
     if (!groups.ok()) return Bad(std::string(groups.status().message()), text);
     rg.groups = *std::move(groups);
     rg.is_mesh = true;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo/dot_dims.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -552,8 +553,7 @@ absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
       }
     }
     for (HloInstruction* d : merged_away) {
-      absl::Status s = comp->RemoveInstruction(d);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(comp->RemoveInstruction(d));
     }
     if (!round_changed) break;
     }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "analysis/verifier.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 
@@ -100,9 +101,8 @@ absl::Status HloPassPipeline::AddPassesByName(std::string_view names,
   for (absl::string_view piece : absl::StrSplit(absl::string_view(names.data(), names.size()), ',')) {
     std::string name(absl::StripAsciiWhitespace(piece));
     if (name.empty()) continue;
-    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, options);
-    if (!pass.ok()) return pass.status();
-    AddPass(*std::move(pass));
+    ASSIGN_OR_RETURN(std::unique_ptr<HloPass> pass, PassRegistry::Get().Create(name, options));
+    AddPass(std::move(pass));
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "gpu/compile_pipeline.h"
 #include "hlo/parser.h"
 #include "passes/pass.h"
+#include "hlo/status_macros.h"
 
 namespace weave::sim {
 namespace {
@@ -314,9 +315,8 @@ const std::vector<CalibrationRow>& CalibrationRows() {
 namespace {
 
 absl::StatusOr<double> SimulateText(const std::string& text, const SystemSpec& system) {
-  absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModule(text, "<calibration>");
-  if (!m.ok()) return m.status();
-  absl::StatusOr<SimResult> r = SimulateModule(**m, system, {});
+  ASSIGN_OR_RETURN(std::unique_ptr<HloModule> m, ParseHloModule(text, "<calibration>"));
+  absl::StatusOr<SimResult> r = SimulateModule(*m, system, {});
   if (!r.ok()) return r.status();
   return r->total_us;
 }
@@ -326,22 +326,19 @@ absl::StatusOr<double> SimulateText(const std::string& text, const SystemSpec& s
 // slower of the two): {as is, bound}.
 absl::StatusOr<std::pair<double, double>> SimulateWeave(const std::string& text,
                                                         const SystemSpec& system) {
-  absl::StatusOr<std::unique_ptr<HloModule>> m = ParseHloModule(text, "<calibration>");
-  if (!m.ok()) return m.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<HloModule> m, ParseHloModule(text, "<calibration>"));
   PassOptions options;
   for (const std::string& name : CompilePipelinePassNames()) {
     absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
     if (!p.ok()) continue;  // a pass missing from this build
-    absl::StatusOr<bool> changed = (*p)->Run(m->get());
-    if (!changed.ok()) return changed.status();
+    RETURN_IF_ERROR((*p)->Run(m.get()));
   }
-  absl::StatusOr<SimResult> r = SimulateModule(**m, system, {});
+  absl::StatusOr<SimResult> r = SimulateModule(*m, system, {});
   if (!r.ok()) return r.status();
   SimOptions one;
   one.serial_sub_wave_gemms = true;
-  absl::StatusOr<SimResult> s = SimulateModule(**m, system, one);
-  if (!s.ok()) return s.status();
-  return std::make_pair(r->total_us, std::max(r->total_us, s->total_us));
+  ASSIGN_OR_RETURN(SimResult s, SimulateModule(*m, system, one));
+  return std::make_pair(r->total_us, std::max(r->total_us, s.total_us));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "analysis/replication.h"
 #include "hlo/instruction_text.h"
 #include "hlo/parser.h"
+#include "hlo/status_macros.h"
 
 namespace weave::sim {
 namespace {
@@ -418,9 +419,8 @@ absl::StatusOr<std::unique_ptr<HloModule>> ParseCostRegion(const std::string& te
 
 absl::StatusOr<std::unique_ptr<HloModule>> ExtractCostRegion(
     const std::vector<const HloInstruction*>& seeds) {
-  absl::StatusOr<std::string> text = CostRegionText(seeds);
-  if (!text.ok()) return text.status();
-  return ParseCostRegion(*text);
+  ASSIGN_OR_RETURN(std::string text, CostRegionText(seeds));
+  return ParseCostRegion(text);
 }
 
 namespace {
@@ -501,9 +501,8 @@ std::string RankQueueIds(const std::string& text) {
 absl::StatusOr<std::string> CostRegionKey(
     const std::vector<const HloInstruction*>& seeds,
     const std::function<int64_t(const HloInstruction*)>& topological_index) {
-  absl::StatusOr<std::string> printed = RegionText(seeds, /*key=*/true, topological_index);
-  if (!printed.ok()) return printed.status();
-  return RankQueueIds(*printed);
+  ASSIGN_OR_RETURN(std::string printed, RegionText(seeds, /*key=*/true, topological_index));
+  return RankQueueIds(printed);
 }
 
 std::string CanonicalRegionText(const HloModule& module) {
@@ -538,9 +537,8 @@ std::string CanonicalRegionText(const HloModule& module) {
 absl::StatusOr<double> SimCostOracle::EstimateVariant(const HloModule& region,
                                                       const std::string& pass,
                                                       const CostVariant& variant) {
-  absl::StatusOr<std::pair<double, double>> r = EstimateVariantBound(region, pass, variant, false);
-  if (!r.ok()) return r.status();
-  return r->first;
+  ASSIGN_OR_RETURN(auto r, EstimateVariantBound(region, pass, variant, false));
+  return r.first;
 }
 
 absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
@@ -548,9 +546,8 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
     bool one_stream_bound) {
   std::unique_ptr<HloModule> m = region.Clone();
   auto run = [&](const std::string& name, const PassOptions& options) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
-    if (!p.ok()) return p.status();
-    absl::StatusOr<bool> changed = (*p)->Run(m.get());
+    ASSIGN_OR_RETURN(std::unique_ptr<HloPass> p, PassRegistry::Get().Create(name, options));
+    absl::StatusOr<bool> changed = p->Run(m.get());
     if (!changed.ok()) {
       return absl::InternalError(absl::StrCat(name, ": ", changed.status().message()));
     }
@@ -571,31 +568,26 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
     std::ofstream out(std::filesystem::path(c_.dump_dir) / (dump_name_ + ".hlo"));
     out << m->ToString();
   }
-  absl::StatusOr<SimResult> r = SimulateModule(*m, c_.system, c_.sim_options);
-  if (!r.ok()) return r.status();
-  if (!one_stream_bound) return std::make_pair(r->total_us, r->total_us);
+  ASSIGN_OR_RETURN(SimResult r, SimulateModule(*m, c_.system, c_.sim_options));
+  if (!one_stream_bound) return std::make_pair(r.total_us, r.total_us);
   SimOptions serial = c_.sim_options;
   serial.serial_sub_wave_gemms = true;
-  absl::StatusOr<SimResult> s = SimulateModule(*m, c_.system, serial);
-  if (!s.ok()) return s.status();
-  return std::make_pair(std::max(r->total_us, s->total_us), r->total_us);
+  ASSIGN_OR_RETURN(SimResult s, SimulateModule(*m, c_.system, serial));
+  return std::make_pair(std::max(r.total_us, s.total_us), r.total_us);
 }
 
 absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& query) {
   // The region's key (CostRegionKey); its text is printed only when it is parsed.
-  absl::StatusOr<std::string> region_key = CostRegionKey(query.seeds, query.topological_index);
-  if (!region_key.ok()) return region_key.status();
-  std::string pass_key = absl::StrCat(query.pass, "\n", *region_key);
+  ASSIGN_OR_RETURN(std::string region_key, CostRegionKey(query.seeds, query.topological_index));
+  std::string pass_key = absl::StrCat(query.pass, "\n", region_key);
   // The region is printed and parsed, and its canonical text made, only for a region not seen
   // before (by its key) or a variant not yet estimated: a repeated layer costs its key alone.
   std::unique_ptr<HloModule> region;
   auto parse = [&]() -> absl::Status {
     if (region != nullptr) return absl::OkStatus();
-    absl::StatusOr<std::string> text = CostRegionText(query.seeds, query.topological_index);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<std::unique_ptr<HloModule>> parsed = ParseCostRegion(*text);
-    if (!parsed.ok()) return parsed.status();
-    region = *std::move(parsed);
+    ASSIGN_OR_RETURN(std::string text, CostRegionText(query.seeds, query.topological_index));
+    ASSIGN_OR_RETURN(std::unique_ptr<HloModule> parsed, ParseCostRegion(text));
+    region = std::move(parsed);
     return absl::OkStatus();
   };
   int64_t region_id = 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "hlo/gemm_call.h"
 #include "passes/gpu_backend_config.h"
+#include "hlo/status_macros.h"
 
 namespace weave::sim::internal {
 
@@ -221,9 +222,8 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
           return absl::InvalidArgumentError(
               absl::StrCat("call ", instr->name(), " has no computation"));
         }
-        auto r = Expand(instr->to_apply(), operand_values(instr));
-        if (!r.ok()) return r.status();
-        v = *r;
+        ASSIGN_OR_RETURN(auto r, Expand(instr->to_apply(), operand_values(instr)));
+        v = r;
         break;
       }
       case HloOpcode::kConditional: {

@@ -12,6 +12,7 @@
 #include "sim/costs.h"
 #include "sim/kernel_graph.h"
 #include "sim/scheduler.h"
+#include "hlo/status_macros.h"
 
 namespace weave::sim {
 namespace {
@@ -36,13 +37,11 @@ const char* Category(CostKind k) {
 
 absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSpec& system,
                                          const SimOptions& options) {
-  absl::StatusOr<SystemSpec> applied = ApplySimOptions(system, options);
-  if (!applied.ok()) return applied.status();
+  ASSIGN_OR_RETURN(SystemSpec applied, ApplySimOptions(system, options));
   SimResult r;
-  r.system = *applied;
+  r.system = applied;
   Expander ex(module, r.system, options);
-  absl::StatusOr<Value> root = ex.Run();
-  if (!root.ok()) return root.status();
+  ASSIGN_OR_RETURN(Value root, ex.Run());
   absl::StatusOr<Schedule> sch =
       RunSchedule(ex.tasks, ex.deps, ex.phases, ex.stream_names().size(), r.system.contention);
   if (!sch.ok()) return sch.status();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "sim/simulator.h"
+#include "hlo/status_macros.h"
 
 namespace weave::sim {
 namespace internal {
@@ -209,9 +210,9 @@ absl::StatusOr<SystemSpec> ParseSystemJson(std::string_view json_text, std::stri
       s.gemm.tile_k < 1) {
     return Bad(origin, "num_gpus, sm_count and gemm tiles must be at least 1");
   }
-  if (auto st = CheckFraction(origin, "link_efficiency", s.link_efficiency); !st.ok()) return st;
-  if (auto st = CheckFraction(origin, "gemm.efficiency", s.gemm.efficiency); !st.ok()) return st;
-  if (auto st = CheckFraction(origin, "hbm_efficiency", s.hbm_efficiency); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckFraction(origin, "link_efficiency", s.link_efficiency));
+  RETURN_IF_ERROR(CheckFraction(origin, "gemm.efficiency", s.gemm.efficiency));
+  RETURN_IF_ERROR(CheckFraction(origin, "hbm_efficiency", s.hbm_efficiency));
   return s;
 }
 
@@ -276,15 +277,15 @@ absl::StatusOr<SystemSpec> ApplySimOptions(const SystemSpec& spec, const SimOpti
     return absl::OkStatus();
   };
   if (o.gemm_efficiency) {
-    if (auto st = frac("--gemm-efficiency", *o.gemm_efficiency); !st.ok()) return st;
+    RETURN_IF_ERROR(frac("--gemm-efficiency", *o.gemm_efficiency));
     s.gemm.efficiency = *o.gemm_efficiency;
   }
   if (o.link_efficiency) {
-    if (auto st = frac("--link-efficiency", *o.link_efficiency); !st.ok()) return st;
+    RETURN_IF_ERROR(frac("--link-efficiency", *o.link_efficiency));
     s.link_efficiency = *o.link_efficiency;
   }
   if (o.hbm_efficiency) {
-    if (auto st = frac("--hbm-efficiency", *o.hbm_efficiency); !st.ok()) return st;
+    RETURN_IF_ERROR(frac("--hbm-efficiency", *o.hbm_efficiency));
     s.hbm_efficiency = *o.hbm_efficiency;
   }
   if (o.latency_us) {

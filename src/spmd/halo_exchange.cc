@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -142,9 +143,8 @@ absl::Status CheckHalo(const Sharding& s, const Shape& global, const HaloWindow&
 
 absl::StatusOr<int64_t> HaloFetchedElements(const Sharding& s, const Shape& global, const HaloWindow& w,
                                             int64_t n) {
-  absl::StatusOr<HaloPlan> p = PlanHalo(s, global, w, n);
-  if (!p.ok()) return p.status();
-  return p->fetched;
+  ASSIGN_OR_RETURN(HaloPlan p, PlanHalo(s, global, w, n));
+  return p.fetched;
 }
 
 absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, const Sharding& s,
@@ -152,12 +152,11 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
                                              HloInstruction* fill) {
   const int64_t dim = w.dim;
   const int64_t n = b.num_partitions();
-  absl::StatusOr<HaloPlan> plan = PlanHalo(s, global, w, n);
-  if (!plan.ok()) return plan.status();
-  const int64_t k = plan->k, size = plan->size, t = plan->t;
-  const int64_t from = plan->from, to = plan->to;
-  const int64_t extra_lo = plan->extra_lo, extra_hi = plan->extra_hi;
-  const std::vector<std::vector<int64_t>>& index = plan->index;
+  ASSIGN_OR_RETURN(HaloPlan plan, PlanHalo(s, global, w, n));
+  const int64_t k = plan.k, size = plan.size, t = plan.t;
+  const int64_t from = plan.from, to = plan.to;
+  const int64_t extra_lo = plan.extra_lo, extra_hi = plan.extra_hi;
+  const std::vector<std::vector<int64_t>>& index = plan.index;
   if (x->shape().dims[static_cast<size_t>(dim)] != t) {
     return absl::UnimplementedError("halo exchange of a value whose local extent is not its tile");
   }
@@ -167,7 +166,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
     for (size_t d = 0; d < a.size(); ++d) flat = flat * a[d] + idx[d];
     return s.devices()[static_cast<size_t>(flat)];
   };
-  const std::vector<int64_t>& lo = plan->lo;
+  const std::vector<int64_t>& lo = plan.lo;
   // Piece j (positions [start, limit) of a tile) comes from the tile j to the right: each tile
   // sends it to the device j to its left (none beyond the edge: that device receives zeros).
   std::vector<HloInstruction*> parts;
@@ -204,7 +203,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   for (int64_t p = 0; p < n; ++p) {
     const int64_t i = index[static_cast<size_t>(p)][static_cast<size_t>(dim)];
     offsets[static_cast<size_t>(p)] = lo[static_cast<size_t>(p)] - (i * t + from - extra_lo);
-    starts[static_cast<size_t>(p)] = plan->window_lo[static_cast<size_t>(p)];
+    starts[static_cast<size_t>(p)] = plan.window_lo[static_cast<size_t>(p)];
   }
   std::vector<int64_t> sizes = x->shape().dims;
   sizes[static_cast<size_t>(dim)] = w.size;
@@ -219,7 +218,7 @@ absl::StatusOr<HloInstruction*> ExchangeHalo(SpmdBuilder& b, HloInstruction* x, 
   }
   if (fill == nullptr) return win;
   bool outside = false;
-  for (int64_t l : plan->window_lo) outside |= l < 0 || l + w.size > size;
+  for (int64_t l : plan.window_lo) outside |= l < 0 || l + w.size > size;
   if (!outside) return win;
   // The mask along `dim` only (1-D), broadcast over the other dims: a rank-1 index instead of a
   // full-size s32 one (the window can be most of the device's memory).

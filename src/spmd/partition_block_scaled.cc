@@ -30,6 +30,7 @@
 #include "spmd/einsum_planner.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -45,10 +46,9 @@ absl::StatusOr<PValue> PartitionQuantize(ComputationPartitioner& cp, const HloIn
   const Sharding own = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   std::optional<Sharding> s = FitScaleBlocks(own, in, out.tuple_shapes[1], *block);
   if (!s) return absl::UnimplementedError("no sharding of the operand keeps its blocks whole");
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *s);
-  if (!x.ok()) return x.status();
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *s));
   const Sharding rs = Sharding::Broadcast(*s, out);
-  HloInstruction* local = cp.Clone(h, LocalShape(out, rs), {*x});
+  HloInstruction* local = cp.Clone(h, LocalShape(out, rs), {x});
   cp.Remark(h, true, absl::StrCat("quantize computed on each device's tiles (", s->ToString(),
                                   "), each block of ", *block, " whole on one device"));
   return PValue{local, rs, out};
@@ -64,11 +64,9 @@ absl::StatusOr<PValue> PartitionDequantize(ComputationPartitioner& cp, const Hlo
   if (!want.IsTiled()) want = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   std::optional<Sharding> s = FitScaleBlocks(want, q, sc, *block);
   if (!s) return absl::UnimplementedError("no sharding of the result keeps its blocks whole");
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *s);
-  if (!x.ok()) return x.status();
-  absl::StatusOr<HloInstruction*> y = cp.Operand(h, 1, *s);
-  if (!y.ok()) return y.status();
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), *s), {*x, *y});
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *s));
+  ASSIGN_OR_RETURN(HloInstruction* y, cp.Operand(h, 1, *s));
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), *s), {x, y});
   cp.Remark(h, true, absl::StrCat("dequantize computed on each device's tiles (", s->ToString(),
                                   "), data and scale sharded alike"));
   return PValue{local, *s, h.shape()};
@@ -127,9 +125,8 @@ absl::StatusOr<PValue> PartitionScaledDot(ComputationPartitioner& cp, const HloI
     const Sharding want = i == 0 || i == 2 ? decision.lhs_target
                           : i == 1 || i == 3 ? decision.rhs_target
                                              : Sharding::Replicated();
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, want);
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, want));
+    ops.push_back(o);
   }
   const std::vector<int64_t> c_dims = TiledContractingDims(sp, best);
   HloInstruction* local = SumPartials(cp, cp.Clone(h, LocalShape(h.shape(), decision.output_target), ops), best, c_dims);

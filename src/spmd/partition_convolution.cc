@@ -43,6 +43,7 @@
 #include "spmd/halo_exchange.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -255,13 +256,11 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
     return cp.Replicated(h, absl::StrCat("convolution: no dim of its iteration space can be tiled",
                                          whole.empty() ? std::string() : absl::StrCat(" (", absl::StrJoin(whole, "; "), ")")));
   }
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lhs_target);
-  if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rhs_target);
-  if (!r.ok()) return r.status();
+  ASSIGN_OR_RETURN(HloInstruction* l, cp.Operand(h, 0, decision.lhs_target));
+  ASSIGN_OR_RETURN(HloInstruction* r, cp.Operand(h, 1, decision.rhs_target));
   SpmdBuilder& b = cp.b();
-  HloInstruction* lhs = *l;
-  HloInstruction* rhs = *r;
+  HloInstruction* lhs = l;
+  HloInstruction* rhs = r;
   // Zero the padding of uneven contracting tiles (the halo fills the lhs's sliding dims).
   std::vector<int64_t> lmask, rmask, c_dims;
   for (size_t k = 0; k < order.size(); ++k) {
@@ -274,9 +273,8 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
   if (!rmask.empty()) rhs = b.MaskPadding(rhs, decision.rhs_target, rg, rmask, b.ScalarConst(rg.element_type, 0));
   HloInstruction* zero = halos.empty() ? nullptr : b.ScalarConst(lg.element_type, 0);
   for (const HaloWindow& hw : halos) {
-    absl::StatusOr<HloInstruction*> x = ExchangeHalo(b, lhs, decision.lhs_target, lg, hw, zero);
-    if (!x.ok()) return x.status();
-    lhs = *x;
+    ASSIGN_OR_RETURN(HloInstruction* x, ExchangeHalo(b, lhs, decision.lhs_target, lg, hw, zero));
+    lhs = x;
   }
   HloInstruction* local = cp.Clone(h, LocalShape(og, decision.output_target), {lhs, rhs});
   std::vector<std::string> roles;

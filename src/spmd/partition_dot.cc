@@ -43,6 +43,7 @@
 #include "spmd/einsum_planner.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -156,13 +157,11 @@ absl::StatusOr<PValue> PartitionDot(ComputationPartitioner& cp, const HloInstruc
   const Sharding& lhs_target = decision.lhs_target;
   const Sharding& rhs_target = decision.rhs_target;
   const Sharding& output_target = decision.output_target;
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, lhs_target);
-  if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, rhs_target);
-  if (!r.ok()) return r.status();
+  ASSIGN_OR_RETURN(HloInstruction* l, cp.Operand(h, 0, lhs_target));
+  ASSIGN_OR_RETURN(HloInstruction* r, cp.Operand(h, 1, rhs_target));
   const std::vector<int64_t> c_dims = TiledContractingDims(sp, *best);
-  HloInstruction* lhs = *l;
-  HloInstruction* rhs = *r;
+  HloInstruction* lhs = l;
+  HloInstruction* rhs = r;
   if (!c_dims.empty()) {
     SpmdBuilder& b = cp.b();
     lhs = b.MaskPadding(lhs, lhs_target, lg, h.dot_dims().lhs_contracting,

@@ -32,6 +32,7 @@
 #include "spmd/halo_exchange.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -116,9 +117,8 @@ absl::StatusOr<HloInstruction*> ClampedStart(ComputationPartitioner& cp, const H
   SpmdBuilder& b = cp.b();
   const int64_t c = a.constant_start[static_cast<size_t>(d)];
   if (c >= 0) return S32Const(b, c);
-  absl::StatusOr<HloInstruction*> idx = cp.Operand(h, 2 + d, Sharding::Replicated());
-  if (!idx.ok()) return idx.status();
-  HloInstruction* x = *idx;
+  ASSIGN_OR_RETURN(HloInstruction* idx, cp.Operand(h, 2 + d, Sharding::Replicated()));
+  HloInstruction* x = idx;
   if (x->shape().element_type != PrimitiveType::S32) {
     x = b.Add(HloOpcode::kConvert, Shape::Scalar(PrimitiveType::S32), {x}, "convert");
   }
@@ -143,9 +143,8 @@ absl::StatusOr<std::vector<HloInstruction*>> LocalStarts(ComputationPartitioner&
       x = tiled_local[static_cast<size_t>(d)];
       if (it != PrimitiveType::S32) x = b.Add(HloOpcode::kConvert, Shape::Scalar(it), {x}, "convert");
     } else if (sliced && !tiled) {
-      absl::StatusOr<HloInstruction*> o = cp.Operand(h, 2 + d, Sharding::Replicated());
-      if (!o.ok()) return o.status();
-      x = *o;
+      ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, 2 + d, Sharding::Replicated()));
+      x = o;
     } else {
       x = b.ScalarConst(it, 0);
     }
@@ -163,26 +162,23 @@ absl::StatusOr<PValue> SingleTile(ComputationPartitioner& cp, const HloInstructi
   if (!upd_sharding) return absl::UnimplementedError("no update sharding with the sliced dims whole");
   absl::StatusOr<HloInstruction*> in = cp.Operand(h, 0, a.target);
   if (!in.ok()) return in.status();
-  absl::StatusOr<HloInstruction*> u = cp.Operand(h, 1, *upd_sharding);
-  if (!u.ok()) return u.status();
+  ASSIGN_OR_RETURN(HloInstruction* u, cp.Operand(h, 1, *upd_sharding));
   const std::vector<int64_t> local = LocalShape(out, a.target).dims;
   std::vector<HloInstruction*> starts(static_cast<size_t>(out.rank()), nullptr), local_starts = starts;
   for (int64_t d : a.tiled) {
-    absl::StatusOr<HloInstruction*> s = ClampedStart(cp, h, a, d);
-    if (!s.ok()) return s.status();
-    starts[static_cast<size_t>(d)] = *s;
+    ASSIGN_OR_RETURN(HloInstruction* s, ClampedStart(cp, h, a, d));
+    starts[static_cast<size_t>(d)] = s;
     HloInstruction* off = b.TableLookup(b.OffsetTable(a.target, out, d));
     // The update lies in one tile: the local start is start - offset on the owner (elsewhere
     // anything in range; the select below keeps the operand there).
-    HloInstruction* rel = b.Add(HloOpcode::kSubtract, Shape::Scalar(PrimitiveType::S32), {*s, off}, "local_start");
+    HloInstruction* rel = b.Add(HloOpcode::kSubtract, Shape::Scalar(PrimitiveType::S32), {s, off}, "local_start");
     const int64_t room = local[static_cast<size_t>(d)] - upd.dims[static_cast<size_t>(d)];
     local_starts[static_cast<size_t>(d)] =
         b.Add(HloOpcode::kClamp, Shape::Scalar(PrimitiveType::S32), {S32Const(b, 0), rel, S32Const(b, room)}, "clamp");
   }
-  absl::StatusOr<std::vector<HloInstruction*>> idx = LocalStarts(cp, h, a, local_starts);
-  if (!idx.ok()) return idx.status();
-  std::vector<HloInstruction*> ops = {*in, *u};
-  ops.insert(ops.end(), idx->begin(), idx->end());
+  ASSIGN_OR_RETURN(std::vector<HloInstruction*> idx, LocalStarts(cp, h, a, local_starts));
+  std::vector<HloInstruction*> ops = {*in, u};
+  ops.insert(ops.end(), idx.begin(), idx.end());
   HloInstruction* dus = cp.Clone(h, Shape(out.element_type, local), ops);
   // Owner: the device whose tile holds the update's first element along every tiled sliced dim.
   HloInstruction* mask = nullptr;
@@ -249,21 +245,17 @@ absl::StatusOr<PValue> Halo(ComputationPartitioner& cp, const HloInstruction& h,
       const int64_t begin = std::max(lo, s), end = std::min({lo + t, s + len, out.dims[static_cast<size_t>(d)]});
       w.needed.push_back(begin < end ? std::make_pair(begin + shift, end + shift) : std::make_pair(int64_t{0}, int64_t{0}));
     }
-    absl::Status ok = CheckHalo(a.target, global, w, n);
-    if (!ok.ok()) return ok;
+    RETURN_IF_ERROR(CheckHalo(a.target, global, w, n));
     windows.push_back(w);
     global.dims[static_cast<size_t>(d)] = out.dims[static_cast<size_t>(d)];
   }
-  absl::StatusOr<HloInstruction*> x = cp.ValueIn(src, a.target);
-  if (!x.ok()) return x.status();
-  absl::StatusOr<HloInstruction*> in = cp.Operand(h, 0, a.target);
-  if (!in.ok()) return in.status();
-  HloInstruction* win = *x;
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.ValueIn(src, a.target));
+  ASSIGN_OR_RETURN(HloInstruction* in, cp.Operand(h, 0, a.target));
+  HloInstruction* win = x;
   global = src->shape();
   for (const HaloWindow& w : windows) {
-    absl::StatusOr<HloInstruction*> r = ExchangeHalo(b, win, a.target, global, w, nullptr);
-    if (!r.ok()) return r.status();
-    win = *r;
+    ASSIGN_OR_RETURN(HloInstruction* r, ExchangeHalo(b, win, a.target, global, w, nullptr));
+    win = r;
     global.dims[static_cast<size_t>(w.dim)] = out.dims[static_cast<size_t>(w.dim)];
   }
   // Untiled sliced dims: a local dynamic-update-slice places the window there.
@@ -271,13 +263,13 @@ absl::StatusOr<PValue> Halo(ComputationPartitioner& cp, const HloInstruction& h,
   if (a.sliced.size() > a.tiled.size()) {
     absl::StatusOr<std::vector<HloInstruction*>> idx = LocalStarts(cp, h, a, {});
     if (!idx.ok()) return idx.status();
-    std::vector<HloInstruction*> ops = {*in, win};
+    std::vector<HloInstruction*> ops = {in, win};
     ops.insert(ops.end(), idx->begin(), idx->end());
     merged = cp.Clone(h, Shape(out.element_type, local), ops);
   }
   std::vector<HloInstruction*> starts(static_cast<size_t>(out.rank()), nullptr);
   for (int64_t d : a.tiled) starts[static_cast<size_t>(d)] = S32Const(b, a.constant_start[static_cast<size_t>(d)]);
-  HloInstruction* sel = b.Select(LandsMask(b, a, out, upd, starts, local), merged, *in);
+  HloInstruction* sel = b.Select(LandsMask(b, a, out, upd, starts, local), merged, in);
   cp.Remark(h, true,
             absl::StrCat("dynamic-update-slice at constant starts along tiled dim(s) ", absl::StrJoin(a.tiled, ","),
                          ": the ", src == h.operand(1) ? "update" : absl::StrCat("update's source '", src->name(), "'"),

@@ -44,6 +44,7 @@
 #include "spmd/gather_scatter_parallel.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -337,12 +338,10 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     if (out_s && !groups_agree(*out_s)) out_s.reset();
   }
   if (!out_s) return cp.Replicated(h, "gather: no consistent local sharding (no partitioning rule)");
-  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, osh);
-  if (!o.ok()) return o.status();
-  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, 1, idx_req);
-  if (!ix.ok()) return ix.status();
+  ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, 0, osh));
+  ASSIGN_OR_RETURN(HloInstruction* ix, cp.Operand(h, 1, idx_req));
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = parallel ? ShiftParallelIndices(b, *ix, *g, par, osh, og) : *ix;
+  HloInstruction* indices = parallel ? ShiftParallelIndices(b, ix, *g, par, osh, og) : ix;
   HloInstruction* mask = nullptr;
   if (!vocab.empty()) {
     const PrimitiveType it = ig.element_type;
@@ -364,7 +363,7 @@ absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInst
     });
   }
   const Shape local_shape = LocalShape(out, *out_s);
-  HloInstruction* local = cp.Clone(h, local_shape, {*o, indices});
+  HloInstruction* local = cp.Clone(h, local_shape, {o, indices});
   // Pass-through dims take their local extent.
   const Shape local_operand = LocalShape(og, osh);
   std::vector<int64_t> sizes = g->slice_sizes;
@@ -596,12 +595,10 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   }
   std::vector<HloInstruction*> bases;
   for (int64_t i = 0; i < k; ++i) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, osh);
-    if (!o.ok()) return o.status();
-    bases.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, osh));
+    bases.push_back(o);
   }
-  absl::StatusOr<HloInstruction*> ix = cp.Operand(h, k, idx_req);
-  if (!ix.ok()) return ix.status();
+  ASSIGN_OR_RETURN(HloInstruction* ix, cp.Operand(h, k, idx_req));
   // The padding rows of an uneven index tile (a trailing tile past the global index count) hold
   // no index: each is set out of bounds, so the local scatter skips its window (left as it is, a
   // clamp in the program before the scatter would move it into range and its update would land
@@ -616,12 +613,11 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   }
   std::vector<HloInstruction*> updates;
   for (int64_t i = 0; i < k; ++i) {
-    absl::StatusOr<HloInstruction*> u = cp.Operand(h, k + 1 + i, *upd);
-    if (!u.ok()) return u.status();
-    updates.push_back(*u);
+    ASSIGN_OR_RETURN(HloInstruction* u, cp.Operand(h, k + 1 + i, *upd));
+    updates.push_back(u);
   }
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = *ix;
+  HloInstruction* indices = ix;
   if (oob) {
     indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
                             b.Constant(Literal::ScalarInt(ig.element_type, *oob)));

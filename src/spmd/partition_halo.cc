@@ -13,6 +13,7 @@
 #include "spmd/halo_exchange.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -46,17 +47,14 @@ absl::StatusOr<PValue> ReverseByPermute(ComputationPartitioner& cp, const HloIns
     w.first = g - t * k;
     w.step = t;
     w.size = t;
-    absl::Status ok = CheckHalo(*flipped, out, w, cp.num_partitions());
-    if (!ok.ok()) return ok;
+    RETURN_IF_ERROR(CheckHalo(*flipped, out, w, cp.num_partitions()));
     windows.push_back(w);
   }
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *flipped);
-  if (!x.ok()) return x.status();
-  HloInstruction* local = *x;
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *flipped));
+  HloInstruction* local = x;
   for (const HaloWindow& w : windows) {
-    absl::StatusOr<HloInstruction*> win = ExchangeHalo(cp.b(), local, *flipped, out, w, nullptr);
-    if (!win.ok()) return win.status();
-    local = *win;
+    ASSIGN_OR_RETURN(HloInstruction* win, ExchangeHalo(cp.b(), local, *flipped, out, w, nullptr));
+    local = win;
   }
   HloInstruction* r = cp.Clone(h, LocalShape(out, target), {local});
   cp.Remark(h, true,
@@ -171,24 +169,20 @@ absl::StatusOr<PValue> PartitionByHalo(ComputationPartitioner& cp, const HloInst
       w.size = (to - 1) * s.stride + 1;
     }
     ClipToValidResult(h, target, d, to, &w, cp.num_partitions());
-    absl::Status ok = CheckHalo(target, in, w, cp.num_partitions());
-    if (!ok.ok()) return ok;
+    RETURN_IF_ERROR(CheckHalo(target, in, w, cp.num_partitions()));
     windows.push_back(w);
   }
   SpmdBuilder& b = cp.b();
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, target);
-  if (!x.ok()) return x.status();
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, target));
   HloInstruction* fill = nullptr;
   if (pad || rw) {
-    absl::StatusOr<HloInstruction*> v = cp.Operand(h, 1, Sharding::Replicated());
-    if (!v.ok()) return v.status();
-    fill = *v;
+    ASSIGN_OR_RETURN(HloInstruction* v, cp.Operand(h, 1, Sharding::Replicated()));
+    fill = v;
   }
-  HloInstruction* local = *x;
+  HloInstruction* local = x;
   for (const HaloWindow& w : windows) {
-    absl::StatusOr<HloInstruction*> win = ExchangeHalo(b, local, target, in, w, fill);
-    if (!win.ok()) return win.status();
-    local = *win;
+    ASSIGN_OR_RETURN(HloInstruction* win, ExchangeHalo(b, local, target, in, w, fill));
+    local = win;
   }
   // The op on what is left: the untiled affected dims as written, the windowed dims whole (a
   // slice keeps its stride), the other dims whole.

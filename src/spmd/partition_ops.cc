@@ -11,6 +11,7 @@
 #include "spmd/partitioner_internal.h"
 #include "spmd/propagation_rules.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -78,9 +79,8 @@ absl::StatusOr<PValue> PartitionBitcastConvertResize(ComputationPartitioner& cp,
     in_s = out_s = Sharding::Replicated();
   }
   if (!in_s || !out_s) in_s = out_s = Sharding::Replicated();
-  absl::StatusOr<HloInstruction*> o = cp.Operand(h, 0, *in_s);
-  if (!o.ok()) return o.status();
-  return PValue{cp.Clone(h, LocalShape(h.shape(), *out_s), {*o}), *out_s, h.shape()};
+  ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, 0, *in_s));
+  return PValue{cp.Clone(h, LocalShape(h.shape(), *out_s), {o}), *out_s, h.shape()};
 }
 
 absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -119,9 +119,8 @@ absl::StatusOr<PValue> PartitionElementwise(ComputationPartitioner& cp, const Hl
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
     const bool same_rank = h.operand(i)->shape().rank() == h.shape().rank();
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, same_rank ? in : Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, same_rank ? in : Sharding::Replicated()));
+    ops.push_back(o);
   }
   return PValue{cp.Clone(h, LocalShape(h.shape(), in), std::move(ops)), in, h.shape()};
 }
@@ -146,11 +145,10 @@ absl::StatusOr<PValue> PartitionBroadcast(ComputationPartitioner& cp, const HloI
     op = TransposeSharding(*op, inv);
   }
   if (!result || !op) return cp.Replicated(h, "broadcast: the operand cannot follow the result's sharding");
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
-  if (!x.ok()) return x.status();
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *op));
   // Along the added dims the value does not depend on the index: broadcast straight into the
   // local tile.
-  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {x}), target, h.shape()};
 }
 
 absl::StatusOr<PValue> PartitionTranspose(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -159,9 +157,8 @@ absl::StatusOr<PValue> PartitionTranspose(ComputationPartitioner& cp, const HloI
   for (size_t k = 0; k < inv.size(); ++k) inv[static_cast<size_t>(h.dimensions[k])] = static_cast<int64_t>(k);
   std::optional<Sharding> op = TransposeSharding(target, inv);
   if (!op) return cp.Replicated(h, "transpose: the operand cannot follow the result's sharding");
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
-  if (!x.ok()) return x.status();
-  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *op));
+  return PValue{cp.Clone(h, LocalShape(h.shape(), target), {x}), target, h.shape()};
 }
 
 absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -175,9 +172,8 @@ absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloIns
                                    ? ReshapeSharding(target, h.shape().dims, in.dims)
                                    : std::optional<Sharding>(target);
   if (op && local_ok(*op, target)) {
-    absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *op);
-    if (!x.ok()) return x.status();
-    return PValue{cp.Clone(h, LocalShape(h.shape(), target), {*x}), target, h.shape()};
+    ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *op));
+    return PValue{cp.Clone(h, LocalShape(h.shape(), target), {x}), target, h.shape()};
   }
   // Else the operand's own sharding carried forward.
   const PValue& v = cp.Value(h.operand(0));
@@ -199,9 +195,8 @@ absl::StatusOr<PValue> PartitionReshape(ComputationPartitioner& cp, const HloIns
         if (!fewer || fewer->NumTiles() < 2) continue;  // replicated: the remark below
         std::optional<Sharding> back = ReshapeSharding(*fewer, h.shape().dims, in.dims);
         if (!back || !local_ok(*back, *fewer)) continue;
-        absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, *back);
-        if (!x.ok()) return x.status();
-        return PValue{cp.Clone(h, LocalShape(h.shape(), *fewer), {*x}), *fewer, h.shape()};
+        ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, *back));
+        return PValue{cp.Clone(h, LocalShape(h.shape(), *fewer), {x}), *fewer, h.shape()};
       }
     }
   }
@@ -221,9 +216,8 @@ absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInst
   }
   std::vector<HloInstruction*> inits;
   for (int64_t i = n; i < h.operand_count(); ++i) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    inits.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, Sharding::Replicated()));
+    inits.push_back(o);
   }
   if (n == 1 && tiled_reduced && in.SubgroupSize(SubgroupType::kUnreduced) <= 1) {
     // Keep the reduced dims sharded: masked local reduce, then all-reduce per tiled dim (inside
@@ -249,9 +243,8 @@ absl::StatusOr<PValue> PartitionReduce(ComputationPartitioner& cp, const HloInst
   if (!op) return cp.Replicated(h, "reduce: the operand cannot follow the result's sharding");
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < n; ++i) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, *op);
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, *op));
+    ops.push_back(o);
   }
   ops.insert(ops.end(), inits.begin(), inits.end());
   const Sharding result = Sharding::Broadcast(target, h.shape());
@@ -508,9 +501,8 @@ absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloIns
   const int64_t first_index = update ? 2 : 1;
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < first_index; ++i) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, *s);
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, *s));
+    ops.push_back(o);
   }
   // XLA's older packed form, all start indices in one rank-1 operand: unpacked into one scalar per
   // dim (the local op is written in the scalar form).
@@ -519,9 +511,8 @@ absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloIns
                       (full.rank() > 1 || h.operand(first_index)->shape().dims[0] == 1);
   HloInstruction* packed_indices = nullptr;
   if (packed) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, first_index, Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    packed_indices = *o;
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, first_index, Sharding::Replicated()));
+    packed_indices = o;
   }
   const int64_t index_count = packed ? full.rank() : h.operand_count() - first_index;
   for (int64_t d = 0; d < index_count; ++d) {
@@ -534,9 +525,8 @@ absl::StatusOr<PValue> PartitionDynamic(ComputationPartitioner& cp, const HloIns
       one->mutable_slice()->push_back(SliceDim{d, d + 1, 1});
       ops.push_back(cp.b().Reshape(one, {}));
     } else {
-      absl::StatusOr<HloInstruction*> o = cp.Operand(h, first_index + d, Sharding::Replicated());
-      if (!o.ok()) return o.status();
-      ops.push_back(*o);
+      ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, first_index + d, Sharding::Replicated()));
+      ops.push_back(o);
     }
   }
   const Shape local = LocalShape(h.shape(), *s);

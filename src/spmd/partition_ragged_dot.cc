@@ -22,6 +22,7 @@
 #include "spmd/einsum_planner.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -119,12 +120,9 @@ absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloI
   if (!decision.best) return absl::UnimplementedError("no consistent sharding of its iteration space");
   const Sharding& best = *decision.best;
   const Sharding gsreq = ProjectSpace(best, rs->gs_map, n);
-  absl::StatusOr<HloInstruction*> l = cp.Operand(h, 0, decision.lhs_target);
-  if (!l.ok()) return l.status();
-  absl::StatusOr<HloInstruction*> r = cp.Operand(h, 1, decision.rhs_target);
-  if (!r.ok()) return r.status();
-  absl::StatusOr<HloInstruction*> gs = cp.Operand(h, 2, gsreq);
-  if (!gs.ok()) return gs.status();
+  ASSIGN_OR_RETURN(HloInstruction* l, cp.Operand(h, 0, decision.lhs_target));
+  ASSIGN_OR_RETURN(HloInstruction* r, cp.Operand(h, 1, decision.rhs_target));
+  ASSIGN_OR_RETURN(HloInstruction* gs, cp.Operand(h, 2, gsreq));
   std::vector<int64_t> c_space;
   if (best.IsTiled()) {
     for (int64_t d = sp.nb + sp.nl + sp.nr; d < sp.rank(); ++d) {
@@ -132,13 +130,13 @@ absl::StatusOr<PValue> PartitionRaggedDot(ComputationPartitioner& cp, const HloI
     }
   }
   SpmdBuilder& b = cp.b();
-  HloInstruction* lhs = *l;
-  HloInstruction* rhs = *r;
+  HloInstruction* lhs = l;
+  HloInstruction* rhs = r;
   if (!c_space.empty()) {
     lhs = b.MaskPadding(lhs, decision.lhs_target, lg, h.dot_dims().lhs_contracting, b.ScalarConst(lg.element_type, 0));
     rhs = b.MaskPadding(rhs, decision.rhs_target, rg, h.dot_dims().rhs_contracting, b.ScalarConst(rg.element_type, 0));
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), decision.output_target), {lhs, rhs, *gs});
+  HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), decision.output_target), {lhs, rhs, gs});
   for (auto it = c_space.rbegin(); it != c_space.rend(); ++it) {
     local = b.AllReduce(local, DeviceGroups(best, {*it}), b.SumReducer(h.shape().element_type));
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 
@@ -24,9 +25,8 @@ absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruc
   }
   std::vector<HloInstruction*> bounds;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    bounds.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, Sharding::Replicated()));
+    bounds.push_back(o);
   }
   if (!target.IsTiled()) {
     // Replicated (or unset): one draw, on device 0, broadcast.

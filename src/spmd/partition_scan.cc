@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 
@@ -55,21 +56,19 @@ absl::StatusOr<PValue> PartitionScan(ComputationPartitioner& cp, const HloInstru
   for (int64_t i = 0; i < h.operand_count(); ++i) {
     const bool input = i < n_in;
     params.push_back(*slice_s);
-    absl::StatusOr<HloInstruction*> o = cp.Operand(h, i, input ? in_s : *slice_s);
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, input ? in_s : *slice_s));
+    ops.push_back(o);
   }
   const HloComputation* body = h.called_computations()[0];
   for (int64_t i = 0; i < n_out + carries; ++i) roots.push_back(*slice_s);
   const Sharding root = Sharding::Tuple(roots);
-  absl::StatusOr<HloComputation*> nb = cp.PartitionCallee(body, params, &root);
-  if (!nb.ok()) return nb.status();
+  ASSIGN_OR_RETURN(HloComputation* nb, cp.PartitionCallee(body, params, &root));
   std::vector<Sharding> results;
   for (int64_t i = 0; i < n_out; ++i) results.push_back(in_s);
   for (int64_t i = 0; i < carries; ++i) results.push_back(*slice_s);
   const Sharding rs = Sharding::Tuple(results);
   HloInstruction* s = cp.Clone(h, LocalShape(h.shape(), rs), ops);
-  *s->mutable_called_computations() = {*nb};
+  *s->mutable_called_computations() = {nb};
   cp.Remark(h, true,
             absl::StrCat("scan along dim ", d, " with its inputs ", in_s.ToString(), " and carries ", slice_s->ToString(),
                          ": the body partitioned for the slices, the scan dim whole"));

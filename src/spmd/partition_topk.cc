@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -117,12 +118,11 @@ absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstru
   }
   SpmdBuilder& b = cp.b();
   const int64_t ks = s.tile(row);
-  absl::StatusOr<HloInstruction*> x = cp.Operand(h, 0, s);
-  if (!x.ok()) return x.status();
+  ASSIGN_OR_RETURN(HloInstruction* x, cp.Operand(h, 0, s));
   if (ks == 1) {
     // Rows only: TopK per device on its rows.
     const Sharding rs = Sharding::Broadcast(s, out);
-    HloInstruction* local = cp.Clone(h, LocalShape(out, rs), {*x});
+    HloInstruction* local = cp.Clone(h, LocalShape(out, rs), {x});
     cp.Remark(h, true, "TopK with only its leading dims tiled: computed on each device's rows");
     return PValue{local, rs, out};
   }
@@ -131,7 +131,7 @@ absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstru
   const PrimitiveType et = in.element_type;
   HloInstruction* last = Last(b, et, order->dir);
   if (last == nullptr) return absl::UnimplementedError("no value ranked last for the padding");
-  HloInstruction* xm = b.MaskPadding(*x, s, in, {row}, last);
+  HloInstruction* xm = b.MaskPadding(x, s, in, {row}, last);
   // Local TopK: [rows, k] values and indices per tile, the indices made global.
   Shape cand(et, in.dims);
   cand.dims[static_cast<size_t>(row)] = k * ks;

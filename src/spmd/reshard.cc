@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -84,9 +85,8 @@ absl::StatusOr<HloInstruction*> MaximalToReplicated(SpmdBuilder& b, HloInstructi
     Shape bits = x->shape();
     bits.element_type = PrimitiveType::U8;
     HloInstruction* u = b.Add(HloOpcode::kBitcastConvert, bits, {x}, "bits");
-    absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, u, device);
-    if (!r.ok()) return r.status();
-    return b.Add(HloOpcode::kBitcastConvert, x->shape(), {*r}, "from_bits");
+    ASSIGN_OR_RETURN(HloInstruction* r, MaximalToReplicated(b, u, device));
+    return b.Add(HloOpcode::kBitcastConvert, x->shape(), {r}, "from_bits");
   }
   const Shape& s = x->shape();
   HloInstruction* is_d = b.Add(HloOpcode::kCompare, Shape::Scalar(PrimitiveType::PRED),
@@ -588,9 +588,8 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
   }
   Sharding from = Physical(v.sharding);
   if (v.sharding.IsMaximal()) {
-    absl::StatusOr<HloInstruction*> r = MaximalToReplicated(b, x, v.sharding.maximal_device());
-    if (!r.ok()) return r.status();
-    x = *r;
+    ASSIGN_OR_RETURN(HloInstruction* r, MaximalToReplicated(b, x, v.sharding.maximal_device()));
+    x = r;
     if (summary) summary->Add("maximal broadcast", static_cast<double>(x->shape().ByteSize()));
   }
   const Sharding to = Physical(to_in);

@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "hlo/text_cursor.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -79,9 +80,8 @@ absl::Status ParseSdyAxisList(TextCursor& c, const Mesh& m, std::vector<AxisRef>
         dim->closed = false;
         break;
       }
-      absl::StatusOr<AxisRef> r = ParseSdyAxis(c, m);
-      if (!r.ok()) return r.status();
-      out->push_back(*r);
+      ASSIGN_OR_RETURN(AxisRef r, ParseSdyAxis(c, m));
+      out->push_back(r);
     } while (c.Consume(','));
     if (!c.Consume('}')) return Bad("expected '}'", c.text());
   }
@@ -194,9 +194,8 @@ absl::StatusOr<SdyMeshes> ParseSdyMeshes(std::string_view text) {
     if (!c.Consume('=')) return Bad("expected '=' after mesh name", t);
     c.ConsumeStr("#sdy.");
     if (!c.ConsumeStr("mesh<")) return Bad("expected #sdy.mesh<", t);
-    absl::StatusOr<Mesh> m = ParseMeshBody(c);
-    if (!m.ok()) return m.status();
-    out[name] = *std::move(m);
+    ASSIGN_OR_RETURN(Mesh m, ParseMeshBody(c));
+    out[name] = std::move(m);
   } while (c.Consume(','));
   if (!c.Consume('}') || !c.AtEnd()) return Bad("expected '}' after meshes", t);
   return out;
@@ -222,9 +221,8 @@ absl::StatusOr<std::vector<MeshSharding>> ParseSdyShardingPerValue(std::string_v
   if (!c.Consume(']')) {
     do {
       if (!c.Consume('<')) return Bad("expected '<' before a sharding", t);
-      absl::StatusOr<MeshSharding> s = ParseShardingBody(c, meshes);
-      if (!s.ok()) return s.status();
-      out.push_back(*std::move(s));
+      ASSIGN_OR_RETURN(MeshSharding s, ParseShardingBody(c, meshes));
+      out.push_back(std::move(s));
     } while (c.Consume(','));
     if (!c.Consume(']')) return Bad("expected ']'", t);
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hlo/mesh.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -520,9 +521,8 @@ absl::StatusOr<Sharding> Sharding::FromHlo(const HloSharding& h, const Shape& sh
     }
     std::vector<Sharding> out;
     for (size_t k = 0; k < leaves.size(); ++k) {
-      absl::StatusOr<Sharding> l = FromHlo(h.tuple[k], *leaves[k]);
-      if (!l.ok()) return l.status();
-      out.push_back(*std::move(l));
+      ASSIGN_OR_RETURN(Sharding l, FromHlo(h.tuple[k], *leaves[k]));
+      out.push_back(std::move(l));
     }
     return Tuple(std::move(out));
   }
@@ -537,9 +537,8 @@ absl::StatusOr<Sharding> Sharding::FromHlo(const HloSharding& h, const Shape& sh
         for (size_t k = s->tuple_shapes.size(); k-- > 0;) stack.push_back(&s->tuple_shapes[k]);
         continue;
       }
-      absl::StatusOr<Sharding> l = FromHlo(h, *s);
-      if (!l.ok()) return l.status();
-      out.push_back(*std::move(l));
+      ASSIGN_OR_RETURN(Sharding l, FromHlo(h, *s));
+      out.push_back(std::move(l));
     }
     return Tuple(std::move(out));
   }

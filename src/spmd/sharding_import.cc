@@ -12,6 +12,7 @@
 #include "spmd/inline_call.h"
 #include "spmd/sdy_text.h"
 #include "spmd/sharding.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -28,9 +29,8 @@ absl::Status Error(const HloInstruction* h, absl::string_view what) {
 
 // GSPMD canonical form of an IR sharding for `shape` (named forms rewritten).
 absl::StatusOr<HloSharding> Canonical(const HloSharding& h, const Shape& shape) {
-  absl::StatusOr<Sharding> s = Sharding::FromHlo(h, shape);
-  if (!s.ok()) return s.status();
-  return s->ToHlo();
+  ASSIGN_OR_RETURN(Sharding s, Sharding::FromHlo(h, shape));
+  return s.ToHlo();
 }
 
 // The shardings of a Shardy attribute value for a value of `shape`; open dims collected.
@@ -40,13 +40,11 @@ absl::StatusOr<HloSharding> SdyToHlo(std::string_view text, const Shape& shape,
   std::vector<MeshSharding> values;
   const std::string t = UnescapeSdy(text);
   if (absl::StartsWith(t, "#sdy.sharding_per_value")) {
-    absl::StatusOr<std::vector<MeshSharding>> v = ParseSdyShardingPerValue(t, meshes);
-    if (!v.ok()) return v.status();
-    values = *std::move(v);
+    ASSIGN_OR_RETURN(std::vector<MeshSharding> v, ParseSdyShardingPerValue(t, meshes));
+    values = std::move(v);
   } else {
-    absl::StatusOr<MeshSharding> v = ParseSdySharding(t, meshes);
-    if (!v.ok()) return v.status();
-    values.push_back(*std::move(v));
+    ASSIGN_OR_RETURN(MeshSharding v, ParseSdySharding(t, meshes));
+    values.push_back(std::move(v));
   }
   std::vector<const Shape*> shapes;
   if (shape.IsTuple() && (values.size() != 1 || shape.tuple_shapes.size() == 1)) {
@@ -61,8 +59,7 @@ absl::StatusOr<HloSharding> SdyToHlo(std::string_view text, const Shape& shape,
   HloSharding out;
   out.kind = HloSharding::Kind::kTuple;
   for (size_t k = 0; k < values.size(); ++k) {
-    absl::StatusOr<HloSharding> h = MeshShardingToHlo(values[k], "", shapes[k]->rank());
-    if (!h.ok()) return h.status();
+    ASSIGN_OR_RETURN(HloSharding h, MeshShardingToHlo(values[k], "", shapes[k]->rank()));
     if (values.size() == 1) {
       for (size_t d = 0; d < values[k].dims.size(); ++d) {
         if (!values[k].dims[d].closed) open_dims->push_back(static_cast<int64_t>(d));
@@ -72,13 +69,12 @@ absl::StatusOr<HloSharding> SdyToHlo(std::string_view text, const Shape& shape,
         }
       }
     }
-    if (shapes.size() == 1 && shapes[0] == &shape) return Canonical(*h, shape);
-    absl::StatusOr<HloSharding> c = Canonical(*h, *shapes[k]);
-    if (!c.ok()) return c.status();
-    if (c->kind == HloSharding::Kind::kTuple) {
-      out.tuple.insert(out.tuple.end(), c->tuple.begin(), c->tuple.end());
+    if (shapes.size() == 1 && shapes[0] == &shape) return Canonical(h, shape);
+    ASSIGN_OR_RETURN(HloSharding c, Canonical(h, *shapes[k]));
+    if (c.kind == HloSharding::Kind::kTuple) {
+      out.tuple.insert(out.tuple.end(), c.tuple.begin(), c.tuple.end());
     } else {
-      for (int64_t l = 0; l < Sharding::LeafCount(*shapes[k]); ++l) out.tuple.push_back(*c);
+      for (int64_t l = 0; l < Sharding::LeafCount(*shapes[k]); ++l) out.tuple.push_back(c);
     }
   }
   return Canonical(out, shape);
@@ -132,9 +128,8 @@ absl::StatusOr<HloSharding> ManualSharding(MeshSharding ms, const std::vector<st
   for (DimAxes& d : ms.dims) d.axes.erase(std::remove_if(d.axes.begin(), d.axes.end(), is_manual), d.axes.end());
   ms.manual.clear();
   for (int64_t a : manual) ms.manual.push_back(AxisRef{a});
-  absl::StatusOr<HloSharding> h = MeshShardingToHlo(ms, "", shape.rank());
-  if (!h.ok()) return h.status();
-  return Canonical(*h, shape);
+  ASSIGN_OR_RETURN(HloSharding h, MeshShardingToHlo(ms, "", shape.rank()));
+  return Canonical(h, shape);
 }
 
 }  // namespace
@@ -275,9 +270,8 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
       if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
     }
   }
-  absl::StatusOr<bool> manual = ImportManualComputations(module, meshes);
-  if (!manual.ok()) return manual.status();
-  return changed || *manual;
+  ASSIGN_OR_RETURN(bool manual, ImportManualComputations(module, meshes));
+  return changed || manual;
 }
 
 absl::StatusOr<bool> ShardingImport::ImportManualComputations(HloModule* module,
@@ -334,8 +328,7 @@ absl::StatusOr<bool> ShardingImport::ImportManualComputations(HloModule* module,
           (absl::StartsWith(h->called_computations()[0]->name(), "xla.sdy.manual_computation_body") ||
            absl::StartsWith(h->called_computations()[0]->name(),
                             "xla.sdy.inlinable_manual_computation_body"))) {
-        absl::StatusOr<HloInstruction*> r = InlineCall(h);
-        if (!r.ok()) return r.status();
+        RETURN_IF_ERROR(InlineCall(h));
         changed = true;
       }
     }

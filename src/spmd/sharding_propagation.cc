@@ -13,6 +13,7 @@
 #include "spmd/propagation_rules.h"
 #include "spmd/sharding_import.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 
@@ -485,9 +486,8 @@ absl::StatusOr<bool> ShardingPropagation::Run(HloModule* module) {
 
 WEAVE_REGISTER_PASS("sharding-propagation",
                     [](const PassOptions& o) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      absl::StatusOr<bool> all = o.GetBool("recompute-all", false);
-                      if (!all.ok()) return all.status();
-                      return std::make_unique<ShardingPropagation>(*all);
+                      ASSIGN_OR_RETURN(bool all, o.GetBool("recompute-all", false));
+                      return std::make_unique<ShardingPropagation>(all);
                     });
 
 }  // namespace weave::spmd

@@ -14,6 +14,7 @@
 #include "spmd/partitioner_internal.h"
 #include "spmd/sharding_import.h"
 #include "spmd/sharding_util.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -227,9 +228,8 @@ absl::StatusOr<PValue> ComputationPartitioner::Replicated(const HloInstruction& 
     const PValue& v = Value(h.operand(i));
     const Sharding rep = Sharding::Broadcast(Sharding::Replicated(), v.global);
     sharded |= Sharding::Broadcast(v.sharding, v.global) != rep && !v.sharding.IsUnset();
-    absl::StatusOr<HloInstruction*> o = ValueIn(h.operand(i), rep);
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o, ValueIn(h.operand(i), rep));
+    ops.push_back(o);
   }
   if (sharded && !why.empty()) {
     ++remat_count_;
@@ -264,9 +264,8 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
       if (slot < 0 || !HoldsAddends(values_[static_cast<size_t>(slot)].sharding)) continue;
       PValue& v = values_[static_cast<size_t>(slot)];
       const Sharding whole = Summed(v.sharding);
-      absl::StatusOr<HloInstruction*> summed = Reshard(v, whole, h);
-      if (!summed.ok()) return summed.status();
-      v = PValue{*summed, whole, v.global};
+      ASSIGN_OR_RETURN(HloInstruction* summed, Reshard(v, whole, h));
+      v = PValue{summed, whole, v.global};
     }
     const int32_t own = slots_.Slot(&h);
     if (own >= 0 && HoldsAddends(targets_[static_cast<size_t>(own)])) {
@@ -401,22 +400,20 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
     case HloOpcode::kWhile: {
       const Sharding s = Sharding::Broadcast(target, h.shape());
-      absl::StatusOr<HloInstruction*> init = Operand(h, 0, s);
-      if (!init.ok()) return init.status();
+      ASSIGN_OR_RETURN(HloInstruction* init, Operand(h, 0, s));
       const Sharding pred = Sharding::Replicated();
       absl::StatusOr<HloComputation*> cond = PartitionCallee(h.while_condition(), {s}, &pred);
       if (!cond.ok()) return cond.status();
       absl::StatusOr<HloComputation*> body = PartitionCallee(h.while_body(), {s}, &s);
       if (!body.ok()) return body.status();
-      HloInstruction* w = Clone(h, (*init)->shape(), {*init});
+      HloInstruction* w = Clone(h, init->shape(), {init});
       *w->mutable_called_computations() = {*cond, *body};
       return PValue{w, s, h.shape()};
     }
     case HloOpcode::kConditional: {
       const Sharding s = Sharding::Broadcast(target, h.shape());
-      absl::StatusOr<HloInstruction*> selector = Operand(h, 0, Sharding::Replicated());
-      if (!selector.ok()) return selector.status();
-      std::vector<HloInstruction*> ops = {*selector};
+      ASSIGN_OR_RETURN(HloInstruction* selector, Operand(h, 0, Sharding::Replicated()));
+      std::vector<HloInstruction*> ops = {selector};
       std::vector<HloComputation*> branches;
       for (size_t b = 0; b < h.called_computations().size(); ++b) {
         const HloComputation* branch = h.called_computations()[b];
@@ -426,9 +423,8 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
                 ? Sharding::FromHlo(*branch->parameter(0)->sharding, branch->parameter(0)->shape())
                       .value_or(Sharding::Replicated())
                 : Sharding::Replicated();
-        absl::StatusOr<HloInstruction*> o = Operand(h, i, ps);
-        if (!o.ok()) return o.status();
-        ops.push_back(*o);
+        ASSIGN_OR_RETURN(HloInstruction* o, Operand(h, i, ps));
+        ops.push_back(o);
         absl::StatusOr<HloComputation*> c = PartitionCallee(branch, {ps}, &s);
         if (!c.ok()) return c.status();
         branches.push_back(*c);
@@ -536,9 +532,8 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
       p->metadata = h->metadata;
       v = PValue{p, target, h->shape()};
     } else {
-      absl::StatusOr<PValue> r = Partition(*h);
-      if (!r.ok()) return r.status();
-      v = *std::move(r);
+      ASSIGN_OR_RETURN(PValue r, Partition(*h));
+      v = std::move(r);
     }
     if (claimed.insert(v.hlo).second && v.hlo->parent() == fresh_) {
       main_of.emplace_back(v.hlo, h);
@@ -547,9 +542,8 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
     // Into the target sharding.
     const Sharding vs = Sharding::Broadcast(v.sharding, v.global);
     if (vs != target) {
-      absl::StatusOr<HloInstruction*> r = Reshard(v, target, *h);
-      if (!r.ok()) return r.status();
-      v = PValue{*r, target, h->shape()};
+      ASSIGN_OR_RETURN(HloInstruction* r, Reshard(v, target, *h));
+      v = PValue{r, target, h->shape()};
     }
     values_[slot] = std::move(v);
   }
@@ -559,9 +553,8 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
   }
   PValue rv = Value(old_->root());
   if (root != nullptr && Sharding::Broadcast(*root, rv.global) != Sharding::Broadcast(rv.sharding, rv.global)) {
-    absl::StatusOr<HloInstruction*> r = Reshard(rv, *root, *old_->root());
-    if (!r.ok()) return r.status();
-    rv.hlo = *r;
+    ASSIGN_OR_RETURN(HloInstruction* r, Reshard(rv, *root, *old_->root()));
+    rv.hlo = r;
   }
   fresh_->set_root(rv.hlo);
   // Names: each old instruction's main local op takes its name once the old computation is gone.
@@ -674,9 +667,8 @@ WEAVE_REGISTER_PASS("spmd-partitioner",
                       absl::StatusOr<double> t =
                           o.GetDouble("xla_gpu_threshold_for_windowed_einsum_mib", 100000);
                       if (!t.ok()) return t.status();
-                      absl::StatusOr<bool> enzyme = o.GetBool("xla_enable_enzyme_comms_opt", false);
-                      if (!enzyme.ok()) return enzyme.status();
-                      return std::make_unique<SpmdPartitioner>(*t, *enzyme);
+                      ASSIGN_OR_RETURN(bool enzyme, o.GetBool("xla_enable_enzyme_comms_opt", false));
+                      return std::make_unique<SpmdPartitioner>(*t, enzyme);
                     });
 
 }  // namespace weave::spmd

@@ -8,6 +8,7 @@
 #include "hlo/builders.h"
 #include "spmd/inline_call.h"
 #include "spmd/sharding_import.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -61,8 +62,7 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
           IsManualBody(h->called_computations()[0])) {
         continue;
       }
-      absl::StatusOr<HloInstruction*> r = InlineCall(h);
-      if (!r.ok()) return r.status();
+      RETURN_IF_ERROR(InlineCall(h));
       ++inlined;
     }
   }

@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "hlo/status_macros.h"
 
 namespace weave::tools {
 namespace {
@@ -127,9 +128,8 @@ absl::Status ParseInputSpecs(const eval::EvalOptions& opts, const HloModule& m,
                                                        "': parameter given twice"));
       }
     }
-    auto v = eval::ReadNpy(file, entry->parameter(o.parameter)->shape().element_type);
-    if (!v.ok()) return v.status();
-    o.value = eval::Share(std::move(*v));
+    ASSIGN_OR_RETURN(auto v, eval::ReadNpy(file, entry->parameter(o.parameter)->shape().element_type));
+    o.value = eval::Share(std::move(v));
     out->push_back(std::move(o));
   }
   return absl::OkStatus();
@@ -147,8 +147,7 @@ absl::Status SaveAll(const std::string& dir, const std::vector<std::vector<eval:
       if (leaves.size() != 1) {
         return absl::InvalidArgumentError(absl::StrCat("cannot save tuple-shaped ", what, " ", j));
       }
-      absl::Status s = eval::WriteNpy(absl::StrCat(dir, "/p", d, ".", what, j, ".npy"), *leaves[0]);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(eval::WriteNpy(absl::StrCat(dir, "/p", d, ".", what, j, ".npy"), *leaves[0]));
     }
   }
   return absl::OkStatus();

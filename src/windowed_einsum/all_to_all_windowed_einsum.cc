@@ -15,6 +15,7 @@
 #include "hlo/builders.h"
 #include "passes/cost_oracle.h"
 #include "passes/gpu_backend_config.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -559,9 +560,8 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
     const PassOptions& options) {
   AllToAllWindowedEinsumOptions o;
   if (options.Has(kXlaFlag)) {
-    absl::StatusOr<bool> v = options.GetBool(kXlaFlag, false);
-    if (!v.ok()) return v.status();
-    o.xla_enable = *v;
+    ASSIGN_OR_RETURN(bool v, options.GetBool(kXlaFlag, false));
+    o.xla_enable = v;
   }
   absl::StatusOr<int64_t> chunks = options.GetInt(kChunksOption, 0);
   if (!chunks.ok()) return chunks.status();
@@ -581,9 +581,8 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
   absl::StatusOr<XlaBackendConfigVersion> schema = XlaBackendConfigVersionFromOptions(options);
   if (!schema.ok()) return schema.status();
   o.schema = *schema;
-  absl::StatusOr<bool> unsafe = options.GetBool(kUnsafeOption, false);
-  if (!unsafe.ok()) return unsafe.status();
-  o.unsafe_split_contracting = *unsafe;
+  ASSIGN_OR_RETURN(bool unsafe, options.GetBool(kUnsafeOption, false));
+  o.unsafe_split_contracting = unsafe;
   const std::string only = options.GetString(kRewriteOption, "any");
   if (only == "A" || only == "a") {
     o.allow_b = false;
@@ -716,9 +715,8 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
     const Candidate& c = *chosen;
     const std::string dot_name = c.dot->name();
     const std::string desc = Describe(c);
-    absl::StatusOr<Applied> applied = c.exchange_first ? ApplyA(c, chunks, &ids, options_.schema)
-                                                       : ApplyB(c, chunks, &ids, options_.schema);
-    if (!applied.ok()) return applied.status();
+    ASSIGN_OR_RETURN(Applied applied, c.exchange_first ? ApplyA(c, chunks, &ids, options_.schema)
+                                                       : ApplyB(c, chunks, &ids, options_.schema));
     changed = true;
     std::string msg;
     if (c.exchange_first) {
@@ -726,20 +724,20 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
           "rewrite A (all-to-all -> dot '%s', %s operand): %d chunks of %d along the contraction "
           "(%s); %d all-to-alls in %s, partial dots on operation queues %d..%d; %s",
           dot_name, c.side == 0 ? "lhs" : "rhs", chunks, c.k / chunks, desc, chunks,
-          applied->wire, applied->q0, applied->q0 + chunks - 1, decision);
-      if (!applied->fp8_assumed.empty()) {
-        absl::StrAppend(&msg, "; FP8 exchange: ", applied->fp8_assumed);
+          applied.wire, applied.q0, applied.q0 + chunks - 1, decision);
+      if (!applied.fp8_assumed.empty()) {
+        absl::StrAppend(&msg, "; FP8 exchange: ", applied.fp8_assumed);
       }
-      if (!applied->fp8_note.empty()) {
-        absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied->fp8_note);
+      if (!applied.fp8_note.empty()) {
+        absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied.fp8_note);
       }
     } else {
       msg = absl::StrFormat(
           "rewrite B (dot '%s' -> all-to-all): %d chunks of %d along the contraction (%s); %d "
           "all-to-alls in %s, each of the full output (%dx the bytes of the original), partial "
           "dots on operation queues %d..%d; %s",
-          dot_name, chunks, c.k / chunks, desc, chunks, applied->wire, chunks, applied->q0,
-          applied->q0 + chunks - 1, decision);
+          dot_name, chunks, c.k / chunks, desc, chunks, applied.wire, chunks, applied.q0,
+          applied.q0 + chunks - 1, decision);
     }
     AddRemark(loc, true, msg);
   }
@@ -748,10 +746,9 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
 
 WEAVE_REGISTER_PASS("all-to-all-windowed-einsum",
                     [](const PassOptions& options) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      auto o = ParseAllToAllWindowedEinsumOptions(options);
-                      if (!o.ok()) return o.status();
+                      ASSIGN_OR_RETURN(auto o, ParseAllToAllWindowedEinsumOptions(options));
                       return std::unique_ptr<HloPass>(
-                          std::make_unique<AllToAllWindowedEinsum>(*o));
+                          std::make_unique<AllToAllWindowedEinsum>(o));
                     });
 
 }  // namespace weave

@@ -13,6 +13,7 @@
 #include "passes/cost_oracle.h"
 #include "spmd/partition_ring.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -480,11 +481,9 @@ absl::StatusOr<bool> BlockScaledWindowedEinsum::Run(HloModule* module) {
 namespace {
 
 absl::StatusOr<std::unique_ptr<HloPass>> MakeBlockScaledWindowedEinsum(const PassOptions& options) {
-  absl::StatusOr<int64_t> t = options.GetInt("windowed-einsum-threshold-mib", 0);
-  if (!t.ok()) return t.status();
-  absl::StatusOr<int64_t> ring = options.GetInt("windowed-einsum-max-ring", 32);
-  if (!ring.ok()) return ring.status();
-  return std::unique_ptr<HloPass>(new BlockScaledWindowedEinsum(*t, *ring));
+  ASSIGN_OR_RETURN(int64_t t, options.GetInt("windowed-einsum-threshold-mib", 0));
+  ASSIGN_OR_RETURN(int64_t ring, options.GetInt("windowed-einsum-max-ring", 32));
+  return std::unique_ptr<HloPass>(new BlockScaledWindowedEinsum(t, ring));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "analysis/dequantize.h"
 #include "passes/fp8_operand.h"
 #include "passes/gpu_backend_config.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -107,27 +108,8 @@ bool IsPermuteOp(const HloInstruction* i) {
          i->opcode() == HloOpcode::kCollectivePermuteDone;
 }
 
-// Strips views, converts and dequantizations between a ring value and a dot operand.
-HloInstruction* StripOperandOps(HloInstruction* v) {
-  for (int guard = 0; guard < 16; ++guard) {
-    if (auto m = MatchDequantize(v)) {
-      v = m->q;
-      continue;
-    }
-    switch (v->opcode()) {
-      case HloOpcode::kConvert:
-      case HloOpcode::kBitcast:
-      case HloOpcode::kReshape:
-      case HloOpcode::kCopy:
-      case HloOpcode::kTranspose:
-        v = v->operand(0);
-        continue;
-      default:
-        return v;
-    }
-  }
-  return v;
-}
+// Views, converts and dequantizations between a ring value and a dot operand.
+HloInstruction* StripOperandOps(HloInstruction* v) { return StripDequantizeAndViews(v, false); }
 
 // The value a chain of collective-permutes starts from (`v` itself if it is not a permute) and
 // the number of permutes on the way; the first permute in *first (null if none).
@@ -305,10 +287,9 @@ std::map<const HloInstruction*, std::string> WindowedEinsumDotMergeGuard::Refusa
 
 namespace {
 absl::StatusOr<std::unique_ptr<HloPass>> MakeDotMerger(const PassOptions& options) {
-  absl::StatusOr<int64_t> threshold = DotMerger::ThresholdBytes(options);
-  if (!threshold.ok()) return threshold.status();
+  ASSIGN_OR_RETURN(int64_t threshold, DotMerger::ThresholdBytes(options));
   return std::unique_ptr<HloPass>(new DotMerger(
-      *threshold, [](const HloInstruction& dot) { return OperationQueueId(dot); },
+      threshold, [](const HloInstruction& dot) { return OperationQueueId(dot); },
       std::make_shared<WindowedEinsumDotMergeGuard>()));
 }
 }  // namespace

@@ -16,6 +16,7 @@
 #include "windowed_einsum/windowed_loop.h"
 #include "hlo/dot_dims.h"
 #include "passes/cost_oracle.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -233,8 +234,7 @@ absl::StatusOr<bool> WindowedEinsumConsumersInRing::Run(HloModule* module) {
       init->set_custom_call_target("AllocateBuffer");
       init_extra.push_back(init);
     }
-    absl::StatusOr<int64_t> first = AppendLoopState(w, init_extra, ".in_ring");
-    if (!first.ok()) return first.status();
+    RETURN_IF_ERROR(AppendLoopState(w, init_extra, ".in_ring"));
     HloInstruction* param = body->parameter(0);
     // The body: every consumer's partial dot next to every cache update.
     HloInstruction* root = body->root();
@@ -348,10 +348,9 @@ WEAVE_REGISTER_PASS(
             "option --", std::string(WindowedEinsumConsumersInRing::kOption), ": '", text,
             "' is not auto, true or false"));
       }
-      absl::StatusOr<XlaBackendConfigVersion> v = XlaBackendConfigVersionFromOptions(options);
-      if (!v.ok()) return v.status();
+      ASSIGN_OR_RETURN(XlaBackendConfigVersion v, XlaBackendConfigVersionFromOptions(options));
       return std::unique_ptr<HloPass>(
-          std::make_unique<WindowedEinsumConsumersInRing>(mode, *v));
+          std::make_unique<WindowedEinsumConsumersInRing>(mode, v));
     });
 
 }  // namespace weave

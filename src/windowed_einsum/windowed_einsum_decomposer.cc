@@ -18,6 +18,7 @@
 #include "windowed_einsum/windowed_einsum_plan.h"
 #include "windowed_einsum/windowed_einsum_rs_ring.h"
 #include "windowed_einsum/windowed_einsum_uneven.h"
+#include "hlo/status_macros.h"
 
 // The pass driver: visits every computation in post order and hands each candidate to the
 // planner (windowed_einsum_plan.cc) and the loop builders (windowed_einsum_ag_loop.cc,
@@ -298,10 +299,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
   bool changed = false;
   // Uneven gathered / scattered dims: the dot next to its collective first.
   std::vector<std::string> uneven;
-  absl::StatusOr<int64_t> canonical = spmd::CanonicalizeUnevenWindows(
-      comp, ctx.num_partitions, ctx.module->replica_count, &uneven);
-  if (!canonical.ok()) return canonical.status();
-  changed |= *canonical > 0;
+  ASSIGN_OR_RETURN(int64_t canonical, spmd::CanonicalizeUnevenWindows(
+      comp, ctx.num_partitions, ctx.module->replica_count, &uneven));
+  changed |= canonical > 0;
   for (const std::string& line : uneven) ctx.remark(comp->name(), true, line, {});
   ctx.removed.clear();
   const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
@@ -389,35 +389,31 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
 absl::StatusOr<WindowedEinsumDecomposerOptions> ParseWindowedEinsumDecomposerOptions(
     const PassOptions& options) {
   WindowedEinsumDecomposerOptions o;
-  auto t = options.GetInt("windowed-einsum-threshold-mib", 0);
-  if (!t.ok()) return t.status();
-  if (*t < 0) {
+  ASSIGN_OR_RETURN(auto t, options.GetInt("windowed-einsum-threshold-mib", 0));
+  if (t < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("windowed-einsum-threshold-mib must be >= 0, got ", *t));
+        absl::StrCat("windowed-einsum-threshold-mib must be >= 0, got ", t));
   }
-  o.threshold_mib = *t;
+  o.threshold_mib = t;
   // XLA's operand-bytes threshold, under our name or XLA's (the flag's own name, as `weave opt`
   // passes it through); -1 leaves it unset.
   for (const char* key : {"windowed-einsum-operand-bytes-threshold",
                           "xla_gpu_operand_bytes_threshold_for_windowed_einsum"}) {
     if (!options.Has(key)) continue;
-    auto b = options.GetInt(key, -1);
-    if (!b.ok()) return b.status();
-    if (*b < -1) {
-      return absl::InvalidArgumentError(absl::StrCat(key, " must be >= -1, got ", *b));
+    ASSIGN_OR_RETURN(auto b, options.GetInt(key, -1));
+    if (b < -1) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " must be >= -1, got ", b));
     }
-    o.operand_bytes_threshold = *b;
+    o.operand_bytes_threshold = b;
   }
-  auto r = options.GetInt("windowed-einsum-max-ring", 32);
-  if (!r.ok()) return r.status();
-  if (*r < 1) {
+  ASSIGN_OR_RETURN(auto r, options.GetInt("windowed-einsum-max-ring", 32));
+  if (r < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("windowed-einsum-max-ring must be >= 1, got ", *r));
+        absl::StrCat("windowed-einsum-max-ring must be >= 1, got ", r));
   }
-  o.max_ring = *r;
-  auto d = options.GetBool("windowed-einsum-duplicate-loops", false);
-  if (!d.ok()) return d.status();
-  o.duplicate_loops = *d;
+  o.max_ring = r;
+  ASSIGN_OR_RETURN(auto d, options.GetBool("windowed-einsum-duplicate-loops", false));
+  o.duplicate_loops = d;
   const std::string layout = options.GetString("windowed-einsum-rs-layout", "xla");
   if (layout != "xla" && layout != "ring") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -484,9 +480,8 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
   gate.oracle = cost_oracle();
   for (HloComputation* c : module->MakeComputationPostOrder()) {
     if (wrapped.contains(c)) continue;
-    absl::StatusOr<bool> r = RunOnComputation(ctx, gate, c);
-    if (!r.ok()) return r.status();
-    changed |= *r;
+    ASSIGN_OR_RETURN(bool r, RunOnComputation(ctx, gate, c));
+    changed |= r;
   }
   if (!ctx.maybe_unused.empty()) {
     // Wrapped computations of async collectives the loops replaced.
@@ -518,10 +513,9 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
 
 WEAVE_REGISTER_PASS("windowed-einsum-decomposer",
                     [](const PassOptions& options) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      auto o = ParseWindowedEinsumDecomposerOptions(options);
-                      if (!o.ok()) return o.status();
+                      ASSIGN_OR_RETURN(auto o, ParseWindowedEinsumDecomposerOptions(options));
                       return std::unique_ptr<HloPass>(
-                          std::make_unique<WindowedEinsumDecomposer>(*o));
+                          std::make_unique<WindowedEinsumDecomposer>(o));
                     });
 
 }  // namespace weave

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "windowed_einsum/loop_state.h"
 #include "windowed_einsum/windowed_loop.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -190,13 +191,12 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
       continue;
     }
     // The loop state gains the invariants.
-    absl::StatusOr<int64_t> base = AppendLoopState(w, invariants, ".epilogue");
-    if (!base.ok()) return base.status();
+    ASSIGN_OR_RETURN(int64_t base, AppendLoopState(w, invariants, ".epilogue"));
     HloInstruction* param = body->parameter(0);
     const Shape state = w->shape();
     std::unordered_map<const HloInstruction*, HloInstruction*> inv_gte;
     for (size_t k = 0; k < invariants.size(); ++k) {
-      HloInstruction* g = AddGetTupleElement(body, param, *base + static_cast<int64_t>(k),
+      HloInstruction* g = AddGetTupleElement(body, param, base + static_cast<int64_t>(k),
                                              invariants[k]->name() + ".epilogue");
       inv_gte[invariants[k]] = g;
       root->AppendOperand(g);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "windowed_einsum/windowed_einsum_handler_internal.h"
 #include "passes/gpu_backend_config.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace handler_internal {
@@ -27,14 +28,12 @@ absl::Status Handler::Prepare() {
 }
 
 absl::StatusOr<bool> Handler::Run() {
-  auto st = Prepare();
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(Prepare());
   bool changed = false;
   std::vector<HloComputation*> comps = module_->MakeComputationPostOrder();
   for (HloComputation* c : comps) {
-    auto r = RunOnComputation(c);
-    if (!r.ok()) return r.status();
-    changed |= *r;
+    ASSIGN_OR_RETURN(auto r, RunOnComputation(c));
+    changed |= r;
   }
   // Drop the conditional branches this pass replaced by retyped copies, if nothing calls them.
   if (!maybe_orphaned_.empty()) {
@@ -46,8 +45,7 @@ absl::StatusOr<bool> Handler::Run() {
     }
     for (HloComputation* c : maybe_orphaned_) {
       if (!called.count(c) && c != module_->entry()) {
-        auto rs = module_->RemoveComputation(c);
-        if (!rs.ok()) return rs;
+        RETURN_IF_ERROR(module_->RemoveComputation(c));
       }
     }
   }
@@ -66,15 +64,14 @@ absl::StatusOr<bool> Handler::RunOnComputation(HloComputation* comp) {
   if (whiles.empty() && gathers.empty()) return false;
   rename_.clear();
   shifted_.clear();
-  auto changed_or = RunOnLoops(comp, whiles, gathers, order);
-  if (!changed_or.ok()) return changed_or.status();
-  if (*changed_or) {
+  ASSIGN_OR_RETURN(auto changed_or, RunOnLoops(comp, whiles, gathers, order));
+  if (changed_or) {
     // One linear sweep removes what the rewrites left unused in this computation (old init
     // tuples and dequantizations, replaced all-gathers).
     comp->RemoveDeadCode();
     ApplyPendingRenames(comp, &rename_);
   }
-  return *changed_or;
+  return changed_or;
 }
 
 absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
@@ -113,46 +110,41 @@ absl::StatusOr<bool> Handler::RunOnLoops(HloComputation* comp,
     if (!L) continue;
     analysis_(w->name(), "recognised: " + L->ToString());
     std::string msg;
-    auto r = ShiftFp8(w, *L, &msg);
-    if (!r.ok()) return r.status();
-    remark_(w->name(), *r, msg);
-    changed |= *r;
+    ASSIGN_OR_RETURN(auto r, ShiftFp8(w, *L, &msg));
+    remark_(w->name(), r, msg);
+    changed |= r;
     loops.push_back(w);
   }
 
   // All-gathers whose value a loop already circulates: served by the loop's cache.
-  auto cached = PlanAndAddCaches(comp, loops, gathers);
-  if (!cached.ok()) return cached.status();
-  changed |= *cached;
+  ASSIGN_OR_RETURN(auto cached, PlanAndAddCaches(comp, loops, gathers));
+  changed |= cached;
 
   for (HloInstruction* w : loops) {
     auto L = rematch(w, "the FP8 shift and the cache", "unrolling and streams");
     if (!L) continue;
     if (unroll_ && L->layout != WindowedLoopLayout::kFullyUnrolled) {
       std::string msg;
-      auto r = Unroll(w, *L, &msg);
-      if (!r.ok()) return r.status();
-      remark_(w->name(), *r, msg);
-      changed |= *r;
+      ASSIGN_OR_RETURN(auto r, Unroll(w, *L, &msg));
+      remark_(w->name(), r, msg);
+      changed |= r;
       L = rematch(w, "unrolling", "streams");
       if (!L) continue;
     }
     {
       std::string msg;
-      auto r = CollectPartials(w, *L, &msg);
-      if (!r.ok()) return r.status();
-      if (!msg.empty()) remark_(w->name(), *r, msg);
-      if (*r) {
+      ASSIGN_OR_RETURN(auto r, CollectPartials(w, *L, &msg));
+      if (!msg.empty()) remark_(w->name(), r, msg);
+      if (r) {
         changed = true;
         L = rematch(w, "collecting the partial products", "streams");
         if (!L) continue;
       }
     }
     std::string msg;
-    auto r = AnnotateStreams(*L, &msg);
-    if (!r.ok()) return r.status();
-    remark_(w->name(), *r, msg);
-    changed |= *r;
+    ASSIGN_OR_RETURN(auto r, AnnotateStreams(*L, &msg));
+    remark_(w->name(), r, msg);
+    changed |= r;
   }
   return changed;
 }
@@ -173,10 +165,8 @@ absl::StatusOr<bool> WindowedEinsumHandler::Run(HloModule* module) {
 
 WEAVE_REGISTER_PASS("windowed-einsum-handler",
                     [](const PassOptions& options) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      auto unroll = options.GetBool(WindowedEinsumHandler::kUnrollOption, true);
-                      if (!unroll.ok()) return unroll.status();
-                      auto schema = XlaBackendConfigVersionFromOptions(options);
-                      if (!schema.ok()) return schema.status();
+                      ASSIGN_OR_RETURN(auto unroll, options.GetBool(WindowedEinsumHandler::kUnrollOption, true));
+                      ASSIGN_OR_RETURN(auto schema, XlaBackendConfigVersionFromOptions(options));
                       using CacheType = WindowedEinsumHandler::CacheType;
                       const std::string cache = options.GetString(
                           WindowedEinsumHandler::kCacheTypeOption, "auto");
@@ -190,7 +180,7 @@ WEAVE_REGISTER_PASS("windowed-einsum-handler",
                             std::string(WindowedEinsumHandler::kCacheTypeOption),
                             " must be auto, fp8 or wide, got '", cache, "'"));
                       }
-                      return std::make_unique<WindowedEinsumHandler>(*unroll, *schema, type);
+                      return std::make_unique<WindowedEinsumHandler>(unroll, schema, type);
                     });
 
 }  // namespace weave

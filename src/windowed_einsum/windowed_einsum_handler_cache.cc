@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "analysis/replication.h"
+#include "hlo/status_macros.h"
 
 namespace weave::handler_internal {
 
@@ -344,7 +345,7 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
       }
     }
   }
-  if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
+  RETURN_IF_ERROR(ReplaceInit(w, state, ops, &rename_));
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
 
@@ -394,7 +395,7 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
         std::vector<HloInstruction*> readers = RewirableReaders(d.root, w, &kept);
         rewired += static_cast<int64_t>(readers.size());
         const bool was_root = d.root->IsRoot();
-        if (auto s = d.root->ReplaceUsesWith(readers, cache); !s.ok()) return s;
+        RETURN_IF_ERROR(d.root->ReplaceUsesWith(readers, cache));
         for (HloInstruction* r : readers) RepairTopo(w, r);
         if (was_root) comp->set_root(cache);
       }
@@ -653,10 +654,9 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     std::string msg, note;
     WideForm form;
     const bool wide = ChooseWideCache(matched.at(w), entry.second, &form, &note);
-    auto r = AddCache(w, matched.at(w), entry.second, wide ? &form : nullptr, &msg);
-    if (!r.ok()) return r.status();
-    remark_(w->name(), *r, msg + note);
-    changed |= *r;
+    ASSIGN_OR_RETURN(auto r, AddCache(w, matched.at(w), entry.second, wide ? &form : nullptr, &msg));
+    remark_(w->name(), r, msg + note);
+    changed |= r;
   }
   return changed;
 }

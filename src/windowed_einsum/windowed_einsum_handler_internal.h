@@ -144,6 +144,17 @@ class Handler {
   absl::StatusOr<bool> ShiftFp8(HloInstruction* w, const WindowedLoop& L,
                                 std::string* msg);
   absl::Status RetypeBranch(HloInstruction* cond, PrimitiveType t);
+  // The operands' dequantizations and the body's FP8 carriers (defined in the step's file).
+  struct Fp8ShiftPlan;
+  // Why the shift may not apply for the loop's scales and users: the windowed operand's scale of
+  // an all-gather loop not proven the same within each ring group, or the while read other than
+  // by get-tuple-element ("" when it may).
+  std::string WhyNotShiftScales(HloInstruction* w, const WindowedLoop& L, const Fp8ShiftPlan& plan);
+  // The rewrite: FP8 operands and their scales in the loop state, the carriers retyped, a
+  // dequantization for each other reader inside the body and for the readers after the loop.
+  absl::Status RewriteFp8Shift(HloInstruction* w, const WindowedLoop& L, Fp8ShiftPlan& plan);
+  absl::Status RetypeCarriers(const WindowedLoop& L, Fp8ShiftPlan& plan,
+                              HloInstruction* const scale_gte[2]);
   // The groups of partitions the loop's ring connects.
   std::vector<std::vector<int64_t>> LoopRingGroups(const WindowedLoop& L) const;
 

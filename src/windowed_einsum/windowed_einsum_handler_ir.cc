@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "windowed_einsum/loop_state.h"
+#include "hlo/status_macros.h"
 
 namespace weave::handler_internal {
 
@@ -26,7 +27,7 @@ absl::Status ReplaceInit(HloInstruction* w, const Shape& state, std::vector<HloI
   HloInstruction* init = w->operand(0);
   const std::string name = init->name();
   HloInstruction* new_init = comp->AddInstruction(HloOpcode::kTuple, state, std::move(ops), name);
-  if (auto s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
+  RETURN_IF_ERROR(w->ReplaceOperandWith(0, new_init));
   w->set_shape(state);
   if (init->user_count() == 0 && !init->IsRoot()) {
     // The old init may itself be a replacement waiting for its name: pass the name on.
@@ -54,8 +55,7 @@ void ApplyPendingRenames(HloComputation* comp, PendingRenames* rename) {
 absl::Status ReplaceUses(HloInstruction* old, const std::vector<HloInstruction*>& users,
                          HloInstruction* v) {
   if (!users.empty()) {
-    auto st = old->ReplaceUsesWith(users, v);
-    if (!st.ok()) return st;
+    RETURN_IF_ERROR(old->ReplaceUsesWith(users, v));
   }
   if (old->IsRoot()) old->parent()->set_root(v);
   return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "windowed_einsum/windowed_einsum_handler_internal.h"
+#include "hlo/status_macros.h"
 
 namespace weave::handler_internal {
 
@@ -177,7 +178,7 @@ absl::StatusOr<bool> Handler::CollectPartials(HloInstruction* w, const WindowedL
   std::vector<HloInstruction*> ops = L.init->operands();
   ops.push_back(AddZeros(comp, stacked, "partials_init"));
   HloInstruction* acc0 = L.init->operand(a);
-  if (auto s = ReplaceInit(w, state, ops, &rename_); !s.ok()) return s;
+  RETURN_IF_ERROR(ReplaceInit(w, state, ops, &rename_));
   body->parameter(0)->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
   R->AppendOperand(buffer);
@@ -207,7 +208,7 @@ absl::StatusOr<bool> Handler::CollectPartials(HloInstruction* w, const WindowedL
   }
   for (HloInstruction* g : readers) {
     std::vector<HloInstruction*> users = g->users();
-    if (auto s = ReplaceUses(g, users, result); !s.ok()) return s;
+    RETURN_IF_ERROR(ReplaceUses(g, users, result));
   }
   *msg = absl::StrFormat(
       "contracting-dim loop: the %d partial products are collected outside the add chain in "

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hlo/status_macros.h"
 
 namespace weave::handler_internal {
 
@@ -106,14 +107,14 @@ absl::StatusOr<bool> Handler::Unroll(HloInstruction* w, const WindowedLoop& L,
   }
   HloInstruction* root = body->AddInstruction(HloOpcode::kTuple, R->shape(), prev, R->name());
   body->set_root(root);
-  if (auto s = RemoveIfDead(body, R); !s.ok()) return s;
+  RETURN_IF_ERROR(RemoveIfDead(body, R));
   // Copy 0 reads the counter as a constant too (the copies already do).
   std::vector<HloInstruction*> gtes = P->users();
   for (HloInstruction* g : gtes) {
     if (g->tuple_index != ci) continue;
     HloInstruction* k = AddScalarConstant(body, ct, ks[0], "unrolled_counter");
     std::vector<HloInstruction*> readers = g->users();
-    if (auto s = ReplaceUses(g, readers, k); !s.ok()) return s;
+    RETURN_IF_ERROR(ReplaceUses(g, readers, k));
   }
 
   // Fold the counter arithmetic and resolve the guarded permutes.
@@ -124,7 +125,7 @@ absl::StatusOr<bool> Handler::Unroll(HloInstruction* w, const WindowedLoop& L,
       if (!v) continue;
       HloInstruction* k = AddScalarConstant(body, i->shape().element_type, *v, i->name());
       std::vector<HloInstruction*> readers = i->users();
-      if (auto s = ReplaceUses(i, readers, k); !s.ok()) return s;
+      RETURN_IF_ERROR(ReplaceUses(i, readers, k));
       continue;
     }
     if (i->opcode() == HloOpcode::kConditional && i->conditional_is_pred &&
@@ -147,15 +148,15 @@ absl::StatusOr<bool> Handler::Unroll(HloInstruction* w, const WindowedLoop& L,
       }
       HloInstruction* result = map.at(branch->root());
       std::vector<HloInstruction*> readers = i->users();
-      if (auto s = ReplaceUses(i, readers, result); !s.ok()) return s;
+      RETURN_IF_ERROR(ReplaceUses(i, readers, result));
       for (HloComputation* c : i->called_computations()) {
         --callers_[c];
         maybe_orphaned_.insert(c);
       }
-      if (auto s = RemoveIfDead(body, i); !s.ok()) return s;
+      RETURN_IF_ERROR(RemoveIfDead(body, i));
       // RemoveIfDead keeps conditionals: remove it explicitly.
       if (i->user_count() == 0 && !i->IsRoot()) {
-        if (auto s = body->RemoveInstruction(i); !s.ok()) return s;
+        RETURN_IF_ERROR(body->RemoveInstruction(i));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include "hlo/builders.h"
 #include "spmd/partition_ring.h"
 #include "windowed_einsum/windowed_einsum_plan.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -225,9 +226,8 @@ absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t 
     HloInstruction* replacement = nullptr;
     if (h->opcode() == HloOpcode::kDot && h->operand_count() == 2 && h->shape().IsArray()) {
       for (int side = 0; side < 2 && replacement == nullptr; ++side) {
-        absl::StatusOr<HloInstruction*> r = PullSliceOut(comp, h, side, ring, done);
-        if (!r.ok()) return r.status();
-        replacement = *r;
+        ASSIGN_OR_RETURN(HloInstruction* r, PullSliceOut(comp, h, side, ring, done));
+        replacement = r;
       }
     } else if (h->opcode() == HloOpcode::kPad && h->operand_count() == 2 && h->user_count() > 0) {
       bool feeds_reduction = true;
@@ -236,9 +236,8 @@ absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t 
         feeds_reduction &= k == HloOpcode::kReduceScatter || k == HloOpcode::kAllReduce;
       }
       if (feeds_reduction) {
-        absl::StatusOr<HloInstruction*> r = PushPadIn(comp, h, done);
-        if (!r.ok()) return r.status();
-        replacement = *r;
+        ASSIGN_OR_RETURN(HloInstruction* r, PushPadIn(comp, h, done));
+        replacement = r;
       }
     }
     if (replacement == nullptr) continue;

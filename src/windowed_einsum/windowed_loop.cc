@@ -150,32 +150,9 @@ bool IsGteOf(const HloInstruction* v, const HloInstruction* param, int64_t index
          v->tuple_index == index;
 }
 
-// Strips what fp8-gemm-rewriter puts between a loop value and a GEMM custom call's operand
+// What fp8-gemm-rewriter puts between a loop value and a GEMM custom call's operand
 // (canonicalising reshape/bitcast/transpose/copy, zero pad, convert) and a dequantization.
-HloInstruction* StripGemmOperand(HloInstruction* v) {
-  for (int guard = 0; guard < 64 && v != nullptr; ++guard) {
-    if (auto m = MatchDequantize(v)) {
-      v = m->q;
-      continue;
-    }
-    switch (v->opcode()) {
-      case HloOpcode::kReshape:
-      case HloOpcode::kBitcast:
-      case HloOpcode::kTranspose:
-      case HloOpcode::kCopy:
-      case HloOpcode::kConvert:
-      case HloOpcode::kPad:
-        if (v->operand_count() >= 1) {
-          v = v->operand(0);
-          continue;
-        }
-        return v;
-      default:
-        return v;
-    }
-  }
-  return v;
-}
+HloInstruction* StripGemmOperand(HloInstruction* v) { return StripDequantizeAndViews(v, true); }
 
 // Strips what rebuilds a dot operand from a loop value (the decomposer's FP8 layouts): a
 // dequantization, a convert, a multiply/divide by a broadcast (per-row or per-channel scales).
