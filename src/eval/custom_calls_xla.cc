@@ -236,6 +236,13 @@ absl::StatusOr<Shape> EqualTupleElements(const HloInstruction& instr, int64_t co
   return s.tuple_shapes[0];
 }
 
+// The error of a MultiSlice / MultiPad whose result elements have another rank than the operand
+// (their windows index both by the operand's dimensions).
+absl::Status ElementRankDiffers(const HloInstruction& instr, const Shape& operand) {
+  return Bad(instr, absl::StrCat("the result's elements must have the operand's rank ",
+                                 operand.rank(), " (", operand.ToString(false), ")"));
+}
+
 absl::StatusOr<Value> MultiSlice(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
   if (ops.size() != 1 || !ops[0]->shape.IsArray()) return Bad(instr, "expects one array operand");
   ASSIGN_OR_RETURN(auto attrs, ParseOpaque(instr));
@@ -254,6 +261,7 @@ absl::StatusOr<Value> MultiSlice(const HloInstruction& instr, const std::vector<
                                    " entries each"));
   }
   ASSIGN_OR_RETURN(auto elem, EqualTupleElements(instr, *amount + 1, x.shape.element_type));
+  if (elem.rank() != x.shape.rank()) return ElementRankDiffers(instr, x.shape);
   Value t;
   t.shape = instr.shape();
   for (int64_t i = 0; i <= *amount; ++i) {
@@ -288,6 +296,7 @@ absl::StatusOr<Value> MultiPad(const HloInstruction& instr, const std::vector<Va
   if (!amount) return Bad(instr, "backend_config needs an integer 'amt'");
   if (*amount < 0 || *amount > (int64_t{1} << 20)) return Bad(instr, "amt is out of range");
   ASSIGN_OR_RETURN(auto elem, EqualTupleElements(instr, *amount + 1, x.shape.element_type));
+  if (elem.rank() != x.shape.rank()) return ElementRankDiffers(instr, x.shape);
   const size_t rank = x.shape.dims.size(), d0 = static_cast<size_t>(*dim);
   std::vector<PadDim> pads(rank);
   pads[d0] = {*amount, *amount, 0};
