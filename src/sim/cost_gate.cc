@@ -142,26 +142,12 @@ std::vector<const HloComputation*> CalleesFirst(const std::vector<const HloCompu
 
 namespace {
 
-// The region's text (CostRegionText) or, with `key` set, its key (CostRegionKey, but for the
-// queue ids): the same text printed in the printer's canonical-names mode
-// (hlo/instruction_text.h), with the entry and its root under names no other name can take.
-absl::StatusOr<std::string> RegionText(
-    const std::vector<const HloInstruction*>& seeds, bool key,
-    const std::function<int64_t(const HloInstruction*)>& topological_index) {
-  if (seeds.empty() || seeds[0] == nullptr) {
-    return absl::InvalidArgumentError("no instructions in the candidate");
-  }
-  const HloComputation* comp = seeds[0]->parent();
-  if (comp == nullptr || comp->parent() == nullptr) {
-    return absl::InvalidArgumentError("the candidate is not in a module");
-  }
-  absl::flat_hash_set<const HloInstruction*> region;
-  for (const HloInstruction* s : seeds) {
-    if (s == nullptr || s->parent() != comp) {
-      return absl::InvalidArgumentError("the candidate's instructions are not in one computation");
-    }
-    region.insert(s);
-  }
+using RegionSet = absl::flat_hash_set<const HloInstruction*>;
+
+// Adds to `region` the instructions on paths between seeds.
+void AddPathsBetweenSeeds(const std::vector<const HloInstruction*>& seeds,
+                          const std::function<int64_t(const HloInstruction*)>& topological_index,
+                          RegionSet& region) {
   // Instructions on paths between seeds: backward from a seed (at most kPathDepth steps), then
   // forward from the seeds through those alone, since every instruction on a path from one seed
   // to another reaches the second seed. Both walks stay near the candidate (within kPathDepth
@@ -190,96 +176,172 @@ absl::StatusOr<std::string> RegionText(
     return p >= 0 && p < floor;
   };
   IdMarks bwd;
-  {
-    std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
-    for (int depth = 0; depth < kPathDepth && !level.empty(); ++depth) {
-      next.clear();
-      for (const HloInstruction* i : level) {
-        for (const HloInstruction* o : i->operands()) {
-          if (bwd.Insert(o) && !below_every_seed(o)) next.push_back(o);
-        }
-      }
-      level.swap(next);
-    }
-    std::vector<const HloInstruction*> work(seeds.begin(), seeds.end());
-    absl::flat_hash_set<const HloInstruction*> fwd;
-    while (!work.empty()) {
-      const HloInstruction* i = work.back();
-      work.pop_back();
-      for (const HloInstruction* u : i->users()) {
-        if (bwd.Contains(u) && fwd.insert(u).second) {
-          region.insert(u);
-          work.push_back(u);
-        }
-      }
-    }
-  }
-  // Cheap producers of the operands.
-  {
-    std::deque<std::pair<const HloInstruction*, int>> work;
-    for (const HloInstruction* i : region) work.emplace_back(i, 0);
-    while (!work.empty()) {
-      auto [i, depth] = work.front();
-      work.pop_front();
-      if (depth >= kProducerDepth) continue;
+  std::vector<const HloInstruction*> level(seeds.begin(), seeds.end()), next;
+  for (int depth = 0; depth < kPathDepth && !level.empty(); ++depth) {
+    next.clear();
+    for (const HloInstruction* i : level) {
       for (const HloInstruction* o : i->operands()) {
-        if (region.contains(o) || !IsCheapProducer(o)) continue;
-        region.insert(o);
-        work.emplace_back(o, depth + 1);
+        if (bwd.Insert(o) && !below_every_seed(o)) next.push_back(o);
+      }
+    }
+    level.swap(next);
+  }
+  std::vector<const HloInstruction*> work(seeds.begin(), seeds.end());
+  absl::flat_hash_set<const HloInstruction*> fwd;
+  while (!work.empty()) {
+    const HloInstruction* i = work.back();
+    work.pop_back();
+    for (const HloInstruction* u : i->users()) {
+      if (bwd.Contains(u) && fwd.insert(u).second) {
+        region.insert(u);
+        work.push_back(u);
       }
     }
   }
-  // The elements of a region's tuple (a loop's state) the rest of the computation reads: their
-  // get-tuple-elements join the region and become its outputs, so that the passes run on the
-  // region keep what the module keeps (a loop's own result), and may still drop what nobody
-  // reads (a dead state element).
-  {
-    std::vector<const HloInstruction*> gtes;
-    for (const HloInstruction* i : region) {
-      if (!i->shape().IsTuple()) continue;  // only a tuple has get-tuple-element users
-      for (const HloInstruction* u : i->users()) {
-        if (!region.contains(u) && u->opcode() == HloOpcode::kGetTupleElement) gtes.push_back(u);
-      }
+}
+
+// Adds the cheap producers of the region's operands (at most kProducerDepth deep).
+void AddCheapProducers(RegionSet& region) {
+  std::deque<std::pair<const HloInstruction*, int>> work;
+  for (const HloInstruction* i : region) work.emplace_back(i, 0);
+  while (!work.empty()) {
+    auto [i, depth] = work.front();
+    work.pop_front();
+    if (depth >= kProducerDepth) continue;
+    for (const HloInstruction* o : i->operands()) {
+      if (region.contains(o) || !IsCheapProducer(o)) continue;
+      region.insert(o);
+      work.emplace_back(o, depth + 1);
     }
-    region.insert(gtes.begin(), gtes.end());
   }
-  // The text: called computations (callees first), then the entry.
-  const HloModule* module = comp->parent();
-  // The region's instructions in an order with operands first: by creation (unique id; for a
-  // parsed module, its text order), each pulled behind the region operands it reads.
+}
+
+// The elements of a region's tuple (a loop's state) the rest of the computation reads: their
+// get-tuple-elements join the region and become its outputs, so that the passes run on the
+// region keep what the module keeps (a loop's own result), and may still drop what nobody reads
+// (a dead state element).
+void AddReadTupleElements(RegionSet& region) {
+  std::vector<const HloInstruction*> gtes;
+  for (const HloInstruction* i : region) {
+    if (!i->shape().IsTuple()) continue;  // only a tuple has get-tuple-element users
+    for (const HloInstruction* u : i->users()) {
+      if (!region.contains(u) && u->opcode() == HloOpcode::kGetTupleElement) gtes.push_back(u);
+    }
+  }
+  region.insert(gtes.begin(), gtes.end());
+}
+
+// The region's instructions in an order with operands first: by creation (unique id; for a
+// parsed module, its text order), each pulled behind the region operands it reads.
+std::vector<const HloInstruction*> OperandsFirstOrder(const RegionSet& region) {
   std::vector<const HloInstruction*> by_id(region.begin(), region.end());
   std::sort(by_id.begin(), by_id.end(), [](const HloInstruction* a, const HloInstruction* b) {
     return a->unique_id() < b->unique_id();
   });
   std::vector<const HloInstruction*> order;
   order.reserve(by_id.size());
-  {
-    absl::flat_hash_set<const HloInstruction*> placed;
-    std::vector<std::pair<const HloInstruction*, size_t>> stack;
-    for (const HloInstruction* start : by_id) {
-      if (!placed.insert(start).second) continue;
-      stack.push_back({start, 0});
-      while (!stack.empty()) {
-        auto& [node, next] = stack.back();
-        if (next < node->operands().size()) {
-          const HloInstruction* o = node->operands()[next++];
-          if (region.contains(o) && placed.insert(o).second) stack.push_back({o, 0});
-          continue;
-        }
-        order.push_back(node);
-        stack.pop_back();
+  absl::flat_hash_set<const HloInstruction*> placed;
+  std::vector<std::pair<const HloInstruction*, size_t>> stack;
+  for (const HloInstruction* start : by_id) {
+    if (!placed.insert(start).second) continue;
+    stack.push_back({start, 0});
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->operands().size()) {
+        const HloInstruction* o = node->operands()[next++];
+        if (region.contains(o) && placed.insert(o).second) stack.push_back({o, 0});
+        continue;
       }
+      order.push_back(node);
+      stack.pop_back();
     }
   }
+  return order;
+}
+
+// The computations the region's instructions call, in the order the instructions call them.
+std::vector<const HloComputation*> CalledInOrder(const std::vector<const HloInstruction*>& order) {
   std::vector<const HloComputation*> called_in_order;
-  {
-    absl::flat_hash_set<const HloComputation*> seen;
-    for (const HloInstruction* i : order) {
-      for (const HloComputation* c : i->called_computations()) {
-        if (c != nullptr && seen.insert(c).second) called_in_order.push_back(c);
-      }
+  absl::flat_hash_set<const HloComputation*> seen;
+  for (const HloInstruction* i : order) {
+    for (const HloComputation* c : i->called_computations()) {
+      if (c != nullptr && seen.insert(c).second) called_in_order.push_back(c);
     }
   }
+  return called_in_order;
+}
+
+// Channel ids by their rank among those the region's text prints (key mode).
+std::vector<int64_t> PrintedChannels(const std::vector<const HloComputation*>& callees,
+                                     const std::vector<const HloInstruction*>& order) {
+  std::vector<int64_t> channels;
+  for (const HloComputation* c : callees) {
+    for (const HloInstruction* i : c->instructions()) {
+      if (i->channel_id) channels.push_back(*i->channel_id);
+    }
+  }
+  for (const HloInstruction* i : order) {
+    if (i->channel_id) channels.push_back(*i->channel_id);
+  }
+  return channels;
+}
+
+// Per region instruction: how many region instructions read it (each reader once).
+absl::flat_hash_map<const HloInstruction*, int64_t> ReadersInside(
+    const std::vector<const HloInstruction*>& order, const RegionSet& region) {
+  absl::flat_hash_map<const HloInstruction*, int64_t> readers_inside;
+  for (const HloInstruction* r : order) {
+    for (size_t k = 0; k < r->operands().size(); ++k) {
+      const HloInstruction* o = r->operands()[k];
+      if (!region.contains(o)) continue;
+      if (std::find(r->operands().begin(), r->operands().begin() + k, o) !=
+          r->operands().begin() + k) {
+        continue;  // an operand read twice by one reader counts once
+      }
+      ++readers_inside[o];
+    }
+  }
+  return readers_inside;
+}
+
+// The region the candidate `seeds` (one computation's instructions) stands for: the seeds, the
+// instructions on paths between them, the cheap producers of their operands and the
+// get-tuple-elements of their tuples that the rest of the computation reads.
+absl::StatusOr<RegionSet> CollectRegion(
+    const std::vector<const HloInstruction*>& seeds,
+    const std::function<int64_t(const HloInstruction*)>& topological_index) {
+  if (seeds.empty() || seeds[0] == nullptr) {
+    return absl::InvalidArgumentError("no instructions in the candidate");
+  }
+  const HloComputation* comp = seeds[0]->parent();
+  if (comp == nullptr || comp->parent() == nullptr) {
+    return absl::InvalidArgumentError("the candidate is not in a module");
+  }
+  RegionSet region;
+  for (const HloInstruction* s : seeds) {
+    if (s == nullptr || s->parent() != comp) {
+      return absl::InvalidArgumentError("the candidate's instructions are not in one computation");
+    }
+    region.insert(s);
+  }
+  AddPathsBetweenSeeds(seeds, topological_index, region);
+  AddCheapProducers(region);
+  AddReadTupleElements(region);
+  return region;
+}
+
+// The region's text (CostRegionText) or, with `key` set, its key (CostRegionKey, but for the
+// queue ids): the same text printed in the printer's canonical-names mode
+// (hlo/instruction_text.h), with the entry and its root under names no other name can take.
+absl::StatusOr<std::string> RegionText(
+    const std::vector<const HloInstruction*>& seeds, bool key,
+    const std::function<int64_t(const HloInstruction*)>& topological_index) {
+  ASSIGN_OR_RETURN(RegionSet region, CollectRegion(seeds, topological_index));
+  const HloComputation* comp = seeds[0]->parent();
+  // The text: called computations (callees first), then the entry.
+  const HloModule* module = comp->parent();
+  const std::vector<const HloInstruction*> order = OperandsFirstOrder(region);
+  const std::vector<const HloComputation*> called_in_order = CalledInOrder(order);
   std::string text = absl::StrCat("HloModule cost_region, num_partitions=",
                                   std::max<int64_t>(module->num_partitions, 1),
                                   ", replica_count=", std::max<int64_t>(module->replica_count, 1),
@@ -288,17 +350,7 @@ absl::StatusOr<std::string> RegionText(
   CanonicalNames canonical;
   std::optional<ScopedCanonicalNames> canonical_mode;
   if (key) {
-    // Channel ids by rank among those printed.
-    std::vector<int64_t> channels;
-    for (const HloComputation* c : callees) {
-      for (const HloInstruction* i : c->instructions()) {
-        if (i->channel_id) channels.push_back(*i->channel_id);
-      }
-    }
-    for (const HloInstruction* i : order) {
-      if (i->channel_id) channels.push_back(*i->channel_id);
-    }
-    canonical.SetChannels(std::move(channels));
+    canonical.SetChannels(PrintedChannels(callees, order));
     canonical_mode.emplace(&canonical);
   }
   for (const HloComputation* c : callees) {
@@ -352,19 +404,7 @@ absl::StatusOr<std::string> RegionText(
     return o->shape().IsArray() && elements && *elements <= 1 && replication.IsSame(o);
   };
   std::vector<const HloInstruction*> outputs;
-  // Per region instruction: how many region instructions read it (each reader once).
-  absl::flat_hash_map<const HloInstruction*, int64_t> readers_inside;
-  for (const HloInstruction* r : order) {
-    for (size_t k = 0; k < r->operands().size(); ++k) {
-      const HloInstruction* o = r->operands()[k];
-      if (!region.contains(o)) continue;
-      if (std::find(r->operands().begin(), r->operands().begin() + k, o) !=
-          r->operands().begin() + k) {
-        continue;  // an operand read twice by one reader counts once
-      }
-      ++readers_inside[o];
-    }
-  }
+  absl::flat_hash_map<const HloInstruction*, int64_t> readers_inside = ReadersInside(order, region);
   for (const HloInstruction* i : order) {
     for (const HloInstruction* o : i->operands()) {
       if (region.contains(o) || !params.insert(o).second) continue;

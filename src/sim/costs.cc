@@ -213,6 +213,176 @@ int64_t CollectiveGroupSize(const HloInstruction& instr, int64_t num_partitions,
   return num_partitions;                               // cross-partition
 }
 
+namespace {
+
+// The value a GEMM call's result is read as: the call, or its get-tuple-element 0 when the call
+// returns a tuple (null when nothing reads element 0).
+const HloInstruction* GemmResultValue(const HloInstruction& call) {
+  if (!call.shape().IsTuple()) return &call;
+  const HloInstruction* value = nullptr;
+  for (const HloInstruction* u : call.users()) {
+    if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
+  }
+  return value;
+}
+
+// A custom call's cost: a block-scaled GEMM (MXFP8 / NVFP4) or a cuBLAS GEMM call at their
+// GEMM cost, a free one (sharding markers and the like) passing its operand through; nullopt for
+// any other target (costed by its bytes).
+std::optional<InstrCost> CustomCallCost(const HloInstruction& instr, const SystemSpec& s) {
+  const Shape& out = instr.shape();
+  const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0] : out;
+  const BlockScaledKind bk = BlockScaledKindOf(instr);
+  if ((bk == BlockScaledKind::kDot || bk == BlockScaledKind::kCudnnDot) &&
+      instr.operand_count() >= 3) {
+    // Contracting dim last, batch dim 0 at rank 3, at the rate of its data type; the scales
+    // count in the bytes it reads.
+    const Shape& lhs = instr.operand(0)->shape();
+    if (lhs.rank() == 2 || lhs.rank() == 3) {
+      GemmDims d = DimsFrom(lhs, result,
+                            lhs.rank() == 3 ? std::vector<int64_t>{0} : std::vector<int64_t>{},
+                            {lhs.rank() - 1});
+      return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(result),
+                      GemmResultValue(instr));
+    }
+  }
+  if (IsCublasGemmCall(instr) && instr.operand_count() >= 2) {
+    const Shape& lhs = instr.operand(0)->shape();
+    std::vector<int64_t> batch, contracting;
+    json cfg = BackendConfig(instr);
+    bool found = false;
+    if (cfg.is_object()) {
+      auto g = cfg.find("gemm_backend_config");
+      if (g != cfg.end() && g->is_object()) {
+        auto dn = g->find("dot_dimension_numbers");
+        if (dn != g->end() && dn->is_object()) {
+          batch = JsonIntList(*dn, "lhs_batch_dimensions");
+          contracting = JsonIntList(*dn, "lhs_contracting_dimensions");
+          found = true;
+        }
+      }
+    }
+    if (!found && lhs.rank() > 0) contracting = {lhs.rank() - 1};
+    GemmDims d = DimsFrom(lhs, result, batch, contracting);
+    PrimitiveType t = IsCublasLtMatmulF8Call(instr) ? PrimitiveType::F8E4M3FN : WiderType(instr, 2);
+    return GemmCost(s, t, d, OperandBytes(instr) + ArrayBytes(result), GemmResultValue(instr));
+  }
+  if (IsFreeCustomCall(instr.custom_call_target())) {
+    InstrCost c;
+    c.kind = CostKind::kPassThrough;
+    return c;
+  }
+  return std::nullopt;
+}
+
+// A collective's cost: the bytes it moves over its group (see CollectiveGroupSize), timed as its
+// base collective (-start forms, send/recv as a permute, ragged all-to-all as all-to-all).
+InstrCost CollectiveCost(const HloInstruction& instr, const SystemSpec& s, int64_t num_partitions,
+                         int64_t replica_count) {
+  const Shape& out = instr.shape();
+  InstrCost c;
+  c.kind = CostKind::kComm;
+  HloOpcode op = instr.opcode();
+  int64_t n = CollectiveGroupSize(instr, num_partitions, replica_count);
+  double bytes = 0;
+  switch (op) {
+    case HloOpcode::kAllGather:
+    case HloOpcode::kAllGatherStart:
+      bytes = OperandBytes(instr) * static_cast<double>(n);  // the gathered data
+      break;
+    case HloOpcode::kCollectivePermute:
+    case HloOpcode::kCollectivePermuteStart:
+      bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
+      if (n == 0) bytes = 0;  // no pairs: nothing moves
+      n = std::max<int64_t>(n, 2);
+      break;
+    case HloOpcode::kSend:
+      bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
+      n = 2;
+      break;
+    case HloOpcode::kRecv:
+      bytes = out.IsTuple() && !out.tuple_shapes.empty() ? ArrayBytes(out.tuple_shapes[0])
+                                                         : ArrayBytes(out);
+      n = 2;
+      break;
+    default:
+      bytes = OperandBytes(instr);
+  }
+  c.bytes = bytes;
+  c.group = n;
+  HloOpcode base = op;
+  if (op == HloOpcode::kAllGatherStart) base = HloOpcode::kAllGather;
+  if (op == HloOpcode::kAllReduceStart) base = HloOpcode::kAllReduce;
+  if (op == HloOpcode::kCollectivePermuteStart || op == HloOpcode::kSend ||
+      op == HloOpcode::kRecv) {
+    base = HloOpcode::kCollectivePermute;
+  }
+  if (op == HloOpcode::kRaggedAllToAll) base = HloOpcode::kAllToAll;
+  if (!instr.async_sugar().empty() && instr.async_sugar() == "reduce-scatter") {
+    base = HloOpcode::kReduceScatter;
+  }
+  if (!instr.async_sugar().empty() && instr.async_sugar() == "all-to-all") {
+    base = HloOpcode::kAllToAll;
+  }
+  c.us = bytes > 0 ? CollectiveTimeUs(s, base, bytes, n) : 0;
+  return c;
+}
+
+// An async-start's cost: the sugared form (`reduce-scatter-start`) costs its wrapped
+// collective, `calls={wrapped}` the wrapped computation's collective or the sum of its kernels;
+// nullopt without either.
+std::optional<InstrCost> AsyncStartCost(const HloInstruction& instr, const SystemSpec& s,
+                                        int64_t num_partitions, int64_t replica_count) {
+  InstrCost c;
+  // Sugared form (`reduce-scatter-start`): cost the wrapped collective on this instruction.
+  if (!instr.async_sugar().empty()) {
+    std::optional<HloOpcode> base = ParseHloOpcode(instr.async_sugar());
+    if (base && IsCollective(*base)) {
+      c.kind = CostKind::kComm;
+      c.group = CollectiveGroupSize(instr, num_partitions, replica_count);
+      c.bytes = OperandBytes(instr);
+      if (*base == HloOpcode::kAllGather) c.bytes *= static_cast<double>(c.group);
+      c.us = CollectiveTimeUs(s, *base, c.bytes, c.group);
+      return c;
+    }
+  }
+  // async-start calls={wrapped}: the wrapped computation's cost (its collective, or the sum
+  // of its kernels).
+  const HloComputation* wrapped =
+      instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
+  if (wrapped == nullptr) return std::nullopt;
+  InstrCost total;
+  total.kind = CostKind::kMemory;
+  for (const HloInstruction* i : wrapped->instructions()) {
+    InstrCost ic = CostOf(*i, s, num_partitions, replica_count);
+    if (ic.kind == CostKind::kComm) return ic;
+    if (ic.kind == CostKind::kGemm) total.kind = CostKind::kGemm;
+    total.phases.insert(total.phases.end(), ic.phases.begin(), ic.phases.end());
+    total.us += ic.us;
+    total.flops += ic.flops;
+    total.bytes += ic.bytes;
+  }
+  return total;
+}
+
+// A fusion's cost: a GEMM when it fuses a dot (its operands' and result's bytes), else its bytes
+// over HBM.
+InstrCost FusionCost(const HloInstruction& instr, const SystemSpec& s) {
+  const HloComputation* fused =
+      instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
+  const double bytes = OperandBytes(instr) + ArrayBytes(instr.shape());
+  if (const HloInstruction* dot = FindInComputation(fused, HloOpcode::kDot)) {
+    if (dot->operand_count() >= 2) {
+      GemmDims d = DimsFrom(dot->operand(0)->shape(), dot->shape(), dot->dot_dims().lhs_batch,
+                            dot->dot_dims().lhs_contracting);
+      return GemmCost(s, WiderType(*dot, 2), d, bytes, &instr);
+    }
+  }
+  return MemoryCost(s, bytes);
+}
+
+}  // namespace
+
 InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_partitions,
                  int64_t replica_count) {
   InstrCost c;
@@ -272,77 +442,11 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
         return MemoryCost(s, out.IsArray() ? ArrayBytes(out) : 0);  // a fill: written only
       }
       break;
-    case HloOpcode::kCustomCall: {
-      const BlockScaledKind bk = BlockScaledKindOf(instr);
-      if ((bk == BlockScaledKind::kDot || bk == BlockScaledKind::kCudnnDot) && instr.operand_count() >= 3) {
-        // A block-scaled GEMM (MXFP8 / NVFP4): contracting dim last, batch dim 0 at rank 3, at
-        // the rate of its data type; the scales count in the bytes it reads.
-        const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0] : out;
-        const Shape& lhs = instr.operand(0)->shape();
-        if (lhs.rank() == 2 || lhs.rank() == 3) {
-          GemmDims d = DimsFrom(lhs, result, lhs.rank() == 3 ? std::vector<int64_t>{0} : std::vector<int64_t>{},
-                                {lhs.rank() - 1});
-          const HloInstruction* value = &instr;
-          if (out.IsTuple()) {
-            value = nullptr;
-            for (const HloInstruction* u : instr.users()) {
-              if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
-            }
-          }
-          return GemmCost(s, WiderType(instr, 2), d, OperandBytes(instr) + ArrayBytes(result), value);
-        }
-      }
-      if (IsCublasGemmCall(instr) && instr.operand_count() >= 2) {
-        const Shape& result = out.IsTuple() && !out.tuple_shapes.empty() ? out.tuple_shapes[0]
-                                                                         : out;
-        const Shape& lhs = instr.operand(0)->shape();
-        std::vector<int64_t> batch, contracting;
-        json cfg = BackendConfig(instr);
-        bool found = false;
-        if (cfg.is_object()) {
-          auto g = cfg.find("gemm_backend_config");
-          if (g != cfg.end() && g->is_object()) {
-            auto dn = g->find("dot_dimension_numbers");
-            if (dn != g->end() && dn->is_object()) {
-              batch = JsonIntList(*dn, "lhs_batch_dimensions");
-              contracting = JsonIntList(*dn, "lhs_contracting_dimensions");
-              found = true;
-            }
-          }
-        }
-        if (!found && lhs.rank() > 0) contracting = {lhs.rank() - 1};
-        GemmDims d = DimsFrom(lhs, result, batch, contracting);
-        PrimitiveType t = IsCublasLtMatmulF8Call(instr)
-                              ? PrimitiveType::F8E4M3FN
-                              : WiderType(instr, 2);
-        const HloInstruction* value = &instr;
-        if (out.IsTuple()) {
-          value = nullptr;
-          for (const HloInstruction* u : instr.users()) {
-            if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
-          }
-        }
-        return GemmCost(s, t, d, OperandBytes(instr) + ArrayBytes(result), value);
-      }
-      if (IsFreeCustomCall(instr.custom_call_target())) {
-        c.kind = CostKind::kPassThrough;
-        return c;
-      }
+    case HloOpcode::kCustomCall:
+      if (std::optional<InstrCost> call = CustomCallCost(instr, s)) return *call;
       break;
-    }
-    case HloOpcode::kFusion: {
-      const HloComputation* fused =
-          instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
-      const double bytes = OperandBytes(instr) + ArrayBytes(out);
-      if (const HloInstruction* dot = FindInComputation(fused, HloOpcode::kDot)) {
-        if (dot->operand_count() >= 2) {
-          GemmDims d = DimsFrom(dot->operand(0)->shape(), dot->shape(), dot->dot_dims().lhs_batch,
-                                dot->dot_dims().lhs_contracting);
-          return GemmCost(s, WiderType(*dot, 2), d, bytes, &instr);
-        }
-      }
-      return MemoryCost(s, bytes);
-    }
+    case HloOpcode::kFusion:
+      return FusionCost(instr, s);
     case HloOpcode::kAllGather:
     case HloOpcode::kAllGatherStart:
     case HloOpcode::kReduceScatter:
@@ -354,84 +458,13 @@ InstrCost CostOf(const HloInstruction& instr, const SystemSpec& s, int64_t num_p
     case HloOpcode::kCollectivePermuteStart:
     case HloOpcode::kCollectiveBroadcast:
     case HloOpcode::kSend:
-    case HloOpcode::kRecv: {
-      c.kind = CostKind::kComm;
-      HloOpcode op = instr.opcode();
-      int64_t n = CollectiveGroupSize(instr, num_partitions, replica_count);
-      double bytes = 0;
-      switch (op) {
-        case HloOpcode::kAllGather:
-        case HloOpcode::kAllGatherStart:
-          bytes = OperandBytes(instr) * static_cast<double>(n);  // the gathered data
-          break;
-        case HloOpcode::kCollectivePermute:
-        case HloOpcode::kCollectivePermuteStart:
-          bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
-          if (n == 0) bytes = 0;  // no pairs: nothing moves
-          n = std::max<int64_t>(n, 2);
-          break;
-        case HloOpcode::kSend:
-          bytes = instr.operand_count() > 0 ? ArrayBytes(instr.operand(0)->shape()) : 0;
-          n = 2;
-          break;
-        case HloOpcode::kRecv:
-          bytes = out.IsTuple() && !out.tuple_shapes.empty() ? ArrayBytes(out.tuple_shapes[0])
-                                                             : ArrayBytes(out);
-          n = 2;
-          break;
-        default:
-          bytes = OperandBytes(instr);
+    case HloOpcode::kRecv:
+      return CollectiveCost(instr, s, num_partitions, replica_count);
+    case HloOpcode::kAsyncStart:
+      if (std::optional<InstrCost> a = AsyncStartCost(instr, s, num_partitions, replica_count)) {
+        return *a;
       }
-      c.bytes = bytes;
-      c.group = n;
-      HloOpcode base = op;
-      if (op == HloOpcode::kAllGatherStart) base = HloOpcode::kAllGather;
-      if (op == HloOpcode::kAllReduceStart) base = HloOpcode::kAllReduce;
-      if (op == HloOpcode::kCollectivePermuteStart || op == HloOpcode::kSend ||
-          op == HloOpcode::kRecv) {
-        base = HloOpcode::kCollectivePermute;
-      }
-      if (op == HloOpcode::kRaggedAllToAll) base = HloOpcode::kAllToAll;
-      if (!instr.async_sugar().empty() && instr.async_sugar() == "reduce-scatter") {
-        base = HloOpcode::kReduceScatter;
-      }
-      if (!instr.async_sugar().empty() && instr.async_sugar() == "all-to-all") {
-        base = HloOpcode::kAllToAll;
-      }
-      c.us = bytes > 0 ? CollectiveTimeUs(s, base, bytes, n) : 0;
-      return c;
-    }
-    case HloOpcode::kAsyncStart: {
-      // Sugared form (`reduce-scatter-start`): cost the wrapped collective on this instruction.
-      if (!instr.async_sugar().empty()) {
-        std::optional<HloOpcode> base = ParseHloOpcode(instr.async_sugar());
-        if (base && IsCollective(*base)) {
-          c.kind = CostKind::kComm;
-          c.group = CollectiveGroupSize(instr, num_partitions, replica_count);
-          c.bytes = OperandBytes(instr);
-          if (*base == HloOpcode::kAllGather) c.bytes *= static_cast<double>(c.group);
-          c.us = CollectiveTimeUs(s, *base, c.bytes, c.group);
-          return c;
-        }
-      }
-      // async-start calls={wrapped}: the wrapped computation's cost (its collective, or the sum
-      // of its kernels).
-      const HloComputation* wrapped =
-          instr.called_computations().empty() ? nullptr : instr.called_computations()[0];
-      if (wrapped == nullptr) break;
-      InstrCost total;
-      total.kind = CostKind::kMemory;
-      for (const HloInstruction* i : wrapped->instructions()) {
-        InstrCost ic = CostOf(*i, s, num_partitions, replica_count);
-        if (ic.kind == CostKind::kComm) return ic;
-        if (ic.kind == CostKind::kGemm) total.kind = CostKind::kGemm;
-        total.phases.insert(total.phases.end(), ic.phases.begin(), ic.phases.end());
-        total.us += ic.us;
-        total.flops += ic.flops;
-        total.bytes += ic.bytes;
-      }
-      return total;
-    }
+      break;
     case HloOpcode::kDynamicUpdateSlice: {
       // In place: a GEMM's result (its only use) is written by the GEMM into its block of the
       // buffer (cuBLAS output at an offset, XLA's dynamic-slice fusion); any other update is

@@ -178,21 +178,30 @@ absl::StatusOr<Value> Expander::Expand(const HloComputation* comp, const std::ve
   return r;
 }
 
-absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
-                                           const std::vector<Value>& args) {
-  absl::flat_hash_map<const HloInstruction*, Deferred> deferred;  // by the folding add
+// The values of one computation's instructions as it is expanded, and the GEMMs waiting for the
+// add folded into their epilogue (keyed by that add).
+struct Expander::Scope {
+  Value ready;
+  absl::flat_hash_map<const HloInstruction*, Deferred> deferred;
   absl::flat_hash_map<const HloInstruction*, Value> vals;
-  vals.reserve(static_cast<size_t>(comp->instruction_count()));
-  auto get = [&](const HloInstruction* op) -> Value {
+
+  Value Get(const HloInstruction* op) const {
     auto it = vals.find(op);
-    return it == vals.end() ? ready_ : it->second;
-  };
-  auto operand_values = [&](const HloInstruction* i) {
+    return it == vals.end() ? ready : it->second;
+  }
+  std::vector<Value> OperandValues(const HloInstruction* i) const {
     std::vector<Value> v;
     v.reserve(i->operands().size());
-    for (const HloInstruction* op : i->operands()) v.push_back(get(op));
+    for (const HloInstruction* op : i->operands()) v.push_back(Get(op));
     return v;
-  };
+  }
+};
+
+absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
+                                           const std::vector<Value>& args) {
+  Scope scope;
+  scope.ready = ready_;
+  scope.vals.reserve(static_cast<size_t>(comp->instruction_count()));
   for (const HloInstruction* instr : PostOrder(comp)) {
     Value v;
     switch (instr->opcode()) {
@@ -203,7 +212,7 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
         break;
       }
       case HloOpcode::kGetTupleElement: {
-        Value t = instr->operand_count() > 0 ? get(instr->operand(0)) : ready_;
+        Value t = instr->operand_count() > 0 ? scope.Get(instr->operand(0)) : ready_;
         int64_t idx = instr->tuple_index;
         v = t->tuple && idx >= 0 && idx < static_cast<int64_t>(t->elems.size())
                 ? t->elems[static_cast<size_t>(idx)]
@@ -213,7 +222,7 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
       case HloOpcode::kTuple: {
         auto n = std::make_shared<ValueNode>();
         n->tuple = true;
-        n->elems = operand_values(instr);
+        n->elems = scope.OperandValues(instr);
         v = n;
         break;
       }
@@ -222,202 +231,201 @@ absl::StatusOr<Value> Expander::ExpandBody(const HloComputation* comp,
           return absl::InvalidArgumentError(
               absl::StrCat("call ", instr->name(), " has no computation"));
         }
-        ASSIGN_OR_RETURN(auto r, Expand(instr->to_apply(), operand_values(instr)));
-        v = r;
+        ASSIGN_OR_RETURN(v, Expand(instr->to_apply(), scope.OperandValues(instr)));
         break;
       }
       case HloOpcode::kConditional: {
-        const auto& branches = instr->called_computations();
-        if (branches.empty() || instr->operand_count() != static_cast<int64_t>(branches.size()) + 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "conditional ", instr->name(), ": expected one operand per branch plus the "
-              "selector"));
-        }
-        size_t best = 0;
-        double best_us = -1;
-        for (size_t b = 0; b < branches.size(); ++b) {
-          double us = branches[b] == nullptr ? 0 : Estimate(branches[b]).first;
-          if (us > best_us) {
-            best_us = us;
-            best = b;
-          }
-        }
-        if (branches[best] == nullptr) {
-          v = ready_;
-          break;
-        }
-        Value arg = get(instr->operand(static_cast<int64_t>(best) + 1));
-        Value pred = get(instr->operand(0));
-        if (!arg->tuple) arg = Join({pred, arg});
-        auto r = Expand(branches[best], {arg});
-        if (!r.ok()) return r.status();
-        v = *r;
+        ASSIGN_OR_RETURN(v, ExpandConditional(instr, scope));
         break;
       }
       case HloOpcode::kWhile: {
-        if (instr->called_computations().size() < 2 || instr->while_body() == nullptr ||
-            instr->operand_count() != 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("while ", instr->name(), ": needs one operand, condition and body"));
-        }
-        std::optional<int64_t> trips = TripCount(instr);
-        if (!trips) {
-          if (!warned_.contains(instr)) {
-            warned_.insert(instr);
-            warnings.push_back(absl::StrCat(
-                "while ", instr->name(),
-                ": trip count unknown (no known_trip_count, condition not a counter "
-                "compare); assumed 1"));
-          }
-          trips = 1;
-        }
-        double per_iter = Estimate(instr->while_body()).second;
-        double total = static_cast<double>(tasks.size()) + per_iter * static_cast<double>(*trips);
-        if (total > static_cast<double>(opts_.max_tasks)) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "while %s: %d iterations of %g kernels exceed the simulation limit of %d "
-              "kernels",
-              instr->name(), *trips, per_iter, opts_.max_tasks));
-        }
-        LoopInstance inst;
-        inst.loop = instr;
-        inst.trips = *trips;
-        inst.begin = static_cast<int32_t>(tasks.size());
-        Value state = get(instr->operand(0));
-        // Iterations run one after the other, as XLA's while thunk does: a zero-work gate
-        // starts each iteration once the previous one has finished (the first once the
-        // initial state is ready), and every kernel of the iteration depends on it. The
-        // loop's result is a last gate after the last iteration.
-        scratch_.clear();
-        CollectLeaves(state, &scratch_);
-        int32_t gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
-        for (int64_t t = 0; t < *trips; ++t) {
-          int32_t iter_begin = static_cast<int32_t>(tasks.size());
-          gates_.push_back(gate);
-          auto r = Expand(instr->while_body(), {state});
-          gates_.pop_back();
-          if (!r.ok()) return r.status();
-          state = *r;
-          scratch_.clear();
-          CollectLeaves(state, &scratch_);
-          scratch_.push_back(gate);
-          for (int32_t i = iter_begin; i < static_cast<int32_t>(tasks.size()); ++i) {
-            scratch_.push_back(i);
-          }
-          gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
-        }
-        if (*trips > 0) state = Leaf(gate);
-        inst.end = static_cast<int32_t>(tasks.size());
-        if (step_scan_.HoldsWindowedStep(instr->while_body())) loops.push_back(inst);
-        v = state;
+        ASSIGN_OR_RETURN(v, ExpandWhile(instr, scope));
         break;
       }
       default: {
-        const InstrInfo& info = Info(instr);
-        switch (info.cost.kind) {
-          case CostKind::kPassThrough:
-            if (instr->operand_count() == 0) {
-              v = ready_;
-            } else if (instr->operand_count() == 1 ||
-                       instr->opcode() == HloOpcode::kOptimizationBarrier) {
-              v = get(instr->operand(0));
-            } else {
-              v = Join(operand_values(instr));
-            }
-            break;
-          case CostKind::kFree:
-          case CostKind::kStructural:
-            if (auto it = deferred.find(instr); it != deferred.end()) {
-              // The add folded into a GEMM's epilogue: the GEMM runs now, once the
-              // accumulator (the add's other operand) is ready too.
-              Deferred d = std::move(it->second);
-              deferred.erase(it);
-              for (const HloInstruction* op : instr->operands()) {
-                if (op != d.value) CollectLeaves(get(op), &d.deps);
-              }
-              const InstrInfo& gi = Info(d.gemm);
-              int32_t id = AddTask(d.gemm, gi.cost.kind, gi.cost.us, d.stream,
-                                   gi.force_earliest, &d.deps, &gi.cost.phases);
-              last_on_stream_[static_cast<size_t>(d.stream)] = id;
-              v = Leaf(id);
-              break;
-            }
-            v = Join(operand_values(instr));
-            break;
-          default: {
-            if (!(info.cost.us > 0)) {
-              v = Join(operand_values(instr));
-              break;
-            }
-            if (static_cast<int64_t>(tasks.size()) >= opts_.max_tasks) {
-              return absl::ResourceExhaustedError(absl::StrFormat(
-                  "module expands to more than %d kernels", opts_.max_tasks));
-            }
-            if (info.cost.kind == CostKind::kComm && info.cost.group > sys_.num_gpus &&
-                !warned_group_) {
-              warned_group_ = true;
-              warnings.push_back(absl::StrFormat(
-                  "%s: collective over %d devices but %s has %d GPUs; every collective is "
-                  "modelled at its NVLink rate (no inter-node network)",
-                  instr->name(), info.cost.group, sys_.name, sys_.num_gpus));
-            }
-            if (info.cost.fp8 && !(sys_.fp8_tflops > 0) && !warned_fp8_) {
-              warned_fp8_ = true;
-              warnings.push_back(absl::StrFormat(
-                  "%s: FP8 GEMM but %s has no FP8 tensor cores; FP8 GEMMs run at the f16 rate",
-                  instr->name(), sys_.name));
-            }
-            scratch_.clear();
-            for (const HloInstruction* op : instr->operands()) CollectLeaves(get(op), &scratch_);
-            for (int64_t q : info.waits) {
-              if (q == 0) {
-                if (last_on_stream_[kMainStream] >= 0) {
-                  scratch_.push_back(last_on_stream_[kMainStream]);
-                }
-                continue;
-              }
-              auto it = queue_stream_.find(q);
-              if (it != queue_stream_.end() &&
-                  last_on_stream_[static_cast<size_t>(it->second)] >= 0) {
-                scratch_.push_back(last_on_stream_[static_cast<size_t>(it->second)]);
-              }
-            }
-            int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream
-                                                               : StreamForQueue(info.queue);
-            if (opts_.serial_sub_wave_gemms && info.cost.kind == CostKind::kGemm) {
-              // A GEMM of less than one wave (no phase on every SM): on the main stream.
-              bool sub_wave = true;
-              for (const Phase& p : info.cost.phases) sub_wave = sub_wave && p.sm < 1.0;
-              if (sub_wave) stream = kMainStream;
-            }
-            if (info.cost.kind == CostKind::kGemm) {
-              if (const HloInstruction* add = internal::FoldingAddOfGemm(instr)) {
-                // beta = 1: issued at its add (below), which supplies the accumulator.
-                const HloInstruction* value = instr;
-                if (instr->shape().IsTuple()) {
-                  for (const HloInstruction* u : instr->users()) {
-                    if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) {
-                      value = u;
-                    }
-                  }
-                }
-                deferred[add] = Deferred{instr, value, scratch_, stream};
-                v = ready_;
-                break;
-              }
-            }
-            int32_t id = AddTask(instr, info.cost.kind, info.cost.us, stream,
-                                 info.force_earliest, &scratch_, &info.cost.phases);
-            last_on_stream_[static_cast<size_t>(stream)] = id;
-            v = Leaf(id);
-          }
-        }
+        ASSIGN_OR_RETURN(v, ExpandKernel(instr, scope));
+        break;
       }
     }
-    vals[instr] = v;
+    scope.vals[instr] = v;
   }
   if (comp->root() == nullptr) return ready_;
-  return get(comp->root());
+  return scope.Get(comp->root());
+}
+
+absl::StatusOr<Value> Expander::ExpandConditional(const HloInstruction* instr, Scope& scope) {
+  const auto& branches = instr->called_computations();
+  if (branches.empty() || instr->operand_count() != static_cast<int64_t>(branches.size()) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "conditional ", instr->name(), ": expected one operand per branch plus the "
+        "selector"));
+  }
+  // The most expensive branch stands for the conditional.
+  size_t best = 0;
+  double best_us = -1;
+  for (size_t b = 0; b < branches.size(); ++b) {
+    double us = branches[b] == nullptr ? 0 : Estimate(branches[b]).first;
+    if (us > best_us) {
+      best_us = us;
+      best = b;
+    }
+  }
+  if (branches[best] == nullptr) return ready_;
+  Value arg = scope.Get(instr->operand(static_cast<int64_t>(best) + 1));
+  Value pred = scope.Get(instr->operand(0));
+  if (!arg->tuple) arg = Join({pred, arg});
+  return Expand(branches[best], {arg});
+}
+
+absl::StatusOr<Value> Expander::ExpandWhile(const HloInstruction* instr, Scope& scope) {
+  if (instr->called_computations().size() < 2 || instr->while_body() == nullptr ||
+      instr->operand_count() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("while ", instr->name(), ": needs one operand, condition and body"));
+  }
+  std::optional<int64_t> trips = TripCount(instr);
+  if (!trips) {
+    if (!warned_.contains(instr)) {
+      warned_.insert(instr);
+      warnings.push_back(absl::StrCat(
+          "while ", instr->name(),
+          ": trip count unknown (no known_trip_count, condition not a counter "
+          "compare); assumed 1"));
+    }
+    trips = 1;
+  }
+  double per_iter = Estimate(instr->while_body()).second;
+  double total = static_cast<double>(tasks.size()) + per_iter * static_cast<double>(*trips);
+  if (total > static_cast<double>(opts_.max_tasks)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "while %s: %d iterations of %g kernels exceed the simulation limit of %d "
+        "kernels",
+        instr->name(), *trips, per_iter, opts_.max_tasks));
+  }
+  LoopInstance inst;
+  inst.loop = instr;
+  inst.trips = *trips;
+  inst.begin = static_cast<int32_t>(tasks.size());
+  Value state = scope.Get(instr->operand(0));
+  // Iterations run one after the other, as XLA's while thunk does: a zero-work gate starts each
+  // iteration once the previous one has finished (the first once the initial state is ready),
+  // and every kernel of the iteration depends on it. The loop's result is a last gate after the
+  // last iteration.
+  scratch_.clear();
+  CollectLeaves(state, &scratch_);
+  int32_t gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
+  for (int64_t t = 0; t < *trips; ++t) {
+    int32_t iter_begin = static_cast<int32_t>(tasks.size());
+    gates_.push_back(gate);
+    auto r = Expand(instr->while_body(), {state});
+    gates_.pop_back();
+    if (!r.ok()) return r.status();
+    state = *r;
+    scratch_.clear();
+    CollectLeaves(state, &scratch_);
+    scratch_.push_back(gate);
+    for (int32_t i = iter_begin; i < static_cast<int32_t>(tasks.size()); ++i) {
+      scratch_.push_back(i);
+    }
+    gate = AddTask(instr, CostKind::kFree, 0, kMainStream, false, &scratch_);
+  }
+  if (*trips > 0) state = Leaf(gate);
+  inst.end = static_cast<int32_t>(tasks.size());
+  if (step_scan_.HoldsWindowedStep(instr->while_body())) loops.push_back(inst);
+  return state;
+}
+
+absl::StatusOr<Value> Expander::ExpandKernel(const HloInstruction* instr, Scope& scope) {
+  const InstrInfo& info = Info(instr);
+  switch (info.cost.kind) {
+    case CostKind::kPassThrough:
+      if (instr->operand_count() == 0) return ready_;
+      if (instr->operand_count() == 1 || instr->opcode() == HloOpcode::kOptimizationBarrier) {
+        return scope.Get(instr->operand(0));
+      }
+      return Join(scope.OperandValues(instr));
+    case CostKind::kFree:
+    case CostKind::kStructural:
+      if (auto it = scope.deferred.find(instr); it != scope.deferred.end()) {
+        // The add folded into a GEMM's epilogue: the GEMM runs now, once the accumulator (the
+        // add's other operand) is ready too.
+        Deferred d = std::move(it->second);
+        scope.deferred.erase(it);
+        for (const HloInstruction* op : instr->operands()) {
+          if (op != d.value) CollectLeaves(scope.Get(op), &d.deps);
+        }
+        const InstrInfo& gi = Info(d.gemm);
+        int32_t id = AddTask(d.gemm, gi.cost.kind, gi.cost.us, d.stream, gi.force_earliest,
+                             &d.deps, &gi.cost.phases);
+        last_on_stream_[static_cast<size_t>(d.stream)] = id;
+        return Leaf(id);
+      }
+      return Join(scope.OperandValues(instr));
+    default:
+      break;
+  }
+  if (!(info.cost.us > 0)) return Join(scope.OperandValues(instr));
+  if (static_cast<int64_t>(tasks.size()) >= opts_.max_tasks) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("module expands to more than %d kernels", opts_.max_tasks));
+  }
+  WarnAboutSystem(instr, info);
+  scratch_.clear();
+  for (const HloInstruction* op : instr->operands()) CollectLeaves(scope.Get(op), &scratch_);
+  AddQueueWaits(info);
+  int32_t stream = info.cost.kind == CostKind::kComm ? kCommStream : StreamForQueue(info.queue);
+  if (opts_.serial_sub_wave_gemms && info.cost.kind == CostKind::kGemm) {
+    // A GEMM of less than one wave (no phase on every SM): on the main stream.
+    bool sub_wave = true;
+    for (const Phase& p : info.cost.phases) sub_wave = sub_wave && p.sm < 1.0;
+    if (sub_wave) stream = kMainStream;
+  }
+  if (info.cost.kind == CostKind::kGemm) {
+    if (const HloInstruction* add = internal::FoldingAddOfGemm(instr)) {
+      // beta = 1: issued at its add (above), which supplies the accumulator.
+      const HloInstruction* value = instr;
+      if (instr->shape().IsTuple()) {
+        for (const HloInstruction* u : instr->users()) {
+          if (u->opcode() == HloOpcode::kGetTupleElement && u->tuple_index == 0) value = u;
+        }
+      }
+      scope.deferred[add] = Deferred{instr, value, scratch_, stream};
+      return ready_;
+    }
+  }
+  int32_t id = AddTask(instr, info.cost.kind, info.cost.us, stream, info.force_earliest,
+                       &scratch_, &info.cost.phases);
+  last_on_stream_[static_cast<size_t>(stream)] = id;
+  return Leaf(id);
+}
+
+void Expander::WarnAboutSystem(const HloInstruction* instr, const InstrInfo& info) {
+  if (info.cost.kind == CostKind::kComm && info.cost.group > sys_.num_gpus && !warned_group_) {
+    warned_group_ = true;
+    warnings.push_back(absl::StrFormat(
+        "%s: collective over %d devices but %s has %d GPUs; every collective is "
+        "modelled at its NVLink rate (no inter-node network)",
+        instr->name(), info.cost.group, sys_.name, sys_.num_gpus));
+  }
+  if (info.cost.fp8 && !(sys_.fp8_tflops > 0) && !warned_fp8_) {
+    warned_fp8_ = true;
+    warnings.push_back(absl::StrFormat(
+        "%s: FP8 GEMM but %s has no FP8 tensor cores; FP8 GEMMs run at the f16 rate",
+        instr->name(), sys_.name));
+  }
+}
+
+void Expander::AddQueueWaits(const InstrInfo& info) {
+  for (int64_t q : info.waits) {
+    if (q == 0) {
+      if (last_on_stream_[kMainStream] >= 0) scratch_.push_back(last_on_stream_[kMainStream]);
+      continue;
+    }
+    auto it = queue_stream_.find(q);
+    if (it != queue_stream_.end() && last_on_stream_[static_cast<size_t>(it->second)] >= 0) {
+      scratch_.push_back(last_on_stream_[static_cast<size_t>(it->second)]);
+    }
+  }
 }
 
 }  // namespace weave::sim::internal

@@ -97,7 +97,20 @@ class Expander {
     int32_t stream = 0;
   };
 
+  // ExpandBody walks a computation in post order; a conditional expands its most expensive
+  // branch, a while its body trip-count times behind a gate per iteration, any other
+  // instruction its kernel (ExpandKernel: a task on its stream, a GEMM whose add is folded into
+  // its epilogue deferred to that add).
+  struct Scope;
   absl::StatusOr<Value> ExpandBody(const HloComputation* comp, const std::vector<Value>& args);
+  absl::StatusOr<Value> ExpandConditional(const HloInstruction* instr, Scope& scope);
+  absl::StatusOr<Value> ExpandWhile(const HloInstruction* instr, Scope& scope);
+  absl::StatusOr<Value> ExpandKernel(const HloInstruction* instr, Scope& scope);
+  // The warnings a kernel can raise once per run: a collective over more devices than the
+  // system has, an FP8 GEMM on a system without FP8 tensor cores.
+  void WarnAboutSystem(const HloInstruction* instr, const InstrInfo& info);
+  // Adds to scratch_ the last task of each stream whose queue the kernel waits on.
+  void AddQueueWaits(const InstrInfo& info);
 
   const HloModule& module_;
   const SystemSpec& sys_;
