@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/cost.h"
 #include "analysis/verifier_checker.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace verifier_internal {
@@ -41,13 +42,13 @@ absl::Status Checker::ShardingFits(const HloSharding& s, const Shape& shape, int
                               " leaves of ", ShapeText(shape)));
     }
     for (size_t i = 0; i < leaves.size(); ++i) {
-      if (absl::Status st = ShardingFits(s.tuple[i], *leaves[i], devices); !st.ok()) return st;
+      RETURN_IF_ERROR(ShardingFits(s.tuple[i], *leaves[i], devices));
     }
     return absl::OkStatus();
   }
   if (shape.IsTuple()) {  // one sharding for every leaf
     for (const Shape& leaf : shape.tuple_shapes) {
-      if (absl::Status st = ShardingFits(s, leaf, devices); !st.ok()) return st;
+      RETURN_IF_ERROR(ShardingFits(s, leaf, devices));
     }
     return absl::OkStatus();
   }
@@ -72,16 +73,16 @@ absl::Status Checker::ShardingFits(const HloSharding& s, const Shape& shape, int
 }
 
 absl::Status Checker::Check() {
-  if (absl::Status paired = StartDonePairing(); !paired.ok()) return paired;
+  RETURN_IF_ERROR(StartDonePairing());
   // An outfeed's sharding describes the data it sends (XLA's form), not its token result.
   if (h_.sharding && h_.opcode() != HloOpcode::kOutfeed) {
     const HloModule* m = h_.parent() != nullptr ? h_.parent()->parent() : nullptr;
     const int64_t devices = m != nullptr && m->has_num_partitions ? m->num_partitions * m->replica_count : -1;
-    if (absl::Status st = ShardingFits(*h_.sharding, h_.shape(), devices); !st.ok()) return st;
+    RETURN_IF_ERROR(ShardingFits(*h_.sharding, h_.shape(), devices));
   }
   if (h_.opcode() == HloOpcode::kFusion || h_.opcode() == HloOpcode::kWhile ||
       h_.opcode() == HloOpcode::kConditional) {
-    if (absl::Status st = CalleesOnCallerThread(); !st.ok()) return st;
+    RETURN_IF_ERROR(CalleesOnCallerThread());
   }
   switch (h_.opcode()) {
     case HloOpcode::kParameter:
@@ -138,10 +139,10 @@ absl::Status Checker::Check() {
     case HloOpcode::kDynamicReshape:
       return DynamicReshape();
     case HloOpcode::kScatter:
-      if (absl::Status st = IndexedDims(); !st.ok()) return st;
+      RETURN_IF_ERROR(IndexedDims());
       return Scatter();
     case HloOpcode::kGather:
-      if (absl::Status st = IndexedDims(); !st.ok()) return st;
+      RETURN_IF_ERROR(IndexedDims());
       return Gather();
     case HloOpcode::kScan:
       return Scan();
@@ -343,7 +344,7 @@ absl::Status VerifyModule(const HloModule& module, const VerifyOptions& options)
         }
         if (called == c) return StructErr(c, h, "calls its own computation");
       }
-      if (absl::Status st = verifier_internal::Checker(*h, options).Check(); !st.ok()) return st;
+      RETURN_IF_ERROR(verifier_internal::Checker(*h, options).Check());
       // XLA's VerifyLayoutConstrainedAllReduce: all all-reduces constrain their layout, or none.
       if (h->opcode() == HloOpcode::kAllReduce || h->opcode() == HloOpcode::kAllReduceStart) {
         if (first_all_reduce == nullptr) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "analysis/verifier_checker.h"
 #include "hlo/async_chain.h"
+#include "hlo/status_macros.h"
 
 namespace weave::verifier_internal {
 namespace {
@@ -75,12 +76,12 @@ class BufferChecker {
       if (async_computations_.contains(c)) {
         // Only the wrapped op is checked; the async ops follow it.
         if (c->root() != nullptr && c->root()->opcode() == HloOpcode::kCustomCall) {
-          if (absl::Status st = CustomCall(*c->root(), c->root()->shape(), true); !st.ok()) return st;
+          RETURN_IF_ERROR(CustomCall(*c->root(), c->root()->shape(), true));
         }
         continue;
       }
       for (const HloInstruction* h : c->instructions()) {
-        if (absl::Status st = Instruction(*h, c == m.entry()); !st.ok()) return st;
+        RETURN_IF_ERROR(Instruction(*h, c == m.entry()));
       }
     }
     return absl::OkStatus();
@@ -115,7 +116,7 @@ class BufferChecker {
         return UniqueWriters(h);
       case HloOpcode::kDynamicUpdateSlice:
         if (h.operand_count() > 0 && h.operand(0)->shape().buffer) {
-          if (absl::Status st = UniqueWriters(h); !st.ok()) return st;
+          RETURN_IF_ERROR(UniqueWriters(h));
           for (int64_t i = 1; i < h.operand_count(); ++i) {
             if (!Buffers(h.operand(i)->shape()).empty()) return BufErr(h, absl::StrCat("operand ", i, " cannot be a buffer"));
           }
@@ -195,14 +196,14 @@ class BufferChecker {
       if (it == by_output.end()) return BufErr(h, absl::StrCat("buffer result ", Dims(b), " is not aliased to an operand"));
       if (it->second > 1) return BufErr(h, absl::StrCat("buffer result ", Dims(b), " is aliased to several operands"));
       if (!count_writers) continue;
-      if (absl::Status st = UniqueWriter(h, b); !st.ok()) return st;
+      RETURN_IF_ERROR(UniqueWriter(h, b));
     }
     return absl::OkStatus();
   }
 
   absl::Status UniqueWriters(const HloInstruction& h) {
     for (const Index& b : Buffers(h.shape())) {
-      if (absl::Status st = UniqueWriter(h, b); !st.ok()) return st;
+      RETURN_IF_ERROR(UniqueWriter(h, b));
     }
     return absl::OkStatus();
   }

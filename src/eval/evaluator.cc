@@ -382,7 +382,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   if (devices > 4096) {
     return InvalidArgumentError(absl::StrCat(devices, " devices is too many to simulate"));
   }
-  if (absl::Status sizes = internal::CheckValueSizes(module); !sizes.ok()) return sizes;
+  RETURN_IF_ERROR(internal::CheckValueSizes(module));
   // Inputs given as one value for every device (a replicated parameter in the global check)
   // are held once, outside the run.
   std::vector<bool> shared;

@@ -326,7 +326,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
           if (s < 0) {
             leaves.push_back(Value::Zeros(leaf_shape(j)));
           } else {
-            if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(s)][j], leaf_shape(j), s); !f.ok()) return f;
+            RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(s)][j], leaf_shape(j), s));
             Value v = *contrib[static_cast<size_t>(s)][j];
             v.shape = leaf_shape(j);
             leaves.push_back(std::move(v));
@@ -353,7 +353,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
             int64_t extent = 0;
             for (int64_t m : members) {
               const Value& part = *contrib[static_cast<size_t>(m)][j];
-              if (absl::Status f = FitsLeaf(part, leaf_shape(j), m, dim); !f.ok()) return f;
+              RETURN_IF_ERROR(FitsLeaf(part, leaf_shape(j), m, dim));
               if (dim < 0 || dim >= part.shape.rank()) return InvalidArgumentError("all-gather dimension out of range");
               extent += part.shape.dims[static_cast<size_t>(dim)];
               parts.push_back(&part);
@@ -384,9 +384,9 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
               }
             }
             if (kind == HloOpcode::kAllReduce) {
-              if (absl::Status f = FitsLeaf(first, leaf_shape(j), members[0]); !f.ok()) return f;
+              RETURN_IF_ERROR(FitsLeaf(first, leaf_shape(j), members[0]));
             } else if (in->dimensions.size() == 1) {
-              if (absl::Status f = FitsLeaf(first, leaf_shape(j), members[0], in->dimensions[0]); !f.ok()) return f;
+              RETURN_IF_ERROR(FitsLeaf(first, leaf_shape(j), members[0], in->dimensions[0]));
             }
             Value acc = *contrib[static_cast<size_t>(members[0])][j];
             for (int64_t k = 1; k < gsize; ++k) {
@@ -436,7 +436,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
             if (n_ops != 1) return InvalidArgumentError("array all-to-all takes one operand");
             const int64_t dim = in->dimensions[0];
             for (int64_t m : members) {
-              if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(m)][0], leaf_shape(0), m); !f.ok()) return f;
+              RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(m)][0], leaf_shape(0), m));
             }
             if (dim < 0 || dim >= leaf_shape(0).rank()) return InvalidArgumentError("all-to-all dimension out of range");
             const Shape& os = contrib[static_cast<size_t>(members[0])][0]->shape;

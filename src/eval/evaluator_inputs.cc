@@ -118,7 +118,7 @@ absl::StatusOr<Inputs> MakeInputs(const HloModule& module, const EvalOptions& op
                                   const std::vector<InputOverride>& overrides) {
   const HloComputation* entry = module.entry();
   if (entry == nullptr) return InvalidArgumentError("module has no entry computation");
-  if (absl::Status sizes = internal::CheckValueSizes(module); !sizes.ok()) return sizes;
+  RETURN_IF_ERROR(internal::CheckValueSizes(module));
   const int64_t n = ResolvedNumPartitions(module, options);
   const int64_t r = ResolvedReplicaCount(module, options);
   const int64_t devices = n * r;

@@ -232,8 +232,8 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
       const bool to_shard = IsCall(h, "SPMDFullToShardShape");
       if (HasManualSubgroup(h) || HasManualSubgroup(h->operand(0))) {
         ASSIGN_OR_RETURN(HloInstruction* r, ConvertPartiallyManual(b, h, to_shard, num_partitions));
-        if (absl::Status st = h->ReplaceAllUsesWith(r); !st.ok()) return st;
-        if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+        RETURN_IF_ERROR(h->ReplaceAllUsesWith(r));
+        RETURN_IF_ERROR(c->RemoveInstruction(h));
         continue;
       }
       ASSIGN_OR_RETURN(spmd::Sharding s, ConversionSharding(h, to_shard));
@@ -253,8 +253,8 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
             ", but the ", to_shard ? "tile" : "gathered value", " under ", s.ToString(), " is ",
             (*r)->shape().ToString(false)));
       }
-      if (absl::Status st = h->ReplaceAllUsesWith(*r); !st.ok()) return st;
-      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(*r));
+      RETURN_IF_ERROR(c->RemoveInstruction(h));
     }
   }
   for (HloInstruction* p : m->entry()->parameters()) p->sharding.reset();

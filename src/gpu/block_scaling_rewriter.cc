@@ -361,7 +361,7 @@ absl::StatusOr<bool> BlockScalingRewriter::Run(HloModule* module) {
         r = f;
       }
       if (!r && fused) {
-        if (absl::Status st = module->RemoveComputation(into); !st.ok()) return st;
+        RETURN_IF_ERROR(module->RemoveComputation(into));
       }
       if (!r) {
         AddRemark(call->name(), false, absl::StrCat(call->custom_call_target(), " left as it is: ", why));

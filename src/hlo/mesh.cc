@@ -197,7 +197,7 @@ absl::StatusOr<HloSharding> MeshShardingToHlo(const MeshSharding& s, std::string
   all.insert(all.end(), s.unreduced.begin(), s.unreduced.end());
   std::vector<AxisRef> with_replicated = all;
   with_replicated.insert(with_replicated.end(), s.replicated.begin(), s.replicated.end());
-  if (absl::Status st = ValidateAxisRefs(s.mesh, with_replicated); !st.ok()) return st;
+  RETURN_IF_ERROR(ValidateAxisRefs(s.mesh, with_replicated));
   const Factors f = CutMesh(s.mesh, {&with_replicated});
   std::vector<int64_t> order;
   std::vector<bool> used(f.sizes.size(), false);
@@ -265,7 +265,7 @@ absl::StatusOr<HloSharding> MeshShardingToHlo(const MeshSharding& s, std::string
 absl::StatusOr<std::vector<std::vector<int64_t>>> MeshAxesReplicaGroups(
     const Mesh& mesh, const std::vector<AxisRef>& axes) {
   if (mesh.maximal_device) return std::vector<std::vector<int64_t>>{{*mesh.maximal_device}};
-  if (absl::Status st = ValidateAxisRefs(mesh, axes); !st.ok()) return st;
+  RETURN_IF_ERROR(ValidateAxisRefs(mesh, axes));
   if (mesh.num_devices() > kMaxMeshDevices) return absl::InvalidArgumentError("mesh too large");
   const Factors f = CutMesh(mesh, {&axes});
   std::vector<int64_t> grouped;
@@ -438,7 +438,7 @@ absl::StatusOr<MeshSharding> ParseNamedSharding(std::string_view inner) {
     return absl::OkStatus();
   };
   auto finish = [&]() -> absl::StatusOr<MeshSharding> {
-    if (absl::Status st = skip_metadata(); !st.ok()) return st;
+    RETURN_IF_ERROR(skip_metadata());
     if (!c.AtEnd()) return Bad("unexpected text in named sharding", inner);
     return s;
   };
@@ -472,7 +472,7 @@ absl::StatusOr<MeshSharding> ParseNamedSharding(std::string_view inner) {
     }
     if (c.Peek() == '{') {
       std::vector<AxisRef> axes;
-      if (absl::Status st = ParseAxisList(c, s.mesh, &axes); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseAxisList(c, s.mesh, &axes));
       // Unreduced over only some axes: a tiled sharding with an unreduced subgroup.
       s.kind = MeshSharding::Kind::kDims;
       s.unreduced = std::move(axes);
@@ -487,7 +487,7 @@ absl::StatusOr<MeshSharding> ParseNamedSharding(std::string_view inner) {
   if (!c.Consume(']')) {
     do {
       DimAxes d;
-      if (absl::Status st = ParseAxisList(c, s.mesh, &d.axes, &d); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseAxisList(c, s.mesh, &d.axes, &d));
       s.dims.push_back(std::move(d));
     } while (c.Consume(','));
     if (!c.Consume(']')) return Bad("expected ']' after dimension shardings", inner);
@@ -497,14 +497,14 @@ absl::StatusOr<MeshSharding> ParseNamedSharding(std::string_view inner) {
     if (!c.Consume(',')) break;
     if (c.ConsumeWord("replicated")) {
       if (!c.Consume('=')) return Bad("expected 'replicated='", inner);
-      if (absl::Status st = ParseAxisList(c, s.mesh, &s.replicated); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseAxisList(c, s.mesh, &s.replicated));
     } else if (c.ConsumeWord("unreduced")) {
       if (!c.Consume('=')) return Bad("expected 'unreduced='", inner);
       ParseReduction(c, &s.reduction);
-      if (absl::Status st = ParseAxisList(c, s.mesh, &s.unreduced); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseAxisList(c, s.mesh, &s.unreduced));
     } else if (c.ConsumeWord("manual")) {
       if (!c.Consume('=')) return Bad("expected 'manual='", inner);
-      if (absl::Status st = ParseAxisList(c, s.mesh, &s.manual); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseAxisList(c, s.mesh, &s.manual));
     } else {
       c.set_pos(save);
       break;
@@ -520,7 +520,7 @@ absl::StatusOr<std::pair<Mesh, std::vector<AxisRef>>> ParseMeshReplicaGroups(
   if (!mesh.ok()) return mesh.status();
   std::vector<AxisRef> axes;
   if (!mesh->maximal_device) {
-    if (absl::Status st = ParseAxisList(c, *mesh, &axes); !st.ok()) return st;
+    RETURN_IF_ERROR(ParseAxisList(c, *mesh, &axes));
   }
   if (!c.AtEnd()) return Bad("unexpected text after mesh replica groups", text);
   return std::make_pair(*std::move(mesh), std::move(axes));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -83,8 +84,8 @@ absl::StatusOr<bool> ConstantAndIdCse::Run(HloModule* module) {
       const bool is_constant = h->opcode() == HloOpcode::kConstant;
       const bool is_id = h->opcode() == HloOpcode::kPartitionId ||
                          h->opcode() == HloOpcode::kReplicaId;
-      if (absl::Status st = h->ReplaceAllUsesWith(it->second); !st.ok()) return st;
-      if (absl::Status st = comp->RemoveInstruction(h); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(it->second));
+      RETURN_IF_ERROR(comp->RemoveInstruction(h));
       (is_constant ? constants : is_id ? ids : layout) += 1;
     }
     if (constants + ids + layout > 0) {

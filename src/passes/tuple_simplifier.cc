@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -66,7 +67,7 @@ absl::StatusOr<bool> TupleSimplifier::Run(HloModule* module) {
       }
       if (replacement == nullptr || replacement == h) continue;
       if (h->user_count() == 0 && !h->IsRoot()) continue;  // dead: leave it to dce
-      if (absl::Status st = h->ReplaceAllUsesWith(replacement); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(replacement));
       RemoveIfDead(comp, h);
       ++rewrites;
     }

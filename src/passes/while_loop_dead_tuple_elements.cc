@@ -11,6 +11,7 @@
 #include "hlo/builders.h"
 #include "nlohmann/json.hpp"
 #include "passes/dce.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 namespace {
@@ -238,7 +239,7 @@ absl::Status Rewrite(HloInstruction* w, const std::vector<int64_t>& dead) {
                                                    init->opcode() == HloOpcode::kTuple
                                                        ? init->name()
                                                        : absl::StrCat(w->name(), ".init"));
-  if (absl::Status st = w->ReplaceOperandWith(0, new_init); !st.ok()) return st;
+  RETURN_IF_ERROR(w->ReplaceOperandWith(0, new_init));
   if (init->opcode() == HloOpcode::kTuple && init->user_count() == 0 && !init->IsRoot()) {
     const std::string old_name = init->name();
     if (DeadCodeElimination::RemoveDeadChain(init) > 0) new_init->set_name(old_name);
@@ -296,7 +297,7 @@ absl::Status PassThrough(HloInstruction* w, const std::vector<int64_t>& elements
     if (g == nullptr) {
       g = AddGetTupleElement(body, bparam, j, absl::StrCat(bparam->name(), ".passthrough"));
     }
-    if (absl::Status st = root->ReplaceOperandWith(j, g); !st.ok()) return st;
+    RETURN_IF_ERROR(root->ReplaceOperandWith(j, g));
   }
   if (absl::StatusOr<int64_t> r = DeadCodeElimination::RunOnComputation(body); !r.ok()) {
     return r.status();
@@ -321,7 +322,7 @@ absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
         continue;
       }
       if (!a.passthrough.empty()) {
-        if (absl::Status st = PassThrough(w, a.passthrough); !st.ok()) return st;
+        RETURN_IF_ERROR(PassThrough(w, a.passthrough));
         changed = true;
         AddRemark(w->name(), true,
                   absl::StrCat("the loop runs once (known_trip_count 1): the body no longer "
@@ -338,7 +339,7 @@ absl::StatusOr<bool> WhileLoopDeadTupleElements::Run(HloModule* module) {
         continue;
       }
       const int64_t before = static_cast<int64_t>(w->shape().tuple_shapes.size());
-      if (absl::Status st = Rewrite(w, a.dead); !st.ok()) return st;
+      RETURN_IF_ERROR(Rewrite(w, a.dead));
       changed = true;
       AddRemark(w->name(), true,
                 absl::StrCat("removed unread tuple element", a.dead.size() == 1 ? " " : "s ", "{",

@@ -596,13 +596,13 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
   if (variant.rewrite) {
     PassOptions options = c_.pass_options;
     for (const auto& [k, v] : variant.options) options.Set(k, v);
-    if (absl::Status st = run(pass, options); !st.ok()) return st;
+    RETURN_IF_ERROR(run(pass, options));
   }
   auto at = std::find(c_.pipeline.begin(), c_.pipeline.end(), pass);
   auto begin = at == c_.pipeline.end() ? c_.pipeline.begin() : at + 1;
   for (auto it = begin; it != c_.pipeline.end(); ++it) {
     if (*it == pass) continue;
-    if (absl::Status st = run(*it, c_.pass_options); !st.ok()) return st;
+    RETURN_IF_ERROR(run(*it, c_.pass_options));
   }
   if (!c_.dump_dir.empty() && !dump_name_.empty()) {
     std::ofstream out(std::filesystem::path(c_.dump_dir) / (dump_name_ + ".hlo"));
@@ -634,7 +634,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
   if (auto known = canonical_id_of_key_.find(pass_key); known != canonical_id_of_key_.end()) {
     region_id = known->second;
   } else {
-    if (absl::Status st = parse(); !st.ok()) return st;
+    RETURN_IF_ERROR(parse());
     const int64_t fresh = static_cast<int64_t>(canonical_ids_.size());
     region_id = canonical_ids_
                     .try_emplace(absl::StrCat(query.pass, "\n", CanonicalRegionText(*region)),
@@ -664,7 +664,7 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
       }
       dump_name_ = absl::StrCat(dumped_++, ".", query.location, ".", label);
     }
-    if (absl::Status st = parse(); !st.ok()) return st;
+    RETURN_IF_ERROR(parse());
     absl::StatusOr<std::pair<double, double>> us =
         EstimateVariantBound(*region, query.pass, v, query.one_stream_bound);
     if (!us.ok()) return us.status();

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spmd/spmd_partitioner.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 
@@ -17,7 +18,7 @@ std::vector<std::string> PartitionPassNames(bool propagate_only) {
 absl::Status PartitionModule(HloModule* module, const PartitionOptions& options,
                              std::vector<Remark>* remarks, std::vector<PassTiming>* timings) {
   if (!options.propagate_only) {
-    if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
+    RETURN_IF_ERROR(CheckDeclinedCalls(*module));
   }
   module->num_partitions = std::max<int64_t>(1, options.num_partitions);
   HloPassPipeline pipeline;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spmd/partition_ring.h"
+#include "hlo/status_macros.h"
 
 namespace weave::spmd {
 namespace {
@@ -144,7 +145,7 @@ absl::StatusOr<bool> ReduceScatterCreator::Run(HloModule* module) {
       // of the computation, per candidate.
       HloInstruction* ar = m->ar;
       bool ar_removed = false;
-      if (absl::Status st = ds->ReplaceAllUsesWith(added); !st.ok()) return st;
+      RETURN_IF_ERROR(ds->ReplaceAllUsesWith(added));
       if (absl::Status st = comp->RemoveUnusedChains(
               {ds},
               [ar, &ar_removed](const HloInstruction* i) {

@@ -125,7 +125,7 @@ absl::StatusOr<MeshSharding> ParseShardingBody(TextCursor& c, const SdyMeshes& m
   if (!c.Consume(']')) {
     do {
       DimAxes d;
-      if (absl::Status st = ParseSdyAxisList(c, s.mesh, &d.axes, &d); !st.ok()) return st;
+      RETURN_IF_ERROR(ParseSdyAxisList(c, s.mesh, &d.axes, &d));
       s.dims.push_back(std::move(d));
     } while (c.Consume(','));
     if (!c.Consume(']')) return Bad("expected ']' after dimension shardings", c.text());

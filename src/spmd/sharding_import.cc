@@ -230,7 +230,7 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
       if (h->opcode() != HloOpcode::kCustomCall) continue;
       if (IsCall(h, "xla.sdy.ShardingGroup") && h->user_count() == 0 && !h->IsRoot()) {
-        if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+        RETURN_IF_ERROR(c->RemoveInstruction(h));
         changed = true;
         continue;
       }
@@ -266,8 +266,8 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
         first += n;
       }
       root->sharding = Sharding::Tuple(std::move(leaves)).ToHlo();
-      if (absl::Status st = h->ReplaceAllUsesWith(h->operand(0)); !st.ok()) return st;
-      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(h->operand(0)));
+      RETURN_IF_ERROR(c->RemoveInstruction(h));
     }
   }
   ASSIGN_OR_RETURN(bool manual, ImportManualComputations(module, meshes));
@@ -319,8 +319,8 @@ absl::StatusOr<bool> ShardingImport::ImportManualComputations(HloModule* module,
       HloInstruction* repl = outs.size() == 1 && !h->shape().IsTuple()
                                  ? outs[0]
                                  : c->AddInstruction(HloOpcode::kTuple, h->shape(), outs, "tuple");
-      if (absl::Status st = h->ReplaceAllUsesWith(repl); !st.ok()) return st;
-      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(repl));
+      RETURN_IF_ERROR(c->RemoveInstruction(h));
     }
     // Inline the manual bodies.
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {

@@ -473,7 +473,7 @@ int64_t Propagator::WriteBack() {
 
 absl::StatusOr<bool> ShardingPropagation::Run(HloModule* module) {
   Propagator p(module, recompute_all_);
-  if (absl::Status st = p.Init(); !st.ok()) return st;
+  RETURN_IF_ERROR(p.Init());
   p.Run();
   const int64_t inferred = p.WriteBack();
   AddAnalysisRemark(module->name(), absl::StrCat("sharded ", inferred, " of ", p.Summary()));

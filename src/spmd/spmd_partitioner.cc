@@ -94,7 +94,7 @@ bool AllManual(const Sharding& s) {
 absl::Status CheckDevices(const Sharding& s, int64_t n, const HloInstruction& h) {
   if (s.IsTuple()) {
     for (const Sharding& l : s.leaves()) {
-      if (absl::Status st = CheckDevices(l, n, h); !st.ok()) return st;
+      RETURN_IF_ERROR(CheckDevices(l, n, h));
     }
     return absl::OkStatus();
   }
@@ -247,7 +247,7 @@ absl::StatusOr<HloComputation*> ComputationPartitioner::PartitionCallee(
   auto fresh = std::make_unique<HloComputation>(callee->name() + ".spmd");
   HloComputation* c = ctx_->module->AddComputation(std::move(fresh));
   ComputationPartitioner sub(callee, c, ctx_, remarks_);
-  if (absl::Status st = sub.Run(params, root); !st.ok()) return st;
+  RETURN_IF_ERROR(sub.Run(params, root));
   remat_count_ += sub.remat_count();
   return c;
 }
@@ -273,7 +273,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     }
   }
   const Sharding& target = Target(&h);
-  if (absl::Status st = CheckManualSubgroupCollective(h, target); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckManualSubgroupCollective(h, target));
   // Manual regions are already per device: clone as is (a tuple manual in every leaf too, such
   // as a manual loop's state).
   if (AllManual(target) && !IsCall(h, "SPMDFullToShardShape")) {
@@ -510,7 +510,7 @@ absl::Status ComputationPartitioner::Run(const std::vector<Sharding>& params,
     }
     if (s.IsUnset() || s.IsUnknown()) s = Sharding::Replicated();
     s = Sharding::Broadcast(s, h->shape());
-    if (absl::Status st = CheckDevices(s, n, *h); !st.ok()) return st;
+    RETURN_IF_ERROR(CheckDevices(s, n, *h));
     targets_[slot] = std::move(s);
   }
   // Each local instruction that is some old instruction's value, with the first such old one
@@ -594,7 +594,7 @@ absl::Status CheckDeclinedCalls(const HloModule& module) {
 absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   HloComputation* entry = module->entry();
   if (entry == nullptr) return absl::InvalidArgumentError("module has no entry computation");
-  if (absl::Status st = CheckDeclinedCalls(*module); !st.ok()) return st;
+  RETURN_IF_ERROR(CheckDeclinedCalls(*module));
   for (auto& [name, message] : ExpandForPartitioning(module)) {
     if (remarks_) remarks_->push_back({"spmd-partitioner", name, true, std::move(message)});
   }
@@ -633,9 +633,9 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   HloComputation* c = module->AddComputation(std::move(fresh));
   const std::string entry_name = entry->name();
   ComputationPartitioner cp(entry, c, &ctx, remarks_);
-  if (absl::Status st = cp.Run(params, &root_sharding); !st.ok()) return st;
+  RETURN_IF_ERROR(cp.Run(params, &root_sharding));
   module->set_entry(c);
-  if (absl::Status st = module->RemoveComputation(entry); !st.ok()) return st;
+  RETURN_IF_ERROR(module->RemoveComputation(entry));
   module->RemoveUnusedComputations();
   // Computation names back to the originals; shardings only on entry parameters and root.
   for (HloComputation* comp : module->computations()) {

@@ -76,10 +76,10 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
       if (IsIdentityCall(h)) {
         HloInstruction* op = h->operand(0);
         const bool root = h->IsRoot();
-        if (absl::Status st = h->ReplaceAllUsesWith(op); !st.ok()) return st;
+        RETURN_IF_ERROR(h->ReplaceAllUsesWith(op));
         if (root) c->set_root(op);
         if (!op->sharding && h->sharding) op->sharding = h->sharding;
-        if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+        RETURN_IF_ERROR(c->RemoveInstruction(h));
         ++identities;
         continue;
       }
@@ -102,9 +102,9 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
       }
       const bool root = h->IsRoot();
       const std::string name = h->name();
-      if (absl::Status st = h->ReplaceAllUsesWith(copy); !st.ok()) return st;
+      RETURN_IF_ERROR(h->ReplaceAllUsesWith(copy));
       if (root) c->set_root(copy);
-      if (absl::Status st = c->RemoveInstruction(h); !st.ok()) return st;
+      RETURN_IF_ERROR(c->RemoveInstruction(h));
       copy->set_name(name);
       ++copies;
     }

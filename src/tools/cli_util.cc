@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "passes/pass.h"
+#include "hlo/status_macros.h"
 
 namespace weave::tools {
 namespace {
@@ -75,7 +76,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
     return std::cout ? absl::OkStatus() : absl::InternalError("cannot write to stdout");
   }
   fs::path target;
-  if (absl::Status st = ResolveSymlinks(fs::path(path), &target); !st.ok()) return st;
+  RETURN_IF_ERROR(ResolveSymlinks(fs::path(path), &target));
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(target, ec);
   if (fs::exists(st)) {

@@ -401,7 +401,7 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
   std::vector<std::pair<HloInstruction*, int64_t>> elementwise;
   if (!has_elementwise) {
     if (!c.chain.empty()) {
-      if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, y); !st.ok()) return st;
+      RETURN_IF_ERROR(c.chain[0]->ReplaceOperandWith(0, y));
       y = c.chain.back();
     }
   } else {
@@ -468,7 +468,7 @@ absl::StatusOr<Applied> ApplyA(const Candidate& c, int64_t chunks, Ids* ids,
     Derive(t, acc);
   }
   ids->next_queue = out.q0 + chunks;
-  if (absl::Status st = d->ReplaceAllUsesWith(acc); !st.ok()) return st;
+  RETURN_IF_ERROR(d->ReplaceAllUsesWith(acc));
   if (absl::Status st = comp->RemoveUnusedChains(
           {d, t}, [](const HloInstruction* i) { return i->IsRemovableWhenUnused(); });
       !st.ok()) {
@@ -505,10 +505,10 @@ absl::StatusOr<Applied> ApplyB(const Candidate& c, int64_t chunks, Ids* ids,
   ids->next_queue = out.q0 + chunks;
   std::vector<HloInstruction*> seeds = {t};
   if (c.chain.empty()) {
-    if (absl::Status st = t->ReplaceAllUsesWith(acc); !st.ok()) return st;
+    RETURN_IF_ERROR(t->ReplaceAllUsesWith(acc));
   } else {
-    if (absl::Status st = c.chain[0]->ReplaceOperandWith(0, acc); !st.ok()) return st;
-    if (absl::Status st = t->ReplaceAllUsesWith(c.chain.back()); !st.ok()) return st;
+    RETURN_IF_ERROR(c.chain[0]->ReplaceOperandWith(0, acc));
+    RETURN_IF_ERROR(t->ReplaceAllUsesWith(c.chain.back()));
     seeds.push_back(m);
   }
   if (absl::Status st = comp->RemoveUnusedChains(

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "hlo/builders.h"
+#include "hlo/status_macros.h"
 
 namespace weave {
 
@@ -41,7 +42,7 @@ absl::StatusOr<int64_t> AppendLoopState(HloInstruction* w, const std::vector<Hlo
   init_ops.insert(init_ops.end(), values.begin(), values.end());
   HloInstruction* new_init = comp->AddInstruction(HloOpcode::kTuple, state, init_ops,
                                                   absl::StrCat(old_init->name(), std::string(suffix)));
-  if (absl::Status s = w->ReplaceOperandWith(0, new_init); !s.ok()) return s;
+  RETURN_IF_ERROR(w->ReplaceOperandWith(0, new_init));
   w->set_shape(state);
   w->sharding.reset();
   if (old_init->user_count() == 0 && !old_init->IsRoot()) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
 #include "windowed_einsum/windowed_einsum_plan.h"
+#include "hlo/status_macros.h"
 
 namespace weave::windowed_einsum {
 
@@ -253,7 +254,7 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
   ctx.remark(dot->name(), true, msg, CollectiveNames(p.ag));
 
   std::vector<HloInstruction*> seeds(dot->operands().begin(), dot->operands().end());
-  if (absl::Status s = FinishReplace(ctx, dot, res); !s.ok()) return s;
+  RETURN_IF_ERROR(FinishReplace(ctx, dot, res));
   return RemoveDeadChains(ctx, seeds);
 }
 

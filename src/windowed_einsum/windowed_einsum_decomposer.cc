@@ -207,7 +207,7 @@ absl::StatusOr<bool> PlanAndBuild(DecomposerContext& ctx, Gate& gate, HloInstruc
       absl::StrAppend(&plan->note, "; ", e.Note());
     }
   }
-  if (absl::Status s = windowed_einsum::BuildAgLoop(ctx, *plan); !s.ok()) return s;
+  RETURN_IF_ERROR(windowed_einsum::BuildAgLoop(ctx, *plan));
   if (built != nullptr) *built = owner;
   return true;
 }
@@ -494,7 +494,7 @@ absl::StatusOr<bool> WindowedEinsumDecomposer::Run(HloModule* module) {
     absl::flat_hash_set<const HloComputation*> done;
     for (HloComputation* c : ctx.maybe_unused) {
       if (called.contains(c) || !done.insert(c).second) continue;
-      if (absl::Status s = module->RemoveComputation(c); !s.ok()) return s;
+      RETURN_IF_ERROR(module->RemoveComputation(c));
     }
   }
   if (changed && ctx.num_partitions != module->num_partitions) {

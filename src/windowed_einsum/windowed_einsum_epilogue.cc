@@ -246,14 +246,14 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
         clone->sharding.reset();
         map[i] = body->AddInstruction(std::move(clone));
       }
-      if (absl::Status st = dus->ReplaceOperandWith(1, map.at(sink)); !st.ok()) return st;
+      RETURN_IF_ERROR(dus->ReplaceOperandWith(1, map.at(sink)));
     }
     // Names for the remark, taken before the region is removed.
     std::vector<std::string> names;
     for (const HloInstruction* i : region) names.push_back(absl::StrCat("'", i->name(), "'"));
     // After the loop, the sink is the loop's output.
     if (sink->sharding && !out->sharding) out->sharding = sink->sharding;
-    if (absl::Status s = sink->ReplaceAllUsesWith(out); !s.ok()) return s;
+    RETURN_IF_ERROR(sink->ReplaceAllUsesWith(out));
     if (absl::Status s = comp->RemoveUnusedChains(
             {sink}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); });
         !s.ok()) {

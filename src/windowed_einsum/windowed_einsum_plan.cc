@@ -10,6 +10,7 @@
 #include "analysis/user_attributes.h"
 #include "hlo/dot_dims.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
+#include "hlo/status_macros.h"
 
 namespace weave::windowed_einsum {
 namespace {
@@ -535,7 +536,7 @@ absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstr
       for (HloComputation* c : i->called_computations()) ctx.maybe_unused.push_back(c);
     }
     ctx.removed.insert(i);
-    if (absl::Status s = i->parent()->RemoveInstruction(i); !s.ok()) return s;
+    RETURN_IF_ERROR(i->parent()->RemoveInstruction(i));
     for (HloInstruction* o : ops) {
       if (!ctx.removed.contains(o)) work.push_back(o);
     }
@@ -545,7 +546,7 @@ absl::Status RemoveDeadChains(DecomposerContext& ctx, const std::vector<HloInstr
 
 absl::Status FinishReplace(DecomposerContext& ctx, HloInstruction* old, HloInstruction* repl) {
   if (old->sharding) repl->sharding = old->sharding;
-  if (absl::Status s = old->ReplaceAllUsesWith(repl); !s.ok()) return s;
+  RETURN_IF_ERROR(old->ReplaceAllUsesWith(repl));
   ctx.removed.insert(old);
   return old->parent()->RemoveInstruction(old);
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
 #include "windowed_einsum/windowed_einsum_plan.h"
+#include "hlo/status_macros.h"
 
 namespace weave::windowed_einsum {
 
@@ -160,7 +161,7 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
   ctx.remark(p.result->name(), true, msg, CollectiveNames(p.reduce));
 
   std::vector<HloInstruction*> seeds(p.result->operands().begin(), p.result->operands().end());
-  if (absl::Status s = FinishReplace(ctx, p.result, res); !s.ok()) return s;
+  RETURN_IF_ERROR(FinishReplace(ctx, p.result, res));
   return RemoveDeadChains(ctx, seeds);
 }
 

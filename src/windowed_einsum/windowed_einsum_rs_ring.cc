@@ -9,6 +9,7 @@
 #include "analysis/dequantize.h"
 #include "passes/gpu_backend_config.h"
 #include "windowed_einsum/windowed_einsum_emitter.h"
+#include "hlo/status_macros.h"
 
 namespace weave::windowed_einsum {
 namespace {
@@ -217,7 +218,7 @@ absl::Status BuildRsRingLoop(DecomposerContext& ctx, const RsPlan& p) {
   ctx.remark(p.result->name(), true, msg);
 
   std::vector<HloInstruction*> seeds(p.result->operands().begin(), p.result->operands().end());
-  if (absl::Status s = FinishReplace(ctx, p.result, res); !s.ok()) return s;
+  RETURN_IF_ERROR(FinishReplace(ctx, p.result, res));
   return RemoveDeadChains(ctx, seeds);
 }
 

@@ -242,7 +242,7 @@ absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t 
     }
     if (replacement == nullptr) continue;
     const bool root = h->IsRoot();
-    if (absl::Status st = h->ReplaceAllUsesWith(replacement); !st.ok()) return st;
+    RETURN_IF_ERROR(h->ReplaceAllUsesWith(replacement));
     if (root) comp->set_root(replacement);
     ++rewrites;
     // The replaced dot (or pad and its dot) and a slice nothing else reads go now, so that the
@@ -257,7 +257,7 @@ absl::StatusOr<int64_t> CanonicalizeUnevenWindows(HloComputation* comp, int64_t 
     }
     for (HloInstruction* d : dead) {
       if (d->user_count() == 0 && !d->IsRoot()) {
-        if (absl::Status st = comp->RemoveInstruction(d); !st.ok()) return st;
+        RETURN_IF_ERROR(comp->RemoveInstruction(d));
       }
     }
   }
