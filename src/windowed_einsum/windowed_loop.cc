@@ -326,10 +326,6 @@ std::optional<std::vector<int64_t>> ApplyRingSteps(const std::vector<RingStep>& 
 
 namespace {
 
-// What MatchAllGather returns when the operand it tries does not circulate at all (no reason to
-// report: the reduce-scatter form or the other operand may still match).
-constexpr char kNotThisOperand[] = "-";
-
 // Index of the loop-state element that the condition's root compares with a constant
 // (`compare(get-tuple-element(param, i), constant)` in either operand order), or -1.
 int64_t FindCounterIndex(const HloComputation* condition) {
@@ -376,8 +372,9 @@ class LoopMatcher {
   std::string CollectBodyOps();
   // All-gather first (one operand circulates), then reduce-scatter (both passed through).
   std::string MatchDots();
-  // The AG form with windowed operand `operand`; empty and `loop_` filled when it matches.
-  std::string MatchAllGather(int64_t operand);
+  // The AG form with windowed operand `operand`: true with `loop_` filled when it matches;
+  // otherwise *why says why, left empty when `operand` does not circulate at all.
+  bool MatchAllGather(int64_t operand, std::string* why);
   std::string MatchReduceScatter(const std::string& ag_why);
   void ClassifyLayout();
   // The handler's layout: FP8 operands with their scale elements, the activation cache element.
@@ -520,21 +517,21 @@ std::string LoopMatcher::MatchDots() {
   std::string ag_why;
   if (!loop_.identity_permutes) {
     for (int64_t operand = 0; operand < 2; ++operand) {
-      std::string why = MatchAllGather(operand);
-      if (why.empty()) return "";
+      std::string why;
+      if (MatchAllGather(operand, &why)) return "";
       // The reason reported is that of the last operand tried that circulates at all.
-      if (why != kNotThisOperand) ag_why = std::move(why);
+      if (!why.empty()) ag_why = std::move(why);
     }
   }
   return MatchReduceScatter(ag_why);
 }
 
-std::string LoopMatcher::MatchAllGather(int64_t operand) {
+bool LoopMatcher::MatchAllGather(int64_t operand, std::string* why) {
   // Elements 0/1: `operand` circulates through the ring, the other one is passed through.
   std::vector<RingStep> root_ring;
   HloInstruction* start = TraceRing(root_->operand(operand), param_, &root_ring);
-  if (start == nullptr || start->tuple_index != operand) return kNotThisOperand;
-  if (!IsGteOf(root_->operand(1 - operand), param_, 1 - operand)) return kNotThisOperand;
+  if (start == nullptr || start->tuple_index != operand) return false;
+  if (!IsGteOf(root_->operand(1 - operand), param_, 1 - operand)) return false;
   std::vector<WindowedDot> dots;
   bool any_ring = !root_ring.empty();
   for (HloInstruction* gemm : gemms_) {
@@ -544,20 +541,24 @@ std::string LoopMatcher::MatchAllGather(int64_t operand) {
         OperandCore(gemm->operand(operand), gemm->opcode() == HloOpcode::kCustomCall);
     HloInstruction* window_start = TraceRing(window, param_, &wd.ring);
     if (window_start == nullptr || window_start->tuple_index != operand) {
-      return absl::StrCat("dot '", gemm->name(), "' does not read the windowed operand ", operand,
+      *why = absl::StrCat("dot '", gemm->name(), "' does not read the windowed operand ", operand,
                           " through the collective-permute ring");
+      return false;
     }
     wd.window = window;
     any_ring = any_ring || !wd.ring.empty();
     wd.merge = MergeUser(gemm);
     dots.push_back(std::move(wd));
   }
-  if (!any_ring) return "no dot reads a permuted shard";
+  if (!any_ring) {
+    *why = "no dot reads a permuted shard";
+    return false;
+  }
   loop_.kind = WindowedLoopKind::kAllGather;
   loop_.windowed_operand = operand;
   loop_.root_ring = std::move(root_ring);
   loop_.dots = std::move(dots);
-  return "";
+  return true;
 }
 
 std::string LoopMatcher::MatchReduceScatter(const std::string& ag_why) {
