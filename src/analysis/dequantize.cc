@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "hlo/builders.h"
+
 namespace weave {
 
 bool IsDequantizableFp8(PrimitiveType t) {
@@ -76,8 +78,7 @@ HloInstruction* BuildDequantize(HloComputation* comp, HloInstruction* q, HloInst
   Shape out = shape.WithElementType(wide);
   const std::string base = q->name() + ".dq";
   HloInstruction* cvt = comp->AddInstruction(HloOpcode::kConvert, out, {q}, base + ".cvt");
-  HloInstruction* bc = comp->AddInstruction(HloOpcode::kBroadcast, out, {scale}, base + ".bcast");
-  bc->dimensions = broadcast_dims;
+  HloInstruction* bc = AddBroadcast(comp, scale, out, broadcast_dims, base + ".bcast");
   return comp->AddInstruction(divide ? HloOpcode::kDivide : HloOpcode::kMultiply, out, {cvt, bc},
                               base);
 }

@@ -84,6 +84,14 @@ absl::Status Checker::Check() {
       h_.opcode() == HloOpcode::kConditional) {
     RETURN_IF_ERROR(CalleesOnCallerThread());
   }
+  if (std::optional<absl::Status> status = CheckArrayOp()) return *std::move(status);
+  if (std::optional<absl::Status> status = CheckCallOrCollectiveOp()) return *std::move(status);
+  if (IsUnaryModelled(h_.opcode())) return Unary();
+  if (IsBinaryModelled(h_.opcode())) return Binary();
+  return absl::OkStatus();  // not modelled: checked elsewhere (evaluator, later stages)
+}
+
+std::optional<absl::Status> Checker::CheckArrayOp() {
   switch (h_.opcode()) {
     case HloOpcode::kParameter:
     case HloOpcode::kAfterAll:
@@ -148,6 +156,15 @@ absl::Status Checker::Check() {
       return Scan();
     case HloOpcode::kClamp:
       return Clamp();
+    case HloOpcode::kBitcastConvert:
+      return BitcastConvert();
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<absl::Status> Checker::CheckCallOrCollectiveOp() {
+  switch (h_.opcode()) {
     case HloOpcode::kWhile:
       return While();
     case HloOpcode::kConditional:
@@ -188,14 +205,9 @@ absl::Status Checker::Check() {
       return Fusion();
     case HloOpcode::kMap:
       return Map();
-    case HloOpcode::kBitcastConvert:
-      return BitcastConvert();
     default:
-      break;
+      return std::nullopt;
   }
-  if (IsUnaryModelled(h_.opcode())) return Unary();
-  if (IsBinaryModelled(h_.opcode())) return Binary();
-  return absl::OkStatus();  // not modelled: checked elsewhere (evaluator, later stages)
 }
 
 bool Checker::IsUnaryModelled(HloOpcode op) {

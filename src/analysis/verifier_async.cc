@@ -235,66 +235,12 @@ absl::Status Checker::AsyncOp() {
   // A link that does not name its computation wraps its chain's (the async-start's).
   const HloComputation* chained = AsyncChainComputation(h_);
   if (chained != nullptr && chained->root() != nullptr && op != HloOpcode::kAsyncDone) {
-    const Shape params = ParamTuple(*chained);
-    if (!IsShapePrefix(s.tuple_shapes[0], params)) {
-      return Err(absl::StrCat("operands ", ShapeText(s.tuple_shapes[0]), " are not a prefix of computation '",
-                              chained->name(), "''s parameters ", ShapeText(params)));
-    }
-    if (!IsShapePrefix(s.tuple_shapes[1], chained->root()->shape())) {
-      return Err(absl::StrCat("result ", ShapeText(s.tuple_shapes[1]), " is not a prefix of computation '",
-                              chained->name(), "''s result ", ShapeText(chained->root()->shape())));
-    }
+    RETURN_IF_ERROR(AsyncShapeFitsComputation(*chained));
   }
   if (wrapped != nullptr && wrapped->root() != nullptr) {
-    // The wrapped computation's thread is the op's; on the main thread it holds one
-    // instruction besides its parameters (XLA: unless a collectives group or a barrier).
-    const std::string mine = AsyncThread(h_);
-    const std::string theirs = ExecutionThreadName(wrapped->execution_thread);
-    if (mine != theirs) {
-      return Err(absl::StrCat("runs on thread \"", mine, "\", but its computation '", wrapped->name(), "' on \"",
-                              theirs, "\""));
-    }
-    if (op == HloOpcode::kAsyncStart && theirs == "main" && !h_.frontend_attributes.count("_collectives_group")) {
-      bool single = true, barrier = true;
-      for (const HloInstruction* i : wrapped->instructions()) {
-        if (i == wrapped->root() || i->opcode() == HloOpcode::kParameter) continue;
-        single = false;
-        barrier &= i->opcode() == HloOpcode::kGetTupleElement;
-      }
-      if (!single && !barrier) {
-        return Err(absl::StrCat("its computation '", wrapped->name(),
-                                "' holds more than its root and parameters (an async computation wraps one op)"));
-      }
-    }
-    if (op == HloOpcode::kAsyncDone && !ShapesMatch(s, wrapped->root()->shape())) {
-      return Err(absl::StrCat("result ", ShapeText(s), " is not computation '", wrapped->name(), "''s result ",
-                              ShapeText(wrapped->root()->shape())));
-    }
+    RETURN_IF_ERROR(AsyncWrappedComputation(*wrapped));
   }
-  if (op == HloOpcode::kAsyncStart) {
-    if (sugared) {
-      // A sugared reduction (`all-reduce-start`, `reduce-scatter-start` written as async sugar)
-      // calls its reducer: the same rule as the plain op's (XLA verifies the wrapped op).
-      const std::optional<HloOpcode> base = ParseHloOpcode(h_.async_sugar());
-      if (base && (*base == HloOpcode::kAllReduce || *base == HloOpcode::kReduceScatter) &&
-          h_.operand_count() > 0) {
-        if (absl::Status st = Reducer({Op(0).element_type}); !st.ok()) return st;
-      }
-      return AliasingConfig();
-    }
-    const Shape& bound = s.tuple_shapes[0];
-    if (h_.operand_count() != static_cast<int64_t>(bound.tuple_shapes.size())) {
-      return Err(absl::StrCat("binds ", bound.tuple_shapes.size(), " operands in ", ShapeText(s), ", but has ",
-                              h_.operand_count()));
-    }
-    for (int64_t i = 0; i < h_.operand_count(); ++i) {
-      if (!ShapesMatch(Op(i), bound.tuple_shapes[static_cast<size_t>(i)])) {
-        return Err(absl::StrCat("operand ", i, " ", ShapeText(Op(i)), " is not the bound operand ",
-                                ShapeText(bound.tuple_shapes[static_cast<size_t>(i)])));
-      }
-    }
-    return AliasingConfig();
-  }
+  if (op == HloOpcode::kAsyncStart) return AsyncStartOperands(sugared);
   if (op == HloOpcode::kAsyncDone) {
     RETURN_IF_ERROR(OperandCount(1));
   } else if (h_.operand_count() < 1) {
@@ -313,48 +259,131 @@ absl::Status Checker::AsyncOp() {
   if (!x.IsTuple() || x.tuple_shapes.size() < 2 || !x.tuple_shapes[0].IsTuple()) {
     return Err(absl::StrCat("operand '", h_.operand(0)->name(), "' ", ShapeText(x), " is not an async value"));
   }
-  if (!carried) {
-    // The chain wraps one op, one computation, on one thread (XLA's parser checks each link
-    // against the one before; the computation is the start's when a link does not name it).
-    const HloInstruction& prev = *h_.operand(0);
-    if (!h_.async_sugar().empty() && !prev.async_sugar().empty() && h_.async_sugar() != prev.async_sugar()) {
-      return Err(absl::StrCat("wraps ", h_.async_sugar(), ", but '", prev.name(), "' wraps ", prev.async_sugar()));
-    }
-    const HloInstruction* start = &prev;
-    while (start->opcode() == HloOpcode::kAsyncUpdate && start->operand_count() > 0 &&
-           (start->operand(0)->opcode() == HloOpcode::kAsyncStart ||
-            start->operand(0)->opcode() == HloOpcode::kAsyncUpdate)) {
-      start = start->operand(0);
-    }
-    const HloInstruction* named = &prev;
-    while (Wrapped(*named) == nullptr && named != start) named = named->operand(0);
-    if (Wrapped(h_) != nullptr && Wrapped(*named) != nullptr && Wrapped(h_) != Wrapped(*named)) {
-      return Err(absl::StrCat("calls '", Wrapped(h_)->name(), "', but '", named->name(), "' calls '",
-                              Wrapped(*named)->name(), "'"));
-    }
-    const std::string* mine = h_.GetRawAttribute("async_execution_thread");
-    const std::string* theirs = start->GetRawAttribute("async_execution_thread");
-    const std::string started = theirs == nullptr ? std::string("\"main\"") : *theirs;
-    if (mine != nullptr && *mine != started) {
-      return Err(absl::StrCat("runs on async_execution_thread=", *mine, ", but its async-start '", start->name(),
-                              "' on ", started));
-    }
-  }
-  if (op == HloOpcode::kAsyncDone) {
-    // The operands are all bound by now (XLA: AreOperandsAndOutputFullyBound at {0}).
-    const HloComputation* c = chained;
-    if (c != nullptr && x.tuple_shapes[0].tuple_shapes.size() != static_cast<size_t>(c->num_parameters())) {
-      return Err(absl::StrCat("its async value binds ", x.tuple_shapes[0].tuple_shapes.size(), " of computation '",
-                              c->name(), "''s ", c->num_parameters(), " operands (all must be bound by the done)"));
-    }
-    if (c == nullptr) return ResultIs(x.tuple_shapes[1], "the async-start's result");
-    if (c->root() != nullptr && !ShapesMatch(s, c->root()->shape())) {
-      return Err(absl::StrCat("result ", ShapeText(s), " is not computation '", c->name(), "''s result ",
-                              ShapeText(c->root()->shape())));
-    }
-    return absl::OkStatus();
-  }
+  if (!carried) RETURN_IF_ERROR(AsyncChainLink());
+  if (op == HloOpcode::kAsyncDone) return AsyncDoneResult(chained);
   if (sugared) return ResultIs(x, "its operand's shape");
+  return AsyncUpdateOperands();
+}
+
+absl::Status Checker::AsyncShapeFitsComputation(const HloComputation& chained) const {
+  const Shape& s = h_.shape();
+  const Shape params = ParamTuple(chained);
+  if (!IsShapePrefix(s.tuple_shapes[0], params)) {
+    return Err(absl::StrCat("operands ", ShapeText(s.tuple_shapes[0]), " are not a prefix of computation '",
+                            chained.name(), "''s parameters ", ShapeText(params)));
+  }
+  if (!IsShapePrefix(s.tuple_shapes[1], chained.root()->shape())) {
+    return Err(absl::StrCat("result ", ShapeText(s.tuple_shapes[1]), " is not a prefix of computation '",
+                            chained.name(), "''s result ", ShapeText(chained.root()->shape())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::AsyncWrappedComputation(const HloComputation& wrapped) const {
+  const HloOpcode op = h_.opcode();
+  const Shape& s = h_.shape();
+  // The wrapped computation's thread is the op's; on the main thread it holds one
+  // instruction besides its parameters (XLA: unless a collectives group or a barrier).
+  const std::string mine = AsyncThread(h_);
+  const std::string theirs = ExecutionThreadName(wrapped.execution_thread);
+  if (mine != theirs) {
+    return Err(absl::StrCat("runs on thread \"", mine, "\", but its computation '", wrapped.name(), "' on \"",
+                            theirs, "\""));
+  }
+  if (op == HloOpcode::kAsyncStart && theirs == "main" && !h_.frontend_attributes.count("_collectives_group")) {
+    bool single = true, barrier = true;
+    for (const HloInstruction* i : wrapped.instructions()) {
+      if (i == wrapped.root() || i->opcode() == HloOpcode::kParameter) continue;
+      single = false;
+      barrier &= i->opcode() == HloOpcode::kGetTupleElement;
+    }
+    if (!single && !barrier) {
+      return Err(absl::StrCat("its computation '", wrapped.name(),
+                              "' holds more than its root and parameters (an async computation wraps one op)"));
+    }
+  }
+  if (op == HloOpcode::kAsyncDone && !ShapesMatch(s, wrapped.root()->shape())) {
+    return Err(absl::StrCat("result ", ShapeText(s), " is not computation '", wrapped.name(), "''s result ",
+                            ShapeText(wrapped.root()->shape())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::AsyncStartOperands(bool sugared) const {
+  const Shape& s = h_.shape();
+  if (sugared) {
+    // A sugared reduction (`all-reduce-start`, `reduce-scatter-start` written as async sugar)
+    // calls its reducer: the same rule as the plain op's (XLA verifies the wrapped op).
+    const std::optional<HloOpcode> base = ParseHloOpcode(h_.async_sugar());
+    if (base && (*base == HloOpcode::kAllReduce || *base == HloOpcode::kReduceScatter) &&
+        h_.operand_count() > 0) {
+      if (absl::Status st = Reducer({Op(0).element_type}); !st.ok()) return st;
+    }
+    return AliasingConfig();
+  }
+  const Shape& bound = s.tuple_shapes[0];
+  if (h_.operand_count() != static_cast<int64_t>(bound.tuple_shapes.size())) {
+    return Err(absl::StrCat("binds ", bound.tuple_shapes.size(), " operands in ", ShapeText(s), ", but has ",
+                            h_.operand_count()));
+  }
+  for (int64_t i = 0; i < h_.operand_count(); ++i) {
+    if (!ShapesMatch(Op(i), bound.tuple_shapes[static_cast<size_t>(i)])) {
+      return Err(absl::StrCat("operand ", i, " ", ShapeText(Op(i)), " is not the bound operand ",
+                              ShapeText(bound.tuple_shapes[static_cast<size_t>(i)])));
+    }
+  }
+  return AliasingConfig();
+}
+
+absl::Status Checker::AsyncChainLink() const {
+  // The chain wraps one op, one computation, on one thread (XLA's parser checks each link
+  // against the one before; the computation is the start's when a link does not name it).
+  const HloInstruction& prev = *h_.operand(0);
+  if (!h_.async_sugar().empty() && !prev.async_sugar().empty() && h_.async_sugar() != prev.async_sugar()) {
+    return Err(absl::StrCat("wraps ", h_.async_sugar(), ", but '", prev.name(), "' wraps ", prev.async_sugar()));
+  }
+  const HloInstruction* start = &prev;
+  while (start->opcode() == HloOpcode::kAsyncUpdate && start->operand_count() > 0 &&
+         (start->operand(0)->opcode() == HloOpcode::kAsyncStart ||
+          start->operand(0)->opcode() == HloOpcode::kAsyncUpdate)) {
+    start = start->operand(0);
+  }
+  const HloInstruction* named = &prev;
+  while (Wrapped(*named) == nullptr && named != start) named = named->operand(0);
+  if (Wrapped(h_) != nullptr && Wrapped(*named) != nullptr && Wrapped(h_) != Wrapped(*named)) {
+    return Err(absl::StrCat("calls '", Wrapped(h_)->name(), "', but '", named->name(), "' calls '",
+                            Wrapped(*named)->name(), "'"));
+  }
+  const std::string* mine = h_.GetRawAttribute("async_execution_thread");
+  const std::string* theirs = start->GetRawAttribute("async_execution_thread");
+  const std::string started = theirs == nullptr ? std::string("\"main\"") : *theirs;
+  if (mine != nullptr && *mine != started) {
+    return Err(absl::StrCat("runs on async_execution_thread=", *mine, ", but its async-start '", start->name(),
+                            "' on ", started));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::AsyncDoneResult(const HloComputation* chained) const {
+  const Shape& s = h_.shape();
+  const Shape& x = Op(0);
+  // The operands are all bound by now (XLA: AreOperandsAndOutputFullyBound at {0}).
+  const HloComputation* c = chained;
+  if (c != nullptr && x.tuple_shapes[0].tuple_shapes.size() != static_cast<size_t>(c->num_parameters())) {
+    return Err(absl::StrCat("its async value binds ", x.tuple_shapes[0].tuple_shapes.size(), " of computation '",
+                            c->name(), "''s ", c->num_parameters(), " operands (all must be bound by the done)"));
+  }
+  if (c == nullptr) return ResultIs(x.tuple_shapes[1], "the async-start's result");
+  if (c->root() != nullptr && !ShapesMatch(s, c->root()->shape())) {
+    return Err(absl::StrCat("result ", ShapeText(s), " is not computation '", c->name(), "''s result ",
+                            ShapeText(c->root()->shape())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checker::AsyncUpdateOperands() const {
+  const Shape& s = h_.shape();
+  const Shape& x = Op(0);
   // async-update: the previous value's operands and result are a prefix of its own; its extra
   // operands bind the next parameters.
   if (!IsShapePrefix(x.tuple_shapes[0], s.tuple_shapes[0]) || !IsShapePrefix(x.tuple_shapes[1], s.tuple_shapes[1])) {

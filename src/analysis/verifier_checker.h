@@ -88,6 +88,11 @@ class Checker {
   static bool IsUnaryModelled(HloOpcode op);
   static bool IsBinaryModelled(HloOpcode op);
   absl::Status Err(const std::string& msg) const;
+  // Check's dispatch: the check of an array op (the elementwise, data-movement, dot/convolution
+  // and reduce groups, parameters), or nullopt for another opcode.
+  std::optional<absl::Status> CheckArrayOp();
+  // The check of a control-flow, call, custom-call, collective or async op, or nullopt.
+  std::optional<absl::Status> CheckCallOrCollectiveOp();
   absl::Status OperandCount(int64_t n) const;
   absl::Status ArrayResult() const;
   absl::Status ArrayOperand(int64_t i) const;
@@ -188,6 +193,23 @@ class Checker {
   // the wrapped computation, operands bound at the start or by later updates, the done's result,
   // the chain's computation and thread (XLA's ShapeVerifier::CheckAsyncOp).
   absl::Status AsyncOp();
+  // Steps of AsyncOp. The async shape's operands and result are prefixes of the chain's
+  // computation's parameters and result.
+  absl::Status AsyncShapeFitsComputation(const HloComputation& chained) const;
+  // The wrapped computation runs on the op's thread, wraps one op on the main thread (an
+  // async-start's), and gives an async-done's result.
+  absl::Status AsyncWrappedComputation(const HloComputation& wrapped) const;
+  // async-start: a sugared reduction's reducer, else the operands are the bound ones; then
+  // AliasingConfig.
+  absl::Status AsyncStartOperands(bool sugared) const;
+  // An -update/-done whose operand is the previous link (not carried through a loop): the same
+  // wrapped op, computation and thread as the chain before it.
+  absl::Status AsyncChainLink() const;
+  // async-done: all operands bound, the result the chain's computation's (or the start's).
+  absl::Status AsyncDoneResult(const HloComputation* chained) const;
+  // async-update: extends its operand's async value; its extra operands are the next bound ones;
+  // then AliasingConfig.
+  absl::Status AsyncUpdateOperands() const;
   // output_to_operand_aliasing of fusion, custom-call, async-start and async-update: indices in
   // range and aliased shapes equal (XLA's HandleFusion / HandleCustomCall / CheckAsync*AliasConfig).
   absl::Status AliasingConfig() const;

@@ -372,6 +372,128 @@ int64_t EstimateMemoryBytes(const HloModule& module, int64_t num_devices,
   return total * std::max<int64_t>(1, num_devices);
 }
 
+namespace {
+
+// Which entry parameters `given` holds as one value for every device (a replicated parameter in
+// the global check): those are held once, outside the run. Empty unless `given` has an input
+// list for each of several devices.
+std::vector<bool> SharedGivenInputs(const Inputs* given, int64_t devices) {
+  std::vector<bool> shared;
+  if (given != nullptr && devices > 1 && static_cast<int64_t>(given->per_device.size()) == devices) {
+    const std::vector<ValuePtr>& first = given->per_device[0];
+    shared.assign(first.size(), true);
+    for (const std::vector<ValuePtr>& args : given->per_device) {
+      for (size_t i = 0; i < shared.size(); ++i) {
+        shared[i] = shared[i] && i < args.size() && args[i] == first[i];
+      }
+    }
+  }
+  return shared;
+}
+
+// The run's inputs: a copy of `given`, or, when null, those MakeInputs makes for the options;
+// ResourceExhausted when allocating them throws, MakeInputs's errors.
+absl::StatusOr<Inputs> RunInputs(const HloModule& module, const EvalOptions& options,
+                                 const Inputs* given) {
+  if (given != nullptr) return *given;
+  absl::StatusOr<Inputs> in = absl::UnknownError("inputs not made");
+  try {
+    in = MakeInputs(module, options);
+  } catch (const std::exception& e) {  // std::bad_alloc, std::length_error
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocating the inputs of module '", module.name(), "' failed: ", e.what()));
+  }
+  if (!in.ok()) return in.status();
+  return std::move(*in);
+}
+
+// OK when `inputs` holds, for each of `devices` devices, one value of each entry parameter's
+// shape; InvalidArgument naming the first device count, input count or shape that differs.
+absl::Status CheckRunInputs(const HloComputation* entry, const Inputs& inputs, int64_t devices) {
+  if (static_cast<int64_t>(inputs.per_device.size()) != devices) {
+    return InvalidArgumentError(absl::StrCat("inputs are given for ", inputs.per_device.size(),
+                                             " devices, the run has ", devices));
+  }
+  for (int64_t d = 0; d < devices; ++d) {
+    const auto& args = inputs.per_device[static_cast<size_t>(d)];
+    if (static_cast<int64_t>(args.size()) != entry->num_parameters()) {
+      return InvalidArgumentError(absl::StrCat("device ", d, " has ", args.size(),
+                                               " inputs, the entry has ",
+                                               entry->num_parameters(), " parameters"));
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == nullptr || !args[i]->shape.Compatible(entry->parameter(static_cast<int64_t>(i))->shape())) {
+        return InvalidArgumentError(absl::StrCat(
+            "input ", i, " of device ", d, " has shape ",
+            args[i] ? args[i]->shape.ToString(false) : std::string("<none>"), ", parameter ", i,
+            " has ", entry->parameter(static_cast<int64_t>(i))->shape().ToString(false)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Appends a warning to *warnings for each constant of `module` whose literal the text elides
+// ({...}): it is evaluated as zeros.
+void WarnElidedConstants(const HloModule& module, std::vector<std::string>* warnings) {
+  for (const HloComputation* c : module.computations()) {
+    for (const HloInstruction* instr : c->instructions()) {
+      if (instr->opcode() == HloOpcode::kConstant && instr->literal.has_value() &&
+          instr->literal->elided) {
+        warnings->push_back(absl::StrCat("constant '", instr->name(),
+                                         "' has an elided literal {...}: evaluated as zeros"));
+      }
+    }
+  }
+}
+
+// Evaluates the entry of `program` on each of n * r devices (one thread each when several,
+// meeting at collectives through *coord) on result->inputs, filling result->outputs and
+// ->outfeeds. A device's error, or a thread that cannot start, fails *coord.
+void RunDevices(const HloModule& module, const internal::Program& program, int64_t n, int64_t r,
+                internal::Coordinator* coord, EvalResult* result) {
+  const HloComputation* entry = module.entry();
+  const int64_t devices = n * r;
+  auto run_device = [&](int64_t d) {
+    internal::DeviceEvaluator ev(program, coord, d, n, r);
+    absl::StatusOr<ValuePtr> out = absl::UnknownError("not run");
+    try {
+      out = ev.EvalComputation(entry, result->inputs.per_device[static_cast<size_t>(d)]);
+    } catch (const std::exception& e) {  // std::bad_alloc, std::length_error: refuse, not abort
+      out = absl::ResourceExhaustedError(absl::StrCat("evaluating module '", module.name(),
+                                                      "' on device ", d, " failed: ", e.what()));
+    }
+    if (!out.ok()) {
+      coord->Fail(d, out.status());
+      return;
+    }
+    FlattenLeaves(*out, &result->outputs[static_cast<size_t>(d)]);
+    result->outfeeds[static_cast<size_t>(d)] = ev.TakeOutfeeds();
+    coord->Finish(d);
+  };
+  if (devices == 1) {
+    run_device(0);
+  } else {
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(devices));
+    for (int64_t d = 0; d < devices; ++d) {
+      try {
+        threads.emplace_back(run_device, d);
+      } catch (const std::system_error& e) {
+        // No thread for device d (a process or address-space limit): the devices already running
+        // are told to stop at their next collective, and the run fails with the reason.
+        coord->Fail(d, absl::ResourceExhaustedError(absl::StrCat(
+                           "evaluating module '", module.name(), "': could not start a thread for device ",
+                           d, " of ", devices, ": ", e.what())));
+        break;
+      }
+    }
+    for (std::thread& t : threads) t.join();
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions& options,
                                      const Inputs* given) {
   const HloComputation* entry = module.entry();
@@ -385,16 +507,7 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   RETURN_IF_ERROR(internal::CheckValueSizes(module));
   // Inputs given as one value for every device (a replicated parameter in the global check)
   // are held once, outside the run.
-  std::vector<bool> shared;
-  if (given != nullptr && devices > 1 && static_cast<int64_t>(given->per_device.size()) == devices) {
-    const std::vector<ValuePtr>& first = given->per_device[0];
-    shared.assign(first.size(), true);
-    for (const std::vector<ValuePtr>& args : given->per_device) {
-      for (size_t i = 0; i < shared.size(); ++i) {
-        shared[i] = shared[i] && i < args.size() && args[i] == first[i];
-      }
-    }
-  }
+  const std::vector<bool> shared = SharedGivenInputs(given, devices);
   const int64_t bytes = EstimateMemoryBytes(module, devices, shared);
   if (bytes > options.max_memory_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -421,87 +534,13 @@ absl::StatusOr<EvalResult> RunModule(const HloModule& module, const EvalOptions&
   EvalResult result;
   result.num_partitions = n;
   result.replica_count = r;
-  if (given != nullptr) {
-    result.inputs = *given;
-  } else {
-    absl::StatusOr<Inputs> in = absl::UnknownError("inputs not made");
-    try {
-      in = MakeInputs(module, options);
-    } catch (const std::exception& e) {  // std::bad_alloc, std::length_error
-      return absl::ResourceExhaustedError(
-          absl::StrCat("allocating the inputs of module '", module.name(), "' failed: ", e.what()));
-    }
-    if (!in.ok()) return in.status();
-    result.inputs = std::move(*in);
-  }
-  if (static_cast<int64_t>(result.inputs.per_device.size()) != devices) {
-    return InvalidArgumentError(absl::StrCat("inputs are given for ", result.inputs.per_device.size(),
-                                             " devices, the run has ", devices));
-  }
-  for (int64_t d = 0; d < devices; ++d) {
-    const auto& args = result.inputs.per_device[static_cast<size_t>(d)];
-    if (static_cast<int64_t>(args.size()) != entry->num_parameters()) {
-      return InvalidArgumentError(absl::StrCat("device ", d, " has ", args.size(),
-                                               " inputs, the entry has ",
-                                               entry->num_parameters(), " parameters"));
-    }
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == nullptr || !args[i]->shape.Compatible(entry->parameter(static_cast<int64_t>(i))->shape())) {
-        return InvalidArgumentError(absl::StrCat(
-            "input ", i, " of device ", d, " has shape ",
-            args[i] ? args[i]->shape.ToString(false) : std::string("<none>"), ", parameter ", i,
-            " has ", entry->parameter(static_cast<int64_t>(i))->shape().ToString(false)));
-      }
-    }
-  }
-  for (const HloComputation* c : module.computations()) {
-    for (const HloInstruction* instr : c->instructions()) {
-      if (instr->opcode() == HloOpcode::kConstant && instr->literal.has_value() &&
-          instr->literal->elided) {
-        result.warnings.push_back(absl::StrCat("constant '", instr->name(),
-                                               "' has an elided literal {...}: evaluated as zeros"));
-      }
-    }
-  }
+  ASSIGN_OR_RETURN(result.inputs, RunInputs(module, options, given));
+  RETURN_IF_ERROR(CheckRunInputs(entry, result.inputs, devices));
+  WarnElidedConstants(module, &result.warnings);
   internal::Coordinator coord(n, r);
   result.outputs.assign(static_cast<size_t>(devices), {});
   result.outfeeds.assign(static_cast<size_t>(devices), {});
-  auto run_device = [&](int64_t d) {
-    internal::DeviceEvaluator ev(program, &coord, d, n, r);
-    absl::StatusOr<ValuePtr> out = absl::UnknownError("not run");
-    try {
-      out = ev.EvalComputation(entry, result.inputs.per_device[static_cast<size_t>(d)]);
-    } catch (const std::exception& e) {  // std::bad_alloc, std::length_error: refuse, not abort
-      out = absl::ResourceExhaustedError(absl::StrCat("evaluating module '", module.name(),
-                                                      "' on device ", d, " failed: ", e.what()));
-    }
-    if (!out.ok()) {
-      coord.Fail(d, out.status());
-      return;
-    }
-    FlattenLeaves(*out, &result.outputs[static_cast<size_t>(d)]);
-    result.outfeeds[static_cast<size_t>(d)] = ev.TakeOutfeeds();
-    coord.Finish(d);
-  };
-  if (devices == 1) {
-    run_device(0);
-  } else {
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<size_t>(devices));
-    for (int64_t d = 0; d < devices; ++d) {
-      try {
-        threads.emplace_back(run_device, d);
-      } catch (const std::system_error& e) {
-        // No thread for device d (a process or address-space limit): the devices already running
-        // are told to stop at their next collective, and the run fails with the reason.
-        coord.Fail(d, absl::ResourceExhaustedError(absl::StrCat(
-                          "evaluating module '", module.name(), "': could not start a thread for device ",
-                          d, " of ", devices, ": ", e.what())));
-        break;
-      }
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  RunDevices(module, program, n, r, &coord, &result);
   if (coord.failed()) return coord.failure();
   return result;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -215,6 +216,278 @@ absl::Status FitsLeaf(const Value& v, const Shape& leaf, int64_t device, int64_t
                                            " does not fit the result ", leaf.ToString(false)));
 }
 
+// A collective's result shape: the leaf each operand j fills, and the wrapping of a device's
+// leaves into its result (a tuple when the result is one).
+struct ResultLeaves {
+  const Shape& shape;
+  const Shape& Leaf(size_t j) const {
+    return shape.IsTuple() ? shape.tuple_shapes.at(j) : shape;
+  }
+  ValuePtr Wrap(std::vector<Value> leaves) const {
+    if (!shape.IsTuple()) return Share(std::move(leaves.at(0)));
+    Value t;
+    t.shape = shape;
+    for (Value& v : leaves) t.elements.push_back(Share(std::move(v)));
+    return Share(std::move(t));
+  }
+};
+
+// Each device's contributions, indexed by device (r * n + p), then by operand.
+using Contributions = std::vector<std::vector<ValuePtr>>;
+
+// A collective-permute's source_target_pairs over n partitions and r replicas: *source_of
+// (devices entries, -1 where no pair targets the device) and, for the in-place form, *moves.
+// Pairs name partition ids (with channel_id or a single replica), else replica ids; an error
+// for a pair out of range.
+absl::Status PermutePairs(const HloInstruction& in, int64_t n, int64_t r,
+                          std::vector<int64_t>* source_of, std::vector<PermuteMove>* moves) {
+  const int64_t devices = n * r;
+  const bool by_partition = in.channel_id.has_value() || r == 1;
+  std::vector<int64_t> sent(static_cast<size_t>(devices), 0), received(static_cast<size_t>(devices), 0);
+  for (const auto& [src, dst] : in.source_target_pairs()) {
+    const int64_t limit = by_partition ? n : r;
+    if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
+      return InvalidArgumentError(absl::StrCat("source_target_pairs entry {", src, ",", dst,
+                                               "} is out of range"));
+    }
+    for (int64_t other = 0; other < (by_partition ? r : n); ++other) {
+      const int64_t s = by_partition ? other * n + src : src * n + other;
+      const int64_t t = by_partition ? other * n + dst : dst * n + other;
+      (*source_of)[static_cast<size_t>(t)] = s;
+      moves->push_back({s, t, sent[static_cast<size_t>(s)]++, received[static_cast<size_t>(t)]++});
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A collective-permute's per-device results: each device gets its source's operands (zeros
+// where no pair targets it); an error when a source's operand does not fit its leaf.
+absl::StatusOr<std::vector<ValuePtr>> PermuteResults(const Contributions& contrib,
+                                                     const std::vector<int64_t>& source_of,
+                                                     const ResultLeaves& result) {
+  const int64_t devices = static_cast<int64_t>(source_of.size());
+  const size_t n_ops = contrib[0].size();
+  std::vector<ValuePtr> results(static_cast<size_t>(devices));
+  for (int64_t d = 0; d < devices; ++d) {
+    std::vector<Value> leaves;
+    for (size_t j = 0; j < n_ops; ++j) {
+      const int64_t s = source_of[static_cast<size_t>(d)];
+      if (s < 0) {
+        leaves.push_back(Value::Zeros(result.Leaf(j)));
+      } else {
+        RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(s)][j], result.Leaf(j), s));
+        Value v = *contrib[static_cast<size_t>(s)][j];
+        v.shape = result.Leaf(j);
+        leaves.push_back(std::move(v));
+      }
+    }
+    results[static_cast<size_t>(d)] = result.Wrap(std::move(leaves));
+  }
+  return results;
+}
+
+// All-gather within one group (`members`): every operand's parts concatenated along the
+// gather dimension, one (immutable) result shared by the members in *results; an error for a
+// bad dimension or a part that does not fit.
+absl::Status AllGatherGroup(const HloInstruction& in, const Contributions& contrib,
+                            const std::vector<int64_t>& members, const ResultLeaves& result,
+                            std::vector<ValuePtr>* results) {
+  const size_t n_ops = contrib[0].size();
+  const int64_t gsize = static_cast<int64_t>(members.size());
+  if (in.dimensions.size() != 1) return InvalidArgumentError("all-gather needs dimensions={d}");
+  // Every member receives the same value: one (immutable) copy shared by the group.
+  std::vector<Value> leaves;
+  const int64_t dim = in.dimensions[0];
+  for (size_t j = 0; j < n_ops; ++j) {
+    std::vector<const Value*> parts;
+    int64_t extent = 0;
+    for (int64_t m : members) {
+      const Value& part = *contrib[static_cast<size_t>(m)][j];
+      RETURN_IF_ERROR(FitsLeaf(part, result.Leaf(j), m, dim));
+      if (dim < 0 || dim >= part.shape.rank()) return InvalidArgumentError("all-gather dimension out of range");
+      extent += part.shape.dims[static_cast<size_t>(dim)];
+      parts.push_back(&part);
+    }
+    if (extent != result.Leaf(j).dims[static_cast<size_t>(dim)]) {
+      return InvalidArgumentError(absl::StrCat("a group of ", gsize, " gathers ", extent,
+                                               " along dimension ", dim, " into a result of ",
+                                               result.Leaf(j).ToString(false)));
+    }
+    leaves.push_back(ops::Concatenate(parts, result.Leaf(j), dim));
+  }
+  const ValuePtr gathered = result.Wrap(std::move(leaves));
+  for (int64_t m : members) (*results)[static_cast<size_t>(m)] = gathered;
+  return absl::OkStatus();
+}
+
+// Combines two devices' operands with the collective's reduction computation.
+using Combine = absl::FunctionRef<absl::StatusOr<Value>(const Value&, const Value&)>;
+
+// The sums of an all-reduce or reduce-scatter (`kind`) over one group, one per operand: the
+// members' operands combined in member order. An error when an operand differs from the first
+// member's, does not fit the result, or the combine fails.
+absl::StatusOr<std::vector<Value>> GroupSums(const HloInstruction& in, HloOpcode kind,
+                                             const Contributions& contrib,
+                                             const std::vector<int64_t>& members,
+                                             const ResultLeaves& result, Combine combine) {
+  const size_t n_ops = contrib[0].size();
+  const int64_t gsize = static_cast<int64_t>(members.size());
+  std::vector<Value> sums;
+  for (size_t j = 0; j < n_ops; ++j) {
+    const Value& first = *contrib[static_cast<size_t>(members[0])][j];
+    for (int64_t m : members) {
+      const Value& v = *contrib[static_cast<size_t>(m)][j];
+      if (v.shape.IsTuple() || v.shape.dims != first.shape.dims ||
+          StorageFor(v.shape.element_type) != StorageFor(first.shape.element_type)) {
+        return InvalidArgumentError(absl::StrCat("device ", m, "'s operand ", v.shape.ToString(false),
+                                                 " differs from device ", members[0], "'s ",
+                                                 first.shape.ToString(false)));
+      }
+    }
+    if (kind == HloOpcode::kAllReduce) {
+      RETURN_IF_ERROR(FitsLeaf(first, result.Leaf(j), members[0]));
+    } else if (in.dimensions.size() == 1) {
+      RETURN_IF_ERROR(FitsLeaf(first, result.Leaf(j), members[0], in.dimensions[0]));
+    }
+    Value acc = *contrib[static_cast<size_t>(members[0])][j];
+    for (int64_t k = 1; k < gsize; ++k) {
+      const Value& v = *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][j];
+      ASSIGN_OR_RETURN(auto next, combine(acc, v));
+      acc = std::move(next);
+    }
+    sums.push_back(std::move(acc));
+  }
+  return sums;
+}
+
+// Reduce-scatter's scatter: member `pos` of the group gets slice `pos` of every sum along the
+// scatter dimension; an error when the result does not tile the sums.
+absl::Status ScatterSums(const HloInstruction& in, const std::vector<Value>& sums,
+                         const std::vector<int64_t>& members, const ResultLeaves& result,
+                         std::vector<ValuePtr>* results) {
+  const int64_t gsize = static_cast<int64_t>(members.size());
+  for (int64_t pos = 0; pos < gsize; ++pos) {
+    std::vector<Value> leaves;
+    for (size_t j = 0; j < sums.size(); ++j) {
+      if (in.dimensions.size() != 1) return InvalidArgumentError("reduce-scatter needs dimensions={d}");
+      const int64_t dim = in.dimensions[0];
+      const Shape& ls = result.Leaf(j);
+      std::vector<SliceDim> sl(ls.dims.size());
+      for (size_t q = 0; q < ls.dims.size(); ++q) {
+        sl[q].start = 0;
+        sl[q].limit = ls.dims[q];
+      }
+      sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
+      sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
+      if (dim < 0 || dim >= ls.rank() ||
+          sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
+        return InvalidArgumentError("reduce-scatter result does not tile its operand");
+      }
+      leaves.push_back(ops::Slice(sums[j], ls, sl));
+    }
+    (*results)[static_cast<size_t>(members[static_cast<size_t>(pos)])] = result.Wrap(std::move(leaves));
+  }
+  return absl::OkStatus();
+}
+
+// All-reduce or reduce-scatter (`kind`) within one group: the group's sums (GroupSums), shared
+// by every member (all-reduce) or scattered over them (ScatterSums), into *results.
+absl::Status ReduceGroup(const HloInstruction& in, HloOpcode kind, const Contributions& contrib,
+                         const std::vector<int64_t>& members, const ResultLeaves& result,
+                         Combine combine, std::vector<ValuePtr>* results) {
+  ASSIGN_OR_RETURN(std::vector<Value> sums, GroupSums(in, kind, contrib, members, result, combine));
+  if (kind == HloOpcode::kAllReduce) {
+    // Every member receives the same sums: one (immutable) copy shared by the group.
+    std::vector<Value> leaves;
+    for (size_t j = 0; j < sums.size(); ++j) {
+      Value v = std::move(sums[j]);
+      v.shape = result.Leaf(j);
+      leaves.push_back(std::move(v));
+    }
+    const ValuePtr reduced = result.Wrap(std::move(leaves));
+    for (int64_t m : members) (*results)[static_cast<size_t>(m)] = reduced;
+    return absl::OkStatus();
+  }
+  return ScatterSums(in, sums, members, result, results);
+}
+
+// All-to-all within one group: the array form (dimensions={d}) splits each member's operand
+// into group-size chunks along d and member `pos` concatenates the chunks `pos`; the tuple form
+// gives member `pos` operand `pos` of every member. An error for a bad operand count,
+// dimension or split, or an operand that does not fit.
+absl::Status AllToAllGroup(const HloInstruction& in, const Contributions& contrib,
+                           const std::vector<int64_t>& members, const ResultLeaves& result,
+                           std::vector<ValuePtr>* results) {
+  const size_t n_ops = contrib[0].size();
+  const int64_t gsize = static_cast<int64_t>(members.size());
+  if (!in.dimensions.empty()) {
+    if (n_ops != 1) return InvalidArgumentError("array all-to-all takes one operand");
+    const int64_t dim = in.dimensions[0];
+    for (int64_t m : members) {
+      RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(m)][0], result.Leaf(0), m));
+    }
+    if (dim < 0 || dim >= result.Leaf(0).rank()) return InvalidArgumentError("all-to-all dimension out of range");
+    const Shape& os = contrib[static_cast<size_t>(members[0])][0]->shape;
+    const int64_t extent = os.dims[static_cast<size_t>(dim)];
+    if (extent % gsize != 0) return InvalidArgumentError("all-to-all split dimension is not divisible by the group size");
+    const int64_t chunk = extent / gsize;
+    for (int64_t pos = 0; pos < gsize; ++pos) {
+      std::vector<Value> pieces;
+      Shape cs = os;
+      cs.layout.reset();
+      cs.dims[static_cast<size_t>(dim)] = chunk;
+      for (int64_t m : members) {
+        std::vector<SliceDim> sl(os.dims.size());
+        for (size_t q = 0; q < os.dims.size(); ++q) sl[q].limit = os.dims[q];
+        sl[static_cast<size_t>(dim)].start = pos * chunk;
+        sl[static_cast<size_t>(dim)].limit = (pos + 1) * chunk;
+        pieces.push_back(ops::Slice(*contrib[static_cast<size_t>(m)][0], cs, sl));
+      }
+      std::vector<const Value*> parts;
+      for (const Value& p : pieces) parts.push_back(&p);
+      std::vector<Value> leaves;
+      leaves.push_back(ops::Concatenate(parts, result.Leaf(0), dim));
+      (*results)[static_cast<size_t>(members[static_cast<size_t>(pos)])] = result.Wrap(std::move(leaves));
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(n_ops) != gsize) {
+    return InvalidArgumentError("tuple all-to-all needs one operand per group member");
+  }
+  for (int64_t pos = 0; pos < gsize; ++pos) {
+    std::vector<Value> leaves;
+    for (int64_t k = 0; k < gsize; ++k) {
+      const int64_t from = members[static_cast<size_t>(k)];
+      RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)],
+                               result.Leaf(static_cast<size_t>(k)), from));
+      Value v = *contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)];
+      v.shape = result.Leaf(static_cast<size_t>(k));
+      leaves.push_back(std::move(v));
+    }
+    (*results)[static_cast<size_t>(members[static_cast<size_t>(pos)])] = result.Wrap(std::move(leaves));
+  }
+  return absl::OkStatus();
+}
+
+// Collective-broadcast within one group: every member gets the first member's operands; an
+// error when one does not fit.
+absl::Status BroadcastGroup(const Contributions& contrib, const std::vector<int64_t>& members,
+                            const ResultLeaves& result, std::vector<ValuePtr>* results) {
+  const size_t n_ops = contrib[0].size();
+  const int64_t gsize = static_cast<int64_t>(members.size());
+  for (int64_t pos = 0; pos < gsize; ++pos) {
+    std::vector<Value> leaves;
+    for (size_t j = 0; j < n_ops; ++j) {
+      RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(members[0])][j], result.Leaf(j), members[0]));
+      Value v = *contrib[static_cast<size_t>(members[0])][j];
+      v.shape = result.Leaf(j);
+      leaves.push_back(std::move(v));
+    }
+    (*results)[static_cast<size_t>(members[static_cast<size_t>(pos)])] = result.Wrap(std::move(leaves));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // XLA's in-place collective-permute(input, output, input_start_indices, output_start_indices)
@@ -280,225 +553,43 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalCollective(const HloInstruction* i
   const int64_t count = exec_count_[instr]++;
   std::vector<ValuePtr> contribution = ops;
   const HloInstruction* in = instr;
-  CollectiveFn fn = [this, in, kind, result_shape, devices](
-                        const std::vector<std::vector<ValuePtr>>& contrib)
+  CollectiveFn fn = [this, in, kind, result_shape, devices](const Contributions& contrib)
       -> absl::StatusOr<std::vector<ValuePtr>> {
-    std::vector<ValuePtr> results(static_cast<size_t>(devices));
-    const size_t n_ops = contrib[0].size();
-    auto leaf_shape = [&](size_t j) -> const Shape& {
-      return result_shape.IsTuple() ? result_shape.tuple_shapes.at(j) : result_shape;
-    };
-    auto wrap = [&](std::vector<Value> leaves) -> ValuePtr {
-      if (!result_shape.IsTuple()) return Share(std::move(leaves.at(0)));
-      Value t;
-      t.shape = result_shape;
-      for (Value& v : leaves) t.elements.push_back(Share(std::move(v)));
-      return Share(std::move(t));
-    };
+    const ResultLeaves result{result_shape};
     if (kind == HloOpcode::kCollectivePermute) {
-      // Pairs name partition ids (with channel_id or a single replica), else replica ids.
-      const bool by_partition = in->channel_id.has_value() || r_ == 1;
       std::vector<int64_t> source_of(static_cast<size_t>(devices), -1);
       // The in-place form's moves: (source, target, the pair's occurrence among the source's
       // pairs, among the target's), each device id as r * n + p.
       std::vector<PermuteMove> moves;
-      std::vector<int64_t> sent(static_cast<size_t>(devices), 0), received(static_cast<size_t>(devices), 0);
-      for (const auto& [src, dst] : in->source_target_pairs()) {
-        const int64_t limit = by_partition ? n_ : r_;
-        if (src < 0 || src >= limit || dst < 0 || dst >= limit) {
-          return InvalidArgumentError(absl::StrCat("source_target_pairs entry {", src, ",", dst,
-                                                   "} is out of range"));
-        }
-        for (int64_t other = 0; other < (by_partition ? r_ : n_); ++other) {
-          const int64_t s = by_partition ? other * n_ + src : src * n_ + other;
-          const int64_t t = by_partition ? other * n_ + dst : dst * n_ + other;
-          source_of[static_cast<size_t>(t)] = s;
-          moves.push_back({s, t, sent[static_cast<size_t>(s)]++, received[static_cast<size_t>(t)]++});
-        }
-      }
+      RETURN_IF_ERROR(PermutePairs(*in, n_, r_, &source_of, &moves));
       if (in->GetRawAttribute("slice_sizes") != nullptr) {
         return InPlacePermute(*in, contrib, moves, result_shape);
       }
-      for (int64_t d = 0; d < devices; ++d) {
-        std::vector<Value> leaves;
-        for (size_t j = 0; j < n_ops; ++j) {
-          const int64_t s = source_of[static_cast<size_t>(d)];
-          if (s < 0) {
-            leaves.push_back(Value::Zeros(leaf_shape(j)));
-          } else {
-            RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(s)][j], leaf_shape(j), s));
-            Value v = *contrib[static_cast<size_t>(s)][j];
-            v.shape = leaf_shape(j);
-            leaves.push_back(std::move(v));
-          }
-        }
-        results[static_cast<size_t>(d)] = wrap(std::move(leaves));
-      }
-      return results;
+      return PermuteResults(contrib, source_of, result);
     }
+    std::vector<ValuePtr> results(static_cast<size_t>(devices));
     auto groups = DeviceGroups(*in, kind, n_, r_);
     if (!groups.ok()) return groups.status();
     ASSIGN_OR_RETURN(auto gi, IndexGroups(std::move(*groups), devices, /*require_all=*/true));
+    auto combine = [this, in](const Value& a, const Value& b) {
+      return ApplyBinaryComputation(in->to_apply(), a, b);
+    };
     for (size_t g = 0; g < gi.groups.size(); ++g) {
       const std::vector<int64_t>& members = gi.groups[g];
-      const int64_t gsize = static_cast<int64_t>(members.size());
       switch (kind) {
-        case HloOpcode::kAllGather: {
-          if (in->dimensions.size() != 1) return InvalidArgumentError("all-gather needs dimensions={d}");
-          // Every member receives the same value: one (immutable) copy shared by the group.
-          std::vector<Value> leaves;
-          const int64_t dim = in->dimensions[0];
-          for (size_t j = 0; j < n_ops; ++j) {
-            std::vector<const Value*> parts;
-            int64_t extent = 0;
-            for (int64_t m : members) {
-              const Value& part = *contrib[static_cast<size_t>(m)][j];
-              RETURN_IF_ERROR(FitsLeaf(part, leaf_shape(j), m, dim));
-              if (dim < 0 || dim >= part.shape.rank()) return InvalidArgumentError("all-gather dimension out of range");
-              extent += part.shape.dims[static_cast<size_t>(dim)];
-              parts.push_back(&part);
-            }
-            if (extent != leaf_shape(j).dims[static_cast<size_t>(dim)]) {
-              return InvalidArgumentError(absl::StrCat("a group of ", gsize, " gathers ", extent,
-                                                       " along dimension ", dim, " into a result of ",
-                                                       leaf_shape(j).ToString(false)));
-            }
-            leaves.push_back(ops::Concatenate(parts, leaf_shape(j), dim));
-          }
-          const ValuePtr gathered = wrap(std::move(leaves));
-          for (int64_t m : members) results[static_cast<size_t>(m)] = gathered;
+        case HloOpcode::kAllGather:
+          RETURN_IF_ERROR(AllGatherGroup(*in, contrib, members, result, &results));
           break;
-        }
         case HloOpcode::kAllReduce:
-        case HloOpcode::kReduceScatter: {
-          std::vector<Value> sums;
-          for (size_t j = 0; j < n_ops; ++j) {
-            const Value& first = *contrib[static_cast<size_t>(members[0])][j];
-            for (int64_t m : members) {
-              const Value& v = *contrib[static_cast<size_t>(m)][j];
-              if (v.shape.IsTuple() || v.shape.dims != first.shape.dims ||
-                  StorageFor(v.shape.element_type) != StorageFor(first.shape.element_type)) {
-                return InvalidArgumentError(absl::StrCat("device ", m, "'s operand ", v.shape.ToString(false),
-                                                         " differs from device ", members[0], "'s ",
-                                                         first.shape.ToString(false)));
-              }
-            }
-            if (kind == HloOpcode::kAllReduce) {
-              RETURN_IF_ERROR(FitsLeaf(first, leaf_shape(j), members[0]));
-            } else if (in->dimensions.size() == 1) {
-              RETURN_IF_ERROR(FitsLeaf(first, leaf_shape(j), members[0], in->dimensions[0]));
-            }
-            Value acc = *contrib[static_cast<size_t>(members[0])][j];
-            for (int64_t k = 1; k < gsize; ++k) {
-              ASSIGN_OR_RETURN(auto next, ApplyBinaryComputation(in->to_apply(), acc,
-                                                 *contrib[static_cast<size_t>(members[static_cast<size_t>(k)])][j]));
-              acc = std::move(next);
-            }
-            sums.push_back(std::move(acc));
-          }
-          if (kind == HloOpcode::kAllReduce) {
-            // Every member receives the same sums: one (immutable) copy shared by the group.
-            std::vector<Value> leaves;
-            for (size_t j = 0; j < n_ops; ++j) {
-              Value v = std::move(sums[j]);
-              v.shape = leaf_shape(j);
-              leaves.push_back(std::move(v));
-            }
-            const ValuePtr reduced = wrap(std::move(leaves));
-            for (int64_t m : members) results[static_cast<size_t>(m)] = reduced;
-            break;
-          }
-          for (int64_t pos = 0; pos < gsize; ++pos) {
-            std::vector<Value> leaves;
-            for (size_t j = 0; j < n_ops; ++j) {
-              if (in->dimensions.size() != 1) return InvalidArgumentError("reduce-scatter needs dimensions={d}");
-              const int64_t dim = in->dimensions[0];
-              const Shape& ls = leaf_shape(j);
-              std::vector<SliceDim> sl(ls.dims.size());
-              for (size_t q = 0; q < ls.dims.size(); ++q) {
-                sl[q].start = 0;
-                sl[q].limit = ls.dims[q];
-              }
-              sl[static_cast<size_t>(dim)].start = pos * ls.dims[static_cast<size_t>(dim)];
-              sl[static_cast<size_t>(dim)].limit = (pos + 1) * ls.dims[static_cast<size_t>(dim)];
-              if (dim < 0 || dim >= ls.rank() ||
-                  sl[static_cast<size_t>(dim)].limit > sums[j].shape.dims[static_cast<size_t>(dim)]) {
-                return InvalidArgumentError("reduce-scatter result does not tile its operand");
-              }
-              leaves.push_back(ops::Slice(sums[j], ls, sl));
-            }
-            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
-          }
+        case HloOpcode::kReduceScatter:
+          RETURN_IF_ERROR(ReduceGroup(*in, kind, contrib, members, result, combine, &results));
           break;
-        }
-        case HloOpcode::kAllToAll: {
-          if (!in->dimensions.empty()) {
-            if (n_ops != 1) return InvalidArgumentError("array all-to-all takes one operand");
-            const int64_t dim = in->dimensions[0];
-            for (int64_t m : members) {
-              RETURN_IF_ERROR(FitsLeaf(*contrib[static_cast<size_t>(m)][0], leaf_shape(0), m));
-            }
-            if (dim < 0 || dim >= leaf_shape(0).rank()) return InvalidArgumentError("all-to-all dimension out of range");
-            const Shape& os = contrib[static_cast<size_t>(members[0])][0]->shape;
-            const int64_t extent = os.dims[static_cast<size_t>(dim)];
-            if (extent % gsize != 0) return InvalidArgumentError("all-to-all split dimension is not divisible by the group size");
-            const int64_t chunk = extent / gsize;
-            for (int64_t pos = 0; pos < gsize; ++pos) {
-              std::vector<Value> pieces;
-              Shape cs = os;
-              cs.layout.reset();
-              cs.dims[static_cast<size_t>(dim)] = chunk;
-              for (int64_t m : members) {
-                std::vector<SliceDim> sl(os.dims.size());
-                for (size_t q = 0; q < os.dims.size(); ++q) sl[q].limit = os.dims[q];
-                sl[static_cast<size_t>(dim)].start = pos * chunk;
-                sl[static_cast<size_t>(dim)].limit = (pos + 1) * chunk;
-                pieces.push_back(ops::Slice(*contrib[static_cast<size_t>(m)][0], cs, sl));
-              }
-              std::vector<const Value*> parts;
-              for (const Value& p : pieces) parts.push_back(&p);
-              std::vector<Value> leaves;
-              leaves.push_back(ops::Concatenate(parts, leaf_shape(0), dim));
-              results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
-            }
-          } else {
-            if (static_cast<int64_t>(n_ops) != gsize) {
-              return InvalidArgumentError("tuple all-to-all needs one operand per group member");
-            }
-            for (int64_t pos = 0; pos < gsize; ++pos) {
-              std::vector<Value> leaves;
-              for (int64_t k = 0; k < gsize; ++k) {
-                const int64_t from = members[static_cast<size_t>(k)];
-                if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)],
-                                              leaf_shape(static_cast<size_t>(k)), from);
-                    !f.ok()) {
-                  return f;
-                }
-                Value v = *contrib[static_cast<size_t>(from)][static_cast<size_t>(pos)];
-                v.shape = leaf_shape(static_cast<size_t>(k));
-                leaves.push_back(std::move(v));
-              }
-              results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
-            }
-          }
+        case HloOpcode::kAllToAll:
+          RETURN_IF_ERROR(AllToAllGroup(*in, contrib, members, result, &results));
           break;
-        }
-        case HloOpcode::kCollectiveBroadcast: {
-          for (int64_t pos = 0; pos < gsize; ++pos) {
-            std::vector<Value> leaves;
-            for (size_t j = 0; j < n_ops; ++j) {
-              if (absl::Status f = FitsLeaf(*contrib[static_cast<size_t>(members[0])][j], leaf_shape(j), members[0]);
-                  !f.ok()) {
-                return f;
-              }
-              Value v = *contrib[static_cast<size_t>(members[0])][j];
-              v.shape = leaf_shape(j);
-              leaves.push_back(std::move(v));
-            }
-            results[static_cast<size_t>(members[static_cast<size_t>(pos)])] = wrap(std::move(leaves));
-          }
+        case HloOpcode::kCollectiveBroadcast:
+          RETURN_IF_ERROR(BroadcastGroup(contrib, members, result, &results));
           break;
-        }
         default:
           return InvalidArgumentError(absl::StrCat("collective ", OpName(kind), " is not supported"));
       }

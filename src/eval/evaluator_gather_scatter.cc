@@ -147,6 +147,136 @@ absl::StatusOr<Value> Gather(const HloInstruction& instr, const Value& operand,
   return out;
 }
 
+namespace {
+
+// A scatter's dimension numbers (XLA's ScatterDimensionNumbers) and what its update walk derives
+// from them.
+struct ScatterDims {
+  std::vector<int64_t> window_dims, inserted, to_operand, in_batch, idx_batch;
+  int64_t index_vector_dim = 0;
+  std::vector<int64_t> scatter_update_dims;  // update dims that are not window dims, in order
+  std::vector<int64_t> window_operand_dims;  // operand dims the window dims map to, in order
+  std::vector<int64_t> idx_dims;             // indices dims other than index_vector_dim
+  std::vector<int64_t> wsize;                // the update window's extent in each operand dim
+  std::vector<int64_t> is, os;               // strides of the indices and of the operand
+};
+
+// The dimension numbers of scatter `instr` over operand 0, its indices and updates 0;
+// InvalidArgument for a missing or malformed attribute or dims that do not match the shapes.
+absl::StatusOr<ScatterDims> ParseScatterDims(const HloInstruction& instr, const Value& operand,
+                                             const Value& indices, const Value& updates) {
+  ScatterDims sd;
+  ASSIGN_OR_RETURN(sd.window_dims, IntListAttr(instr, "update_window_dims", true));
+  ASSIGN_OR_RETURN(sd.inserted, IntListAttr(instr, "inserted_window_dims", false));
+  ASSIGN_OR_RETURN(sd.to_operand, IntListAttr(instr, "scatter_dims_to_operand_dims", true));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ivd, IntListAttr(instr, "index_vector_dim", true));
+  ASSIGN_OR_RETURN(sd.in_batch, IntListAttr(instr, "input_batching_dims", false));
+  ASSIGN_OR_RETURN(sd.idx_batch, IntListAttr(instr, "scatter_indices_batching_dims", false));
+  if (ivd.size() != 1) return InvalidArgumentError("bad index_vector_dim");
+  sd.index_vector_dim = ivd[0];
+  const size_t orank = operand.shape.dims.size(), urank = updates.shape.dims.size();
+  const size_t irank = indices.shape.dims.size();
+  std::vector<bool> is_window(urank, false);
+  for (int64_t d : sd.window_dims) is_window.at(static_cast<size_t>(d)) = true;
+  for (size_t d = 0; d < urank; ++d) {
+    if (!is_window[d]) sd.scatter_update_dims.push_back(static_cast<int64_t>(d));
+  }
+  std::vector<bool> skip(orank, false);
+  for (int64_t d : sd.inserted) skip.at(static_cast<size_t>(d)) = true;
+  for (int64_t d : sd.in_batch) skip.at(static_cast<size_t>(d)) = true;
+  for (size_t d = 0; d < orank; ++d) {
+    if (!skip[d]) sd.window_operand_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (sd.window_operand_dims.size() != sd.window_dims.size()) {
+    return InvalidArgumentError("update_window_dims do not match the operand's window dims");
+  }
+  for (size_t d = 0; d < irank; ++d) {
+    if (static_cast<int64_t>(d) != sd.index_vector_dim) {
+      sd.idx_dims.push_back(static_cast<int64_t>(d));
+    }
+  }
+  if (sd.idx_dims.size() != sd.scatter_update_dims.size()) {
+    return InvalidArgumentError("scatter dims do not match the indices");
+  }
+  sd.wsize.assign(orank, 1);
+  for (size_t j = 0; j < sd.window_operand_dims.size(); ++j) {
+    sd.wsize[static_cast<size_t>(sd.window_operand_dims[j])] =
+        updates.shape.dims[static_cast<size_t>(sd.window_dims[j])];
+  }
+  sd.is = ops::Strides(indices.shape.dims);
+  sd.os = ops::Strides(operand.shape.dims);
+  return sd;
+}
+
+// The scatter's results before any update: a copy of each operand with its result's shape.
+// InvalidArgument when a variadic scatter does not return a tuple of `count` arrays, or a result or
+// an updates array differs from its operand's type (or the result from its dims).
+absl::StatusOr<std::vector<Value>> ScatterResults(const HloInstruction& instr,
+                                                  const std::vector<ValuePtr>& ops, size_t count) {
+  if (count > 1 && (!instr.shape().IsTuple() || instr.shape().tuple_shapes.size() != count)) {
+    return InvalidArgumentError(absl::StrCat("a scatter of ", count, " operands returns a tuple of ", count,
+                                             " arrays, not ", instr.shape().ToString(false)));
+  }
+  std::vector<Value> outs;
+  for (size_t j = 0; j < count; ++j) {
+    const Shape& rs = count == 1 ? instr.shape() : instr.shape().tuple_shapes[j];
+    const PrimitiveType tj = ops[j]->shape.element_type;
+    if (!rs.IsArray() || rs.element_type != tj || rs.dims != ops[j]->shape.dims ||
+        ops[count + 1 + j]->shape.element_type != tj) {
+      return InvalidArgumentError(absl::StrCat("scatter result ", j, " (", rs.ToString(false),
+                                               ") and updates ", j, " must have operand ", j, "'s type and shape ",
+                                               ops[j]->shape.ToString(false)));
+    }
+    outs.push_back(*ops[j]);
+    outs.back().shape = rs;
+  }
+  return outs;
+}
+
+// The flat operand index *dst that the update element at index `uidx` goes to (its start read
+// from the indices into `start`, scratch of the operand's rank); false when its update window
+// does not fit the operand (XLA's evaluator skips it).
+bool ScatterTarget(const ScatterDims& sd, const Value& operand, const Value& indices,
+                   const std::vector<int64_t>& uidx, std::vector<int64_t>* start, int64_t* dst) {
+  const size_t orank = operand.shape.dims.size();
+  const size_t irank = indices.shape.dims.size();
+  int64_t ibase = 0;
+  for (size_t j = 0; j < sd.scatter_update_dims.size(); ++j) {
+    ibase += uidx[static_cast<size_t>(sd.scatter_update_dims[j])] *
+             sd.is[static_cast<size_t>(sd.idx_dims[j])];
+  }
+  std::fill(start->begin(), start->end(), 0);
+  for (size_t j = 0; j < sd.to_operand.size(); ++j) {
+    int64_t flat = ibase;
+    if (sd.index_vector_dim < static_cast<int64_t>(irank)) {
+      flat += static_cast<int64_t>(j) * sd.is[static_cast<size_t>(sd.index_vector_dim)];
+    }
+    start->at(static_cast<size_t>(sd.to_operand[j])) = indices.GetInt(flat);
+  }
+  for (size_t j = 0; j < sd.in_batch.size() && j < sd.idx_batch.size(); ++j) {
+    for (size_t q = 0; q < sd.idx_dims.size(); ++q) {
+      if (sd.idx_dims[q] == sd.idx_batch[j]) {
+        (*start)[static_cast<size_t>(sd.in_batch[j])] =
+            uidx[static_cast<size_t>(sd.scatter_update_dims[q])];
+      }
+    }
+  }
+  bool fits = true;
+  *dst = 0;
+  for (size_t d = 0; d < orank; ++d) {
+    if ((*start)[d] < 0 || (*start)[d] + sd.wsize[d] > operand.shape.dims[d]) fits = false;
+    *dst += (*start)[d] * sd.os[d];
+  }
+  if (!fits) return false;
+  for (size_t j = 0; j < sd.window_operand_dims.size(); ++j) {
+    *dst += uidx[static_cast<size_t>(sd.window_dims[j])] *
+            sd.os[static_cast<size_t>(sd.window_operand_dims[j])];
+  }
+  return true;
+}
+
+}  // namespace
+
 // XLA scatter (one operand): every update element goes to operand position start + window index,
 // combined with the current value by `to_apply`; update windows that do not fit the operand are
 // skipped (as XLA's evaluator does).
@@ -168,66 +298,9 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
   const Value& operand = *ops[0];
   const Value& indices = *ops[count];
   const Value& updates = *ops[count + 1];
-  auto window_dims = IntListAttr(instr, "update_window_dims", true);
-  auto inserted = IntListAttr(instr, "inserted_window_dims", false);
-  auto to_operand = IntListAttr(instr, "scatter_dims_to_operand_dims", true);
-  auto ivd = IntListAttr(instr, "index_vector_dim", true);
-  auto in_batch = IntListAttr(instr, "input_batching_dims", false);
-  auto idx_batch = IntListAttr(instr, "scatter_indices_batching_dims", false);
-  for (const auto* a : {&window_dims, &inserted, &to_operand, &ivd, &in_batch, &idx_batch}) {
-    if (!a->ok()) return a->status();
-  }
-  if (ivd->size() != 1) return InvalidArgumentError("bad index_vector_dim");
-  const int64_t index_vector_dim = (*ivd)[0];
+  ASSIGN_OR_RETURN(const ScatterDims sd, ParseScatterDims(instr, operand, indices, updates));
+  ASSIGN_OR_RETURN(std::vector<Value> outs, ScatterResults(instr, ops, count));
   const size_t orank = operand.shape.dims.size(), urank = updates.shape.dims.size();
-  const size_t irank = indices.shape.dims.size();
-  std::vector<bool> is_window(urank, false);
-  for (int64_t d : *window_dims) is_window.at(static_cast<size_t>(d)) = true;
-  std::vector<int64_t> scatter_update_dims;
-  for (size_t d = 0; d < urank; ++d) {
-    if (!is_window[d]) scatter_update_dims.push_back(static_cast<int64_t>(d));
-  }
-  std::vector<bool> skip(orank, false);
-  for (int64_t d : *inserted) skip.at(static_cast<size_t>(d)) = true;
-  for (int64_t d : *in_batch) skip.at(static_cast<size_t>(d)) = true;
-  std::vector<int64_t> window_operand_dims;
-  for (size_t d = 0; d < orank; ++d) {
-    if (!skip[d]) window_operand_dims.push_back(static_cast<int64_t>(d));
-  }
-  if (window_operand_dims.size() != window_dims->size()) {
-    return InvalidArgumentError("update_window_dims do not match the operand's window dims");
-  }
-  std::vector<int64_t> idx_dims;
-  for (size_t d = 0; d < irank; ++d) {
-    if (static_cast<int64_t>(d) != index_vector_dim) idx_dims.push_back(static_cast<int64_t>(d));
-  }
-  if (idx_dims.size() != scatter_update_dims.size()) {
-    return InvalidArgumentError("scatter dims do not match the indices");
-  }
-  std::vector<int64_t> wsize(orank, 1);
-  for (size_t j = 0; j < window_operand_dims.size(); ++j) {
-    wsize[static_cast<size_t>(window_operand_dims[j])] =
-        updates.shape.dims[static_cast<size_t>((*window_dims)[j])];
-  }
-  const std::vector<int64_t> is = ops::Strides(indices.shape.dims);
-  const std::vector<int64_t> os = ops::Strides(operand.shape.dims);
-  if (count > 1 && (!instr.shape().IsTuple() || instr.shape().tuple_shapes.size() != count)) {
-    return InvalidArgumentError(absl::StrCat("a scatter of ", count, " operands returns a tuple of ", count,
-                                             " arrays, not ", instr.shape().ToString(false)));
-  }
-  std::vector<Value> outs;
-  for (size_t j = 0; j < count; ++j) {
-    const Shape& rs = count == 1 ? instr.shape() : instr.shape().tuple_shapes[j];
-    const PrimitiveType tj = ops[j]->shape.element_type;
-    if (!rs.IsArray() || rs.element_type != tj || rs.dims != ops[j]->shape.dims ||
-        ops[count + 1 + j]->shape.element_type != tj) {
-      return InvalidArgumentError(absl::StrCat("scatter result ", j, " (", rs.ToString(false),
-                                               ") and updates ", j, " must have operand ", j, "'s type and shape ",
-                                               ops[j]->shape.ToString(false)));
-    }
-    outs.push_back(*ops[j]);
-    outs.back().shape = rs;
-  }
   Value& out = outs[0];
   const HloComputation* c = instr.to_apply();
   auto simple = program_.simple_binary.find(c);
@@ -241,35 +314,8 @@ absl::StatusOr<Value> DeviceEvaluator::Scatter(const HloInstruction& instr,
       uidx[d] = rem % updates.shape.dims[d];
       rem /= updates.shape.dims[d];
     }
-    int64_t ibase = 0;
-    for (size_t j = 0; j < scatter_update_dims.size(); ++j) {
-      ibase += uidx[static_cast<size_t>(scatter_update_dims[j])] * is[static_cast<size_t>(idx_dims[j])];
-    }
-    std::fill(start.begin(), start.end(), 0);
-    for (size_t j = 0; j < to_operand->size(); ++j) {
-      int64_t flat = ibase;
-      if (index_vector_dim < static_cast<int64_t>(irank)) {
-        flat += static_cast<int64_t>(j) * is[static_cast<size_t>(index_vector_dim)];
-      }
-      start.at(static_cast<size_t>((*to_operand)[j])) = indices.GetInt(flat);
-    }
-    for (size_t j = 0; j < in_batch->size() && j < idx_batch->size(); ++j) {
-      for (size_t q = 0; q < idx_dims.size(); ++q) {
-        if (idx_dims[q] == (*idx_batch)[j]) {
-          start[static_cast<size_t>((*in_batch)[j])] = uidx[static_cast<size_t>(scatter_update_dims[q])];
-        }
-      }
-    }
-    bool fits = true;
-    int64_t dst = 0;
-    for (size_t d = 0; d < orank; ++d) {
-      if (start[d] < 0 || start[d] + wsize[d] > operand.shape.dims[d]) fits = false;
-      dst += start[d] * os[d];
-    }
-    if (!fits) continue;
-    for (size_t j = 0; j < window_operand_dims.size(); ++j) {
-      dst += uidx[static_cast<size_t>((*window_dims)[j])] * os[static_cast<size_t>(window_operand_dims[j])];
-    }
+    int64_t dst;
+    if (!ScatterTarget(sd, operand, indices, uidx, &start, &dst)) continue;
     if (fast) {
       if (out.storage() == Storage::kInt) {
         out.i[static_cast<size_t>(dst)] = ops::CombineInt(*simple->second, out.i[static_cast<size_t>(dst)],

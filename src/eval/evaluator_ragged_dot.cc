@@ -23,6 +23,7 @@
 #include "eval/evaluator_internal.h"
 #include "hlo/dot_dims.h"
 #include "hlo/raw_dims_attribute.h"
+#include "hlo/status_macros.h"
 
 namespace weave::eval::internal {
 namespace {
@@ -41,10 +42,23 @@ int64_t Flat(const std::vector<int64_t>& idx, const std::vector<int64_t>& stride
   return k;
 }
 
-}  // namespace
+// A ragged-dot's dims as its checks accept them.
+struct RaggedDotDims {
+  int64_t r = 0;            // the lhs ragged dim
+  int64_t rg = -1;          // the rhs group dim (a ragged non-contracting dim), -1 otherwise
+  bool contracting = false, batch = false, grouped = false;  // where r is
+  int64_t gs_rank = 0, num_groups = 0;  // the group sizes' rank and its last dim
+  std::vector<int64_t> lhs_free, rhs_free;  // neither batch nor contracting (nor rg), in order
+  std::vector<int64_t> csize;  // the contracting dims' sizes
+  size_t ragged_c = 0;  // r's position among the lhs contracting dims (contracting mode)
+  size_t lead = 0;      // the result's leading group dim (contracting mode: 1)
+};
 
-absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, const Value& rhs,
-                                const Value& group_sizes) {
+// The dims of ragged-dot `instr` of lhs, rhs and group_sizes; InvalidArgument for bad or missing
+// lhs_ragged_dims or rhs_group_dims, group sizes that are not an integer array, or operand and
+// result dims that do not fit each other.
+absl::StatusOr<RaggedDotDims> CheckRaggedDot(const HloInstruction& instr, const Value& lhs,
+                                             const Value& rhs, const Value& group_sizes) {
   const DotDims& dd = instr.dot_dims();
   absl::StatusOr<std::vector<int64_t>> ragged = RawDimsAttribute(instr, "lhs_ragged_dims");
   if (!ragged.ok()) return ragged.status();
@@ -54,9 +68,11 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   if (ragged->size() != 1 || (*ragged)[0] < 0 || (*ragged)[0] >= lr) {
     return absl::InvalidArgumentError("ragged-dot needs exactly one lhs_ragged_dims entry within the lhs rank");
   }
-  const int64_t r = (*ragged)[0];
-  const bool contracting = Has(dd.lhs_contracting, r), batch = Has(dd.lhs_batch, r);
-  const bool grouped = !contracting && !batch;
+  RaggedDotDims rd;
+  const int64_t r = rd.r = (*ragged)[0];
+  const bool contracting = rd.contracting = Has(dd.lhs_contracting, r);
+  rd.batch = Has(dd.lhs_batch, r);
+  const bool grouped = rd.grouped = !contracting && !rd.batch;
   if (grouped != (group->size() == 1) || (grouped && ((*group)[0] < 0 || (*group)[0] >= rr))) {
     return absl::InvalidArgumentError(grouped ? "a ragged non-contracting dim needs one rhs_group_dims entry"
                                               : "rhs_group_dims is only for a ragged non-contracting dim");
@@ -64,21 +80,20 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   if (dd.lhs_batch.size() != dd.rhs_batch.size() || dd.lhs_contracting.size() != dd.rhs_contracting.size()) {
     return absl::InvalidArgumentError("ragged-dot batch or contracting dim counts differ between the operands");
   }
-  const int64_t gs_rank = static_cast<int64_t>(group_sizes.shape.rank());
-  if (gs_rank < 1 || group_sizes.storage() != Storage::kInt) {
+  rd.gs_rank = static_cast<int64_t>(group_sizes.shape.rank());
+  if (rd.gs_rank < 1 || group_sizes.storage() != Storage::kInt) {
     return absl::InvalidArgumentError("ragged-dot group sizes must be an integer array of rank >= 1");
   }
-  const int64_t num_groups = group_sizes.shape.dims.back();
-  const int64_t rg = grouped ? (*group)[0] : -1;
-  std::vector<int64_t> lhs_free, rhs_free;
+  const int64_t num_groups = rd.num_groups = group_sizes.shape.dims.back();
+  const int64_t rg = rd.rg = grouped ? (*group)[0] : -1;
   for (int64_t d = 0; d < lr; ++d) {
-    if (!Has(dd.lhs_batch, d) && !Has(dd.lhs_contracting, d)) lhs_free.push_back(d);
+    if (!Has(dd.lhs_batch, d) && !Has(dd.lhs_contracting, d)) rd.lhs_free.push_back(d);
   }
   for (int64_t d = 0; d < rr; ++d) {
-    if (!Has(dd.rhs_batch, d) && !Has(dd.rhs_contracting, d) && d != rg) rhs_free.push_back(d);
+    if (!Has(dd.rhs_batch, d) && !Has(dd.rhs_contracting, d) && d != rg) rd.rhs_free.push_back(d);
   }
   const Shape& out = instr.shape();
-  const size_t lead = contracting ? 1 : 0;
+  rd.lead = contracting ? 1 : 0;
   // The result the operands give (the verifier's rule, checked again: every index below reads
   // within the operands only for this shape).
   const std::vector<int64_t> want = RaggedDotResultDims(
@@ -98,15 +113,28 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
   if (grouped && rhs.shape.dims[static_cast<size_t>(rg)] < num_groups) {
     return absl::InvalidArgumentError("ragged-dot rhs group dim is smaller than the group count");
   }
-  std::vector<int64_t> csize;
   for (size_t i = 0; i < dd.lhs_contracting.size(); ++i) {
-    csize.push_back(lhs.shape.dims[static_cast<size_t>(dd.lhs_contracting[i])]);
-    if (rhs.shape.dims[static_cast<size_t>(dd.rhs_contracting[i])] != csize.back()) {
+    rd.csize.push_back(lhs.shape.dims[static_cast<size_t>(dd.lhs_contracting[i])]);
+    if (rhs.shape.dims[static_cast<size_t>(dd.rhs_contracting[i])] != rd.csize.back()) {
       return absl::InvalidArgumentError("ragged-dot contracting dim sizes differ between the operands");
     }
   }
-  size_t ragged_c = 0;
-  while (contracting && dd.lhs_contracting[ragged_c] != r) ++ragged_c;
+  while (contracting && dd.lhs_contracting[rd.ragged_c] != r) ++rd.ragged_c;
+  return rd;
+}
+
+}  // namespace
+
+absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, const Value& rhs,
+                                const Value& group_sizes) {
+  const DotDims& dd = instr.dot_dims();
+  ASSIGN_OR_RETURN(const RaggedDotDims rd, CheckRaggedDot(instr, lhs, rhs, group_sizes));
+  const int64_t r = rd.r, rg = rd.rg, gs_rank = rd.gs_rank, num_groups = rd.num_groups;
+  const bool contracting = rd.contracting, batch = rd.batch, grouped = rd.grouped;
+  const std::vector<int64_t>& csize = rd.csize;
+  const size_t ragged_c = rd.ragged_c, lead = rd.lead;
+  const int64_t lr = static_cast<int64_t>(lhs.shape.rank()), rr = static_cast<int64_t>(rhs.shape.rank());
+  const Shape& out = instr.shape();
   const std::vector<int64_t> ls = Strides(lhs.shape.dims), rs = Strides(rhs.shape.dims);
   const std::vector<int64_t> gss = Strides(group_sizes.shape.dims), os = Strides(out.dims);
   Value result = Value::Zeros(out);
@@ -121,11 +149,11 @@ absl::StatusOr<Value> RaggedDot(const HloInstruction& instr, const Value& lhs, c
       li[static_cast<size_t>(dd.lhs_batch[i])] = ri[static_cast<size_t>(dd.rhs_batch[i])] = oi[idx];
       if (static_cast<int64_t>(g_at) < gs_rank - 1) gi[g_at++] = oi[idx];
     }
-    for (int64_t d : lhs_free) {
+    for (int64_t d : rd.lhs_free) {
       if (grouped && d != r && static_cast<int64_t>(g_at) < gs_rank - 1) gi[g_at++] = oi[idx];
       li[static_cast<size_t>(d)] = oi[idx++];
     }
-    for (int64_t d : rhs_free) ri[static_cast<size_t>(d)] = oi[idx++];
+    for (int64_t d : rd.rhs_free) ri[static_cast<size_t>(d)] = oi[idx++];
     // The group sizes' leading dims index the output's batch dims and, grouped, the lhs free dims
     // other than the ragged one: each index must be within the group sizes.
     for (int64_t i = 0; i + 1 < gs_rank; ++i) {

@@ -21,6 +21,79 @@ namespace weave::eval::internal {
 
 using absl::InvalidArgumentError;
 
+namespace {
+
+// Reduces each row o of `in` (outer rows of inner elements, the reduced dims last) from `init`
+// (rank 0) with the binary op `op` of type t into element o of `out`, of in's storage: f32 sums
+// (and with exact_sums any float sum) accumulated in f32, other floats in double, each step
+// rounded to t. InvalidArgument for a complex reduce other than add or multiply, or a type of
+// another storage.
+absl::Status ReduceRows(HloOpcode op, PrimitiveType t, bool exact_sums, const Value& in,
+                        const Value& init_value, int64_t outer, int64_t inner, Value* result) {
+  Value& out = *result;
+  switch (in.storage()) {
+    case Storage::kFloat: {
+      const float init = init_value.f[0];
+      // EvalOptions::exact_sums: a narrow sum accumulated and kept at f32.
+      const bool f32_add = op == HloOpcode::kAdd && (t == PrimitiveType::F32 || exact_sums);
+      for (int64_t o = 0; o < outer; ++o) {
+        const float* row = in.f.data() + o * inner;
+        if (f32_add) {
+          float acc = init;
+          for (int64_t q = 0; q < inner; ++q) acc += row[q];
+          out.f[static_cast<size_t>(o)] = acc;
+        } else {
+          double acc = init;
+          for (int64_t q = 0; q < inner; ++q) acc = ops::CombineFloat(op, acc, row[q], t);
+          out.f[static_cast<size_t>(o)] = static_cast<float>(acc);
+        }
+      }
+      break;
+    }
+    case Storage::kDouble: {
+      const double init = init_value.d[0];
+      for (int64_t o = 0; o < outer; ++o) {
+        double acc = init;
+        for (int64_t q = 0; q < inner; ++q) {
+          acc = ops::CombineFloat(op, acc, in.d[static_cast<size_t>(o * inner + q)], t);
+        }
+        out.d[static_cast<size_t>(o)] = acc;
+      }
+      break;
+    }
+    case Storage::kInt: {
+      const int64_t init = init_value.i[0];
+      for (int64_t o = 0; o < outer; ++o) {
+        int64_t acc = init;
+        for (int64_t q = 0; q < inner; ++q) {
+          acc = ops::CombineInt(op, acc, in.i[static_cast<size_t>(o * inner + q)], t);
+        }
+        out.i[static_cast<size_t>(o)] = acc;
+      }
+      break;
+    }
+    case Storage::kComplex: {
+      // add and multiply (complex numbers have no order), each step rounded to the type.
+      if (op != HloOpcode::kAdd && op != HloOpcode::kMultiply) {
+        return InvalidArgumentError("reduce of a complex type takes add or multiply");
+      }
+      for (int64_t o = 0; o < outer; ++o) {
+        std::complex<double> acc = init_value.c[0];
+        for (int64_t q = 0; q < inner; ++q) {
+          const std::complex<double> x = in.c[static_cast<size_t>(o * inner + q)];
+          acc = RoundComplex(op == HloOpcode::kAdd ? acc + x : acc * x, t);
+        }
+        out.c[static_cast<size_t>(o)] = acc;
+      }
+      break;
+    }
+    default: return InvalidArgumentError("reduce of an unsupported element type");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr,
                                                      const std::vector<ValuePtr>& ops) {
   const size_t k_ops = ops.size() / 2;
@@ -43,68 +116,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduce(const HloInstruction* instr
   auto simple = program_.simple_binary.find(c);
   if (k_ops == 1 && simple != program_.simple_binary.end() && simple->second.has_value() &&
       outs[0].storage() == moved[0].storage()) {
-    const HloOpcode op = *simple->second;
-    const PrimitiveType t = out_shapes[0].element_type;
-    const Value& in = moved[0];
-    Value& out = outs[0];
-    switch (in.storage()) {
-      case Storage::kFloat: {
-        const float init = ops[1]->f[0];
-        // EvalOptions::exact_sums: a narrow sum accumulated and kept at f32.
-        const bool f32_add = op == HloOpcode::kAdd && (t == PrimitiveType::F32 || program_.exact_sums);
-        for (int64_t o = 0; o < outer; ++o) {
-          const float* row = in.f.data() + o * inner;
-          if (f32_add) {
-            float acc = init;
-            for (int64_t q = 0; q < inner; ++q) acc += row[q];
-            out.f[static_cast<size_t>(o)] = acc;
-          } else {
-            double acc = init;
-            for (int64_t q = 0; q < inner; ++q) acc = ops::CombineFloat(op, acc, row[q], t);
-            out.f[static_cast<size_t>(o)] = static_cast<float>(acc);
-          }
-        }
-        break;
-      }
-      case Storage::kDouble: {
-        const double init = ops[1]->d[0];
-        for (int64_t o = 0; o < outer; ++o) {
-          double acc = init;
-          for (int64_t q = 0; q < inner; ++q) {
-            acc = ops::CombineFloat(op, acc, in.d[static_cast<size_t>(o * inner + q)], t);
-          }
-          out.d[static_cast<size_t>(o)] = acc;
-        }
-        break;
-      }
-      case Storage::kInt: {
-        const int64_t init = ops[1]->i[0];
-        for (int64_t o = 0; o < outer; ++o) {
-          int64_t acc = init;
-          for (int64_t q = 0; q < inner; ++q) {
-            acc = ops::CombineInt(op, acc, in.i[static_cast<size_t>(o * inner + q)], t);
-          }
-          out.i[static_cast<size_t>(o)] = acc;
-        }
-        break;
-      }
-      case Storage::kComplex: {
-        // add and multiply (complex numbers have no order), each step rounded to the type.
-        if (op != HloOpcode::kAdd && op != HloOpcode::kMultiply) {
-          return InvalidArgumentError("reduce of a complex type takes add or multiply");
-        }
-        for (int64_t o = 0; o < outer; ++o) {
-          std::complex<double> acc = ops[1]->c[0];
-          for (int64_t q = 0; q < inner; ++q) {
-            const std::complex<double> x = in.c[static_cast<size_t>(o * inner + q)];
-            acc = RoundComplex(op == HloOpcode::kAdd ? acc + x : acc * x, t);
-          }
-          out.c[static_cast<size_t>(o)] = acc;
-        }
-        break;
-      }
-      default: return InvalidArgumentError("reduce of an unsupported element type");
-    }
+    RETURN_IF_ERROR(ReduceRows(*simple->second, out_shapes[0].element_type, program_.exact_sums,
+                               moved[0], *ops[1], outer, inner, &outs[0]));
     return Share(std::move(outs[0]));
   }
   // General path: call the computation per element.
@@ -150,6 +163,34 @@ int64_t WindowSource(const std::vector<WindowDim>& w, const std::vector<int64_t>
   return flat;
 }
 
+namespace {
+
+// For each dim d and output index o along it, the flat offsets (pos * strides[d]) of the operand
+// elements (dims `dims`) that window w reads, in window order; padding and lhs-dilation holes
+// left out (WindowSource's rule).
+std::vector<std::vector<std::vector<int64_t>>> WindowSourceOffsets(
+    const std::vector<WindowDim>& w, const Shape& out_shape, const std::vector<int64_t>& dims,
+    const std::vector<int64_t>& strides) {
+  const size_t rank = w.size();
+  std::vector<std::vector<std::vector<int64_t>>> src(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const WindowDim& wd = w[d];
+    src[d].resize(static_cast<size_t>(out_shape.dims[d]));
+    for (int64_t o = 0; o < out_shape.dims[d]; ++o) {
+      for (int64_t k = 0; k < wd.size; ++k) {
+        int64_t pos = o * wd.stride + k * wd.rhs_dilate - wd.lo;
+        if (pos < 0 || pos % wd.lhs_dilate != 0) continue;
+        pos /= wd.lhs_dilate;
+        if (pos >= dims[d]) continue;
+        src[d][static_cast<size_t>(o)].push_back(pos * strides[d]);
+      }
+    }
+  }
+  return src;
+}
+
+}  // namespace
+
 absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction* instr,
                                                            const std::vector<ValuePtr>& ops) {
   if (ops.size() != 2 || instr->shape().IsTuple()) {
@@ -177,20 +218,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
     // rule: padding and lhs-dilation holes left out). An output then walks the product of its
     // dims' lists in row-major window order, the order the generic walk combines in, so the
     // results are the same bits, and only the elements it reads cost anything.
-    std::vector<std::vector<std::vector<int64_t>>> src(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      const WindowDim& wd = w[d];
-      src[d].resize(static_cast<size_t>(out_shape.dims[d]));
-      for (int64_t o = 0; o < out_shape.dims[d]; ++o) {
-        for (int64_t k = 0; k < wd.size; ++k) {
-          int64_t pos = o * wd.stride + k * wd.rhs_dilate - wd.lo;
-          if (pos < 0 || pos % wd.lhs_dilate != 0) continue;
-          pos /= wd.lhs_dilate;
-          if (pos >= in.shape.dims[d]) continue;
-          src[d][static_cast<size_t>(o)].push_back(pos * is[d]);
-        }
-      }
-    }
+    const std::vector<std::vector<std::vector<int64_t>>> src =
+        WindowSourceOffsets(w, out_shape, in.shape.dims, is);
     const HloOpcode op = *simple->second;
     const bool is_int = in.storage() == Storage::kInt;
     std::vector<size_t> pick(rank, 0);
@@ -262,8 +291,11 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalReduceWindow(const HloInstruction*
   return Share(std::move(out));
 }
 
-absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
-                                                   const std::vector<ValuePtr>& ops) {
+namespace {
+
+// OK when sort `instr` has one dimension, within the rank of its operands, which are arrays of one
+// dims, and a comparator of two parameters per operand; InvalidArgument otherwise.
+absl::Status CheckSortOperands(const HloInstruction* instr, const std::vector<ValuePtr>& ops) {
   if (ops.empty() || instr->dimensions.size() != 1) return InvalidArgumentError("sort needs one dimension");
   for (const ValuePtr& v : ops) {
     if (!v->shape.IsArray() || v->shape.dims != ops[0]->shape.dims) {
@@ -277,6 +309,46 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   if (instr->dimensions[0] < 0 || instr->dimensions[0] >= static_cast<int64_t>(ops[0]->shape.dims.size())) {
     return InvalidArgumentError("sort dimension out of range");
   }
+  return absl::OkStatus();
+}
+
+// Whether comparator parameters 2j and 2j+1 both have operand j's element type, for every j.
+bool ComparatorParamsMatch(const HloComputation* c, const std::vector<ValuePtr>& ops) {
+  bool param_types_match = true;
+  for (size_t j = 0; j < ops.size(); ++j) {
+    for (int64_t side = 0; side < 2; ++side) {
+      param_types_match &= c->parameter(static_cast<int64_t>(2 * j) + side)->shape().element_type ==
+                           ops[j]->shape.element_type;
+    }
+  }
+  return param_types_match;
+}
+
+// Writes the sorted line of every operand into `outs`: element q of the line (flat index
+// base + q * stride) takes the operand's element perm[q] of the line.
+void PermuteLine(const std::vector<ValuePtr>& ops, const std::vector<int64_t>& perm, int64_t base,
+                 int64_t stride, std::vector<Value>* outs) {
+  const int64_t extent = static_cast<int64_t>(perm.size());
+  auto at = [&](int64_t q) { return base + q * stride; };
+  for (size_t j = 0; j < ops.size(); ++j) {
+    for (int64_t q = 0; q < extent; ++q) {
+      const int64_t src = at(perm[static_cast<size_t>(q)]), dst = at(q);
+      switch ((*outs)[j].storage()) {
+        case Storage::kFloat: (*outs)[j].f[dst] = ops[j]->f[src]; break;
+        case Storage::kDouble: (*outs)[j].d[dst] = ops[j]->d[src]; break;
+        case Storage::kInt: (*outs)[j].i[dst] = ops[j]->i[src]; break;
+        case Storage::kComplex: (*outs)[j].c[dst] = ops[j]->c[src]; break;
+        default: break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
+                                                   const std::vector<ValuePtr>& ops) {
+  RETURN_IF_ERROR(CheckSortOperands(instr, ops));
   const Shape& s = ops[0]->shape;
   const int64_t dim = instr->dimensions[0];
   const int64_t extent = s.dims[static_cast<size_t>(dim)];
@@ -302,13 +374,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   // interpreter for the whole sort.
   std::optional<ScalarProgram> program;
   std::vector<const Value*> prog_vals;
-  bool param_types_match = true;
-  for (size_t j = 0; j < ops.size(); ++j) {
-    for (int64_t side = 0; side < 2; ++side) {
-      param_types_match &= c->parameter(static_cast<int64_t>(2 * j) + side)->shape().element_type ==
-                           ops[j]->shape.element_type;
-    }
-  }
+  const bool param_types_match = ComparatorParamsMatch(c, ops);
   if (!fast_dir && param_types_match) {
     program = ScalarProgram::Compile(*c);
     for (const ValuePtr& v : ops) prog_vals.push_back(v.get());
@@ -365,18 +431,7 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
     };
     std::stable_sort(perm.begin(), perm.end(), less);
     if (!error.ok()) return error;
-    for (size_t j = 0; j < ops.size(); ++j) {
-      for (int64_t q = 0; q < extent; ++q) {
-        const int64_t src = at(perm[static_cast<size_t>(q)]), dst = at(q);
-        switch (outs[j].storage()) {
-          case Storage::kFloat: outs[j].f[dst] = ops[j]->f[src]; break;
-          case Storage::kDouble: outs[j].d[dst] = ops[j]->d[src]; break;
-          case Storage::kInt: outs[j].i[dst] = ops[j]->i[src]; break;
-          case Storage::kComplex: outs[j].c[dst] = ops[j]->c[src]; break;
-          default: break;
-        }
-      }
-    }
+    PermuteLine(ops, perm, base, stride, &outs);
   }
   if (ops.size() == 1) return Share(std::move(outs[0]));
   Value t;
@@ -384,6 +439,41 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalSort(const HloInstruction* instr,
   for (Value& v : outs) t.elements.push_back(Share(std::move(v)));
   return Share(std::move(t));
 }
+
+namespace {
+
+// Writes `piece`, body output o of a scan step (the output with scan dim d removed), at index k
+// along d of `out`; InvalidArgument when out has no dim d or piece is not such a slice of it.
+absl::Status WriteScanOutput(int64_t o, const Value& piece, int64_t d, int64_t k, Value* result) {
+  Value& out = *result;
+  if (d >= out.shape.rank()) return InvalidArgumentError("scan output has no scan dimension");
+  // The piece is the output with the scan dim removed: written row-major at step k.
+  std::vector<int64_t> slice_dims = out.shape.dims;
+  slice_dims.erase(slice_dims.begin() + d);
+  if (piece.shape.element_type != out.shape.element_type || piece.shape.dims != slice_dims ||
+      piece.storage() != out.storage()) {
+    return InvalidArgumentError(absl::StrCat("scan body output ", o, " is ", piece.shape.ToString(false),
+                                             ", not a slice of ", out.shape.ToString(false)));
+  }
+  const std::vector<int64_t> os = ops::Strides(out.shape.dims);
+  const int64_t inner = os[static_cast<size_t>(d)], dim = out.shape.dims[static_cast<size_t>(d)];
+  const int64_t outer = inner == 0 ? 0 : out.size() / (inner * dim);
+  for (int64_t a = 0; a < outer; ++a) {
+    for (int64_t q = 0; q < inner; ++q) {
+      const int64_t dst = (a * dim + k) * inner + q, src = a * inner + q;
+      switch (out.storage()) {
+        case Storage::kFloat: out.f[static_cast<size_t>(dst)] = piece.f[static_cast<size_t>(src)]; break;
+        case Storage::kDouble: out.d[static_cast<size_t>(dst)] = piece.d[static_cast<size_t>(src)]; break;
+        case Storage::kInt: out.i[static_cast<size_t>(dst)] = piece.i[static_cast<size_t>(src)]; break;
+        case Storage::kComplex: out.c[static_cast<size_t>(dst)] = piece.c[static_cast<size_t>(src)]; break;
+        default: break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 // XLA's scan (HloScanInstruction; the loop of xla/service/scan_expander.cc): operands are the
 // inputs, then `num_carries` initial carries; along the scan dim d (`dimensions={d}`), step k
@@ -451,32 +541,8 @@ absl::StatusOr<ValuePtr> DeviceEvaluator::EvalScan(const HloInstruction* instr,
       return InvalidArgumentError("scan body's result count is not outputs + carries");
     }
     for (int64_t o = 0; o < n_outputs; ++o) {
-      Value& out = outputs[static_cast<size_t>(o)];
-      const Value& piece = *parts[static_cast<size_t>(o)];
-      if (d >= out.shape.rank()) return InvalidArgumentError("scan output has no scan dimension");
-      // The piece is the output with the scan dim removed: written row-major at step k.
-      std::vector<int64_t> slice_dims = out.shape.dims;
-      slice_dims.erase(slice_dims.begin() + d);
-      if (piece.shape.element_type != out.shape.element_type || piece.shape.dims != slice_dims ||
-          piece.storage() != out.storage()) {
-        return InvalidArgumentError(absl::StrCat("scan body output ", o, " is ", piece.shape.ToString(false),
-                                                 ", not a slice of ", out.shape.ToString(false)));
-      }
-      const std::vector<int64_t> os = ops::Strides(out.shape.dims);
-      const int64_t inner = os[static_cast<size_t>(d)], dim = out.shape.dims[static_cast<size_t>(d)];
-      const int64_t outer = inner == 0 ? 0 : out.size() / (inner * dim);
-      for (int64_t a = 0; a < outer; ++a) {
-        for (int64_t q = 0; q < inner; ++q) {
-          const int64_t dst = (a * dim + k) * inner + q, src = a * inner + q;
-          switch (out.storage()) {
-            case Storage::kFloat: out.f[static_cast<size_t>(dst)] = piece.f[static_cast<size_t>(src)]; break;
-            case Storage::kDouble: out.d[static_cast<size_t>(dst)] = piece.d[static_cast<size_t>(src)]; break;
-            case Storage::kInt: out.i[static_cast<size_t>(dst)] = piece.i[static_cast<size_t>(src)]; break;
-            case Storage::kComplex: out.c[static_cast<size_t>(dst)] = piece.c[static_cast<size_t>(src)]; break;
-            default: break;
-          }
-        }
-      }
+      RETURN_IF_ERROR(WriteScanOutput(o, *parts[static_cast<size_t>(o)], d, k,
+                                      &outputs[static_cast<size_t>(o)]));
     }
     for (int64_t c = 0; c < carries; ++c) {
       const Shape& got = parts[static_cast<size_t>(n_outputs + c)]->shape;

@@ -98,87 +98,147 @@ float Gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
-absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+// The gemm_backend_config of the call: alpha, beta, the epilogue and what it implies, and the
+// dot dimension numbers.
+struct Fp8GemmConfig {
+  double alpha = 1.0;
+  double beta = 0.0;
+  std::string epilogue;
+  bool damax = false;
+  bool has_bias = false;
+  bool relu = false;
+  bool aux = false;  // GELU_AUX: the pre-activation value is also returned
+  bool gelu = false;
+  std::vector<int64_t> lb, lc, rb, rc;  // lhs/rhs batch and contracting dims
+};
+
+// The call's backend_config read; an error when it has no gemm_backend_config, an unsupported
+// epilogue, or unequal lhs/rhs dimension counts.
+absl::StatusOr<Fp8GemmConfig> ParseFp8GemmConfig(const HloInstruction& instr) {
   json cfg = json::parse(instr.backend_config, nullptr, false);
   if (!cfg.is_object() || !cfg.contains("gemm_backend_config") ||
       !cfg["gemm_backend_config"].is_object()) {
     return Error(instr, "backend_config has no gemm_backend_config");
   }
   const json& g = cfg["gemm_backend_config"];
-  const double alpha = Number(g, "alpha_real", 1.0);
-  const double beta = Number(g, "beta", 0.0);
-  const std::string epilogue = g.value("epilogue", std::string("DEFAULT"));
-  const bool damax = g.value("damax_output", false);
-  const bool has_bias = epilogue == "BIAS" || epilogue == "BIAS_RELU" ||
-                        epilogue == "BIAS_GELU" || epilogue == "BIAS_GELU_AUX";
-  const bool relu = epilogue == "RELU" || epilogue == "BIAS_RELU";
+  Fp8GemmConfig out;
+  out.alpha = Number(g, "alpha_real", 1.0);
+  out.beta = Number(g, "beta", 0.0);
+  const std::string& epilogue = out.epilogue = g.value("epilogue", std::string("DEFAULT"));
+  out.damax = g.value("damax_output", false);
+  out.has_bias = epilogue == "BIAS" || epilogue == "BIAS_RELU" ||
+                 epilogue == "BIAS_GELU" || epilogue == "BIAS_GELU_AUX";
+  out.relu = epilogue == "RELU" || epilogue == "BIAS_RELU";
   // GELU_AUX: the pre-activation value is also returned, as tuple element 1 in D's type.
-  const bool aux = epilogue == "GELU_AUX" || epilogue == "BIAS_GELU_AUX";
-  const bool gelu = epilogue == "GELU" || epilogue == "BIAS_GELU" || aux;
-  if (!(epilogue == "DEFAULT" || has_bias || relu || gelu)) {
+  out.aux = epilogue == "GELU_AUX" || epilogue == "BIAS_GELU_AUX";
+  out.gelu = epilogue == "GELU" || epilogue == "BIAS_GELU" || out.aux;
+  if (!(epilogue == "DEFAULT" || out.has_bias || out.relu || out.gelu)) {
     return Error(instr, absl::StrCat("epilogue ", epilogue, " is not supported"));
   }
-  std::vector<int64_t> lb, lc, rb, rc;
   if (g.contains("dot_dimension_numbers")) {
     const json& dn = g["dot_dimension_numbers"];
-    lc = IntList(dn.value("lhs_contracting_dimensions", json::array()));
-    rc = IntList(dn.value("rhs_contracting_dimensions", json::array()));
-    lb = IntList(dn.value("lhs_batch_dimensions", json::array()));
-    rb = IntList(dn.value("rhs_batch_dimensions", json::array()));
+    out.lc = IntList(dn.value("lhs_contracting_dimensions", json::array()));
+    out.rc = IntList(dn.value("rhs_contracting_dimensions", json::array()));
+    out.lb = IntList(dn.value("lhs_batch_dimensions", json::array()));
+    out.rb = IntList(dn.value("rhs_batch_dimensions", json::array()));
   }
-  if (lc.size() != rc.size() || lb.size() != rb.size()) {
+  if (out.lc.size() != out.rc.size() || out.lb.size() != out.rb.size()) {
     return Error(instr, "dot_dimension_numbers have unequal lhs/rhs counts");
   }
+  return out;
+}
 
-  // Result D.
-  const Shape& rs = instr.shape();
-  const Shape d_shape = rs.IsTuple() ? (rs.tuple_shapes.empty() ? Shape() : rs.tuple_shapes[0]) : rs;
-  if (!d_shape.IsArray()) return Error(instr, "result has no array D");
-  const PrimitiveType dt = d_shape.element_type;
-  const bool fp8_out = dt == PrimitiveType::F8E4M3FN || dt == PrimitiveType::F8E5M2 ||
-                       dt == PrimitiveType::F8E4M3FNUZ || dt == PrimitiveType::F8E5M2FNUZ;
-  const size_t amax_index = aux ? 2 : 1;
-  if (damax && (!rs.IsTuple() || rs.tuple_shapes.size() <= amax_index ||
-                rs.tuple_shapes[amax_index].element_type != PrimitiveType::F32 ||
-                rs.tuple_shapes[amax_index].rank() != 0)) {
+// Whether `dt` is one of the FP8 types of an FP8 D (saturated and scaled by d_scale).
+bool IsFp8Output(PrimitiveType dt) {
+  return dt == PrimitiveType::F8E4M3FN || dt == PrimitiveType::F8E5M2 ||
+         dt == PrimitiveType::F8E4M3FNUZ || dt == PrimitiveType::F8E5M2FNUZ;
+}
+
+// OK when the result `rs` has the amax scalar at `amax_index` that damax_output asks for, and
+// D's shape `d_shape` again at index 1 for a GELU_AUX epilogue; an error otherwise.
+absl::Status CheckResultTuple(const HloInstruction& instr, const Fp8GemmConfig& cfg,
+                              const Shape& rs, const Shape& d_shape, size_t amax_index) {
+  if (cfg.damax && (!rs.IsTuple() || rs.tuple_shapes.size() <= amax_index ||
+                    rs.tuple_shapes[amax_index].element_type != PrimitiveType::F32 ||
+                    rs.tuple_shapes[amax_index].rank() != 0)) {
     return Error(instr, absl::StrCat("damax_output needs a tuple result with f32[] at index ",
                                      amax_index));
   }
-  if (aux && (!rs.IsTuple() || rs.tuple_shapes.size() < 2 || rs.tuple_shapes[1] != d_shape)) {
+  if (cfg.aux && (!rs.IsTuple() || rs.tuple_shapes.size() < 2 || rs.tuple_shapes[1] != d_shape)) {
     return Error(instr, "a GELU_AUX epilogue needs D's shape again at tuple index 1");
   }
+  return absl::OkStatus();
+}
 
-  // Operands. An FP8 D may come without d_scale (XLA's call for a dot whose own result is FP8):
-  // d_scale is then 1.
-  const size_t base = 4 + (beta != 0 ? 1 : 0) + (has_bias ? 1 : 0);
+// The call's operands in XLA's order: c only when beta != 0, bias only with a BIAS epilogue.
+struct Fp8GemmOperands {
+  const Value* a = nullptr;
+  const Value* b = nullptr;
+  const Value* c = nullptr;
+  float sa = 0.0f, sb = 0.0f;  // a_scale, b_scale
+  const Value* bias = nullptr;
+  float d_scale = 1.0f;  // 1 when D is not FP8 or the call has no d_scale
+};
+
+// `ops` read as the operands `cfg` implies; an error when their count is wrong, a scale is not
+// an f32 scalar, or a or b is not an array. An FP8 D (`fp8_out`) may come without d_scale (XLA's
+// call for a dot whose own result is FP8): d_scale is then 1.
+absl::StatusOr<Fp8GemmOperands> ReadOperands(const HloInstruction& instr,
+                                             const std::vector<ValuePtr>& ops,
+                                             const Fp8GemmConfig& cfg, PrimitiveType dt,
+                                             bool fp8_out) {
+  const size_t base = 4 + (cfg.beta != 0 ? 1 : 0) + (cfg.has_bias ? 1 : 0);
   const bool has_d_scale = fp8_out && ops.size() == base + 1;
   if (ops.size() != base && !has_d_scale) {
     return Error(instr, absl::StrCat("expected ", base, fp8_out ? " or " : "",
                                      fp8_out ? std::to_string(base + 1) : std::string(),
-                                     " operands (beta=", beta, ", epilogue=", epilogue, ", D ",
-                                     PrimitiveTypeName(dt).data(), "), got ", ops.size()));
+                                     " operands (beta=", cfg.beta, ", epilogue=", cfg.epilogue,
+                                     ", D ", PrimitiveTypeName(dt).data(), "), got ", ops.size()));
   }
+  Fp8GemmOperands in;
   size_t next = 0;
-  const Value& a = *ops[next++];
-  const Value& b = *ops[next++];
-  const Value* c = beta != 0 ? ops[next++].get() : nullptr;
-  ASSIGN_OR_RETURN(float sa, ScalarF32(instr, ops[next++], "a_scale"));
-  ASSIGN_OR_RETURN(float sb, ScalarF32(instr, ops[next++], "b_scale"));
-  const Value* bias = has_bias ? ops[next++].get() : nullptr;
-  float d_scale = 1.0f;
+  in.a = ops[next++].get();
+  in.b = ops[next++].get();
+  in.c = cfg.beta != 0 ? ops[next++].get() : nullptr;
+  ASSIGN_OR_RETURN(in.sa, ScalarF32(instr, ops[next++], "a_scale"));
+  ASSIGN_OR_RETURN(in.sb, ScalarF32(instr, ops[next++], "b_scale"));
+  in.bias = cfg.has_bias ? ops[next++].get() : nullptr;
   if (has_d_scale) {
     ASSIGN_OR_RETURN(float ds, ScalarF32(instr, ops[next++], "d_scale"));
-    d_scale = ds;
+    in.d_scale = ds;
   }
-  if (!a.shape.IsArray() || !b.shape.IsArray()) return Error(instr, "a and b must be arrays");
+  if (!in.a->shape.IsArray() || !in.b->shape.IsArray()) {
+    return Error(instr, "a and b must be arrays");
+  }
+  return in;
+}
 
+// The free (neither batch nor contracting) dims of a and b.
+struct GemmFreeDims {
+  std::vector<int64_t> lf, rf;
+};
+
+// The dot's dims checked against a, b, D (`d_shape`), c and bias: every dim in range, batch and
+// contracting sizes equal, D's dims (batch, lhs free, rhs free), c's D's, bias's D's minor
+// dims; the free dims of a and b, and the bias's element count in *bias_count (1 without bias).
+absl::StatusOr<GemmFreeDims> CheckDotDims(const HloInstruction& instr, const Fp8GemmConfig& cfg,
+                                          const Fp8GemmOperands& in, const Shape& d_shape,
+                                          int64_t* bias_count) {
+  const Value& a = *in.a;
+  const Value& b = *in.b;
+  const std::vector<int64_t>& lb = cfg.lb;
+  const std::vector<int64_t>& lc = cfg.lc;
+  const std::vector<int64_t>& rb = cfg.rb;
+  const std::vector<int64_t>& rc = cfg.rc;
   const std::vector<int64_t>& ad = a.shape.dims;
   const std::vector<int64_t>& bd = b.shape.dims;
   for (int64_t d : lb) if (d < 0 || d >= a.shape.rank()) return Error(instr, "bad lhs batch dim");
   for (int64_t d : lc) if (d < 0 || d >= a.shape.rank()) return Error(instr, "bad lhs contracting dim");
   for (int64_t d : rb) if (d < 0 || d >= b.shape.rank()) return Error(instr, "bad rhs batch dim");
   for (int64_t d : rc) if (d < 0 || d >= b.shape.rank()) return Error(instr, "bad rhs contracting dim");
-  std::vector<int64_t> lf, rf;
+  GemmFreeDims free_dims;
+  std::vector<int64_t>& lf = free_dims.lf;
+  std::vector<int64_t>& rf = free_dims.rf;
   for (int64_t d = 0; d < a.shape.rank(); ++d) if (!Contains(lb, d) && !Contains(lc, d)) lf.push_back(d);
   for (int64_t d = 0; d < b.shape.rank(); ++d) if (!Contains(rb, d) && !Contains(rc, d)) rf.push_back(d);
   std::vector<int64_t> out_dims;
@@ -198,11 +258,12 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
   if (out_dims != d_shape.dims) {
     return Error(instr, absl::StrCat("D has shape ", d_shape.ToString(false),
                                      " but the operands and dot dims give ",
-                                     Shape(dt, out_dims).ToString(false)));
+                                     Shape(d_shape.element_type, out_dims).ToString(false)));
   }
-  if (c != nullptr && c->shape.dims != out_dims) return Error(instr, "c must have D's dims");
-  int64_t bias_count = 1;
-  if (bias != nullptr) {
+  if (in.c != nullptr && in.c->shape.dims != out_dims) return Error(instr, "c must have D's dims");
+  *bias_count = 1;
+  if (in.bias != nullptr) {
+    const Value* bias = in.bias;
     const int64_t br = bias->shape.rank();
     if (br > static_cast<int64_t>(out_dims.size())) return Error(instr, "bias rank exceeds D's");
     for (int64_t i = 0; i < br; ++i) {
@@ -211,22 +272,49 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
         return Error(instr, "bias must have D's minor dims");
       }
     }
-    bias_count = bias->shape.ElementCount();
+    *bias_count = bias->shape.ElementCount();
   }
+  return free_dims;
+}
 
+// What the GEMM computes: D, the pre-activation value (GELU_AUX), and amax.
+struct Fp8GemmOutputs {
+  Value d;
+  Value pre;
+  float amax = 0.0f;
+};
+
+// The GEMM itself (the semantics at the top of this file) into D of `d_shape`: each output
+// element (row-major over batch, lhs free, rhs free) summed, scaled, biased, activated, rounded.
+Fp8GemmOutputs ComputeFp8Gemm(const Fp8GemmConfig& cfg, const Fp8GemmOperands& in,
+                              const GemmFreeDims& free_dims, const Shape& d_shape,
+                              int64_t bias_count) {
+  const Value& a = *in.a;
+  const Value& b = *in.b;
+  const Value* c = in.c;
+  const Value* bias = in.bias;
+  const PrimitiveType dt = d_shape.element_type;
+  const bool fp8_out = IsFp8Output(dt);
+  const bool aux = cfg.aux, relu = cfg.relu, gelu = cfg.gelu;
+  const float sa = in.sa, sb = in.sb, d_scale = in.d_scale;
+  const std::vector<int64_t>& ad = a.shape.dims;
+  const std::vector<int64_t>& bd = b.shape.dims;
   // Offsets: output is row-major over (batch, lhs free, rhs free).
-  const std::vector<int64_t> a_batch = Offsets(ad, lb), b_batch = Offsets(bd, rb);
-  const std::vector<int64_t> a_free = Offsets(ad, lf), b_free = Offsets(bd, rf);
-  const std::vector<int64_t> a_k = Offsets(ad, lc), b_k = Offsets(bd, rc);
+  const std::vector<int64_t> a_batch = Offsets(ad, cfg.lb), b_batch = Offsets(bd, cfg.rb);
+  const std::vector<int64_t> a_free = Offsets(ad, free_dims.lf), b_free = Offsets(bd, free_dims.rf);
+  const std::vector<int64_t> a_k = Offsets(ad, cfg.lc), b_k = Offsets(bd, cfg.rc);
   std::vector<double> av(static_cast<size_t>(a.size())), bv(static_cast<size_t>(b.size()));
   for (int64_t i = 0; i < a.size(); ++i) av[static_cast<size_t>(i)] = a.GetDouble(i);
   for (int64_t i = 0; i < b.size(); ++i) bv[static_cast<size_t>(i)] = b.GetDouble(i);
 
-  const float scale = static_cast<float>(alpha) * sa * sb;
-  const float fbeta = static_cast<float>(beta);
+  const float scale = static_cast<float>(cfg.alpha) * sa * sb;
+  const float fbeta = static_cast<float>(cfg.beta);
   const double dmax = fp8_out ? MaxFinite(dt) : 0.0;
-  Value d = Value::Zeros(d_shape);
-  Value pre = aux ? Value::Zeros(d_shape) : Value();
+  Fp8GemmOutputs out;
+  out.d = Value::Zeros(d_shape);
+  out.pre = aux ? Value::Zeros(d_shape) : Value();
+  Value& d = out.d;
+  Value& pre = out.pre;
   float amax = 0.0f;
   int64_t o = 0;
   for (int64_t bi = 0; bi < static_cast<int64_t>(a_batch.size()); ++bi) {
@@ -259,17 +347,25 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
       }
     }
   }
-  if (!rs.IsTuple()) return d;
+  out.amax = amax;
+  return out;
+}
+
+// The call's result of shape `rs`: D alone, or the tuple of D, the pre-activation value
+// (GELU_AUX, index 1), amax (damax_output, at `amax_index`), the workspace and any other element.
+Value Fp8GemmResult(const Fp8GemmConfig& cfg, const Shape& rs, size_t amax_index,
+                    Fp8GemmOutputs computed) {
+  if (!rs.IsTuple()) return std::move(computed.d);
   Value out;
   out.shape = rs;
-  out.elements.push_back(Share(std::move(d)));
+  out.elements.push_back(Share(std::move(computed.d)));
   for (size_t i = 1; i < rs.tuple_shapes.size(); ++i) {
     Value e;
-    if (i == 1 && aux) {
-      e = std::move(pre);
-    } else if (i == amax_index && damax) {
+    if (i == 1 && cfg.aux) {
+      e = std::move(computed.pre);
+    } else if (i == amax_index && cfg.damax) {
       e = Value::Zeros(rs.tuple_shapes[i]);
-      e.f[0] = amax;
+      e.f[0] = computed.amax;
     } else if (i + 1 == rs.tuple_shapes.size() && rs.tuple_shapes[i].element_type == PrimitiveType::S8) {
       // The workspace (32 MiB on Hopper) is scratch memory nobody reads: it is given its shape
       // but no storage, so that evaluating a GEMM does not allocate 256 MiB of int64 zeros.
@@ -280,6 +376,24 @@ absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector
     out.elements.push_back(Share(std::move(e)));
   }
   return out;
+}
+
+absl::StatusOr<Value> EvalFp8Gemm(const HloInstruction& instr, const std::vector<ValuePtr>& ops) {
+  ASSIGN_OR_RETURN(const Fp8GemmConfig cfg, ParseFp8GemmConfig(instr));
+  // Result D.
+  const Shape& rs = instr.shape();
+  const Shape d_shape = rs.IsTuple() ? (rs.tuple_shapes.empty() ? Shape() : rs.tuple_shapes[0]) : rs;
+  if (!d_shape.IsArray()) return Error(instr, "result has no array D");
+  const PrimitiveType dt = d_shape.element_type;
+  const bool fp8_out = IsFp8Output(dt);
+  const size_t amax_index = cfg.aux ? 2 : 1;
+  RETURN_IF_ERROR(CheckResultTuple(instr, cfg, rs, d_shape, amax_index));
+  ASSIGN_OR_RETURN(const Fp8GemmOperands in, ReadOperands(instr, ops, cfg, dt, fp8_out));
+  int64_t bias_count = 1;
+  ASSIGN_OR_RETURN(const GemmFreeDims free_dims,
+                   CheckDotDims(instr, cfg, in, d_shape, &bias_count));
+  return Fp8GemmResult(cfg, rs, amax_index,
+                       ComputeFp8Gemm(cfg, in, free_dims, d_shape, bias_count));
 }
 
 }  // namespace

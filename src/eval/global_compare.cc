@@ -336,37 +336,86 @@ std::vector<bool> SharedInputParameters(const HloModule& partitioned) {
   return shared;
 }
 
-absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
-                                                                 const HloModule& partitioned,
-                                                                 const CompareOptions& options,
-                                                                 bool exact_copies) {
-  std::string why;
-  if (!IsGlobalPartitionedPair(global, partitioned, &why) &&
-      why != "every parameter and output has the same shape in both") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the modules are not a global/partitioned pair: ", why));
+namespace {
+
+// One global-vs-partitioned check (CompareGlobalWithPartitioned), its steps numbered as in
+// global_compare.h; each step reads the state the earlier ones left.
+struct GlobalPartitionedCheck {
+  GlobalPartitionedCheck(const HloModule& global, const HloModule& partitioned,
+                         const CompareOptions& options, bool exact_copies)
+      : global(global), partitioned(partitioned), options(options), exact_copies(exact_copies),
+        pentry(partitioned.entry()) {}
+
+  // Device d's manual group (0 without partially manual parameters).
+  int64_t GroupOf(int64_t d) const {
+    return mgroup.empty() ? int64_t{0} : mgroup[static_cast<size_t>(d % n)];
   }
-  // 1./2. Global inputs and the reference on one device.
-  std::unique_ptr<HloModule> ref = global.Clone();
+  absl::Status MakeGlobalInputs();
+  absl::Status RunReferences();
+  absl::Status TileInputs();
+  absl::Status RunPartitioned();
+  absl::Status ResolveOutputShardings();
+  void MergePathPrecisions();
+  void RunSumMagnitudes();
+  absl::Status CompareOutput(size_t k);
+  void CompareReassembled(size_t k, const std::vector<std::vector<int64_t>>& holders);
+  absl::Status RecheckExactSums();
+
+  const HloModule& global;
+  const HloModule& partitioned;
+  const CompareOptions& options;
+  const bool exact_copies;
+  const HloComputation* pentry;
+  // 1./2. The reference: the global module unsharded (ref), its options (ge), inputs (gin; gins:
+  // one per manual group) and runs (grs, one per manual group; gr: the first's).
+  std::unique_ptr<HloModule> ref;
+  EvalOptions ge, pe;
+  Inputs gin;
+  int64_t n = 1, devices = 1;
+  std::vector<int64_t> mgroup;  // the manual group of each partition, or empty
+  int64_t num_groups = 1;
+  std::vector<Inputs> gins;
+  std::vector<EvalResult> grs;
+  EvalResult* gr = nullptr;
+  // 3. The partitioned module's tiles, run (pr) and magnitude run (mr).
+  Inputs pin;
+  EvalResult pr;
+  std::optional<EvalResult> mr;
+  // 4./5. The report, root leaves' shapes and shardings (given_leaves: before summing addends),
+  // options, path precisions, sum magnitudes (sr), random outputs, reassembled magnitude runs.
+  GlobalCompareReport report;
+  std::vector<Shape> leaf_shapes;
+  std::vector<Sharding> leaves, given_leaves;
+  CompareOptions co;
+  std::vector<PathPrecision> paths;
+  std::optional<EvalResult> sr;
+  std::vector<RandomOutput> random;
+  std::vector<std::optional<Value>> magnitudes;
+};
+
+// 1. The global inputs from the seed (ref, ge, gin, gins) and the partitioned run's counts (pe,
+// n, devices, mgroup). Partially manual parameters: every manual group runs its own program, so
+// each group gets its own inputs (a group reading another's data then shows), and its outputs
+// are checked against the reference run on them; the other parameters are the same for every
+// group. Errors: MakeInputs's ("global module: "), ManualGroupsOfParameters's.
+absl::Status GlobalPartitionedCheck::MakeGlobalInputs() {
+  ref = global.Clone();
   for (HloInstruction* p : ref->entry()->parameters()) p->sharding.reset();
-  EvalOptions ge = options.eval;
+  ge = options.eval;
   ge.num_partitions = 1;
   ge.replica_count = 1;
   ge.replicate_unsharded = true;
-  absl::StatusOr<Inputs> gin = MakeInputs(*ref, ge);
-  if (!gin.ok()) return absl::Status(gin.status().code(), absl::StrCat("global module: ", gin.status().message()));
-  EvalOptions pe = options.eval;
+  absl::StatusOr<Inputs> made = MakeInputs(*ref, ge);
+  if (!made.ok()) return absl::Status(made.status().code(), absl::StrCat("global module: ", made.status().message()));
+  gin = *std::move(made);
+  pe = options.eval;
   pe.num_partitions = ResolvedNumPartitions(partitioned, options.eval);
   pe.replica_count = ResolvedReplicaCount(partitioned, options.eval);
-  const int64_t n = pe.num_partitions, devices = n * pe.replica_count;
-  const HloComputation* pentry = partitioned.entry();
-  // Partially manual parameters: every manual group runs its own program, so each group gets its
-  // own inputs (a group reading another's data then shows), and its outputs are checked against
-  // the reference run on them; the other parameters are the same for every group.
-  ASSIGN_OR_RETURN(std::vector<int64_t> mgroup, ManualGroupsOfParameters(partitioned, global, n));
-  const int64_t num_groups =
-      mgroup.empty() ? 1 : *std::max_element(mgroup.begin(), mgroup.end()) + 1;
-  std::vector<Inputs> gins = {*gin};
+  n = pe.num_partitions;
+  devices = n * pe.replica_count;
+  ASSIGN_OR_RETURN(mgroup, ManualGroupsOfParameters(partitioned, global, n));
+  num_groups = mgroup.empty() ? 1 : *std::max_element(mgroup.begin(), mgroup.end()) + 1;
+  gins = {gin};
   for (int64_t m = 1; m < num_groups; ++m) {
     EvalOptions gm = ge;
     gm.seed = ge.seed + 0x9e3779b9ULL * static_cast<uint64_t>(m);
@@ -376,22 +425,27 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       const HloInstruction* p = pentry->parameter(i);
       absl::StatusOr<Sharding> ps = ShardingOf(p, global.entry()->parameter(i)->shape());
       if (!ps.ok() || !ps->IsTiled() || !ps->HasManualSubgroup()) {
-        in->per_device[0][static_cast<size_t>(i)] = gin->per_device[0][static_cast<size_t>(i)];
+        in->per_device[0][static_cast<size_t>(i)] = gin.per_device[0][static_cast<size_t>(i)];
       }
     }
     gins.push_back(*std::move(in));
   }
-  auto group_of = [&](int64_t d) { return mgroup.empty() ? int64_t{0} : mgroup[static_cast<size_t>(d % n)]; };
-  std::vector<EvalResult> grs;
+  return absl::OkStatus();
+}
+
+// 2. The reference of each manual group (grs; gr: the first): with manual regions, one global
+// view run with each partition on its group's inputs; otherwise one run per group. RunReference's
+// errors.
+absl::Status GlobalPartitionedCheck::RunReferences() {
   if (num_groups > 1 && !GlobalViewReason(global).empty()) {
     std::vector<std::vector<ValuePtr>> view_in;
-    for (int64_t d = 0; d < n; ++d) view_in.push_back(gins[static_cast<size_t>(group_of(d))].per_device[0]);
-    ASSIGN_OR_RETURN(EvalResult r, RunReference(global, partitioned, options.eval, ge, *gin, &view_in));
+    for (int64_t d = 0; d < n; ++d) view_in.push_back(gins[static_cast<size_t>(GroupOf(d))].per_device[0]);
+    ASSIGN_OR_RETURN(EvalResult r, RunReference(global, partitioned, options.eval, ge, gin, &view_in));
     // Group m's reference: the view's outputs on the first device of group m.
     for (int64_t m = 0; m < num_groups; ++m) {
       EvalResult g = r;
       for (int64_t d = 0; d < n; ++d) {
-        if (group_of(d) == m) {
+        if (GroupOf(d) == m) {
           g.outputs[0] = r.outputs[static_cast<size_t>(d)];
           break;
         }
@@ -404,12 +458,17 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       grs.push_back(std::move(r));
     }
   }
-  EvalResult* gr = &grs[0];
-  // 3. Tiles with poisoned padding.
-  Inputs pin;
+  gr = &grs[0];
+  return absl::OkStatus();
+}
+
+// 3. Each device's tiles of its group's inputs (pin), padding poisoned; a tuple parameter's
+// leaves each tiled by its own sharding. Errors: a parameter's sharding, or a tuple sharding
+// whose leaf count differs from the tuple's.
+absl::Status GlobalPartitionedCheck::TileInputs() {
   pin.per_device.assign(static_cast<size_t>(devices), {});
   for (int64_t i = 0; i < pentry->num_parameters(); ++i) {
-    const ValuePtr& g = gin->per_device[0][static_cast<size_t>(i)];
+    const ValuePtr& g = gin.per_device[0][static_cast<size_t>(i)];
     absl::StatusOr<Sharding> s = ShardingOf(pentry->parameter(i), g->shape);
     if (!s.ok()) return s.status();
     if (g->shape.IsTuple()) {
@@ -429,7 +488,7 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       continue;
     }
     for (int64_t d = 0; d < devices; ++d) {
-      const ValuePtr& gv = gins[static_cast<size_t>(group_of(d))].per_device[0][static_cast<size_t>(i)];
+      const ValuePtr& gv = gins[static_cast<size_t>(GroupOf(d))].per_device[0][static_cast<size_t>(i)];
       // A replicated parameter's tile is the whole input: every device shares it (no copies;
       // SharedInputParameters says which, for the memory estimate).
       pin.per_device[static_cast<size_t>(d)].push_back(
@@ -438,33 +497,43 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
               : Share(TileOf(*gv, *s, d % n, n)));
     }
   }
-  absl::StatusOr<EvalResult> pr = RunModule(partitioned, pe, &pin);
-  if (!pr.ok()) {
-    return absl::Status(pr.status().code(), absl::StrCat("partitioned module: ", pr.status().message()));
+  return absl::OkStatus();
+}
+
+// 3. The partitioned module run on the tiles (pr; its errors prefixed "partitioned module: "),
+// and with path-aware checks its magnitude run (mr; output_precision.h, the K-aware term: the
+// partial sums its reductions add, on the same tiles), absent when that run fails.
+absl::Status GlobalPartitionedCheck::RunPartitioned() {
+  absl::StatusOr<EvalResult> run = RunModule(partitioned, pe, &pin);
+  if (!run.ok()) {
+    return absl::Status(run.status().code(), absl::StrCat("partitioned module: ", run.status().message()));
   }
-  // The magnitude run of the partitioned module (output_precision.h, the K-aware term): the
-  // partial sums its reductions add, on the same tiles.
-  std::optional<EvalResult> mr;
+  pr = *std::move(run);
   if (options.path_aware) {
     if (std::unique_ptr<HloModule> mag = MagnitudeModule(partitioned)) {
       absl::StatusOr<EvalResult> r = RunModule(*mag, pe, &pin);
       if (r.ok()) mr = *std::move(r);
     }
   }
-  // 4. Reassembly.
-  GlobalCompareReport report;
+  return absl::OkStatus();
+}
+
+// 4. The report's header, the root leaves' shapes and shardings (leaves; given_leaves as the
+// partitioned module gives them), partial (unreduced) outputs summed over their addend groups.
+// Errors: the root's sharding, a leaf sharding naming a device outside the partitions, output
+// counts that differ.
+absl::Status GlobalPartitionedCheck::ResolveOutputShardings() {
   report.num_partitions = n;
   report.compare.num_partitions = n;
   report.compare.replica_count = pe.replica_count;
   report.compare.seed = options.eval.seed;
-  std::vector<Shape> leaf_shapes;
   FlattenShapes(global.entry()->root()->shape(), &leaf_shapes);
   ASSIGN_OR_RETURN(Sharding root_sharding, ShardingOf(pentry->root(), global.entry()->root()->shape()));
-  std::vector<Sharding> leaves = LeafShardings(root_sharding, static_cast<int64_t>(leaf_shapes.size()));
+  leaves = LeafShardings(root_sharding, static_cast<int64_t>(leaf_shapes.size()));
   for (size_t k = 0; k < leaves.size(); ++k) {
-    std::vector<int64_t> devices = leaves[k].IsTiled() ? leaves[k].devices() : std::vector<int64_t>{};
-    if (leaves[k].IsMaximal()) devices.push_back(leaves[k].maximal_device());
-    for (int64_t d : devices) {
+    std::vector<int64_t> named = leaves[k].IsTiled() ? leaves[k].devices() : std::vector<int64_t>{};
+    if (leaves[k].IsMaximal()) named.push_back(leaves[k].maximal_device());
+    for (int64_t d : named) {
       if (d < 0 || d >= n) {
         return absl::InvalidArgumentError(absl::StrCat("output ", k, "'s sharding ", leaves[k].ToString(),
                                                        " names device ", d, ", outside partitions 0..", n - 1));
@@ -472,23 +541,26 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
     }
   }
   // Partial (unreduced) outputs: summed over their addend groups first.
-  const std::vector<Sharding> given_leaves = leaves;
-  SumAddendOutputs(&*pr, &leaves, n, pe.replica_count);
+  given_leaves = leaves;
+  SumAddendOutputs(&pr, &leaves, n, pe.replica_count);
   if (mr) {
     std::vector<Sharding> again = given_leaves;
     SumAddendOutputs(&*mr, &again, n, pe.replica_count);
   }
-  const std::vector<ValuePtr>& ref_out = gr->outputs[0];
-  if (ref_out.size() != leaf_shapes.size() || leaves.size() != leaf_shapes.size()) {
+  if (gr->outputs[0].size() != leaf_shapes.size() || leaves.size() != leaf_shapes.size()) {
     return absl::InvalidArgumentError("output counts differ between the modules");
   }
-  CompareOptions co = options;
+  return absl::OkStatus();
+}
+
+// 5. The comparison options (co: the norm-wise floor from the largest reduction group) and
+// path precisions: the narrower of the global program's and the partitioned module's (whose
+// paths hold the partial-sum reductions).
+void GlobalPartitionedCheck::MergePathPrecisions() {
+  co = options;
   if (!co.norm_ulps) {
     co.norm_ulps = std::max<double>(kDefaultNormUlps, 2.0 * static_cast<double>(LargestReductionGroup(partitioned)));
   }
-  // Path precisions: the narrower of the global program's and the partitioned module's (whose
-  // paths hold the partial-sum reductions).
-  std::vector<PathPrecision> paths;
   if (co.path_aware) {
     paths = OutputPathPrecisions(partitioned, n);
     const std::vector<PathPrecision> gpaths = OutputPathPrecisions(global, 1);
@@ -504,174 +576,180 @@ absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule
       }
     }
   }
-  // The global program's sum magnitudes (sum |x| of each sum reduce's terms, exact sums), for the
-  // reassociated-sum allowance of outputs with such a sum on their path.
-  std::optional<EvalResult> sr;
+}
+
+// 5. The global program's sum magnitudes (sr: sum |x| of each sum reduce's terms, exact sums),
+// for the reassociated-sum allowance of outputs with such a sum on their path; absent when no
+// path has one or the run fails.
+void GlobalPartitionedCheck::RunSumMagnitudes() {
   if (std::any_of(paths.begin(), paths.end(), [](const PathPrecision& p) { return p.sum_terms > 1; })) {
     if (std::unique_ptr<HloModule> sums = SumMagnitudeModule(global)) {
       EvalOptions se = ge;
       se.exact_sums = true;
-      absl::StatusOr<EvalResult> r = RunReference(*sums, partitioned, options.eval, se, *gin);
+      absl::StatusOr<EvalResult> r = RunReference(*sums, partitioned, options.eval, se, gin);
       if (r.ok()) sr = *std::move(r);
     }
   }
-  // Outputs that depend on an rng: compared on shape, range and copies (random_outputs.h).
-  const std::vector<RandomOutput> random = RandomOutputs(global);
-  // Each output's magnitude run, reassembled (kept for the exact-sum recheck).
-  std::vector<std::optional<Value>> magnitudes(leaf_shapes.size());
-  for (size_t k = 0; k < leaf_shapes.size(); ++k) {
-    const Sharding& s = leaves[k];
-    const Shape& gs = leaf_shapes[k];
-    const bool is_random = k < random.size() && random[k].rng != nullptr;
-    // With partially manual parameters, every output is per manual group: one without the manual
-    // subgroup in its sharding is that sharding inside each group (as the partitioner reads it).
-    if (num_groups > 1 && !s.IsManual() && !s.IsMaximal()) {
-      report.compare.outputs.push_back(CompareManualGroups(grs, *pr, k, s, gs, n, pe.replica_count, group_of, co,
-                                                           exact_copies, &report.copy_mismatches));
-      report.compare.outputs.back().output = static_cast<int64_t>(k);
-      report.compare.pass &= report.compare.outputs.back().pass;
-      continue;
-    }
-    if (s.IsManual() && gr->outputs.size() >= static_cast<size_t>(n)) {
-      // A manual output is per device: each device's against the global view's on that device
-      // (the view runs the program on every device with the same inputs, global_view.h).
-      report.compare.outputs.push_back(CompareManualOutput(*gr, *pr, k, devices, n, co));
-      if (is_random) {
-        OutputComparison& c = report.compare.outputs.back();
-        c = CompareRandomOutput(random[k], *gr->outputs[0][k], *pr->outputs[0][k], gin->per_device[0]);
-        c.device = 0;
-      }
-      report.compare.outputs.back().output = static_cast<int64_t>(k);
-      report.compare.pass &= report.compare.outputs.back().pass;
-      continue;
-    }
-    // A partially manual output: every manual group received the same tiles, so each group's
-    // tiles reassemble the reference (and the groups' copies must agree) unless the program
-    // reads the device id, which makes the groups' programs differ.
-    if (s.IsManual() || (s.HasManualSubgroup() && ReadsDeviceId(global))) {
-      return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
-                                                   ": cannot be reassembled"));
-    }
-    const std::vector<std::vector<int64_t>> holders = TileHolders(s, gs.rank(), n, pe.replica_count);
-    for (const std::vector<int64_t>& hs : holders) {
-      const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
-      if (first.shape.dims != spmd::LocalShape(gs, s).dims) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output ", k, " of device ", hs[0], " is ", first.shape.ToString(false),
-            ", expected ", spmd::LocalShape(gs, s).ToString(false)));
-      }
-    }
-    const Value assembled = Reassemble(*pr, k, s, gs, n, holders);
-    // The magnitude run's tiles, where they have the output's shape.
-    bool with_magnitude = mr.has_value() && IsFloatingPoint(gs.element_type);
-    for (const std::vector<int64_t>& hs : holders) {
-      with_magnitude = with_magnitude && mr->outputs[static_cast<size_t>(hs[0])][k]->shape.Compatible(
-                                             pr->outputs[static_cast<size_t>(hs[0])][k]->shape);
-    }
-    const Value magnitude = with_magnitude ? Reassemble(*mr, k, s, gs, n, holders) : Value::Zeros(gs);
-    if (with_magnitude) magnitudes[k] = magnitude;
-    for (const std::vector<int64_t>& hs : holders) {
-      const Value& first = *pr->outputs[static_cast<size_t>(hs[0])][k];
-      const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
-      const std::vector<int64_t> t = *s.TileIndex(hs[0] % n, gs.rank());
-      for (size_t h = 1; h < hs.size(); ++h) {
-        const Value& other = *pr->outputs[static_cast<size_t>(hs[h])][k];
-        int64_t bad = -1;
-        PrimitiveType judged = first.shape.element_type;
-        if (k < paths.size() && paths[k].type != PrimitiveType::kInvalid &&
-            MantissaBits(paths[k].type) < MantissaBits(judged)) {
-          judged = paths[k].type;
-        }
-        const std::pair<double, double> tol = DefaultTolerance(judged);
-        const double rt = tol.first, at = tol.second;
-        // Within tolerance: per element, or norm-wise (norm_ulps ulps of the tile's largest
-        // magnitude, as the comparison with the reference).
-        double norm_atol = 0;
-        if (!exact_copies && IsFloatingPoint(first.shape.element_type)) {
-          double max_abs = 0;
-          ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
-            const double x = first.GetDouble(lk);
-            if (gi >= 0 && std::isfinite(x)) max_abs = std::max(max_abs, std::fabs(x));
-          });
-          norm_atol = co.norm_ulps.value_or(kDefaultNormUlps) * UlpOf(max_abs, judged);
-        }
-        auto close = [&](int64_t lk) {
-          if (SameBits(first, lk, other, lk)) return true;
-          if (exact_copies || !IsFloatingPoint(first.shape.element_type)) return false;
-          const double x = first.GetDouble(lk), y = other.GetDouble(lk);
-          if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
-          return std::fabs(x - y) <=
-                 std::max(at + rt * std::max(std::fabs(x), std::fabs(y)), norm_atol);
-        };
-        ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
-          if (gi >= 0 && bad < 0 && !close(lk)) bad = lk;
-        });
-        if (bad >= 0) {
-          report.pass = false;
-          report.copy_mismatches.push_back(absl::StrCat(
-              absl::StrFormat("output %d tile (%s): device %d differs from device %d at local "
-                              "element %d (%g vs %g): ",
-                              k, absl::StrJoin(t, ","), hs[h], hs[0], bad, other.GetDouble(bad),
-                              first.GetDouble(bad)),
-              exact_copies ? "copies that must be identical are not"
-                           : "copies that must agree within tolerance do not",
-              " (a replica-group or offset bug)"));
-        }
-      }
-    }
-    OutputComparison c =
-        is_random ? CompareRandomOutput(random[k], *ref_out[k], assembled, gin->per_device[0])
-        : k < paths.size()
-            ? CompareOutputValuesOnPath(*ref_out[k], assembled, co, paths[k],
-                                        with_magnitude ? &magnitude : nullptr,
-                                        sr.has_value() ? sr->outputs[0][k].get() : nullptr)
-            : CompareOutputValues(*ref_out[k], assembled, co);
-    c.output = static_cast<int64_t>(k);
-    c.device = -1;
-    report.compare.pass &= c.pass;
-    report.compare.outputs.push_back(std::move(c));
+}
+
+// 4./5. Root leaf k compared and its comparison appended to the report: per manual group, per
+// device (manual), or reassembled (CompareReassembled). Errors: Unimplemented for a leaf that
+// cannot be reassembled, InvalidArgument for a device whose output is not its tile's shape.
+absl::Status GlobalPartitionedCheck::CompareOutput(size_t k) {
+  const Sharding& s = leaves[k];
+  const Shape& gs = leaf_shapes[k];
+  const bool is_random = k < random.size() && random[k].rng != nullptr;
+  // With partially manual parameters, every output is per manual group: one without the manual
+  // subgroup in its sharding is that sharding inside each group (as the partitioner reads it).
+  if (num_groups > 1 && !s.IsManual() && !s.IsMaximal()) {
+    const std::function<int64_t(int64_t)> group_of = [this](int64_t d) { return GroupOf(d); };
+    report.compare.outputs.push_back(CompareManualGroups(grs, pr, k, s, gs, n, pe.replica_count,
+                                                         group_of, co, exact_copies,
+                                                         &report.copy_mismatches));
+    report.compare.outputs.back().output = static_cast<int64_t>(k);
+    report.compare.pass &= report.compare.outputs.back().pass;
+    return absl::OkStatus();
   }
-  int64_t next_output = static_cast<int64_t>(leaf_shapes.size());
-  CompareOutfeeds(global, *gr, *pr, n, pe.replica_count, co, &next_output, &report);
-  // 6. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
-  // exact sums on both sides: the same sums in any order then agree to f32, so a term dropped,
-  // added twice or taken from the wrong place shows.
+  if (s.IsManual() && gr->outputs.size() >= static_cast<size_t>(n)) {
+    // A manual output is per device: each device's against the global view's on that device
+    // (the view runs the program on every device with the same inputs, global_view.h).
+    report.compare.outputs.push_back(CompareManualOutput(*gr, pr, k, devices, n, co));
+    if (is_random) {
+      OutputComparison& c = report.compare.outputs.back();
+      c = CompareRandomOutput(random[k], *gr->outputs[0][k], *pr.outputs[0][k], gin.per_device[0]);
+      c.device = 0;
+    }
+    report.compare.outputs.back().output = static_cast<int64_t>(k);
+    report.compare.pass &= report.compare.outputs.back().pass;
+    return absl::OkStatus();
+  }
+  // A partially manual output: every manual group received the same tiles, so each group's
+  // tiles reassemble the reference (and the groups' copies must agree) unless the program
+  // reads the device id, which makes the groups' programs differ.
+  if (s.IsManual() || (s.HasManualSubgroup() && ReadsDeviceId(global))) {
+    return absl::UnimplementedError(absl::StrCat("output ", k, " is ", s.ToString(),
+                                                 ": cannot be reassembled"));
+  }
+  const std::vector<std::vector<int64_t>> holders = TileHolders(s, gs.rank(), n, pe.replica_count);
+  for (const std::vector<int64_t>& hs : holders) {
+    const Value& first = *pr.outputs[static_cast<size_t>(hs[0])][k];
+    if (first.shape.dims != spmd::LocalShape(gs, s).dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", k, " of device ", hs[0], " is ", first.shape.ToString(false),
+          ", expected ", spmd::LocalShape(gs, s).ToString(false)));
+    }
+  }
+  CompareReassembled(k, holders);
+  return absl::OkStatus();
+}
+
+// 4./5. Root leaf k reassembled from its tiles (`holders`: TileHolders, each of the right shape),
+// its copies checked (CheckTileCopies), and compared with the reference: on range (random), on
+// its path with the magnitude and sum-magnitude runs, or plainly.
+void GlobalPartitionedCheck::CompareReassembled(size_t k,
+                                                const std::vector<std::vector<int64_t>>& holders) {
+  const Sharding& s = leaves[k];
+  const Shape& gs = leaf_shapes[k];
+  const bool is_random = k < random.size() && random[k].rng != nullptr;
+  const std::vector<ValuePtr>& ref_out = gr->outputs[0];
+  const Value assembled = Reassemble(pr, k, s, gs, n, holders);
+  // The magnitude run's tiles, where they have the output's shape.
+  bool with_magnitude = mr.has_value() && IsFloatingPoint(gs.element_type);
+  for (const std::vector<int64_t>& hs : holders) {
+    with_magnitude = with_magnitude && mr->outputs[static_cast<size_t>(hs[0])][k]->shape.Compatible(
+                                           pr.outputs[static_cast<size_t>(hs[0])][k]->shape);
+  }
+  const Value magnitude = with_magnitude ? Reassemble(*mr, k, s, gs, n, holders) : Value::Zeros(gs);
+  if (with_magnitude) magnitudes[k] = magnitude;
+  CheckTileCopies(pr, k, s, gs, n, holders, k < paths.size() ? &paths[k] : nullptr, co,
+                  exact_copies, &report);
+  OutputComparison c =
+      is_random ? CompareRandomOutput(random[k], *ref_out[k], assembled, gin.per_device[0])
+      : k < paths.size()
+          ? CompareOutputValuesOnPath(*ref_out[k], assembled, co, paths[k],
+                                      with_magnitude ? &magnitude : nullptr,
+                                      sr.has_value() ? sr->outputs[0][k].get() : nullptr)
+          : CompareOutputValues(*ref_out[k], assembled, co);
+  c.output = static_cast<int64_t>(k);
+  c.device = -1;
+  report.compare.pass &= c.pass;
+  report.compare.outputs.push_back(std::move(c));
+}
+
+// 6. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
+// exact sums on both sides: the same sums in any order then agree to f32, so a term dropped,
+// added twice or taken from the wrong place shows. Errors: either exact-sum run's.
+absl::Status GlobalPartitionedCheck::RecheckExactSums() {
   std::vector<size_t> recheck;
   for (size_t k = 0; k < report.compare.outputs.size(); ++k) {
     const OutputComparison& c = report.compare.outputs[k];
     if (c.pass && c.by_sum_allowance > 0) recheck.push_back(k);
   }
-  if (!recheck.empty()) {
-    EvalOptions gx = ge, px = pe;
-    gx.exact_sums = px.exact_sums = true;
-    ASSIGN_OR_RETURN(EvalResult gxr, RunReference(global, partitioned, options.eval, gx, *gin));
-    absl::StatusOr<EvalResult> pxr = RunModule(partitioned, px, &pin);
-    if (!pxr.ok()) {
-      return absl::Status(pxr.status().code(),
-                          absl::StrCat("partitioned module (exact sums): ", pxr.status().message()));
-    }
-    std::vector<Sharding> again = given_leaves;
-    SumAddendOutputs(&*pxr, &again, n, pe.replica_count);
-    for (size_t k : recheck) {
-      OutputComparison& c = report.compare.outputs[k];
-      const std::vector<std::vector<int64_t>> holders = TileHolders(leaves[k], leaf_shapes[k].rank(), n, pe.replica_count);
-      const Value exact = Reassemble(*pxr, k, leaves[k], leaf_shapes[k], n, holders);
-      PathPrecision without_sums = paths[k];
-      without_sums.sum_terms = 0;
-      const OutputComparison x = CompareOutputValuesOnPath(
-          *gxr.outputs[0][k], exact, co, without_sums, magnitudes[k] ? &*magnitudes[k] : nullptr);
-      c.exact_sums = absl::StrFormat("exact-sum run: max_abs_err=%.4g mismatches=%d/%d (%g ulps at max |A| %.4g = %.4g) %s",
-                                     x.max_abs_error, x.mismatches, x.elements, x.norm_ulps,
-                                     x.max_abs_value, x.norm_atol, x.pass ? "PASS" : "FAIL");
-      if (!x.pass) {
-        c.pass = false;
-        c.mismatches += x.mismatches;
-        report.compare.pass = false;
-      }
+  if (recheck.empty()) return absl::OkStatus();
+  EvalOptions gx = ge, px = pe;
+  gx.exact_sums = px.exact_sums = true;
+  ASSIGN_OR_RETURN(EvalResult gxr, RunReference(global, partitioned, options.eval, gx, gin));
+  absl::StatusOr<EvalResult> pxr = RunModule(partitioned, px, &pin);
+  if (!pxr.ok()) {
+    return absl::Status(pxr.status().code(),
+                        absl::StrCat("partitioned module (exact sums): ", pxr.status().message()));
+  }
+  std::vector<Sharding> again = given_leaves;
+  SumAddendOutputs(&*pxr, &again, n, pe.replica_count);
+  for (size_t k : recheck) {
+    OutputComparison& c = report.compare.outputs[k];
+    const std::vector<std::vector<int64_t>> holders = TileHolders(leaves[k], leaf_shapes[k].rank(), n, pe.replica_count);
+    const Value exact = Reassemble(*pxr, k, leaves[k], leaf_shapes[k], n, holders);
+    PathPrecision without_sums = paths[k];
+    without_sums.sum_terms = 0;
+    const OutputComparison x = CompareOutputValuesOnPath(
+        *gxr.outputs[0][k], exact, co, without_sums, magnitudes[k] ? &*magnitudes[k] : nullptr);
+    c.exact_sums = absl::StrFormat("exact-sum run: max_abs_err=%.4g mismatches=%d/%d (%g ulps at max |A| %.4g = %.4g) %s",
+                                   x.max_abs_error, x.mismatches, x.elements, x.norm_ulps,
+                                   x.max_abs_value, x.norm_atol, x.pass ? "PASS" : "FAIL");
+    if (!x.pass) {
+      c.pass = false;
+      c.mismatches += x.mismatches;
+      report.compare.pass = false;
     }
   }
-  report.pass &= report.compare.pass;
-  return report;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GlobalCompareReport> CompareGlobalWithPartitioned(const HloModule& global,
+                                                                 const HloModule& partitioned,
+                                                                 const CompareOptions& options,
+                                                                 bool exact_copies) {
+  std::string why;
+  if (!IsGlobalPartitionedPair(global, partitioned, &why) &&
+      why != "every parameter and output has the same shape in both") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the modules are not a global/partitioned pair: ", why));
+  }
+  GlobalPartitionedCheck check(global, partitioned, options, exact_copies);
+  // 1./2. Global inputs and the reference on one device.
+  RETURN_IF_ERROR(check.MakeGlobalInputs());
+  RETURN_IF_ERROR(check.RunReferences());
+  // 3. Tiles with poisoned padding.
+  RETURN_IF_ERROR(check.TileInputs());
+  RETURN_IF_ERROR(check.RunPartitioned());
+  // 4. Reassembly.
+  RETURN_IF_ERROR(check.ResolveOutputShardings());
+  check.MergePathPrecisions();
+  check.RunSumMagnitudes();
+  // Outputs that depend on an rng: compared on shape, range and copies (random_outputs.h).
+  check.random = RandomOutputs(global);
+  // Each output's magnitude run, reassembled (kept for the exact-sum recheck).
+  check.magnitudes.resize(check.leaf_shapes.size());
+  for (size_t k = 0; k < check.leaf_shapes.size(); ++k) RETURN_IF_ERROR(check.CompareOutput(k));
+  int64_t next_output = static_cast<int64_t>(check.leaf_shapes.size());
+  CompareOutfeeds(global, *check.gr, check.pr, check.n, check.pe.replica_count, check.co,
+                  &next_output, &check.report);
+  RETURN_IF_ERROR(check.RecheckExactSums());
+  check.report.pass &= check.report.compare.pass;
+  return std::move(check.report);
 }
 
 std::string GlobalCompareReport::ToString() const {

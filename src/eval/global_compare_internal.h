@@ -1,8 +1,9 @@
 // Internals of the global-vs-partitioned check (global_compare.h), shared by its two files:
 //   global_compare.cc          inputs, references, the reassembled comparison of each root leaf,
 //                              the exact-sum recheck, the report
-//   global_compare_outputs.cc  the outputs not compared as one reassembled array: manual outputs
-//                              (device by device), outputs per manual group, outfeeds
+//   global_compare_outputs.cc  the copies of a reassembled output's tiles, and the outputs not
+//                              compared as one reassembled array: manual outputs (device by
+//                              device), outputs per manual group, outfeeds
 // Only these files include it.
 #pragma once
 
@@ -13,6 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "eval/evaluator.h"
+#include "eval/global_compare.h"
+#include "eval/output_precision.h"
 #include "eval/value.h"
 #include "hlo/ir.h"
 #include "spmd/sharding.h"
@@ -76,6 +79,14 @@ absl::StatusOr<std::vector<int64_t>> ManualGroupsOfParameters(const HloModule& p
                                                               const HloModule& global, int64_t n);
 // Whether `m` calls partition-id or replica-id.
 bool ReadsDeviceId(const HloModule& m);
+// Output leaf k of a partitioned run `pr` (sharding s, global shape gs) as reassembled from
+// `holders` (TileHolders): every other copy of each tile against its first holder's, bit for bit
+// when `exact`, else within the tolerance of the type `path` (optional) judges it at; a copy that
+// differs sets report->pass false and appends a line to report->copy_mismatches.
+void CheckTileCopies(const EvalResult& pr, size_t k, const spmd::Sharding& s, const Shape& gs,
+                     int64_t n, const std::vector<std::vector<int64_t>>& holders,
+                     const PathPrecision* path, const CompareOptions& co, bool exact,
+                     GlobalCompareReport* report);
 // Output leaf k when each manual group ran on its own inputs: every group's tiles against
 // grs[m] (that group's reference), copies agreeing inside a group (bit for bit when `exact`);
 // copy disagreements are appended to *copy_mismatches. The worst group's comparison.

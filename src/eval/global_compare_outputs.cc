@@ -1,5 +1,6 @@
-// The global-vs-partitioned check's outputs that are not one reassembled array (see
-// global_compare_internal.h): manual outputs, outputs per manual group, outfeeds.
+// The global-vs-partitioned check's copies of a reassembled output's tiles, and its outputs that
+// are not one reassembled array (see global_compare_internal.h): manual outputs, outputs per
+// manual group, outfeeds.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "eval/global_compare.h"
 #include "eval/global_compare_internal.h"
 #include "eval/numerics.h"
+#include "eval/output_precision.h"
 
 namespace weave::eval::global_compare_internal {
 
@@ -111,6 +113,65 @@ OutputComparison CompareManualGroups(const std::vector<EvalResult>& grs, const E
     }
   }
   return worst;
+}
+
+// Output leaf k of a reassembled output: every other copy of each tile against its first
+// holder's, on the valid region, bit for bit when `exact`, else within the tolerance of the type
+// its path (or none) judges it at, per element or norm-wise (co.norm_ulps ulps of the tile's
+// largest magnitude, as the comparison with the reference). A copy that differs fails *report,
+// with a line in its copy_mismatches.
+void CheckTileCopies(const EvalResult& pr, size_t k, const Sharding& s, const Shape& gs, int64_t n,
+                     const std::vector<std::vector<int64_t>>& holders, const PathPrecision* path,
+                     const CompareOptions& co, bool exact, GlobalCompareReport* report) {
+  for (const std::vector<int64_t>& hs : holders) {
+    const Value& first = *pr.outputs[static_cast<size_t>(hs[0])][k];
+    const std::vector<int64_t> offsets = Offsets(s, hs[0] % n, gs);
+    const std::vector<int64_t> t = *s.TileIndex(hs[0] % n, gs.rank());
+    for (size_t h = 1; h < hs.size(); ++h) {
+      const Value& other = *pr.outputs[static_cast<size_t>(hs[h])][k];
+      int64_t bad = -1;
+      PrimitiveType judged = first.shape.element_type;
+      if (path != nullptr && path->type != PrimitiveType::kInvalid &&
+          MantissaBits(path->type) < MantissaBits(judged)) {
+        judged = path->type;
+      }
+      const std::pair<double, double> tol = DefaultTolerance(judged);
+      const double rt = tol.first, at = tol.second;
+      // Within tolerance: per element, or norm-wise (norm_ulps ulps of the tile's largest
+      // magnitude, as the comparison with the reference).
+      double norm_atol = 0;
+      if (!exact && IsFloatingPoint(first.shape.element_type)) {
+        double max_abs = 0;
+        ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+          const double x = first.GetDouble(lk);
+          if (gi >= 0 && std::isfinite(x)) max_abs = std::max(max_abs, std::fabs(x));
+        });
+        norm_atol = co.norm_ulps.value_or(kDefaultNormUlps) * UlpOf(max_abs, judged);
+      }
+      auto close = [&](int64_t lk) {
+        if (SameBits(first, lk, other, lk)) return true;
+        if (exact || !IsFloatingPoint(first.shape.element_type)) return false;
+        const double x = first.GetDouble(lk), y = other.GetDouble(lk);
+        if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+        return std::fabs(x - y) <=
+               std::max(at + rt * std::max(std::fabs(x), std::fabs(y)), norm_atol);
+      };
+      ForEachTileElement(first.shape.dims, gs.dims, offsets, [&](int64_t lk, int64_t gi) {
+        if (gi >= 0 && bad < 0 && !close(lk)) bad = lk;
+      });
+      if (bad >= 0) {
+        report->pass = false;
+        report->copy_mismatches.push_back(absl::StrCat(
+            absl::StrFormat("output %d tile (%s): device %d differs from device %d at local "
+                            "element %d (%g vs %g): ",
+                            k, absl::StrJoin(t, ","), hs[h], hs[0], bad, other.GetDouble(bad),
+                            first.GetDouble(bad)),
+            exact ? "copies that must be identical are not"
+                         : "copies that must agree within tolerance do not",
+            " (a replica-group or offset bug)"));
+      }
+    }
+  }
 }
 
 // Whether `m` calls partition-id or replica-id.

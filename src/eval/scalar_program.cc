@@ -43,6 +43,34 @@ uint64_t BitsOf(double d, int64_t i, PrimitiveType t) {
   }
 }
 
+// Whether the operands of `in` have the types the verifier requires of them, `type` being its
+// result type (an unverified module is not compiled).
+bool OperandTypesAsVerified(const HloInstruction* in, PrimitiveType type) {
+  const size_t nops = in->operands().size();
+  auto type_of = [&](size_t k) { return in->operand(k)->shape().element_type; };
+  switch (in->opcode()) {
+    case HloOpcode::kCompare:
+      if (nops == 2 && type_of(0) != type_of(1)) return false;
+      break;
+    case HloOpcode::kSelect:
+      if (nops == 3 && (type_of(0) != PrimitiveType::PRED || type_of(1) != type ||
+                        type_of(2) != type)) {
+        return false;
+      }
+      break;
+    case HloOpcode::kConvert:
+    case HloOpcode::kBitcastConvert:
+    case HloOpcode::kParameter:
+    case HloOpcode::kConstant:
+      break;
+    default:
+      for (size_t k = 0; k < nops; ++k) {
+        if (type_of(k) != type) return false;
+      }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<ScalarProgram> ScalarProgram::Compile(const HloComputation& c) {
@@ -50,126 +78,117 @@ std::optional<ScalarProgram> ScalarProgram::Compile(const HloComputation& c) {
   absl::flat_hash_map<const HloInstruction*, int32_t> reg;
   for (const HloInstruction* in : c.MakeInstructionPostOrder()) {
     if (!IsScalarOfUsableType(in->shape())) return std::nullopt;
-    Step s;
+    Step s{};
     s.type = in->shape().element_type;
-    auto operand = [&](size_t k) -> int32_t {
-      if (k >= in->operands().size()) return -1;
-      auto it = reg.find(in->operand(k));
-      return it == reg.end() ? -1 : it->second;
-    };
+    // Every operand is an earlier step.
     const size_t nops = in->operands().size();
+    std::vector<int32_t> operand_reg(nops);
     for (size_t k = 0; k < nops; ++k) {
-      if (operand(k) < 0) return std::nullopt;
+      auto it = reg.find(in->operand(k));
+      if (it == reg.end()) return std::nullopt;
+      operand_reg[k] = it->second;
     }
     if (nops > 0) s.from = in->operand(0)->shape().element_type;
-    // Operand types as the verifier requires them (an unverified module is not compiled).
-    auto type_of = [&](size_t k) { return in->operand(k)->shape().element_type; };
-    switch (in->opcode()) {
-      case HloOpcode::kCompare:
-        if (nops == 2 && type_of(0) != type_of(1)) return std::nullopt;
-        break;
-      case HloOpcode::kSelect:
-        if (nops == 3 && (type_of(0) != PrimitiveType::PRED || type_of(1) != s.type ||
-                          type_of(2) != s.type)) {
-          return std::nullopt;
-        }
-        break;
-      case HloOpcode::kConvert:
-      case HloOpcode::kBitcastConvert:
-      case HloOpcode::kParameter:
-      case HloOpcode::kConstant:
-        break;
-      default:
-        for (size_t k = 0; k < nops; ++k) {
-          if (type_of(k) != s.type) return std::nullopt;
-        }
-    }
-    switch (in->opcode()) {
-      case HloOpcode::kParameter:
-        s.kind = Kind::kParam;
-        s.a = static_cast<int32_t>(in->parameter_number);
-        break;
-      case HloOpcode::kConstant: {
-        auto v = ops::FromLiteral(*in->literal, in->shape());
-        if (!v.ok() || v->size() != 1) return std::nullopt;
-        s.kind = Kind::kConst;
-        if (IsIntLike(s.type)) {
-          s.ci = v->GetInt(0);
-        } else {
-          s.cd = v->GetDouble(0);
-        }
-        break;
-      }
-      case HloOpcode::kConvert:
-        if (nops != 1) return std::nullopt;
-        s.kind = Kind::kConvert;
-        s.a = operand(0);
-        break;
-      case HloOpcode::kBitcastConvert:
-        if (nops != 1 || BitWidth(s.type) != BitWidth(s.from) || s.type == PrimitiveType::PRED ||
-            s.from == PrimitiveType::PRED) {
-          return std::nullopt;
-        }
-        s.kind = Kind::kBitcast;
-        s.a = operand(0);
-        break;
-      case HloOpcode::kCompare:
-        if (nops != 2 || !in->comparison_direction.has_value()) return std::nullopt;
-        s.kind = Kind::kCompare;
-        s.dir = *in->comparison_direction;
-        s.total_order = in->comparison_type() == "TOTALORDER";
-        s.a = operand(0);
-        s.b = operand(1);
-        break;
-      case HloOpcode::kSelect:
-        if (nops != 3) return std::nullopt;
-        s.kind = Kind::kSelect;
-        s.a = operand(0);
-        s.b = operand(1);
-        s.c = operand(2);
-        break;
-      case HloOpcode::kNot:
-      case HloOpcode::kNegate:
-      case HloOpcode::kAbs:
-        if (nops != 1 || (in->opcode() == HloOpcode::kNot && !IsIntLike(s.type))) return std::nullopt;
-        s.kind = Kind::kUnary;
-        s.op = in->opcode();
-        s.a = operand(0);
-        break;
-      case HloOpcode::kAdd:
-      case HloOpcode::kSubtract:
-      case HloOpcode::kMultiply:
-      case HloOpcode::kMaximum:
-      case HloOpcode::kMinimum:
-      case HloOpcode::kAnd:
-      case HloOpcode::kOr:
-      case HloOpcode::kXor:
-        if (nops != 2) return std::nullopt;
-        if (!IsIntLike(s.type) &&
-            (in->opcode() == HloOpcode::kAnd || in->opcode() == HloOpcode::kOr ||
-             in->opcode() == HloOpcode::kXor)) {
-          return std::nullopt;
-        }
-        s.kind = Kind::kBinary;
-        s.op = in->opcode();
-        s.a = operand(0);
-        s.b = operand(1);
-        break;
-      default:
-        return std::nullopt;
-    }
+    if (!OperandTypesAsVerified(in, s.type)) return std::nullopt;
+    std::optional<Step> step = CompileStep(in, operand_reg, s);
+    if (!step.has_value()) return std::nullopt;
     reg[in] = static_cast<int32_t>(p.steps_.size());
-    p.steps_.push_back(s);
+    p.steps_.push_back(*step);
   }
   if (p.steps_.empty() || reg.find(c.root()) == reg.end() ||
       reg[c.root()] != static_cast<int32_t>(p.steps_.size()) - 1) {
     return std::nullopt;
   }
   p.regs_.resize(p.steps_.size());
+  p.SortStepsBySide();
+  return p;
+}
+
+std::optional<ScalarProgram::Step> ScalarProgram::CompileStep(
+    const HloInstruction* in, const std::vector<int32_t>& operand_reg, Step s) {
+  const size_t nops = in->operands().size();
+  switch (in->opcode()) {
+    case HloOpcode::kParameter:
+      s.kind = Kind::kParam;
+      s.a = static_cast<int32_t>(in->parameter_number);
+      break;
+    case HloOpcode::kConstant: {
+      auto v = ops::FromLiteral(*in->literal, in->shape());
+      if (!v.ok() || v->size() != 1) return std::nullopt;
+      s.kind = Kind::kConst;
+      if (IsIntLike(s.type)) {
+        s.ci = v->GetInt(0);
+      } else {
+        s.cd = v->GetDouble(0);
+      }
+      break;
+    }
+    case HloOpcode::kConvert:
+      if (nops != 1) return std::nullopt;
+      s.kind = Kind::kConvert;
+      s.a = operand_reg[0];
+      break;
+    case HloOpcode::kBitcastConvert:
+      if (nops != 1 || BitWidth(s.type) != BitWidth(s.from) || s.type == PrimitiveType::PRED ||
+          s.from == PrimitiveType::PRED) {
+        return std::nullopt;
+      }
+      s.kind = Kind::kBitcast;
+      s.a = operand_reg[0];
+      break;
+    case HloOpcode::kCompare:
+      if (nops != 2 || !in->comparison_direction.has_value()) return std::nullopt;
+      s.kind = Kind::kCompare;
+      s.dir = *in->comparison_direction;
+      s.total_order = in->comparison_type() == "TOTALORDER";
+      s.a = operand_reg[0];
+      s.b = operand_reg[1];
+      break;
+    case HloOpcode::kSelect:
+      if (nops != 3) return std::nullopt;
+      s.kind = Kind::kSelect;
+      s.a = operand_reg[0];
+      s.b = operand_reg[1];
+      s.c = operand_reg[2];
+      break;
+    case HloOpcode::kNot:
+    case HloOpcode::kNegate:
+    case HloOpcode::kAbs:
+      if (nops != 1 || (in->opcode() == HloOpcode::kNot && !IsIntLike(s.type))) return std::nullopt;
+      s.kind = Kind::kUnary;
+      s.op = in->opcode();
+      s.a = operand_reg[0];
+      break;
+    case HloOpcode::kAdd:
+    case HloOpcode::kSubtract:
+    case HloOpcode::kMultiply:
+    case HloOpcode::kMaximum:
+    case HloOpcode::kMinimum:
+    case HloOpcode::kAnd:
+    case HloOpcode::kOr:
+    case HloOpcode::kXor:
+      if (nops != 2) return std::nullopt;
+      if (!IsIntLike(s.type) &&
+          (in->opcode() == HloOpcode::kAnd || in->opcode() == HloOpcode::kOr ||
+           in->opcode() == HloOpcode::kXor)) {
+        return std::nullopt;
+      }
+      s.kind = Kind::kBinary;
+      s.op = in->opcode();
+      s.a = operand_reg[0];
+      s.b = operand_reg[1];
+      break;
+    default:
+      return std::nullopt;
+  }
+  return s;
+}
+
+void ScalarProgram::SortStepsBySide() {
   // Side of each step: bit 0 = reads a left (even) parameter, bit 1 = a right (odd) one.
-  std::vector<uint8_t> side(p.steps_.size(), 0);
-  for (size_t k = 0; k < p.steps_.size(); ++k) {
-    const Step& s = p.steps_[k];
+  std::vector<uint8_t> side(steps_.size(), 0);
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& s = steps_[k];
     if (s.kind == Kind::kParam) {
       side[k] = (s.a % 2 == 0) ? 1 : 2;
     } else if (s.kind != Kind::kConst) {
@@ -177,11 +196,9 @@ std::optional<ScalarProgram> ScalarProgram::Compile(const HloComputation& c) {
         if (o >= 0) side[k] |= side[static_cast<size_t>(o)];
       }
     }
-    std::vector<int32_t>* list[] = {&p.const_steps_, &p.left_steps_, &p.right_steps_,
-                                    &p.mixed_steps_};
+    std::vector<int32_t>* list[] = {&const_steps_, &left_steps_, &right_steps_, &mixed_steps_};
     list[side[k]]->push_back(static_cast<int32_t>(k));
   }
-  return p;
 }
 
 void ScalarProgram::CacheLine(const Value* const* vals, const std::vector<int64_t>& at) const {

@@ -57,6 +57,12 @@ class ScalarProgram {
     double d = 0;
     int64_t i = 0;
   };
+  // Instruction `in` as a step: `s` with its type and operand 0's type set, `operand_reg` the
+  // steps of its operands; nullopt when `in` is outside the compiled set.
+  static std::optional<Step> CompileStep(const HloInstruction* in,
+                                         const std::vector<int32_t>& operand_reg, Step s);
+  // Files every step under const_steps_, left_steps_, right_steps_ or mixed_steps_.
+  void SortStepsBySide();
   void Exec(size_t k, const Value* const* vals, const int64_t* idx) const;
 
   std::vector<Step> steps_;

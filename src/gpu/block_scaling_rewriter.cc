@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gpu/fp8_gemm_rewriter.h"
+#include "hlo/builders.h"
 #include "hlo/block_scaled_call.h"
 #include "hlo/ir.h"
 #include "hlo/status_macros.h"
@@ -44,9 +45,8 @@ class BlockScalingLowering {
   }
   HloInstruction* Broadcast(HloInstruction* x, std::vector<int64_t> dims, std::vector<int64_t> map,
                             const std::string& suffix) {
-    HloInstruction* b = Add(HloOpcode::kBroadcast, Shape(x->shape().element_type, std::move(dims)), {x}, suffix);
-    b->dimensions = std::move(map);
-    return b;
+    return AddBroadcast(comp_, x, Shape(x->shape().element_type, std::move(dims)), std::move(map),
+                        base_ + "." + suffix);
   }
   HloInstruction* Reshape(HloInstruction* x, std::vector<int64_t> dims, const std::string& suffix) {
     return Add(HloOpcode::kReshape, Shape(x->shape().element_type, std::move(dims)), {x}, suffix);
@@ -84,6 +84,31 @@ class BlockScalingLowering {
   // cropped to [those rows, a multiple of 4 blocks] and swizzled.
   struct CudnnInput { HloInstruction* data; HloInstruction* scale; };
   CudnnInput CudnnSide(HloInstruction* data, HloInstruction* scale, const std::string& side);
+
+  // The operands of a block-scaled dot: data [B?, M, K] and [B?, N, K] (`rank` 2 or 3), their
+  // scales (the rhs's may be null) and the global scale (or null).
+  struct DotOperands {
+    HloInstruction* lhs;
+    HloInstruction* rhs;
+    HloInstruction* ls;
+    HloInstruction* rs;
+    HloInstruction* global;
+    int64_t rank;
+  };
+  // Steps of Dot. The operands, when their shapes and the result's fit XLA's checks; else nullopt
+  // with *why.
+  std::optional<DotOperands> DotShapes(std::string* why);
+  // The block size, when K divides into blocks and each scale covers its data's blocks; else
+  // nullopt with *why.
+  std::optional<int64_t> DotBlockSize(const DotOperands& o, std::string* why);
+  // Why cuDNN's block-scaled GEMM cannot take the dot (target, cuDNN version, types, block size,
+  // layouts), or "".
+  std::string NoCudnnReason(const DotOperands& o, int64_t block) const;
+  // The cuDNN block-scaled GEMM call and the value read from it (global scale, crop to the
+  // result); *form describes it.
+  HloInstruction* CudnnDot(const DotOperands& o, int64_t block, std::string* form);
+  // The expansion: each scaled operand dequantized, a dot in the result type, the global scale.
+  HloInstruction* DequantizedDot(const DotOperands& o, int64_t block);
 
   const BlockScalingRewriter& pass_;
   HloInstruction* operand(int64_t i) const { return ops_[static_cast<size_t>(i)]; }
@@ -204,7 +229,7 @@ BlockScalingLowering::CudnnInput BlockScalingLowering::CudnnSide(HloInstruction*
   return {data, Reshape(tr, sdims, side + "scale_swizzle")};
 }
 
-std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::string* form) {
+std::optional<BlockScalingLowering::DotOperands> BlockScalingLowering::DotShapes(std::string* why) {
   const int64_t n = static_cast<int64_t>(ops_.size());
   const Shape& out = call_->shape();
   if (n < 3 || n > 5 || !out.IsArray()) {
@@ -236,6 +261,15 @@ std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::
     *why = "the global scale must be a scalar of the result type";
     return std::nullopt;
   }
+  return DotOperands{lhs, rhs, ls, rs, global, rank};
+}
+
+std::optional<int64_t> BlockScalingLowering::DotBlockSize(const DotOperands& o, std::string* why) {
+  HloInstruction* lhs = o.lhs;
+  HloInstruction* rhs = o.rhs;
+  HloInstruction* ls = o.ls;
+  HloInstruction* rs = o.rs;
+  const int64_t rank = o.rank;
   const std::optional<int64_t> configured = ConfiguredBlockSize(*call_);
   absl::StatusOr<int64_t> block = BlockScaledDotBlockSize(*call_);
   if (!block.ok()) {
@@ -260,8 +294,14 @@ std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::
       return std::nullopt;
     }
   }
+  return *block;
+}
 
-  // cuDNN, when the target and both operand types allow it.
+std::string BlockScalingLowering::NoCudnnReason(const DotOperands& o, int64_t block) const {
+  HloInstruction* lhs = o.lhs;
+  HloInstruction* rhs = o.rhs;
+  HloInstruction* ls = o.ls;
+  HloInstruction* rs = o.rs;
   std::string no_cudnn;
   const std::optional<int64_t> lb = CudnnBlockSize(lhs->shape().element_type, ls->shape().element_type);
   const std::optional<int64_t> rb = rs ? CudnnBlockSize(rhs->shape().element_type, rs->shape().element_type) : std::nullopt;
@@ -277,54 +317,79 @@ std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::
              (lhs->shape().element_type == PrimitiveType::F8E5M2 &&
               rhs->shape().element_type == PrimitiveType::F8E5M2)) {
     no_cudnn = "the operand and scale types are not an MXFP8 pair (not e5m2 x e5m2) or an NVFP4 pair";
-  } else if (*block != *lb) {
-    no_cudnn = absl::StrCat("block size ", *block, " is not the ", *lb, " cuDNN's kernel uses");
+  } else if (block != *lb) {
+    no_cudnn = absl::StrCat("block size ", block, " is not the ", *lb, " cuDNN's kernel uses");
   } else {
     for (HloInstruction* x : {lhs, rhs, ls, rs}) {
       if (!x->shape().HasDefaultLayout()) no_cudnn = absl::StrCat("'", x->name(), "' has a non-default layout");
     }
   }
-  if (no_cudnn.empty()) {
-    CudnnInput l = CudnnSide(lhs, ls, "lhs_");
-    CudnnInput r = CudnnSide(rhs, rs, "rhs_");
-    std::vector<int64_t> dims;
-    if (rank == 3) dims.push_back(out.dims[0]);
-    dims.push_back(l.data->shape().dims[static_cast<size_t>(rank - 2)]);
-    dims.push_back(r.data->shape().dims[static_cast<size_t>(rank - 2)]);
-    std::vector<HloInstruction*> ops = {l.data, r.data, l.scale, r.scale};
-    const bool global_inside = global != nullptr && pass_.CudnnAtLeast(9, 13);
-    if (global_inside) ops.push_back(global);
-    const Shape result(t, dims);
-    HloInstruction* cc = Add(HloOpcode::kCustomCall, Shape::Tuple({result, Shape(PrimitiveType::U8, {0})}), ops, "cudnn");
-    cc->set_custom_call_target(std::string(kCudnnBlockScaledDotTarget));
-    HloInstruction* d = Add(HloOpcode::kGetTupleElement, result, {cc}, "result");
-    d->tuple_index = 0;
-    if (global != nullptr && !global_inside) {
-      d = Add(HloOpcode::kMultiply, result, {d, Broadcast(global, dims, {}, "global_bc")}, "global_scaled");
-    }
-    if (dims != out.dims) d = SliceTo(d, out.dims, "sliced");
-    *form = absl::StrCat("cuDNN block-scaled GEMM (", std::string(kCudnnBlockScaledDotTarget), ", block ", *block,
-                         global == nullptr ? "" : global_inside ? ", global scale in the call" : ", global scale after it",
-                         ")");
-    return d;
-  }
+  return no_cudnn;
+}
 
-  // The expansion: dequantize each scaled operand, then a dot in the result type.
+HloInstruction* BlockScalingLowering::CudnnDot(const DotOperands& o, int64_t block,
+                                               std::string* form) {
+  const Shape& out = call_->shape();
+  const PrimitiveType t = out.element_type;
+  const int64_t rank = o.rank;
+  HloInstruction* global = o.global;
+  CudnnInput l = CudnnSide(o.lhs, o.ls, "lhs_");
+  CudnnInput r = CudnnSide(o.rhs, o.rs, "rhs_");
+  std::vector<int64_t> dims;
+  if (rank == 3) dims.push_back(out.dims[0]);
+  dims.push_back(l.data->shape().dims[static_cast<size_t>(rank - 2)]);
+  dims.push_back(r.data->shape().dims[static_cast<size_t>(rank - 2)]);
+  std::vector<HloInstruction*> ops = {l.data, r.data, l.scale, r.scale};
+  const bool global_inside = global != nullptr && pass_.CudnnAtLeast(9, 13);
+  if (global_inside) ops.push_back(global);
+  const Shape result(t, dims);
+  HloInstruction* cc = Add(HloOpcode::kCustomCall, Shape::Tuple({result, Shape(PrimitiveType::U8, {0})}), ops, "cudnn");
+  cc->set_custom_call_target(std::string(kCudnnBlockScaledDotTarget));
+  HloInstruction* d = Add(HloOpcode::kGetTupleElement, result, {cc}, "result");
+  d->tuple_index = 0;
+  if (global != nullptr && !global_inside) {
+    d = Add(HloOpcode::kMultiply, result, {d, Broadcast(global, dims, {}, "global_bc")}, "global_scaled");
+  }
+  if (dims != out.dims) d = SliceTo(d, out.dims, "sliced");
+  *form = absl::StrCat("cuDNN block-scaled GEMM (", std::string(kCudnnBlockScaledDotTarget), ", block ", block,
+                       global == nullptr ? "" : global_inside ? ", global scale in the call" : ", global scale after it",
+                       ")");
+  return d;
+}
+
+HloInstruction* BlockScalingLowering::DequantizedDot(const DotOperands& o, int64_t block) {
+  const Shape& out = call_->shape();
+  const PrimitiveType t = out.element_type;
+  const int64_t rank = o.rank;
+  const int64_t k = o.lhs->shape().dims.back();
   auto side = [&](HloInstruction* data, HloInstruction* scale, const std::string& name) -> HloInstruction* {
     if (scale == nullptr) return data;
     std::vector<int64_t> limits = scale->shape().dims;
     limits[static_cast<size_t>(rank - 2)] = data->shape().dims[static_cast<size_t>(rank - 2)];
-    limits[static_cast<size_t>(rank - 1)] = k / *block;
+    limits[static_cast<size_t>(rank - 1)] = k / block;
     if (limits != scale->shape().dims) scale = SliceTo(scale, limits, name + "scale_sl");
-    return DequantizeOf(data, scale, *block, t, name);
+    return DequantizeOf(data, scale, block, t, name);
   };
-  HloInstruction* a = side(lhs, ls, "lhs_");
-  HloInstruction* b = side(rhs, rs, "rhs_");
-  HloInstruction* d = Add(HloOpcode::kDot, out, {a, b}, "dot");
-  d->set_dot_dims(BlockScaledDotDims(rank));
-  if (global != nullptr) {
-    d = Add(HloOpcode::kMultiply, out, {d, Broadcast(global, out.dims, {}, "global_bc")}, "global_scaled");
+  HloInstruction* a = side(o.lhs, o.ls, "lhs_");
+  HloInstruction* b = side(o.rhs, o.rs, "rhs_");
+  HloInstruction* d =
+      AddDot(comp_, a, b, BlockScaledDotDims(rank), out.element_type, base_ + ".dot", out.layout);
+  if (o.global != nullptr) {
+    d = Add(HloOpcode::kMultiply, out, {d, Broadcast(o.global, out.dims, {}, "global_bc")}, "global_scaled");
   }
+  return d;
+}
+
+std::optional<HloInstruction*> BlockScalingLowering::Dot(std::string* why, std::string* form) {
+  const std::optional<DotOperands> o = DotShapes(why);
+  if (!o) return std::nullopt;
+  const std::optional<int64_t> block = DotBlockSize(*o, why);
+  if (!block) return std::nullopt;
+  // cuDNN, when the target and both operand types allow it.
+  const std::string no_cudnn = NoCudnnReason(*o, *block);
+  if (no_cudnn.empty()) return CudnnDot(*o, *block, form);
+  // The expansion: dequantize each scaled operand, then a dot in the result type.
+  HloInstruction* d = DequantizedDot(*o, *block);
   *form = absl::StrCat("dequantize + dot (", no_cudnn, ")");
   return d;
 }

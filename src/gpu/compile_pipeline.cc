@@ -51,6 +51,25 @@ absl::StatusOr<std::vector<std::string>> CompilePipelinePassNames(
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<HloPassPipeline>> MakeCompilePipeline(
+    const std::vector<std::string>& names, const PassOptions& options,
+    std::vector<std::string>* unavailable) {
+  auto pipeline = std::make_unique<HloPassPipeline>("compile-pipeline");
+  for (const std::string& name : names) {
+    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, options);
+    if (!pass.ok() && absl::IsNotFound(pass.status()) && unavailable != nullptr) {
+      unavailable->push_back(name);
+      continue;
+    }
+    if (!pass.ok()) {
+      return absl::Status(pass.status().code(),
+                          absl::StrCat(name, ": ", pass.status().message()));
+    }
+    pipeline->AddPass(*std::move(pass));
+  }
+  return pipeline;
+}
+
 std::string CompilePipelineSummary() {
   std::vector<std::string> words{"verify"};
   for (const CompileStage& s : CompilePipelineStages()) {

@@ -1,8 +1,10 @@
 // Weave's compile pipeline, defined once: the windowed einsum and FP8 passes `weave compile`
-// and `weave demo` run on a partitioned module, in order. Every tool that runs the pipeline takes
-// it from here: the compile driver (tools/compile_driver.h), the cost gate's continuation after a
-// candidate rewrite (sim/cost_gate.h, given the driver's list), the simulator's calibration
-// (sim/calibration.h) and the differential fuzz driver (tests/fuzz/differential.h).
+// and `weave demo` run on a partitioned module, in order, and the pipeline made of them as one
+// pass (MakeCompilePipeline). Every tool that runs the pipeline takes it from here: the compile
+// driver (tools/compile_driver.h), the cost gate's continuation after a candidate rewrite
+// (sim/cost_gate.h, given the names of the driver's pipeline), the simulator's calibration
+// (sim/calibration.h) and the differential fuzz driver (tests/fuzz/differential.h, which runs
+// the passes one by one to compare after each).
 //
 // The order follows XLA's GPU compiler where XLA has the pass (gpu_compiler.cc: the windowed
 // einsum handler after SPMD partitioning, the dot merger before the GEMM rewriters, the
@@ -18,12 +20,14 @@
 // after the windowed passes for the collectives they leave or create.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "passes/pass.h"
 
 namespace weave {
 
@@ -45,6 +49,15 @@ std::vector<std::string> CompilePipelinePassNames();
 // name in `off_passes` is not one of them.
 absl::StatusOr<std::vector<std::string>> CompilePipelinePassNames(
     const std::set<std::string>& off_groups, const std::set<std::string>& off_passes);
+
+// The pipeline as one pass (an HloPassPipeline named "compile-pipeline"): the passes `names`
+// (CompilePipelinePassNames, with or without switches) created from the PassRegistry with
+// `options`, in the order given. A factory's error is returned with its code as
+// "<pass>: <message>". A name the registry does not know (a pass missing from this build) is
+// NotFound, unless `unavailable` is given: then the pass is left out and its name appended there.
+absl::StatusOr<std::unique_ptr<HloPassPipeline>> MakeCompilePipeline(
+    const std::vector<std::string>& names, const PassOptions& options,
+    std::vector<std::string>* unavailable = nullptr);
 
 // The pipeline in words for help texts: "verify, collective-quantizer, ..., fp8-gemm-rewriter,
 // cleanup, verify" (the cleanup passes as one word).

@@ -109,6 +109,43 @@ class DotRewriter {
                    const std::vector<int64_t>& batch, const std::vector<int64_t>& contracting,
                    int64_t nb);
 
+  // Steps of TryRewrite. Why the operands cannot feed an FP8 GEMM on this target, or "" (the
+  // matches in *ma, *mb).
+  std::string MatchOperands(HloInstruction* dot, Fp8OperandMatch* ma, Fp8OperandMatch* mb) const;
+  // Why the call cannot write the dot's result type `out_t`, or "".
+  std::string OutputTypeRule(PrimitiveType out_t) const;
+  // The epilogues folded into the call (none after a dot that writes FP8 itself; then `skipped`
+  // says so when one follows). `free_b`: b's free dims; `reshape_out`: D is reshaped back.
+  OutputPlan PlanEpilogue(HloInstruction* dot, const Fp8OperandMatch& ma,
+                          const std::vector<int64_t>& free_b, bool reshape_out) const;
+  // The call's operands in XLA's order: a, b, [C], a_scale, b_scale, [bias], [d_scale]; C and
+  // the bias padded to `padded_out` and `np`.
+  std::vector<HloInstruction*> CallOperands(const OutputPlan& plan, const Fp8OperandMatch& ma,
+                                            const Fp8OperandMatch& mb, HloInstruction* a,
+                                            HloInstruction* b,
+                                            const std::vector<int64_t>& canon_out,
+                                            const std::vector<int64_t>& padded_out, int64_t np);
+  // The cuBLASLt FP8 custom-call: results (D, [aux], [amax], workspace), the dot's metadata and
+  // frontend attributes, its backend config, and C's aliasing when the plan allows it.
+  HloInstruction* AddCall(HloInstruction* dot, const OutputPlan& plan,
+                          const std::vector<HloInstruction*>& operands, const Shape& d_shape,
+                          int64_t nb, int64_t batch, const Canon& ca, const Canon& cb);
+  // The call and how its D is laid out: [batch?, Mp, Np] (`padded`: Mp, Np past canon_out).
+  struct CallResult {
+    HloInstruction* call;
+    Shape d_shape;
+    std::vector<int64_t> canon_out;  // [batch?, M, N]
+    bool padded;
+  };
+  // Output `index` of the call as the program reads it: unpadded, reshaped to `as`. Names: D is
+  // call.d / call.unpad / call.out, the auxiliary output call.aux / .aux.unpad / ...
+  HloInstruction* ReadBack(const CallResult& c, int64_t index, const Shape& as,
+                           const std::string& tag);
+  // Points the readers of the folded chain's last value (and of the GELU input, the amax) at the
+  // call's outputs; those values go to *dead. "" or an internal error.
+  std::string ReplaceWithCall(HloInstruction* dot, const OutputPlan& plan, const CallResult& c,
+                              PrimitiveType d_type, std::vector<HloInstruction*>* dead);
+
   HloComputation* comp_;
   const GpuTarget& target_;
   XlaBackendConfigVersion schema_;
@@ -325,15 +362,15 @@ const char* KindName(Fp8OperandMatch::Kind k) {
   return "";
 }
 
-std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_message,
-                                    std::vector<HloInstruction*>* dead) {
-  if (dot->operand_count() != 2) return "dot does not have two operands";
-  Fp8OperandMatch ma, mb;
+// Why the operands of `dot` cannot feed an FP8 GEMM on this target, or "": each an FP8 value
+// (MatchFp8Operand, into *ma and *mb), a pair of types the target's GEMM takes, scalar scales.
+std::string DotRewriter::MatchOperands(HloInstruction* dot, Fp8OperandMatch* ma,
+                                       Fp8OperandMatch* mb) const {
   std::string why;
-  if (!MatchFp8Operand(dot->operand(0), &ma, &why)) return "lhs: " + why;
-  if (!MatchFp8Operand(dot->operand(1), &mb, &why)) return "rhs: " + why;
-  const PrimitiveType ta = ma.fp8->shape().element_type;
-  const PrimitiveType tb = mb.fp8->shape().element_type;
+  if (!MatchFp8Operand(dot->operand(0), ma, &why)) return "lhs: " + why;
+  if (!MatchFp8Operand(dot->operand(1), mb, &why)) return "rhs: " + why;
+  const PrimitiveType ta = ma->fp8->shape().element_type;
+  const PrimitiveType tb = mb->fp8->shape().element_type;
   if (!target_.HasFnuzFp8() && !target_.HasOcpFp8()) {
     if (!target_.rocm) {
       return absl::StrCat(target_.Name(), " is below 8.9: no FP8 GEMM");
@@ -342,7 +379,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
                                         "gfx950 and gfx12 for f8e4m3fn/f8e5m2)");
   }
   if (std::string why = Fp8PairRule(target_, ta, tb); !why.empty()) return why;
-  for (const Fp8OperandMatch* m : {&ma, &mb}) {
+  for (const Fp8OperandMatch* m : {ma, mb}) {
     if (m->kind == Fp8OperandMatch::Kind::kScaled &&
         !(m->scale->shape().IsArray() && m->scale->shape().rank() == 0)) {
       return absl::StrCat("scale '", m->scale->name(), "' of '", m->fp8->name(),
@@ -351,7 +388,11 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
                           "scale per operand) cannot take; the dot stays dequantize + dot");
     }
   }
-  const PrimitiveType out_t = dot->shape().element_type;
+  return "";
+}
+
+// Why the dot's result type `out_t` is not one the call writes, or "".
+std::string DotRewriter::OutputTypeRule(PrimitiveType out_t) const {
   // A dot whose own result is FP8 becomes a call writing FP8 D without a d scale (XLA's
   // CreateF8CustomCall takes F8E4M3FN/F8E5M2 outputs on CUDA and OCP ROCm, FNUZ on gfx942).
   const bool fp8_result = IsFp8(out_t);
@@ -365,6 +406,12 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     return absl::StrCat("output type ", std::string(PrimitiveTypeName(out_t)),
                         " is not bf16, f16, f32 or FP8");
   }
+  return "";
+}
+
+// Why the dimension numbers of `dot` are not a (batched) matrix multiplication the call takes,
+// or "".
+std::string DotDimsRule(const HloInstruction* dot) {
   const DotDims& dd = dot->dot_dims();
   const Shape& sa = dot->operand(0)->shape();
   const Shape& sb = dot->operand(1)->shape();
@@ -383,17 +430,16 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
   if (batch > kMaxBatchProduct) {
     return absl::StrCat("batch product ", batch, " exceeds ", kMaxBatchProduct);
   }
-  const int64_t nb = dd.lhs_batch.empty() ? 0 : 1;
+  return "";
+}
 
-  std::vector<int64_t> canon_out;
-  if (nb > 0) canon_out.push_back(batch);
-  canon_out.push_back(Product(sa.dims, free_a));
-  canon_out.push_back(Product(sb.dims, free_b));
-  const bool reshape_out = canon_out != dot->shape().dims;
-
+OutputPlan DotRewriter::PlanEpilogue(HloInstruction* dot, const Fp8OperandMatch& ma,
+                                     const std::vector<int64_t>& free_b, bool reshape_out) const {
+  const PrimitiveType out_t = dot->shape().element_type;
+  const Shape& sb = dot->operand(1)->shape();
   OutputPlan plan;
   plan.last = dot;
-  if (fp8_result) {
+  if (IsFp8(out_t)) {
     bool epilogue_like = false;
     for (const HloInstruction* u : dot->users()) {
       epilogue_like |= u->opcode() == HloOpcode::kAdd || u->opcode() == HloOpcode::kMaximum ||
@@ -414,25 +460,16 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     ctx.reshaped_output = reshape_out;
     plan = PlanOutput(dot, ctx);
   }
-  skipped_ = plan.skipped;
+  return plan;
+}
 
-  // ---- operands: FP8 value, movable ops, canonical TN form, padding.
-  const Prepared pa = Prepare(dot->operand(0), ma, dd.lhs_batch, dd.lhs_contracting, nb);
-  const Prepared pb = Prepare(dot->operand(1), mb, dd.rhs_batch, dd.rhs_contracting, nb);
-  const Canon& ca = pa.canon;
-  const Canon& cb = pb.canon;
-  const int64_t m_dim = ca.contracting == nb ? nb + 1 : nb;  // index of M in ca.value
-  const int64_t n_dim = cb.contracting == nb ? nb + 1 : nb;
-  HloInstruction* a = pa.padded;
-  HloInstruction* b = pb.padded;
-  const int64_t Mp = a->shape().dims[static_cast<size_t>(m_dim)];
-  const int64_t Np = b->shape().dims[static_cast<size_t>(n_dim)];
-  const bool padded = a != ca.value || b != cb.value;
-
-  // ---- operands: a, b, [C], a_scale, b_scale, [bias], [d_scale] (XLA's order).
-  std::vector<int64_t> padded_out = canon_out;
-  padded_out[static_cast<size_t>(nb)] = Mp;
-  padded_out[static_cast<size_t>(nb) + 1] = Np;
+std::vector<HloInstruction*> DotRewriter::CallOperands(const OutputPlan& plan,
+                                                       const Fp8OperandMatch& ma,
+                                                       const Fp8OperandMatch& mb, HloInstruction* a,
+                                                       HloInstruction* b,
+                                                       const std::vector<int64_t>& canon_out,
+                                                       const std::vector<int64_t>& padded_out,
+                                                       int64_t np) {
   std::vector<HloInstruction*> operands = {a, b};
   if (plan.matrix_bias != nullptr) {
     operands.push_back(MatrixBiasOperand(plan.matrix_bias, canon_out, padded_out));
@@ -441,7 +478,7 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
                          ? F32ScaleOf(plan.output_scale, plan.output_scale_is_divide)
                          : F32Scale(ma));
   operands.push_back(F32Scale(mb));
-  if (plan.vector_bias != nullptr) operands.push_back(VectorBiasOperand(plan.vector_bias, Np));
+  if (plan.vector_bias != nullptr) operands.push_back(VectorBiasOperand(plan.vector_bias, np));
   if (plan.fp8_convert != nullptr) {
     if (plan.d_scale == nullptr) {
       if (one_f32_ == nullptr) one_f32_ = ScalarConstant(PrimitiveType::F32, 1.0, "fp8_gemm.one");
@@ -450,17 +487,15 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
       operands.push_back(F32ScaleOf(plan.d_scale, plan.d_scale_is_divide));
     }
   }
+  return operands;
+}
 
-  // ---- the call. D is [batch?, Mp, Np]; the value replacing the chain's last op has that op's
-  // shape (the dot's, or a view of it the epilogue was written on).
-  const PrimitiveType d_type = plan.fp8_convert ? plan.fp8_type : out_t;
-  const bool reshape_final = canon_out != plan.last->shape().dims;
-  Shape d_shape(d_type, padded_out);
-  if (!reshape_final && dot->shape().layout.has_value() && !reshape_out) {
-    d_shape.layout = Layout{dot->shape().MinorToMajor(), ""};
-  } else {
-    d_shape.SetDefaultLayout();
-  }
+HloInstruction* DotRewriter::AddCall(HloInstruction* dot, const OutputPlan& plan,
+                                     const std::vector<HloInstruction*>& operands,
+                                     const Shape& d_shape, int64_t nb, int64_t batch,
+                                     const Canon& ca, const Canon& cb) {
+  const Shape& sa = dot->operand(0)->shape();
+  const Shape& sb = dot->operand(1)->shape();
   std::vector<Shape> results = {d_shape};
   if (plan.aux_readers_of != nullptr) results.push_back(d_shape);  // GELU_AUX: pre-activation
   if (plan.amax_reduce != nullptr) results.push_back(Shape::Scalar(PrimitiveType::F32));
@@ -480,30 +515,36 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     // XLA lets the output reuse C's buffer when nothing else reads C (FuseMatrixBiasAdd).
     call->SetRawAttribute("output_to_operand_aliasing", "{{0}: (2, {})}");
   }
+  return call;
+}
 
-  // An output of the call as the program reads it: unpadded, reshaped to `as`.
-  // Names: D is call.d / call.unpad / call.out, the auxiliary output call.aux / .aux.unpad / ...
-  auto read_back = [&](int64_t index, const Shape& as, const std::string& tag) {
-    const std::string base = call->name() + tag;
-    HloInstruction* v = Add(HloOpcode::kGetTupleElement, d_shape, {call},
-                            tag.empty() ? base + ".d" : base);
-    v->tuple_index = index;
-    if (padded) {
-      Shape ss = d_shape;
-      ss.dims = canon_out;
-      HloInstruction* sl = Add(HloOpcode::kSlice, ss, {v}, base + ".unpad");
-      for (int64_t d : canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
-      v = sl;
-    }
-    if (canon_out != as.dims) v = Add(HloOpcode::kReshape, as, {v}, base + ".out");
-    return v;
-  };
-  HloInstruction* out = read_back(0, plan.last->shape().WithElementType(d_type), "");
+HloInstruction* DotRewriter::ReadBack(const CallResult& c, int64_t index, const Shape& as,
+                                      const std::string& tag) {
+  const std::string base = c.call->name() + tag;
+  HloInstruction* v = Add(HloOpcode::kGetTupleElement, c.d_shape, {c.call},
+                          tag.empty() ? base + ".d" : base);
+  v->tuple_index = index;
+  if (c.padded) {
+    Shape ss = c.d_shape;
+    ss.dims = c.canon_out;
+    HloInstruction* sl = Add(HloOpcode::kSlice, ss, {v}, base + ".unpad");
+    for (int64_t d : c.canon_out) sl->mutable_slice()->push_back(SliceDim{0, d, 1});
+    v = sl;
+  }
+  if (c.canon_out != as.dims) v = Add(HloOpcode::kReshape, as, {v}, base + ".out");
+  return v;
+}
+
+std::string DotRewriter::ReplaceWithCall(HloInstruction* dot, const OutputPlan& plan,
+                                         const CallResult& c, PrimitiveType d_type,
+                                         std::vector<HloInstruction*>* dead) {
+  HloInstruction* call = c.call;
+  HloInstruction* out = ReadBack(c, 0, plan.last->shape().WithElementType(d_type), "");
   if (plan.aux_readers_of != nullptr) {
     // The GELU's input, read outside the GELU: the auxiliary output. Its readers inside the GELU
     // die with it.
     HloInstruction* pre = plan.aux_readers_of;
-    HloInstruction* aux = read_back(1, pre->shape(), ".aux");
+    HloInstruction* aux = ReadBack(c, 1, pre->shape(), ".aux");
     std::vector<HloInstruction*> readers = pre->users();
     for (HloInstruction* r : readers) {
       if (!IsInGelu(r, plan.last, pre)) {
@@ -532,6 +573,69 @@ std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_me
     if (!plan.amax_reduce->ReplaceAllUsesWith(amax).ok()) return "internal: cannot replace amax";
     dead->push_back(plan.amax_reduce);
   }
+  return "";
+}
+
+std::string DotRewriter::TryRewrite(HloInstruction* dot, std::string* applied_message,
+                                    std::vector<HloInstruction*>* dead) {
+  if (dot->operand_count() != 2) return "dot does not have two operands";
+  Fp8OperandMatch ma, mb;
+  if (std::string why = MatchOperands(dot, &ma, &mb); !why.empty()) return why;
+  const PrimitiveType ta = ma.fp8->shape().element_type;
+  const PrimitiveType tb = mb.fp8->shape().element_type;
+  const PrimitiveType out_t = dot->shape().element_type;
+  if (std::string why = OutputTypeRule(out_t); !why.empty()) return why;
+  if (std::string why = DotDimsRule(dot); !why.empty()) return why;
+  const DotDims& dd = dot->dot_dims();
+  const Shape& sa = dot->operand(0)->shape();
+  const Shape& sb = dot->operand(1)->shape();
+  const std::vector<int64_t> free_a = DotFreeDims(sa.rank(), dd.lhs_batch, dd.lhs_contracting);
+  const std::vector<int64_t> free_b = DotFreeDims(sb.rank(), dd.rhs_batch, dd.rhs_contracting);
+  const int64_t batch = Product(sa.dims, dd.lhs_batch);
+  const int64_t nb = dd.lhs_batch.empty() ? 0 : 1;
+
+  std::vector<int64_t> canon_out;
+  if (nb > 0) canon_out.push_back(batch);
+  canon_out.push_back(Product(sa.dims, free_a));
+  canon_out.push_back(Product(sb.dims, free_b));
+  const bool reshape_out = canon_out != dot->shape().dims;
+
+  const OutputPlan plan = PlanEpilogue(dot, ma, free_b, reshape_out);
+  skipped_ = plan.skipped;
+
+  // ---- operands: FP8 value, movable ops, canonical TN form, padding.
+  const Prepared pa = Prepare(dot->operand(0), ma, dd.lhs_batch, dd.lhs_contracting, nb);
+  const Prepared pb = Prepare(dot->operand(1), mb, dd.rhs_batch, dd.rhs_contracting, nb);
+  const Canon& ca = pa.canon;
+  const Canon& cb = pb.canon;
+  const int64_t m_dim = ca.contracting == nb ? nb + 1 : nb;  // index of M in ca.value
+  const int64_t n_dim = cb.contracting == nb ? nb + 1 : nb;
+  HloInstruction* a = pa.padded;
+  HloInstruction* b = pb.padded;
+  const int64_t Mp = a->shape().dims[static_cast<size_t>(m_dim)];
+  const int64_t Np = b->shape().dims[static_cast<size_t>(n_dim)];
+  const bool padded = a != ca.value || b != cb.value;
+
+  // ---- operands: a, b, [C], a_scale, b_scale, [bias], [d_scale] (XLA's order).
+  std::vector<int64_t> padded_out = canon_out;
+  padded_out[static_cast<size_t>(nb)] = Mp;
+  padded_out[static_cast<size_t>(nb) + 1] = Np;
+  const std::vector<HloInstruction*> operands =
+      CallOperands(plan, ma, mb, a, b, canon_out, padded_out, Np);
+
+  // ---- the call. D is [batch?, Mp, Np]; the value replacing the chain's last op has that op's
+  // shape (the dot's, or a view of it the epilogue was written on).
+  const PrimitiveType d_type = plan.fp8_convert ? plan.fp8_type : out_t;
+  const bool reshape_final = canon_out != plan.last->shape().dims;
+  Shape d_shape(d_type, padded_out);
+  if (!reshape_final && dot->shape().layout.has_value() && !reshape_out) {
+    d_shape.layout = Layout{dot->shape().MinorToMajor(), ""};
+  } else {
+    d_shape.SetDefaultLayout();
+  }
+  HloInstruction* call = AddCall(dot, plan, operands, d_shape, nb, batch, ca, cb);
+  const CallResult result{call, d_shape, canon_out, padded};
+  if (std::string why = ReplaceWithCall(dot, plan, result, d_type, dead); !why.empty()) return why;
   dead->push_back(dot);
 
   std::vector<std::string> notes;

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "hlo/ir.h"
 
@@ -23,8 +26,28 @@ HloInstruction* AddGetTupleElement(HloComputation* c, HloInstruction* tuple, int
 HloInstruction* AddScalarConstant(HloComputation* c, PrimitiveType t, int64_t value,
                                   std::string_view name);
 
+// broadcast(operand) to `shape` (its dims and layout; its element type is the operand's), with
+// `dimensions` mapping operand dim i to result dim dimensions[i] (empty for a scalar operand).
+HloInstruction* AddBroadcast(HloComputation* c, HloInstruction* operand, const Shape& shape,
+                             std::vector<int64_t> dimensions, std::string_view name);
+
 // An array of `shape` filled with zeros (false for pred): the scalar constant `<name>.zero`
 // broadcast (no dimensions) to `shape`, named `name`. Returns the broadcast.
 HloInstruction* AddZeros(HloComputation* c, const Shape& shape, std::string_view name);
+
+// dot(lhs, rhs) with dot dims `dims`, its result of element type `t` shaped as XLA infers it
+// (DotResultShape in hlo/dot_dims.h: batch, lhs free, rhs free dims) with the default descending
+// layout, or exactly `layout` when given (std::nullopt: none, as a shape parsed without one; so a
+// caller copying another instruction's layout passes its shape().layout). The dims must be within
+// the operands' ranks; that they match in size is the verifier's to check. CreateDot makes the
+// same dot free-standing and unnamed.
+HloInstruction* AddDot(HloComputation* c, HloInstruction* lhs, HloInstruction* rhs,
+                       const DotDims& dims, PrimitiveType t, std::string_view name);
+HloInstruction* AddDot(HloComputation* c, HloInstruction* lhs, HloInstruction* rhs,
+                       const DotDims& dims, PrimitiveType t, std::string_view name,
+                       std::optional<Layout> layout);
+std::unique_ptr<HloInstruction> CreateDot(HloInstruction* lhs, HloInstruction* rhs,
+                                          const DotDims& dims, PrimitiveType t,
+                                          std::optional<Layout> layout);
 
 }  // namespace weave

@@ -20,6 +20,21 @@ std::vector<int64_t> DotFreeDims(int64_t rank, const std::vector<int64_t>& batch
   return out;
 }
 
+Shape DotResultShape(const Shape& lhs, const Shape& rhs, const DotDims& dd, PrimitiveType t) {
+  std::vector<int64_t> dims;
+  std::vector<bool> dynamic;
+  auto take = [&](const Shape& operand, int64_t d) {
+    dims.push_back(operand.dims[static_cast<size_t>(d)]);
+    dynamic.push_back(!operand.dynamic.empty() && operand.dynamic[static_cast<size_t>(d)]);
+  };
+  for (int64_t d : dd.lhs_batch) take(lhs, d);
+  for (int64_t d : DotFreeDims(lhs.rank(), dd.lhs_batch, dd.lhs_contracting)) take(lhs, d);
+  for (int64_t d : DotFreeDims(rhs.rank(), dd.rhs_batch, dd.rhs_contracting)) take(rhs, d);
+  Shape out(t, std::move(dims));
+  if (std::find(dynamic.begin(), dynamic.end(), true) != dynamic.end()) out.dynamic = dynamic;
+  return out;
+}
+
 std::vector<int64_t> DotFreeDims(const HloInstruction* dot, int side) {
   const DotDims& dd = dot->dot_dims();
   return DotFreeDims(dot->operand(side)->shape().rank(), side == 0 ? dd.lhs_batch : dd.rhs_batch,

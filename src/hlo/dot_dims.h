@@ -32,6 +32,12 @@ int64_t DotOutputDimOfFree(const HloInstruction* dot, int side, int64_t dim);
 // operand's free dims or is out of range.
 int64_t DotOperandDimOf(const HloInstruction* dot, int side, int64_t out_dim);
 
+// The result shape of a dot of `lhs` and `rhs` with dot dims `dd` and element type `t`, as XLA's
+// ShapeInference::InferDotOpShape lays it out: the lhs batch dims (in lhs_batch order), the lhs
+// free dims, then the rhs free dims; each result dim keeps its operand dim's dynamic bound. The
+// default descending layout. Dims in `dd` must be within the operands' ranks.
+Shape DotResultShape(const Shape& lhs, const Shape& rhs, const DotDims& dd, PrimitiveType t);
+
 // The result dims of a ragged-dot of `lhs` and `rhs` with dot dims `dd` (XLA's
 // ShapeInference::InferRaggedDotOpShape): `num_groups` first when the lhs ragged dim is a
 // contracting dim (`ragged_contracting`), then the batch dims, the lhs free dims and the rhs free

@@ -385,6 +385,17 @@ bool Parser::ParseInstruction(CompState& st) {
   return true;
 }
 
+namespace {
+
+// What the messages about a missing result shape call an instruction (`name` empty: a nested
+// operand).
+std::string MissingShapeSubject(std::string_view name, std::string_view opname) {
+  return name.empty() ? Cat("nested operand '", opname, "(...)'")
+                      : Cat("instruction '", name, "'");
+}
+
+}  // namespace
+
 // Parses `opcode(operands) [, attributes]` and adds the instruction to the computation.
 // Nested operands (test style) have no attributes.
 bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view name, bool top_level,
@@ -393,46 +404,12 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   size_t op_pos = pos_;
   std::string_view opname;
   if (!ParseIdent(&opname, "an opcode")) return false;
-  std::optional<HloOpcode> op = ParseHloOpcode(opname);
+  std::optional<HloOpcode> op;
   std::string_view sugar;
   HloOpcode attr_op = HloOpcode::kTuple;
-  if (op) {
-    attr_op = *op;
-  } else {
-    // Sugared async form `X-start/-update/-done`.
-    static constexpr std::pair<std::string_view, HloOpcode> kSuffixes[] = {
-        {"-start", HloOpcode::kAsyncStart},
-        {"-update", HloOpcode::kAsyncUpdate},
-        {"-done", HloOpcode::kAsyncDone}};
-    for (const auto& [suffix, async_op] : kSuffixes) {
-      if (opname.size() > suffix.size() &&
-          opname.substr(opname.size() - suffix.size()) == suffix) {
-        std::string_view base = opname.substr(0, opname.size() - suffix.size());
-        std::optional<HloOpcode> wrapped = ParseHloOpcode(base);
-        // XLA's parser wraps no collective, copy, send or recv this way (they have their own
-        // -start/-done opcodes or none): `send-start`, `all-gather-update` are unknown opcodes.
-        if (wrapped && (*wrapped == HloOpcode::kAllGather || *wrapped == HloOpcode::kAllReduce ||
-                        *wrapped == HloOpcode::kCollectivePermute || *wrapped == HloOpcode::kCopy ||
-                        *wrapped == HloOpcode::kRecv || *wrapped == HloOpcode::kSend)) {
-          return Error(op_pos, Cat("unknown opcode '", opname, "' (", base, " has no async wrapped form)"));
-        }
-        if (wrapped) {
-          op = async_op;
-          sugar = base;
-          attr_op = *wrapped;
-        }
-        break;
-      }
-    }
-    if (!op) return Error(op_pos, Cat("unknown opcode '", opname, "'"));
-  }
-  // What the messages about a missing result shape call this instruction.
-  auto what = [&] {
-    return name.empty() ? Cat("nested operand '", opname, "(...)'")
-                        : Cat("instruction '", name, "'");
-  };
+  if (!ResolveOpcode(opname, op_pos, &op, &sugar, &attr_op)) return false;
   if (infer_shape && (*op == HloOpcode::kParameter || *op == HloOpcode::kConstant)) {
-    return Error(op_pos, Cat(what(), " has no result shape: a ", opname,
+    return Error(op_pos, Cat(MissingShapeSubject(name, opname), " has no result shape: a ", opname,
                              " must write its shape"));
   }
   if (!Expect('(')) return false;
@@ -441,22 +418,7 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   int64_t param_number = -1;
   std::optional<Literal> literal;
   if (*op == HloOpcode::kParameter) {
-    SkipWs();
-    size_t ppos = pos_;
-    if (!ParseInt(&param_number, "a parameter number")) return false;
-    if (param_number < 0 || param_number > kMaxParameterNumber) {
-      return Error(ppos, Cat("invalid parameter number ", param_number));
-    }
-    if (static_cast<size_t>(param_number) >= st.param_seen.size()) {
-      st.param_seen.resize(static_cast<size_t>(param_number) + 1, false);
-    }
-    if (st.param_seen[static_cast<size_t>(param_number)]) {
-      return Error(ppos, Cat("duplicate parameter(", param_number, ") in '",
-                                      st.comp->name(), "'"));
-    }
-    st.param_seen[static_cast<size_t>(param_number)] = true;
-    ++st.param_count;
-    if (!Expect(')')) return false;
+    if (!ParseParameterNumber(st, &param_number)) return false;
   } else if (*op == HloOpcode::kConstant) {
     literal.emplace();
     literal->shape = shape;
@@ -498,7 +460,8 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   if (infer_shape) {
     std::optional<Shape> inferred = sugar.empty() ? InferResultShape(*instr) : std::nullopt;
     if (!inferred) {
-      return Error(op_pos, Cat(what(), " has no result shape and Weave cannot infer one for ",
+      return Error(op_pos, Cat(MissingShapeSubject(name, opname),
+                               " has no result shape and Weave cannot infer one for ",
                                opname, " on these operands: write its shape"));
     }
     if (!inferred->CheckedByteSize()) {
@@ -509,6 +472,61 @@ bool Parser::ParseInstructionBody(CompState& st, Shape shape, std::string_view n
   }
   *out = st.comp->AddInstruction(std::move(owned));
   return true;
+}
+
+bool Parser::ResolveOpcode(std::string_view opname, size_t op_pos, std::optional<HloOpcode>* op,
+                           std::string_view* sugar, HloOpcode* attr_op) {
+  *op = ParseHloOpcode(opname);
+  if (*op) {
+    *attr_op = **op;
+    return true;
+  }
+  // Sugared async form `X-start/-update/-done`.
+  static constexpr std::pair<std::string_view, HloOpcode> kSuffixes[] = {
+      {"-start", HloOpcode::kAsyncStart},
+      {"-update", HloOpcode::kAsyncUpdate},
+      {"-done", HloOpcode::kAsyncDone}};
+  for (const auto& [suffix, async_op] : kSuffixes) {
+    if (opname.size() > suffix.size() &&
+        opname.substr(opname.size() - suffix.size()) == suffix) {
+      std::string_view base = opname.substr(0, opname.size() - suffix.size());
+      std::optional<HloOpcode> wrapped = ParseHloOpcode(base);
+      // XLA's parser wraps no collective, copy, send or recv this way (they have their own
+      // -start/-done opcodes or none): `send-start`, `all-gather-update` are unknown opcodes.
+      if (wrapped && (*wrapped == HloOpcode::kAllGather || *wrapped == HloOpcode::kAllReduce ||
+                      *wrapped == HloOpcode::kCollectivePermute || *wrapped == HloOpcode::kCopy ||
+                      *wrapped == HloOpcode::kRecv || *wrapped == HloOpcode::kSend)) {
+        return Error(op_pos, Cat("unknown opcode '", opname, "' (", base, " has no async wrapped form)"));
+      }
+      if (wrapped) {
+        *op = async_op;
+        *sugar = base;
+        *attr_op = *wrapped;
+      }
+      break;
+    }
+  }
+  if (!*op) return Error(op_pos, Cat("unknown opcode '", opname, "'"));
+  return true;
+}
+
+bool Parser::ParseParameterNumber(CompState& st, int64_t* param_number) {
+  SkipWs();
+  size_t ppos = pos_;
+  if (!ParseInt(param_number, "a parameter number")) return false;
+  if (*param_number < 0 || *param_number > kMaxParameterNumber) {
+    return Error(ppos, Cat("invalid parameter number ", *param_number));
+  }
+  if (static_cast<size_t>(*param_number) >= st.param_seen.size()) {
+    st.param_seen.resize(static_cast<size_t>(*param_number) + 1, false);
+  }
+  if (st.param_seen[static_cast<size_t>(*param_number)]) {
+    return Error(ppos, Cat("duplicate parameter(", *param_number, ") in '",
+                                    st.comp->name(), "'"));
+  }
+  st.param_seen[static_cast<size_t>(*param_number)] = true;
+  ++st.param_count;
+  return Expect(')');
 }
 
 bool Parser::AssembleCalled(HloOpcode op, HloOpcode attr_op, bool sugared, CalledSlots& c,

@@ -47,6 +47,12 @@ std::string ResultAccuracyError(std::string_view v) {
   return "";
 }
 
+// Opcode filters of the attribute table: an attribute modelled only on some opcodes.
+template <HloOpcode... kOps>
+bool Only(HloOpcode op) {
+  return ((op == kOps) || ...);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ attributes
@@ -62,218 +68,267 @@ bool Parser::ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, 
   if (!Expect('=')) return false;
   SkipWs();
   size_t vpos = pos_;
-  if (name == "metadata") {
-    std::string_view v;
-    if (!ScanBraces(&v)) return false;
-    instr->metadata = std::string(v.substr(1, v.size() - 2));
-    return true;
+  const AttrSite a{st, instr, op, called, name, vpos};
+  if (const AttrParseFn parse = AttributeParser(name, op)) return parse(*this, a);
+  return ParseVerbatimAttr(a);
+}
+
+Parser::AttrParseFn Parser::AttributeParser(std::string_view name, HloOpcode op) {
+  struct AttrRule {
+    std::string_view name;
+    bool (*applies)(HloOpcode);  // null: every opcode
+    AttrParseFn parse;
+  };
+  using P = Parser;
+  using S = const AttrSite&;
+  constexpr auto kDots = Only<HloOpcode::kDot, HloOpcode::kRaggedDot>;
+  constexpr auto kCustomCall = Only<HloOpcode::kCustomCall>;
+  constexpr auto kCompare = Only<HloOpcode::kCompare>;
+  constexpr auto kReducePrecision = Only<HloOpcode::kReducePrecision>;
+  constexpr AttrParseFn kCalled = [](P& p, S a) { return p.ParseCalledComputationAttr(a); };
+  static constexpr AttrRule kRules[] = {
+      {"metadata", nullptr, [](P& p, S a) {
+         std::string_view v;
+         if (!p.ScanBraces(&v)) return false;
+         a.instr->metadata = std::string(v.substr(1, v.size() - 2));
+         return true;
+       }},
+      {"dimensions", nullptr, [](P& p, S a) {
+         a.instr->has_dimensions_attr = true;
+         return p.ParseIntList(&a.instr->dimensions);
+       }},
+      {"index", Only<HloOpcode::kGetTupleElement>,
+       [](P& p, S a) { return p.ParseTupleIndexAttr(a); }},
+      {"to_apply", nullptr, kCalled},
+      {"calls", nullptr, kCalled},
+      {"called_computations", nullptr, kCalled},
+      {"branch_computations", nullptr, kCalled},
+      {"condition", nullptr, kCalled},
+      {"body", nullptr, kCalled},
+      {"true_computation", nullptr, kCalled},
+      {"false_computation", nullptr, kCalled},
+      {"select", Only<HloOpcode::kSelectAndScatter>, kCalled},
+      {"scatter", Only<HloOpcode::kSelectAndScatter>, kCalled},
+      {"sharding", nullptr, [](P& p, S a) { return p.ParseShardingAttr(a.instr); }},
+      {"backend_config", nullptr, [](P& p, S a) {
+         std::string_view v;
+         if (!p.ScanRawValue(&v)) return false;
+         a.instr->backend_config = std::string(v);
+         return true;
+       }},
+      {"frontend_attributes", nullptr,
+       [](P& p, S a) { return p.ParseFrontendAttributes(a.instr); }},
+      {"control-predecessors", nullptr,
+       [](P& p, S a) { return p.ParseControlPredecessorsAttr(a); }},
+      {"channel_id", nullptr, [](P& p, S a) {
+         int64_t v;
+         if (!p.ParseInt(&v)) return false;
+         a.instr->channel_id = v;
+         return true;
+       }},
+      {"replica_groups", nullptr, [](P& p, S a) { return p.ParseReplicaGroupsAttr(a.instr); }},
+      {"use_global_device_ids", nullptr,
+       [](P& p, S a) { return p.ParseBool(&a.instr->use_global_device_ids); }},
+      {"constrain_layout", nullptr,
+       [](P& p, S a) { return p.ParseBool(&a.instr->constrain_layout); }},
+      {"source_target_pairs", nullptr, [](P& p, S a) { return p.ParseSourceTargetPairsAttr(a); }},
+      {"lhs_batch_dims", kDots,
+       [](P& p, S a) { return p.ParseIntList(&a.instr->mutable_dot_dims()->lhs_batch); }},
+      {"lhs_contracting_dims", kDots,
+       [](P& p, S a) { return p.ParseIntList(&a.instr->mutable_dot_dims()->lhs_contracting); }},
+      {"rhs_batch_dims", kDots,
+       [](P& p, S a) { return p.ParseIntList(&a.instr->mutable_dot_dims()->rhs_batch); }},
+      {"rhs_contracting_dims", kDots,
+       [](P& p, S a) { return p.ParseIntList(&a.instr->mutable_dot_dims()->rhs_contracting); }},
+      {"operand_precision", nullptr, [](P& p, S a) { return p.ParseOperandPrecisionAttr(a); }},
+      {"slice", Only<HloOpcode::kSlice>, [](P& p, S a) { return p.ParseSliceAttr(a.instr); }},
+      {"dynamic_slice_sizes", nullptr,
+       [](P& p, S a) { return p.ParseIntList(a.instr->mutable_dynamic_slice_sizes()); }},
+      {"padding", Only<HloOpcode::kPad>, [](P& p, S a) { return p.ParsePaddingAttr(a.instr); }},
+      {"iota_dimension", Only<HloOpcode::kIota>,
+       [](P& p, S a) { return p.ParseInt(&a.instr->iota_dimension); }},
+      {"direction", kCompare, [](P& p, S a) { return p.ParseComparisonDirectionAttr(a); }},
+      {"type", kCompare, [](P& p, S a) {
+         std::string_view t;
+         if (!p.ParseIdent(&t, "a comparison type")) return false;
+         a.instr->set_comparison_type(absl::AsciiStrToUpper(A(t)));
+         return true;
+       }},
+      {"custom_call_target", kCustomCall,
+       [](P& p, S a) { return p.ParseString(a.instr->mutable_custom_call_target()); }},
+      {"literal", kCustomCall, [](P& p, S a) {
+         std::string_view v;
+         if (!p.ScanShapedLiteral(&v)) return false;
+         a.instr->mutable_raw_attributes()->emplace_back(std::string(a.name), std::string(v));
+         return true;
+       }},
+      {"parameter_replication", nullptr,
+       [](P& p, S a) { return p.ParseParameterReplicationAttr(a); }},
+      {"kind", Only<HloOpcode::kFusion>, [](P& p, S a) {
+         std::string_view k;
+         if (!p.ParseIdent(&k, "a fusion kind")) return false;
+         a.instr->set_fusion_kind(std::string(k));
+         return true;
+       }},
+      {"exponent_bits", kReducePrecision,
+       [](P& p, S a) { return p.ParseInt(&a.instr->exponent_bits); }},
+      {"mantissa_bits", kReducePrecision,
+       [](P& p, S a) { return p.ParseInt(&a.instr->mantissa_bits); }},
+      {"api_version", kCustomCall, [](P& p, S a) { return p.ParseApiVersionAttr(a); }},
+  };
+  for (const AttrRule& rule : kRules) {
+    if (rule.name == name && (rule.applies == nullptr || rule.applies(op))) return rule.parse;
   }
-  if (name == "dimensions") {
-    instr->has_dimensions_attr = true;
-    return ParseIntList(&instr->dimensions);
-  }
-  if (name == "index" && op == HloOpcode::kGetTupleElement) {
-    if (!ParseInt(&instr->tuple_index)) return false;
-    if (instr->operand_count() == 1) {
-      const Shape& ts = instr->operand(0)->shape();
-      int64_t n = ts.IsTuple() ? static_cast<int64_t>(ts.tuple_shapes.size()) : 0;
-      if (!ts.IsTuple() || instr->tuple_index < 0 || instr->tuple_index >= n) {
-        return Error(vpos, Cat("tuple index ", instr->tuple_index,
-                                        " is out of range for operand '",
-                                        instr->operand(0)->name(), "' with ", n,
-                                        " elements"));
-      }
+  return nullptr;
+}
+
+bool Parser::ParseTupleIndexAttr(const AttrSite& a) {
+  HloInstruction* instr = a.instr;
+  if (!ParseInt(&instr->tuple_index)) return false;
+  if (instr->operand_count() == 1) {
+    const Shape& ts = instr->operand(0)->shape();
+    int64_t n = ts.IsTuple() ? static_cast<int64_t>(ts.tuple_shapes.size()) : 0;
+    if (!ts.IsTuple() || instr->tuple_index < 0 || instr->tuple_index >= n) {
+      return Error(a.vpos, Cat("tuple index ", instr->tuple_index, " is out of range for operand '",
+                               instr->operand(0)->name(), "' with ", n, " elements"));
     }
-    return true;
   }
-  {
-    // A computation written inline is named `<instruction>.<attribute>`.
-    const InlineName hint{instr->name(), name};
-    if (name == "to_apply") return ParseComputationList(&called.to_apply, hint);
-    if (name == "calls") return ParseComputationList(&called.calls, hint);
-    if (name == "called_computations") return ParseComputationList(&called.called, hint);
-    if (name == "branch_computations") return ParseComputationList(&called.branches, hint);
-    if (name == "condition") return ParseComputationRef(&called.condition, hint);
-    if (name == "body") return ParseComputationRef(&called.body, hint);
-    if (name == "true_computation") return ParseComputationRef(&called.true_comp, hint);
-    if (name == "false_computation") return ParseComputationRef(&called.false_comp, hint);
-    if (op == HloOpcode::kSelectAndScatter) {
-      if (name == "select") return ParseComputationRef(&called.select, hint);
-      if (name == "scatter") return ParseComputationRef(&called.scatter, hint);
+  return true;
+}
+
+bool Parser::ParseCalledComputationAttr(const AttrSite& a) {
+  const std::string_view name = a.name;
+  CalledSlots& called = a.called;
+  // A computation written inline is named `<instruction>.<attribute>`.
+  const InlineName hint{a.instr->name(), name};
+  if (name == "to_apply") return ParseComputationList(&called.to_apply, hint);
+  if (name == "calls") return ParseComputationList(&called.calls, hint);
+  if (name == "called_computations") return ParseComputationList(&called.called, hint);
+  if (name == "branch_computations") return ParseComputationList(&called.branches, hint);
+  if (name == "condition") return ParseComputationRef(&called.condition, hint);
+  if (name == "body") return ParseComputationRef(&called.body, hint);
+  if (name == "true_computation") return ParseComputationRef(&called.true_comp, hint);
+  if (name == "false_computation") return ParseComputationRef(&called.false_comp, hint);
+  if (name == "select") return ParseComputationRef(&called.select, hint);
+  return ParseComputationRef(&called.scatter, hint);  // scatter
+}
+
+bool Parser::ParseControlPredecessorsAttr(const AttrSite& a) {
+  if (!Expect('{')) return false;
+  CompState::PendingControl pc{a.instr, {}};
+  if (!Consume('}')) {
+    do {
+      SkipWs();
+      size_t p = pos_;
+      std::string_view n;
+      if (!ParseName(&n, "an instruction name")) return false;
+      pc.names.emplace_back(n, p);
+    } while (Consume(','));
+    if (!Expect('}')) return false;
+  }
+  a.st.control.push_back(std::move(pc));
+  return true;
+}
+
+bool Parser::ParseSourceTargetPairsAttr(const AttrSite& a) {
+  if (!Expect('{')) return false;
+  if (!Consume('}')) {
+    do {
+      std::vector<int64_t> pair;
+      SkipWs();
+      size_t p = pos_;
+      if (!ParseIntList(&pair)) return false;
+      if (pair.size() != 2) return Error(p, "a source-target pair needs two ids");
+      a.instr->mutable_source_target_pairs()->emplace_back(pair[0], pair[1]);
+    } while (Consume(','));
+    if (!Expect('}')) return false;
+  }
+  return true;
+}
+
+bool Parser::ParseOperandPrecisionAttr(const AttrSite& a) {
+  if (!Expect('{')) return false;
+  if (!Consume('}')) {
+    do {
+      std::string_view p;
+      if (!ParseIdent(&p, "a precision")) return false;
+      a.instr->mutable_operand_precision()->push_back(absl::AsciiStrToLower(A(p)));
+    } while (Consume(','));
+    if (!Expect('}')) return false;
+  }
+  return true;
+}
+
+bool Parser::ParseComparisonDirectionAttr(const AttrSite& a) {
+  std::string_view d;
+  if (!ParseIdent(&d, "a comparison direction")) return false;
+  std::string u = absl::AsciiStrToUpper(A(d));
+  static constexpr std::pair<std::string_view, ComparisonDirection> kDirs[] = {
+      {"EQ", ComparisonDirection::kEq}, {"NE", ComparisonDirection::kNe},
+      {"LT", ComparisonDirection::kLt}, {"LE", ComparisonDirection::kLe},
+      {"GT", ComparisonDirection::kGt}, {"GE", ComparisonDirection::kGe}};
+  for (const auto& [s, dir] : kDirs) {
+    if (u == s) {
+      a.instr->comparison_direction = dir;
+      return true;
     }
   }
-  if (name == "sharding") return ParseShardingAttr(instr);
-  if (name == "backend_config") {
-    std::string_view v;
-    if (!ScanRawValue(&v)) return false;
-    instr->backend_config = std::string(v);
-    return true;
-  }
-  if (name == "frontend_attributes") return ParseFrontendAttributes(instr);
-  if (name == "control-predecessors") {
-    if (!Expect('{')) return false;
-    CompState::PendingControl pc{instr, {}};
-    if (!Consume('}')) {
-      do {
-        SkipWs();
-        size_t p = pos_;
-        std::string_view n;
-        if (!ParseName(&n, "an instruction name")) return false;
-        pc.names.emplace_back(n, p);
-      } while (Consume(','));
-      if (!Expect('}')) return false;
+  return Error(a.vpos, Cat("unknown comparison direction '", d, "'"));
+}
+
+bool Parser::ParseParameterReplicationAttr(const AttrSite& a) {
+  HloInstruction* instr = a.instr;
+  // `{true, false, ...}`: one flag per leaf buffer (array) of the shape, as XLA's parser checks.
+  if (Peek() != '{') return Expected("'{' to start parameter_replication");
+  std::string_view v;
+  if (!ScanBraces(&v)) return false;
+  int64_t flags = 0;
+  for (std::string_view rest = v.substr(1, v.size() - 2);;) {
+    const size_t comma = rest.find(',');
+    const std::string_view flag = TrimView(rest.substr(0, comma));
+    if (flag == "true" || flag == "false") {
+      ++flags;
+    } else if (!(flag.empty() && comma == std::string_view::npos && flags == 0)) {
+      return Error(a.vpos, Cat("parameter_replication: expected true or false, found '", flag, "'"));
     }
-    st.control.push_back(std::move(pc));
-    return true;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
   }
-  if (name == "channel_id") {
-    int64_t v;
-    if (!ParseInt(&v)) return false;
-    instr->channel_id = v;
-    return true;
-  }
-  if (name == "replica_groups") return ParseReplicaGroupsAttr(instr);
-  if (name == "use_global_device_ids") return ParseBool(&instr->use_global_device_ids);
-  if (name == "constrain_layout") return ParseBool(&instr->constrain_layout);
-  if (name == "source_target_pairs") {
-    if (!Expect('{')) return false;
-    if (!Consume('}')) {
-      do {
-        std::vector<int64_t> pair;
-        SkipWs();
-        size_t p = pos_;
-        if (!ParseIntList(&pair)) return false;
-        if (pair.size() != 2) return Error(p, "a source-target pair needs two ids");
-        instr->mutable_source_target_pairs()->emplace_back(pair[0], pair[1]);
-      } while (Consume(','));
-      if (!Expect('}')) return false;
-    }
-    return true;
-  }
-  if (op == HloOpcode::kDot || op == HloOpcode::kRaggedDot) {
-    if (name == "lhs_batch_dims") {
-      return ParseIntList(&instr->mutable_dot_dims()->lhs_batch);
-    }
-    if (name == "lhs_contracting_dims") {
-      return ParseIntList(&instr->mutable_dot_dims()->lhs_contracting);
-    }
-    if (name == "rhs_batch_dims") {
-      return ParseIntList(&instr->mutable_dot_dims()->rhs_batch);
-    }
-    if (name == "rhs_contracting_dims") {
-      return ParseIntList(&instr->mutable_dot_dims()->rhs_contracting);
-    }
-  }
-  if (name == "operand_precision") {
-    if (!Expect('{')) return false;
-    if (!Consume('}')) {
-      do {
-        std::string_view p;
-        if (!ParseIdent(&p, "a precision")) return false;
-        instr->mutable_operand_precision()->push_back(absl::AsciiStrToLower(A(p)));
-      } while (Consume(','));
-      if (!Expect('}')) return false;
-    }
-    return true;
-  }
-  if (name == "slice" && op == HloOpcode::kSlice) return ParseSliceAttr(instr);
-  if (name == "dynamic_slice_sizes") return ParseIntList(instr->mutable_dynamic_slice_sizes());
-  if (name == "padding" && op == HloOpcode::kPad) return ParsePaddingAttr(instr);
-  if (name == "iota_dimension" && op == HloOpcode::kIota) {
-    return ParseInt(&instr->iota_dimension);
-  }
-  if (op == HloOpcode::kCompare && name == "direction") {
-    std::string_view d;
-    if (!ParseIdent(&d, "a comparison direction")) return false;
-    std::string u = absl::AsciiStrToUpper(A(d));
-    static constexpr std::pair<std::string_view, ComparisonDirection> kDirs[] = {
-        {"EQ", ComparisonDirection::kEq}, {"NE", ComparisonDirection::kNe},
-        {"LT", ComparisonDirection::kLt}, {"LE", ComparisonDirection::kLe},
-        {"GT", ComparisonDirection::kGt}, {"GE", ComparisonDirection::kGe}};
-    for (const auto& [s, dir] : kDirs) {
-      if (u == s) {
-        instr->comparison_direction = dir;
-        return true;
-      }
-    }
-    return Error(vpos, Cat("unknown comparison direction '", d, "'"));
-  }
-  if (op == HloOpcode::kCompare && name == "type") {
-    std::string_view t;
-    if (!ParseIdent(&t, "a comparison type")) return false;
-    instr->set_comparison_type(absl::AsciiStrToUpper(A(t)));
-    return true;
-  }
-  if (op == HloOpcode::kCustomCall && name == "custom_call_target") {
-    return ParseString(instr->mutable_custom_call_target());
-  }
-  if (op == HloOpcode::kCustomCall && name == "literal") {
-    std::string_view v;
-    if (!ScanShapedLiteral(&v)) return false;
-    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
-    return true;
-  }
-  if (name == "parameter_replication") {
-    // `{true, false, ...}`: one flag per leaf buffer (array) of the shape, as XLA's parser checks.
-    if (Peek() != '{') return Expected("'{' to start parameter_replication");
-    std::string_view v;
-    if (!ScanBraces(&v)) return false;
-    int64_t flags = 0;
-    for (std::string_view rest = v.substr(1, v.size() - 2);;) {
-      const size_t comma = rest.find(',');
-      const std::string_view flag = TrimView(rest.substr(0, comma));
-      if (flag == "true" || flag == "false") {
-        ++flags;
-      } else if (!(flag.empty() && comma == std::string_view::npos && flags == 0)) {
-        return Error(vpos, Cat("parameter_replication: expected true or false, found '", flag, "'"));
-      }
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    if (instr->shape().element_type != PrimitiveType::kInvalid) {
-      const int64_t leaves = instr->shape().LeafCount();
-      if (leaves != flags) {
-        return Error(vpos, Cat("parameter_replication has ", flags, " elements, but the shape ",
+  if (instr->shape().element_type != PrimitiveType::kInvalid) {
+    const int64_t leaves = instr->shape().LeafCount();
+    if (leaves != flags) {
+      return Error(a.vpos, Cat("parameter_replication has ", flags, " elements, but the shape ",
                                instr->shape().ToString(false), " has ", leaves, " leaf buffers"));
-      }
     }
-    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
-    return true;
   }
-  if (op == HloOpcode::kFusion && name == "kind") {
-    std::string_view k;
-    if (!ParseIdent(&k, "a fusion kind")) return false;
-    instr->set_fusion_kind(std::string(k));
-    return true;
-  }
-  if (op == HloOpcode::kReducePrecision && name == "exponent_bits") {
-    return ParseInt(&instr->exponent_bits);
-  }
-  if (op == HloOpcode::kReducePrecision && name == "mantissa_bits") {
-    return ParseInt(&instr->mantissa_bits);
-  }
-  if (op == HloOpcode::kCustomCall && name == "api_version") {
-    // Kept verbatim; one of XLA's CustomCallApiVersion values (hlo.proto), and not UNSPECIFIED.
-    std::string_view v;
-    if (!ParseIdent(&v, "an API version")) return false;
-    if (v == "API_VERSION_UNSPECIFIED") return Error(vpos, "api_version=API_VERSION_UNSPECIFIED is not a valid API version");
-    if (v != "API_VERSION_ORIGINAL" && v != "API_VERSION_STATUS_RETURNING" &&
-        v != "API_VERSION_STATUS_RETURNING_UNIFIED" && v != "API_VERSION_TYPED_FFI") {
-      return Error(vpos, Cat("unknown API version '", v, "' (API_VERSION_ORIGINAL, API_VERSION_STATUS_RETURNING, "
+  instr->mutable_raw_attributes()->emplace_back(std::string(a.name), std::string(v));
+  return true;
+}
+
+bool Parser::ParseApiVersionAttr(const AttrSite& a) {
+  // Kept verbatim; one of XLA's CustomCallApiVersion values (hlo.proto), and not UNSPECIFIED.
+  std::string_view v;
+  if (!ParseIdent(&v, "an API version")) return false;
+  if (v == "API_VERSION_UNSPECIFIED") return Error(a.vpos, "api_version=API_VERSION_UNSPECIFIED is not a valid API version");
+  if (v != "API_VERSION_ORIGINAL" && v != "API_VERSION_STATUS_RETURNING" &&
+      v != "API_VERSION_STATUS_RETURNING_UNIFIED" && v != "API_VERSION_TYPED_FFI") {
+    return Error(a.vpos, Cat("unknown API version '", v, "' (API_VERSION_ORIGINAL, API_VERSION_STATUS_RETURNING, "
                              "API_VERSION_STATUS_RETURNING_UNIFIED or API_VERSION_TYPED_FFI)"));
-    }
-    instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
-    return true;
   }
+  a.instr->mutable_raw_attributes()->emplace_back(std::string(a.name), std::string(v));
+  return true;
+}
+
+bool Parser::ParseVerbatimAttr(const AttrSite& a) {
   // Anything else is kept verbatim.
   std::string_view v;
   if (!ScanRawValue(&v)) return false;
-  if (name == "result_accuracy") {
+  if (a.name == "result_accuracy") {
     if (std::string why = ResultAccuracyError(v); !why.empty()) {
-      return Error(vpos, Cat("result_accuracy=", v, ": ", why));
+      return Error(a.vpos, Cat("result_accuracy=", v, ": ", why));
     }
   }
-  instr->mutable_raw_attributes()->emplace_back(std::string(name), std::string(v));
+  a.instr->mutable_raw_attributes()->emplace_back(std::string(a.name), std::string(v));
   return true;
 }
 

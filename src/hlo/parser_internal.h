@@ -106,6 +106,17 @@ struct CalledSlots {
   HloComputation* scatter = nullptr;
 };
 
+// One `name=value` attribute of an instruction being parsed: where its value goes, and the source
+// position of the value (for errors).
+struct AttrSite {
+  CompState& st;
+  HloInstruction* instr;
+  HloOpcode op;
+  CalledSlots& called;
+  std::string_view name;
+  size_t vpos;
+};
+
 class Parser {
  public:
   Parser(std::string_view text, std::string_view filename) : src_(text), file_(filename) {}
@@ -196,6 +207,15 @@ class Parser {
   // `allow_layout` is false where a `{` after the shape starts something else (the result shape
   // of a computation signature).
   bool ParseShape(Shape* s, bool allow_layout = true);
+  // `[d0,?,<=d2,...]` after an array element type: the dims of `s` (and which are dynamic).
+  bool ParseShapeDims(Shape* s);
+  // At the `{` after an array shape: its layout `{minor_to_major[:suffix]}` into s->layout.
+  bool ParseLayout(Shape* s);
+  // An error (at `layout_pos`) unless the layout is empty or lists each dim of `s` once.
+  bool CheckLayoutDims(const Shape& s, const Layout& layout, size_t layout_pos);
+  // After `:` in a layout: the suffix text (tiles, memory space, ...) up to the closing `}`,
+  // trimmed and kept verbatim.
+  std::string ScanLayoutSuffix();
 
   // ------------------------------------------------------------------ module
   bool ParseModule();
@@ -242,6 +262,14 @@ class Parser {
   bool ParseInstructionBody(CompState& st, Shape shape, std::string_view name, bool top_level,
                             HloInstruction** out, bool infer_shape = false);
 
+  // The opcode written `opname` (at `op_pos`): *op and *attr_op that opcode; or, for the sugared
+  // async form `X-start/-update/-done`, the async opcode, *sugar = "X" and *attr_op = X's opcode.
+  // An error for an unknown opcode.
+  bool ResolveOpcode(std::string_view opname, size_t op_pos, std::optional<HloOpcode>* op,
+                     std::string_view* sugar, HloOpcode* attr_op);
+  // After `parameter(`: the parameter number and `)`, counted in `st` (a duplicate is an error).
+  bool ParseParameterNumber(CompState& st, int64_t* param_number);
+
   bool AssembleCalled(HloOpcode op, HloOpcode attr_op, bool sugared, CalledSlots& c,
                       HloInstruction* instr, size_t op_pos);
 
@@ -264,6 +292,30 @@ class Parser {
   // ------------------------------------------------------------------ attributes
   bool ParseAttribute(CompState& st, HloInstruction* instr, HloOpcode op, CalledSlots& called);
 
+  // Parses the value of one modelled attribute (the cursor after `=`); false after an error.
+  using AttrParseFn = bool (*)(Parser&, const AttrSite&);
+  // The parser of attribute `name` on an instruction of opcode `op`, or null when Weave does not
+  // model it there (the value is then kept verbatim).
+  static AttrParseFn AttributeParser(std::string_view name, HloOpcode op);
+  // `index=N` of a get-tuple-element, in range of its tuple operand's elements.
+  bool ParseTupleIndexAttr(const AttrSite& a);
+  // to_apply, calls, condition, body, ...: computation references into a.called.
+  bool ParseCalledComputationAttr(const AttrSite& a);
+  // `{name, ...}`: instruction names, resolved once the computation is parsed.
+  bool ParseControlPredecessorsAttr(const AttrSite& a);
+  // `{{source, target}, ...}`.
+  bool ParseSourceTargetPairsAttr(const AttrSite& a);
+  // `{precision, ...}`, kept lower-case.
+  bool ParseOperandPrecisionAttr(const AttrSite& a);
+  // EQ, NE, LT, LE, GT or GE (any case).
+  bool ParseComparisonDirectionAttr(const AttrSite& a);
+  // `{true, false, ...}`: one flag per leaf buffer of the shape; kept verbatim.
+  bool ParseParameterReplicationAttr(const AttrSite& a);
+  // A custom-call's CustomCallApiVersion name (not UNSPECIFIED); kept verbatim.
+  bool ParseApiVersionAttr(const AttrSite& a);
+  // An attribute Weave does not model: its raw value, kept verbatim (result_accuracy is checked).
+  bool ParseVerbatimAttr(const AttrSite& a);
+
   bool ParseFrontendAttributes(HloInstruction* instr);
 
   bool ParseReplicaGroupsAttr(HloInstruction* instr);
@@ -281,6 +333,16 @@ class Parser {
   // The values of `text` (a literal of shape lit->shape, starting at source position `b`) into
   // `lit`; tuple literals are not decoded.
   bool DecodeLiteral(std::string_view text, size_t b, Literal* lit);
+  // Multiplies *count by the dims of `shape`; an error at `b` for a dynamic dim or an overflow.
+  bool LiteralElementCount(const Shape& shape, size_t b, int64_t* count);
+  // Appends the value token `tok` (at source position `tok_pos`) to lit->f or lit->i as its
+  // element type reads it; an error if it is not a value of that type or out of its range.
+  bool DecodeLiteralValue(std::string_view tok, size_t tok_pos, Literal* lit);
+  // After the values of a literal of `count` elements were read (`values` of them, braces nested
+  // `max_depth` deep): expands one scalar written for an array, else checks the value count and
+  // nesting against the shape (errors at `b`).
+  bool CheckLiteralValues(size_t b, int64_t count, int64_t values, int64_t max_depth,
+                          Literal* lit);
   // `shape value` after `literal=` (custom-call): a shaped literal, `s32[2] {1, 2}`,
   // `f32[] 0.5` or a tuple `(s32[1] {3}, pred[] true)`; returns its text in `out`.
   bool ScanShapedLiteral(std::string_view* out);

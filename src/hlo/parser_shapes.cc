@@ -45,6 +45,23 @@ bool Parser::ParseShape(Shape* s, bool allow_layout) {
     if (src_.substr(pos_, 2) == "[]") pos_ += 2;
     return true;
   }
+  if (!ParseShapeDims(s)) return false;
+  if (!s->CheckedByteSize()) {  // XLA's ShapeUtil::ValidateShape refuses these too
+    return Error(b, Cat("shape ", s->ToString(false),
+                        shape_owner_.empty() ? std::string()
+                                             : Cat(" of instruction '", shape_owner_, "'"),
+                        s->CheckedElementCount()
+                            ? " is too large: its byte size overflows int64"
+                            : " has too many elements: the element count overflows int64"));
+  }
+  // Layout: `{` directly after the shape (whitespace allowed).
+  size_t save = pos_;
+  if (allow_layout && Peek() == '{') return ParseLayout(s);
+  pos_ = save;
+  return true;
+}
+
+bool Parser::ParseShapeDims(Shape* s) {
   if (pos_ >= src_.size() || src_[pos_] != '[') return Expected("'[' after element type");
   ++pos_;
   if (!Consume(']')) {
@@ -70,69 +87,66 @@ bool Parser::ParseShape(Shape* s, bool allow_layout) {
     } while (Consume(','));
     if (!Expect(']')) return false;
   }
-  if (!s->CheckedByteSize()) {  // XLA's ShapeUtil::ValidateShape refuses these too
-    return Error(b, Cat("shape ", s->ToString(false),
-                        shape_owner_.empty() ? std::string()
-                                             : Cat(" of instruction '", shape_owner_, "'"),
-                        s->CheckedElementCount()
-                            ? " is too large: its byte size overflows int64"
-                            : " has too many elements: the element count overflows int64"));
+  return true;
+}
+
+bool Parser::ParseLayout(Shape* s) {
+  ++pos_;
+  Layout layout;
+  const size_t layout_pos = pos_;
+  if (Peek() != ':' && Peek() != '}') {
+    do {
+      int64_t v;
+      if (!ParseInt(&v, "a layout dimension")) return false;
+      layout.minor_to_major.push_back(v);
+    } while (Consume(','));
   }
-  // Layout: `{` directly after the shape (whitespace allowed).
-  size_t save = pos_;
-  if (allow_layout && Peek() == '{') {
-    ++pos_;
-    Layout layout;
-    const size_t layout_pos = pos_;
-    if (Peek() != ':' && Peek() != '}') {
-      do {
-        int64_t v;
-        if (!ParseInt(&v, "a layout dimension")) return false;
-        layout.minor_to_major.push_back(v);
-      } while (Consume(','));
+  if (!CheckLayoutDims(*s, layout, layout_pos)) return false;
+  if (Consume(':')) layout.suffix = ScanLayoutSuffix();
+  if (!Expect('}')) return false;
+  s->layout = std::move(layout);
+  return true;
+}
+
+bool Parser::CheckLayoutDims(const Shape& s, const Layout& layout, size_t layout_pos) {
+  // XLA's parser and LayoutUtil::ValidateLayoutInShape: a layout lists each dim of the shape
+  // once (`{}` stays accepted as the default layout).
+  if (!layout.minor_to_major.empty()) {
+    const int64_t rank = s.rank();
+    std::vector<bool> seen(static_cast<size_t>(rank), false);
+    if (static_cast<int64_t>(layout.minor_to_major.size()) != rank) {
+      return Error(layout_pos, Cat("layout of ", s.ToString(false), " lists ",
+                                   static_cast<int64_t>(layout.minor_to_major.size()),
+                                   " dims for rank ", rank));
     }
-    // XLA's parser and LayoutUtil::ValidateLayoutInShape: a layout lists each dim of the shape
-    // once (`{}` stays accepted as the default layout).
-    if (!layout.minor_to_major.empty()) {
-      const int64_t rank = s->rank();
-      std::vector<bool> seen(static_cast<size_t>(rank), false);
-      if (static_cast<int64_t>(layout.minor_to_major.size()) != rank) {
-        return Error(layout_pos, Cat("layout of ", s->ToString(false), " lists ",
-                                     static_cast<int64_t>(layout.minor_to_major.size()),
-                                     " dims for rank ", rank));
+    for (int64_t d : layout.minor_to_major) {
+      if (d < 0 || d >= rank || seen[static_cast<size_t>(d)]) {
+        return Error(layout_pos, Cat("layout of ", s.ToString(false), " must list each dim in [0, ",
+                                     rank, ") once; ", d,
+                                     d < 0 || d >= rank ? " is out of range" : " repeats"));
       }
-      for (int64_t d : layout.minor_to_major) {
-        if (d < 0 || d >= rank || seen[static_cast<size_t>(d)]) {
-          return Error(layout_pos, Cat("layout of ", s->ToString(false), " must list each dim in [0, ",
-                                       rank, ") once; ", d,
-                                       d < 0 || d >= rank ? " is out of range" : " repeats"));
-        }
-        seen[static_cast<size_t>(d)] = true;
-      }
+      seen[static_cast<size_t>(d)] = true;
     }
-    if (Consume(':')) {
-      size_t sb = pos_;
-      int64_t depth = 0;
-      while (pos_ < src_.size()) {
-        char c = src_[pos_];
-        if (c == '(' || c == '{' || c == '[') {
-          ++depth;
-        } else if (c == ')' || c == ']') {
-          --depth;
-        } else if (c == '}') {
-          if (depth == 0) break;
-          --depth;
-        }
-        ++pos_;
-      }
-      layout.suffix = std::string(TrimView(src_.substr(sb, pos_ - sb)));
-    }
-    if (!Expect('}')) return false;
-    s->layout = std::move(layout);
-  } else {
-    pos_ = save;
   }
   return true;
+}
+
+std::string Parser::ScanLayoutSuffix() {
+  size_t sb = pos_;
+  int64_t depth = 0;
+  while (pos_ < src_.size()) {
+    char c = src_[pos_];
+    if (c == '(' || c == '{' || c == '[') {
+      ++depth;
+    } else if (c == ')' || c == ']') {
+      --depth;
+    } else if (c == '}') {
+      if (depth == 0) break;
+      --depth;
+    }
+    ++pos_;
+  }
+  return std::string(TrimView(src_.substr(sb, pos_ - sb)));
 }
 
 // ------------------------------------------------------------------ literals
@@ -195,6 +209,28 @@ bool Parser::ScanShapedLiteral(std::string_view* out) {
   return true;
 }
 
+namespace {
+
+// The end (exclusive) of the value token that starts at text[p]: up to a separator, or through
+// the `(...)` payload of a `nan(0x...)`.
+size_t LiteralTokenEnd(std::string_view text, size_t p) {
+  const size_t tn = text.size();
+  size_t e = p;
+  while (e < tn && text[e] != ',' && text[e] != '}' && text[e] != ' ' && text[e] != '\n' &&
+         text[e] != ')' && text[e] != '\r' && text[e] != '\t') {
+    if (text[e] == '(') {  // nan(0x...)
+      size_t close = text.find(')', e);
+      if (close == std::string_view::npos) break;
+      e = close + 1;
+      break;
+    }
+    ++e;
+  }
+  return e;
+}
+
+}  // namespace
+
 bool Parser::DecodeLiteral(std::string_view text, size_t b, Literal* lit) {
   const Shape& shape = lit->shape;
   if (shape.IsTuple()) return true;  // tuple literals are kept as text only
@@ -203,20 +239,11 @@ bool Parser::DecodeLiteral(std::string_view text, size_t b, Literal* lit) {
     return true;
   }
   if (!shape.IsArray()) return Error(b, "constant of a non-array shape");
-  // Element count, with overflow checks.
   int64_t count = 1;
-  for (int64_t d : shape.dims) {
-    if (d < 0) return Error(b, "constant with a dynamic dimension");
-    if (d != 0 && count > std::numeric_limits<int64_t>::max() / d) {
-      return Error(b, "constant shape has too many elements");
-    }
-    count *= d;
-  }
+  if (!LiteralElementCount(shape, b, &count)) return false;
   const PrimitiveType t = shape.element_type;
   const bool is_complex = IsComplex(t);
   const bool is_float = IsFloatingPoint(t) || is_complex;
-  const bool is_pred = t == PrimitiveType::PRED;
-  const bool is_unsigned = IsUnsignedInteger(t);
   int64_t max_depth = 0, cur_depth = 0, values = 0;
   const int64_t want = is_complex ? 2 * count : count;
   if (is_float) {
@@ -243,65 +270,85 @@ bool Parser::DecodeLiteral(std::string_view text, size_t b, Literal* lit) {
       if (e == std::string_view::npos) return Error(b + p, "unterminated comment in constant");
       p = e + 2;
     } else {
-      size_t e = p;
-      while (e < tn && text[e] != ',' && text[e] != '}' && text[e] != ' ' && text[e] != '\n' &&
-             text[e] != ')' && text[e] != '\r' && text[e] != '\t') {
-        if (text[e] == '(') {  // nan(0x...)
-          size_t close = text.find(')', e);
-          if (close == std::string_view::npos) break;
-          e = close + 1;
-          break;
-        }
-        ++e;
-      }
+      size_t e = LiteralTokenEnd(text, p);
       std::string_view tok = text.substr(p, e - p);
       if (values >= want) {
         return Error(b, Cat("constant has more values than its shape ",
                                      shape.ToString(), " holds (", count, " elements)"));
       }
       size_t tok_pos = b + static_cast<size_t>(tok.data() - text.data());
-      if (is_float) {
-        double v;
-        if (!ParseFloatToken(tok, &v)) {
-          return Error(tok_pos, Cat("invalid floating-point value '", tok, "'"));
-        }
-        // A finite value that rounds past the type's largest finite one is out of range (XLA's
-        // parser), and so is one beyond a double's.
-        const bool written_inf_or_nan = tok.find("inf") != std::string_view::npos ||
-                                        tok.find("nan") != std::string_view::npos;
-        if (!written_inf_or_nan && (!std::isfinite(v) || RoundsPastLargest(t, v))) {
-          return Error(tok_pos, Cat("value '", tok, "' is out of range for ", PrimitiveTypeName(t)));
-        }
-        lit->f.push_back(v);
-      } else if (is_pred) {
-        if (tok == "true" || tok == "1") {
-          lit->i.push_back(1);
-        } else if (tok == "false" || tok == "0") {
-          lit->i.push_back(0);
-        } else {
-          return Error(tok_pos, Cat("invalid pred value '", tok, "'"));
-        }
-      } else {
-        int64_t v;
-        const int bits = BitWidth(t);
-        bool in_range = ParseIntToken(tok, is_unsigned, &v);
-        // A negative value of an unsigned type wraps modulo 2^64, as XLA's parser reads it: in
-        // range for u64 only (u64 -1 is 2^64-1); in u8..u32 it wraps past the type's largest.
-        if (in_range && bits > 0 && bits < 64) {
-          in_range = is_unsigned ? (v >= 0 && v < (int64_t{1} << bits))
-                                 : (v >= -(int64_t{1} << (bits - 1)) &&
-                                    v < (int64_t{1} << (bits - 1)));
-        }
-        if (!in_range) {
-          return Error(tok_pos, Cat("invalid integer value '", tok, "' for ",
-                                    PrimitiveTypeName(t)));
-        }
-        lit->i.push_back(v);
-      }
+      if (!DecodeLiteralValue(tok, tok_pos, lit)) return false;
       ++values;
       p = e;
     }
   }
+  return CheckLiteralValues(b, count, values, max_depth, lit);
+}
+
+bool Parser::LiteralElementCount(const Shape& shape, size_t b, int64_t* count) {
+  // Element count, with overflow checks.
+  for (int64_t d : shape.dims) {
+    if (d < 0) return Error(b, "constant with a dynamic dimension");
+    if (d != 0 && *count > std::numeric_limits<int64_t>::max() / d) {
+      return Error(b, "constant shape has too many elements");
+    }
+    *count *= d;
+  }
+  return true;
+}
+
+bool Parser::DecodeLiteralValue(std::string_view tok, size_t tok_pos, Literal* lit) {
+  const PrimitiveType t = lit->shape.element_type;
+  const bool is_float = IsFloatingPoint(t) || IsComplex(t);
+  const bool is_pred = t == PrimitiveType::PRED;
+  const bool is_unsigned = IsUnsignedInteger(t);
+  if (is_float) {
+    double v;
+    if (!ParseFloatToken(tok, &v)) {
+      return Error(tok_pos, Cat("invalid floating-point value '", tok, "'"));
+    }
+    // A finite value that rounds past the type's largest finite one is out of range (XLA's
+    // parser), and so is one beyond a double's.
+    const bool written_inf_or_nan = tok.find("inf") != std::string_view::npos ||
+                                    tok.find("nan") != std::string_view::npos;
+    if (!written_inf_or_nan && (!std::isfinite(v) || RoundsPastLargest(t, v))) {
+      return Error(tok_pos, Cat("value '", tok, "' is out of range for ", PrimitiveTypeName(t)));
+    }
+    lit->f.push_back(v);
+  } else if (is_pred) {
+    if (tok == "true" || tok == "1") {
+      lit->i.push_back(1);
+    } else if (tok == "false" || tok == "0") {
+      lit->i.push_back(0);
+    } else {
+      return Error(tok_pos, Cat("invalid pred value '", tok, "'"));
+    }
+  } else {
+    int64_t v;
+    const int bits = BitWidth(t);
+    bool in_range = ParseIntToken(tok, is_unsigned, &v);
+    // A negative value of an unsigned type wraps modulo 2^64, as XLA's parser reads it: in
+    // range for u64 only (u64 -1 is 2^64-1); in u8..u32 it wraps past the type's largest.
+    if (in_range && bits > 0 && bits < 64) {
+      in_range = is_unsigned ? (v >= 0 && v < (int64_t{1} << bits))
+                             : (v >= -(int64_t{1} << (bits - 1)) &&
+                                v < (int64_t{1} << (bits - 1)));
+    }
+    if (!in_range) {
+      return Error(tok_pos, Cat("invalid integer value '", tok, "' for ",
+                                PrimitiveTypeName(t)));
+    }
+    lit->i.push_back(v);
+  }
+  return true;
+}
+
+bool Parser::CheckLiteralValues(size_t b, int64_t count, int64_t values, int64_t max_depth,
+                                Literal* lit) {
+  const Shape& shape = lit->shape;
+  const bool is_complex = IsComplex(shape.element_type);
+  const bool is_float = IsFloatingPoint(shape.element_type) || is_complex;
+  const int64_t want = is_complex ? 2 * count : count;
   if (values == 1 && max_depth == 0 && count > 1 && !is_complex) {
     // One scalar written for an array constant, `f32[5,1024] constant(1)`: every element takes
     // it (XLA's parser accepts this form; its partitioner tests use it).

@@ -316,8 +316,100 @@ bool DimensionsAlwaysPrinted(HloOpcode op) {
   }
 }
 
-// Opcode-specific typed attributes in XLA's order.
-void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpcode op) {
+// `, lhs_batch_dims=..., lhs_contracting_dims=..., ...` of a dot or ragged-dot (batch dims only
+// when there are some).
+void AppendDotDims(std::string* out, const HloInstruction& instr) {
+  const DotDims& d = instr.dot_dims();
+  if (!d.lhs_batch.empty()) {
+    out->append(", lhs_batch_dims=");
+    AppendIntList(out, d.lhs_batch);
+  }
+  out->append(", lhs_contracting_dims=");
+  AppendIntList(out, d.lhs_contracting);
+  if (!d.rhs_batch.empty()) {
+    out->append(", rhs_batch_dims=");
+    AppendIntList(out, d.rhs_batch);
+  }
+  out->append(", rhs_contracting_dims=");
+  AppendIntList(out, d.rhs_contracting);
+}
+
+// `, slice={[start:limit(:stride)], ...}` (strides only when one is not 1).
+void AppendSliceAttr(std::string* out, const HloInstruction& instr) {
+  bool strided = false;
+  for (const SliceDim& s : instr.slice()) strided |= s.stride != 1;
+  out->append(", slice={");
+  for (size_t i = 0; i < instr.slice().size(); ++i) {
+    const SliceDim& s = instr.slice()[i];
+    if (i) out->append(", ");
+    Append(out, "[", s.start, ":", s.limit);
+    if (strided) Append(out, ":", s.stride);
+    out->push_back(']');
+  }
+  out->push_back('}');
+}
+
+// `, padding=lo_hi(_interior)x...` (interior only when one is not 0); nothing without padding.
+void AppendPaddingAttr(std::string* out, const HloInstruction& instr) {
+  bool interior = false;
+  for (const PadDim& p : instr.padding()) interior |= p.interior != 0;
+  if (instr.padding().empty()) return;
+  out->append(", padding=");
+  for (size_t i = 0; i < instr.padding().size(); ++i) {
+    const PadDim& p = instr.padding()[i];
+    if (i) out->push_back('x');
+    Append(out, p.lo, "_", p.hi);
+    if (interior) Append(out, "_", p.interior);
+  }
+}
+
+// The attributes that belong to one opcode alone (index, iota_dimension, direction, dot dims,
+// slice, padding, kind, ...). Returns true when the opcode prints no other typed attribute.
+bool AppendOpcodeAttributes(std::string* out, const HloInstruction& instr, HloOpcode op) {
+  switch (op) {
+    case HloOpcode::kGetTupleElement:
+      if (instr.tuple_index >= 0) Append(out, ", index=", instr.tuple_index);
+      return true;
+    case HloOpcode::kIota:
+      Append(out, ", iota_dimension=", instr.iota_dimension);
+      return true;
+    case HloOpcode::kCompare:
+      if (instr.comparison_direction) {
+        Append(out, ", direction=",
+                        ComparisonDirectionString(*instr.comparison_direction));
+      }
+      if (!instr.comparison_type().empty()) Append(out, ", type=", instr.comparison_type());
+      return true;
+    case HloOpcode::kDot:
+    case HloOpcode::kRaggedDot:
+      AppendDotDims(out, instr);
+      return false;  // operand_precision follows
+    case HloOpcode::kSlice:
+      AppendSliceAttr(out, instr);
+      return true;
+    case HloOpcode::kDynamicSlice:
+      out->append(", dynamic_slice_sizes=");
+      AppendIntList(out, instr.dynamic_slice_sizes());
+      return true;
+    case HloOpcode::kPad:
+      AppendPaddingAttr(out, instr);
+      return true;
+    case HloOpcode::kFusion:
+      if (!instr.fusion_kind().empty()) Append(out, ", kind=", instr.fusion_kind());
+      return true;
+    case HloOpcode::kReducePrecision:
+      Append(out, ", exponent_bits=", instr.exponent_bits,
+                      ", mantissa_bits=", instr.mantissa_bits);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Collective attributes (also printed on any other opcode that carries them): channel_id,
+// replica_groups, constrain_layout, use_global_device_ids and dimensions (in XLA's order for
+// the opcode), source_target_pairs.
+void AppendCollectiveAttributes(std::string* out, const HloInstruction& instr, HloOpcode op) {
   const bool print_dims =
       instr.has_dimensions_attr || !instr.dimensions.empty() || DimensionsAlwaysPrinted(op);
   auto dims = [&] {
@@ -325,88 +417,6 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     out->append(", dimensions=");
     AppendIntList(out, instr.dimensions);
   };
-  switch (op) {
-    case HloOpcode::kGetTupleElement:
-      if (instr.tuple_index >= 0) Append(out, ", index=", instr.tuple_index);
-      return;
-    case HloOpcode::kIota:
-      Append(out, ", iota_dimension=", instr.iota_dimension);
-      return;
-    case HloOpcode::kCompare:
-      if (instr.comparison_direction) {
-        Append(out, ", direction=",
-                        ComparisonDirectionString(*instr.comparison_direction));
-      }
-      if (!instr.comparison_type().empty()) Append(out, ", type=", instr.comparison_type());
-      return;
-    case HloOpcode::kDot:
-    case HloOpcode::kRaggedDot: {
-      const DotDims& d = instr.dot_dims();
-      if (!d.lhs_batch.empty()) {
-        out->append(", lhs_batch_dims=");
-        AppendIntList(out, d.lhs_batch);
-      }
-      out->append(", lhs_contracting_dims=");
-      AppendIntList(out, d.lhs_contracting);
-      if (!d.rhs_batch.empty()) {
-        out->append(", rhs_batch_dims=");
-        AppendIntList(out, d.rhs_batch);
-      }
-      out->append(", rhs_contracting_dims=");
-      AppendIntList(out, d.rhs_contracting);
-      break;
-    }
-    case HloOpcode::kSlice: {
-      bool strided = false;
-      for (const SliceDim& s : instr.slice()) strided |= s.stride != 1;
-      out->append(", slice={");
-      for (size_t i = 0; i < instr.slice().size(); ++i) {
-        const SliceDim& s = instr.slice()[i];
-        if (i) out->append(", ");
-        Append(out, "[", s.start, ":", s.limit);
-        if (strided) Append(out, ":", s.stride);
-        out->push_back(']');
-      }
-      out->push_back('}');
-      return;
-    }
-    case HloOpcode::kDynamicSlice:
-      out->append(", dynamic_slice_sizes=");
-      AppendIntList(out, instr.dynamic_slice_sizes());
-      return;
-    case HloOpcode::kPad: {
-      bool interior = false;
-      for (const PadDim& p : instr.padding()) interior |= p.interior != 0;
-      if (instr.padding().empty()) return;
-      out->append(", padding=");
-      for (size_t i = 0; i < instr.padding().size(); ++i) {
-        const PadDim& p = instr.padding()[i];
-        if (i) out->push_back('x');
-        Append(out, p.lo, "_", p.hi);
-        if (interior) Append(out, "_", p.interior);
-      }
-      return;
-    }
-    case HloOpcode::kFusion:
-      if (!instr.fusion_kind().empty()) Append(out, ", kind=", instr.fusion_kind());
-      return;
-    case HloOpcode::kReducePrecision:
-      Append(out, ", exponent_bits=", instr.exponent_bits,
-                      ", mantissa_bits=", instr.mantissa_bits);
-      return;
-    default:
-      break;
-  }
-  if (!instr.operand_precision().empty()) {
-    Append(out, ", operand_precision={", absl::StrJoin(instr.operand_precision(), ","),
-                    "}");
-  }
-  if (op == HloOpcode::kDot || op == HloOpcode::kRaggedDot) return;
-  if (op == HloOpcode::kCustomCall) {
-    Append(out, ", custom_call_target=\"", absl::CEscape(instr.custom_call_target()),
-                    "\"");
-  }
-  // Collective attributes (also accepted on any other opcode that carries them).
   if (instr.channel_id) {
     const int64_t id = *instr.channel_id;
     Append(out, ", channel_id=", t_canonical ? t_canonical->ChannelId(id) : id);
@@ -439,6 +449,21 @@ void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpc
     }
     out->push_back('}');
   }
+}
+
+// Opcode-specific typed attributes in XLA's order.
+void AppendTypedAttributes(std::string* out, const HloInstruction& instr, HloOpcode op) {
+  if (AppendOpcodeAttributes(out, instr, op)) return;
+  if (!instr.operand_precision().empty()) {
+    Append(out, ", operand_precision={", absl::StrJoin(instr.operand_precision(), ","),
+                    "}");
+  }
+  if (op == HloOpcode::kDot || op == HloOpcode::kRaggedDot) return;
+  if (op == HloOpcode::kCustomCall) {
+    Append(out, ", custom_call_target=\"", absl::CEscape(instr.custom_call_target()),
+                    "\"");
+  }
+  AppendCollectiveAttributes(out, instr, op);
   if (!instr.dynamic_slice_sizes().empty()) {
     out->append(", dynamic_slice_sizes=");
     AppendIntList(out, instr.dynamic_slice_sizes());

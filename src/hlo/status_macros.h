@@ -3,8 +3,9 @@
 //
 //   RETURN_IF_ERROR(expr);
 //     `expr` is an absl::Status or an absl::StatusOr<T>, evaluated once. When it is not OK, the
-//     enclosing function returns that status (the function returns absl::Status or any
-//     absl::StatusOr<U>).
+//     enclosing function returns that status (the function returns absl::Status, any
+//     absl::StatusOr<U>, or another type made from an absl::Status, such as
+//     std::optional<absl::Status>).
 //
 //   ASSIGN_OR_RETURN(lhs, expr);
 //     `expr` is an absl::StatusOr<T>, evaluated once. When it is not OK, the enclosing function

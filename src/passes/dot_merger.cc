@@ -9,6 +9,7 @@
 #include <bit>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -254,6 +255,184 @@ HloInstruction* Reshape(HloComputation* comp, HloInstruction* x, const std::vect
                               name);
 }
 
+// Labels of the merged dot's dims (batch pair k -> its shared dim, shared free j -> 100000 + j,
+// other free j -> 200000 + j) for usage `u`, and its part's dims in that order (the free dims
+// unflattened). `ss`: the shared value's shape.
+void MergedOrderLabels(const Usage& u, const Shape& ss, int64_t nb, bool shared_is_lhs,
+                       std::vector<int64_t>* m_labels, std::vector<int64_t>* m_dims) {
+  const Shape& os = u.dot->operand(1 - u.side)->shape();
+  for (int64_t k = 0; k < nb; ++k) {
+    m_labels->push_back(u.batch[static_cast<size_t>(k)].first);
+    m_dims->push_back(ss.dims[static_cast<size_t>(u.batch[static_cast<size_t>(k)].first)]);
+  }
+  auto add_shared = [&] {
+    for (int64_t d : u.shared_free) {
+      m_labels->push_back(100000 + d);
+      m_dims->push_back(ss.dims[static_cast<size_t>(d)]);
+    }
+  };
+  auto add_other = [&] {
+    for (int64_t d : u.other_free) {
+      m_labels->push_back(200000 + d);
+      m_dims->push_back(os.dims[static_cast<size_t>(d)]);
+    }
+  };
+  if (shared_is_lhs) {
+    add_shared();
+    add_other();
+  } else {
+    add_other();
+    add_shared();
+  }
+}
+
+// The same labels as MergedOrderLabels in the dot's own result order: batch, then the free dims
+// of its lhs and rhs (the shared side's named by their source dims).
+std::vector<int64_t> OwnOrderLabels(const Usage& u) {
+  const DotDims& od = u.dot->dot_dims();
+  std::vector<int64_t> o_labels;
+  for (int64_t d : u.side == 0 ? od.lhs_batch : od.rhs_batch) {
+    o_labels.push_back(u.to_source[static_cast<size_t>(d)]);
+  }
+  // The dot's own free dims in operand order; the shared side's named by their source dims.
+  const Shape& sop = u.dot->operand(u.side)->shape();
+  const DotDims& dd = u.dot->dot_dims();
+  std::vector<int64_t> shared_free_in_order;
+  for (int64_t d : DotFreeDims(sop.rank(), u.side == 0 ? dd.lhs_batch : dd.rhs_batch,
+                               u.side == 0 ? dd.lhs_contracting : dd.rhs_contracting)) {
+    shared_free_in_order.push_back(u.to_source[static_cast<size_t>(d)]);
+  }
+  if (u.side == 0) {
+    for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
+    for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
+  } else {
+    for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
+    for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
+  }
+  return o_labels;
+}
+
+// The shared state of merging one group (MergeGroup's steps), fixed before any instruction is
+// created.
+struct GroupMerge {
+  HloComputation* comp;
+  const std::vector<Usage>& group;
+  const Usage& f;  // the first member
+  HloInstruction* shared;
+  const Shape& ss;  // the shared value's shape
+  int64_t nb, ncn;  // batch and contracting dims
+  std::string base;  // the first member's name
+  bool shared_is_lhs;
+  // [batch, nc, contracting] (else [batch, contracting, nc]) for the other operands.
+  bool contracting_minor;
+  int64_t nc_pos;
+
+  // Each member's other operand transposed and reshaped to the merge form, concatenated along
+  // nc; sets *total_nc to the members' nc summed. Returns the concatenate.
+  HloInstruction* ConcatOtherOperands(int64_t* total_nc) const;
+  // The merged dot of `shared` and `concat` (a clone of the first member), added to comp;
+  // *out: its result dims.
+  HloInstruction* MergedDot(HloInstruction* concat, int64_t total_nc,
+                            std::vector<int64_t>* out) const;
+  // Replaces member `u` by its part of `merged` (dims `out`; u's nc rows from `start` along
+  // `nc_dim`): slice, unflatten nc, transpose to the dot's own order.
+  void ReplaceWithPart(const Usage& u, HloInstruction* merged, const std::vector<int64_t>& out,
+                       int64_t nc_dim, int64_t start) const;
+};
+
+HloInstruction* GroupMerge::ConcatOtherOperands(int64_t* total_nc) const {
+  std::vector<HloInstruction*> parts;
+  for (const Usage& u : group) {
+    HloInstruction* y = u.dot->operand(1 - u.side);
+    std::vector<int64_t> perm, dims;
+    for (const auto& p : u.batch) {
+      perm.push_back(p.second);
+      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
+    }
+    auto add_free = [&] {
+      perm.insert(perm.end(), u.other_free.begin(), u.other_free.end());
+      dims.push_back(u.nc);
+    };
+    if (contracting_minor) add_free();
+    for (const auto& p : u.contracting) {
+      perm.push_back(p.second);
+      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
+    }
+    if (!contracting_minor) add_free();
+    HloInstruction* t = Transpose(comp, y, perm, y->name() + ".merge_form");
+    parts.push_back(Reshape(comp, t, dims, y->name() + ".merge_form"));
+    *total_nc += u.nc;
+  }
+  Shape cs = parts[0]->shape();
+  cs.dims[static_cast<size_t>(nc_pos)] = *total_nc;
+  cs.SetDefaultLayout();
+  HloInstruction* concat =
+      comp->AddInstruction(HloOpcode::kConcatenate, cs, parts, base + ".merge_operands");
+  concat->dimensions = {nc_pos};
+  return concat;
+}
+
+HloInstruction* GroupMerge::MergedDot(HloInstruction* concat, int64_t total_nc,
+                                      std::vector<int64_t>* out) const {
+  DotDims dn;
+  std::vector<int64_t> s_batch, s_contracting, c_batch(static_cast<size_t>(nb)),
+      c_contracting(static_cast<size_t>(ncn));
+  for (const auto& p : f.batch) s_batch.push_back(p.first);
+  for (const auto& p : f.contracting) s_contracting.push_back(p.first);
+  std::iota(c_batch.begin(), c_batch.end(), 0);
+  std::iota(c_contracting.begin(), c_contracting.end(), contracting_minor ? nb + 1 : nb);
+  dn.lhs_batch = shared_is_lhs ? s_batch : c_batch;
+  dn.rhs_batch = shared_is_lhs ? c_batch : s_batch;
+  dn.lhs_contracting = shared_is_lhs ? s_contracting : c_contracting;
+  dn.rhs_contracting = shared_is_lhs ? c_contracting : s_contracting;
+  for (int64_t d : s_batch) out->push_back(ss.dims[static_cast<size_t>(d)]);
+  std::vector<int64_t> shared_free_sizes;
+  for (int64_t d : f.shared_free) shared_free_sizes.push_back(ss.dims[static_cast<size_t>(d)]);
+  if (!shared_is_lhs) out->push_back(total_nc);
+  out->insert(out->end(), shared_free_sizes.begin(), shared_free_sizes.end());
+  if (shared_is_lhs) out->push_back(total_nc);
+  std::vector<HloInstruction*> ops = shared_is_lhs ? std::vector<HloInstruction*>{shared, concat}
+                                                   : std::vector<HloInstruction*>{concat, shared};
+  auto clone = f.dot->CloneWithNewOperands(Shape(f.dot->shape().element_type, *out), ops,
+                                           ".merged");
+  clone->set_dot_dims(dn);
+  clone->backend_config.clear();  // queue assignments of one dot do not hold for the merged one
+  for (const Usage& u : group) {
+    if (clone->metadata.empty() && !u.dot->metadata.empty()) clone->metadata = u.dot->metadata;
+  }
+  return comp->AddInstruction(std::move(clone));
+}
+
+void GroupMerge::ReplaceWithPart(const Usage& u, HloInstruction* merged,
+                                 const std::vector<int64_t>& out, int64_t nc_dim,
+                                 int64_t start) const {
+  const int64_t rank = static_cast<int64_t>(out.size());
+  std::vector<int64_t> sdims = out;
+  sdims[static_cast<size_t>(nc_dim)] = u.nc;
+  HloInstruction* sl = comp->AddInstruction(
+      HloOpcode::kSlice, Shape(f.dot->shape().element_type, sdims), {merged},
+      u.dot->name() + ".from_merged");
+  for (int64_t i = 0; i < rank; ++i) {
+    SliceDim sd{0, out[static_cast<size_t>(i)], 1};
+    if (i == nc_dim) sd = SliceDim{start, start + u.nc, 1};
+    sl->mutable_slice()->push_back(sd);
+  }
+  // Labels of the merged order M and of the dot's own order; then M's positions per label.
+  std::vector<int64_t> m_labels, m_dims;
+  MergedOrderLabels(u, ss, nb, shared_is_lhs, &m_labels, &m_dims);
+  HloInstruction* v = Reshape(comp, sl, m_dims, u.dot->name() + ".unflat");
+  const std::vector<int64_t> o_labels = OwnOrderLabels(u);
+  std::vector<int64_t> perm;
+  for (int64_t l : o_labels) {
+    perm.push_back(std::find(m_labels.begin(), m_labels.end(), l) - m_labels.begin());
+  }
+  v = Transpose(comp, v, perm, u.dot->name() + ".reorder");
+  if (!(v->shape().dims == u.dot->shape().dims)) {
+    v = Reshape(comp, v, u.dot->shape().dims, u.dot->name() + ".reorder");
+  }
+  (void)u.dot->ReplaceAllUsesWith(v);
+}
+
 // Merges `group` (>= 2 dots of one key) into one dot; returns it. The shared value keeps its
 // place; each other operand becomes [batch..., nc, contracting...] (batch and contracting dims
 // in the order of the shared value's dims), concatenated along nc.
@@ -274,141 +453,207 @@ HloInstruction* MergeGroup(HloComputation* comp, const std::vector<Usage>& group
   bool contracting_minor = false;
   for (const auto& p : f.contracting) contracting_minor |= p.second == first_other->shape().rank() - 1;
   const int64_t nc_pos = contracting_minor ? nb : nb + ncn;
-  std::vector<HloInstruction*> parts;
+  const GroupMerge m{comp, group, f, shared, ss, nb, ncn, base, shared_is_lhs, contracting_minor,
+                     nc_pos};
   int64_t total_nc = 0;
-  for (const Usage& u : group) {
-    HloInstruction* y = u.dot->operand(1 - u.side);
-    std::vector<int64_t> perm, dims;
-    for (const auto& p : u.batch) {
-      perm.push_back(p.second);
-      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
-    }
-    auto add_free = [&] {
-      perm.insert(perm.end(), u.other_free.begin(), u.other_free.end());
-      dims.push_back(u.nc);
-    };
-    if (contracting_minor) add_free();
-    for (const auto& p : u.contracting) {
-      perm.push_back(p.second);
-      dims.push_back(ss.dims[static_cast<size_t>(p.first)]);
-    }
-    if (!contracting_minor) add_free();
-    HloInstruction* t = Transpose(comp, y, perm, y->name() + ".merge_form");
-    parts.push_back(Reshape(comp, t, dims, y->name() + ".merge_form"));
-    total_nc += u.nc;
-  }
-  Shape cs = parts[0]->shape();
-  cs.dims[static_cast<size_t>(nc_pos)] = total_nc;
-  cs.SetDefaultLayout();
-  HloInstruction* concat =
-      comp->AddInstruction(HloOpcode::kConcatenate, cs, parts, base + ".merge_operands");
-  concat->dimensions = {nc_pos};
-
-  // The merged dot.
-  DotDims dn;
-  std::vector<int64_t> s_batch, s_contracting, c_batch(static_cast<size_t>(nb)),
-      c_contracting(static_cast<size_t>(ncn));
-  for (const auto& p : f.batch) s_batch.push_back(p.first);
-  for (const auto& p : f.contracting) s_contracting.push_back(p.first);
-  std::iota(c_batch.begin(), c_batch.end(), 0);
-  std::iota(c_contracting.begin(), c_contracting.end(), contracting_minor ? nb + 1 : nb);
-  dn.lhs_batch = shared_is_lhs ? s_batch : c_batch;
-  dn.rhs_batch = shared_is_lhs ? c_batch : s_batch;
-  dn.lhs_contracting = shared_is_lhs ? s_contracting : c_contracting;
-  dn.rhs_contracting = shared_is_lhs ? c_contracting : s_contracting;
+  HloInstruction* concat = m.ConcatOtherOperands(&total_nc);
   std::vector<int64_t> out;
-  for (int64_t d : s_batch) out.push_back(ss.dims[static_cast<size_t>(d)]);
-  std::vector<int64_t> shared_free_sizes;
-  for (int64_t d : f.shared_free) shared_free_sizes.push_back(ss.dims[static_cast<size_t>(d)]);
-  if (!shared_is_lhs) out.push_back(total_nc);
-  out.insert(out.end(), shared_free_sizes.begin(), shared_free_sizes.end());
-  if (shared_is_lhs) out.push_back(total_nc);
-  std::vector<HloInstruction*> ops = shared_is_lhs ? std::vector<HloInstruction*>{shared, concat}
-                                                   : std::vector<HloInstruction*>{concat, shared};
-  auto clone = f.dot->CloneWithNewOperands(Shape(f.dot->shape().element_type, out), ops,
-                                           ".merged");
-  clone->set_dot_dims(dn);
-  clone->backend_config.clear();  // queue assignments of one dot do not hold for the merged one
-  for (const Usage& u : group) {
-    if (clone->metadata.empty() && !u.dot->metadata.empty()) clone->metadata = u.dot->metadata;
-  }
-  HloInstruction* merged = comp->AddInstruction(std::move(clone));
+  HloInstruction* merged = m.MergedDot(concat, total_nc, &out);
 
   // Each dot's part: slice, unflatten nc, transpose to the dot's own order.
   const int64_t rank = static_cast<int64_t>(out.size());
   const int64_t nc_dim = shared_is_lhs ? rank - 1 : nb;
   int64_t start = 0;
   for (const Usage& u : group) {
-    std::vector<int64_t> sdims = out;
-    sdims[static_cast<size_t>(nc_dim)] = u.nc;
-    HloInstruction* sl = comp->AddInstruction(
-        HloOpcode::kSlice, Shape(f.dot->shape().element_type, sdims), {merged},
-        u.dot->name() + ".from_merged");
-    for (int64_t i = 0; i < rank; ++i) {
-      SliceDim sd{0, out[static_cast<size_t>(i)], 1};
-      if (i == nc_dim) sd = SliceDim{start, start + u.nc, 1};
-      sl->mutable_slice()->push_back(sd);
-    }
+    m.ReplaceWithPart(u, merged, out, nc_dim, start);
     start += u.nc;
-    // Labels of the merged order M: batch pair k -> k, shared free j -> 100000 + j, other free
-    // j -> 200000 + j; the same labels in the dot's own order, then M's positions per label.
-    const Shape& os = u.dot->operand(1 - u.side)->shape();
-    std::vector<int64_t> m_labels, m_dims;
-    for (int64_t k = 0; k < nb; ++k) {
-      m_labels.push_back(u.batch[static_cast<size_t>(k)].first);
-      m_dims.push_back(ss.dims[static_cast<size_t>(u.batch[static_cast<size_t>(k)].first)]);
-    }
-    auto add_shared = [&] {
-      for (int64_t d : u.shared_free) {
-        m_labels.push_back(100000 + d);
-        m_dims.push_back(ss.dims[static_cast<size_t>(d)]);
-      }
-    };
-    auto add_other = [&] {
-      for (int64_t d : u.other_free) {
-        m_labels.push_back(200000 + d);
-        m_dims.push_back(os.dims[static_cast<size_t>(d)]);
-      }
-    };
-    if (shared_is_lhs) {
-      add_shared();
-      add_other();
-    } else {
-      add_other();
-      add_shared();
-    }
-    HloInstruction* v = Reshape(comp, sl, m_dims, u.dot->name() + ".unflat");
-    const DotDims& od = u.dot->dot_dims();
-    std::vector<int64_t> o_labels;
-    for (int64_t d : u.side == 0 ? od.lhs_batch : od.rhs_batch) {
-      o_labels.push_back(u.to_source[static_cast<size_t>(d)]);
-    }
-    // The dot's own free dims in operand order; the shared side's named by their source dims.
-    const Shape& sop = u.dot->operand(u.side)->shape();
-    const DotDims& dd = u.dot->dot_dims();
-    std::vector<int64_t> shared_free_in_order;
-    for (int64_t d : DotFreeDims(sop.rank(), u.side == 0 ? dd.lhs_batch : dd.rhs_batch,
-                                 u.side == 0 ? dd.lhs_contracting : dd.rhs_contracting)) {
-      shared_free_in_order.push_back(u.to_source[static_cast<size_t>(d)]);
-    }
-    if (u.side == 0) {
-      for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
-      for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
-    } else {
-      for (int64_t d : u.other_free) o_labels.push_back(200000 + d);
-      for (int64_t d : shared_free_in_order) o_labels.push_back(100000 + d);
-    }
-    std::vector<int64_t> perm;
-    for (int64_t l : o_labels) {
-      perm.push_back(std::find(m_labels.begin(), m_labels.end(), l) - m_labels.begin());
-    }
-    v = Transpose(comp, v, perm, u.dot->name() + ".reorder");
-    if (!(v->shape().dims == u.dot->shape().dims)) {
-      v = Reshape(comp, v, u.dot->shape().dims, u.dot->name() + ".reorder");
-    }
-    (void)u.dot->ReplaceAllUsesWith(v);
   }
   return merged;
+}
+
+// The pass's remarks (DotMerger's AddRemark), for the steps below.
+using RemarkFn = std::function<void(std::string location, bool applied, std::string message)>;
+
+// DotMerger::Run's work on one computation, in rounds: the state of its steps.
+struct ComputationMerger {
+  HloComputation* comp;
+  int64_t threshold_bytes;
+  const DotMerger::QueueIdFn& queue_id;
+  DotMergeGuard* guard;  // may be null
+  const RemarkFn& remark;
+  std::map<HloInstruction*, std::string> refused;  // one remark per dot
+  std::unordered_set<const HloInstruction*> created;  // merged dots of earlier rounds
+
+  // Remarks `d` as not merged for `why`, once per dot.
+  void Refuse(HloInstruction* d, const std::string& why) {
+    if (refused.emplace(d, why).second) remark(d->name(), false, "not merged: " + why);
+  }
+  // One round: merges what it can and removes the merged dots; returns whether it merged any.
+  absl::StatusOr<bool> Round();
+  // The dots of the computation that may be merged, in post order (remarks for those with
+  // control edges or a sub-byte upcast operand).
+  std::vector<HloInstruction*> MergeableDots();
+  // The usages of one shared value that the caller's guard lets through (by side); the others
+  // are refused.
+  std::vector<Usage> GuardedUsages(const std::vector<Usage>& usages);
+  // Refuses, with the reason, each dot alone in its class when the shared value's usages fall
+  // into several classes.
+  void RefuseUnpairedKeys(std::map<Key, std::vector<Usage>>& classes);
+  // Merges groups of one class until fewer than two of its dots are left; the merged dots go to
+  // *merged_away. Returns whether it merged any.
+  bool MergeClass(const std::vector<Usage>& cands_all,
+                  std::unordered_set<HloInstruction*>* merged_away);
+};
+
+absl::StatusOr<bool> ComputationMerger::Round() {
+  bool round_changed = false;
+  // Dots that may be merged, then their usages by shared value.
+  std::vector<HloInstruction*> dots = MergeableDots();
+  // shared value -> usages (both sides), in post order.
+  std::map<int64_t, std::vector<Usage>> by_value;
+  for (HloInstruction* d : dots) {
+    for (int64_t side = 0; side < 2; ++side) {
+      if (side == 1 && d->operand(1) == d->operand(0)) continue;  // one usage of x.x
+      Usage u = UsageOf(d, side);
+      by_value[u.source->unique_id()].push_back(std::move(u));
+    }
+  }
+  std::unordered_set<HloInstruction*> merged_away;
+  for (auto& [value_id, usages] : by_value) {
+    if (usages.size() < 2) continue;
+    // The caller's guard first, one remark per refused dot.
+    std::vector<Usage> ok = GuardedUsages(usages);
+    // Equivalence classes.
+    std::map<Key, std::vector<Usage>> classes;
+    for (const Usage& u : ok) classes[KeyOf(u, queue_id)].push_back(u);
+    if (classes.size() > 1) RefuseUnpairedKeys(classes);
+    for (auto& [key, cands_all] : classes) {
+      if (MergeClass(cands_all, &merged_away)) round_changed = true;
+    }
+  }
+  for (HloInstruction* d : merged_away) {
+    RETURN_IF_ERROR(comp->RemoveInstruction(d));
+  }
+  return round_changed;
+}
+
+std::vector<HloInstruction*> ComputationMerger::MergeableDots() {
+  std::vector<HloInstruction*> dots;
+  for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
+    if (i->opcode() != HloOpcode::kDot || i->operand_count() != 2 || !i->shape().IsArray() ||
+        created.count(i)) {
+      continue;  // a merged dot is not merged again (XLA adds it to no class)
+    }
+    const DotDims& d = i->dot_dims();
+    if (d.lhs_batch.size() != d.rhs_batch.size() ||
+        d.lhs_contracting.size() != d.rhs_contracting.size()) {
+      continue;
+    }
+    if (!i->control_predecessors().empty() || !i->control_successors().empty()) {
+      // The merged dot and its slices would not carry the ordering edge (XLA's
+      // NoMergeControlPredecessor): left alone, and said so.
+      remark(i->name(), false,
+             absl::StrCat("not merged: it has control ",
+                          i->control_predecessors().empty() ? "successors" : "predecessors",
+                          " (a merge would drop the ordering edge)"));
+      continue;
+    }
+    std::string sub_byte;
+    for (int64_t k = 0; k < 2 && sub_byte.empty(); ++k) sub_byte = SubByteUpcast(i->operand(k));
+    if (!sub_byte.empty()) {
+      // As XLA's merger, which skips such dots (its NoMergeSubByteUpcast test).
+      remark(i->name(), false, absl::StrCat("not merged: an operand is upcast from ", sub_byte));
+      continue;
+    }
+    dots.push_back(i);
+  }
+  return dots;
+}
+
+std::vector<Usage> ComputationMerger::GuardedUsages(const std::vector<Usage>& usages) {
+  std::vector<Usage> ok;
+  for (int64_t side = 0; side < 2; ++side) {
+    std::vector<HloInstruction*> same_side;
+    for (const Usage& u : usages) {
+      if (u.side == side) same_side.push_back(u.dot);
+    }
+    std::map<const HloInstruction*, std::string> refusals;
+    if (guard != nullptr && !same_side.empty()) refusals = guard->Refusals(same_side, side);
+    for (const Usage& u : usages) {
+      if (u.side != side) continue;
+      if (auto it = refusals.find(u.dot); it != refusals.end()) {
+        Refuse(u.dot, it->second);
+        continue;
+      }
+      ok.push_back(u);
+    }
+  }
+  return ok;
+}
+
+void ComputationMerger::RefuseUnpairedKeys(std::map<Key, std::vector<Usage>>& classes) {
+  // Dots that share the value but have no partner of their own key: say why.
+  const Key* largest = nullptr;
+  size_t most = 0;
+  for (const auto& [k, v] : classes) {
+    if (v.size() > most) most = v.size(), largest = &k;
+  }
+  for (const auto& [k, v] : classes) {
+    if (v.size() != 1 || &k == largest) continue;
+    const Usage& u = v.front();
+    if (u.dot == classes[*largest].front().dot) continue;
+    Refuse(u.dot, absl::StrCat("shares '", u.source->name(), "' with '",
+                               classes[*largest].front().dot->name(), "', but ",
+                               KeyDifference(k, *largest)));
+  }
+}
+
+bool ComputationMerger::MergeClass(const std::vector<Usage>& cands_all,
+                                   std::unordered_set<HloInstruction*>* merged_away) {
+  bool any_merged = false;
+  std::map<HloInstruction*, std::string> why_not;
+  while (true) {
+    // Dots merged this round, or whose operand now reads another value, wait.
+    std::vector<Usage> cands;
+    for (const Usage& u : cands_all) {
+      if (!merged_away->count(u.dot) && UsageOf(u.dot, u.side).source == u.source) {
+        cands.push_back(u);
+      }
+    }
+    if (cands.size() < 2) {
+      for (const Usage& u : cands) {
+        if (auto it = why_not.find(u.dot); it != why_not.end()) Refuse(u.dot, it->second);
+      }
+      break;
+    }
+    std::sort(cands.begin(), cands.end(), [](const Usage& a, const Usage& b) {
+      return std::make_pair(a.nc, a.dot->unique_id()) < std::make_pair(b.nc, b.dot->unique_id());
+    });
+    std::vector<Usage> group = FindGroup(cands, threshold_bytes, &why_not);
+    if (group.size() < 2) {
+      for (const Usage& u : cands) {
+        auto it = why_not.find(u.dot);
+        Refuse(u.dot, it != why_not.end() ? it->second
+                                          : "no dot of its kind is left to merge with");
+      }
+      break;
+    }
+    HloInstruction* merged = MergeGroup(comp, group);
+    created.insert(merged);
+    for (const Usage& u : group) {
+      std::vector<std::string> names;
+      for (const Usage& o : group) {
+        if (o.dot != u.dot) names.push_back(absl::StrCat("'", o.dot->name(), "'"));
+      }
+      remark(u.dot->name(), true,
+             absl::StrCat("merged with ", absl::StrJoin(names, ", "), " into '",
+                          merged->name(), "' (shared ",
+                          u.side == 0 ? "lhs" : "rhs", " '", u.source->name(), "')"));
+      merged_away->insert(u.dot);
+    }
+    any_merged = true;
+  }
+  return any_merged;
 }
 
 }  // namespace
@@ -416,146 +661,18 @@ HloInstruction* MergeGroup(HloComputation* comp, const std::vector<Usage>& group
 absl::StatusOr<bool> DotMerger::Run(HloModule* module) {
   bool changed = false;
   if (guard_ != nullptr) guard_->Prepare(*module);
+  const RemarkFn remark = [this](std::string location, bool applied, std::string message) {
+    AddRemark(std::move(location), applied, std::move(message));
+  };
   for (HloComputation* comp : module->MakeComputationPostOrder()) {
-    std::map<HloInstruction*, std::string> refused;  // one remark per dot
-    std::unordered_set<const HloInstruction*> created;  // merged dots of earlier rounds
-    auto refuse = [&](HloInstruction* d, const std::string& why) {
-      if (refused.emplace(d, why).second) AddRemark(d->name(), false, "not merged: " + why);
-    };
+    ComputationMerger merger{comp, threshold_bytes_, queue_id_, guard_.get(), remark, {}, {}};
     // Rounds: a merge replaces its dots' results, so dots that read them (a dot of a merged
     // dot's result) share a new value in the next round (XLA applies its replacements at the
     // end, with the same effect). Each round merges at least one group or ends the loop.
     for (int round = 0; round < 16; ++round) {
-    bool round_changed = false;
-    // Dots that may be merged, then their usages by shared value.
-    std::vector<HloInstruction*> dots;
-    for (HloInstruction* i : comp->MakeInstructionPostOrder()) {
-      if (i->opcode() != HloOpcode::kDot || i->operand_count() != 2 || !i->shape().IsArray() ||
-          created.count(i)) {
-        continue;  // a merged dot is not merged again (XLA adds it to no class)
-      }
-      const DotDims& d = i->dot_dims();
-      if (d.lhs_batch.size() != d.rhs_batch.size() ||
-          d.lhs_contracting.size() != d.rhs_contracting.size()) {
-        continue;
-      }
-      if (!i->control_predecessors().empty() || !i->control_successors().empty()) {
-        // The merged dot and its slices would not carry the ordering edge (XLA's
-        // NoMergeControlPredecessor): left alone, and said so.
-        AddRemark(i->name(), false,
-                  absl::StrCat("not merged: it has control ",
-                               i->control_predecessors().empty() ? "successors" : "predecessors",
-                               " (a merge would drop the ordering edge)"));
-        continue;
-      }
-      std::string sub_byte;
-      for (int64_t k = 0; k < 2 && sub_byte.empty(); ++k) sub_byte = SubByteUpcast(i->operand(k));
-      if (!sub_byte.empty()) {
-        // As XLA's merger, which skips such dots (its NoMergeSubByteUpcast test).
-        AddRemark(i->name(), false, absl::StrCat("not merged: an operand is upcast from ", sub_byte));
-        continue;
-      }
-      dots.push_back(i);
-    }
-    // shared value -> usages (both sides), in post order.
-    std::map<int64_t, std::vector<Usage>> by_value;
-    for (HloInstruction* d : dots) {
-      for (int64_t side = 0; side < 2; ++side) {
-        if (side == 1 && d->operand(1) == d->operand(0)) continue;  // one usage of x.x
-        Usage u = UsageOf(d, side);
-        by_value[u.source->unique_id()].push_back(std::move(u));
-      }
-    }
-    std::unordered_set<HloInstruction*> merged_away;
-    for (auto& [value_id, usages] : by_value) {
-      if (usages.size() < 2) continue;
-      // The caller's guard first, one remark per refused dot.
-      std::vector<Usage> ok;
-      for (int64_t side = 0; side < 2; ++side) {
-        std::vector<HloInstruction*> same_side;
-        for (const Usage& u : usages) {
-          if (u.side == side) same_side.push_back(u.dot);
-        }
-        std::map<const HloInstruction*, std::string> refusals;
-        if (guard_ != nullptr && !same_side.empty()) refusals = guard_->Refusals(same_side, side);
-        for (const Usage& u : usages) {
-          if (u.side != side) continue;
-          if (auto it = refusals.find(u.dot); it != refusals.end()) {
-            refuse(u.dot, it->second);
-            continue;
-          }
-          ok.push_back(u);
-        }
-      }
-      // Equivalence classes.
-      std::map<Key, std::vector<Usage>> classes;
-      for (const Usage& u : ok) classes[KeyOf(u, queue_id_)].push_back(u);
-      if (classes.size() > 1) {
-        // Dots that share the value but have no partner of their own key: say why.
-        const Key* largest = nullptr;
-        size_t most = 0;
-        for (const auto& [k, v] : classes) {
-          if (v.size() > most) most = v.size(), largest = &k;
-        }
-        for (const auto& [k, v] : classes) {
-          if (v.size() != 1 || &k == largest) continue;
-          const Usage& u = v.front();
-          if (u.dot == classes[*largest].front().dot) continue;
-          refuse(u.dot, absl::StrCat("shares '", u.source->name(), "' with '",
-                                     classes[*largest].front().dot->name(), "', but ",
-                                     KeyDifference(k, *largest)));
-        }
-      }
-      for (auto& [key, cands_all] : classes) {
-        std::map<HloInstruction*, std::string> why_not;
-        while (true) {
-          // Dots merged this round, or whose operand now reads another value, wait.
-          std::vector<Usage> cands;
-          for (const Usage& u : cands_all) {
-            if (!merged_away.count(u.dot) && UsageOf(u.dot, u.side).source == u.source) {
-              cands.push_back(u);
-            }
-          }
-          if (cands.size() < 2) {
-            for (const Usage& u : cands) {
-              if (auto it = why_not.find(u.dot); it != why_not.end()) refuse(u.dot, it->second);
-            }
-            break;
-          }
-          std::sort(cands.begin(), cands.end(), [](const Usage& a, const Usage& b) {
-            return std::make_pair(a.nc, a.dot->unique_id()) < std::make_pair(b.nc, b.dot->unique_id());
-          });
-          std::vector<Usage> group = FindGroup(cands, threshold_bytes_, &why_not);
-          if (group.size() < 2) {
-            for (const Usage& u : cands) {
-              auto it = why_not.find(u.dot);
-              refuse(u.dot, it != why_not.end() ? it->second
-                                                : "no dot of its kind is left to merge with");
-            }
-            break;
-          }
-          HloInstruction* merged = MergeGroup(comp, group);
-          created.insert(merged);
-          for (const Usage& u : group) {
-            std::vector<std::string> names;
-            for (const Usage& o : group) {
-              if (o.dot != u.dot) names.push_back(absl::StrCat("'", o.dot->name(), "'"));
-            }
-            AddRemark(u.dot->name(), true,
-                      absl::StrCat("merged with ", absl::StrJoin(names, ", "), " into '",
-                                   merged->name(), "' (shared ",
-                                   u.side == 0 ? "lhs" : "rhs", " '", u.source->name(), "')"));
-            merged_away.insert(u.dot);
-          }
-          changed = true;
-          round_changed = true;
-        }
-      }
-    }
-    for (HloInstruction* d : merged_away) {
-      RETURN_IF_ERROR(comp->RemoveInstruction(d));
-    }
-    if (!round_changed) break;
+      ASSIGN_OR_RETURN(const bool round_changed, merger.Round());
+      changed |= round_changed;
+      if (!round_changed) break;
     }
   }
   return changed;

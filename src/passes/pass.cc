@@ -107,6 +107,12 @@ absl::Status HloPassPipeline::AddPassesByName(std::string_view names,
   return absl::OkStatus();
 }
 
+std::vector<std::string> HloPassPipeline::pass_names() const {
+  std::vector<std::string> names;
+  for (const std::unique_ptr<HloPass>& pass : passes_) names.emplace_back(pass->name());
+  return names;
+}
+
 absl::StatusOr<bool> HloPassPipeline::Run(HloModule* module, std::vector<PassTiming>* timings) {
   bool changed = false;
   for (const std::unique_ptr<HloPass>& pass : passes_) {

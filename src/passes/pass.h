@@ -73,8 +73,9 @@ class HloPass {
   // Remarks go here when set (may be null: then they are dropped).
   void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
   // The cost gate (passes/cost_oracle.h), or null: then the pass applies every match it finds
-  // (subject to its own options). Passes that rewrite by cost consult it per candidate.
-  void set_cost_oracle(CostOracle* oracle) { cost_oracle_ = oracle; }
+  // (subject to its own options). Passes that rewrite by cost consult it per candidate. A
+  // pipeline gives it to each of its passes.
+  virtual void set_cost_oracle(CostOracle* oracle) { cost_oracle_ = oracle; }
   CostOracle* cost_oracle() const { return cost_oracle_; }
 
  protected:
@@ -134,9 +135,7 @@ struct PassRegistration {
   static ::weave::PassRegistration WEAVE_REGISTER_PASS_CONCAT(weave_pass_reg_, __LINE__)( \
       name, factory)
 
-// Runs passes in order. With verify_each, runs the verifier (analysis/verifier.h) after each
-// pass and stops with its error naming the pass. `timings` (optional) receives per pass
-// (name, seconds, changed).
+// One pass's run in a pipeline: its name, its time (seconds) and whether it changed the module.
 struct PassTiming {
   std::string pass;
   double seconds = 0;
@@ -150,27 +149,43 @@ struct PassHooks {
   std::function<void(const HloPass& pass, const HloModule& module, const PassTiming& timing)> after;
 };
 
-class HloPassPipeline {
+// Runs passes in order, and is itself a pass (as XLA's HloPassPipeline is an HloPassInterface):
+// a pipeline can be added to another, and every tool runs one the same way. Run gives each pass
+// the pipeline's remark sink (HloPass::set_remarks) and calls the hooks around it; the result is
+// whether any pass changed the module. A pass's error is returned with its code and the message
+// "pass <name>: <message>"; with verify_each, a verifier error after a pass is returned as
+// "verifier failed after pass <name>: <message>". The module may then be partly rewritten.
+class HloPassPipeline : public HloPass {
  public:
-  void AddPass(std::unique_ptr<HloPass> pass) { passes_.push_back(std::move(pass)); }
+  explicit HloPassPipeline(std::string name = "pipeline") : name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  void AddPass(std::unique_ptr<HloPass> pass) {
+    if (cost_oracle_ != nullptr) pass->set_cost_oracle(cost_oracle_);
+    passes_.push_back(std::move(pass));
+  }
   void set_verify_each(bool v) { verify_each_ = v; }
-  void set_remarks(std::vector<Remark>* sink) { remarks_ = sink; }
   void set_hooks(PassHooks hooks) { hooks_ = std::move(hooks); }
-  // Gives every pass added so far the cost gate (HloPass::set_cost_oracle).
-  void set_cost_oracle(CostOracle* oracle) {
+  // Gives every pass, those added so far and those added later, the cost gate (a pass added
+  // later keeps its own when this is null).
+  void set_cost_oracle(CostOracle* oracle) override {
+    cost_oracle_ = oracle;
     for (const std::unique_ptr<HloPass>& p : passes_) p->set_cost_oracle(oracle);
   }
-  absl::StatusOr<bool> Run(HloModule* module, std::vector<PassTiming>* timings = nullptr);
+  absl::StatusOr<bool> Run(HloModule* module) override { return Run(module, nullptr); }
+  // The same, appending each pass's (name, seconds, changed) to `timings` when it is not null.
+  absl::StatusOr<bool> Run(HloModule* module, std::vector<PassTiming>* timings);
   // Creates the passes named in `names` (a comma-separated list like "dce,cse"; empty entries
   // and surrounding spaces are ignored) from the registry with `options` and appends them.
   // NotFound (listing the known passes) for an unknown name; factory errors are passed on.
   absl::Status AddPassesByName(std::string_view names, const PassOptions& options);
   int64_t pass_count() const { return static_cast<int64_t>(passes_.size()); }
+  // The names of the passes, in order.
+  std::vector<std::string> pass_names() const;
 
  private:
+  std::string name_;
   std::vector<std::unique_ptr<HloPass>> passes_;
   bool verify_each_ = false;
-  std::vector<Remark>* remarks_ = nullptr;
   PassHooks hooks_;
 };
 

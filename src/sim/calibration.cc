@@ -188,127 +188,154 @@ std::string TpMatmulDecomposedModule(const TpMatmul& m, bool streams) {
   return s;
 }
 
+namespace {
+
+constexpr char kFlux[] =
+    "Flux README, performance table (bytedance/flux; Chang et al., arXiv:2406.06858)";
+constexpr char kFluxImplAllGather[] =
+    "Flux's fused AllGather+GEMM kernel (tiles wait for shards that copy engines pull): "
+    "modelled as the ring decomposition with one compute stream per step, copy engines";
+constexpr char kFluxImplReduceScatter[] =
+    "Flux's fused GEMM+ReduceScatter kernel (the epilogue writes partial tiles to their "
+    "owner over NVLink; no communication kernel holds SMs): modelled as the decomposition "
+    "with one compute stream per step, with the copy-engine contention";
+constexpr char kPyTorchImpl[] =
+    "PyTorch async TP (torch.distributed._symmetric_memory): partial GEMMs one after the "
+    "other on one stream, copy engines move the shards: one compute stream, copy engines";
+
+// An AllGather+GEMM segment: the [rows, k] operand gathered over the ring, then one dot per
+// entry of `cols` (each rank's output columns).
+TpMatmul AllGatherSegment(std::string name, int64_t rows, int64_t k, std::vector<int64_t> cols,
+                          PrimitiveType t) {
+  TpMatmul m;
+  m.kind = TpMatmul::Kind::kAllGather;
+  m.name = std::move(name);
+  m.rows = rows;
+  m.contracting = k;
+  m.cols = std::move(cols);
+  m.type = t;
+  return m;
+}
+
+// A GEMM+ReduceScatter segment: each rank's [rows, k_local] x [k_local, cols] partial product,
+// reduce-scattered over the ring.
+TpMatmul ReduceScatterSegment(std::string name, int64_t rows, int64_t k_local, int64_t cols,
+                              PrimitiveType t) {
+  TpMatmul m;
+  m.kind = TpMatmul::Kind::kReduceScatter;
+  m.name = std::move(name);
+  m.rows = rows;
+  m.contracting = k_local;
+  m.cols = {cols};
+  m.type = t;
+  return m;
+}
+
+// C1 and C2: Flux's fused kernels on 8x H800, appended to `r`.
+void AddFluxRows(std::vector<CalibrationRow>* r) {
+  {
+    CalibrationRow c;
+    c.id = "C1";
+    c.source = kFlux;
+    c.hardware = "8x H800 SXM (NVLink 200 GB/s per direction), TP 8, fp16";
+    c.shape = "AG+GEMM M=4096 K=12288 N=49152";
+    c.system = "h800x8";
+    c.overrides = {"collective_engine=copy_engine"};
+    c.implementation = kFluxImplAllGather;
+    c.streams = true;
+    c.segments = {AllGatherSegment("c1_ag_gemm", 4096, 12288, {49152 / 8}, PrimitiveType::F16)};
+    c.published_base_us = 1429;
+    c.published_overlapped_us = 957;
+    c.published_speedup = 1.49;
+    r->push_back(c);
+  }
+  {
+    CalibrationRow c;
+    c.id = "C2";
+    c.source = kFlux;
+    c.hardware = "8x H800 SXM (NVLink 200 GB/s per direction), TP 8, fp16";
+    c.shape = "GEMM+RS M=4096 K=49152 N=12288";
+    c.system = "h800x8";
+    c.overrides = {"collective_engine=copy_engine"};
+    c.implementation = kFluxImplReduceScatter;
+    c.streams = true;
+    c.segments = {
+        ReduceScatterSegment("c2_gemm_rs", 4096, 49152 / 8, 12288, PrimitiveType::F16)};
+    c.published_base_us = 1408;
+    c.published_overlapped_us = 932;
+    c.published_speedup = 1.51;
+    r->push_back(c);
+  }
+}
+
+// C3: PyTorch's small-M AllGather+GEMM on H100.
+CalibrationRow PyTorchSmallMRow() {
+  CalibrationRow c;
+  c.id = "C3";
+  c.source = "PyTorch PR 143160 (_multimem_all_gather_matmul for small M)";
+  c.hardware = "H100, TP 8 (assumed), bf16 (assumed)";
+  c.shape = "AG+GEMM M=2048 N=3584 K=8192";
+  c.system = "h100x8";
+  c.overrides = {"collective_engine=copy_engine"};
+  c.implementation = kPyTorchImpl;
+  c.streams = false;
+  c.segments = {AllGatherSegment("c3_ag_gemm", 2048, 8192, {3584}, PrimitiveType::BF16)};
+  c.published_base_us = 301;
+  c.published_overlapped_us = 354;
+  c.published_speedup = 0.85;
+  return c;
+}
+
+// C4 and C5: one Llama3 forward at one local batch size (one row per published batch). Llama3
+// layers, TP 8, sequence 8192: Q/K/V (heads 64/8/8 for 70B, 32/8/8 for 8B, head dim 128),
+// output projection, gate and up, down projection.
+CalibrationRow LlamaRow(std::string id, std::string model, int64_t batch, int64_t hidden,
+                        int64_t q_local, int64_t kv_local, int64_t ffn_local, int64_t layers,
+                        double base_ms, double overlapped_ms, double speedup) {
+  CalibrationRow c;
+  c.id = absl::StrCat(id, " b=", batch);
+  c.source = "\"Introducing Async Tensor Parallelism in PyTorch\" (PyTorch dev-discuss), Fig. 9";
+  c.hardware = "8x H100 (500 W), TP 8, bf16, seq 8192";
+  c.shape = absl::StrCat("Llama3 ", model, " forward, local batch ", batch, " (", layers,
+                         " layers x 4 TP matmuls)");
+  c.system = "h100x8";
+  // The published runs capped the GPUs at 500 W (700 W is the H100 SXM default): dense
+  // GEMMs sustain lower clocks. Assumed: 0.7 of peak inside a tile instead of 0.85.
+  c.overrides = {"collective_engine=copy_engine", "gemm.efficiency=0.7"};
+  c.implementation =
+      absl::StrCat(kPyTorchImpl, "; GEMMs at 0.7 of peak for the 500 W cap (assumed)");
+  c.streams = false;
+  const int64_t tokens = batch * 8192;
+  const std::string tag = absl::StrCat("llama3_", model, "_b", batch);
+  const PrimitiveType t = PrimitiveType::BF16;
+  c.segments = {AllGatherSegment(tag + "_qkv", tokens, hidden, {q_local, kv_local, kv_local}, t),
+                ReduceScatterSegment(tag + "_o", tokens, q_local, hidden, t),
+                AllGatherSegment(tag + "_gate_up", tokens, hidden, {ffn_local, ffn_local}, t),
+                ReduceScatterSegment(tag + "_down", tokens, ffn_local, hidden, t)};
+  c.layers = layers;
+  c.published_base_us = base_ms * 1e3;
+  c.published_overlapped_us = overlapped_ms * 1e3;
+  c.published_speedup = speedup;
+  return c;
+}
+
+// The rows C1-C5, in table order (never freed: CalibrationRows hands out references).
+std::vector<CalibrationRow>* NewCalibrationRows() {
+  auto* r = new std::vector<CalibrationRow>;
+  AddFluxRows(r);
+  r->push_back(PyTorchSmallMRow());
+  r->push_back(LlamaRow("C4", "70B", 12, 8192, 1024, 128, 3584, 80, 5629, 4724, 1.19));
+  r->push_back(LlamaRow("C4", "70B", 8, 8192, 1024, 128, 3584, 80, 3765, 3124, 1.21));
+  r->push_back(LlamaRow("C4", "70B", 4, 8192, 1024, 128, 3584, 80, 1937, 1610, 1.20));
+  r->push_back(LlamaRow("C5", "8B", 12, 4096, 512, 128, 1792, 32, 880, 678, 1.30));
+  r->push_back(LlamaRow("C5", "8B", 8, 4096, 512, 128, 1792, 32, 597, 464, 1.29));
+  return r;
+}
+
+}  // namespace
+
 const std::vector<CalibrationRow>& CalibrationRows() {
-  static const std::vector<CalibrationRow>* rows = [] {
-    auto* r = new std::vector<CalibrationRow>;
-    const char* flux = "Flux README, performance table (bytedance/flux; Chang et al., "
-                       "arXiv:2406.06858)";
-    const char* flux_impl_ag =
-        "Flux's fused AllGather+GEMM kernel (tiles wait for shards that copy engines pull): "
-        "modelled as the ring decomposition with one compute stream per step, copy engines";
-    const char* flux_impl_rs =
-        "Flux's fused GEMM+ReduceScatter kernel (the epilogue writes partial tiles to their "
-        "owner over NVLink; no communication kernel holds SMs): modelled as the decomposition "
-        "with one compute stream per step, with the copy-engine contention";
-    const char* pt_impl =
-        "PyTorch async TP (torch.distributed._symmetric_memory): partial GEMMs one after the "
-        "other on one stream, copy engines move the shards: one compute stream, copy engines";
-    auto ag = [](std::string name, int64_t rows, int64_t k, std::vector<int64_t> cols,
-                 PrimitiveType t) {
-      TpMatmul m;
-      m.kind = TpMatmul::Kind::kAllGather;
-      m.name = std::move(name);
-      m.rows = rows;
-      m.contracting = k;
-      m.cols = std::move(cols);
-      m.type = t;
-      return m;
-    };
-    auto rs = [](std::string name, int64_t rows, int64_t k_local, int64_t cols, PrimitiveType t) {
-      TpMatmul m;
-      m.kind = TpMatmul::Kind::kReduceScatter;
-      m.name = std::move(name);
-      m.rows = rows;
-      m.contracting = k_local;
-      m.cols = {cols};
-      m.type = t;
-      return m;
-    };
-    {
-      CalibrationRow c;
-      c.id = "C1";
-      c.source = flux;
-      c.hardware = "8x H800 SXM (NVLink 200 GB/s per direction), TP 8, fp16";
-      c.shape = "AG+GEMM M=4096 K=12288 N=49152";
-      c.system = "h800x8";
-      c.overrides = {"collective_engine=copy_engine"};
-      c.implementation = flux_impl_ag;
-      c.streams = true;
-      c.segments = {ag("c1_ag_gemm", 4096, 12288, {49152 / 8}, PrimitiveType::F16)};
-      c.published_base_us = 1429;
-      c.published_overlapped_us = 957;
-      c.published_speedup = 1.49;
-      r->push_back(c);
-    }
-    {
-      CalibrationRow c;
-      c.id = "C2";
-      c.source = flux;
-      c.hardware = "8x H800 SXM (NVLink 200 GB/s per direction), TP 8, fp16";
-      c.shape = "GEMM+RS M=4096 K=49152 N=12288";
-      c.system = "h800x8";
-      c.overrides = {"collective_engine=copy_engine"};
-      c.implementation = flux_impl_rs;
-      c.streams = true;
-      c.segments = {rs("c2_gemm_rs", 4096, 49152 / 8, 12288, PrimitiveType::F16)};
-      c.published_base_us = 1408;
-      c.published_overlapped_us = 932;
-      c.published_speedup = 1.51;
-      r->push_back(c);
-    }
-    {
-      CalibrationRow c;
-      c.id = "C3";
-      c.source = "PyTorch PR 143160 (_multimem_all_gather_matmul for small M)";
-      c.hardware = "H100, TP 8 (assumed), bf16 (assumed)";
-      c.shape = "AG+GEMM M=2048 N=3584 K=8192";
-      c.system = "h100x8";
-      c.overrides = {"collective_engine=copy_engine"};
-      c.implementation = pt_impl;
-      c.streams = false;
-      c.segments = {ag("c3_ag_gemm", 2048, 8192, {3584}, PrimitiveType::BF16)};
-      c.published_base_us = 301;
-      c.published_overlapped_us = 354;
-      c.published_speedup = 0.85;
-      r->push_back(c);
-    }
-    // Llama3 layers, TP 8, sequence 8192: Q/K/V (heads 64/8/8 for 70B, 32/8/8 for 8B, head dim
-    // 128), output projection, gate and up, down projection.
-    auto llama = [&](std::string id, std::string model, int64_t batch, int64_t hidden,
-                     int64_t q_local, int64_t kv_local, int64_t ffn_local, int64_t layers,
-                     double base_ms, double overlapped_ms, double speedup) {
-      CalibrationRow c;
-      c.id = absl::StrCat(id, " b=", batch);
-      c.source = "\"Introducing Async Tensor Parallelism in PyTorch\" (PyTorch dev-discuss), Fig. 9";
-      c.hardware = "8x H100 (500 W), TP 8, bf16, seq 8192";
-      c.shape = absl::StrCat("Llama3 ", model, " forward, local batch ", batch, " (", layers,
-                             " layers x 4 TP matmuls)");
-      c.system = "h100x8";
-      // The published runs capped the GPUs at 500 W (700 W is the H100 SXM default): dense
-      // GEMMs sustain lower clocks. Assumed: 0.7 of peak inside a tile instead of 0.85.
-      c.overrides = {"collective_engine=copy_engine", "gemm.efficiency=0.7"};
-      c.implementation = absl::StrCat(pt_impl, "; GEMMs at 0.7 of peak for the 500 W cap (assumed)");
-      c.streams = false;
-      const int64_t tokens = batch * 8192;
-      const std::string tag = absl::StrCat("llama3_", model, "_b", batch);
-      const PrimitiveType t = PrimitiveType::BF16;
-      c.segments = {ag(tag + "_qkv", tokens, hidden, {q_local, kv_local, kv_local}, t),
-                    rs(tag + "_o", tokens, q_local, hidden, t),
-                    ag(tag + "_gate_up", tokens, hidden, {ffn_local, ffn_local}, t),
-                    rs(tag + "_down", tokens, ffn_local, hidden, t)};
-      c.layers = layers;
-      c.published_base_us = base_ms * 1e3;
-      c.published_overlapped_us = overlapped_ms * 1e3;
-      c.published_speedup = speedup;
-      r->push_back(c);
-    };
-    llama("C4", "70B", 12, 8192, 1024, 128, 3584, 80, 5629, 4724, 1.19);
-    llama("C4", "70B", 8, 8192, 1024, 128, 3584, 80, 3765, 3124, 1.21);
-    llama("C4", "70B", 4, 8192, 1024, 128, 3584, 80, 1937, 1610, 1.20);
-    llama("C5", "8B", 12, 4096, 512, 128, 1792, 32, 880, 678, 1.30);
-    llama("C5", "8B", 8, 4096, 512, 128, 1792, 32, 597, 464, 1.29);
-    return r;
-  }();
+  static const std::vector<CalibrationRow>* rows = NewCalibrationRows();
   return *rows;
 }
 
@@ -327,12 +354,10 @@ absl::StatusOr<double> SimulateText(const std::string& text, const SystemSpec& s
 absl::StatusOr<std::pair<double, double>> SimulateWeave(const std::string& text,
                                                         const SystemSpec& system) {
   ASSIGN_OR_RETURN(std::unique_ptr<HloModule> m, ParseHloModule(text, "<calibration>"));
-  PassOptions options;
-  for (const std::string& name : CompilePipelinePassNames()) {
-    absl::StatusOr<std::unique_ptr<HloPass>> p = PassRegistry::Get().Create(name, options);
-    if (!p.ok()) continue;  // a pass missing from this build
-    RETURN_IF_ERROR((*p)->Run(m.get()));
-  }
+  std::vector<std::string> unavailable;  // passes missing from this build are left out
+  ASSIGN_OR_RETURN(std::unique_ptr<HloPassPipeline> pipeline,
+                   MakeCompilePipeline(CompilePipelinePassNames(), PassOptions(), &unavailable));
+  RETURN_IF_ERROR(pipeline->Run(m.get()));
   absl::StatusOr<SimResult> r = SimulateModule(*m, system, {});
   if (!r.ok()) return r.status();
   SimOptions one;

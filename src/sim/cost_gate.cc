@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "analysis/replication.h"
+#include "gpu/compile_pipeline.h"
 #include "hlo/instruction_text.h"
 #include "hlo/parser.h"
 #include "hlo/status_macros.h"
@@ -585,24 +586,25 @@ absl::StatusOr<std::pair<double, double>> SimCostOracle::EstimateVariantBound(
     const HloModule& region, const std::string& pass, const CostVariant& variant,
     bool one_stream_bound) {
   std::unique_ptr<HloModule> m = region.Clone();
-  auto run = [&](const std::string& name, const PassOptions& options) -> absl::Status {
-    ASSIGN_OR_RETURN(std::unique_ptr<HloPass> p, PassRegistry::Get().Create(name, options));
-    absl::StatusOr<bool> changed = p->Run(m.get());
-    if (!changed.ok()) {
-      return absl::InternalError(absl::StrCat(name, ": ", changed.status().message()));
-    }
-    return absl::OkStatus();
-  };
   if (variant.rewrite) {
+    // The asking pass alone, with the variant's options.
     PassOptions options = c_.pass_options;
     for (const auto& [k, v] : variant.options) options.Set(k, v);
-    RETURN_IF_ERROR(run(pass, options));
+    ASSIGN_OR_RETURN(std::unique_ptr<HloPass> p, PassRegistry::Get().Create(pass, options));
+    if (absl::StatusOr<bool> changed = p->Run(m.get()); !changed.ok()) {
+      return absl::InternalError(absl::StrCat(pass, ": ", changed.status().message()));
+    }
   }
+  // The rest of the compile pipeline after the asking pass (all of it when the pass is not in
+  // it), with the compile's options.
   auto at = std::find(c_.pipeline.begin(), c_.pipeline.end(), pass);
-  auto begin = at == c_.pipeline.end() ? c_.pipeline.begin() : at + 1;
-  for (auto it = begin; it != c_.pipeline.end(); ++it) {
-    if (*it == pass) continue;
-    RETURN_IF_ERROR(run(*it, c_.pass_options));
+  std::vector<std::string> rest(at == c_.pipeline.end() ? c_.pipeline.begin() : at + 1,
+                                c_.pipeline.end());
+  rest.erase(std::remove(rest.begin(), rest.end(), pass), rest.end());
+  ASSIGN_OR_RETURN(std::unique_ptr<HloPassPipeline> later,
+                   MakeCompilePipeline(rest, c_.pass_options));
+  if (absl::StatusOr<bool> changed = later->Run(m.get()); !changed.ok()) {
+    return absl::InternalError(changed.status().message());  // "pass <name>: ..."
   }
   if (!c_.dump_dir.empty() && !dump_name_.empty()) {
     std::ofstream out(std::filesystem::path(c_.dump_dir) / (dump_name_ + ".hlo"));

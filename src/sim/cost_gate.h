@@ -5,7 +5,7 @@
 // then for every variant: copies the region, runs the asking pass on it when the variant
 // rewrites (created by name from the PassRegistry with the compile's options plus the variant's,
 // and no oracle, so that it applies every match), runs the passes that follow the asking pass in
-// the pipeline (so FP8 GEMMs, the handler's streams and caches are in the estimate, exactly as
+// the pipeline, as one pipeline made by MakeCompilePipeline (gpu/compile_pipeline.h) (so FP8 GEMMs, the handler's streams and caches are in the estimate, exactly as
 // `weave compile` would emit them), and simulates the result: the variant's time is the region's
 // makespan on one partition. The region is the candidate alone: other work of the module that a
 // plain collective could overlap with is not in the estimate.
@@ -80,7 +80,9 @@ absl::StatusOr<std::string> CostRegionKey(
 struct CostGateConfig {
   SystemSpec system;                   // after overrides and SimOptions
   SimOptions sim_options;
-  std::vector<std::string> pipeline;   // the compile pipeline's pass names, in order
+  // The compile pipeline's pass names, in order: HloPassPipeline::pass_names of the pipeline the
+  // compile runs (gpu/compile_pipeline.h).
+  std::vector<std::string> pipeline;
   PassOptions pass_options;            // the compile's pass options
   // When set, every estimated variant is written there as HLO text after the passes
   // (<n>.<location>.<variant>.hlo, n counting estimates), for `weave simulate` to explain it.

@@ -129,43 +129,65 @@ HaloWindow SlideWindow(const ConvSpaceDim& d, const WindowDim& w, int64_t t, int
   return h;
 }
 
-}  // namespace
+// The state one convolution's partitioning shares among its steps: the global shapes, the parsed
+// dims and window, the operands' and output's physical shardings, and what the decision settles.
+struct ConvPartitioning {
+  const Shape& lg;
+  const Shape& rg;
+  const Shape& og;
+  int64_t rank = 0;
+  int64_t n = 0;
+  ConvDims cd;
+  std::vector<WindowDim> window;
+  Sharding ls, rs, os;
+  std::vector<ConvSpaceDim> dims{};    // the iteration space's dims (dropped ones leave)
+  std::vector<std::string> whole{};    // why dims stay whole
+  std::vector<ConvSpaceDim> order{};   // `dims` in space order, as the last decision saw them
+  EinsumDecision decision{};
+  std::vector<HaloWindow> halos{};     // the lhs windows of the decision's tiled sliding dims
 
-absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const HloInstruction& h) {
-  const int64_t n = cp.num_partitions();
-  const Shape& lg = h.operand(0)->shape();
-  const Shape& rg = h.operand(1)->shape();
-  const Shape& og = h.shape();
-  const int64_t rank = lg.rank();
-  absl::StatusOr<ConvDims> cd = ParseConvDims(h, rank);
-  if (!cd.ok()) return cp.Replicated(h, absl::StrCat("convolution: ", cd.status().message()));
-  absl::StatusOr<std::vector<WindowDim>> win = ParseWindow(h, cd->lhs.spatial.size());
-  if (!win.ok()) return cp.Replicated(h, absl::StrCat("convolution: ", win.status().message()));
-  std::vector<WindowDim> window = *std::move(win);
-  const int64_t fgc = cd->feature_group_count, bgc = cd->batch_group_count;
-  if (fgc > 1 && bgc > 1) {
-    return cp.Replicated(h, "convolution with both feature and batch group counts (no partitioning rule)");
-  }
-  const Sharding ls = PhysicalSharding(cp.Value(h.operand(0)).sharding);
-  const Sharding rs = PhysicalSharding(cp.Value(h.operand(1)).sharding);
-  const Sharding os = PhysicalSharding(cp.Target(&h));
+  // Fills `dims` from the convolution form and each spatial dim's window (pointwise, sliding with
+  // the kernel or the output tiled); spatial dims with base dilation stay whole (`whole` says so).
+  void AddSpaceDims();
+  // Decides over `dims`, dropping each dim the decision cannot serve and deciding again; false
+  // when no decision was left that nothing was dropped from.
+  bool Decide();
+  // The position in `order` of the first dim the decision tiles but cannot serve (its tiles do
+  // not divide its groups; its halo fails CheckHalo), its reason added to `whole`; nullopt when
+  // all are served. `halos` receives the windows of the served sliding dims.
+  std::optional<size_t> FirstUnservedDim();
+  // With nothing tiled by the decision: drops the sliding dims the lhs is tiled along and the
+  // output is not (they can only be gathered). Whether any was dropped.
+  bool DropGatheredSlides();
+  // Removes the dim of `dims` with d's role and lhs / kernel / output dims.
+  void EraseDim(const ConvSpaceDim& d);
+  // The operands in the decision's shardings, uneven contracting tiles zero-masked and the lhs
+  // widened by the halos; `c_dims` receives the tiled contracting space dims. Errors: the
+  // operands' reshards', the halo exchanges'.
+  absl::StatusOr<std::pair<HloInstruction*, HloInstruction*>> LocalOperands(
+      ComputationPartitioner& cp, const HloInstruction& h, std::vector<int64_t>* c_dims);
+  // Fits the local convolution `local` (kernel `rhs`) to its tiles: group counts divided, the
+  // tiled sliding dims unpadded (the kernel form's window the local kernel). Returns the
+  // remark's "role xT" of each tiled dim.
+  std::vector<std::string> FitLocalConvolution(HloInstruction* local, const HloInstruction* rhs);
+};
 
-  std::vector<ConvSpaceDim> dims;
+void ConvPartitioning::AddSpaceDims() {
+  const int64_t fgc = cd.feature_group_count, bgc = cd.batch_group_count;
   if (fgc > 1) {
-    dims.push_back({Role::kGroup, cd->lhs.b, cd->kernel.b, cd->out.b, -1, fgc});
-    dims.push_back({Role::kBatch, cd->lhs.a, -1, cd->out.a});
+    dims.push_back({Role::kGroup, cd.lhs.b, cd.kernel.b, cd.out.b, -1, fgc});
+    dims.push_back({Role::kBatch, cd.lhs.a, -1, cd.out.a});
   } else if (bgc > 1) {
-    dims.push_back({Role::kGroup, cd->lhs.a, cd->kernel.b, cd->out.b, -1, bgc});
-    dims.push_back({Role::kInFeature, cd->lhs.b, cd->kernel.a, -1});
+    dims.push_back({Role::kGroup, cd.lhs.a, cd.kernel.b, cd.out.b, -1, bgc});
+    dims.push_back({Role::kInFeature, cd.lhs.b, cd.kernel.a, -1});
   } else {
-    dims.push_back({Role::kBatch, cd->lhs.a, -1, cd->out.a});
-    dims.push_back({Role::kOutFeature, -1, cd->kernel.b, cd->out.b});
-    dims.push_back({Role::kInFeature, cd->lhs.b, cd->kernel.a, -1});
+    dims.push_back({Role::kBatch, cd.lhs.a, -1, cd.out.a});
+    dims.push_back({Role::kOutFeature, -1, cd.kernel.b, cd.out.b});
+    dims.push_back({Role::kInFeature, cd.lhs.b, cd.kernel.a, -1});
   }
-  std::vector<std::string> whole;  // why spatial dims stay whole
   for (size_t j = 0; j < window.size(); ++j) {
     const WindowDim& w = window[j];
-    const int64_t l = cd->lhs.spatial[j], k = cd->kernel.spatial[j], o = cd->out.spatial[j];
+    const int64_t l = cd.lhs.spatial[j], k = cd.kernel.spatial[j], o = cd.out.spatial[j];
     if (w.lhs_dilate != 1) {
       whole.push_back(absl::StrCat("spatial dim ", j, ": base dilation"));
       continue;
@@ -181,11 +203,9 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
       dims.push_back({Role::kSlideOut, l, -1, o, static_cast<int64_t>(j)});
     }
   }
+}
 
-  // Decide; a dim the decision cannot serve leaves the space and the decision is made again.
-  std::vector<ConvSpaceDim> order;
-  EinsumDecision decision;
-  std::vector<HaloWindow> halos;
+bool ConvPartitioning::Decide() {
   // Each retry drops at least one dim: at most as many retries as dims, and the last decision
   // taken is one nothing was dropped from (else the op is computed replicated).
   bool settled = false;
@@ -198,74 +218,85 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
       break;
     }
     halos.clear();
-    std::optional<size_t> drop;
-    for (size_t k = 0; k < order.size() && !drop; ++k) {
-      const ConvSpaceDim& d = order[k];
-      const int64_t t = TileOf(*decision.best, static_cast<int64_t>(k));
-      if (t <= 1) continue;
-      if (d.role == Role::kGroup && d.groups % t != 0) {
-        drop = k;
-        whole.push_back(absl::StrCat(RoleName(d.role), ": ", t, " tiles do not divide ", d.groups, " groups"));
-      }
-      if (d.role != Role::kSlideOut && d.role != Role::kSlideKernel) continue;
-      const WindowDim& w = window[static_cast<size_t>(d.spatial)];
-      const int64_t kernel = rg.dims[static_cast<size_t>(cd->kernel.spatial[static_cast<size_t>(d.spatial)])];
-      const int64_t out_size = og.dims[static_cast<size_t>(cd->out.spatial[static_cast<size_t>(d.spatial)])];
-      const int64_t tile = d.role == Role::kSlideOut ? ShardSize(out_size, t) : ShardSize(kernel, t);
-      const HaloWindow hw = SlideWindow(d, w, tile, kernel, out_size);
-      const absl::Status ok = CheckHalo(decision.lhs_target, lg, hw, n);
-      if (!ok.ok()) {
-        drop = k;
-        whole.push_back(absl::StrCat("spatial dim ", d.spatial, ": ", ok.message()));
-      } else {
-        halos.push_back(hw);
-      }
-    }
+    const std::optional<size_t> drop = FirstUnservedDim();
     if (!drop) {
-      // Nothing tiled: a sliding dim the output is not tiled along can only be gathered; without
-      // it in the space the other tilings may still serve (an lhs moved to its contracting dim).
-      const bool untiled = !decision.best->IsTiled() || decision.best->NumTiles() <= 1;
-      const size_t before = dims.size();
-      if (untiled) {
-        dims.erase(std::remove_if(dims.begin(), dims.end(),
-                                  [&](const ConvSpaceDim& d) {
-                                    return d.role == Role::kSlideOut && TileOf(os, d.out) <= 1 &&
-                                           TileOf(ls, d.lhs) > 1;
-                                  }),
-                   dims.end());
-      }
-      if (dims.size() == before) {
+      if (!DropGatheredSlides()) {
         settled = true;
         break;
       }
       whole.push_back("the lhs's tiling along its sliding dims, with the output whole there");
       continue;
     }
-    for (size_t k = 0; k < dims.size(); ++k) {
-      const ConvSpaceDim& d = order[*drop];
-      if (dims[k].role == d.role && dims[k].lhs == d.lhs && dims[k].rhs == d.rhs && dims[k].out == d.out) {
-        dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(k));
-        break;
-      }
+    EraseDim(order[*drop]);
+  }
+  return settled;
+}
+
+std::optional<size_t> ConvPartitioning::FirstUnservedDim() {
+  std::optional<size_t> drop;
+  for (size_t k = 0; k < order.size() && !drop; ++k) {
+    const ConvSpaceDim& d = order[k];
+    const int64_t t = TileOf(*decision.best, static_cast<int64_t>(k));
+    if (t <= 1) continue;
+    if (d.role == Role::kGroup && d.groups % t != 0) {
+      drop = k;
+      whole.push_back(absl::StrCat(RoleName(d.role), ": ", t, " tiles do not divide ", d.groups, " groups"));
+    }
+    if (d.role != Role::kSlideOut && d.role != Role::kSlideKernel) continue;
+    const WindowDim& w = window[static_cast<size_t>(d.spatial)];
+    const int64_t kernel = rg.dims[static_cast<size_t>(cd.kernel.spatial[static_cast<size_t>(d.spatial)])];
+    const int64_t out_size = og.dims[static_cast<size_t>(cd.out.spatial[static_cast<size_t>(d.spatial)])];
+    const int64_t tile = d.role == Role::kSlideOut ? ShardSize(out_size, t) : ShardSize(kernel, t);
+    const HaloWindow hw = SlideWindow(d, w, tile, kernel, out_size);
+    const absl::Status ok = CheckHalo(decision.lhs_target, lg, hw, n);
+    if (!ok.ok()) {
+      drop = k;
+      whole.push_back(absl::StrCat("spatial dim ", d.spatial, ": ", ok.message()));
+    } else {
+      halos.push_back(hw);
     }
   }
-  if (!settled) return cp.Replicated(h, "convolution: no decision after dropping every dim it could not serve");
-  if (!decision.best) return cp.Replicated(h, "convolution: no consistent sharding of its iteration space");
-  const Sharding& best = *decision.best;
-  if (!best.IsTiled() || best.NumTiles() <= 1) {
-    return cp.Replicated(h, absl::StrCat("convolution: no dim of its iteration space can be tiled",
-                                         whole.empty() ? std::string() : absl::StrCat(" (", absl::StrJoin(whole, "; "), ")")));
+  return drop;
+}
+
+bool ConvPartitioning::DropGatheredSlides() {
+  // Nothing tiled: a sliding dim the output is not tiled along can only be gathered; without
+  // it in the space the other tilings may still serve (an lhs moved to its contracting dim).
+  const bool untiled = !decision.best->IsTiled() || decision.best->NumTiles() <= 1;
+  const size_t before = dims.size();
+  if (untiled) {
+    dims.erase(std::remove_if(dims.begin(), dims.end(),
+                              [&](const ConvSpaceDim& d) {
+                                return d.role == Role::kSlideOut && TileOf(os, d.out) <= 1 &&
+                                       TileOf(ls, d.lhs) > 1;
+                              }),
+               dims.end());
   }
+  return dims.size() != before;
+}
+
+void ConvPartitioning::EraseDim(const ConvSpaceDim& d) {
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k].role == d.role && dims[k].lhs == d.lhs && dims[k].rhs == d.rhs && dims[k].out == d.out) {
+      dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    }
+  }
+}
+
+absl::StatusOr<std::pair<HloInstruction*, HloInstruction*>> ConvPartitioning::LocalOperands(
+    ComputationPartitioner& cp, const HloInstruction& h, std::vector<int64_t>* c_dims) {
+  const Sharding& best = *decision.best;
   ASSIGN_OR_RETURN(HloInstruction* l, cp.Operand(h, 0, decision.lhs_target));
   ASSIGN_OR_RETURN(HloInstruction* r, cp.Operand(h, 1, decision.rhs_target));
   SpmdBuilder& b = cp.b();
   HloInstruction* lhs = l;
   HloInstruction* rhs = r;
   // Zero the padding of uneven contracting tiles (the halo fills the lhs's sliding dims).
-  std::vector<int64_t> lmask, rmask, c_dims;
+  std::vector<int64_t> lmask, rmask;
   for (size_t k = 0; k < order.size(); ++k) {
     if (TileOf(best, static_cast<int64_t>(k)) <= 1 || Class(order[k].role) != 3) continue;
-    c_dims.push_back(static_cast<int64_t>(k));
+    c_dims->push_back(static_cast<int64_t>(k));
     if (order[k].role == Role::kInFeature) lmask.push_back(order[k].lhs);
     rmask.push_back(order[k].rhs);
   }
@@ -276,7 +307,13 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
     ASSIGN_OR_RETURN(HloInstruction* x, ExchangeHalo(b, lhs, decision.lhs_target, lg, hw, zero));
     lhs = x;
   }
-  HloInstruction* local = cp.Clone(h, LocalShape(og, decision.output_target), {lhs, rhs});
+  return std::make_pair(lhs, rhs);
+}
+
+std::vector<std::string> ConvPartitioning::FitLocalConvolution(HloInstruction* local,
+                                                               const HloInstruction* rhs) {
+  const Sharding& best = *decision.best;
+  const int64_t fgc = cd.feature_group_count;
   std::vector<std::string> roles;
   bool window_changed = false;
   for (size_t k = 0; k < order.size(); ++k) {
@@ -296,6 +333,53 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
     }
   }
   if (window_changed) SetWindow(local, window);
+  return roles;
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const HloInstruction& h) {
+  const int64_t n = cp.num_partitions();
+  const Shape& lg = h.operand(0)->shape();
+  const Shape& rg = h.operand(1)->shape();
+  const Shape& og = h.shape();
+  const int64_t rank = lg.rank();
+  absl::StatusOr<ConvDims> cd = ParseConvDims(h, rank);
+  if (!cd.ok()) return cp.Replicated(h, absl::StrCat("convolution: ", cd.status().message()));
+  absl::StatusOr<std::vector<WindowDim>> win = ParseWindow(h, cd->lhs.spatial.size());
+  if (!win.ok()) return cp.Replicated(h, absl::StrCat("convolution: ", win.status().message()));
+  const int64_t fgc = cd->feature_group_count, bgc = cd->batch_group_count;
+  if (fgc > 1 && bgc > 1) {
+    return cp.Replicated(h, "convolution with both feature and batch group counts (no partitioning rule)");
+  }
+  ConvPartitioning c{.lg = lg,
+                     .rg = rg,
+                     .og = og,
+                     .rank = rank,
+                     .n = n,
+                     .cd = *std::move(cd),
+                     .window = *std::move(win),
+                     .ls = PhysicalSharding(cp.Value(h.operand(0)).sharding),
+                     .rs = PhysicalSharding(cp.Value(h.operand(1)).sharding),
+                     .os = PhysicalSharding(cp.Target(&h))};
+  c.AddSpaceDims();
+  // Decide; a dim the decision cannot serve leaves the space and the decision is made again.
+  const bool settled = c.Decide();
+  const EinsumDecision& decision = c.decision;
+  const std::vector<std::string>& whole = c.whole;
+  if (!settled) return cp.Replicated(h, "convolution: no decision after dropping every dim it could not serve");
+  if (!decision.best) return cp.Replicated(h, "convolution: no consistent sharding of its iteration space");
+  const Sharding& best = *decision.best;
+  if (!best.IsTiled() || best.NumTiles() <= 1) {
+    return cp.Replicated(h, absl::StrCat("convolution: no dim of its iteration space can be tiled",
+                                         whole.empty() ? std::string() : absl::StrCat(" (", absl::StrJoin(whole, "; "), ")")));
+  }
+  std::vector<int64_t> c_dims;
+  ASSIGN_OR_RETURN(auto operands, c.LocalOperands(cp, h, &c_dims));
+  SpmdBuilder& b = cp.b();
+  HloInstruction* local =
+      cp.Clone(h, LocalShape(og, decision.output_target), {operands.first, operands.second});
+  const std::vector<std::string> roles = c.FitLocalConvolution(local, operands.second);
   for (auto it = c_dims.rbegin(); it != c_dims.rend(); ++it) {
     local = b.AllReduce(local, DeviceGroups(best, {*it}), b.Reducer(HloOpcode::kAdd, og.element_type));
   }
@@ -304,7 +388,7 @@ absl::StatusOr<PValue> PartitionConvolution(ComputationPartitioner& cp, const Hl
                          roles.empty() ? std::string("no dim tiled") : absl::StrJoin(roles, ", "),
                          "; by the dot handler's order: ", absl::StrJoin(decision.steps, "; then "),
                          "; lhs ", decision.lhs_target.ToString(), ", kernel ", decision.rhs_target.ToString(),
-                         halos.empty() ? std::string() : absl::StrCat(", ", halos.size(), " halo exchange(s) on the lhs"),
+                         c.halos.empty() ? std::string() : absl::StrCat(", ", c.halos.size(), " halo exchange(s) on the lhs"),
                          c_dims.empty() ? std::string() : absl::StrCat(", ", c_dims.size(), " all-reduce(s) of the partial sums"),
                          whole.empty() ? std::string() : absl::StrCat("; kept whole: ", absl::StrJoin(whole, "; "))));
   return PValue{local, decision.output_target, og};

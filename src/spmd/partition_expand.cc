@@ -85,14 +85,14 @@ HloInstruction* IndexMask(HloComputation* c, HloInstruction* iota, const Shape& 
                           ComparisonDirection dir, const std::string& bound_name, const std::string& cmp_name,
                           const std::optional<HloSharding>& s) {
   const Shape& s32 = iota->shape();
-  HloInstruction* kb = c->AddInstruction(HloOpcode::kBroadcast, s32, {ConstantOf(c, Literal::ScalarInt(PrimitiveType::S32, bound), bound_name)},
-                                         "broadcast");
+  HloInstruction* kb =
+      AddBroadcast(c, ConstantOf(c, Literal::ScalarInt(PrimitiveType::S32, bound), bound_name), s32,
+                   {}, "broadcast");
   kb->sharding = HloSharding();
   HloInstruction* cmp = c->AddInstruction(HloOpcode::kCompare, Shape(PrimitiveType::PRED, s32.dims), {iota, kb}, cmp_name);
   cmp->comparison_direction = dir;
   cmp->sharding = HloSharding();
-  HloInstruction* m = c->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, out.dims), {cmp}, "mask");
-  m->dimensions = {dim};
+  HloInstruction* m = AddBroadcast(c, cmp, Shape(PrimitiveType::PRED, out.dims), {dim}, "mask");
   return Annotated(m, s);
 }
 

@@ -271,137 +271,191 @@ std::string TryIndicesInOperandReplication(const GatherScatterDims& g, const Sha
   return note;
 }
 
-}  // namespace
+// The decisions gather and scatter share: the operand's and the indices' shardings, the
+// index-parallel dims (aligned or not), the operand's vocab dims and the remark's notes.
+struct GatherScatterPlan {
+  Sharding osh;
+  Sharding idx_req = Sharding::Replicated();
+  std::vector<ParallelDim> par;
+  std::vector<int64_t> vocab;
+  bool parallel = false;
+  std::string gathered;  // the remark's note on dims the rules cannot use
+  std::string moved;     // the remark's note when the indices move into the operand's replication
+};
 
-absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h) {
-  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
-  if (!g) return cp.Replicated(h, "gather: unreadable dimension numbers, no partitioning rule");
+// What one gather's partitioning decides besides: the local output's sharding and the vocab
+// rule's device groups.
+struct GatherPlan : GatherScatterPlan {
+  // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
+  // the same output tile.
+  std::vector<std::vector<int64_t>> vocab_groups;
+  std::optional<Sharding> out_s;
+};
+
+// Decides the shardings of gather `h` (dims `g`) into *p from its operands' current ones;
+// returns why the gather is computed replicated instead (the remark's reason), or nullopt.
+// Builds nothing.
+std::optional<std::string> PlanGather(ComputationPartitioner& cp, const HloInstruction& h,
+                                      const GatherScatterDims& g, GatherPlan* p) {
   const int64_t n = cp.num_partitions();
-  Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  Sharding& osh = p->osh;
+  osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
   const Sharding ish = PhysicalSharding(cp.Value(h.operand(1)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(1)->shape();
   const Shape& out = h.shape();
-  const std::vector<ParallelDim> par = ParallelDims(h, *g);
-  std::vector<int64_t> vocab, unsupported;
-  ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
-  std::string gathered;  // the remark's note on dims the rules cannot use
+  p->par = ParallelDims(h, g);
+  const std::vector<ParallelDim>& par = p->par;
+  std::vector<int64_t>& vocab = p->vocab;
+  std::vector<int64_t> unsupported;
+  ClassifyOperandTiling(osh, og.rank(), g, par, &vocab, &unsupported);
   if (!unsupported.empty() &&
       !DropUnusableOperandDims(&osh, ish, unsupported, "neither taken whole nor indexed with slice size 1",
-                               &gathered)) {
-    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that it neither takes whole nor indexes with slice size 1 "
-                                         "(no partitioning rule)"));
+                               &p->gathered)) {
+    return absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                        " that it neither takes whole nor indexes with slice size 1 "
+                        "(no partitioning rule)");
   }
   if (!vocab.empty() && !IsSignedInteger(ig.element_type)) {
-    return cp.Replicated(h, "gather: vocab-sharded operand with unsigned indices (no partitioning rule)");
+    return "gather: vocab-sharded operand with unsigned indices (no partitioning rule)";
   }
   // The indices keep their batch tiling (index_vector_dim untiled) when it combines with the
   // operand's tiling; else they are replicated.
-  Sharding idx_req = Sharding::Replicated();
-  if (ish.IsTiled() && g->index_vector_dim < ig.rank()) {
-    std::optional<Sharding> r = ReplicateDims(ish, {g->index_vector_dim});
+  Sharding& idx_req = p->idx_req;
+  if (ish.IsTiled() && g.index_vector_dim < ig.rank()) {
+    std::optional<Sharding> r = ReplicateDims(ish, {g.index_vector_dim});
     if (r) idx_req = *r;
   } else if (ish.IsTiled()) {
     idx_req = ish;
   }
   // Index-parallel dims: operand and indices tiled alike on them.
-  const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
+  const bool parallel = AlignParallelDims(par, og, ig, g, &osh, ish, &idx_req, &vocab, &unsupported);
+  p->parallel = parallel;
   if (!unsupported.empty()) {
-    return cp.Replicated(h, absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that no rule uses after aligning the index-parallel dims "
-                                         "(no partitioning rule)"));
+    return absl::StrCat("gather: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                        " that no rule uses after aligning the index-parallel dims "
+                        "(no partitioning rule)");
   }
-  // The all-reduce of the vocab rule sums one device per vocab tile; those devices must hold
-  // the same output tile.
-  const std::vector<std::vector<int64_t>> vocab_groups =
-      vocab.empty() ? std::vector<std::vector<int64_t>>() : DeviceGroups(osh, vocab);
+  p->vocab_groups = vocab.empty() ? std::vector<std::vector<int64_t>>() : DeviceGroups(osh, vocab);
   auto groups_agree = [&](const Sharding& s) {
-    for (const std::vector<int64_t>& grp : vocab_groups) {
+    for (const std::vector<int64_t>& grp : p->vocab_groups) {
       for (int64_t dev : grp) {
         if (s.TileIndex(dev, out.rank()) != s.TileIndex(grp[0], out.rank())) return false;
       }
     }
     return true;
   };
-  std::optional<Sharding> out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
+  std::optional<Sharding>& out_s = p->out_s;
+  out_s = LocalGatherOutput(g, osh, idx_req, vocab, out.rank(), n);
   if (parallel && (!out_s || !groups_agree(*out_s))) {
-    return cp.Replicated(h, "gather: index-parallel dims do not combine with the other tilings (no partitioning rule)");
+    return "gather: index-parallel dims do not combine with the other tilings (no partitioning rule)";
   }
-  // the remark's note when the indices move into the operand's replication
-  const std::string moved =
-      parallel ? std::string()
-               : TryIndicesInOperandReplication(*g, osh, vocab, out.rank(), n, groups_agree, &idx_req, &out_s);
+  p->moved = parallel ? std::string()
+                      : TryIndicesInOperandReplication(g, osh, vocab, out.rank(), n, groups_agree, &idx_req, &out_s);
   if (!out_s || !groups_agree(*out_s)) {
     idx_req = Sharding::Replicated();
-    out_s = LocalGatherOutput(*g, osh, idx_req, vocab, out.rank(), n);
+    out_s = LocalGatherOutput(g, osh, idx_req, vocab, out.rank(), n);
     if (out_s && !groups_agree(*out_s)) out_s.reset();
   }
-  if (!out_s) return cp.Replicated(h, "gather: no consistent local sharding (no partitioning rule)");
-  ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, 0, osh));
-  ASSIGN_OR_RETURN(HloInstruction* ix, cp.Operand(h, 1, idx_req));
-  SpmdBuilder& b = cp.b();
-  HloInstruction* indices = parallel ? ShiftParallelIndices(b, ix, *g, par, osh, og) : ix;
-  HloInstruction* mask = nullptr;
-  if (!vocab.empty()) {
-    const PrimitiveType it = ig.element_type;
-    indices = RewriteIndexComponents(b, indices, *g, vocab, [&](int64_t v, HloInstruction* c) {
-      const Shape cs = c->shape();
-      const int64_t size = og.dims[static_cast<size_t>(v)];
-      const int64_t local = ShardSize(size, osh.tile(v));
-      HloInstruction* lo = b.Splat(b.ScalarConst(it, 0), cs);
-      HloInstruction* hi = b.Splat(b.ScalarConst(it, static_cast<double>(size - 1)), cs);
-      HloInstruction* clamped = b.Add(HloOpcode::kClamp, cs, {lo, c, hi}, "clamp");
-      HloInstruction* adj = b.Add(HloOpcode::kSubtract, cs,
-                                  {clamped, b.Splat(TileOffsetIndex(b, osh, og, v, it), cs)}, "local_index");
-      HloInstruction* ge = Compare(b, adj, lo, ComparisonDirection::kGe);
-      HloInstruction* lt = Compare(b, adj, b.Splat(b.ScalarConst(it, static_cast<double>(local)), cs),
-                                   ComparisonDirection::kLt);
-      HloInstruction* in = b.Add(HloOpcode::kAnd, ge->shape(), {ge, lt}, "in_shard");
-      mask = mask == nullptr ? in : b.Add(HloOpcode::kAnd, in->shape(), {mask, in}, "and");
-      return adj;
-    });
-  }
-  const Shape local_shape = LocalShape(out, *out_s);
-  HloInstruction* local = cp.Clone(h, local_shape, {o, indices});
-  // Pass-through dims take their local extent.
+  if (!out_s) return "gather: no consistent local sharding (no partitioning rule)";
+  return std::nullopt;
+}
+
+// The vocab rule's indices: each component on a `vocab` dim of the operand (global `og`, tiled by
+// `osh`) clamped to the global bounds and shifted by the partition's offset (index type `it`);
+// *mask receives, and-ed over those dims, whether each row's shifted index lies in the local tile.
+HloInstruction* LocalVocabIndices(SpmdBuilder& b, HloInstruction* indices, const GatherScatterDims& g,
+                                  const std::vector<int64_t>& vocab, const Sharding& osh, const Shape& og,
+                                  PrimitiveType it, HloInstruction** mask) {
+  return RewriteIndexComponents(b, indices, g, vocab, [&](int64_t v, HloInstruction* c) {
+    const Shape cs = c->shape();
+    const int64_t size = og.dims[static_cast<size_t>(v)];
+    const int64_t local = ShardSize(size, osh.tile(v));
+    HloInstruction* lo = b.Splat(b.ScalarConst(it, 0), cs);
+    HloInstruction* hi = b.Splat(b.ScalarConst(it, static_cast<double>(size - 1)), cs);
+    HloInstruction* clamped = b.Add(HloOpcode::kClamp, cs, {lo, c, hi}, "clamp");
+    HloInstruction* adj = b.Add(HloOpcode::kSubtract, cs,
+                                {clamped, b.Splat(TileOffsetIndex(b, osh, og, v, it), cs)}, "local_index");
+    HloInstruction* ge = Compare(b, adj, lo, ComparisonDirection::kGe);
+    HloInstruction* lt = Compare(b, adj, b.Splat(b.ScalarConst(it, static_cast<double>(local)), cs),
+                                 ComparisonDirection::kLt);
+    HloInstruction* in = b.Add(HloOpcode::kAnd, ge->shape(), {ge, lt}, "in_shard");
+    *mask = *mask == nullptr ? in : b.Add(HloOpcode::kAnd, in->shape(), {*mask, in}, "and");
+    return adj;
+  });
+}
+
+// The local gather's slice_sizes attribute: its pass-through dims take their local extent
+// under `osh` (the operand's global shape `og`).
+void SetLocalSliceSizes(HloInstruction* local, const GatherScatterDims& g, const Shape& og,
+                        const Sharding& osh) {
   const Shape local_operand = LocalShape(og, osh);
-  std::vector<int64_t> sizes = g->slice_sizes;
+  std::vector<int64_t> sizes = g.slice_sizes;
   for (int64_t d = 0; d < og.rank(); ++d) {
-    if (g->pass_through[static_cast<size_t>(d)]) sizes[static_cast<size_t>(d)] = local_operand.dims[static_cast<size_t>(d)];
+    if (g.pass_through[static_cast<size_t>(d)]) sizes[static_cast<size_t>(d)] = local_operand.dims[static_cast<size_t>(d)];
   }
   for (auto& [key, value] : *local->mutable_raw_attributes()) {
     if (key == "slice_sizes") value = absl::StrCat("{", absl::StrJoin(sizes, ","), "}");
   }
+}
+
+// `local` (the local gather, of shape `local_shape`) with the rows `mask` marks out of the shard
+// zeroed: the mask's index_vector_dim (size 1) dropped, broadcast over the offset dims.
+HloInstruction* ZeroOutOfShardRows(SpmdBuilder& b, HloInstruction* local, HloInstruction* mask,
+                                   const GatherScatterDims& g, const Shape& local_shape) {
+  std::vector<int64_t> batch_sizes;
+  for (int64_t d : g.indices_batch) batch_sizes.push_back(mask->shape().dims[static_cast<size_t>(d)]);
+  HloInstruction* m = b.Reshape(mask, batch_sizes);
+  HloInstruction* mb = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, local_shape.dims), {m}, "broadcast");
+  mb->dimensions = g.batch_out;
+  return b.Select(mb, local, b.Zeros(local_shape));
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionGather(ComputationPartitioner& cp, const HloInstruction& h) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
+  if (!g) return cp.Replicated(h, "gather: unreadable dimension numbers, no partitioning rule");
+  GatherPlan p;
+  if (std::optional<std::string> why = PlanGather(cp, h, *g, &p)) return cp.Replicated(h, *why);
+  const Sharding& osh = p.osh;
+  const Sharding& idx_req = p.idx_req;
+  const std::optional<Sharding>& out_s = p.out_s;
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ig = h.operand(1)->shape();
+  const Shape& out = h.shape();
+  ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, 0, osh));
+  ASSIGN_OR_RETURN(HloInstruction* ix, cp.Operand(h, 1, idx_req));
+  SpmdBuilder& b = cp.b();
+  HloInstruction* indices = p.parallel ? ShiftParallelIndices(b, ix, *g, p.par, osh, og) : ix;
+  HloInstruction* mask = nullptr;
+  if (!p.vocab.empty()) indices = LocalVocabIndices(b, indices, *g, p.vocab, osh, og, ig.element_type, &mask);
+  const Shape local_shape = LocalShape(out, *out_s);
+  HloInstruction* local = cp.Clone(h, local_shape, {o, indices});
+  SetLocalSliceSizes(local, *g, og, osh);
   if (mask != nullptr) {
-    // Drop index_vector_dim (size 1) and broadcast over the offset dims.
-    std::vector<int64_t> batch_sizes;
-    for (int64_t d : g->indices_batch) batch_sizes.push_back(mask->shape().dims[static_cast<size_t>(d)]);
-    HloInstruction* m = b.Reshape(mask, batch_sizes);
-    HloInstruction* mb = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, local_shape.dims), {m}, "broadcast");
-    mb->dimensions = g->batch_out;
-    local = b.Select(mb, local, b.Zeros(local_shape));
-    local = b.AllReduce(local, vocab_groups, b.Reducer(HloOpcode::kAdd, out.element_type));
+    local = ZeroOutOfShardRows(b, local, mask, *g, local_shape);
+    local = b.AllReduce(local, p.vocab_groups, b.Reducer(HloOpcode::kAdd, out.element_type));
     cp.Remark(h, true,
-              absl::StrCat("gather from an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
+              absl::StrCat("gather from an operand tiled on its indexed dim(s) ", absl::StrJoin(p.vocab, ","),
                            " (vocab-sharded): indices ", idx_req.ToString(),
                            " shifted by the partition's offset, out-of-shard rows zeroed, local "
-                           "gather, one all-reduce (add); result ", out_s->ToString(), gathered));
-  } else if (parallel) {
+                           "gather, one all-reduce (add); result ", out_s->ToString(), p.gathered));
+  } else if (p.parallel) {
     std::vector<std::string> pairs;
-    for (const ParallelDim& p : par) {
-      pairs.push_back(absl::StrCat(p.operand_dim, "~", p.indices_dim, p.iota ? " (iota)" : " (batching)"));
+    for (const ParallelDim& pd : p.par) {
+      pairs.push_back(absl::StrCat(pd.operand_dim, "~", pd.indices_dim, pd.iota ? " (iota)" : " (batching)"));
     }
     cp.Remark(h, true,
               absl::StrCat("gather, index-parallel dims (operand~indices) ", absl::StrJoin(pairs, ", "),
                            ": operand ", osh.ToString(), ", indices ", idx_req.ToString(),
                            ", iota indices shifted by the tile's offset, local gather; result ",
-                           out_s->ToString(), gathered));
+                           out_s->ToString(), p.gathered));
   } else if (out_s->IsTiled()) {
     cp.Remark(h, true,
               absl::StrCat("gather, index-parallel / operand pass-through: local gather with "
-                           "operand ", osh.ToString(), ", indices ", idx_req.ToString(), moved, "; result ",
-                           out_s->ToString(), gathered));
+                           "operand ", osh.ToString(), ", indices ", idx_req.ToString(), p.moved, "; result ",
+                           out_s->ToString(), p.gathered));
   }
   return PValue{local, *out_s, out};
 }
@@ -493,6 +547,193 @@ std::optional<Combiner> ScatterCombiner(const HloComputation* c, PrimitiveType t
   }
 }
 
+// What one scatter's partitioning (k operands and k updates) decides besides: the updates'
+// sharding and the batch groups whose partial scatters an all-reduce combines.
+struct ScatterPlan : GatherScatterPlan {
+  int64_t k = 0;
+  // The element type the combiner's identity is of (none for a variadic scatter).
+  PrimitiveType et = PrimitiveType::TUPLE;
+  std::vector<bool> par_index;  // per indices dim: an aligned index-parallel dim
+  std::optional<Sharding> upd;
+  std::vector<std::vector<int64_t>> groups;
+};
+
+// The first half of scatter `h`'s decision (p->k and p->et set): the operand's tiling classified
+// (unusable dims gathered), the index-parallel dims aligned, the indices' sharding. Returns why
+// the scatter is computed replicated instead (the remark's reason), or nullopt. Builds nothing.
+std::optional<std::string> PlanScatterIndices(ComputationPartitioner& cp, const HloInstruction& h,
+                                              const GatherScatterDims& g, ScatterPlan* p) {
+  const PrimitiveType et = p->et;
+  Sharding& osh = p->osh;
+  osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
+  const Sharding ish = PhysicalSharding(cp.Value(h.operand(p->k)).sharding);
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ig = h.operand(p->k)->shape();
+  p->par = ParallelDims(h, g);
+  const std::vector<ParallelDim>& par = p->par;
+  std::vector<int64_t>& vocab = p->vocab;
+  std::vector<int64_t> unsupported;
+  ClassifyOperandTiling(osh, og.rank(), g, par, &vocab, &unsupported);
+  if (!unsupported.empty() &&
+      !DropUnusableOperandDims(&osh, ish, unsupported,
+                               "neither covered whole by the windows nor updated one row at a time", &p->gathered)) {
+    return absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                        " that its windows neither cover whole nor update one row "
+                        "of (no partitioning rule)");
+  }
+  if (!vocab.empty() && !IsSignedInteger(ig.element_type)) {
+    return "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)";
+  }
+  Sharding& idx_req = p->idx_req;
+  // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
+  const bool parallel = AlignParallelDims(par, og, ig, g, &osh, ish, &idx_req, &vocab, &unsupported);
+  p->parallel = parallel;
+  if (!unsupported.empty()) {
+    return absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
+                        " that no rule uses after aligning the index-parallel dims "
+                        "(no partitioning rule)");
+  }
+  std::vector<bool>& par_index = p->par_index;
+  par_index.assign(static_cast<size_t>(ig.rank()), false);
+  for (const ParallelDim& pd : par) par_index[static_cast<size_t>(pd.indices_dim)] = parallel;
+  if (parallel && idx_req.IsTiled()) {
+    // Indices also tiled on other batch dims (index pass-through merged with the parallel dims):
+    // partial scatters combined by an all-reduce, which needs the combiner and no vocab shift.
+    bool other = false;
+    for (int64_t d : g.indices_batch) other |= idx_req.tile(d) > 1 && !par_index[static_cast<size_t>(d)];
+    if (other && (!vocab.empty() || !ScatterCombiner(h.to_apply(), et))) {
+      return "scatter: indices tiled on parallel and other batch dims with a vocab-sharded "
+             "operand or a combiner that is not add, multiply, minimum, maximum, and or or "
+             "(no partitioning rule)";
+    }
+  }
+  if (!parallel && vocab.empty() && ish.IsTiled()) {
+    std::optional<Sharding> r =
+        g.index_vector_dim < ig.rank() ? ReplicateDims(ish, {g.index_vector_dim}) : ish;
+    if (r) idx_req = *r;
+    if (idx_req.IsTiled() && !ScatterCombiner(h.to_apply(), et)) {
+      return "scatter: indices tiled on their batch dims with a combiner that is not "
+             "add, multiply, minimum, maximum, and or or (no partitioning rule)";
+    }
+  }
+  return std::nullopt;
+}
+
+// The second half of scatter `h`'s decision, after PlanScatterIndices: the updates' sharding and
+// the batch groups to combine (the indices moved into the operand's replication, or replicated,
+// where the first choice does not combine). Returns why the scatter is computed replicated
+// instead, or nullopt. Builds nothing.
+std::optional<std::string> PlanScatterUpdates(const HloInstruction& h, const GatherScatterDims& g,
+                                              int64_t n, ScatterPlan* p) {
+  const Shape& og = h.operand(0)->shape();
+  const Shape& ug = h.operand(p->k + 1)->shape();
+  const Sharding& osh = p->osh;
+  Sharding& idx_req = p->idx_req;
+  const std::vector<int64_t>& vocab = p->vocab;
+  // The updates: scatter dims like the indices' batch dims, window dims like the operand's
+  // pass-through dims (the gather output's layout).
+  std::optional<Sharding>& upd = p->upd;
+  upd = LocalGatherOutput(g, osh, idx_req, vocab, ug.rank(), n);
+  const std::vector<bool>& par_index = p->par_index;
+  std::vector<std::vector<int64_t>>& groups = p->groups;
+  auto groups_ok = [&](const Sharding& u) {
+    groups.clear();
+    if (!u.IsTiled()) return true;
+    std::vector<int64_t> dims;  // batch dims tiled, parallel ones aside (not combined)
+    for (size_t k = 0; k < g.batch_out.size(); ++k) {
+      const int64_t d = g.batch_out[k];
+      if (u.tile(d) > 1 && !par_index[static_cast<size_t>(g.indices_batch[k])]) dims.push_back(d);
+    }
+    if (dims.empty()) return true;
+    groups = DeviceGroups(u, dims);
+    for (const std::vector<int64_t>& grp : groups) {
+      for (int64_t dev : grp) {
+        if (osh.TileIndex(dev, og.rank()) != osh.TileIndex(grp[0], og.rank())) return false;
+      }
+    }
+    return true;
+  };
+  if (p->parallel && (!upd || !groups_ok(*upd))) {
+    return "scatter: index-parallel dims do not combine with the other tilings (no partitioning rule)";
+  }
+  // the remark's note when the indices move into the operand's replication
+  p->moved = !vocab.empty() ? std::string()
+                            : TryIndicesInOperandReplication(g, osh, vocab, ug.rank(), n, groups_ok, &idx_req, &upd);
+  if (!upd || !groups_ok(*upd)) {
+    idx_req = Sharding::Replicated();
+    upd = LocalGatherOutput(g, osh, idx_req, vocab, ug.rank(), n);
+    if (!upd || !groups_ok(*upd)) return "scatter: no consistent local sharding (no partitioning rule)";
+  }
+  if (!groups.empty() && !ScatterCombiner(h.to_apply(), p->et)) {
+    return "scatter: partial scatters to combine without an elementwise combiner (no partitioning rule)";
+  }
+  return std::nullopt;
+}
+
+// The local scatter's indices from `ix` (global `ig`, sharded by p.idx_req): the padding rows of
+// an uneven index tile set to `oob` (when given), then the components on iota-parallel dims and
+// (the vocab rule) on vocab dims shifted by the partition's offset along them.
+HloInstruction* LocalScatterIndices(SpmdBuilder& b, HloInstruction* ix, const GatherScatterDims& g,
+                                    const ScatterPlan& p, std::optional<int64_t> oob, const Shape& ig,
+                                    const Shape& og) {
+  HloInstruction* indices = ix;
+  if (oob) {
+    indices = b.MaskPadding(indices, p.idx_req, ig, g.indices_batch,
+                            b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
+  }
+  if (p.parallel) indices = ShiftParallelIndices(b, indices, g, p.par, p.osh, og);
+  if (!p.vocab.empty()) indices = ShiftIndexComponents(b, indices, g, p.vocab, p.osh, og);
+  return indices;
+}
+
+// The operand `base` on the first device of each of `groups` (of partitions 0..n-1), the
+// combiner's identity (of `combiner` in type `et`, which has one) splatted on the others.
+HloInstruction* FirstDeviceBase(SpmdBuilder& b, HloInstruction* base,
+                                const std::vector<std::vector<int64_t>>& groups, int64_t n,
+                                const HloComputation* combiner, PrimitiveType et) {
+  std::vector<int64_t> first(static_cast<size_t>(n), 0);
+  for (const std::vector<int64_t>& grp : groups) first[static_cast<size_t>(grp[0])] = 1;
+  HloInstruction* flag = b.TableLookup(first);
+  HloInstruction* one = b.ScalarConst(PrimitiveType::S32, 1);
+  HloInstruction* is_first = Compare(b, flag, one, ComparisonDirection::kEq);
+  HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
+                               {is_first}, "broadcast");
+  return b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(combiner, et)->identity),
+                                      base->shape()));
+}
+
+// The local scatter `local` of `h` combined (one all-reduce with the combiner over the batch
+// groups) when p.groups asks for it, and the remark of the rule applied. Returns the result's
+// local value.
+HloInstruction* CombineAndRemarkScatter(ComputationPartitioner& cp, const HloInstruction& h,
+                                        const ScatterPlan& p, HloInstruction* local) {
+  SpmdBuilder& b = cp.b();
+  const Sharding& osh = p.osh;
+  if (!p.vocab.empty()) {
+    cp.Remark(h, true,
+              absl::StrCat("scatter into an operand tiled on its indexed dim(s) ", absl::StrJoin(p.vocab, ","),
+                           " (vocab-sharded): indices shifted by the partition's offset (updates "
+                           "for other shards fall out of bounds and are skipped), local scatter; "
+                           "result ", osh.ToString(), p.gathered));
+  } else if (!p.groups.empty()) {
+    const HloOpcode op = ScatterCombiner(h.to_apply(), p.et)->op;
+    local = b.AllReduce(local, p.groups, b.Reducer(op, p.et));
+    cp.Remark(h, true,
+              absl::StrCat("scatter, index-parallel: indices ", p.idx_req.ToString(), ", updates ",
+                           p.upd->ToString(), p.moved, "; the first device of each batch group scatters into "
+                           "the operand, the others into the combiner's identity, one all-reduce (",
+                           std::string(HloOpcodeString(op)), "); result ", osh.ToString(), p.gathered));
+  } else if (p.parallel) {
+    cp.Remark(h, true, absl::StrCat("scatter, index-parallel dims: operand ", osh.ToString(), ", indices ",
+                                    p.idx_req.ToString(), ", updates ", p.upd->ToString(),
+                                    ", iota indices shifted by the tile's offset, local scatter; result ",
+                                    osh.ToString(), p.gathered));
+  } else if (p.upd->IsTiled() || osh.IsTiled()) {
+    cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString(), p.gathered));
+  }
+  return local;
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloInstruction& h) {
@@ -506,93 +747,16 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   if (!g) return cp.Replicated(h, "scatter: unreadable dimension numbers, no partitioning rule");
   const int64_t n = cp.num_partitions();
-  Sharding osh = PhysicalSharding(cp.Value(h.operand(0)).sharding);
-  const Sharding ish = PhysicalSharding(cp.Value(h.operand(k)).sharding);
   const Shape& og = h.operand(0)->shape();
   const Shape& ig = h.operand(k)->shape();
   const Shape& ug = h.operand(k + 1)->shape();
-  // The element type the combiner's identity is of (none for a variadic scatter).
-  const PrimitiveType et = k == 1 ? h.shape().element_type : PrimitiveType::TUPLE;
-  const std::vector<ParallelDim> par = ParallelDims(h, *g);
-  std::vector<int64_t> vocab, unsupported;
-  ClassifyOperandTiling(osh, og.rank(), *g, par, &vocab, &unsupported);
-  std::string gathered;  // the remark's note on dims the rules cannot use
-  if (!unsupported.empty() &&
-      !DropUnusableOperandDims(&osh, ish, unsupported,
-                               "neither covered whole by the windows nor updated one row at a time", &gathered)) {
-    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that its windows neither cover whole nor update one row "
-                                         "of (no partitioning rule)"));
-  }
-  if (!vocab.empty() && !IsSignedInteger(ig.element_type)) {
-    return cp.Replicated(h, "scatter: vocab-sharded operand with unsigned indices (no partitioning rule)");
-  }
-  Sharding idx_req = Sharding::Replicated();
-  // Index-parallel dims: operand and indices tiled alike on them, no combining across them.
-  const bool parallel = AlignParallelDims(par, og, ig, *g, &osh, ish, &idx_req, &vocab, &unsupported);
-  if (!unsupported.empty()) {
-    return cp.Replicated(h, absl::StrCat("scatter: operand tiled along dim(s) ", absl::StrJoin(unsupported, ","),
-                                         " that no rule uses after aligning the index-parallel dims "
-                                         "(no partitioning rule)"));
-  }
-  std::vector<bool> par_index(static_cast<size_t>(ig.rank()), false);
-  for (const ParallelDim& p : par) par_index[static_cast<size_t>(p.indices_dim)] = parallel;
-  if (parallel && idx_req.IsTiled()) {
-    // Indices also tiled on other batch dims (index pass-through merged with the parallel dims):
-    // partial scatters combined by an all-reduce, which needs the combiner and no vocab shift.
-    bool other = false;
-    for (int64_t d : g->indices_batch) other |= idx_req.tile(d) > 1 && !par_index[static_cast<size_t>(d)];
-    if (other && (!vocab.empty() || !ScatterCombiner(h.to_apply(), et))) {
-      return cp.Replicated(h, "scatter: indices tiled on parallel and other batch dims with a vocab-sharded "
-                              "operand or a combiner that is not add, multiply, minimum, maximum, and or or "
-                              "(no partitioning rule)");
-    }
-  }
-  if (!parallel && vocab.empty() && ish.IsTiled()) {
-    std::optional<Sharding> r =
-        g->index_vector_dim < ig.rank() ? ReplicateDims(ish, {g->index_vector_dim}) : ish;
-    if (r) idx_req = *r;
-    if (idx_req.IsTiled() && !ScatterCombiner(h.to_apply(), et)) {
-      return cp.Replicated(h, "scatter: indices tiled on their batch dims with a combiner that is not "
-                              "add, multiply, minimum, maximum, and or or (no partitioning rule)");
-    }
-  }
-  // The updates: scatter dims like the indices' batch dims, window dims like the operand's
-  // pass-through dims (the gather output's layout).
-  std::optional<Sharding> upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
-  std::vector<std::vector<int64_t>> groups;
-  auto groups_ok = [&](const Sharding& u) {
-    groups.clear();
-    if (!u.IsTiled()) return true;
-    std::vector<int64_t> dims;  // batch dims tiled, parallel ones aside (not combined)
-    for (size_t k = 0; k < g->batch_out.size(); ++k) {
-      const int64_t d = g->batch_out[k];
-      if (u.tile(d) > 1 && !par_index[static_cast<size_t>(g->indices_batch[k])]) dims.push_back(d);
-    }
-    if (dims.empty()) return true;
-    groups = DeviceGroups(u, dims);
-    for (const std::vector<int64_t>& grp : groups) {
-      for (int64_t dev : grp) {
-        if (osh.TileIndex(dev, og.rank()) != osh.TileIndex(grp[0], og.rank())) return false;
-      }
-    }
-    return true;
-  };
-  if (parallel && (!upd || !groups_ok(*upd))) {
-    return cp.Replicated(h, "scatter: index-parallel dims do not combine with the other tilings (no partitioning rule)");
-  }
-  // the remark's note when the indices move into the operand's replication
-  const std::string moved =
-      !vocab.empty() ? std::string()
-                     : TryIndicesInOperandReplication(*g, osh, vocab, ug.rank(), n, groups_ok, &idx_req, &upd);
-  if (!upd || !groups_ok(*upd)) {
-    idx_req = Sharding::Replicated();
-    upd = LocalGatherOutput(*g, osh, idx_req, vocab, ug.rank(), n);
-    if (!upd || !groups_ok(*upd)) return cp.Replicated(h, "scatter: no consistent local sharding (no partitioning rule)");
-  }
-  if (!groups.empty() && !ScatterCombiner(h.to_apply(), et)) {
-    return cp.Replicated(h, "scatter: partial scatters to combine without an elementwise combiner (no partitioning rule)");
-  }
+  ScatterPlan p;
+  p.k = k;
+  p.et = k == 1 ? h.shape().element_type : PrimitiveType::TUPLE;
+  if (std::optional<std::string> why = PlanScatterIndices(cp, h, *g, &p)) return cp.Replicated(h, *why);
+  if (std::optional<std::string> why = PlanScatterUpdates(h, *g, n, &p)) return cp.Replicated(h, *why);
+  const Sharding& osh = p.osh;
+  const Sharding& idx_req = p.idx_req;
   std::vector<HloInstruction*> bases;
   for (int64_t i = 0; i < k; ++i) {
     ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, osh));
@@ -613,59 +777,21 @@ absl::StatusOr<PValue> PartitionScatter(ComputationPartitioner& cp, const HloIns
   }
   std::vector<HloInstruction*> updates;
   for (int64_t i = 0; i < k; ++i) {
-    ASSIGN_OR_RETURN(HloInstruction* u, cp.Operand(h, k + 1 + i, *upd));
+    ASSIGN_OR_RETURN(HloInstruction* u, cp.Operand(h, k + 1 + i, *p.upd));
     updates.push_back(u);
   }
   SpmdBuilder& b = cp.b();
-  HloInstruction* indices = ix;
-  if (oob) {
-    indices = b.MaskPadding(indices, idx_req, ig, g->indices_batch,
-                            b.Constant(Literal::ScalarInt(ig.element_type, *oob)));
-  }
-  if (parallel) indices = ShiftParallelIndices(b, indices, *g, par, osh, og);
-  HloInstruction* base = bases[0];
-  if (!vocab.empty()) {
-    indices = ShiftIndexComponents(b, indices, *g, vocab, osh, og);
-  } else if (!groups.empty()) {
+  HloInstruction* indices = LocalScatterIndices(b, ix, *g, p, oob, ig, og);
+  if (p.vocab.empty() && !p.groups.empty()) {
     // The first device of each group keeps the operand; the others start from zeros.
-    std::vector<int64_t> first(static_cast<size_t>(n), 0);
-    for (const std::vector<int64_t>& grp : groups) first[static_cast<size_t>(grp[0])] = 1;
-    HloInstruction* flag = b.TableLookup(first);
-    HloInstruction* one = b.ScalarConst(PrimitiveType::S32, 1);
-    HloInstruction* is_first = Compare(b, flag, one, ComparisonDirection::kEq);
-    HloInstruction* pred = b.Add(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, base->shape().dims),
-                                 {is_first}, "broadcast");
-    base = b.Select(pred, base, b.Splat(b.Constant(ScatterCombiner(h.to_apply(), et)->identity),
-                                        base->shape()));
+    bases[0] = FirstDeviceBase(b, bases[0], p.groups, n, h.to_apply(), p.et);
   }
-  bases[0] = base;
   std::vector<HloInstruction*> ops = bases;
   ops.push_back(indices);
   ops.insert(ops.end(), updates.begin(), updates.end());
   const Sharding result = Sharding::Broadcast(osh, h.shape());
   HloInstruction* local = cp.Clone(h, LocalShape(h.shape(), result), ops);
-  if (!vocab.empty()) {
-    cp.Remark(h, true,
-              absl::StrCat("scatter into an operand tiled on its indexed dim(s) ", absl::StrJoin(vocab, ","),
-                           " (vocab-sharded): indices shifted by the partition's offset (updates "
-                           "for other shards fall out of bounds and are skipped), local scatter; "
-                           "result ", osh.ToString(), gathered));
-  } else if (!groups.empty()) {
-    const HloOpcode op = ScatterCombiner(h.to_apply(), et)->op;
-    local = b.AllReduce(local, groups, b.Reducer(op, et));
-    cp.Remark(h, true,
-              absl::StrCat("scatter, index-parallel: indices ", idx_req.ToString(), ", updates ",
-                           upd->ToString(), moved, "; the first device of each batch group scatters into "
-                           "the operand, the others into the combiner's identity, one all-reduce (",
-                           std::string(HloOpcodeString(op)), "); result ", osh.ToString(), gathered));
-  } else if (parallel) {
-    cp.Remark(h, true, absl::StrCat("scatter, index-parallel dims: operand ", osh.ToString(), ", indices ",
-                                    idx_req.ToString(), ", updates ", upd->ToString(),
-                                    ", iota indices shifted by the tile's offset, local scatter; result ",
-                                    osh.ToString(), gathered));
-  } else if (upd->IsTiled() || osh.IsTiled()) {
-    cp.Remark(h, true, absl::StrCat("scatter, operand pass-through: local scatter; result ", osh.ToString(), gathered));
-  }
+  local = CombineAndRemarkScatter(cp, h, p, local);
   return PValue{local, result, h.shape()};
 }
 

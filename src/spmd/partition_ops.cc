@@ -326,14 +326,15 @@ std::optional<Sharding> MoveTilingOff(const Sharding& s, const std::vector<int64
   });
 }
 
-absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
-                                                 const HloInstruction& h) {
-  const HloOpcode op = h.opcode();
-  const Shape& out = h.shape();
-  const Shape& leaf_shape = out.IsTuple() ? out.tuple_shapes.at(0) : out;
-  std::vector<int64_t> affected;
-  std::vector<bool> is_data(static_cast<size_t>(h.operand_count()), true);
-  switch (op) {
+namespace {
+
+// The dims `h` needs whole (`affected`) and which of its operands are data, tiled like the result
+// (`is_data`: not a pad value, an init value or select-and-scatter's init). Returns the reason
+// `h` is computed replicated instead (no rule for its op, an unusable shape or attribute).
+std::optional<std::string> UntiledDimsOf(const HloInstruction& h, const Shape& leaf_shape,
+                                         std::vector<int64_t>& affected,
+                                         std::vector<bool>& is_data) {
+  switch (h.opcode()) {
     case HloOpcode::kSlice:
       for (size_t d = 0; d < h.slice().size(); ++d) {
         const SliceDim& s = h.slice()[d];
@@ -360,14 +361,14 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
       // Operand and source tiled alike along the dims the window does not touch (the source
       // has the operand's size there); the window dims whole. XLA exchanges halos along them
       // (HandleSelectAndScatter); Weave moves their tiling to a free dim or gathers them.
-      if (h.operand_count() != 3) return cp.Replicated(h, "select-and-scatter without three operands");
+      if (h.operand_count() != 3) return "select-and-scatter without three operands";
       affected = WindowDims(h);
       is_data[2] = false;
       break;
     case HloOpcode::kCholesky:
     case HloOpcode::kTriangularSolve:
       // XLA's HandleCholesky / HandleTriangularSolve: the matrix dims whole, batch dims tiled.
-      if (leaf_shape.rank() < 2) return cp.Replicated(h, "no partitioning rule for a rank < 2 operand");
+      if (leaf_shape.rank() < 2) return "no partitioning rule for a rank < 2 operand";
       affected = {leaf_shape.rank() - 2, leaf_shape.rank() - 1};
       break;
     case HloOpcode::kFft: {
@@ -377,7 +378,7 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
       absl::StatusOr<std::vector<int64_t>> lengths = RawDimsAttribute(h, "fft_length");
       const int64_t rank = leaf_shape.rank();
       if (!lengths.ok() || lengths->empty() || static_cast<int64_t>(lengths->size()) > rank) {
-        return cp.Replicated(h, "fft without a usable fft_length");
+        return "fft without a usable fft_length";
       }
       for (int64_t d = rank - static_cast<int64_t>(lengths->size()); d < rank; ++d) affected.push_back(d);
       break;
@@ -389,19 +390,23 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
       }
       break;
     default:
-      return cp.Replicated(h, "no partitioning rule");
+      return "no partitioning rule";
   }
-  const Sharding target = Leaf(cp.Target(&h));
-  std::optional<Sharding> s = ReplicateDims(target, affected);
-  if (!s || (s->IsTiled() && s->rank() != leaf_shape.rank())) {
-    return cp.Replicated(h, absl::StrCat(std::string(HloOpcodeString(op)), ": no sharding without its dims"));
-  }
-  // Tiled along an affected dim (the result's target or a data operand): a slice, pad or
-  // reduce-window whose result is tiled there exchanges halos (partition_halo.cc); otherwise
-  // that dim is computed replicated (sort works on its whole sort dim).
+  return std::nullopt;
+}
+
+// Whether the result's sharding `s` is tiled along dim `d`.
+bool TiledAlong(const Sharding& s, int64_t d) {
+  return s.IsTiled() && d < s.rank() && s.tile(d) > 1;
+}
+
+// The `affected` dims along which the result's target or a data operand (not manual) is tiled.
+std::vector<int64_t> TiledAffectedDims(ComputationPartitioner& cp, const HloInstruction& h,
+                                       const Sharding& target, const std::vector<int64_t>& affected,
+                                       const std::vector<bool>& is_data) {
   std::vector<int64_t> tiled_affected;
   for (int64_t d : affected) {
-    bool tiled = target.IsTiled() && d < target.rank() && target.tile(d) > 1;
+    bool tiled = TiledAlong(target, d);
     for (int64_t i = 0; i < h.operand_count(); ++i) {
       if (!is_data[static_cast<size_t>(i)]) continue;
       const Sharding os = Leaf(cp.Value(h.operand(i)).sharding);
@@ -409,72 +414,94 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     }
     if (tiled) tiled_affected.push_back(d);
   }
-  std::string halo_why;
-  if (!tiled_affected.empty() &&
-      (op == HloOpcode::kSlice || op == HloOpcode::kPad || op == HloOpcode::kReduceWindow ||
-       op == HloOpcode::kReverse)) {
-    absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
-    if (r.ok()) return r;
-    halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");
-    // A slice taking at most half of the operand's tiled dims, its result wanted whole there:
-    // computed in the operand's tiling and its (smaller) result resharded after, as XLA does
-    // (a small result is then made whole by an all-reduce, reshard.cc), not the operand gathered.
-    const Sharding os = Leaf(cp.Value(h.operand(0)).sharding);
-    bool small = op == HloOpcode::kSlice && os.IsTiled() && os.rank() == leaf_shape.rank();
-    for (int64_t d : tiled_affected) {
-      small &= !(target.IsTiled() && d < target.rank() && target.tile(d) > 1) &&
-               2 * out.dims[static_cast<size_t>(d)] <= h.operand(0)->shape().dims[static_cast<size_t>(d)];
-    }
-    if (small) {
-      absl::StatusOr<PValue> in_operand = PartitionByHalo(cp, h, affected, &os);
-      if (in_operand.ok()) {
-        cp.Remark(h, true, absl::StrCat("slice of at most half of tiled dim(s) ", absl::StrJoin(tiled_affected, ","),
-                                        ": computed in the operand's tiling ", os.ToString(),
-                                        ", the result resharded after"));
-        return in_operand;
-      }
-    }
+  return tiled_affected;
+}
+
+// A slice, pad, reduce-window or reverse tiled along `tiled_affected` by halo exchange
+// (partition_halo.cc), or a small slice computed in its operand's tiling (remarked). Returns the
+// value where either applies; else nullopt, `halo_why` then saying why halos did not apply.
+std::optional<PValue> PartitionAffectedByHalo(ComputationPartitioner& cp, const HloInstruction& h,
+                                              const Sharding& target,
+                                              const std::vector<int64_t>& affected,
+                                              const std::vector<int64_t>& tiled_affected,
+                                              std::string& halo_why) {
+  absl::StatusOr<PValue> r = PartitionByHalo(cp, h, affected);
+  if (r.ok()) return *std::move(r);
+  halo_why = absl::StrCat(": no halo exchange (", r.status().message(), ")");
+  // A slice taking at most half of the operand's tiled dims, its result wanted whole there:
+  // computed in the operand's tiling and its (smaller) result resharded after, as XLA does
+  // (a small result is then made whole by an all-reduce, reshard.cc), not the operand gathered.
+  const Shape& out = h.shape();
+  const Shape& leaf_shape = out.IsTuple() ? out.tuple_shapes.at(0) : out;
+  const Sharding os = Leaf(cp.Value(h.operand(0)).sharding);
+  bool small = h.opcode() == HloOpcode::kSlice && os.IsTiled() && os.rank() == leaf_shape.rank();
+  for (int64_t d : tiled_affected) {
+    small &= !TiledAlong(target, d) && 2 * out.dims[static_cast<size_t>(d)] <=
+                                           h.operand(0)->shape().dims[static_cast<size_t>(d)];
   }
-  // The result tiled along an affected dim and another dim free: the op runs with that tiling
-  // moved there (the reshards to and from it are all-to-alls) instead of replicated.
+  if (!small) return std::nullopt;
+  absl::StatusOr<PValue> in_operand = PartitionByHalo(cp, h, affected, &os);
+  if (!in_operand.ok()) return std::nullopt;
+  cp.Remark(h, true,
+            absl::StrCat("slice of at most half of tiled dim(s) ",
+                         absl::StrJoin(tiled_affected, ","), ": computed in the operand's tiling ",
+                         os.ToString(), ", the result resharded after"));
+  return *std::move(in_operand);
+}
+
+// The result tiled along an affected dim and another dim free: the target with that tiling moved
+// there (the reshards to and from it are all-to-alls), remarked as applied. nullopt when the
+// target is not tiled along an affected dim or no dim has room.
+std::optional<Sharding> MoveAffectedTilingOff(ComputationPartitioner& cp, const HloInstruction& h,
+                                              const Sharding& target,
+                                              const std::vector<int64_t>& affected,
+                                              const Shape& leaf_shape,
+                                              const std::string& halo_why) {
   std::vector<int64_t> target_affected;
   for (int64_t d : affected) {
-    if (target.IsTiled() && d < target.rank() && target.tile(d) > 1) target_affected.push_back(d);
+    if (TiledAlong(target, d)) target_affected.push_back(d);
   }
-  if (!target_affected.empty()) {
-    if (std::optional<Sharding> moved = MoveTilingOff(target, target_affected, affected, leaf_shape)) {
-      cp.Remark(h, true,
-                absl::StrCat(std::string(HloOpcodeString(op)), " along tiled dim(s) ",
-                             absl::StrJoin(target_affected, ","), ": computed with their tiling moved to ",
-                             moved->ToString(), " (all-to-all there and back)", halo_why));
-      s = *moved;
-      tiled_affected.clear();
-    }
-  }
-  if (!tiled_affected.empty()) {
-    const std::string why = absl::StrCat(
-        std::string(HloOpcodeString(op)), " along tiled dim(s) ", absl::StrJoin(tiled_affected, ","),
-        ": those dims are gathered and computed replicated (no ",
-        op == HloOpcode::kSort ? "partitioned sort"
-        : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve ? "matrix-dim partitioning"
-        : op == HloOpcode::kFft                                           ? "distributed FFT"
-                                                                          : "halo exchange",
-        " rule", s->IsTiled() ? "; other dims stay sharded)" : ")", halo_why);
-    // Nothing left tiled: the whole op is computed replicated, an involuntary full
-    // rematerialization, and said so.
-    if (!s->IsTiled()) return cp.Replicated(h, why);
-    cp.Remark(h, false, why);
-  }
+  if (target_affected.empty()) return std::nullopt;
+  std::optional<Sharding> moved = MoveTilingOff(target, target_affected, affected, leaf_shape);
+  if (!moved) return std::nullopt;
+  cp.Remark(h, true,
+            absl::StrCat(std::string(HloOpcodeString(h.opcode())), " along tiled dim(s) ",
+                         absl::StrJoin(target_affected, ","),
+                         ": computed with their tiling moved to ", moved->ToString(),
+                         " (all-to-all there and back)", halo_why));
+  return moved;
+}
+
+// The reason `op`'s `tiled_affected` dims are gathered and computed replicated: the rule it
+// lacks, whether its other dims stay sharded (`others_tiled`), then `halo_why`.
+std::string GatheredDimsWhy(HloOpcode op, const std::vector<int64_t>& tiled_affected,
+                            bool others_tiled, const std::string& halo_why) {
+  return absl::StrCat(
+      std::string(HloOpcodeString(op)), " along tiled dim(s) ", absl::StrJoin(tiled_affected, ","),
+      ": those dims are gathered and computed replicated (no ",
+      op == HloOpcode::kSort ? "partitioned sort"
+      : op == HloOpcode::kCholesky || op == HloOpcode::kTriangularSolve ? "matrix-dim partitioning"
+      : op == HloOpcode::kFft                                           ? "distributed FFT"
+                                                                        : "halo exchange",
+      " rule", others_tiled ? "; other dims stay sharded)" : ")", halo_why);
+}
+
+// `h` cloned on its data operands resharded to `s` and the others replicated; a slice's
+// unaffected dims cover the local extent. Returns the operands' reshard errors.
+absl::StatusOr<PValue> CloneInSharding(ComputationPartitioner& cp, const HloInstruction& h,
+                                       const Sharding& s, const std::vector<int64_t>& affected,
+                                       const std::vector<bool>& is_data) {
+  const Shape& out = h.shape();
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
     absl::StatusOr<HloInstruction*> o =
-        cp.Operand(h, i, is_data[static_cast<size_t>(i)] ? *s : Sharding::Replicated());
+        cp.Operand(h, i, is_data[static_cast<size_t>(i)] ? s : Sharding::Replicated());
     if (!o.ok()) return o.status();
     ops.push_back(*o);
   }
-  const Sharding result = Sharding::Broadcast(*s, out);
+  const Sharding result = Sharding::Broadcast(s, out);
   HloInstruction* local = cp.Clone(h, LocalShape(out, result), ops);
-  if (op == HloOpcode::kSlice) {
+  if (h.opcode() == HloOpcode::kSlice) {
     // Full slices of tiled dims cover the local extent.
     for (size_t d = 0; d < local->slice().size(); ++d) {
       if (!Contains(affected, static_cast<int64_t>(d))) {
@@ -483,6 +510,54 @@ absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
     }
   }
   return PValue{local, result, out};
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> PartitionAlongUntiledDims(ComputationPartitioner& cp,
+                                                 const HloInstruction& h) {
+  const HloOpcode op = h.opcode();
+  const Shape& out = h.shape();
+  const Shape& leaf_shape = out.IsTuple() ? out.tuple_shapes.at(0) : out;
+  std::vector<int64_t> affected;
+  std::vector<bool> is_data(static_cast<size_t>(h.operand_count()), true);
+  if (std::optional<std::string> why = UntiledDimsOf(h, leaf_shape, affected, is_data)) {
+    return cp.Replicated(h, *why);
+  }
+  const Sharding target = Leaf(cp.Target(&h));
+  std::optional<Sharding> s = ReplicateDims(target, affected);
+  if (!s || (s->IsTiled() && s->rank() != leaf_shape.rank())) {
+    return cp.Replicated(
+        h, absl::StrCat(std::string(HloOpcodeString(op)), ": no sharding without its dims"));
+  }
+  // Tiled along an affected dim (the result's target or a data operand): a slice, pad or
+  // reduce-window whose result is tiled there exchanges halos (partition_halo.cc); otherwise
+  // that dim is computed replicated (sort works on its whole sort dim).
+  std::vector<int64_t> tiled_affected = TiledAffectedDims(cp, h, target, affected, is_data);
+  std::string halo_why;
+  if (!tiled_affected.empty() &&
+      (op == HloOpcode::kSlice || op == HloOpcode::kPad || op == HloOpcode::kReduceWindow ||
+       op == HloOpcode::kReverse)) {
+    if (std::optional<PValue> v =
+            PartitionAffectedByHalo(cp, h, target, affected, tiled_affected, halo_why)) {
+      return *std::move(v);
+    }
+  }
+  // The result tiled along an affected dim and another dim free: the op runs with that tiling
+  // moved there instead of replicated.
+  if (std::optional<Sharding> moved =
+          MoveAffectedTilingOff(cp, h, target, affected, leaf_shape, halo_why)) {
+    s = *moved;
+    tiled_affected.clear();
+  }
+  if (!tiled_affected.empty()) {
+    const std::string why = GatheredDimsWhy(op, tiled_affected, s->IsTiled(), halo_why);
+    // Nothing left tiled: the whole op is computed replicated, an involuntary full
+    // rematerialization, and said so.
+    if (!s->IsTiled()) return cp.Replicated(h, why);
+    cp.Remark(h, false, why);
+  }
+  return CloneInSharding(cp, h, *s, affected, is_data);
 }
 
 namespace {

@@ -70,7 +70,13 @@ class ComputationPartitioner {
   int64_t remat_count() const { return remat_count_; }
 
  private:
+  // The local value of `h` (any sharding; Run reshards it to the target): partial operands
+  // summed first, manual regions cloned, then the rule of h's opcode.
   absl::StatusOr<PValue> Partition(const HloInstruction& h);
+  // Unless `h` passes partial values through (elementwise, copy, tuple, get-tuple-element): each
+  // operand holding addends resharded to its sum in place, and h's target summed too. Errors:
+  // the reshards'.
+  absl::Status SumPartialOperands(const HloInstruction& h);
   const HloComputation* old_;
   HloComputation* fresh_;
   SpmdBuilder b_;

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "hlo/builders.h"
 #include "hlo/block_scaled_call.h"
 #include "spmd/sharding_util.h"
 
@@ -14,10 +15,8 @@ namespace {
 
 // A free-standing dot over the call's lhs and rhs (never added to a computation: no users).
 std::unique_ptr<HloInstruction> StandInDot(const HloInstruction& h) {
-  std::unique_ptr<HloInstruction> dot =
-      HloInstruction::Create(HloOpcode::kDot, h.shape(), {h.operand(0), h.operand(1)});
-  dot->set_dot_dims(BlockScaledDotDims(h.operand(0)->shape().rank()));
-  return dot;
+  return CreateDot(h.operand(0), h.operand(1), BlockScaledDotDims(h.operand(0)->shape().rank()),
+                   h.shape().element_type, h.shape().layout);
 }
 
 bool IsScaledDotOfRank23(const HloInstruction& h) {

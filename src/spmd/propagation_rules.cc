@@ -265,6 +265,125 @@ std::vector<int64_t> WindowSizes(const HloInstruction& h) {
   return out;
 }
 
+namespace {
+
+// A bitcast-convert between element widths from its operand sharding `s`: the narrow side's last
+// dim (the pieces) is never tiled. nullopt when `s` is unset or unknown or cannot follow.
+std::optional<Sharding> BitcastConvertResizeForward(const HloInstruction& h, const Sharding& s) {
+  const Shape& shape = LeafShape(h);
+  if (s.IsUnset() || s.IsUnknown()) return std::nullopt;
+  const int64_t in_last = h.operand(0)->shape().rank() - 1;
+  if (shape.rank() > h.operand(0)->shape().rank()) return InsertDims(s, {shape.rank() - 1});
+  std::optional<Sharding> r = ReplicateDims(s, {in_last});
+  return r ? RemoveDims(*r, {in_last}) : std::nullopt;
+}
+
+// An elementwise op (or all-reduce, collective-permute): its same-rank operands merged.
+std::optional<Sharding> ElementwiseForward(const HloInstruction& h, const ShardingOf& get, int a) {
+  const Shape& shape = LeafShape(h);
+  if (h.operand_count() == 0 || shape.IsTuple()) return std::nullopt;
+  std::vector<const Sharding*> c;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    if (h.operand(i)->shape().rank() == shape.rank()) c.push_back(&get(h.operand(i)));
+  }
+  return NonEmpty(MergeAll(c, shape.dims, a));
+}
+
+// A tuple: its operands' shardings as leaves (unset operands give unset leaves); nullopt when
+// every operand is unset.
+std::optional<Sharding> TupleForward(const HloInstruction& h, const ShardingOf& get) {
+  std::vector<Sharding> leaves;
+  bool any = false;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    const Sharding& s = get(h.operand(i));
+    const Shape& es = h.operand(i)->shape();
+    if (s.IsUnset()) {
+      for (int64_t k = 0; k < Sharding::LeafCount(es); ++k) leaves.push_back(Sharding());
+      continue;
+    }
+    any = true;
+    const Sharding b = Sharding::Broadcast(s, es);
+    if (b.IsTuple()) {
+      leaves.insert(leaves.end(), b.leaves().begin(), b.leaves().end());
+    } else {
+      leaves.push_back(b);
+    }
+  }
+  if (!any) return std::nullopt;
+  return Sharding::Tuple(std::move(leaves));
+}
+
+// A concatenate: its operands merged; at level 0 those tiled along the concatenated dim skipped.
+std::optional<Sharding> ConcatenateForward(const HloInstruction& h, const ShardingOf& get, int a) {
+  std::vector<const Sharding*> c;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    const Sharding& s = get(h.operand(i));
+    const int64_t dim = h.dimensions.empty() ? 0 : h.dimensions[0];
+    if (a == 0 && s.IsTiled() && dim < s.rank() && s.tile(dim) > 1) continue;
+    c.push_back(&s);
+  }
+  return NonEmpty(MergeAll(c, LeafShape(h).dims, a));
+}
+
+// A dynamic-update-slice: the operand's sharding, merged with the update's (and, the operand
+// unset, the operand's) with the sliced dims replicated.
+std::optional<Sharding> DynamicUpdateSliceForward(const HloInstruction& h, const ShardingOf& get,
+                                                  int a) {
+  auto operand = [&](int64_t i) -> const Sharding& { return get(h.operand(i)); };
+  const std::vector<int64_t> sliced =
+      SlicedDims(h.operand(0)->shape().dims, h.operand(1)->shape().dims);
+  std::optional<Sharding> s0 = ReplicateDims(operand(0), sliced);
+  std::optional<Sharding> s1 = ReplicateDims(operand(1), sliced);
+  std::vector<const Sharding*> c;
+  // The operand's own sharding (with sliced dims tiled) is also a fine result sharding.
+  c.push_back(&operand(0));
+  if (s1) c.push_back(&*s1);
+  if (s0 && operand(0).IsUnset()) c.push_back(&*s0);
+  return NonEmpty(MergeAll(c, LeafShape(h).dims, a));
+}
+
+// A reduce: its inputs merged, the reduced dims replicated and removed, for every result.
+std::optional<Sharding> ReduceForward(const HloInstruction& h, const ShardingOf& get, int a) {
+  const int64_t n = h.operand_count() / 2;
+  std::vector<const Sharding*> c;
+  for (int64_t i = 0; i < n; ++i) c.push_back(&get(h.operand(i)));
+  Sharding in = MergeAll(c, h.operand(0)->shape().dims, a);
+  if (in.IsUnset()) return std::nullopt;
+  std::optional<Sharding> r = ReplicateDims(in, h.dimensions);
+  if (!r) return std::nullopt;
+  r = RemoveDims(*r, h.dimensions);
+  if (!r) return std::nullopt;
+  return Sharding::Broadcast(*r, LeafShape(h));
+}
+
+// The dims a reduce-window's window spans (size above 1).
+std::vector<int64_t> WindowSpannedDims(const HloInstruction& h) {
+  std::vector<int64_t> window_dims;
+  const std::vector<int64_t> sizes = WindowSizes(h);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1) window_dims.push_back(static_cast<int64_t>(d));
+  }
+  return window_dims;
+}
+
+// A custom call: block-scaled calls by their rule (their dot by DotForward), the manual-sharding
+// markers none, any other replicated.
+std::optional<Sharding> CustomCallForward(const HloInstruction& h, const ShardingOf& get,
+                                          bool* read_users) {
+  if (IsBlockScaledPropagated(h)) {
+    return BlockScaledForward(h, get, [&](const HloInstruction& dot) {
+      return DotForward(dot, get, read_users);
+    });
+  }
+  if (h.custom_call_target() == "SPMDFullToShardShape" ||
+      h.custom_call_target() == "SPMDShardToFullShape") {
+    return std::nullopt;
+  }
+  return Sharding::Broadcast(Sharding::Replicated(), LeafShape(h));
+}
+
+}  // namespace
+
 std::optional<Sharding> InferFromOperands(const HloInstruction& h, const ShardingOf& get, int a,
                                           bool* read_users) {
   const HloOpcode op = h.opcode();
@@ -272,44 +391,14 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
   auto operand = [&](int64_t i) -> const Sharding& { return get(h.operand(i)); };
   if (op == HloOpcode::kBitcastConvert && h.operand_count() == 1 &&
       h.operand(0)->shape().rank() != shape.rank()) {
-    // Between element widths: the narrow side's last dim (the pieces) is never tiled.
-    const Sharding& s = operand(0);
-    if (s.IsUnset() || s.IsUnknown()) return std::nullopt;
-    const int64_t in_last = h.operand(0)->shape().rank() - 1;
-    if (shape.rank() > h.operand(0)->shape().rank()) return InsertDims(s, {shape.rank() - 1});
-    std::optional<Sharding> r = ReplicateDims(s, {in_last});
-    return r ? RemoveDims(*r, {in_last}) : std::nullopt;
+    return BitcastConvertResizeForward(h, operand(0));
   }
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
-    if (h.operand_count() == 0 || shape.IsTuple()) return std::nullopt;
-    std::vector<const Sharding*> c;
-    for (int64_t i = 0; i < h.operand_count(); ++i) {
-      if (h.operand(i)->shape().rank() == shape.rank()) c.push_back(&operand(i));
-    }
-    return NonEmpty(MergeAll(c, shape.dims, a));
+    return ElementwiseForward(h, get, a);
   }
   switch (op) {
-    case HloOpcode::kTuple: {
-      std::vector<Sharding> leaves;
-      bool any = false;
-      for (int64_t i = 0; i < h.operand_count(); ++i) {
-        const Sharding& s = operand(i);
-        const Shape& es = h.operand(i)->shape();
-        if (s.IsUnset()) {
-          for (int64_t k = 0; k < Sharding::LeafCount(es); ++k) leaves.push_back(Sharding());
-          continue;
-        }
-        any = true;
-        const Sharding b = Sharding::Broadcast(s, es);
-        if (b.IsTuple()) {
-          leaves.insert(leaves.end(), b.leaves().begin(), b.leaves().end());
-        } else {
-          leaves.push_back(b);
-        }
-      }
-      if (!any) return std::nullopt;
-      return Sharding::Tuple(std::move(leaves));
-    }
+    case HloOpcode::kTuple:
+      return TupleForward(h, get);
     case HloOpcode::kGetTupleElement: {
       const Sharding& s = operand(0);
       if (!s.IsTuple()) return NonEmpty(s);
@@ -325,16 +414,8 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
       return NonEmpty(operand(0));
     case HloOpcode::kTranspose:
       return TransposeSharding(operand(0), h.dimensions);
-    case HloOpcode::kConcatenate: {
-      std::vector<const Sharding*> c;
-      for (int64_t i = 0; i < h.operand_count(); ++i) {
-        const Sharding& s = operand(i);
-        const int64_t dim = h.dimensions.empty() ? 0 : h.dimensions[0];
-        if (a == 0 && s.IsTiled() && dim < s.rank() && s.tile(dim) > 1) continue;
-        c.push_back(&s);
-      }
-      return NonEmpty(MergeAll(c, shape.dims, a));
-    }
+    case HloOpcode::kConcatenate:
+      return ConcatenateForward(h, get, a);
     case HloOpcode::kDynamicSlice: {
       const Sharding& s = operand(0);
       std::optional<Sharding> r =
@@ -342,18 +423,8 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
       if (!r) return std::nullopt;
       return NonEmpty(*r);
     }
-    case HloOpcode::kDynamicUpdateSlice: {
-      const std::vector<int64_t> sliced =
-          SlicedDims(h.operand(0)->shape().dims, h.operand(1)->shape().dims);
-      std::optional<Sharding> s0 = ReplicateDims(operand(0), sliced);
-      std::optional<Sharding> s1 = ReplicateDims(operand(1), sliced);
-      std::vector<const Sharding*> c;
-      // The operand's own sharding (with sliced dims tiled) is also a fine result sharding.
-      c.push_back(&operand(0));
-      if (s1) c.push_back(&*s1);
-      if (s0 && operand(0).IsUnset()) c.push_back(&*s0);
-      return NonEmpty(MergeAll(c, shape.dims, a));
-    }
+    case HloOpcode::kDynamicUpdateSlice:
+      return DynamicUpdateSliceForward(h, get, a);
     default:
       break;
   }
@@ -366,18 +437,8 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kPad:
     case HloOpcode::kReverse:
       return NonEmpty(operand(0));
-    case HloOpcode::kReduce: {
-      const int64_t n = h.operand_count() / 2;
-      std::vector<const Sharding*> c;
-      for (int64_t i = 0; i < n; ++i) c.push_back(&operand(i));
-      Sharding in = MergeAll(c, h.operand(0)->shape().dims, a);
-      if (in.IsUnset()) return std::nullopt;
-      std::optional<Sharding> r = ReplicateDims(in, h.dimensions);
-      if (!r) return std::nullopt;
-      r = RemoveDims(*r, h.dimensions);
-      if (!r) return std::nullopt;
-      return Sharding::Broadcast(*r, shape);
-    }
+    case HloOpcode::kReduce:
+      return ReduceForward(h, get, a);
     case HloOpcode::kDot:
       return DotForward(h, get, read_users);
     case HloOpcode::kConvolution:
@@ -395,12 +456,7 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     }
     case HloOpcode::kReduceWindow: {
       if (operand(0).IsUnset() || shape.IsTuple()) return std::nullopt;
-      std::vector<int64_t> window_dims;
-      const std::vector<int64_t> sizes = WindowSizes(h);
-      for (size_t d = 0; d < sizes.size(); ++d) {
-        if (sizes[d] > 1) window_dims.push_back(static_cast<int64_t>(d));
-      }
-      std::optional<Sharding> r = ReplicateDims(operand(0), window_dims);
+      std::optional<Sharding> r = ReplicateDims(operand(0), WindowSpannedDims(h));
       if (!r) return std::nullopt;
       return NonEmpty(*r);
     }
@@ -408,16 +464,7 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kRngBitGenerator:
       return Sharding::Broadcast(Sharding::Replicated(), shape);
     case HloOpcode::kCustomCall:
-      if (IsBlockScaledPropagated(h)) {
-        return BlockScaledForward(h, get, [&](const HloInstruction& dot) {
-          return DotForward(dot, get, read_users);
-        });
-      }
-      if (h.custom_call_target() == "SPMDFullToShardShape" ||
-          h.custom_call_target() == "SPMDShardToFullShape") {
-        return std::nullopt;
-      }
-      return Sharding::Broadcast(Sharding::Replicated(), shape);
+      return CustomCallForward(h, get, read_users);
     default:
       return std::nullopt;
   }
@@ -432,6 +479,58 @@ int BackwardLevelClass(HloOpcode op, int a) {
   if (a <= 0) return 0;
   return op == HloOpcode::kBroadcast && a >= 2 ? 2 : 1;
 }
+
+namespace {
+
+// A get-tuple-element's operand `i` from its sharding `us`: only the read element's leaves are
+// known, the others unset.
+std::optional<Sharding> GetTupleElementBackward(const HloInstruction& user, int64_t i,
+                                                const Sharding& us) {
+  const Shape& os = user.operand(i)->shape();
+  std::vector<Sharding> leaves(static_cast<size_t>(Sharding::LeafCount(os)));
+  int64_t first = 0;
+  for (int64_t k = 0; k < user.tuple_index; ++k) {
+    first += Sharding::LeafCount(os.tuple_shapes[static_cast<size_t>(k)]);
+  }
+  const Sharding b = Sharding::Broadcast(us, user.shape());
+  if (b.IsTuple()) {
+    for (size_t k = 0; k < b.leaves().size(); ++k) {
+      leaves[static_cast<size_t>(first) + k] = b.leaves()[k];
+    }
+  } else {
+    leaves[static_cast<size_t>(first)] = b;
+  }
+  return Sharding::Tuple(std::move(leaves));
+}
+
+// A reduce's operand `i` from its sharding `us`: an input takes the (first) result's tiling with
+// the reduced dims inserted untiled; an init value is replicated.
+std::optional<Sharding> ReduceBackward(const HloInstruction& user, int64_t i, const Sharding& us) {
+  const int64_t n = user.operand_count() / 2;
+  if (i >= n) return Sharding::Replicated();
+  const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
+  if (leaf.IsUnset()) return std::nullopt;
+  std::vector<int64_t> dims = user.dimensions;
+  std::sort(dims.begin(), dims.end());
+  return InsertDims(leaf, dims);
+}
+
+// A convolution's operand `i` from its sharding `us`: the operand's dims that map to result
+// dims take their tiles; the rest replicated.
+std::optional<Sharding> ConvolutionBackward(const HloInstruction& user, int64_t i,
+                                            const Sharding& us) {
+  if (us.IsTuple() || i > 1) return std::nullopt;
+  const std::vector<int64_t> map =
+      ConvolutionOperandToOutputDims(user, i, ConvolutionGroupTiles(user, 2, us));
+  if (map.empty()) return std::nullopt;
+  std::vector<int64_t> inverse(static_cast<size_t>(user.shape().rank()), -1);
+  for (size_t d = 0; d < map.size(); ++d) {
+    if (map[d] >= 0) inverse[static_cast<size_t>(map[d])] = static_cast<int64_t>(d);
+  }
+  return MapShardingDims(us, inverse, user.operand(i)->shape().rank());
+}
+
+}  // namespace
 
 std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t i,
                                              const ShardingOf& get, int a) {
@@ -455,21 +554,8 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
   switch (op) {
     case HloOpcode::kTuple:
       return NonEmpty(us.TupleElement(user.shape(), i));
-    case HloOpcode::kGetTupleElement: {
-      // Only the read element is known.
-      std::vector<Sharding> leaves(static_cast<size_t>(Sharding::LeafCount(os)));
-      int64_t first = 0;
-      for (int64_t k = 0; k < user.tuple_index; ++k) {
-        first += Sharding::LeafCount(os.tuple_shapes[static_cast<size_t>(k)]);
-      }
-      const Sharding b = Sharding::Broadcast(us, user.shape());
-      if (b.IsTuple()) {
-        for (size_t k = 0; k < b.leaves().size(); ++k) leaves[static_cast<size_t>(first) + k] = b.leaves()[k];
-      } else {
-        leaves[static_cast<size_t>(first)] = b;
-      }
-      return Sharding::Tuple(std::move(leaves));
-    }
+    case HloOpcode::kGetTupleElement:
+      return GetTupleElementBackward(user, i, us);
     case HloOpcode::kWhile:
     case HloOpcode::kOptimizationBarrier:
       return us;
@@ -505,32 +591,15 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
       return us;
     case HloOpcode::kPad:
       return i == 0 ? us : Sharding::Replicated();
-    case HloOpcode::kReduce: {
-      const int64_t n = user.operand_count() / 2;
-      if (i >= n) return Sharding::Replicated();
-      const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
-      if (leaf.IsUnset()) return std::nullopt;
-      std::vector<int64_t> dims = user.dimensions;
-      std::sort(dims.begin(), dims.end());
-      return InsertDims(leaf, dims);
-    }
+    case HloOpcode::kReduce:
+      return ReduceBackward(user, i, us);
     case HloOpcode::kDot: {
       const Sharding& other = get(user.operand(1 - i));
       const Sharding* o = other.IsTiled() ? &other : nullptr;
       return DotOperandFromOutput(us, o, i, user);
     }
-    case HloOpcode::kConvolution: {
-      // The operand's dims that map to result dims take their tiles; the rest replicated.
-      if (us.IsTuple() || i > 1) return std::nullopt;
-      const std::vector<int64_t> map =
-          ConvolutionOperandToOutputDims(user, i, ConvolutionGroupTiles(user, 2, us));
-      if (map.empty()) return std::nullopt;
-      std::vector<int64_t> inverse(static_cast<size_t>(user.shape().rank()), -1);
-      for (size_t d = 0; d < map.size(); ++d) {
-        if (map[d] >= 0) inverse[static_cast<size_t>(map[d])] = static_cast<int64_t>(d);
-      }
-      return MapShardingDims(us, inverse, os.rank());
-    }
+    case HloOpcode::kConvolution:
+      return ConvolutionBackward(user, i, us);
     case HloOpcode::kGather:
       return GatherBackward(user, i, us);
     case HloOpcode::kScatter:
@@ -541,15 +610,9 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
       if (leaf.IsUnset()) return std::nullopt;
       return ReplicateDims(leaf, user.dimensions);
     }
-    case HloOpcode::kReduceWindow: {
+    case HloOpcode::kReduceWindow:
       if (i > 0 || us.IsTuple()) return i > 0 ? std::optional<Sharding>(Sharding::Replicated()) : std::nullopt;
-      std::vector<int64_t> window_dims;
-      const std::vector<int64_t> sizes = WindowSizes(user);
-      for (size_t d = 0; d < sizes.size(); ++d) {
-        if (sizes[d] > 1) window_dims.push_back(static_cast<int64_t>(d));
-      }
-      return ReplicateDims(us, window_dims);
-    }
+      return ReplicateDims(us, WindowSpannedDims(user));
     default:
       return std::nullopt;
   }

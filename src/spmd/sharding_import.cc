@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -132,11 +134,13 @@ absl::StatusOr<HloSharding> ManualSharding(MeshSharding ms, const std::vector<st
   return Canonical(h, shape);
 }
 
-}  // namespace
+// Reports an analysis remark (location, message): the pass's AddAnalysisRemark.
+using AnalysisRemarkFn = absl::FunctionRef<void(std::string, std::string)>;
 
-absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
-  bool changed = false;
-  // Module-level meshes.
+// The meshes of the module's `xla.sdy.meshes` frontend attribute (none when it has none); the
+// xla.sdy.* entries are then dropped from that attribute, setting `changed`. InvalidArgument when
+// the meshes do not parse.
+absl::StatusOr<SdyMeshes> ImportModuleMeshes(HloModule* module, bool& changed) {
   SdyMeshes meshes;
   for (auto it = module->header_attributes.begin(); it != module->header_attributes.end(); ++it) {
     if (it->first != "frontend_attributes") continue;
@@ -164,67 +168,114 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
       break;
     }
   }
+  return meshes;
+}
 
-  // Shardings on values and ops.
-  int64_t imported = 0;
-  for (HloComputation* c : module->computations()) {
-    for (HloInstruction* h : c->instructions()) {
-      auto attr = h->frontend_attributes.find(kSdySharding);
-      if (attr != h->frontend_attributes.end()) {
-        std::vector<int64_t> open;
-        int64_t priority = -1;
-        absl::StatusOr<HloSharding> s = SdyToHlo(attr->second, h->shape(), meshes, &open, &priority);
-        if (!s.ok()) return Error(h, s.status().message());
-        if (h->sharding) {
-          absl::StatusOr<Sharding> mine = Sharding::FromHlo(*h->sharding, h->shape());
-          absl::StatusOr<Sharding> theirs = Sharding::FromHlo(*s, h->shape());
-          if (!mine.ok() || !theirs.ok() || *mine != *theirs) {
-            AddAnalysisRemark(h->name(), absl::StrCat("warning: sharding=", h->sharding->ToString(),
-                                                      " contradicts the Shardy sharding ",
-                                                      s->ToString(), ": Shardy wins"));
-          }
-        }
-        h->sharding = *std::move(s);
-        if (!open.empty()) {
-          h->SetFrontendAttribute(kUnspecifiedDimsAttr, absl::StrCat("[", absl::StrJoin(open, ","), "]"));
-        }
-        if (priority >= 0) h->SetFrontendAttribute(kShardingPriorityAttr, absl::StrCat(priority));
-        ++imported;
-        changed = true;
-      } else if (h->sharding) {
-        // An outfeed's tuple sharding may also name its token, after the data's leaves (XLA
-        // prints {{data..}, {token}}): the token's entry carries nothing and goes.
-        if (h->opcode() == HloOpcode::kOutfeed && h->sharding->kind == HloSharding::Kind::kTuple &&
-            static_cast<int64_t>(h->sharding->tuple.size()) == Sharding::LeafCount(ShapeOfSharding(*h)) + 1) {
-          HloSharding data = *h->sharding;
-          data.tuple.pop_back();
-          data.text.clear();
-          h->sharding = std::move(data);
-          changed = true;
-        }
-        // GSPMD canonical text (named forms included).
-        absl::StatusOr<HloSharding> s = Canonical(*h->sharding, ShapeOfSharding(*h));
-        if (!s.ok()) return Error(h, s.status().message());
-        if (s->text != h->sharding->text) changed = true;
-        h->sharding = *std::move(s);
-      }
-      if (h->opcode() == HloOpcode::kCustomCall && IsCall(h, "xla.sdy.ShardingGroup")) {
-        if (auto id = h->GetFrontendAttribute("xla.sdy.sharding_group_id"); id && h->operand_count() == 1) {
-          h->operand(0)->SetFrontendAttribute(kShardAsAttr, *id);
-        }
-      }
-      const size_t before = h->frontend_attributes.size();
-      if (!IsCall(h, "xla.sdy.GlobalToLocalShape") && !IsCall(h, "xla.sdy.LocalToGlobalShape")) {
-        DropSdyAttributes(h);
-      }
-      changed |= before != h->frontend_attributes.size();
+// `h`'s Shardy sharding `text` as its sharding= (a contradicting sharding= JAX wrote is
+// remarked through `remark`: Shardy wins), its open dims and priority recorded as Weave's
+// frontend attributes. InvalidArgument naming `h` when `text` does not fit its shape.
+absl::Status ImportSdySharding(HloInstruction* h, std::string_view text, const SdyMeshes& meshes,
+                               AnalysisRemarkFn remark) {
+  std::vector<int64_t> open;
+  int64_t priority = -1;
+  absl::StatusOr<HloSharding> s = SdyToHlo(text, h->shape(), meshes, &open, &priority);
+  if (!s.ok()) return Error(h, s.status().message());
+  if (h->sharding) {
+    absl::StatusOr<Sharding> mine = Sharding::FromHlo(*h->sharding, h->shape());
+    absl::StatusOr<Sharding> theirs = Sharding::FromHlo(*s, h->shape());
+    if (!mine.ok() || !theirs.ok() || *mine != *theirs) {
+      remark(h->name(), absl::StrCat("warning: sharding=", h->sharding->ToString(),
+                                     " contradicts the Shardy sharding ", s->ToString(),
+                                     ": Shardy wins"));
     }
   }
-  if (imported > 0) {
-    AddAnalysisRemark(module->name(), absl::StrCat("imported ", imported, " Shardy shardings"));
+  h->sharding = *std::move(s);
+  if (!open.empty()) {
+    h->SetFrontendAttribute(kUnspecifiedDimsAttr, absl::StrCat("[", absl::StrJoin(open, ","), "]"));
   }
+  if (priority >= 0) h->SetFrontendAttribute(kShardingPriorityAttr, absl::StrCat(priority));
+  return absl::OkStatus();
+}
 
-  // Calls: FuncResultSharding, ShardingGroup, manual computations.
+// `h`'s own sharding= (it has one) in GSPMD canonical text (an outfeed's token entry dropped),
+// setting `changed` when it changes. InvalidArgument naming `h` when it does not fit h's shape.
+absl::Status CanonicalizeSharding(HloInstruction* h, bool& changed) {
+  // An outfeed's tuple sharding may also name its token, after the data's leaves (XLA
+  // prints {{data..}, {token}}): the token's entry carries nothing and goes.
+  if (h->opcode() == HloOpcode::kOutfeed && h->sharding->kind == HloSharding::Kind::kTuple &&
+      static_cast<int64_t>(h->sharding->tuple.size()) == Sharding::LeafCount(ShapeOfSharding(*h)) + 1) {
+    HloSharding data = *h->sharding;
+    data.tuple.pop_back();
+    data.text.clear();
+    h->sharding = std::move(data);
+    changed = true;
+  }
+  // GSPMD canonical text (named forms included).
+  absl::StatusOr<HloSharding> s = Canonical(*h->sharding, ShapeOfSharding(*h));
+  if (!s.ok()) return Error(h, s.status().message());
+  if (s->text != h->sharding->text) changed = true;
+  h->sharding = *std::move(s);
+  return absl::OkStatus();
+}
+
+// One instruction's shardings imported: its Shardy sharding (counted in `imported`) or its own
+// canonicalized, a sharding group's id put on its operand, its xla.sdy.* attributes dropped (but
+// on manual computation boundaries); sets `changed`. The helpers' errors, naming `h`.
+absl::Status ImportInstructionSharding(HloInstruction* h, const SdyMeshes& meshes,
+                                       AnalysisRemarkFn remark, int64_t& imported, bool& changed) {
+  auto attr = h->frontend_attributes.find(kSdySharding);
+  if (attr != h->frontend_attributes.end()) {
+    RETURN_IF_ERROR(ImportSdySharding(h, attr->second, meshes, remark));
+    ++imported;
+    changed = true;
+  } else if (h->sharding) {
+    RETURN_IF_ERROR(CanonicalizeSharding(h, changed));
+  }
+  if (h->opcode() == HloOpcode::kCustomCall && IsCall(h, "xla.sdy.ShardingGroup")) {
+    if (auto id = h->GetFrontendAttribute("xla.sdy.sharding_group_id"); id && h->operand_count() == 1) {
+      h->operand(0)->SetFrontendAttribute(kShardAsAttr, *id);
+    }
+  }
+  const size_t before = h->frontend_attributes.size();
+  if (!IsCall(h, "xla.sdy.GlobalToLocalShape") && !IsCall(h, "xla.sdy.LocalToGlobalShape")) {
+    DropSdyAttributes(h);
+  }
+  changed |= before != h->frontend_attributes.size();
+  return absl::OkStatus();
+}
+
+// Folds `h`, an xla.sdy.FuncResultSharding in computation `c` read by the entry's root tuple
+// `root`, into the root's tuple sharding (the leaves of h's operand slots), then removes `h`.
+// InvalidArgument naming the root when its sharding does not fit its shape.
+absl::Status FoldFuncResultIntoRoot(HloComputation* c, HloInstruction* h, HloInstruction* root) {
+  absl::StatusOr<Sharding> root_sharding =
+      root->sharding ? Sharding::FromHlo(*root->sharding, root->shape())
+                     : absl::StatusOr<Sharding>(Sharding::Broadcast(Sharding::Unknown(), root->shape()));
+  if (!root_sharding.ok()) return Error(root, root_sharding.status().message());
+  Sharding leaf = h->sharding ? *Sharding::FromHlo(*h->sharding, h->shape()) : Sharding::Unknown();
+  std::vector<Sharding> leaves = root_sharding->IsTuple()
+                                     ? root_sharding->leaves()
+                                     : std::vector<Sharding>{*root_sharding};
+  int64_t first = 0;
+  for (int64_t i = 0; i < root->operand_count(); ++i) {
+    const int64_t n = Sharding::LeafCount(root->operand(i)->shape());
+    if (root->operand(i) == h) {
+      for (int64_t k = 0; k < n; ++k) {
+        leaves[static_cast<size_t>(first + k)] = leaf.IsTuple() ? leaf.leaves()[static_cast<size_t>(k)] : leaf;
+      }
+    }
+    first += n;
+  }
+  root->sharding = Sharding::Tuple(std::move(leaves)).ToHlo();
+  RETURN_IF_ERROR(h->ReplaceAllUsesWith(h->operand(0)));
+  RETURN_IF_ERROR(c->RemoveInstruction(h));
+  return absl::OkStatus();
+}
+
+// The Shardy calls: an unused xla.sdy.ShardingGroup removed; an xla.sdy.FuncResultSharding
+// folded into the entry root's tuple sharding when it sits directly under it, else made a
+// `Sharding` call. Sets `changed`; InvalidArgument naming the call or root, or a removal's error.
+absl::Status ImportSdyCalls(HloModule* module, bool& changed) {
   HloComputation* entry = module->entry();
   for (HloComputation* c : module->MakeComputationPostOrder()) {
     for (HloInstruction* h : c->MakeInstructionPostOrder()) {
@@ -247,29 +298,35 @@ absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
         continue;
       }
       // Fold into the root's tuple sharding.
-      absl::StatusOr<Sharding> root_sharding =
-          root->sharding ? Sharding::FromHlo(*root->sharding, root->shape())
-                         : absl::StatusOr<Sharding>(Sharding::Broadcast(Sharding::Unknown(), root->shape()));
-      if (!root_sharding.ok()) return Error(root, root_sharding.status().message());
-      Sharding leaf = h->sharding ? *Sharding::FromHlo(*h->sharding, h->shape()) : Sharding::Unknown();
-      std::vector<Sharding> leaves = root_sharding->IsTuple()
-                                         ? root_sharding->leaves()
-                                         : std::vector<Sharding>{*root_sharding};
-      int64_t first = 0;
-      for (int64_t i = 0; i < root->operand_count(); ++i) {
-        const int64_t n = Sharding::LeafCount(root->operand(i)->shape());
-        if (root->operand(i) == h) {
-          for (int64_t k = 0; k < n; ++k) {
-            leaves[static_cast<size_t>(first + k)] = leaf.IsTuple() ? leaf.leaves()[static_cast<size_t>(k)] : leaf;
-          }
-        }
-        first += n;
-      }
-      root->sharding = Sharding::Tuple(std::move(leaves)).ToHlo();
-      RETURN_IF_ERROR(h->ReplaceAllUsesWith(h->operand(0)));
-      RETURN_IF_ERROR(c->RemoveInstruction(h));
+      RETURN_IF_ERROR(FoldFuncResultIntoRoot(c, h, root));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ShardingImport::Run(HloModule* module) {
+  bool changed = false;
+  // Module-level meshes.
+  ASSIGN_OR_RETURN(const SdyMeshes meshes, ImportModuleMeshes(module, changed));
+
+  // Shardings on values and ops.
+  int64_t imported = 0;
+  const auto remark = [this](std::string location, std::string message) {
+    AddAnalysisRemark(std::move(location), std::move(message));
+  };
+  for (HloComputation* c : module->computations()) {
+    for (HloInstruction* h : c->instructions()) {
+      RETURN_IF_ERROR(ImportInstructionSharding(h, meshes, remark, imported, changed));
+    }
+  }
+  if (imported > 0) {
+    AddAnalysisRemark(module->name(), absl::StrCat("imported ", imported, " Shardy shardings"));
+  }
+
+  // Calls: FuncResultSharding, ShardingGroup, manual computations.
+  RETURN_IF_ERROR(ImportSdyCalls(module, changed));
   ASSIGN_OR_RETURN(bool manual, ImportManualComputations(module, meshes));
   return changed || manual;
 }

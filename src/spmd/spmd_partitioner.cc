@@ -252,44 +252,229 @@ absl::StatusOr<HloComputation*> ComputationPartitioner::PartitionCallee(
   return c;
 }
 
-absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h) {
+namespace {
+
+// An instruction of a manual region (its target manual in every leaf) cloned as it is, on its
+// operands' values; Unimplemented when an operand is neither manual, replicated nor a tuple.
+absl::StatusOr<PValue> CloneManual(ComputationPartitioner& cp, const HloInstruction& h,
+                                   const Sharding& target) {
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    const PValue& v = cp.Value(h.operand(i));
+    if (!v.sharding.IsManual() && !v.sharding.IsReplicated() && !v.global.IsTuple()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "spmd-partitioner: '", h.name(), "' is manual but its operand '",
+          h.operand(i)->name(), "' is ", v.sharding.ToString(), ": enter manual regions through "
+          "SPMDFullToShardShape"));
+    }
+    ops.push_back(v.hlo);
+  }
+  return PValue{cp.Clone(h, h.shape(), std::move(ops)), target, h.shape()};
+}
+
+// XLA's HandleAllReduce: elementwise where it stays within the partitions' values, on the
+// whole value when replicated across partitions, else computed replicated with a remark.
+absl::StatusOr<PValue> PartitionAllReduce(ComputationPartitioner& cp, const HloInstruction& h,
+                                          const Sharding& target) {
+  // An all-reduce of one operand across replicas (no channel), or across partitions in
+  // replicated or (partially) manual code (its groups checked above to stay within a manual
+  // subgroup), is elementwise over the partitions.
+  if (h.operand_count() == 1 && (!h.channel_id.has_value() || target.HasManualSubgroup())) {
+    return PartitionElementwise(cp, h);
+  }
+  // Replicated across partitions: on the whole value, as XLA computes it (not a remat).
+  if (h.operand_count() == 1 && Sharding::Broadcast(target, h.shape()).IsReplicated()) return cp.Replicated(h, "");
+  return cp.Replicated(h, "all-reduce across partitions of a tiled value outside manual code "
+                          "(XLA's partitioner rejects it)");
+}
+
+// An outfeed sending each device's tile of its data operand, its outfeed_shape the local data's;
+// InvalidArgument when its sharding does not read.
+absl::StatusOr<PValue> PartitionOutfeed(ComputationPartitioner& cp, const HloInstruction& h,
+                                        const Sharding& target) {
+  // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends
+  // its tile; the token passes as it is.
+  Sharding data = Sharding::Replicated();
+  if (h.sharding) {
+    absl::StatusOr<Sharding> s = Sharding::FromHlo(*h.sharding, ShapeOfSharding(h));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spmd-partitioner: '", h.name(), "': ", s.status().message()));
+    }
+    data = *std::move(s);
+  }
+  std::vector<HloInstruction*> ops;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    absl::StatusOr<HloInstruction*> o =
+        cp.Operand(h, i, i == 0 ? Sharding::Broadcast(data, h.operand(0)->shape()) : Sharding::Replicated());
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+  }
+  HloInstruction* local = cp.Clone(h, h.shape(), std::move(ops));
+  // `outfeed_shape` names what is sent: the local data (XLA's verifier wants them equal).
+  for (auto& [key, value] : *local->mutable_raw_attributes()) {
+    if (key == "outfeed_shape") value = local->operand(0)->shape().ToString(true);
+  }
+  return PValue{local, target, h.shape()};
+}
+
+// A tuple of its operands, each resharded to its element of the target.
+absl::StatusOr<PValue> PartitionTuple(ComputationPartitioner& cp, const HloInstruction& h,
+                                      const Sharding& target) {
+  std::vector<HloInstruction*> ops;
+  std::vector<Shape> shapes;
+  for (int64_t i = 0; i < h.operand_count(); ++i) {
+    absl::StatusOr<HloInstruction*> o =
+        cp.Operand(h, i, Sharding::ElementOf(target, h.shape(), i));
+    if (!o.ok()) return o.status();
+    ops.push_back(*o);
+    shapes.push_back((*o)->shape());
+  }
+  return PValue{cp.Clone(h, Shape::Tuple(shapes), std::move(ops)),
+                Sharding::Broadcast(target, h.shape()), h.shape()};
+}
+
+// The element of the tuple operand's value, in that element's sharding.
+PValue PartitionGetTupleElement(ComputationPartitioner& cp, const HloInstruction& h) {
+  const PValue& v = cp.Value(h.operand(0));
+  const Sharding s = Sharding::ElementOf(v.sharding, v.global, h.tuple_index);
+  HloInstruction* g = cp.Clone(
+      h, v.hlo->shape().tuple_shapes.at(static_cast<size_t>(h.tuple_index)), {v.hlo});
+  return PValue{g, s, h.shape()};
+}
+
+// A while loop in its target sharding: the init resharded to it, the condition and body
+// partitioned with it (the condition's root replicated). Errors: the reshard's, the callees'.
+absl::StatusOr<PValue> PartitionWhile(ComputationPartitioner& cp, const HloInstruction& h,
+                                      const Sharding& target) {
+  const Sharding s = Sharding::Broadcast(target, h.shape());
+  ASSIGN_OR_RETURN(HloInstruction* init, cp.Operand(h, 0, s));
+  const Sharding pred = Sharding::Replicated();
+  absl::StatusOr<HloComputation*> cond = cp.PartitionCallee(h.while_condition(), {s}, &pred);
+  if (!cond.ok()) return cond.status();
+  absl::StatusOr<HloComputation*> body = cp.PartitionCallee(h.while_body(), {s}, &s);
+  if (!body.ok()) return body.status();
+  HloInstruction* w = cp.Clone(h, init->shape(), {init});
+  *w->mutable_called_computations() = {*cond, *body};
+  return PValue{w, s, h.shape()};
+}
+
+// A conditional in its target sharding: the selector replicated, each branch operand in its
+// branch parameter's sharding, each branch partitioned with its root in the target.
+absl::StatusOr<PValue> PartitionConditional(ComputationPartitioner& cp, const HloInstruction& h,
+                                            const Sharding& target) {
+  const Sharding s = Sharding::Broadcast(target, h.shape());
+  ASSIGN_OR_RETURN(HloInstruction* selector, cp.Operand(h, 0, Sharding::Replicated()));
+  std::vector<HloInstruction*> ops = {selector};
+  std::vector<HloComputation*> branches;
+  for (size_t b = 0; b < h.called_computations().size(); ++b) {
+    const HloComputation* branch = h.called_computations()[b];
+    const int64_t i = static_cast<int64_t>(b) + 1;
+    const Sharding ps =
+        branch->num_parameters() == 1 && branch->parameter(0)->sharding
+            ? Sharding::FromHlo(*branch->parameter(0)->sharding, branch->parameter(0)->shape())
+                  .value_or(Sharding::Replicated())
+            : Sharding::Replicated();
+    ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, ps));
+    ops.push_back(o);
+    absl::StatusOr<HloComputation*> c = cp.PartitionCallee(branch, {ps}, &s);
+    if (!c.ok()) return c.status();
+    branches.push_back(*c);
+  }
+  HloInstruction* c = cp.Clone(h, LocalShape(h.shape(), s), std::move(ops));
+  *c->mutable_called_computations() = branches;
+  return PValue{c, s, h.shape()};
+}
+
+// SPMDFullToShardShape / SPMDShardToFullShape: a copy of the operand in its own sharding
+// (FullToShard zeroes its padding); InvalidArgument when the shard shape is not the local one.
+absl::StatusOr<PValue> PartitionShardShapeCopy(ComputationPartitioner& cp, const HloInstruction& h,
+                                               const Sharding& target) {
+  SpmdBuilder& b = cp.b();
+  const bool to_shard = IsCall(h, "SPMDFullToShardShape");
+  // The operand in its own sharding; FullToShard zeroes its padding.
+  const PValue& v = cp.Value(h.operand(0));
+  HloInstruction* x = v.hlo;
+  if (to_shard) {
+    std::vector<int64_t> dims(static_cast<size_t>(v.global.rank()));
+    for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int64_t>(d);
+    x = b.MaskPadding(x, v.sharding, v.global, dims,
+                      b.ScalarConst(v.global.element_type, 0));
+  }
+  HloInstruction* c = b.Add(HloOpcode::kCopy, to_shard ? h.shape() : x->shape(), {x}, "copy");
+  if (c->shape().dims != x->shape().dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spmd-partitioner: '", h.name(), "': the shard shape ", h.shape().ToString(false),
+        " differs from the operand's local shape ", x->shape().ToString(false)));
+  }
+  // FullToShard: a manual value (its shape is already per device); ShardToFull: the
+  // global value in its (target) sharding, whose local shape is the manual shape.
+  return PValue{c, target, h.shape()};
+}
+
+// A custom call by its target: the manual-region boundaries, LayoutConstraint, TopK and the
+// block-scaling calls by their rules; the rest (and where a rule does not apply) replicated.
+absl::StatusOr<PValue> PartitionCustomCall(ComputationPartitioner& cp, const HloInstruction& h,
+                                           const Sharding& target) {
+  if (IsCall(h, "SPMDFullToShardShape") || IsCall(h, "SPMDShardToFullShape")) {
+    return PartitionShardShapeCopy(cp, h, target);
+  }
+  // XLA's HandleCustomCall: a LayoutConstraint is elementwise (an identity on values); its
+  // operand_layout_constraints name the local operand shape, the layout kept.
+  if (IsCall(h, "LayoutConstraint") && h.operand_count() == 1 && h.shape().IsArray()) {
+    absl::StatusOr<PValue> r = PartitionElementwise(cp, h);
+    if (r.ok()) LocalLayoutConstraints(r->hlo);
+    return r;
+  }
+  if (IsCall(h, "TopK")) {
+    absl::StatusOr<PValue> r = PartitionTopK(cp, h);
+    if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
+    return cp.Replicated(h, absl::StrCat("TopK: ", r.status().message()));
+  }
+  if (BlockScaledKindOf(h) != BlockScaledKind::kNone &&
+      BlockScaledKindOf(h) != BlockScaledKind::kCudnnDot) {
+    absl::StatusOr<PValue> r = PartitionBlockScaled(cp, h);
+    if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
+    return cp.Replicated(h, absl::StrCat(h.custom_call_target(), ": ", r.status().message()));
+  }
+  return cp.Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target(),
+                                       "\" has no partitioning rule"));
+}
+
+}  // namespace
+
+absl::Status ComputationPartitioner::SumPartialOperands(const HloInstruction& h) {
   const HloOpcode op = h.opcode();
   // Partial values (unreduced shardings: each device of an addend group holds an addend) pass
   // only through tuples and elementwise ops (whose rule keeps them where the op is linear);
   // every other op reads its partial operands summed and computes the whole value.
-  if (!IsElementwise(op) && op != HloOpcode::kCopy && op != HloOpcode::kTuple &&
-      op != HloOpcode::kGetTupleElement) {
-    for (const HloInstruction* o : h.operands()) {
-      const int32_t slot = slots_.Slot(o);
-      if (slot < 0 || !HoldsAddends(values_[static_cast<size_t>(slot)].sharding)) continue;
-      PValue& v = values_[static_cast<size_t>(slot)];
-      const Sharding whole = Summed(v.sharding);
-      ASSIGN_OR_RETURN(HloInstruction* summed, Reshard(v, whole, h));
-      v = PValue{summed, whole, v.global};
-    }
-    const int32_t own = slots_.Slot(&h);
-    if (own >= 0 && HoldsAddends(targets_[static_cast<size_t>(own)])) {
-      targets_[static_cast<size_t>(own)] = Summed(targets_[static_cast<size_t>(own)]);
-    }
+  if (IsElementwise(op) || op == HloOpcode::kCopy || op == HloOpcode::kTuple ||
+      op == HloOpcode::kGetTupleElement) {
+    return absl::OkStatus();
   }
+  for (const HloInstruction* o : h.operands()) {
+    const int32_t slot = slots_.Slot(o);
+    if (slot < 0 || !HoldsAddends(values_[static_cast<size_t>(slot)].sharding)) continue;
+    PValue& v = values_[static_cast<size_t>(slot)];
+    const Sharding whole = Summed(v.sharding);
+    ASSIGN_OR_RETURN(HloInstruction* summed, Reshard(v, whole, h));
+    v = PValue{summed, whole, v.global};
+  }
+  const int32_t own = slots_.Slot(&h);
+  if (own >= 0 && HoldsAddends(targets_[static_cast<size_t>(own)])) {
+    targets_[static_cast<size_t>(own)] = Summed(targets_[static_cast<size_t>(own)]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h) {
+  const HloOpcode op = h.opcode();
+  RETURN_IF_ERROR(SumPartialOperands(h));
   const Sharding& target = Target(&h);
   RETURN_IF_ERROR(CheckManualSubgroupCollective(h, target));
   // Manual regions are already per device: clone as is (a tuple manual in every leaf too, such
   // as a manual loop's state).
-  if (AllManual(target) && !IsCall(h, "SPMDFullToShardShape")) {
-    std::vector<HloInstruction*> ops;
-    for (int64_t i = 0; i < h.operand_count(); ++i) {
-      const PValue& v = Value(h.operand(i));
-      if (!v.sharding.IsManual() && !v.sharding.IsReplicated() && !v.global.IsTuple()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "spmd-partitioner: '", h.name(), "' is manual but its operand '",
-            h.operand(i)->name(), "' is ", v.sharding.ToString(), ": enter manual regions through "
-            "SPMDFullToShardShape"));
-      }
-      ops.push_back(v.hlo);
-    }
-    return PValue{Clone(h, h.shape(), std::move(ops)), target, h.shape()};
-  }
+  if (AllManual(target) && !IsCall(h, "SPMDFullToShardShape")) return CloneManual(*this, h, target);
   if (IsElementwise(op) || op == HloOpcode::kCopy) return PartitionElementwise(*this, h);
   switch (op) {
     case HloOpcode::kParameter: {
@@ -327,16 +512,7 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kScatter:
       return PartitionScatter(*this, h);
     case HloOpcode::kAllReduce:
-      // XLA's HandleAllReduce: an all-reduce of one operand across replicas (no channel), or
-      // across partitions in replicated or (partially) manual code (its groups checked above to
-      // stay within a manual subgroup), is elementwise over the partitions.
-      if (h.operand_count() == 1 && (!h.channel_id.has_value() || target.HasManualSubgroup())) {
-        return PartitionElementwise(*this, h);
-      }
-      // Replicated across partitions: on the whole value, as XLA computes it (not a remat).
-      if (h.operand_count() == 1 && Sharding::Broadcast(target, h.shape()).IsReplicated()) return Replicated(h, "");
-      return Replicated(h, "all-reduce across partitions of a tiled value outside manual code "
-                           "(XLA's partitioner rejects it)");
+      return PartitionAllReduce(*this, h, target);
     case HloOpcode::kSlice:
     case HloOpcode::kPad:
     case HloOpcode::kConcatenate:
@@ -348,134 +524,22 @@ absl::StatusOr<PValue> ComputationPartitioner::Partition(const HloInstruction& h
     case HloOpcode::kSelectAndScatter:
     case HloOpcode::kFft:
       return PartitionAlongUntiledDims(*this, h);
-    case HloOpcode::kOutfeed: {
-      // XLA's outfeed sharding lays out its data operand (ShapeOfSharding): each device sends
-      // its tile; the token passes as it is.
-      Sharding data = Sharding::Replicated();
-      if (h.sharding) {
-        absl::StatusOr<Sharding> s = Sharding::FromHlo(*h.sharding, ShapeOfSharding(h));
-        if (!s.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("spmd-partitioner: '", h.name(), "': ", s.status().message()));
-        }
-        data = *std::move(s);
-      }
-      std::vector<HloInstruction*> ops;
-      for (int64_t i = 0; i < h.operand_count(); ++i) {
-        absl::StatusOr<HloInstruction*> o =
-            Operand(h, i, i == 0 ? Sharding::Broadcast(data, h.operand(0)->shape()) : Sharding::Replicated());
-        if (!o.ok()) return o.status();
-        ops.push_back(*o);
-      }
-      HloInstruction* local = Clone(h, h.shape(), std::move(ops));
-      // `outfeed_shape` names what is sent: the local data (XLA's verifier wants them equal).
-      for (auto& [key, value] : *local->mutable_raw_attributes()) {
-        if (key == "outfeed_shape") value = local->operand(0)->shape().ToString(true);
-      }
-      return PValue{local, target, h.shape()};
-    }
+    case HloOpcode::kOutfeed:
+      return PartitionOutfeed(*this, h, target);
     case HloOpcode::kDynamicSlice:
       return PartitionDynamicSlice(*this, h);
     case HloOpcode::kDynamicUpdateSlice:
       return PartitionDynamicUpdateSlice(*this, h);
-    case HloOpcode::kTuple: {
-      std::vector<HloInstruction*> ops;
-      std::vector<Shape> shapes;
-      for (int64_t i = 0; i < h.operand_count(); ++i) {
-        absl::StatusOr<HloInstruction*> o =
-            Operand(h, i, Sharding::ElementOf(target, h.shape(), i));
-        if (!o.ok()) return o.status();
-        ops.push_back(*o);
-        shapes.push_back((*o)->shape());
-      }
-      return PValue{Clone(h, Shape::Tuple(shapes), std::move(ops)),
-                    Sharding::Broadcast(target, h.shape()), h.shape()};
-    }
-    case HloOpcode::kGetTupleElement: {
-      const PValue& v = Value(h.operand(0));
-      const Sharding s = Sharding::ElementOf(v.sharding, v.global, h.tuple_index);
-      HloInstruction* g = Clone(
-          h, v.hlo->shape().tuple_shapes.at(static_cast<size_t>(h.tuple_index)), {v.hlo});
-      return PValue{g, s, h.shape()};
-    }
-    case HloOpcode::kWhile: {
-      const Sharding s = Sharding::Broadcast(target, h.shape());
-      ASSIGN_OR_RETURN(HloInstruction* init, Operand(h, 0, s));
-      const Sharding pred = Sharding::Replicated();
-      absl::StatusOr<HloComputation*> cond = PartitionCallee(h.while_condition(), {s}, &pred);
-      if (!cond.ok()) return cond.status();
-      absl::StatusOr<HloComputation*> body = PartitionCallee(h.while_body(), {s}, &s);
-      if (!body.ok()) return body.status();
-      HloInstruction* w = Clone(h, init->shape(), {init});
-      *w->mutable_called_computations() = {*cond, *body};
-      return PValue{w, s, h.shape()};
-    }
-    case HloOpcode::kConditional: {
-      const Sharding s = Sharding::Broadcast(target, h.shape());
-      ASSIGN_OR_RETURN(HloInstruction* selector, Operand(h, 0, Sharding::Replicated()));
-      std::vector<HloInstruction*> ops = {selector};
-      std::vector<HloComputation*> branches;
-      for (size_t b = 0; b < h.called_computations().size(); ++b) {
-        const HloComputation* branch = h.called_computations()[b];
-        const int64_t i = static_cast<int64_t>(b) + 1;
-        const Sharding ps =
-            branch->num_parameters() == 1 && branch->parameter(0)->sharding
-                ? Sharding::FromHlo(*branch->parameter(0)->sharding, branch->parameter(0)->shape())
-                      .value_or(Sharding::Replicated())
-                : Sharding::Replicated();
-        ASSIGN_OR_RETURN(HloInstruction* o, Operand(h, i, ps));
-        ops.push_back(o);
-        absl::StatusOr<HloComputation*> c = PartitionCallee(branch, {ps}, &s);
-        if (!c.ok()) return c.status();
-        branches.push_back(*c);
-      }
-      HloInstruction* c = Clone(h, LocalShape(h.shape(), s), std::move(ops));
-      *c->mutable_called_computations() = branches;
-      return PValue{c, s, h.shape()};
-    }
-    case HloOpcode::kCustomCall: {
-      if (IsCall(h, "SPMDFullToShardShape") || IsCall(h, "SPMDShardToFullShape")) {
-        const bool to_shard = IsCall(h, "SPMDFullToShardShape");
-        // The operand in its own sharding; FullToShard zeroes its padding.
-        const PValue& v = Value(h.operand(0));
-        HloInstruction* x = v.hlo;
-        if (to_shard) {
-          std::vector<int64_t> dims(static_cast<size_t>(v.global.rank()));
-          for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int64_t>(d);
-          x = b_.MaskPadding(x, v.sharding, v.global, dims,
-                             b_.ScalarConst(v.global.element_type, 0));
-        }
-        HloInstruction* c = b_.Add(HloOpcode::kCopy, to_shard ? h.shape() : x->shape(), {x}, "copy");
-        if (c->shape().dims != x->shape().dims) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "spmd-partitioner: '", h.name(), "': the shard shape ", h.shape().ToString(false),
-              " differs from the operand's local shape ", x->shape().ToString(false)));
-        }
-        // FullToShard: a manual value (its shape is already per device); ShardToFull: the
-        // global value in its (target) sharding, whose local shape is the manual shape.
-        return PValue{c, target, h.shape()};
-      }
-      // XLA's HandleCustomCall: a LayoutConstraint is elementwise (an identity on values); its
-      // operand_layout_constraints name the local operand shape, the layout kept.
-      if (IsCall(h, "LayoutConstraint") && h.operand_count() == 1 && h.shape().IsArray()) {
-        absl::StatusOr<PValue> r = PartitionElementwise(*this, h);
-        if (r.ok()) LocalLayoutConstraints(r->hlo);
-        return r;
-      }
-      if (IsCall(h, "TopK")) {
-        absl::StatusOr<PValue> r = PartitionTopK(*this, h);
-        if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
-        return Replicated(h, absl::StrCat("TopK: ", r.status().message()));
-      }
-      if (BlockScaledKindOf(h) != BlockScaledKind::kNone &&
-          BlockScaledKindOf(h) != BlockScaledKind::kCudnnDot) {
-        absl::StatusOr<PValue> r = PartitionBlockScaled(*this, h);
-        if (r.ok() || r.status().code() != absl::StatusCode::kUnimplemented) return r;
-        return Replicated(h, absl::StrCat(h.custom_call_target(), ": ", r.status().message()));
-      }
-      return Replicated(h, absl::StrCat("custom-call target \"", h.custom_call_target(),
-                                        "\" has no partitioning rule"));
-    }
+    case HloOpcode::kTuple:
+      return PartitionTuple(*this, h, target);
+    case HloOpcode::kGetTupleElement:
+      return PartitionGetTupleElement(*this, h);
+    case HloOpcode::kWhile:
+      return PartitionWhile(*this, h, target);
+    case HloOpcode::kConditional:
+      return PartitionConditional(*this, h, target);
+    case HloOpcode::kCustomCall:
+      return PartitionCustomCall(*this, h, target);
     case HloOpcode::kPartitionId:
     case HloOpcode::kReplicaId:
     case HloOpcode::kRng:

@@ -131,6 +131,184 @@ int RunMxDemo(const CompileOptions& demo, const std::filesystem::path& dir, uint
   return small_code;
 }
 
+// The options of the transformer block's scaled copy: the demo's own, its files in `dir`, its
+// numerics verified with `seed`, quiet, on no system (the gate's decisions are replayed).
+CompileOptions ScaledCopyOptions(const CompileOptions& demo, const std::filesystem::path& dir,
+                                 uint64_t seed) {
+  CompileOptions c = demo;
+  c.command = "weave demo";
+  c.input = (dir / "scaled_input.hlo").string();
+  c.output = (dir / "scaled_output.hlo").string();
+  c.verify_seed = absl::StrCat(seed);
+  c.quiet = true;
+  c.system.clear();
+  return c;
+}
+
+// The transformer demo's opening line: the block (global or partitioned form), its size and the
+// system the cost gate decides on.
+void PrintTransformerDemoIntro(bool global, const DemoSize& full, const std::string& system) {
+  if (global) {
+    std::cout << "weave demo: an FP8 transformer block as JAX emits it for 4 partitions "
+                 "(global shapes; tokens, heads and MLP columns sharded), "
+              << full.ToString()
+              << ": global -> partitioned (weave's SPMD partitioner: Q/K/V read one "
+                 "all-gather, gate/up another) -> windowed loops (each decided by the cost "
+                 "gate on "
+              << system
+              << ") -> FP8 on the wire and FP8 GEMMs, verified against the global program\n\n";
+  } else {
+    std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
+                 "(Q/K/V share one all-gather, gate/up share one, output and down projections "
+                 "reduce-scattered), "
+              << full.ToString() << "; every loop decided by the cost gate on " << system
+              << "\n\n";
+  }
+}
+
+// Compiles a clone of the full block with the options `o` of its compile, quietly and writing
+// nothing, and fills `decisions` with the cost gate's choices by ReplayKey. Returns the
+// compile's exit code (kOk, or the failure, with `decisions` left empty).
+int ProbeGateDecisions(const CompileOptions& o, const HloModule& module,
+                       std::map<std::string, int>* decisions) {
+  CompileOptions probe = o;
+  probe.output.clear();
+  probe.report.clear();
+  probe.partitioned_output.clear();
+  probe.require.clear();
+  probe.quiet = true;
+  probe.system = o.system;
+  CompileReport probe_report;
+  if (int code = CompileModule(probe, module.Clone(), std::cout, &probe_report); code != kOk) {
+    return code;
+  }
+  for (const CostDecision& d : probe_report.cost_gate.decisions) {
+    (*decisions)[ReplayKey(d.pass, d.location)] = d.estimate.chosen;
+  }
+  return kOk;
+}
+
+// The number of windowed loops of each kind in a report.
+std::map<std::string, int> LoopKinds(const CompileReport& r) {
+  std::map<std::string, int> k;
+  for (const WindowedLoopInfo& l : r.loops) ++k[l.kind];
+  return k;
+}
+
+// The transformer demo's closing lines: the files written and, after a successful compile, the
+// commands to try next.
+void PrintTransformerDemoFiles(bool global, int exit_code, const CompileOptions& o,
+                               const CompileOptions& c) {
+  std::cout << "\nwrote " << o.input << (global ? " (input, global), " : " (input), ")
+            << (global ? o.partitioned_output + " (partitioned), " : std::string())
+            << (exit_code == kOk ? o.output + " (compiled), " : std::string()) << o.report
+            << " (report), " << c.input << " and " << c.output << " (the scaled copy)\n";
+  if (exit_code == kOk) {
+    std::cout << "try: weave compare " << c.input << " " << c.output
+              << " --num-partitions 4; weave simulate " << o.output << " --system " << o.system
+              << "\n";
+  }
+}
+
+// `weave demo` (without --moe or --mx): the FP8 transformer block at two sizes. The full one is
+// compiled with the cost gate (the performance model decides every loop on the system); its
+// numerics are verified on a scaled copy that takes the same decisions (replayed by pass and
+// location) and must fire the same rewrites. `global`: start from the global module (else the
+// partitioned form). Returns the exit code.
+int RunTransformerDemo(const CompileOptions& demo, const std::filesystem::path& dir,
+                       uint64_t seed, bool global) {
+  const DemoSize full = DemoSize::Full();
+  const DemoSize small = DemoSize::Small();
+  const std::string text = global ? DemoGlobalModuleText(full) : DemoModuleText(full);
+  const std::string small_text = global ? DemoGlobalModuleText(small) : DemoModuleText(small);
+  absl::StatusOr<std::unique_ptr<HloModule>> module =
+      ParseHloModule(text, "<weave demo module>");
+  absl::StatusOr<std::unique_ptr<HloModule>> small_module =
+      ParseHloModule(small_text, "<weave demo module, scaled copy>");
+  if (!module.ok() || !small_module.ok()) {
+    std::cerr << "weave demo: the built-in module does not parse: "
+              << (!module.ok() ? module.status() : small_module.status()).message() << "\n";
+    return kInvalidInput;
+  }
+  CompileOptions o = DemoFiles(demo, dir);
+  o.require = "windowed,fp8-gemm";
+  if (global) o.partitioned_output = (dir / "partitioned.hlo").string();
+  if (o.system.empty()) o.system = std::string(kDefaultGateSystem);
+  CompileOptions c = ScaledCopyOptions(demo, dir, seed);
+  for (const auto& [file, body] : {std::pair<std::string, std::string>{o.input, text},
+                                   std::pair<std::string, std::string>{c.input, small_text}}) {
+    if (absl::Status st = WriteFileAtomically(file, body); !st.ok()) {
+      std::cerr << "weave demo: " << st.message() << "\n";
+      return kInvalidInput;
+    }
+  }
+  PrintTransformerDemoIntro(global, full, o.system);
+  // The gate's decisions on the full block, replayed on the copy.
+  std::map<std::string, int> decisions;
+  if (int code = ProbeGateDecisions(o, **module, &decisions); code != kOk) return code;
+  c.replay_decisions = decisions;
+  c.cost_gate.clear();
+  CompileReport copy_report;
+  const int copy_code = CompileModule(c, std::move(*small_module), std::cout, &copy_report);
+  if (copy_code != kOk && copy_code != kNumericsMismatch) {
+    std::cerr << "weave demo: the scaled copy (" << small.ToString()
+              << ") did not compile (exit " << copy_code << ")\n";
+    return copy_code;
+  }
+  o.numerics_from_copy = copy_report.numerics;
+  o.numerics_from_copy->scaled_copy = absl::StrCat(
+      small.ToString(), ", compiled with the cost gate's decisions for the full block (",
+      copy_report.loops.size(), " windowed loops), files ", c.input, " and ", c.output);
+  CompileReport report;
+  int exit_code = CompileModule(o, std::move(*module), std::cout, &report);
+  // The copy verifies the rewrites the full block got only if it got the same ones.
+  if (exit_code == kOk && (LoopKinds(report) != LoopKinds(copy_report) ||
+                           report.fired != copy_report.fired)) {
+    std::cerr << "weave demo: the scaled copy's rewrites differ from the full block's, so its "
+                 "numerics do not verify them\n";
+    exit_code = kNumericsNotVerified;
+  }
+  PrintTransformerDemoFiles(global, exit_code, o, c);
+  return exit_code;
+}
+
+// The demo subcommand's flags besides the compile options.
+struct DemoFlags {
+  std::string out_dir;
+  bool out_dir_given = false;  // --out-dir was on the command line
+  uint64_t seed = 0;
+  bool moe = false, mx = false, from_partitioned = false;
+};
+
+// `weave demo`: checks the arguments before anything is created on disk, creates the output
+// directory and runs the block the flags name. Returns the exit code (kUsage for a bad system
+// name or both --moe and --mx, kInvalidInput for a system that does not load or a directory
+// that cannot be created).
+int RunDemo(const CompileOptions& demo, const DemoFlags& flags) {
+  if (!demo.system.empty()) {
+    if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo.system); !spec.ok()) {
+      std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
+      return absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
+    }
+  }
+  std::filesystem::path dir(flags.out_dir);
+  if (flags.moe && flags.mx) {
+    std::cerr << "weave demo: --moe and --mx name different blocks; give one\n";
+    return kUsage;
+  }
+  if (flags.moe && !flags.out_dir_given) dir = "weave-demo-moe";
+  if (flags.mx && !flags.out_dir_given) dir = "weave-demo-mx";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "weave demo: cannot create " << dir.string() << ": " << ec.message() << "\n";
+    return kInvalidInput;
+  }
+  if (flags.moe) return RunMoeDemo(demo, dir, flags.seed);
+  if (flags.mx) return RunMxDemo(demo, dir, flags.seed);
+  return RunTransformerDemo(demo, dir, flags.seed, !flags.from_partitioned);
+}
+
 }  // namespace
 
 void RegisterDemoCommand(CLI::App& app, int* exit_code) {
@@ -165,145 +343,14 @@ void RegisterDemoCommand(CLI::App& app, int* exit_code) {
                  "gain; compute capability 10.0 and b200x8 unless given; numerics verified on a "
                  "scaled copy; default out dir ./weave-demo-mx)");
   dcmd->callback([demo, out_dir, seed, moe, mx, from_partitioned, exit_code, dcmd]() {
-    // Check the arguments before anything is created on disk.
-    if (!demo->system.empty()) {
-      if (absl::StatusOr<sim::SystemSpec> spec = sim::LoadSystem(demo->system); !spec.ok()) {
-        std::cerr << "weave demo: --system: " << spec.status().message() << "\n";
-        *exit_code = absl::IsNotFound(spec.status()) ? kUsage : kInvalidInput;
-        return;
-      }
-    }
-    std::filesystem::path dir(*out_dir);
-    if (*moe && *mx) {
-      std::cerr << "weave demo: --moe and --mx name different blocks; give one\n";
-      *exit_code = kUsage;
-      return;
-    }
-    if (*moe && dcmd->count("--out-dir") == 0) dir = "weave-demo-moe";
-    if (*mx && dcmd->count("--out-dir") == 0) dir = "weave-demo-mx";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      std::cerr << "weave demo: cannot create " << dir.string() << ": " << ec.message() << "\n";
-      *exit_code = kInvalidInput;
-      return;
-    }
-    if (*moe) {
-      *exit_code = RunMoeDemo(*demo, dir, *seed);
-      return;
-    }
-    if (*mx) {
-      *exit_code = RunMxDemo(*demo, dir, *seed);
-      return;
-    }
-    // The block at two sizes: the full one is compiled with the cost gate (the performance
-    // model decides every loop on the system); its numerics are verified on a scaled copy that
-    // takes the same decisions (replayed by pass and location) and must fire the same rewrites.
-    const bool global = !*from_partitioned;
-    const DemoSize full = DemoSize::Full();
-    const DemoSize small = DemoSize::Small();
-    const std::string text = global ? DemoGlobalModuleText(full) : DemoModuleText(full);
-    const std::string small_text = global ? DemoGlobalModuleText(small) : DemoModuleText(small);
-    absl::StatusOr<std::unique_ptr<HloModule>> module =
-        ParseHloModule(text, "<weave demo module>");
-    absl::StatusOr<std::unique_ptr<HloModule>> small_module =
-        ParseHloModule(small_text, "<weave demo module, scaled copy>");
-    if (!module.ok() || !small_module.ok()) {
-      std::cerr << "weave demo: the built-in module does not parse: "
-                << (!module.ok() ? module.status() : small_module.status()).message() << "\n";
-      *exit_code = kInvalidInput;
-      return;
-    }
-    CompileOptions o = DemoFiles(*demo, dir);
-    o.require = "windowed,fp8-gemm";
-    if (global) o.partitioned_output = (dir / "partitioned.hlo").string();
-    if (o.system.empty()) o.system = std::string(kDefaultGateSystem);
-    CompileOptions c = *demo;
-    c.command = "weave demo";
-    c.input = (dir / "scaled_input.hlo").string();
-    c.output = (dir / "scaled_output.hlo").string();
-    c.verify_seed = absl::StrCat(*seed);
-    c.quiet = true;
-    c.system.clear();
-    for (const auto& [file, body] : {std::pair<std::string, std::string>{o.input, text},
-                                     std::pair<std::string, std::string>{c.input, small_text}}) {
-      if (absl::Status st = WriteFileAtomically(file, body); !st.ok()) {
-        std::cerr << "weave demo: " << st.message() << "\n";
-        *exit_code = kInvalidInput;
-        return;
-      }
-    }
-    if (global) {
-      std::cout << "weave demo: an FP8 transformer block as JAX emits it for 4 partitions "
-                   "(global shapes; tokens, heads and MLP columns sharded), "
-                << full.ToString()
-                << ": global -> partitioned (weave's SPMD partitioner: Q/K/V read one "
-                   "all-gather, gate/up another) -> windowed loops (each decided by the cost "
-                   "gate on "
-                << o.system
-                << ") -> FP8 on the wire and FP8 GEMMs, verified against the global program\n\n";
-    } else {
-      std::cout << "weave demo: a tensor-parallel FP8 transformer block on 4 partitions "
-                   "(Q/K/V share one all-gather, gate/up share one, output and down projections "
-                   "reduce-scattered), "
-                << full.ToString() << "; every loop decided by the cost gate on " << o.system
-                << "\n\n";
-    }
-    // The gate's decisions on the full block, replayed on the copy.
-    CompileOptions probe = o;
-    probe.output.clear();
-    probe.report.clear();
-    probe.partitioned_output.clear();
-    probe.require.clear();
-    probe.quiet = true;
-    probe.system = o.system;
-    CompileReport probe_report;
-    if (int code = CompileModule(probe, (*module)->Clone(), std::cout, &probe_report);
-        code != kOk) {
-      *exit_code = code;
-      return;
-    }
-    std::map<std::string, int> decisions;
-    for (const CostDecision& d : probe_report.cost_gate.decisions) {
-      decisions[ReplayKey(d.pass, d.location)] = d.estimate.chosen;
-    }
-    c.replay_decisions = decisions;
-    c.cost_gate.clear();
-    CompileReport copy_report;
-    const int copy_code = CompileModule(c, std::move(*small_module), std::cout, &copy_report);
-    if (copy_code != kOk && copy_code != kNumericsMismatch) {
-      std::cerr << "weave demo: the scaled copy (" << small.ToString()
-                << ") did not compile (exit " << copy_code << ")\n";
-      *exit_code = copy_code;
-      return;
-    }
-    o.numerics_from_copy = copy_report.numerics;
-    o.numerics_from_copy->scaled_copy = absl::StrCat(
-        small.ToString(), ", compiled with the cost gate's decisions for the full block (",
-        copy_report.loops.size(), " windowed loops), files ", c.input, " and ", c.output);
-    CompileReport report;
-    *exit_code = CompileModule(o, std::move(*module), std::cout, &report);
-    // The copy verifies the rewrites the full block got only if it got the same ones.
-    auto kinds = [](const CompileReport& r) {
-      std::map<std::string, int> k;
-      for (const WindowedLoopInfo& l : r.loops) ++k[l.kind];
-      return k;
-    };
-    if (*exit_code == kOk && (kinds(report) != kinds(copy_report) ||
-                              report.fired != copy_report.fired)) {
-      std::cerr << "weave demo: the scaled copy's rewrites differ from the full block's, so its "
-                   "numerics do not verify them\n";
-      *exit_code = kNumericsNotVerified;
-    }
-    std::cout << "\nwrote " << o.input << (global ? " (input, global), " : " (input), ")
-              << (global ? o.partitioned_output + " (partitioned), " : std::string())
-              << (*exit_code == kOk ? o.output + " (compiled), " : std::string()) << o.report
-              << " (report), " << c.input << " and " << c.output << " (the scaled copy)\n";
-    if (*exit_code == kOk) {
-      std::cout << "try: weave compare " << c.input << " " << c.output
-                << " --num-partitions 4; weave simulate " << o.output << " --system " << o.system
-                << "\n";
-    }
+    DemoFlags flags;
+    flags.out_dir = *out_dir;
+    flags.out_dir_given = dcmd->count("--out-dir") != 0;
+    flags.seed = *seed;
+    flags.moe = *moe;
+    flags.mx = *mx;
+    flags.from_partitioned = *from_partitioned;
+    *exit_code = RunDemo(*demo, flags);
   });
 }
 

@@ -111,7 +111,7 @@ struct CompilePlan {
   PassOptions options;
   std::vector<std::string> passes;    // the pipeline's names after the switches
   std::vector<std::string> required;  // --require, in the order given
-  HloPassPipeline pipeline;           // the passes created from `passes`
+  std::unique_ptr<HloPassPipeline> pipeline;  // the passes created from `passes`
   std::unique_ptr<CostOracle> oracle;
 };
 
@@ -142,20 +142,19 @@ int Configure(const CompileOptions& o, CompileReport* report, CompilePlan* plan)
   }
   // Create the passes first: their factories read the options, and an option that none of
   // them read (and that is no compile flag) is a usage error, reported before any work.
-  for (const std::string& name : plan->passes) {
-    absl::StatusOr<std::unique_ptr<HloPass>> pass = PassRegistry::Get().Create(name, plan->options);
-    if (!pass.ok()) {
-      if (absl::IsNotFound(pass.status())) {
-        std::cerr << "weave compile: warning: pass '" << name
-                  << "' is not available in this build; skipped\n";
-        report->after.notes.push_back(absl::StrCat("pass ", name, " not available: skipped"));
-        continue;
-      }
-      std::cerr << "weave compile: " << name << ": " << pass.status().message() << "\n";
-      return kUsage;
-    }
-    plan->pipeline.AddPass(*std::move(pass));
+  std::vector<std::string> unavailable;
+  absl::StatusOr<std::unique_ptr<HloPassPipeline>> pipeline =
+      MakeCompilePipeline(plan->passes, plan->options, &unavailable);
+  for (const std::string& name : unavailable) {
+    std::cerr << "weave compile: warning: pass '" << name
+              << "' is not available in this build; skipped\n";
+    report->after.notes.push_back(absl::StrCat("pass ", name, " not available: skipped"));
   }
+  if (!pipeline.ok()) {
+    std::cerr << "weave compile: " << pipeline.status().message() << "\n";
+    return kUsage;
+  }
+  plan->pipeline = *std::move(pipeline);
   // Only the free-form `--key[=value]` arguments are checked: the named flags set option keys
   // too, but those are compile flags even when their pass is switched off.
   std::set<std::string> extra_keys;
@@ -223,7 +222,7 @@ int AttachCostGate(const CompileOptions& o, CompileReport* report, CompilePlan* 
     }
     sim::CostGateConfig config;
     config.system = *spec;
-    config.pipeline = plan->passes;
+    config.pipeline = plan->pipeline->pass_names();
     config.pass_options = plan->options;
     config.dump_dir = o.cost_gate_dump;
     if (!o.cost_gate_dump.empty()) {
@@ -239,7 +238,7 @@ int AttachCostGate(const CompileOptions& o, CompileReport* report, CompilePlan* 
   }
   if (plan->oracle) {
     report->cost_gate.system = plan->oracle->SystemName();
-    plan->pipeline.set_cost_oracle(plan->oracle.get());
+    plan->pipeline->set_cost_oracle(plan->oracle.get());
   }
   return kOk;
 }
@@ -277,10 +276,10 @@ int RunPasses(const CompileOptions& o, CompilePlan* plan, HloModule* module,
     if (o.timing) PrintTiming(rec.pass, rec.seconds, rec.instructions_before);
     report->passes.push_back(rec);
   };
-  plan->pipeline.set_hooks(std::move(hooks));
-  plan->pipeline.set_remarks(&report->remarks);
-  plan->pipeline.set_verify_each(o.verify_each);
-  if (absl::StatusOr<bool> changed = plan->pipeline.Run(module); !changed.ok()) {
+  plan->pipeline->set_hooks(std::move(hooks));
+  plan->pipeline->set_remarks(&report->remarks);
+  plan->pipeline->set_verify_each(o.verify_each);
+  if (absl::StatusOr<bool> changed = plan->pipeline->Run(module); !changed.ok()) {
     std::cerr << "weave compile: " << o.input << ": " << changed.status().message() << "\n";
     return kInvalidInput;
   }

@@ -57,6 +57,119 @@ std::string OutOfMemory(const std::string& msg, int64_t estimated_bytes) {
                       ", which leaves out thread stacks and library buffers)");
 }
 
+// Estimates the evaluator's memory for the check on `devices` devices into n->estimated_bytes
+// (with a global input: its reference run alone, or the compiled module on every device plus
+// the reference's inputs and outputs). False, with n->skipped saying why, when the estimate is
+// over o.numerics_memory_bytes and not --force.
+bool EstimateFitsEvaluator(const CompileOptions& o, const HloModule* global,
+                           const HloModule& input, const HloModule& compiled, int64_t devices,
+                           NumericsRecord* n) {
+  // The reference runs first (the global program on one device, or its global view on every
+  // partition when it has manual regions); its inputs and outputs stay while the compiled module
+  // runs on every device.
+  int64_t global_alone = -1;  // the reference run's own estimate (global input only)
+  if (global != nullptr) {
+    const int64_t ref_devices = eval::GlobalViewReason(*global).empty() ? 1 : n->num_partitions;
+    global_alone = eval::EstimateMemoryBytes(*global, ref_devices);
+    n->estimated_bytes = std::max(global_alone, eval::EstimateMemoryBytes(compiled, devices, eval::SharedInputParameters(compiled)) +
+                                                    EntryIoBytes(*global));
+  } else {
+    n->estimated_bytes = std::max(eval::EstimateMemoryBytes(input, devices),
+                                  eval::EstimateMemoryBytes(compiled, devices));
+  }
+  if (n->estimated_bytes > o.numerics_memory_bytes && !o.force) {
+    n->skipped = absl::StrFormat(
+        "the module is too large to evaluate here: about %s on %s (limit %s%s); "
+        "--force runs it anyway",
+        FormatBytes(n->estimated_bytes), CountOf(devices, "device", "devices"),
+        FormatBytes(o.numerics_memory_bytes),
+        global_alone < 0 ? std::string()
+                         : absl::StrCat("; the global program alone: about ", FormatBytes(global_alone),
+                                        global_alone <= o.numerics_memory_bytes ? ", which fits" : ""));
+    return false;
+  }
+  return true;
+}
+
+// Compares the compiled module with the global program it was partitioned from (or the global
+// program's global view when it has manual regions), drawing new inputs a few times after a loop
+// that does not end on them; fills `n` (ran/pass/summary, or skipped when the reference cannot
+// run or the compiled module does not fit the evaluator).
+void CompareWithGlobal(const HloModule& global, const HloModule& compiled,
+                       eval::CompareOptions* copts, NumericsRecord* n) {
+  const std::string view = eval::GlobalViewReason(global);
+  n->reference = !view.empty() ? absl::StrCat("the global module's global view on ",
+                                              CountOf(n->num_partitions, "device", "devices"),
+                                              " (", view, ")")
+                               : "the global module on 1 device";
+  absl::StatusOr<eval::GlobalCompareReport> cmp =
+      eval::CompareGlobalWithPartitioned(global, compiled, *copts, /*exact_copies=*/false);
+  // A loop whose trip count comes from the inputs may not end on the generated ones (the
+  // evaluator stops it at its trip limit). Such inputs test nothing of the partitioning: the
+  // check draws the next seed's inputs, a few times, and says so.
+  const uint64_t first_seed = copts->eval.seed;
+  for (int retry = 0; retry < kEndlessLoopRetries && !cmp.ok() && IsEndlessLoop(cmp.status()); ++retry) {
+    n->notes.push_back(absl::StrCat("a while loop of the global program did not end on the inputs of seed ",
+                                    copts->eval.seed, " (", cmp.status().message(), "); inputs of seed ",
+                                    copts->eval.seed + 1, " used"));
+    ++copts->eval.seed;
+    n->seed = copts->eval.seed;
+    cmp = eval::CompareGlobalWithPartitioned(global, compiled, *copts, /*exact_copies=*/false);
+  }
+  if (!cmp.ok()) {
+    std::string msg(cmp.status().message());
+    if (msg.rfind("partitioned module", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
+      n->skipped = OutOfMemory(msg, n->estimated_bytes);
+      return;
+    }
+    if (msg.rfind("partitioned module", 0) == 0) {
+      n->ran = true;
+      n->pass = false;
+      n->summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
+      return;
+    }
+    n->skipped = absl::StrCat("the evaluator cannot run the global reference: ", msg);
+    if (copts->eval.seed != first_seed) {
+      absl::StrAppend(&n->skipped, " (on the inputs of seeds ", first_seed, " to ", copts->eval.seed, ")");
+    }
+    return;
+  }
+  n->ran = true;
+  n->pass = cmp->pass;
+  n->summary = cmp->ToString();
+  RecordComparison(cmp->compare, n);
+}
+
+// Compares the compiled module with the (partitioned) input on the same partitions; fills `n`
+// (ran/pass/summary, or skipped when the input cannot run or the compiled module does not fit
+// the evaluator).
+void CompareWithInput(const HloModule& input, const HloModule& compiled,
+                      const eval::CompareOptions& copts, NumericsRecord* n) {
+  n->reference = "the input";
+  absl::StatusOr<eval::CompareReport> cmp = eval::CompareModules(input, compiled, copts);
+  if (!cmp.ok()) {
+    std::string msg(cmp.status().message());
+    if (msg.rfind("module B", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
+      n->skipped = OutOfMemory(msg, n->estimated_bytes);
+      return;
+    }
+    if (msg.rfind("module B", 0) == 0) {
+      // The input runs but the output does not: the rewrite produced something unrunnable.
+      n->ran = true;
+      n->pass = false;
+      n->summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
+      n->skipped.clear();
+      return;
+    }
+    n->skipped = absl::StrCat("the evaluator cannot run the input: ", msg);
+    return;
+  }
+  n->ran = true;
+  n->pass = cmp->pass;
+  n->summary = cmp->ToString();
+  RecordComparison(*cmp, n);
+}
+
 }  // namespace
 
 void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModule& input,
@@ -79,101 +192,15 @@ void RunNumerics(const CompileOptions& o, const HloModule* global, const HloModu
   n.num_partitions = eval::ResolvedNumPartitions(global != nullptr ? compiled : input, copts.eval);
   const int64_t devices =
       n.num_partitions * eval::ResolvedReplicaCount(global != nullptr ? compiled : input, copts.eval);
-  // The reference runs first (the global program on one device, or its global view on every
-  // partition when it has manual regions); its inputs and outputs stay while the compiled module
-  // runs on every device.
-  int64_t global_alone = -1;  // the reference run's own estimate (global input only)
-  if (global != nullptr) {
-    const int64_t ref_devices = eval::GlobalViewReason(*global).empty() ? 1 : n.num_partitions;
-    global_alone = eval::EstimateMemoryBytes(*global, ref_devices);
-    n.estimated_bytes = std::max(global_alone, eval::EstimateMemoryBytes(compiled, devices, eval::SharedInputParameters(compiled)) +
-                                                   EntryIoBytes(*global));
-  } else {
-    n.estimated_bytes = std::max(eval::EstimateMemoryBytes(input, devices),
-                                 eval::EstimateMemoryBytes(compiled, devices));
-  }
-  if (n.estimated_bytes > o.numerics_memory_bytes && !o.force) {
-    n.skipped = absl::StrFormat(
-        "the module is too large to evaluate here: about %s on %s (limit %s%s); "
-        "--force runs it anyway",
-        FormatBytes(n.estimated_bytes), CountOf(devices, "device", "devices"),
-        FormatBytes(o.numerics_memory_bytes),
-        global_alone < 0 ? std::string()
-                         : absl::StrCat("; the global program alone: about ", FormatBytes(global_alone),
-                                        global_alone <= o.numerics_memory_bytes ? ", which fits" : ""));
-    return;
-  }
+  if (!EstimateFitsEvaluator(o, global, input, compiled, devices, &n)) return;
   copts.eval.max_memory_bytes =
       o.force ? std::numeric_limits<int64_t>::max() : o.numerics_memory_bytes;
 
   if (global != nullptr) {
-    const std::string view = eval::GlobalViewReason(*global);
-    n.reference = !view.empty() ? absl::StrCat("the global module's global view on ",
-                                               CountOf(n.num_partitions, "device", "devices"),
-                                               " (", view, ")")
-                                : "the global module on 1 device";
-    absl::StatusOr<eval::GlobalCompareReport> cmp =
-        eval::CompareGlobalWithPartitioned(*global, compiled, copts, /*exact_copies=*/false);
-    // A loop whose trip count comes from the inputs may not end on the generated ones (the
-    // evaluator stops it at its trip limit). Such inputs test nothing of the partitioning: the
-    // check draws the next seed's inputs, a few times, and says so.
-    const uint64_t first_seed = copts.eval.seed;
-    for (int retry = 0; retry < kEndlessLoopRetries && !cmp.ok() && IsEndlessLoop(cmp.status()); ++retry) {
-      n.notes.push_back(absl::StrCat("a while loop of the global program did not end on the inputs of seed ",
-                                     copts.eval.seed, " (", cmp.status().message(), "); inputs of seed ",
-                                     copts.eval.seed + 1, " used"));
-      ++copts.eval.seed;
-      n.seed = copts.eval.seed;
-      cmp = eval::CompareGlobalWithPartitioned(*global, compiled, copts, /*exact_copies=*/false);
-    }
-    if (!cmp.ok()) {
-      std::string msg(cmp.status().message());
-      if (msg.rfind("partitioned module", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
-        n.skipped = OutOfMemory(msg, n.estimated_bytes);
-        return;
-      }
-      if (msg.rfind("partitioned module", 0) == 0) {
-        n.ran = true;
-        n.pass = false;
-        n.summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
-        return;
-      }
-      n.skipped = absl::StrCat("the evaluator cannot run the global reference: ", msg);
-      if (copts.eval.seed != first_seed) {
-        absl::StrAppend(&n.skipped, " (on the inputs of seeds ", first_seed, " to ", copts.eval.seed, ")");
-      }
-      return;
-    }
-    n.ran = true;
-    n.pass = cmp->pass;
-    n.summary = cmp->ToString();
-    RecordComparison(cmp->compare, &n);
+    CompareWithGlobal(*global, compiled, &copts, &n);
     return;
   }
-
-  n.reference = "the input";
-  absl::StatusOr<eval::CompareReport> cmp = eval::CompareModules(input, compiled, copts);
-  if (!cmp.ok()) {
-    std::string msg(cmp.status().message());
-    if (msg.rfind("module B", 0) == 0 && absl::IsResourceExhausted(cmp.status())) {
-      n.skipped = OutOfMemory(msg, n.estimated_bytes);
-      return;
-    }
-    if (msg.rfind("module B", 0) == 0) {
-      // The input runs but the output does not: the rewrite produced something unrunnable.
-      n.ran = true;
-      n.pass = false;
-      n.summary = absl::StrCat("the compiled module could not be evaluated: ", msg);
-      n.skipped.clear();
-      return;
-    }
-    n.skipped = absl::StrCat("the evaluator cannot run the input: ", msg);
-    return;
-  }
-  n.ran = true;
-  n.pass = cmp->pass;
-  n.summary = cmp->ToString();
-  RecordComparison(*cmp, &n);
+  CompareWithInput(input, compiled, copts, &n);
 }
 
 void RunSimulation(const std::string& system, const HloModule& before, const HloModule& after,

@@ -37,8 +37,12 @@ std::string FormatBytes(int64_t bytes) {
 
 std::string PercentChange(double before, double after) { return Pct(before, after); }
 
-std::string ReportToTable(const CompileReport& r, int max_rows) {
-  std::string o;
+namespace {
+
+// The table's first lines: input, output, module and partitions, a partitioned global input, and
+// the pipeline's passes.
+void AppendHeader(const CompileReport& r, std::string* out) {
+  std::string& o = *out;
   absl::StrAppendFormat(&o, "weave compile: %s -> %s  (module %s, %s)\n",
                         r.input, r.output.empty() ? "(not written)" : r.output, r.module,
                         r.num_partitions_inferred
@@ -55,7 +59,11 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     for (const PassRecord& p : r.passes) names.push_back(p.changed ? p.pass : p.pass + "(-)");
     absl::StrAppend(&o, "pipeline: ", absl::StrJoin(names, " > "), "   ((-) = no change)\n");
   }
+}
 
+// "Windowed loops": one row per loop (ring, trips, wire type, GEMMs, cache users, bytes sent).
+void AppendWindowedLoops(const CompileReport& r, std::string* out) {
+  std::string& o = *out;
   absl::StrAppendFormat(&o, "\nWindowed loops: %d\n", r.loops.size());
   if (!r.loops.empty()) {
     absl::StrAppendFormat(&o, "  %-28s %-15s %4s %5s %-10s %4s %4s %11s %12s\n", "loop", "kind",
@@ -79,6 +87,11 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, "  (all-to-all rows: ring = group size, trips = chunks, each one "
                         "all-to-all and one partial GEMM on its own stream)\n");
   }
+}
+
+// "Collectives left alone": each with its reshard and reason, at most max_rows (0: all).
+void AppendCollectivesLeftAlone(const CompileReport& r, int max_rows, std::string* out) {
+  std::string& o = *out;
   const int64_t by_reshards =
       std::count_if(r.left_alone.begin(), r.left_alone.end(),
                     [](const LeftAlone& l) { return !l.reshard.empty(); });
@@ -99,7 +112,12 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, "      why: ", l.reason, "\n");
     ++shown;
   }
+}
 
+// "Per partition": bytes sent (per collective and per element type), FLOPs, FP8 GEMMs, folded
+// epilogues, dots and instructions, before and after, and the summary's notes.
+void AppendPerPartition(const CompileReport& r, std::string* out) {
+  std::string& o = *out;
   absl::StrAppend(&o, "\nPer partition                        before          after   change\n");
   auto row = [&](const std::string& label, int64_t b, int64_t a) {
     absl::StrAppendFormat(&o, "  %-30s %12s %14s   %s\n", label, FormatBytes(b), FormatBytes(a),
@@ -141,24 +159,17 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
     absl::StrAppend(&o, "  note: FP8 GEMM FLOPs count the custom calls' operands as padded to "
                         "multiples of 16 (the work cuBLASLt does)\n");
   }
+}
 
-  if (r.sim.requested) absl::StrAppend(&o, SimToTable(r.sim));
-
-  absl::StrAppend(&o, CostGateToTable(r.cost_gate, max_rows));
-
-  std::vector<std::string> fired;
-  for (const auto& [k, v] : r.fired) fired.push_back(absl::StrCat(k, v ? "=yes" : "=no"));
-  absl::StrAppend(&o, "\nRewrites: ", absl::StrJoin(fired, "  "), "\n");
-
-  absl::StrAppend(&o, NumericsToTable(r.numerics));
-
+// "Remarks": the counts, per pass counts, then the missed remarks (why something did not fire),
+// then the applied ones, each in pipeline order and limited to max_rows (0: all).
+void AppendRemarks(const CompileReport& r, int max_rows, std::string* out) {
+  std::string& o = *out;
   int64_t applied = 0, missed = 0, analysis = 0;
   for (const Remark& m : r.remarks) (m.applied ? applied : m.analysis ? analysis : missed)++;
   absl::StrAppendFormat(&o, "\nRemarks: %d (%d applied, %d missed, %d analysis)\n",
                         r.remarks.size(), applied, missed, analysis);
-  shown = 0;
-  // Per pass counts, then the missed remarks (why something did not fire), then the applied
-  // ones, each in pipeline order and limited to max_rows.
+  int shown = 0;
   std::vector<std::string> order;
   std::map<std::string, std::pair<int64_t, int64_t>> per_pass;
   for (const Remark& m : r.remarks) {
@@ -187,6 +198,28 @@ std::string ReportToTable(const CompileReport& r, int max_rows) {
       absl::StrAppendFormat(&o, "    ... %d more (see --report, or -v)\n", total - shown);
     }
   }
+}
+
+}  // namespace
+
+std::string ReportToTable(const CompileReport& r, int max_rows) {
+  std::string o;
+  AppendHeader(r, &o);
+  AppendWindowedLoops(r, &o);
+  AppendCollectivesLeftAlone(r, max_rows, &o);
+  AppendPerPartition(r, &o);
+
+  if (r.sim.requested) absl::StrAppend(&o, SimToTable(r.sim));
+
+  absl::StrAppend(&o, CostGateToTable(r.cost_gate, max_rows));
+
+  std::vector<std::string> fired;
+  for (const auto& [k, v] : r.fired) fired.push_back(absl::StrCat(k, v ? "=yes" : "=no"));
+  absl::StrAppend(&o, "\nRewrites: ", absl::StrJoin(fired, "  "), "\n");
+
+  absl::StrAppend(&o, NumericsToTable(r.numerics));
+
+  AppendRemarks(r, max_rows, &o);
   return o;
 }
 

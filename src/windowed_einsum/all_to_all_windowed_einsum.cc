@@ -529,6 +529,139 @@ std::vector<int64_t> ChunkCounts(int64_t k, int64_t max_chunks) {
   return out;
 }
 
+// The rewrite chosen for one all-to-all: a candidate and its chunk count, and why.
+struct Choice {
+  const Candidate* chosen = nullptr;
+  int64_t chunks = 0;
+  std::string decision;  // for the remark
+};
+
+// Why the all-to-all has no windowed form, for its remark: each rewrite's reason, or that the
+// rewrite option leaves it out.
+std::string NoWindowedForm(const AllToAllWindowedEinsumOptions& o, const std::string& why_a,
+                           const std::string& why_b) {
+  return absl::StrCat("no windowed form: as the dot's operand (A): ",
+                      o.allow_a ? why_a : "not allowed by --" + std::string(kRewriteOption),
+                      "; as the dot's result (B): ",
+                      o.allow_b ? why_b : "not allowed by --" + std::string(kRewriteOption));
+}
+
+// Without the cost gate (or forced by an option): the first of `valid` whose K divides into the
+// option's chunk count, else into the group size `g`. False with *why_not when none does.
+bool ChooseWithoutGate(const std::vector<const Candidate*>& valid,
+                       const AllToAllWindowedEinsumOptions& o, int64_t g, bool forced,
+                       Choice* choice, std::string* why_not) {
+  const int64_t chunks = o.chunks > 0 ? o.chunks : g;
+  choice->chunks = chunks;
+  std::vector<std::string> refused;
+  for (const Candidate* c : valid) {
+    if (c->k % chunks == 0) {
+      choice->chosen = c;
+      break;
+    }
+    refused.push_back(absl::StrFormat(
+        "%s: K=%d is not divisible into %d chunks%s", c->exchange_first ? "A" : "B", c->k,
+        chunks, o.chunks > 0 ? "" : " (XLA uses one chunk per group member)"));
+  }
+  if (!choice->chosen) {
+    *why_not = absl::StrJoin(refused, "; ");
+    return false;
+  }
+  choice->decision =
+      o.chunks > 0 ? absl::StrCat("chunk count set by --", kChunksOption)
+      : forced     ? absl::StrCat("forced by --", kXlaFlag, "=true")
+                   : "no cost gate: every match is rewritten, one chunk per group member";
+  return true;
+}
+
+// The cost gate's choice for the all-to-all at `loc` (group size `g`): one query whose variants
+// are "without" and each (rewrite of `valid`, chunk count dividing its K). False with *why_not
+// when no chunk count applies or "without" is fastest.
+bool ChooseWithGate(CostOracle* oracle, const std::string& loc,
+                    const std::vector<const Candidate*>& valid,
+                    const AllToAllWindowedEinsumOptions& o, int64_t g, Choice* choice,
+                    std::string* why_not) {
+  // The cost gate: one query for this all-to-all, one variant per (rewrite, chunk count).
+  CostQuery q;
+  q.pass = std::string(AllToAllWindowedEinsum::kName);
+  q.location = loc;
+  q.what = absl::StrCat("all-to-all '", loc, "'");
+  // The candidate's instructions, in a stable order (the all-to-all first).
+  std::vector<const HloInstruction*> seeds;
+  absl::flat_hash_set<const HloInstruction*> seen;
+  auto seed = [&](const HloInstruction* i) {
+    if (seen.insert(i).second) seeds.push_back(i);
+  };
+  q.variants.push_back({"without", false, {}});
+  std::vector<std::pair<const Candidate*, int64_t>> plan = {{nullptr, 0}};
+  std::vector<std::string> nothing;
+  for (const Candidate* c : valid) {
+    const char* tag = c->exchange_first ? "A" : "B";
+    absl::StrAppend(&q.what, c->exchange_first ? " -> dot '" : " <- dot '", c->dot->name(),
+                    "'");
+    seed(c->a2a);
+    for (const HloInstruction* op : c->chain) seed(op);
+    seed(c->dot);
+    std::vector<int64_t> counts = ChunkCounts(c->k, o.max_chunks);
+    if (counts.empty()) {
+      nothing.push_back(absl::StrFormat("%s: no chunk count in [2, %d] divides K=%d", tag,
+                                        o.max_chunks, c->k));
+    }
+    for (int64_t n : counts) {
+      q.variants.push_back({absl::StrFormat("with %s in %d chunks", tag, n),
+                            true,
+                            {{kRewriteOption, tag}, {kChunksOption, absl::StrCat(n)}}});
+      plan.push_back({c, n});
+      // Without an estimate: what the pass does without the gate (B before A, C = G).
+      if (q.fallback < 0 && n == g) q.fallback = static_cast<int>(plan.size()) - 1;
+    }
+  }
+  if (q.variants.size() < 2) {
+    *why_not = absl::StrJoin(nothing, "; ");
+    return false;
+  }
+  if (q.fallback < 0) q.fallback = 0;
+  q.seeds = std::move(seeds);
+  CostEstimate e = oracle->Decide(q);
+  const int pick = e.chosen >= 0 && e.chosen < static_cast<int>(plan.size()) ? e.chosen : 0;
+  if (pick == 0) {
+    *why_not = e.Note();
+    return false;
+  }
+  choice->chosen = plan[static_cast<size_t>(pick)].first;
+  choice->chunks = plan[static_cast<size_t>(pick)].second;
+  choice->decision = e.Note();
+  return true;
+}
+
+// The remark on rewrite `c` applied in `chunks` chunks (`dot_name`, `desc`: the dot's name and
+// Describe(c), taken before the rewrite).
+std::string AppliedRemark(const Candidate& c, const std::string& dot_name, const std::string& desc,
+                          int64_t chunks, const Applied& applied, const std::string& decision) {
+  std::string msg;
+  if (c.exchange_first) {
+    msg = absl::StrFormat(
+        "rewrite A (all-to-all -> dot '%s', %s operand): %d chunks of %d along the contraction "
+        "(%s); %d all-to-alls in %s, partial dots on operation queues %d..%d; %s",
+        dot_name, c.side == 0 ? "lhs" : "rhs", chunks, c.k / chunks, desc, chunks,
+        applied.wire, applied.q0, applied.q0 + chunks - 1, decision);
+    if (!applied.fp8_assumed.empty()) {
+      absl::StrAppend(&msg, "; FP8 exchange: ", applied.fp8_assumed);
+    }
+    if (!applied.fp8_note.empty()) {
+      absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied.fp8_note);
+    }
+  } else {
+    msg = absl::StrFormat(
+        "rewrite B (dot '%s' -> all-to-all): %d chunks of %d along the contraction (%s); %d "
+        "all-to-alls in %s, each of the full output (%dx the bytes of the original), partial "
+        "dots on operation queues %d..%d; %s",
+        dot_name, chunks, c.k / chunks, desc, chunks, applied.wire, chunks, applied.q0,
+        applied.q0 + chunks - 1, decision);
+  }
+  return msg;
+}
+
 }  // namespace
 
 std::optional<int64_t> DimKeptByReshape(const Shape& from, const Shape& to, int64_t dim) {
@@ -630,116 +763,27 @@ absl::StatusOr<bool> AllToAllWindowedEinsum::Run(HloModule* module) {
     if (why_b.empty() && options_.allow_b) valid.push_back(&cb);
     if (why_a.empty() && options_.allow_a) valid.push_back(&ca);
     if (valid.empty()) {
-      AddRemark(loc, false,
-                absl::StrCat("no windowed form: as the dot's operand (A): ",
-                             options_.allow_a ? why_a : "not allowed by --" + std::string(kRewriteOption),
-                             "; as the dot's result (B): ",
-                             options_.allow_b ? why_b : "not allowed by --" + std::string(kRewriteOption)));
+      AddRemark(loc, false, NoWindowedForm(options_, why_a, why_b));
       continue;
     }
-    const Candidate* chosen = nullptr;
-    int64_t chunks = 0;
-    std::string decision;
+    Choice choice;
+    std::string why_not;
     CostOracle* oracle = cost_oracle();
-    if (forced || oracle == nullptr) {
-      chunks = options_.chunks > 0 ? options_.chunks : g;
-      std::vector<std::string> refused;
-      for (const Candidate* c : valid) {
-        if (c->k % chunks == 0) {
-          chosen = c;
-          break;
-        }
-        refused.push_back(absl::StrFormat(
-            "%s: K=%d is not divisible into %d chunks%s", c->exchange_first ? "A" : "B", c->k,
-            chunks, options_.chunks > 0 ? "" : " (XLA uses one chunk per group member)"));
-      }
-      if (!chosen) {
-        AddRemark(loc, false, absl::StrCat("not rewritten: ", absl::StrJoin(refused, "; ")));
-        continue;
-      }
-      decision = options_.chunks > 0 ? absl::StrCat("chunk count set by --", kChunksOption)
-                 : forced ? absl::StrCat("forced by --", kXlaFlag, "=true")
-                          : "no cost gate: every match is rewritten, one chunk per group member";
-    } else {
-      // The cost gate: one query for this all-to-all, one variant per (rewrite, chunk count).
-      CostQuery q;
-      q.pass = std::string(kName);
-      q.location = loc;
-      q.what = absl::StrCat("all-to-all '", loc, "'");
-      // The candidate's instructions, in a stable order (the all-to-all first).
-      std::vector<const HloInstruction*> seeds;
-      absl::flat_hash_set<const HloInstruction*> seen;
-      auto seed = [&](const HloInstruction* i) {
-        if (seen.insert(i).second) seeds.push_back(i);
-      };
-      q.variants.push_back({"without", false, {}});
-      std::vector<std::pair<const Candidate*, int64_t>> plan = {{nullptr, 0}};
-      std::vector<std::string> nothing;
-      for (const Candidate* c : valid) {
-        const char* tag = c->exchange_first ? "A" : "B";
-        absl::StrAppend(&q.what, c->exchange_first ? " -> dot '" : " <- dot '", c->dot->name(),
-                        "'");
-        seed(c->a2a);
-        for (const HloInstruction* op : c->chain) seed(op);
-        seed(c->dot);
-        std::vector<int64_t> counts = ChunkCounts(c->k, options_.max_chunks);
-        if (counts.empty()) {
-          nothing.push_back(absl::StrFormat("%s: no chunk count in [2, %d] divides K=%d", tag,
-                                            options_.max_chunks, c->k));
-        }
-        for (int64_t n : counts) {
-          q.variants.push_back({absl::StrFormat("with %s in %d chunks", tag, n),
-                                true,
-                                {{kRewriteOption, tag}, {kChunksOption, absl::StrCat(n)}}});
-          plan.push_back({c, n});
-          // Without an estimate: what the pass does without the gate (B before A, C = G).
-          if (q.fallback < 0 && n == g) q.fallback = static_cast<int>(plan.size()) - 1;
-        }
-      }
-      if (q.variants.size() < 2) {
-        AddRemark(loc, false, absl::StrCat("not rewritten: ", absl::StrJoin(nothing, "; ")));
-        continue;
-      }
-      if (q.fallback < 0) q.fallback = 0;
-      q.seeds = std::move(seeds);
-      CostEstimate e = oracle->Decide(q);
-      const int pick = e.chosen >= 0 && e.chosen < static_cast<int>(plan.size()) ? e.chosen : 0;
-      if (pick == 0) {
-        AddRemark(loc, false, absl::StrCat("not rewritten: ", e.Note()));
-        continue;
-      }
-      chosen = plan[static_cast<size_t>(pick)].first;
-      chunks = plan[static_cast<size_t>(pick)].second;
-      decision = e.Note();
+    const bool chosen = forced || oracle == nullptr
+                            ? ChooseWithoutGate(valid, options_, g, forced, &choice, &why_not)
+                            : ChooseWithGate(oracle, loc, valid, options_, g, &choice, &why_not);
+    if (!chosen) {
+      AddRemark(loc, false, absl::StrCat("not rewritten: ", why_not));
+      continue;
     }
-    const Candidate& c = *chosen;
+    const Candidate& c = *choice.chosen;
+    const int64_t chunks = choice.chunks;
     const std::string dot_name = c.dot->name();
     const std::string desc = Describe(c);
     ASSIGN_OR_RETURN(Applied applied, c.exchange_first ? ApplyA(c, chunks, &ids, options_.schema)
                                                        : ApplyB(c, chunks, &ids, options_.schema));
     changed = true;
-    std::string msg;
-    if (c.exchange_first) {
-      msg = absl::StrFormat(
-          "rewrite A (all-to-all -> dot '%s', %s operand): %d chunks of %d along the contraction "
-          "(%s); %d all-to-alls in %s, partial dots on operation queues %d..%d; %s",
-          dot_name, c.side == 0 ? "lhs" : "rhs", chunks, c.k / chunks, desc, chunks,
-          applied.wire, applied.q0, applied.q0 + chunks - 1, decision);
-      if (!applied.fp8_assumed.empty()) {
-        absl::StrAppend(&msg, "; FP8 exchange: ", applied.fp8_assumed);
-      }
-      if (!applied.fp8_note.empty()) {
-        absl::StrAppend(&msg, "; the FP8 operand is exchanged dequantized: ", applied.fp8_note);
-      }
-    } else {
-      msg = absl::StrFormat(
-          "rewrite B (dot '%s' -> all-to-all): %d chunks of %d along the contraction (%s); %d "
-          "all-to-alls in %s, each of the full output (%dx the bytes of the original), partial "
-          "dots on operation queues %d..%d; %s",
-          dot_name, chunks, c.k / chunks, desc, chunks, applied.wire, chunks, applied.q0,
-          applied.q0 + chunks - 1, decision);
-    }
-    AddRemark(loc, true, msg);
+    AddRemark(loc, true, AppliedRemark(c, dot_name, desc, chunks, applied, choice.decision));
   }
   return changed;
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -58,6 +59,164 @@ LoopState ReadState(Emitter& b, HloInstruction* p, bool global, const std::array
 
 double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// Which dot dim the all-gathers gather: the gathered side's rows, the contracting dim (K) or the
+// batch dim.
+enum class AgMode { kRows, kContracting, kBatch };
+
+// An AG candidate that passed TryAg's checks: `dot` reads on `side` the all-gather `ag` of the
+// data shard `x` and the all-gather `sag` of its scale shard `xs`, both along dim `d`, over `ring`.
+struct AgCandidate {
+  HloInstruction* dot = nullptr;
+  int64_t rank = 0;
+  int side = -1;
+  HloInstruction* ag = nullptr;
+  HloInstruction* sag = nullptr;
+  int64_t d = -1;
+  AgMode mode = AgMode::kRows;
+  // Other block-scaled dots reading the gathered pair: they read the loop's cache of the windows.
+  std::vector<HloInstruction*> others;
+  PartitionRing ring;
+  int64_t n = 0;                     // the ring's size
+  HloInstruction* x = nullptr;       // the data shard
+  HloInstruction* xs = nullptr;      // the scale shard
+  int64_t block = 0;                 // the data shard's length along d
+  int64_t sblock = 0;                // the scale shard's (= block except along K)
+  HloInstruction* stat = nullptr;    // the stationary operand
+  HloInstruction* stat_s = nullptr;  // the stationary operand's scale
+  std::string gate_note;             // the cost gate's estimate, for the remark
+};
+
+// The AG loop's shapes and the values its steps share, from its candidate.
+struct AgLoop {
+  HloInstruction* global = nullptr;  // the dot's global scale in the step's type, or nullptr
+  Shape out_shape;                   // the dot's
+  int64_t out_dim = 0;               // rows and batch: the output dim a step writes its block to
+  PrimitiveType acc_type = PrimitiveType::kInvalid;
+  Shape acc_shape, step_shape, tuple_shape;
+  int64_t cache_at = 0;  // the state index of the caches, when other dots read them
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // the ring's s -> s-1 shift
+};
+
+// The other block-scaled dots that read `ag` and `sag` as one operand's data and scale, in `ag`'s
+// user order, into *others. False with *why when anything else reads either all-gather, or when
+// one of those dots feeds `dot` (then it could not read the loop's cache).
+bool FindCacheReaders(HloInstruction* dot, HloInstruction* ag, HloInstruction* sag,
+                      std::vector<HloInstruction*>* others, std::string* why) {
+  for (HloInstruction* u : ag->users()) {
+    if (u == dot) continue;
+    bool pair = IsWindowableScaledDot(*u);
+    for (int64_t i = 0; pair && i < u->operand_count(); ++i) {
+      if (u->operand(i) == ag) pair = i < 2 && u->operand(i + 2) == sag;
+      if (u->operand(i) == sag) pair = i >= 2 && i < 4 && u->operand(i - 2) == ag;
+    }
+    if (!pair) {
+      *why = absl::StrCat("the all-gather is also read by '", u->name(), "', not as a block-scaled dot's data with its scale");
+      return false;
+    }
+    others->push_back(u);
+  }
+  for (HloInstruction* u : sag->users()) {
+    if (u != dot && std::find(others->begin(), others->end(), u) == others->end()) {
+      *why = absl::StrCat("the scales' all-gather is also read by '", u->name(), "' without its data");
+      return false;
+    }
+  }
+  // The others will read the loop's result: none of them may feed the loop (the dot's other
+  // operands), or the graph would have a cycle.
+  if (!others->empty()) {
+    std::vector<const HloInstruction*> stack;
+    for (int64_t i = 0; i < dot->operand_count(); ++i) {
+      if (dot->operand(i) != ag && dot->operand(i) != sag) stack.push_back(dot->operand(i));
+    }
+    absl::flat_hash_set<const HloInstruction*> seen;
+    while (!stack.empty()) {
+      const HloInstruction* h = stack.back();
+      stack.pop_back();
+      if (!seen.insert(h).second) continue;
+      if (std::find(others->begin(), others->end(), h) != others->end()) {
+        *why = absl::StrCat("'", h->name(), "', which also reads the all-gathers, feeds this dot: it cannot read the loop's cache");
+        return false;
+      }
+      for (const HloInstruction* o : h->operands()) stack.push_back(o);
+    }
+  }
+  return true;
+}
+
+// The AG loop's shapes for candidate `c`. The dot's global scale, when its type is not the
+// step's, is converted in `e` (the dot's computation).
+AgLoop PlanAgLoop(const AgCandidate& c, Emitter& e) {
+  HloInstruction* dot = c.dot;
+  AgLoop l;
+  l.global = dot->operand_count() == 5 ? dot->operand(4) : nullptr;
+  l.out_shape = dot->shape();
+  // Rows and batch write their block of the output; the contracting dim sums partial dots, in
+  // f32 for a narrower result (converted once after the loop), its global scale converted too.
+  l.out_dim = c.mode == AgMode::kBatch ? 0 : RowOutDim(c.rank, c.side);
+  l.acc_type = c.mode == AgMode::kContracting && l.out_shape.element_type != PrimitiveType::F64
+                   ? PrimitiveType::F32 : l.out_shape.element_type;
+  l.acc_shape = l.out_shape.WithElementType(l.acc_type);
+  l.step_shape = c.mode == AgMode::kContracting ? l.acc_shape : windowed_einsum::WithDim(l.out_shape, l.out_dim, c.block);
+  if (l.global != nullptr && l.global->shape().element_type != l.step_shape.element_type) {
+    l.global = e.Add(HloOpcode::kConvert, l.global->shape().WithElementType(l.step_shape.element_type), {l.global},
+                     dot->name() + ".global_scale");
+  }
+  std::vector<Shape> elems = {c.x->shape(), c.stat->shape(), l.acc_shape, c.xs->shape(), Shape(PrimitiveType::U32, {}),
+                              c.stat_s->shape()};
+  if (l.global) elems.push_back(l.global->shape());
+  l.cache_at = static_cast<int64_t>(elems.size());  // the caches, when other dots read them
+  if (!c.others.empty()) {
+    elems.push_back(c.ag->shape());
+    elems.push_back(c.sag->shape());
+  }
+  l.tuple_shape = Shape::Tuple(elems);
+  l.pairs = c.ring.ShiftPairs(-1);
+  return l;
+}
+
+// The window `win` (data) and `win_s` (scales) written into the caches `cx` and `cs` at block
+// (k + i) % N of the gathered dim; returns the updated data and scale caches.
+std::pair<HloInstruction*, HloInstruction*> CacheWindow(const AgCandidate& c, Emitter& b, HloInstruction* k,
+                                                        HloInstruction* cx, HloInstruction* cs, HloInstruction* win,
+                                                        HloInstruction* win_s, const std::string& tag) {
+  RingValues rv = EmitRingValues(b, c.ring, c.block);
+  HloInstruction* off = EmitBlockOffset(b, rv, k, tag + "_cache");
+  HloInstruction* soff = off;
+  if (c.sblock != c.block) {
+    RingValues srv = EmitRingValues(b, c.ring, c.sblock);
+    soff = EmitBlockOffset(b, srv, k, tag + "_cache_scale");
+  }
+  return {b.Dus(cx, win, OffsetsAt(rv, c.rank, c.d, off), "data_cache" + tag),
+          b.Dus(cs, win_s, OffsetsAt(rv, c.rank, c.d, soff), "scale_cache" + tag)};
+}
+
+// The operands of a step's block-scaled dot in the call's order: the window on `side`, the
+// stationary operand on the other, then their scales, then the global scale `g` if any.
+std::vector<HloInstruction*> StepOperands(int side, HloInstruction* win, HloInstruction* st, HloInstruction* win_s,
+                                          HloInstruction* st_s, HloInstruction* g) {
+  std::vector<HloInstruction*> ops = side == 0 ? std::vector<HloInstruction*>{win, st, win_s, st_s}
+                                               : std::vector<HloInstruction*>{st, win, st_s, win_s};
+  if (g) ops.push_back(g);
+  return ops;
+}
+
+// After the AG loop `loop` (in `e`): the last window joins the caches, and the other dots read the
+// caches instead of the all-gathers. False when an operand cannot be replaced.
+bool RedirectCacheReaders(const AgCandidate& c, const AgLoop& l, Emitter& e, HloInstruction* loop) {
+  // The last window joins the caches; the other dots read them.
+  HloInstruction* k_last = e.ConstInt(PrimitiveType::U32, c.n - 1, "k_last_cache");
+  auto [cx, cs] = CacheWindow(c, e, k_last, e.Gte(loop, l.cache_at, "data_cache_out"),
+                              e.Gte(loop, l.cache_at + 1, "scale_cache_out"), e.Gte(loop, 0, "last_window_cached"),
+                              e.Gte(loop, 3, "last_window_scale_cached"), ".last");
+  for (HloInstruction* o : c.others) {
+    for (int64_t i = 0; i < o->operand_count(); ++i) {
+      if (o->operand(i) == c.ag && !o->ReplaceOperandWith(i, cx).ok()) return false;
+      if (o->operand(i) == c.sag && !o->ReplaceOperandWith(i, cs).ok()) return false;
+    }
+  }
+  return true;
+}
+
 class Rewriter {
  public:
   Rewriter(HloModule* m, int64_t threshold_mib, int64_t max_ring, CostOracle* oracle,
@@ -103,6 +262,23 @@ class Rewriter {
     return true;
   }
 
+  // The side (0 lhs, 1 rhs) whose data and scale are both all-gathered into `dot`; -1 when none
+  // is (with a remark when a side's data or scale alone is).
+  int GatheredSide(HloInstruction* dot);
+  // TryAg's checks (pair, cache readers, ring, shards, threshold, cost gate): true with *c filled,
+  // or false after a remark when `dot` is not windowed.
+  bool MatchAg(HloInstruction* dot, AgCandidate* c);
+  // Emits the AG loop of `c`, replaces the dot and reports the applied remark; false when an
+  // instruction cannot be replaced.
+  bool EmitAg(const AgCandidate& c);
+  // The AG loop's body: a step, the window and its scales permuted s -> s-1, k + 1, the caches.
+  HloComputation* EmitAgBody(const AgCandidate& c, const AgLoop& l);
+  // One AG step in `b`: the window's block-scaled dot merged into `out` at block (k + i) % N
+  // (written there for rows and batch, added for the contracting dim); returns the new `out`.
+  HloInstruction* AgStep(const AgCandidate& c, const AgLoop& l, Emitter& b, HloInstruction* k, HloInstruction* win,
+                         HloInstruction* st, HloInstruction* out, HloInstruction* win_s, HloInstruction* st_s,
+                         HloInstruction* g, const std::string& tag);
+
   HloModule* m_;
   int64_t threshold_mib_, max_ring_;
   CostOracle* oracle_;
@@ -110,8 +286,7 @@ class Rewriter {
   int64_t next_channel_;
 };
 
-bool Rewriter::TryAg(HloInstruction* dot) {
-  const int64_t rank = dot->operand(0)->shape().rank();
+int Rewriter::GatheredSide(HloInstruction* dot) {
   int side = -1;
   for (int s = 0; s < 2; ++s) {
     if (dot->operand(s)->opcode() == HloOpcode::kAllGather && dot->operand(s + 2)->opcode() == HloOpcode::kAllGather) side = s;
@@ -121,11 +296,18 @@ bool Rewriter::TryAg(HloInstruction* dot) {
       if (dot->operand(s)->opcode() == HloOpcode::kAllGather || dot->operand(s + 2)->opcode() == HloOpcode::kAllGather) {
         remark_(dot->name(), false, absl::StrCat("block-scaled dot not windowed: the ", s == 0 ? "lhs" : "rhs",
                                                  " data and its scale are not both all-gathered into it"));
-        return false;
+        return -1;
       }
     }
-    return false;  // no all-gather: not a candidate
+    return -1;  // no all-gather: not a candidate
   }
+  return side;
+}
+
+bool Rewriter::MatchAg(HloInstruction* dot, AgCandidate* c) {
+  const int64_t rank = dot->operand(0)->shape().rank();
+  const int side = GatheredSide(dot);
+  if (side < 0) return false;
   HloInstruction* ag = dot->operand(side);
   HloInstruction* sag = dot->operand(side + 2);
   auto refuse = [&](const std::string& why) {
@@ -139,45 +321,12 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   }
   const int64_t d = ag->dimensions[0];
   if (sag->dimensions[0] != d) return refuse("data and scale are gathered along different dims");
-  enum class Mode { kRows, kContracting, kBatch };
-  const Mode mode = d == rank - 1 ? Mode::kContracting : (rank == 3 && d == 0) ? Mode::kBatch : Mode::kRows;
+  const AgMode mode = d == rank - 1 ? AgMode::kContracting : (rank == 3 && d == 0) ? AgMode::kBatch : AgMode::kRows;
   // Other block-scaled dots reading the same gathered pair (the data and its scale as one
   // operand's pair) read the loop's cache of the windows instead of the all-gathers.
   std::vector<HloInstruction*> others;
-  for (HloInstruction* u : ag->users()) {
-    if (u == dot) continue;
-    bool pair = IsWindowableScaledDot(*u);
-    for (int64_t i = 0; pair && i < u->operand_count(); ++i) {
-      if (u->operand(i) == ag) pair = i < 2 && u->operand(i + 2) == sag;
-      if (u->operand(i) == sag) pair = i >= 2 && i < 4 && u->operand(i - 2) == ag;
-    }
-    if (!pair) return refuse(absl::StrCat("the all-gather is also read by '", u->name(), "', not as a block-scaled dot's data with its scale"));
-    others.push_back(u);
-  }
-  for (HloInstruction* u : sag->users()) {
-    if (u != dot && std::find(others.begin(), others.end(), u) == others.end()) {
-      return refuse(absl::StrCat("the scales' all-gather is also read by '", u->name(), "' without its data"));
-    }
-  }
-  // The others will read the loop's result: none of them may feed the loop (the dot's other
-  // operands), or the graph would have a cycle.
-  if (!others.empty()) {
-    std::vector<const HloInstruction*> stack;
-    for (int64_t i = 0; i < dot->operand_count(); ++i) {
-      if (dot->operand(i) != ag && dot->operand(i) != sag) stack.push_back(dot->operand(i));
-    }
-    absl::flat_hash_set<const HloInstruction*> seen;
-    while (!stack.empty()) {
-      const HloInstruction* h = stack.back();
-      stack.pop_back();
-      if (!seen.insert(h).second) continue;
-      if (std::find(others.begin(), others.end(), h) != others.end()) {
-        return refuse(absl::StrCat("'", h->name(), "', which also reads the all-gathers, feeds this dot: it cannot read the loop's cache"));
-      }
-      for (const HloInstruction* o : h->operands()) stack.push_back(o);
-    }
-  }
   std::string why;
+  if (!FindCacheReaders(dot, ag, sag, &others, &why)) return refuse(why);
   std::optional<PartitionRing> ring = Ring(*ag, &why);
   if (!ring) return refuse(why);
   std::optional<PartitionRing> sring = Ring(*sag, &why);
@@ -194,19 +343,19 @@ bool Rewriter::TryAg(HloInstruction* dot) {
   const int64_t block = x->shape().dims[static_cast<size_t>(d)];
   const int64_t sblock = xs->shape().dims[static_cast<size_t>(d)];  // = block except along K
   if (block * n != ag->shape().dims[static_cast<size_t>(d)] || sblock * n != sag->shape().dims[static_cast<size_t>(d)] ||
-      (mode != Mode::kContracting && sblock != block)) {
+      (mode != AgMode::kContracting && sblock != block)) {
     return refuse("the scale's shards along the gathered dim are not its data's (padded scale)");
   }
   HloInstruction* stat = dot->operand(1 - side);
   HloInstruction* stat_s = dot->operand(3 - side);
-  if (mode == Mode::kContracting) {
+  if (mode == AgMode::kContracting) {
     absl::StatusOr<int64_t> bs = BlockScaledDotBlockSize(*dot);
     if (!bs.ok() || block % *bs != 0 || sblock * *bs != block ||
         stat_s->shape().dims.back() * *bs != stat->shape().dims.back()) {
       return refuse("a contracting shard does not hold whole blocks with their scales");
     }
   }
-  if (mode == Mode::kBatch && (stat->shape().dims[0] != block * n || stat_s->shape().dims[0] != block * n)) {
+  if (mode == AgMode::kBatch && (stat->shape().dims[0] != block * n || stat_s->shape().dims[0] != block * n)) {
     return refuse("the other operand's batch does not match the gathered one");
   }
   const double mib = Mib(ag->shape().ByteSize() + sag->shape().ByteSize());
@@ -218,140 +367,107 @@ bool Rewriter::TryAg(HloInstruction* dot) {
             &gate_note)) {
     return false;
   }
+  *c = AgCandidate{.dot = dot, .rank = rank, .side = side, .ag = ag, .sag = sag, .d = d, .mode = mode,
+                   .others = std::move(others), .ring = std::move(*ring), .n = n, .x = x, .xs = xs,
+                   .block = block, .sblock = sblock, .stat = stat, .stat_s = stat_s,
+                   .gate_note = std::move(gate_note)};
+  return true;
+}
 
-  // The loop: (x_win, stationary, out, xs_win, k, stationary scale[, global]).
-  HloComputation* outer = dot->parent();
-  HloInstruction* global = dot->operand_count() == 5 ? dot->operand(4) : nullptr;
-  const Shape out_shape = dot->shape();
-  // Rows and batch write their block of the output; the contracting dim sums partial dots, in
-  // f32 for a narrower result (converted once after the loop), its global scale converted too.
-  const int64_t out_dim = mode == Mode::kBatch ? 0 : RowOutDim(rank, side);
-  const PrimitiveType acc_type = mode == Mode::kContracting && out_shape.element_type != PrimitiveType::F64
-                                     ? PrimitiveType::F32 : out_shape.element_type;
-  const Shape acc_shape = out_shape.WithElementType(acc_type);
-  const Shape step_shape = mode == Mode::kContracting ? acc_shape : windowed_einsum::WithDim(out_shape, out_dim, block);
-  Emitter e(outer);
-  if (global != nullptr && global->shape().element_type != step_shape.element_type) {
-    global = e.Add(HloOpcode::kConvert, global->shape().WithElementType(step_shape.element_type), {global},
-                   dot->name() + ".global_scale");
-  }
-  std::vector<Shape> elems = {x->shape(), stat->shape(), acc_shape, xs->shape(), Shape(PrimitiveType::U32, {}),
-                              stat_s->shape()};
-  if (global) elems.push_back(global->shape());
-  const int64_t cache_at = static_cast<int64_t>(elems.size());  // the caches, when other dots read them
-  if (!others.empty()) {
-    elems.push_back(ag->shape());
-    elems.push_back(sag->shape());
-  }
-  const Shape tuple_shape = Shape::Tuple(elems);
-  const std::vector<std::pair<int64_t, int64_t>> pairs = ring->ShiftPairs(-1);
-  // The window (data and scales) written into the caches at its block.
-  auto cache = [&](Emitter& b, HloInstruction* k, HloInstruction* cx, HloInstruction* cs, HloInstruction* win,
-                   HloInstruction* win_s, const std::string& tag) -> std::pair<HloInstruction*, HloInstruction*> {
-    RingValues rv = EmitRingValues(b, *ring, block);
-    HloInstruction* off = EmitBlockOffset(b, rv, k, tag + "_cache");
+HloInstruction* Rewriter::AgStep(const AgCandidate& c, const AgLoop& l, Emitter& b, HloInstruction* k,
+                                 HloInstruction* win, HloInstruction* st, HloInstruction* out, HloInstruction* win_s,
+                                 HloInstruction* st_s, HloInstruction* g, const std::string& tag) {
+  RingValues rv = EmitRingValues(b, c.ring, c.block);
+  HloInstruction* off = EmitBlockOffset(b, rv, k, tag);
+  if (c.mode != AgMode::kRows) {
+    // The stationary operand's matching block (and its scales' block) along K or the batch.
+    const int64_t sd = c.mode == AgMode::kBatch ? 0 : c.rank - 1;
+    st = b.DynamicSlice(st, OffsetsAt(rv, c.rank, sd, off), windowed_einsum::WithDim(st->shape(), sd, c.block).dims,
+                        "stationary_block" + tag);
     HloInstruction* soff = off;
-    if (sblock != block) {
-      RingValues srv = EmitRingValues(b, *ring, sblock);
-      soff = EmitBlockOffset(b, srv, k, tag + "_cache_scale");
+    if (c.sblock != c.block) {
+      RingValues srv = EmitRingValues(b, c.ring, c.sblock);
+      soff = EmitBlockOffset(b, srv, k, tag + "_scale");
     }
-    return {b.Dus(cx, win, OffsetsAt(rv, rank, d, off), "data_cache" + tag),
-            b.Dus(cs, win_s, OffsetsAt(rv, rank, d, soff), "scale_cache" + tag)};
-  };
-  auto operands = [&](HloInstruction* win, HloInstruction* st, HloInstruction* win_s, HloInstruction* st_s,
-                      HloInstruction* g) {
-    std::vector<HloInstruction*> ops = side == 0 ? std::vector<HloInstruction*>{win, st, win_s, st_s}
-                                                 : std::vector<HloInstruction*>{st, win, st_s, win_s};
-    if (g) ops.push_back(g);
-    return ops;
-  };
-  // One step: the window's dot merged into `out` (block (k + i) % N).
-  auto step = [&](Emitter& b, HloInstruction* k, HloInstruction* win, HloInstruction* st, HloInstruction* out,
-                  HloInstruction* win_s, HloInstruction* st_s, HloInstruction* g, const std::string& tag) {
-    RingValues rv = EmitRingValues(b, *ring, block);
-    HloInstruction* off = EmitBlockOffset(b, rv, k, tag);
-    if (mode != Mode::kRows) {
-      // The stationary operand's matching block (and its scales' block) along K or the batch.
-      const int64_t sd = mode == Mode::kBatch ? 0 : rank - 1;
-      st = b.DynamicSlice(st, OffsetsAt(rv, rank, sd, off), windowed_einsum::WithDim(st->shape(), sd, block).dims,
-                          "stationary_block" + tag);
-      HloInstruction* soff = off;
-      if (sblock != block) {
-        RingValues srv = EmitRingValues(b, *ring, sblock);
-        soff = EmitBlockOffset(b, srv, k, tag + "_scale");
-      }
-      st_s = b.DynamicSlice(st_s, OffsetsAt(rv, rank, sd, soff),
-                            windowed_einsum::WithDim(st_s->shape(), sd, sblock).dims, "stationary_scale_block" + tag);
-    }
-    HloInstruction* y = StepDot(b, *dot, operands(win, st, win_s, st_s, g), step_shape, dot->name() + ".step" + tag);
-    if (mode == Mode::kContracting) return b.Binary(HloOpcode::kAdd, out, y, "out_sum" + tag);
-    return b.Dus(out, y, OffsetsAt(rv, rank, out_dim, off), "out_updated" + tag);
-  };
+    st_s = b.DynamicSlice(st_s, OffsetsAt(rv, c.rank, sd, soff),
+                          windowed_einsum::WithDim(st_s->shape(), sd, c.sblock).dims, "stationary_scale_block" + tag);
+  }
+  HloInstruction* y = StepDot(b, *c.dot, StepOperands(c.side, win, st, win_s, st_s, g), l.step_shape,
+                              c.dot->name() + ".step" + tag);
+  if (c.mode == AgMode::kContracting) return b.Binary(HloOpcode::kAdd, out, y, "out_sum" + tag);
+  return b.Dus(out, y, OffsetsAt(rv, c.rank, l.out_dim, off), "out_updated" + tag);
+}
 
+HloComputation* Rewriter::EmitAgBody(const AgCandidate& c, const AgLoop& l) {
   HloComputation* body = NewComputation(m_, kBodyAg);
-  {
-    Emitter b(body);
-    HloInstruction* p = b.Param(tuple_shape, "param");
-    const LoopState ls = ReadState(b, p, global != nullptr, {"window", "stationary", "out", "window_scale", "stationary_scale"});
-    HloInstruction *win = ls.x, *st = ls.y, *out = ls.out, *win_s = ls.x_scale, *k = ls.k, *st_s = ls.y_scale, *g = ls.global;
-    HloInstruction* out2 = step(b, k, win, st, out, win_s, st_s, g, "");
-    HloInstruction* win2 = b.Permute(win, pairs, next_channel_++, "window_next");
-    HloInstruction* win_s2 = b.Permute(win_s, pairs, next_channel_++, "window_scale_next");
-    HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, b.ConstInt(PrimitiveType::U32, 1, "one"), "k_next");
-    std::vector<HloInstruction*> next = {win2, st, out2, win_s2, k2, st_s};
-    if (g) next.push_back(g);
-    if (!others.empty()) {
-      auto [cx, cs] = cache(b, k, b.Gte(p, cache_at, "data_cache_in"), b.Gte(p, cache_at + 1, "scale_cache_in"), win,
-                            win_s, "");
-      next.push_back(cx);
-      next.push_back(cs);
-    }
-    body->set_root(b.Tuple(next, "next"));
+  Emitter b(body);
+  HloInstruction* p = b.Param(l.tuple_shape, "param");
+  const LoopState ls = ReadState(b, p, l.global != nullptr, {"window", "stationary", "out", "window_scale", "stationary_scale"});
+  HloInstruction *win = ls.x, *st = ls.y, *out = ls.out, *win_s = ls.x_scale, *k = ls.k, *st_s = ls.y_scale, *g = ls.global;
+  HloInstruction* out2 = AgStep(c, l, b, k, win, st, out, win_s, st_s, g, "");
+  HloInstruction* win2 = b.Permute(win, l.pairs, next_channel_++, "window_next");
+  HloInstruction* win_s2 = b.Permute(win_s, l.pairs, next_channel_++, "window_scale_next");
+  HloInstruction* k2 = b.Binary(HloOpcode::kAdd, k, b.ConstInt(PrimitiveType::U32, 1, "one"), "k_next");
+  std::vector<HloInstruction*> next = {win2, st, out2, win_s2, k2, st_s};
+  if (g) next.push_back(g);
+  if (!c.others.empty()) {
+    auto [cx, cs] = CacheWindow(c, b, k, b.Gte(p, l.cache_at, "data_cache_in"), b.Gte(p, l.cache_at + 1, "scale_cache_in"),
+                                win, win_s, "");
+    next.push_back(cx);
+    next.push_back(cs);
   }
-  HloComputation* cond = EmitCondition(m_, kCondAg, tuple_shape, n - 1);
+  body->set_root(b.Tuple(next, "next"));
+  return body;
+}
 
-  std::vector<HloInstruction*> init = {x, stat, e.Zeros(acc_shape, dot->name() + ".buffer"), xs,
-                                       e.ConstInt(PrimitiveType::U32, 0, "k0"), stat_s};
-  if (global) init.push_back(global);
-  if (!others.empty()) {
-    init.push_back(e.Zeros(ag->shape(), x->name() + ".cache"));
-    init.push_back(e.Zeros(sag->shape(), xs->name() + ".cache"));
+bool Rewriter::EmitAg(const AgCandidate& c) {
+  // The loop: (x_win, stationary, out, xs_win, k, stationary scale[, global]).
+  HloInstruction* dot = c.dot;
+  HloComputation* outer = dot->parent();
+  Emitter e(outer);
+  const AgLoop l = PlanAgLoop(c, e);
+  HloComputation* body = EmitAgBody(c, l);
+  HloComputation* cond = EmitCondition(m_, kCondAg, l.tuple_shape, c.n - 1);
+
+  std::vector<HloInstruction*> init = {c.x, c.stat, e.Zeros(l.acc_shape, dot->name() + ".buffer"), c.xs,
+                                       e.ConstInt(PrimitiveType::U32, 0, "k0"), c.stat_s};
+  if (l.global) init.push_back(l.global);
+  if (!c.others.empty()) {
+    init.push_back(e.Zeros(c.ag->shape(), c.x->name() + ".cache"));
+    init.push_back(e.Zeros(c.sag->shape(), c.xs->name() + ".cache"));
   }
-  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {e.Tuple(init, "windowed_init")},
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, l.tuple_shape, {e.Tuple(init, "windowed_init")},
                                dot->name() + ".windowed_loop");
   loop->mutable_called_computations()->push_back(cond);
   loop->mutable_called_computations()->push_back(body);
-  if (!others.empty()) {
-    // The last window joins the caches; the other dots read them.
-    HloInstruction* k_last = e.ConstInt(PrimitiveType::U32, n - 1, "k_last_cache");
-    auto [cx, cs] = cache(e, k_last, e.Gte(loop, cache_at, "data_cache_out"), e.Gte(loop, cache_at + 1, "scale_cache_out"),
-                          e.Gte(loop, 0, "last_window_cached"), e.Gte(loop, 3, "last_window_scale_cached"), ".last");
-    for (HloInstruction* o : others) {
-      for (int64_t i = 0; i < o->operand_count(); ++i) {
-        if (o->operand(i) == ag && !o->ReplaceOperandWith(i, cx).ok()) return false;
-        if (o->operand(i) == sag && !o->ReplaceOperandWith(i, cs).ok()) return false;
-      }
-    }
-  }
+  if (!c.others.empty() && !RedirectCacheReaders(c, l, e, loop)) return false;
   // The peeled last step: the window of block (N-1 + i) % N.
-  HloInstruction* res = step(e, e.ConstInt(PrimitiveType::U32, n - 1, "k_last"), e.Gte(loop, 0, "last_window"), stat,
-                             e.Gte(loop, 2, "windowed_out"), e.Gte(loop, 3, "last_window_scale"), stat_s, global,
-                             ".last");
-  if (acc_type != out_shape.element_type) res = e.Add(HloOpcode::kConvert, out_shape, {res}, dot->name() + ".windowed");
+  HloInstruction* res = AgStep(c, l, e, e.ConstInt(PrimitiveType::U32, c.n - 1, "k_last"), e.Gte(loop, 0, "last_window"),
+                               c.stat, e.Gte(loop, 2, "windowed_out"), e.Gte(loop, 3, "last_window_scale"), c.stat_s,
+                               l.global, ".last");
+  if (l.acc_type != l.out_shape.element_type) res = e.Add(HloOpcode::kConvert, l.out_shape, {res}, dot->name() + ".windowed");
   const std::string name = dot->name();
   if (!outer->ReplaceInstruction(dot, res).ok()) return false;
-  const char* what = mode == Mode::kRows ? " rows" : mode == Mode::kBatch ? " batch entries" : " of the contracting dim";
+  const AgMode mode = c.mode;
+  const int64_t n = c.n;
+  const char* what = mode == AgMode::kRows ? " rows" : mode == AgMode::kBatch ? " batch entries" : " of the contracting dim";
   remark_(name, true,
-          absl::StrCat("block-scaled dot windowed (AG): ", PrimitiveTypeName(x->shape().element_type).data(),
-                       " data '", x->name(), "' and its ", PrimitiveTypeName(xs->shape().element_type).data(),
-                       " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", block, what,
-                       " per step", mode == Mode::kContracting ? " summed in " : "",
-                       mode == Mode::kContracting ? PrimitiveTypeName(acc_type).data() : "", " (", n - 1,
+          absl::StrCat("block-scaled dot windowed (AG): ", PrimitiveTypeName(c.x->shape().element_type).data(),
+                       " data '", c.x->name(), "' and its ", PrimitiveTypeName(c.xs->shape().element_type).data(),
+                       " scales travel a ring of ", n, " by collective-permute, one block-scaled dot of ", c.block, what,
+                       " per step", mode == AgMode::kContracting ? " summed in " : "",
+                       mode == AgMode::kContracting ? PrimitiveTypeName(l.acc_type).data() : "", " (", n - 1,
                        n == 2 ? " trip of " : " trips of ", body->name(), " and the last step peeled)",
-                       others.empty() ? "" : absl::StrCat("; the windows cached in the loop for ", others.size(),
-                                                          " other block-scaled dot(s), which no longer wait for an all-gather"),
-                       gate_note));
+                       c.others.empty() ? "" : absl::StrCat("; the windows cached in the loop for ", c.others.size(),
+                                                            " other block-scaled dot(s), which no longer wait for an all-gather"),
+                       c.gate_note));
   return true;
+}
+
+bool Rewriter::TryAg(HloInstruction* dot) {
+  AgCandidate c;
+  if (!MatchAg(dot, &c)) return false;
+  return EmitAg(c);
 }
 
 bool Rewriter::TryRs(HloInstruction* rs) {

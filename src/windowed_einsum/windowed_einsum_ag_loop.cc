@@ -79,145 +79,187 @@ std::vector<int64_t> AppendScales(const OperandCarry& c, std::vector<HloInstruct
   return idx;
 }
 
-}  // namespace
-
-absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
-  HloInstruction* dot = p.dot;
-  HloComputation* comp = dot->parent();
-  HloInstruction* win0 = BuildCarriedValue(comp, p.window);
-  HloInstruction* stat0 = BuildCarriedValue(comp, p.stationary);
-  HloInstruction* lhs0 = p.side == 0 ? win0 : stat0;
-  HloInstruction* rhs0 = p.side == 1 ? win0 : stat0;
-  const Shape& out_shape = dot->shape();
-  const Shape acc_shape = out_shape.WithElementType(p.acc_type);
-  const int64_t n = p.ring.size();
-  const bool unrolled = n % 2 == 0;
+// The AG loop's state after its counter: the scales of the window's and the stationary operand's
+// steps (`extra_init`, their init values), with each step's tuple index.
+struct AgScales {
   std::vector<HloInstruction*> extra_init;
-  std::vector<int64_t> wscale = AppendScales(p.window, &extra_init);
-  std::vector<int64_t> sscale = AppendScales(p.stationary, &extra_init);
-  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
-                              Shape::Scalar(PrimitiveType::U32)};
-  for (HloInstruction* s : extra_init) elems.push_back(s->shape());
-  Shape tuple_shape = Shape::Tuple(elems);
+  std::vector<int64_t> wscale;  // per step of the window's carry: its scale's index, or -1
+  std::vector<int64_t> sscale;  // per step of the stationary operand's carry
+};
 
-  // Body.
-  HloComputation* body = NewComputation(ctx.module, kBodyAg);
-  Emitter b(body);
-  HloInstruction* param = b.Param(tuple_shape, "param");
-  HloInstruction* l = b.Gte(param, 0, "lhs");
-  HloInstruction* r = b.Gte(param, 1, "rhs");
-  HloInstruction* out = b.Gte(param, 2, "out");
-  HloInstruction* extra = b.Gte(param, 3, "extra");
-  HloInstruction* k = b.Gte(param, 4, "k");
+// The state a body's step ends with: the next window, out and k, and the scales that travelled
+// with the window (by state index).
+struct AgNextState {
+  HloInstruction* window = nullptr;
+  HloInstruction* out = nullptr;
+  HloInstruction* k = nullptr;
+  std::map<int64_t, HloInstruction*> travelled;
+};
+
+// The AG loop's body as it is built: the plan, the state layout, what the body reads from its
+// parameter and the ring values. Build() emits the whole body (module header comment).
+struct AgBody {
+  AgBody(DecomposerContext& ctx, const AgPlan& p, const AgScales& scales, const Shape& acc_shape,
+         const Shape& tuple_shape, HloComputation* body)
+      : ctx(ctx), p(p), scales(scales), acc_shape(acc_shape), tuple_shape(tuple_shape),
+        body(body), b(body) {}
+
+  // Emits the body: the state read, the step(s) (unrolled by 2 on even rings, else one step
+  // and a guarded permute), and the next state (root).
+  void Build(bool unrolled);
+  // The parameter and its elements (lhs, rhs, out, extra, k, the scales), then the ring values.
+  void ReadState();
+  // The scales of carry `c`'s steps (`idx`: their state indices): each step's travelled scale
+  // when it has one, else its state element; nullptr for a convert.
+  std::vector<HloInstruction*> ScalesOf(const OperandCarry& c, const std::vector<int64_t>& idx,
+                                        const std::map<int64_t, HloInstruction*>& travelled);
+  // One step: both operands rebuilt at block (kk + i) % N (the stationary one sliced on
+  // contracting and batch dims), their dot merged into `acc`; returns the new accumulator.
+  HloInstruction* Step(HloInstruction* window, const std::map<int64_t, HloInstruction*>& travelled,
+                       HloInstruction* kk, HloInstruction* acc, const std::string& tag);
+  // Even rings: two steps, the window (and its travelling scales `t0`) permuted twice.
+  AgNextState UnrolledSteps(const std::map<int64_t, HloInstruction*>& t0);
+  // Odd rings: one step, the window permuted unless it is the last trip.
+  AgNextState RolledStep(const std::map<int64_t, HloInstruction*>& t0);
+
+  DecomposerContext& ctx;
+  const AgPlan& p;
+  const AgScales& scales;
+  const Shape& acc_shape;
+  const Shape& tuple_shape;
+  HloComputation* body;
+  Emitter b;
+  HloInstruction* l = nullptr;
+  HloInstruction* r = nullptr;
+  HloInstruction* out = nullptr;
+  HloInstruction* extra = nullptr;
+  HloInstruction* k = nullptr;
   std::vector<HloInstruction*> scale_gte;
-  for (size_t i = 0; i < extra_init.size(); ++i) {
-    scale_gte.push_back(
-        b.Gte(param, static_cast<int64_t>(5 + i), extra_init[i]->name() + ".gte"));
-  }
-  auto scales_of = [&](const OperandCarry& c, const std::vector<int64_t>& idx,
-                       const std::map<int64_t, HloInstruction*>& travelled) {
-    std::vector<HloInstruction*> v;
-    for (size_t i = 0; i < c.steps.size(); ++i) {
-      if (idx[i] < 0) {
-        v.push_back(nullptr);
-        continue;
-      }
-      auto it = travelled.find(idx[i]);
-      v.push_back(it != travelled.end() ? it->second : scale_gte[static_cast<size_t>(idx[i] - 5)]);
-    }
-    return v;
-  };
+  HloInstruction* win = nullptr;   // the window (l or r)
+  HloInstruction* stat = nullptr;  // the stationary operand
+  RingValues v;
+};
+
+void AgBody::Build(bool unrolled) {
+  ReadState();
   // Window scales that rotate with the shard.
   std::vector<int64_t> travelling;
   for (size_t i = 0; i < p.window.steps.size(); ++i) {
-    if (wscale[i] >= 0 && p.window.steps[i].mode == ElementwiseStep::ScaleMode::kTravels) {
-      travelling.push_back(wscale[i]);
+    if (scales.wscale[i] >= 0 &&
+        p.window.steps[i].mode == ElementwiseStep::ScaleMode::kTravels) {
+      travelling.push_back(scales.wscale[i]);
     }
   }
-  HloInstruction* win = p.side == 0 ? l : r;
-  HloInstruction* stat = p.side == 0 ? r : l;
-  RingValues v = EmitRingValues(b, p.ring, p.block);
-  auto step = [&](HloInstruction* window, const std::map<int64_t, HloInstruction*>& travelled,
-                  HloInstruction* kk, HloInstruction* acc,
-                  const std::string& tag) -> HloInstruction* {
-    HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
-    HloInstruction* wop = RebuildOperand(
-        b, p.window, window, scales_of(p.window, wscale, travelled), off, v, p.block, tag);
-    // The stationary operand: rebuilt whole, then sliced (contracting and batch dims).
-    HloInstruction* sop = RebuildOperand(b, p.stationary, stat, scales_of(p.stationary, sscale, {}),
-                                         off, v, p.block, tag);
-    if (p.batch || p.contracting) {
-      std::vector<int64_t> sizes = sop->shape().dims;
-      sizes[static_cast<size_t>(p.stat_dim)] = p.block;
-      sop = b.DynamicSlice(sop, OffsetsAt(v, sop->shape().rank(), p.stat_dim, off), sizes,
-                           absl::StrCat("stationary", tag));
-    }
-    HloInstruction* lo = p.side == 0 ? wop : sop;
-    HloInstruction* ro = p.side == 0 ? sop : wop;
-    if (p.contracting) {
-      HloInstruction* part = b.DotLike(*dot, lo, ro, acc_shape, absl::StrCat("part", tag));
-      return b.Binary(HloOpcode::kAdd, acc, part, absl::StrCat("acc", tag));
-    }
-    HloInstruction* part =
-        b.DotLike(*dot, lo, ro, WithDim(acc_shape, p.out_dim, p.block), absl::StrCat("part", tag));
-    return b.Dus(acc, part, OffsetsAt(v, acc_shape.rank(), p.out_dim, off),
-                 absl::StrCat("acc", tag));
-  };
-  HloInstruction* next_window;
-  HloInstruction* new_out;
-  HloInstruction* new_k;
-  std::map<int64_t, HloInstruction*> t0, t1, t2;
+  std::map<int64_t, HloInstruction*> t0;
   for (int64_t i : travelling) t0[i] = scale_gte[static_cast<size_t>(i - 5)];
-  if (unrolled) {
-    auto pairs = p.ring.ShiftPairs(-1);
-    HloInstruction* s1 = b.Permute(win, pairs, ctx.NextChannel(), "shard1");
-    for (auto& [i, s] : t0) t1[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale1");
-    HloInstruction* out1 = step(win, t0, k, out, "0");
-    HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
-    HloInstruction* s2 = b.Permute(s1, pairs, ctx.NextChannel(), "shard2");
-    for (auto& [i, s] : t1) t2[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale2");
-    new_out = step(s1, t1, k1, out1, "1");
-    new_k = b.Binary(HloOpcode::kAdd, k1, v.one, "k2");
-    next_window = s2;
-  } else {
-    new_out = step(win, t0, k, out, "0");
-    new_k = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
-    HloInstruction* more = b.Compare(new_k, v.n, ComparisonDirection::kLt, "more");
-    next_window = EmitGuardedPermute(ctx.module, b, more, win, p.ring.ShiftPairs(-1),
-                                     ctx.NextChannel(), "shard1");
-    for (auto& [i, s] : t0) {
-      t2[i] = EmitGuardedPermute(ctx.module, b, more, s, p.ring.ShiftPairs(-1), ctx.NextChannel(),
-                                 "shard_scale1");
-    }
-  }
-  std::vector<HloInstruction*> root = {p.side == 0 ? next_window : l, p.side == 1 ? next_window : r,
-                                       new_out, extra, new_k};
-  for (size_t i = 0; i < extra_init.size(); ++i) {
-    auto it = t2.find(static_cast<int64_t>(5 + i));
-    root.push_back(it != t2.end() ? it->second : scale_gte[i]);
+  const AgNextState next = unrolled ? UnrolledSteps(t0) : RolledStep(t0);
+  std::vector<HloInstruction*> root = {p.side == 0 ? next.window : l,
+                                       p.side == 1 ? next.window : r, next.out, extra, next.k};
+  for (size_t i = 0; i < scales.extra_init.size(); ++i) {
+    auto it = next.travelled.find(static_cast<int64_t>(5 + i));
+    root.push_back(it != next.travelled.end() ? it->second : scale_gte[i]);
   }
   body->set_root(b.Tuple(root, "next_state"));
-  HloComputation* cond = EmitCondition(ctx.module, kCondAg, tuple_shape, n);
+}
 
-  // Loop in the dot's computation.
-  Emitter e(comp);
-  HloInstruction* z = e.Zeros(acc_shape, "windowed_out_init");
-  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
-  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
-  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
-  init_ops.insert(init_ops.end(), extra_init.begin(), extra_init.end());
-  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
-  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
-  loop->mutable_called_computations()->push_back(cond);
-  loop->mutable_called_computations()->push_back(body);
-  HloInstruction* res;
-  if (p.acc_type != out_shape.element_type) {
-    HloInstruction* acc = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed.acc"));
-    res = e.Add(HloOpcode::kConvert, out_shape, {acc}, absl::StrCat(dot->name(), ".windowed"));
-  } else {
-    res = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed"));
+void AgBody::ReadState() {
+  HloInstruction* param = b.Param(tuple_shape, "param");
+  l = b.Gte(param, 0, "lhs");
+  r = b.Gte(param, 1, "rhs");
+  out = b.Gte(param, 2, "out");
+  extra = b.Gte(param, 3, "extra");
+  k = b.Gte(param, 4, "k");
+  for (size_t i = 0; i < scales.extra_init.size(); ++i) {
+    scale_gte.push_back(
+        b.Gte(param, static_cast<int64_t>(5 + i), scales.extra_init[i]->name() + ".gte"));
   }
+  win = p.side == 0 ? l : r;
+  stat = p.side == 0 ? r : l;
+  v = EmitRingValues(b, p.ring, p.block);
+}
 
+std::vector<HloInstruction*> AgBody::ScalesOf(
+    const OperandCarry& c, const std::vector<int64_t>& idx,
+    const std::map<int64_t, HloInstruction*>& travelled) {
+  std::vector<HloInstruction*> sc;
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    if (idx[i] < 0) {
+      sc.push_back(nullptr);
+      continue;
+    }
+    auto it = travelled.find(idx[i]);
+    sc.push_back(it != travelled.end() ? it->second
+                                       : scale_gte[static_cast<size_t>(idx[i] - 5)]);
+  }
+  return sc;
+}
+
+HloInstruction* AgBody::Step(HloInstruction* window,
+                             const std::map<int64_t, HloInstruction*>& travelled,
+                             HloInstruction* kk, HloInstruction* acc, const std::string& tag) {
+  HloInstruction* dot = p.dot;
+  HloInstruction* off = EmitBlockOffset(b, v, kk, tag);
+  HloInstruction* wop = RebuildOperand(
+      b, p.window, window, ScalesOf(p.window, scales.wscale, travelled), off, v, p.block, tag);
+  // The stationary operand: rebuilt whole, then sliced (contracting and batch dims).
+  HloInstruction* sop = RebuildOperand(b, p.stationary, stat,
+                                       ScalesOf(p.stationary, scales.sscale, {}), off, v,
+                                       p.block, tag);
+  if (p.batch || p.contracting) {
+    std::vector<int64_t> sizes = sop->shape().dims;
+    sizes[static_cast<size_t>(p.stat_dim)] = p.block;
+    sop = b.DynamicSlice(sop, OffsetsAt(v, sop->shape().rank(), p.stat_dim, off), sizes,
+                         absl::StrCat("stationary", tag));
+  }
+  HloInstruction* lo = p.side == 0 ? wop : sop;
+  HloInstruction* ro = p.side == 0 ? sop : wop;
+  if (p.contracting) {
+    HloInstruction* part =
+        b.DotLike(*dot, lo, ro, acc_shape.element_type, absl::StrCat("part", tag));
+    return b.Binary(HloOpcode::kAdd, acc, part, absl::StrCat("acc", tag));
+  }
+  HloInstruction* part =
+      b.DotLike(*dot, lo, ro, acc_shape.element_type, absl::StrCat("part", tag));
+  return b.Dus(acc, part, OffsetsAt(v, acc_shape.rank(), p.out_dim, off),
+               absl::StrCat("acc", tag));
+}
+
+AgNextState AgBody::UnrolledSteps(const std::map<int64_t, HloInstruction*>& t0) {
+  AgNextState next;
+  std::map<int64_t, HloInstruction*> t1;
+  std::map<int64_t, HloInstruction*>& t2 = next.travelled;
+  auto pairs = p.ring.ShiftPairs(-1);
+  HloInstruction* s1 = b.Permute(win, pairs, ctx.NextChannel(), "shard1");
+  for (auto& [i, s] : t0) t1[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale1");
+  HloInstruction* out1 = Step(win, t0, k, out, "0");
+  HloInstruction* k1 = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
+  HloInstruction* s2 = b.Permute(s1, pairs, ctx.NextChannel(), "shard2");
+  for (auto& [i, s] : t1) t2[i] = b.Permute(s, pairs, ctx.NextChannel(), "shard_scale2");
+  next.out = Step(s1, t1, k1, out1, "1");
+  next.k = b.Binary(HloOpcode::kAdd, k1, v.one, "k2");
+  next.window = s2;
+  return next;
+}
+
+AgNextState AgBody::RolledStep(const std::map<int64_t, HloInstruction*>& t0) {
+  AgNextState next;
+  std::map<int64_t, HloInstruction*>& t2 = next.travelled;
+  next.out = Step(win, t0, k, out, "0");
+  next.k = b.Binary(HloOpcode::kAdd, k, v.one, "k1");
+  HloInstruction* more = b.Compare(next.k, v.n, ComparisonDirection::kLt, "more");
+  next.window = EmitGuardedPermute(ctx.module, b, more, win, p.ring.ShiftPairs(-1),
+                                   ctx.NextChannel(), "shard1");
+  for (auto& [i, s] : t0) {
+    t2[i] = EmitGuardedPermute(ctx.module, b, more, s, p.ring.ShiftPairs(-1), ctx.NextChannel(),
+                               "shard_scale1");
+  }
+  return next;
+}
+
+// The applied remark of the AG loop `loop` (body `body`) built for `p`.
+std::string AgRemark(const AgPlan& p, const HloInstruction* loop, const HloComputation* body,
+                     bool unrolled) {
+  const Shape& out_shape = p.dot->shape();
   std::string msg = absl::StrCat(
       CollectiveText(p.ag), " (dim ", CollectiveAttributes(p.ag)->dimensions[0], ") on the ",
       p.side == 0 ? "lhs" : "rhs", " -> AG loop '", loop->name(), "' (body '", body->name(), "'), ",
@@ -251,7 +293,55 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
     if (!carried_stat.empty()) absl::StrAppend(&msg, "; stationary ", carried_stat);
   }
   absl::StrAppend(&msg, p.note);
-  ctx.remark(dot->name(), true, msg, CollectiveNames(p.ag));
+  return msg;
+}
+
+}  // namespace
+
+absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
+  HloInstruction* dot = p.dot;
+  HloComputation* comp = dot->parent();
+  HloInstruction* win0 = BuildCarriedValue(comp, p.window);
+  HloInstruction* stat0 = BuildCarriedValue(comp, p.stationary);
+  HloInstruction* lhs0 = p.side == 0 ? win0 : stat0;
+  HloInstruction* rhs0 = p.side == 1 ? win0 : stat0;
+  const Shape& out_shape = dot->shape();
+  const Shape acc_shape = out_shape.WithElementType(p.acc_type);
+  const int64_t n = p.ring.size();
+  const bool unrolled = n % 2 == 0;
+  AgScales scales;
+  std::vector<HloInstruction*>& extra_init = scales.extra_init;
+  scales.wscale = AppendScales(p.window, &extra_init);
+  scales.sscale = AppendScales(p.stationary, &extra_init);
+  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
+                              Shape::Scalar(PrimitiveType::U32)};
+  for (HloInstruction* s : extra_init) elems.push_back(s->shape());
+  Shape tuple_shape = Shape::Tuple(elems);
+
+  // Body.
+  HloComputation* body = NewComputation(ctx.module, kBodyAg);
+  AgBody(ctx, p, scales, acc_shape, tuple_shape, body).Build(unrolled);
+  HloComputation* cond = EmitCondition(ctx.module, kCondAg, tuple_shape, n);
+
+  // Loop in the dot's computation.
+  Emitter e(comp);
+  HloInstruction* z = e.Zeros(acc_shape, "windowed_out_init");
+  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
+  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
+  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
+  init_ops.insert(init_ops.end(), extra_init.begin(), extra_init.end());
+  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
+  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
+  loop->mutable_called_computations()->push_back(cond);
+  loop->mutable_called_computations()->push_back(body);
+  HloInstruction* res;
+  if (p.acc_type != out_shape.element_type) {
+    HloInstruction* acc = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed.acc"));
+    res = e.Add(HloOpcode::kConvert, out_shape, {acc}, absl::StrCat(dot->name(), ".windowed"));
+  } else {
+    res = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed"));
+  }
+  ctx.remark(dot->name(), true, AgRemark(p, loop, body, unrolled), CollectiveNames(p.ag));
 
   std::vector<HloInstruction*> seeds(dot->operands().begin(), dot->operands().end());
   RETURN_IF_ERROR(FinishReplace(ctx, dot, res));

@@ -83,9 +83,8 @@ HloInstruction* Emitter::Dus(HloInstruction* buf, HloInstruction* upd,
 }
 
 HloInstruction* Emitter::DotLike(const HloInstruction& proto, HloInstruction* lhs,
-                                 HloInstruction* rhs, const Shape& shape, const std::string& name) {
-  HloInstruction* d = Add(HloOpcode::kDot, shape, {lhs, rhs}, name);
-  d->set_dot_dims(proto.dot_dims());
+                                 HloInstruction* rhs, PrimitiveType t, const std::string& name) {
+  HloInstruction* d = AddDot(c_, lhs, rhs, proto.dot_dims(), t, name, proto.shape().layout);
   d->set_operand_precision(proto.operand_precision());
   d->metadata = proto.metadata;
   d->frontend_attributes = proto.frontend_attributes;

@@ -50,9 +50,11 @@ class Emitter {
                                std::vector<int64_t> sizes, const std::string& name);
   HloInstruction* Dus(HloInstruction* buf, HloInstruction* upd,
                       std::vector<HloInstruction*> offsets, const std::string& name);
-  // A dot with `proto`'s dimension numbers, precision, metadata and attributes (not its sharding).
+  // A dot of `lhs` and `rhs` with `proto`'s dimension numbers, precision, metadata, attributes
+  // and layout (not its sharding), its result of element type `t` shaped as XLA infers it
+  // (AddDot, hlo/builders.h).
   HloInstruction* DotLike(const HloInstruction& proto, HloInstruction* lhs, HloInstruction* rhs,
-                          const Shape& shape, const std::string& name);
+                          PrimitiveType t, const std::string& name);
   HloInstruction* Compare(HloInstruction* a, HloInstruction* b, ComparisonDirection dir,
                           const std::string& name);
   HloInstruction* Tuple(std::vector<HloInstruction*> ops, const std::string& name);

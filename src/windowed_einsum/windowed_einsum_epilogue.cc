@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hlo/builders.h"
 #include "windowed_einsum/loop_state.h"
 #include "windowed_einsum/windowed_loop.h"
 #include "hlo/status_macros.h"
@@ -118,6 +119,150 @@ std::string FindRegion(HloInstruction* out, const std::set<int64_t>& block_dims,
   return "";
 }
 
+// An all-gather loop's output element and the elementwise epilogue reading it after the loop.
+struct EpilogueSite {
+  HloInstruction* root = nullptr;        // the body's root tuple
+  int64_t index = -1;                    // the output element's tuple index
+  std::vector<HloInstruction*> writes;   // its dynamic-update-slices, the root's operand first
+  std::set<int64_t> block_dims;          // the dims the steps write in blocks
+  HloInstruction* out = nullptr;         // get-tuple-element(loop, index) after the loop
+  std::vector<HloInstruction*> region;   // the epilogue, in post order
+  HloInstruction* sink = nullptr;        // its instruction read after it
+  std::vector<HloInstruction*> invariants;  // the values under its broadcasts
+};
+
+// The output element of `loop` in the body: the chain of dynamic-update-slices the dots write
+// through (fills root, index, writes and block_dims). nullopt when the loop has none (its dots
+// accumulate: no remark), "" when found, else why not.
+std::optional<std::string> FindOutputWrites(const WindowedLoop& loop, EpilogueSite* site) {
+  HloComputation* body = loop.body;
+  HloInstruction* root = body->root();
+  HloInstruction* first = loop.dots[0].merge;
+  if (first == nullptr || first->opcode() != HloOpcode::kDynamicUpdateSlice ||
+      root->opcode() != HloOpcode::kTuple) {
+    return std::nullopt;  // contracting-dim windowing: the steps accumulate
+  }
+  site->root = root;
+  int64_t index = -1;
+  for (int64_t k = 0; k < root->operand_count() && index < 0; ++k) {
+    HloInstruction* v = root->operand(k);
+    while (v->opcode() == HloOpcode::kDynamicUpdateSlice && v != first) v = v->operand(0);
+    if (v == first) index = k;
+  }
+  if (index < 0) return std::nullopt;
+  site->index = index;
+  HloInstruction* v = root->operand(index);
+  while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
+    site->writes.push_back(v);
+    const Shape& part = v->operand(1)->shape();
+    for (int64_t d = 0; d < part.rank(); ++d) {
+      if (part.dims[static_cast<size_t>(d)] != v->shape().dims[static_cast<size_t>(d)]) {
+        site->block_dims.insert(d);
+      }
+    }
+    v = v->operand(0);
+  }
+  if (!(v->opcode() == HloOpcode::kGetTupleElement && v->operand(0) == body->parameter(0) &&
+        v->tuple_index == index)) {
+    return "the output element is not written only by dynamic-update-slices of the dots";
+  }
+  if (site->writes.size() != loop.dots.size()) {
+    return "the output element's writes are not one per dot";
+  }
+  return "";
+}
+
+// After loop `w`: the one get-tuple-element of the output element and the epilogue region it
+// alone reads (fills out, region, sink and invariants). nullopt when nothing after the loop is
+// to be moved (no remark), "" when found, else why not.
+std::optional<std::string> FindEpilogueAfterLoop(HloInstruction* w, EpilogueSite* site) {
+  HloInstruction* out = nullptr;
+  bool other_reader = false;
+  for (HloInstruction* g : w->users()) {
+    if (g->opcode() != HloOpcode::kGetTupleElement) {
+      other_reader = true;
+    } else if (g->tuple_index == site->index) {
+      if (out != nullptr) other_reader = true;
+      out = g;
+    }
+  }
+  if (out == nullptr || w->IsRoot()) return std::nullopt;
+  if (other_reader) return "the loop's result is read whole or more than once";
+  if (out->IsRoot() || out->user_count() == 0) return std::nullopt;
+  site->out = out;
+  return FindRegion(out, site->block_dims, &site->region, &site->sink, &site->invariants);
+}
+
+// Passes the site's invariants into loop `w` (appended to its state and passed through by the
+// body's root); returns the body's get-tuple-element of each. Errors: the IR refuses an edit.
+absl::StatusOr<std::unordered_map<const HloInstruction*, HloInstruction*>> PassInvariants(
+    HloInstruction* w, HloComputation* body, const EpilogueSite& site) {
+  ASSIGN_OR_RETURN(int64_t base, AppendLoopState(w, site.invariants, ".epilogue"));
+  HloInstruction* param = body->parameter(0);
+  const Shape state = w->shape();
+  std::unordered_map<const HloInstruction*, HloInstruction*> inv_gte;
+  for (size_t k = 0; k < site.invariants.size(); ++k) {
+    HloInstruction* g = AddGetTupleElement(body, param, base + static_cast<int64_t>(k),
+                                           site.invariants[k]->name() + ".epilogue");
+    inv_gte[site.invariants[k]] = g;
+    site.root->AppendOperand(g);
+  }
+  site.root->set_shape(state);
+  site.root->sharding.reset();
+  return inv_gte;
+}
+
+// The body's copy of constant `c` (made on first use, kept in *body_constants).
+HloInstruction* BodyConstant(HloComputation* body, HloInstruction* c,
+                             std::unordered_map<const HloInstruction*, HloInstruction*>*
+                                 body_constants) {
+  HloInstruction*& copy = (*body_constants)[c];
+  if (copy == nullptr) {
+    copy = body->AddInstruction(c->CloneWithNewOperands(c->shape(), {}, ".epilogue"));
+  }
+  return copy;
+}
+
+// Applies the region to the block each write `s` of the site stores, and makes the write store
+// the sink's value instead. Errors: the IR refuses an edit.
+absl::Status ComputeEpilogueInSteps(
+    HloComputation* body, const EpilogueSite& site,
+    const std::unordered_map<const HloInstruction*, HloInstruction*>& inv_gte) {
+  std::unordered_map<const HloInstruction*, HloInstruction*> body_constants;
+  for (size_t s = 0; s < site.writes.size(); ++s) {
+    HloInstruction* dus = site.writes[s];
+    HloInstruction* part = dus->operand(1);
+    const Shape& ps = part->shape();
+    std::unordered_map<const HloInstruction*, HloInstruction*> map;
+    map[site.out] = part;
+    for (HloInstruction* i : site.region) {
+      std::vector<HloInstruction*> ops;
+      for (HloInstruction* o : i->operands()) {
+        if (auto it = map.find(o); it != map.end()) {
+          ops.push_back(it->second);
+        } else if (o->opcode() == HloOpcode::kConstant) {
+          ops.push_back(BodyConstant(body, o, &body_constants));
+        } else {  // a broadcast (of an invariant or a constant), rebuilt at the block's shape
+          HloInstruction* x = o->operand(0);
+          HloInstruction* src = x->opcode() == HloOpcode::kConstant
+                                    ? BodyConstant(body, x, &body_constants)
+                                    : inv_gte.at(x);
+          HloInstruction* b =
+              AddBroadcast(body, src, Shape(o->shape().element_type, ps.dims), o->dimensions,
+                           absl::StrCat(o->name(), ".step", s));
+          ops.push_back(b);
+        }
+      }
+      auto clone = i->CloneWithNewOperands(Shape(i->shape().element_type, ps.dims), ops,
+                                           absl::StrCat(".step", s));
+      clone->sharding.reset();
+      map[i] = body->AddInstruction(std::move(clone));
+    }
+    RETURN_IF_ERROR(dus->ReplaceOperandWith(1, map.at(site.sink)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
@@ -126,132 +271,25 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
   for (HloInstruction* w : whiles) {
     std::optional<WindowedLoop> loop = MatchWindowedLoop(w);
     if (!loop || loop->kind != WindowedLoopKind::kAllGather || loop->dots.empty()) continue;
-    auto skip = [&](const std::string& why) {
-      AddRemark(w->name(), false, "epilogue left after the loop: " + why);
-    };
-    // The output element: the chain of dynamic-update-slices the dots write through.
     HloComputation* body = loop->body;
-    HloInstruction* root = body->root();
-    HloInstruction* first = loop->dots[0].merge;
-    if (first == nullptr || first->opcode() != HloOpcode::kDynamicUpdateSlice ||
-        root->opcode() != HloOpcode::kTuple) {
-      continue;  // contracting-dim windowing: the steps accumulate
-    }
-    int64_t index = -1;
-    for (int64_t k = 0; k < root->operand_count() && index < 0; ++k) {
-      HloInstruction* v = root->operand(k);
-      while (v->opcode() == HloOpcode::kDynamicUpdateSlice && v != first) v = v->operand(0);
-      if (v == first) index = k;
-    }
-    if (index < 0) continue;
-    std::vector<HloInstruction*> writes;
-    std::set<int64_t> block_dims;
-    HloInstruction* v = root->operand(index);
-    while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
-      writes.push_back(v);
-      const Shape& part = v->operand(1)->shape();
-      for (int64_t d = 0; d < part.rank(); ++d) {
-        if (part.dims[static_cast<size_t>(d)] != v->shape().dims[static_cast<size_t>(d)]) {
-          block_dims.insert(d);
-        }
-      }
-      v = v->operand(0);
-    }
-    if (!(v->opcode() == HloOpcode::kGetTupleElement && v->operand(0) == body->parameter(0) &&
-          v->tuple_index == index)) {
-      skip("the output element is not written only by dynamic-update-slices of the dots");
+    EpilogueSite site;
+    std::optional<std::string> why = FindOutputWrites(*loop, &site);
+    if (why.has_value() && why->empty()) why = FindEpilogueAfterLoop(w, &site);
+    if (!why.has_value()) continue;
+    if (!why->empty()) {
+      AddRemark(w->name(), false, "epilogue left after the loop: " + *why);
       continue;
     }
-    if (writes.size() != loop->dots.size()) {
-      skip("the output element's writes are not one per dot");
-      continue;
-    }
-    // After the loop: one get-tuple-element of the output element, read only by the epilogue.
     HloComputation* comp = w->parent();
-    HloInstruction* out = nullptr;
-    bool other_reader = false;
-    for (HloInstruction* g : w->users()) {
-      if (g->opcode() != HloOpcode::kGetTupleElement) {
-        other_reader = true;
-      } else if (g->tuple_index == index) {
-        if (out != nullptr) other_reader = true;
-        out = g;
-      }
-    }
-    if (out == nullptr || w->IsRoot()) continue;
-    if (other_reader) {
-      skip("the loop's result is read whole or more than once");
-      continue;
-    }
-    std::vector<HloInstruction*> region, invariants;
-    HloInstruction* sink = nullptr;
-    if (out->IsRoot() || out->user_count() == 0) continue;
-    if (std::string why = FindRegion(out, block_dims, &region, &sink, &invariants); !why.empty()) {
-      skip(why);
-      continue;
-    }
-    // The loop state gains the invariants.
-    ASSIGN_OR_RETURN(int64_t base, AppendLoopState(w, invariants, ".epilogue"));
-    HloInstruction* param = body->parameter(0);
-    const Shape state = w->shape();
-    std::unordered_map<const HloInstruction*, HloInstruction*> inv_gte;
-    for (size_t k = 0; k < invariants.size(); ++k) {
-      HloInstruction* g = AddGetTupleElement(body, param, base + static_cast<int64_t>(k),
-                                             invariants[k]->name() + ".epilogue");
-      inv_gte[invariants[k]] = g;
-      root->AppendOperand(g);
-    }
-    root->set_shape(state);
-    root->sharding.reset();
-    // Each step applies the region to its block.
-    std::unordered_map<const HloInstruction*, HloInstruction*> body_constants;
-    for (size_t s = 0; s < writes.size(); ++s) {
-      HloInstruction* dus = writes[s];
-      HloInstruction* part = dus->operand(1);
-      const Shape& ps = part->shape();
-      std::unordered_map<const HloInstruction*, HloInstruction*> map;
-      map[out] = part;
-      for (HloInstruction* i : region) {
-        std::vector<HloInstruction*> ops;
-        for (HloInstruction* o : i->operands()) {
-          if (auto it = map.find(o); it != map.end()) {
-            ops.push_back(it->second);
-          } else if (o->opcode() == HloOpcode::kConstant) {
-            HloInstruction*& c = body_constants[o];
-            if (c == nullptr) {
-              c = body->AddInstruction(o->CloneWithNewOperands(o->shape(), {}, ".epilogue"));
-            }
-            ops.push_back(c);
-          } else {  // a broadcast (of an invariant or a constant), rebuilt at the block's shape
-            HloInstruction* x = o->operand(0);
-            HloInstruction* src = nullptr;
-            if (x->opcode() == HloOpcode::kConstant) {
-              HloInstruction*& c = body_constants[x];
-              if (c == nullptr) {
-                c = body->AddInstruction(x->CloneWithNewOperands(x->shape(), {}, ".epilogue"));
-              }
-              src = c;
-            } else {
-              src = inv_gte.at(x);
-            }
-            HloInstruction* b = body->AddInstruction(
-                HloOpcode::kBroadcast, Shape(o->shape().element_type, ps.dims), {src},
-                absl::StrCat(o->name(), ".step", s));
-            b->dimensions = o->dimensions;
-            ops.push_back(b);
-          }
-        }
-        auto clone = i->CloneWithNewOperands(Shape(i->shape().element_type, ps.dims), ops,
-                                             absl::StrCat(".step", s));
-        clone->sharding.reset();
-        map[i] = body->AddInstruction(std::move(clone));
-      }
-      RETURN_IF_ERROR(dus->ReplaceOperandWith(1, map.at(sink)));
-    }
+    // The loop state gains the invariants; each step applies the region to its block.
+    ASSIGN_OR_RETURN(auto inv_gte, PassInvariants(w, body, site));
+    RETURN_IF_ERROR(ComputeEpilogueInSteps(body, site, inv_gte));
     // Names for the remark, taken before the region is removed.
     std::vector<std::string> names;
-    for (const HloInstruction* i : region) names.push_back(absl::StrCat("'", i->name(), "'"));
+    for (const HloInstruction* i : site.region) names.push_back(absl::StrCat("'", i->name(), "'"));
     // After the loop, the sink is the loop's output.
+    HloInstruction* sink = site.sink;
+    HloInstruction* out = site.out;
     if (sink->sharding && !out->sharding) out->sharding = sink->sharding;
     RETURN_IF_ERROR(sink->ReplaceAllUsesWith(out));
     if (absl::Status s = comp->RemoveUnusedChains(
@@ -260,13 +298,14 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
       return s;
     }
     changed = true;
+    const size_t writes = site.writes.size(), invariants = site.invariants.size();
     AddRemark(w->name(), true,
               absl::StrCat("epilogue ", absl::StrJoin(names, ", "), " computed by every step on "
-                           "the block it writes (", writes.size(), " write",
-                           writes.size() == 1 ? "" : "s", " in the body, ", loop->trip_count,
+                           "the block it writes (", writes, " write",
+                           writes == 1 ? "" : "s", " in the body, ", loop->trip_count,
                            " iteration", loop->trip_count == 1 ? "" : "s", "; ",
-                           invariants.size(), " loop-invariant operand",
-                           invariants.size() == 1 ? "" : "s", " passed in), instead of after the "
+                           invariants, " loop-invariant operand",
+                           invariants == 1 ? "" : "s", " passed in), instead of after the "
                            "loop"));
   }
   return changed;

@@ -65,6 +65,31 @@ HloInstruction* Handler::BlockOffset(const WindowedDot& d, int64_t w, int64_t di
   return dus->operand(2 + od);
 }
 
+namespace {
+
+// For each of the `np` partitions, the index of its replica group in `groups` (*group_of) and its
+// position in that group (*pos_of; both sized np, -1 on entry). "" when every partition is in
+// exactly one group, else the reason.
+std::string LocateInGroups(const std::vector<std::vector<int64_t>>& groups, int64_t np,
+                           std::vector<int64_t>* group_of, std::vector<int64_t>* pos_of) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      int64_t p = groups[g][i];
+      if (p < 0 || p >= np || (*group_of)[p] >= 0) {
+        return "replica groups are not a partition of the devices";
+      }
+      (*group_of)[p] = static_cast<int64_t>(g);
+      (*pos_of)[p] = static_cast<int64_t>(i);
+    }
+  }
+  for (int64_t p = 0; p < np; ++p) {
+    if ((*group_of)[p] < 0) return absl::StrCat("partition ", p, " is in no replica group");
+  }
+  return "";
+}
+
+}  // namespace
+
 // Checks that `ag` gathers, on every partition, exactly the shards the loop visits, at the block
 // offsets the loop uses. Returns "" when it does, else the reason.
 std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& L,
@@ -92,17 +117,7 @@ std::string Handler::MatchAllGather(HloInstruction* result, const WindowedLoop& 
     for (int64_t p = 0; p < np; ++p) groups.back().push_back(p);
   }
   std::vector<int64_t> group_of(np, -1), pos_of(np, -1);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].size(); ++i) {
-      int64_t p = groups[g][i];
-      if (p < 0 || p >= np || group_of[p] >= 0) return "replica groups are not a partition of the devices";
-      group_of[p] = static_cast<int64_t>(g);
-      pos_of[p] = static_cast<int64_t>(i);
-    }
-  }
-  for (int64_t p = 0; p < np; ++p) {
-    if (group_of[p] < 0) return absl::StrCat("partition ", p, " is in no replica group");
-  }
+  if (std::string why = LocateInGroups(groups, np, &group_of, &pos_of); !why.empty()) return why;
   const int64_t gsize = static_cast<int64_t>(groups[0].size());
   for (const auto& g : groups) {
     if (static_cast<int64_t>(g.size()) != gsize) return "replica groups of different sizes";
@@ -279,31 +294,29 @@ std::vector<HloInstruction*> Handler::RewirableReaders(HloInstruction* v, HloIns
   return readers;
 }
 
-absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
-                                       std::vector<CacheUse>& uses, const WideForm* wide,
-                                       std::string* msg) {
-  HloComputation* comp = w->parent();
-  HloComputation* body = L.body;
-  HloInstruction* P = body->parameter(0);
-  HloInstruction* R = body->root();
-  const int64_t wi = L.windowed_operand;
-  const int64_t dim = uses[0].dim;
-  const PrimitiveType et = w->shape().tuple_shapes[wi].element_type;
-  for (const CacheUse& u : uses) {
-    if (u.dim != dim || !u.all_gather->shape().WithElementType(et).Compatible(
-                            uses[0].all_gather->shape().WithElementType(et))) {
-      return absl::InternalError("cache uses disagree");
-    }
+void Handler::NoteScaleEdge(const HloInstruction* scale, const HloInstruction* w) {
+  // A new edge scale -> loop. Where the scale comes after the loop in the orders the
+  // ancestor walks trust (position_, topo_), those orders are no longer topological: stop
+  // trusting them for the rest of this computation (walks stay exact, only longer).
+  auto pos = [this](const HloInstruction* h) {
+    auto it = position_.find(h);
+    return it == position_.end() ? int64_t{-1} : it->second;
+  };
+  const int64_t ps = pos(scale), pw = pos(w);
+  const int64_t ts = TopoOf(scale), tw = TopoOf(w);
+  if (ps < 0 || pw < 0 || ps > pw || (topo_valid_ && (ts < 0 || tw < 0 || ts > tw))) {
+    order_stale_ = true;
+    topo_valid_ = false;
   }
-  // A wide cache stores the shards dequantized (the dequantization every use shares).
-  const WideForm* dq = wide;
-  const PrimitiveType cache_type = wide ? dq->wide : et;
-  const Shape cache_shape = uses[0].all_gather->shape().WithElementType(cache_type);
-  // Offsets first (before any change).
-  std::vector<HloInstruction*> offsets;
-  for (const WindowedDot& d : L.dots) offsets.push_back(BlockOffset(d, wi, dim));
+}
 
-  // Loop state: append the cache.
+absl::StatusOr<int64_t> Handler::AppendCacheToState(HloInstruction* w, const WindowedLoop& L,
+                                                    const Shape& cache_shape,
+                                                    const WideForm* wide, Shape* new_state) {
+  HloComputation* comp = w->parent();
+  HloInstruction* P = L.body->parameter(0);
+  HloInstruction* R = L.body->root();
+  const WideForm* dq = wide;
   const Shape old_state = w->shape();
   const int64_t n = static_cast<int64_t>(old_state.tuple_shapes.size());
   std::vector<Shape> elems = old_state.tuple_shapes;
@@ -330,27 +343,23 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
       elems.push_back(dq->scale->shape());
       state = Shape::Tuple(elems);
       ops.push_back(dq->scale);
-      // A new edge scale -> loop. Where the scale comes after the loop in the orders the
-      // ancestor walks trust (position_, topo_), those orders are no longer topological: stop
-      // trusting them for the rest of this computation (walks stay exact, only longer).
-      auto pos = [this](const HloInstruction* h) {
-        auto it = position_.find(h);
-        return it == position_.end() ? int64_t{-1} : it->second;
-      };
-      const int64_t ps = pos(dq->scale), pw = pos(w);
-      const int64_t ts = TopoOf(dq->scale), tw = TopoOf(w);
-      if (ps < 0 || pw < 0 || ps > pw || (topo_valid_ && (ts < 0 || tw < 0 || ts > tw))) {
-        order_stale_ = true;
-        topo_valid_ = false;
-      }
+      NoteScaleEdge(dq->scale, w);
     }
   }
   RETURN_IF_ERROR(ReplaceInit(w, state, ops, &rename_));
   P->set_shape(state);
   L.condition->parameter(0)->set_shape(state);
+  *new_state = state;
+  return scale_slot;
+}
 
-  // Body: one dynamic-update-slice per dot, at the dot's block offset (of the shard dequantized
-  // with the carried scale, for a wide cache).
+void Handler::FillCache(const WindowedLoop& L, const std::vector<HloInstruction*>& offsets,
+                        const Shape& cache_shape, int64_t dim, int64_t n, int64_t scale_slot,
+                        const WideForm* wide, const Shape& state) {
+  HloComputation* body = L.body;
+  HloInstruction* P = body->parameter(0);
+  HloInstruction* R = body->root();
+  const WideForm* dq = wide;
   HloInstruction* cur = AddGetTupleElement(body, P, n, "cache");
   HloInstruction* zero = nullptr;
   HloInstruction* scale = wide ? AddGetTupleElement(body, P, scale_slot, "cache_scale") : nullptr;
@@ -381,18 +390,21 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
   R->AppendOperand(cur);
   if (wide && scale_slot == n + 1) R->AppendOperand(scale);
   R->set_shape(state);
+}
 
-  // After the loop: the cache (an FP8 one dequantized per reader) replaces the all-gathers.
-  HloInstruction* cache = AddGetTupleElement(comp, w, n, "cache_out");
+absl::StatusOr<int64_t> Handler::RewireToCache(HloInstruction* w, const std::vector<CacheUse>& uses,
+                                               const WideForm* wide, HloInstruction* cache,
+                                               int64_t n, PrimitiveType cache_type,
+                                               std::vector<std::string>* kept) {
+  HloComputation* comp = w->parent();
   int64_t rewired = 0;
-  std::vector<std::string> kept;
   for (size_t k = 0; k < uses.size(); ++k) {
-    CacheUse& u = uses[k];
+    const CacheUse& u = uses[k];
     if (wide && !u.dequant) {
       // An FP8 all-gather: the roots of its dequantizations (found by WhyNoWideCache) read the
       // wide cache instead.
       for (const DequantMatch& d : wide->readers[k]) {
-        std::vector<HloInstruction*> readers = RewirableReaders(d.root, w, &kept);
+        std::vector<HloInstruction*> readers = RewirableReaders(d.root, w, kept);
         rewired += static_cast<int64_t>(readers.size());
         const bool was_root = d.root->IsRoot();
         RETURN_IF_ERROR(d.root->ReplaceUsesWith(readers, cache));
@@ -405,7 +417,7 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
                               n, PrimitiveTypeName(cache_type), w->name()));
       continue;
     }
-    std::vector<HloInstruction*> readers = RewirableReaders(u.all_gather, w, &kept);
+    std::vector<HloInstruction*> readers = RewirableReaders(u.all_gather, w, kept);
     rewired += static_cast<int64_t>(readers.size());
     const bool was_root = u.all_gather->IsRoot();
     // FP8: each reader gets its own dequantization of the cache, as XLA gives each consumer, so
@@ -431,6 +443,45 @@ absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
                                         : "",
                             w->name()));
   }
+  return rewired;
+}
+
+absl::StatusOr<bool> Handler::AddCache(HloInstruction* w, const WindowedLoop& L,
+                                       std::vector<CacheUse>& uses, const WideForm* wide,
+                                       std::string* msg) {
+  HloComputation* comp = w->parent();
+  const int64_t wi = L.windowed_operand;
+  const int64_t dim = uses[0].dim;
+  const PrimitiveType et = w->shape().tuple_shapes[wi].element_type;
+  for (const CacheUse& u : uses) {
+    if (u.dim != dim || !u.all_gather->shape().WithElementType(et).Compatible(
+                            uses[0].all_gather->shape().WithElementType(et))) {
+      return absl::InternalError("cache uses disagree");
+    }
+  }
+  // A wide cache stores the shards dequantized (the dequantization every use shares).
+  const WideForm* dq = wide;
+  const PrimitiveType cache_type = wide ? dq->wide : et;
+  const Shape cache_shape = uses[0].all_gather->shape().WithElementType(cache_type);
+  // Offsets first (before any change).
+  std::vector<HloInstruction*> offsets;
+  for (const WindowedDot& d : L.dots) offsets.push_back(BlockOffset(d, wi, dim));
+
+  // Loop state: append the cache.
+  const int64_t n = static_cast<int64_t>(w->shape().tuple_shapes.size());
+  Shape state;
+  ASSIGN_OR_RETURN(const int64_t scale_slot,
+                   AppendCacheToState(w, L, cache_shape, wide, &state));
+
+  // Body: one dynamic-update-slice per dot, at the dot's block offset (of the shard dequantized
+  // with the carried scale, for a wide cache).
+  FillCache(L, offsets, cache_shape, dim, n, scale_slot, wide, state);
+
+  // After the loop: the cache (an FP8 one dequantized per reader) replaces the all-gathers.
+  HloInstruction* cache = AddGetTupleElement(comp, w, n, "cache_out");
+  std::vector<std::string> kept;
+  ASSIGN_OR_RETURN(const int64_t rewired,
+                   RewireToCache(w, uses, wide, cache, n, cache_type, &kept));
   *msg = absl::StrFormat(
       "%sactivation cache added at tuple index %d (%s), filled by %d dynamic-update-slice%s, "
       "shared by %d all-gather%s and %d consumer%s",
@@ -482,13 +533,104 @@ bool SameViews(const std::vector<const HloInstruction*>& a,
   return true;
 }
 
+// Loops that carry views of an FP8 value (the decomposer moves the views in front of an
+// all-gather onto the FP8 shard), with the views.
+struct CirculatedView {
+  HloInstruction* loop = nullptr;
+  std::vector<const HloInstruction*> views;
+};
+
+// The values the all-gather loops of a computation circulate.
+struct CirculatedValues {
+  // By value; also the wide values the FP8 shift replaced (an all-gather of those is served by
+  // the FP8 cache, dequantized after the loop). A value may circulate in several loops (e.g.
+  // gathered on two dims): all are candidates.
+  absl::flat_hash_map<HloInstruction*, std::vector<CacheCandidate>> by_value;
+  // By the FP8 value under the views.
+  absl::flat_hash_map<HloInstruction*, std::vector<CirculatedView>> by_viewed_value;
+  // Every loop MatchWindowedLoop matched, with what it found.
+  LoopsByWhile matched;
+};
+
+// The values circulated by the all-gather loops among `loops` (`shifted`: what the FP8 shift
+// replaced in each loop it rewrote).
+CirculatedValues FindCirculatedValues(
+    const std::vector<HloInstruction*>& loops,
+    const absl::flat_hash_map<const HloInstruction*, ShiftedOperands>& shifted) {
+  CirculatedValues values;
+  for (HloInstruction* w : loops) {
+    auto L = MatchWindowedLoop(w);
+    if (!L) continue;  // the driver says so when it matches the loop again
+    if (L->kind == WindowedLoopKind::kAllGather) {
+      HloInstruction* carried = L->init->operand(L->windowed_operand);
+      values.by_value[carried].push_back(CacheCandidate{w, std::nullopt});
+      HloInstruction* base = nullptr;
+      std::vector<const HloInstruction*> views = StripViews(carried, &base);
+      if (!views.empty() && IsFp8(base->shape().element_type)) {
+        values.by_viewed_value[base].push_back(CirculatedView{w, std::move(views)});
+      }
+      if (auto it = shifted.find(w); it != shifted.end()) {
+        const int64_t j = L->windowed_operand;
+        values.by_value[it->second.wide[j]].push_back(CacheCandidate{w, it->second.dq[j]});
+      }
+    }
+    values.matched.emplace(w, std::move(*L));
+  }
+  return values;
+}
+
+// The loops that circulate value `x` an all-gather gathers, with the dequantization the
+// all-gather reads if any: loops of `x` itself, FP8 loops of the value `x` dequantizes, and FP8
+// loops of the same views of the value under views(dequant(q)). *reasons gets why a loop of the
+// value is not a candidate.
+std::vector<CacheCandidate> CandidateLoops(HloInstruction* x, const CirculatedValues& values,
+                                           std::vector<std::string>* reasons) {
+  std::vector<CacheCandidate> candidates;
+  if (auto it = values.by_value.find(x); it != values.by_value.end()) candidates = it->second;
+  if (auto m = MatchDequantize(x)) {
+    if (auto it2 = values.by_value.find(m->q); it2 != values.by_value.end()) {
+      for (const CacheCandidate& c : it2->second) {
+        if (c.dequant) continue;
+        const WindowedLoop& L = values.matched.at(c.loop);
+        if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
+          reasons->push_back("not cached: gathers a dequantization of the loop's FP8 operand, "
+                             "but the loop circulates it wide");
+          continue;
+        }
+        if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+          reasons->push_back("not cached: its dequantization has no scalar scale or no "
+                             "bf16/f16/f32 wide type");
+          continue;
+        }
+        candidates.push_back(CacheCandidate{c.loop, *m});
+      }
+    }
+  }
+  // views(dequant(q)) gathered while a loop carries the same views of q in FP8: the scalar
+  // scale commutes with the views, so the FP8 cache dequantized after the loop is the
+  // all-gather.
+  HloInstruction* base = nullptr;
+  std::vector<const HloInstruction*> views = StripViews(x, &base);
+  std::optional<DequantMatch> m = views.empty() ? std::nullopt : MatchDequantize(base);
+  if (m) {
+    if (auto it3 = values.by_viewed_value.find(m->q); it3 != values.by_viewed_value.end()) {
+      for (const CirculatedView& c : it3->second) {
+        if (!SameViews(c.views, views)) continue;
+        if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
+          reasons->push_back("not cached: the dequantization under its views has no scalar "
+                             "scale or no bf16/f16/f32 wide type");
+          continue;
+        }
+        candidates.push_back(CacheCandidate{c.loop, *m});
+      }
+    }
+  }
+  return candidates;
+}
+
 }  // namespace
 
-absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
-                                                const std::vector<HloInstruction*>& loops,
-                                                const std::vector<HloInstruction*>& gathers) {
-  bool changed = false;
-  // The topological index the cache phase's ancestor walks stop at (IsAncestorOfWhile).
+void Handler::IndexTopologically(HloComputation* comp) {
   topo_.clear();
   {
     const std::vector<HloInstruction*> order = comp->MakeInstructionPostOrder();
@@ -497,46 +639,72 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
   }
   topo_valid_ = true;
   order_stale_ = false;
-  // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
-  //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
-  struct Circulated {
-    HloInstruction* loop = nullptr;
-    std::optional<DequantMatch> dequant;  // set: the all-gather reads the value dequantized
-  };
-  // A value may circulate in several loops (e.g. gathered on two dims): all are candidates.
-  absl::flat_hash_map<HloInstruction*, std::vector<Circulated>> by_value;
-  // Loops that carry views of an FP8 value (the decomposer moves the views in front of an
-  // all-gather onto the FP8 shard): by the FP8 value, with the views.
-  struct CirculatedView {
-    HloInstruction* loop = nullptr;
-    std::vector<const HloInstruction*> views;
-  };
-  absl::flat_hash_map<HloInstruction*, std::vector<CirculatedView>> by_viewed_value;
-  std::unordered_map<HloInstruction*, WindowedLoop> matched;
-  for (HloInstruction* w : loops) {
-    auto L = MatchWindowedLoop(w);
-    if (!L) continue;  // the driver says so when it matches the loop again
-    if (L->kind == WindowedLoopKind::kAllGather) {
-      HloInstruction* carried = L->init->operand(L->windowed_operand);
-      by_value[carried].push_back(Circulated{w, std::nullopt});
-      HloInstruction* base = nullptr;
-      std::vector<const HloInstruction*> views = StripViews(carried, &base);
-      if (!views.empty() && IsFp8(base->shape().element_type)) {
-        by_viewed_value[base].push_back(CirculatedView{w, std::move(views)});
+}
+
+HloInstruction* Handler::ChooseCacheLoop(HloInstruction* ag, const HloInstruction* attrs,
+                                         const std::vector<CacheCandidate>& candidates,
+                                         const LoopsByWhile& matched, const PlannedCaches& caches,
+                                         CacheUse* use, std::vector<std::string>* reasons) {
+  for (const CacheCandidate& c : candidates) {
+    const WindowedLoop& L = matched.at(c.loop);
+    CacheUse trial;
+    trial.dequant = c.dequant;
+    if (L.cache_index) {
+      reasons->push_back(absl::StrCat("not cached: loop '", c.loop->name(),
+                                      "' already has a cache (tuple index ", *L.cache_index, ")"));
+      continue;
+    }
+    if (std::string why = MatchAllGather(ag, L, &trial); !why.empty()) {
+      reasons->push_back(absl::StrCat("not cached in loop '", c.loop->name(), "': ", why));
+      continue;
+    }
+    auto planned = caches.find(position_.at(c.loop));
+    if (planned != caches.end() && !planned->second.second.empty() &&
+        planned->second.second[0].dim != trial.dim) {
+      reasons->push_back(absl::StrCat("not cached: loop '", c.loop->name(),
+                                      "' already serves an all-gather on another dim"));
+      continue;
+    }
+    if (trial.dequant) {
+      // Each partition gathered its neighbours' shards dequantized with their own scales;
+      // the cache is dequantized after the loop with the local one: they must agree within
+      // each group of the all-gather (the ring's groups, checked above).
+      ReplicationProof proof = ProveSameWithinGroups(trial.dequant->scale, GatherGroups(attrs));
+      if (!proof.proven) {
+        reasons->push_back(absl::StrCat("not cached: the scale '", trial.dequant->scale->name(),
+                                        "' of the gathered dequantization is not proven the "
+                                        "same on every partition of the all-gather's groups (",
+                                        proof.why, ")"));
+        continue;
       }
-      if (auto it = shifted_.find(w); it != shifted_.end()) {
-        const int64_t j = L->windowed_operand;
-        by_value[it->second.wide[j]].push_back(Circulated{w, it->second.dq[j]});
+      if (std::string note = UnannotatedNote(proof); !note.empty()) {
+        analysis_(ag->name(), absl::StrCat("the scale '", trial.dequant->scale->name(),
+                                           "' of the gathered dequantization agrees within "
+                                           "each all-gather group: ",
+                                           note));
       }
     }
-    matched.emplace(w, std::move(*L));
+    *use = trial;
+    return c.loop;
   }
+  return nullptr;
+}
+
+absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
+                                                const std::vector<HloInstruction*>& loops,
+                                                const std::vector<HloInstruction*>& gathers) {
+  bool changed = false;
+  // The topological index the cache phase's ancestor walks stop at (IsAncestorOfWhile).
+  IndexTopologically(comp);
+  // 1. The values the all-gather loops circulate, and the wide values the FP8 shift replaced
+  //    (an all-gather of those is served by the FP8 cache, dequantized after the loop).
+  CirculatedValues values = FindCirculatedValues(loops, shifted_);
 
   // 2. Each all-gather (also the async all-gather-start/-done pair): the loops that circulate its
   //    value, then, for the first that fits, the proof that the loop visits exactly the gathered
   //    blocks (MatchAllGather) and that a dequantization after the loop gives what each
   //    partition gathered.
-  std::map<int64_t, std::pair<HloInstruction*, std::vector<CacheUse>>> caches;  // by position
+  PlannedCaches caches;
   for (HloInstruction* ag : gathers) {
     const HloInstruction* attrs = GatherAttributes(ag);
     if (attrs == nullptr || attrs->operand_count() != 1) {
@@ -545,100 +713,17 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
     }
     HloInstruction* x = attrs->operand(0);
     // Candidates: (loop, dequantization the all-gather reads, if any).
-    std::vector<Circulated> candidates;
     std::vector<std::string> reasons;
-    if (auto it = by_value.find(x); it != by_value.end()) candidates = it->second;
-    if (auto m = MatchDequantize(x)) {
-      if (auto it2 = by_value.find(m->q); it2 != by_value.end()) {
-        for (const Circulated& c : it2->second) {
-          if (c.dequant) continue;
-          const WindowedLoop& L = matched.at(c.loop);
-          if (!IsFp8(L.while_instr->shape().tuple_shapes[L.windowed_operand].element_type)) {
-            reasons.push_back("not cached: gathers a dequantization of the loop's FP8 operand, "
-                              "but the loop circulates it wide");
-            continue;
-          }
-          if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
-            reasons.push_back("not cached: its dequantization has no scalar scale or no "
-                              "bf16/f16/f32 wide type");
-            continue;
-          }
-          candidates.push_back(Circulated{c.loop, *m});
-        }
-      }
-    }
-    // views(dequant(q)) gathered while a loop carries the same views of q in FP8: the scalar
-    // scale commutes with the views, so the FP8 cache dequantized after the loop is the
-    // all-gather.
-    {
-      HloInstruction* base = nullptr;
-      std::vector<const HloInstruction*> views = StripViews(x, &base);
-      std::optional<DequantMatch> m = views.empty() ? std::nullopt : MatchDequantize(base);
-      if (m) {
-        if (auto it3 = by_viewed_value.find(m->q); it3 != by_viewed_value.end()) {
-          for (const CirculatedView& c : it3->second) {
-            if (!SameViews(c.views, views)) continue;
-            if (!IsScalarScale(*m) || !IsDequantWideType(m->wide_type)) {
-              reasons.push_back("not cached: the dequantization under its views has no scalar "
-                                "scale or no bf16/f16/f32 wide type");
-              continue;
-            }
-            candidates.push_back(Circulated{c.loop, *m});
-          }
-        }
-      }
-    }
+    std::vector<CacheCandidate> candidates = CandidateLoops(x, values, &reasons);
     if (candidates.empty() && reasons.empty()) {
       remark_(ag->name(), false,
               absl::StrCat("not cached: no windowed einsum loop in '", comp->name(),
                            "' circulates the gathered value '", x->name(), "'"));
       continue;
     }
-    HloInstruction* w = nullptr;
     CacheUse use;
-    for (const Circulated& c : candidates) {
-      const WindowedLoop& L = matched.at(c.loop);
-      CacheUse trial;
-      trial.dequant = c.dequant;
-      if (L.cache_index) {
-        reasons.push_back(absl::StrCat("not cached: loop '", c.loop->name(),
-                                       "' already has a cache (tuple index ", *L.cache_index, ")"));
-        continue;
-      }
-      if (std::string why = MatchAllGather(ag, L, &trial); !why.empty()) {
-        reasons.push_back(absl::StrCat("not cached in loop '", c.loop->name(), "': ", why));
-        continue;
-      }
-      auto planned = caches.find(position_.at(c.loop));
-      if (planned != caches.end() && !planned->second.second.empty() &&
-          planned->second.second[0].dim != trial.dim) {
-        reasons.push_back(absl::StrCat("not cached: loop '", c.loop->name(),
-                                       "' already serves an all-gather on another dim"));
-        continue;
-      }
-      if (trial.dequant) {
-        // Each partition gathered its neighbours' shards dequantized with their own scales;
-        // the cache is dequantized after the loop with the local one: they must agree within
-        // each group of the all-gather (the ring's groups, checked above).
-        ReplicationProof proof = ProveSameWithinGroups(trial.dequant->scale, GatherGroups(attrs));
-        if (!proof.proven) {
-          reasons.push_back(absl::StrCat("not cached: the scale '", trial.dequant->scale->name(),
-                                         "' of the gathered dequantization is not proven the "
-                                         "same on every partition of the all-gather's groups (",
-                                         proof.why, ")"));
-          continue;
-        }
-        if (std::string note = UnannotatedNote(proof); !note.empty()) {
-          analysis_(ag->name(), absl::StrCat("the scale '", trial.dequant->scale->name(),
-                                             "' of the gathered dequantization agrees within "
-                                             "each all-gather group: ",
-                                             note));
-        }
-      }
-      w = c.loop;
-      use = trial;
-      break;
-    }
+    HloInstruction* w = ChooseCacheLoop(ag, attrs, candidates, values.matched, caches, &use,
+                                         &reasons);
     if (w == nullptr) {
       remark_(ag->name(), false, absl::StrJoin(reasons, "; "));
       continue;
@@ -649,6 +734,7 @@ absl::StatusOr<bool> Handler::PlanAndAddCaches(HloComputation* comp,
   }
 
   // 3. One cache per loop, shared by its all-gathers.
+  const LoopsByWhile& matched = values.matched;
   for (auto& [pos, entry] : caches) {
     HloInstruction* w = entry.first;
     std::string msg, note;

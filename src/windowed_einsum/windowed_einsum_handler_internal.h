@@ -18,10 +18,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -111,6 +113,16 @@ struct CacheUse {
   std::optional<DequantMatch> dequant;
 };
 
+// A loop that circulates the value an all-gather gathers: a candidate to serve it (step 2).
+struct CacheCandidate {
+  HloInstruction* loop = nullptr;
+  std::optional<DequantMatch> dequant;  // set: the all-gather reads the value dequantized
+};
+// The loops MatchWindowedLoop matched, by while (step 2).
+using LoopsByWhile = std::unordered_map<HloInstruction*, WindowedLoop>;
+// The caches step 2 will add: by the loop's position, the loop and the all-gathers it serves.
+using PlannedCaches = std::map<int64_t, std::pair<HloInstruction*, std::vector<CacheUse>>>;
+
 // The pass on one module. Each step returns whether it changed the loop and sets *msg to the
 // remark (what was done, or the first condition that failed).
 class Handler {
@@ -165,6 +177,16 @@ class Handler {
                                         const std::vector<HloInstruction*>& loops,
                                         const std::vector<HloInstruction*>& gathers);
   std::string MatchAllGather(HloInstruction* ag, const WindowedLoop& L, CacheUse* use);
+  // Indexes `comp` topologically into topo_ (valid, and position_ trusted again).
+  void IndexTopologically(HloComputation* comp);
+  // The first of `candidates` (loops of `matched`) whose cache can serve all-gather `ag`
+  // (attributes `attrs`; *use filled): no cache yet, MatchAllGather, the dim of the all-gathers
+  // already planned for it in `caches`, a dequantization's scale the same within each group.
+  // nullptr if none; *reasons gets why each candidate is not.
+  HloInstruction* ChooseCacheLoop(HloInstruction* ag, const HloInstruction* attrs,
+                                  const std::vector<CacheCandidate>& candidates,
+                                  const LoopsByWhile& matched, const PlannedCaches& caches,
+                                  CacheUse* use, std::vector<std::string>* reasons);
   HloInstruction* BlockOffset(const WindowedDot& d, int64_t w, int64_t dim);
   bool IsAncestorOfWhile(const HloInstruction* u, const HloInstruction* w);
   // The readers of `v` the cache may serve: those loop `w` does not depend on (the others are
@@ -195,6 +217,29 @@ class Handler {
   absl::StatusOr<bool> AddCache(HloInstruction* w, const WindowedLoop& L,
                                 std::vector<CacheUse>& uses, const WideForm* wide,
                                 std::string* msg);
+  // AddCache's steps. Appends the cache (zeros on entry) to loop w's state and, for a wide cache
+  // the loop does not already pass through, its scale after it (*new_state: the state's shape).
+  // Returns the scale's tuple index (-1 without a wide cache). Errors: the IR refuses an edit.
+  absl::StatusOr<int64_t> AppendCacheToState(HloInstruction* w, const WindowedLoop& L,
+                                             const Shape& cache_shape, const WideForm* wide,
+                                             Shape* new_state);
+  // The loop now reads wide cache scale `scale`: stops trusting position_ and topo_ when the
+  // scale comes after loop `w` in them.
+  void NoteScaleEdge(const HloInstruction* scale, const HloInstruction* w);
+  // In L's body: the cache (tuple index n) updated by one dynamic-update-slice per dot at its
+  // block offset on `dim` (`offsets`, by dot; the shard dequantized with the scale at
+  // `scale_slot` for a wide cache), and the root passing it (and a new scale element) on.
+  static void FillCache(const WindowedLoop& L, const std::vector<HloInstruction*>& offsets,
+                        const Shape& cache_shape, int64_t dim, int64_t n, int64_t scale_slot,
+                        const WideForm* wide, const Shape& state);
+  // After loop `w`: `cache` (its element n, of `cache_type`) replaces each use's all-gather (or,
+  // for an FP8 all-gather and a wide cache, its dequantizations) for the readers the loop does
+  // not depend on (the others named in *kept), with a remark per use. Returns how many readers
+  // read the cache now. Errors: the IR refuses an edit.
+  absl::StatusOr<int64_t> RewireToCache(HloInstruction* w, const std::vector<CacheUse>& uses,
+                                        const WideForm* wide, HloInstruction* cache, int64_t n,
+                                        PrimitiveType cache_type,
+                                        std::vector<std::string>* kept);
   // Why a wide cache cannot serve `uses` of loop L ("" when it can, with *form set): the loop
   // circulates no FP8; an all-gather of the FP8 value has a reader that is not a scalar
   // dequantization; the dequantizations differ; or the scale depends on the loop.
@@ -208,6 +253,18 @@ class Handler {
   // Step 3, unrolling (windowed_einsum_handler_unroll.cc).
   absl::StatusOr<bool> Unroll(HloInstruction* w, const WindowedLoop& L,
                               std::string* msg);
+  // Adds trips 1..T-1 of L's body: each a copy of `cloned_order` (the instructions that depend on
+  // the loop state) reading the previous trip's values and its counter ks[t] as a constant of
+  // type `ct`. Returns the root operands after the last trip.
+  std::vector<HloInstruction*> CloneTrips(const WindowedLoop& L,
+                                          const std::vector<HloInstruction*>& cloned_order,
+                                          const std::vector<int64_t>& ks, PrimitiveType ct);
+  // Folds the scalar arithmetic on constants of `body` (the counter's) and inlines the taken
+  // branch of each guarded permute whose predicate became a constant.
+  absl::Status FoldCounterArithmetic(HloComputation* body);
+  // Conditional `i` of `body` with a constant predicate: its taken branch inlined in its place
+  // (nothing when the predicate cannot be evaluated or the branch has not one parameter).
+  absl::Status InlineTakenBranch(HloComputation* body, HloInstruction* i);
 
   // Step 3b, contracting-dim loops (windowed_einsum_handler_partials.cc): the partial products
   // of a fully unrolled AG loop that accumulates into one element are collected in a buffer and

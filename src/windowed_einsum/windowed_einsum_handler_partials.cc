@@ -65,6 +65,103 @@ bool IsZeroBroadcast(const HloInstruction* v) {
          v->literal->IsScalar() && v->literal->GetAsDouble(0) == 0.0;
 }
 
+// The root operand of `body` that already concatenates (reshaped, converted) `dots`: the tuple
+// index of a buffer an earlier run collected, or -1.
+int64_t CollectedIndex(const HloComputation* body, int64_t n_elems,
+                       const absl::flat_hash_set<HloInstruction*>& dots) {
+  const HloInstruction* R = body->root();
+  for (int64_t j = 0; j < n_elems; ++j) {
+    const HloInstruction* v = R->operand(j);
+    if (v->opcode() != HloOpcode::kConcatenate || v->operand_count() == 0) continue;
+    const HloInstruction* x = v->operand(0);
+    if (x->opcode() == HloOpcode::kReshape) x = x->operand(0);
+    if (x->opcode() == HloOpcode::kConvert) x = x->operand(0);
+    if (dots.count(const_cast<HloInstruction*>(x))) return j;
+  }
+  return -1;
+}
+
+// The accumulator of loop L: the first root element (not the counter, not an operand) built by
+// an add chain over at least two of `dots`; its tuple index (*chain: the dots in chain order),
+// or -1.
+int64_t FindAccumulator(const WindowedLoop& L, int64_t n_elems,
+                        const absl::flat_hash_set<HloInstruction*>& dots,
+                        std::vector<HloInstruction*>* chain) {
+  int64_t a = -1;
+  for (int64_t j = 0; j < n_elems && a < 0; ++j) {
+    if (j == L.counter_index || j == 0 || j == 1) continue;
+    std::vector<HloInstruction*> c = AccumulationChain(L.body, j, dots);
+    if (c.size() >= 2) {
+      a = j;
+      *chain = std::move(c);
+    }
+  }
+  return a;
+}
+
+// Whether the partial products of accumulator `a` (chain `chain`) of loop `w` can be collected:
+// the loop fully unrolled and read only by get-tuple-elements (*readers: those of `a`, at least
+// one), the accumulator floating-point with each dot's shape. When not, false with *msg set
+// (left as it is for an accumulator that is not floating-point).
+bool CanCollect(HloInstruction* w, const WindowedLoop& L, int64_t a,
+                const std::vector<HloInstruction*>& chain, std::vector<HloInstruction*>* readers,
+                std::string* msg) {
+  if (L.layout != WindowedLoopLayout::kFullyUnrolled) {
+    *msg = "contracting-dim accumulation left in the add chain: the partial products are "
+           "collected only in a fully unrolled loop (windowed-einsum-unroll=false)";
+    return false;
+  }
+  if (w->IsRoot()) {
+    *msg = "contracting-dim accumulation left in the add chain: the loop result is the root";
+    return false;
+  }
+  for (HloInstruction* u : w->users()) {
+    if (u->opcode() != HloOpcode::kGetTupleElement) {
+      *msg = absl::StrCat("contracting-dim accumulation left in the add chain: the loop is read "
+                          "by '",
+                          u->name(), "', not only by get-tuple-element");
+      return false;
+    }
+    if (u->tuple_index == a) readers->push_back(u);
+  }
+  if (readers->empty()) {
+    *msg = "contracting-dim accumulation left in the add chain: nothing reads the accumulator "
+           "after the loop";
+    return false;
+  }
+  const Shape& acc_shape = w->shape().tuple_shapes[static_cast<size_t>(a)];
+  if (!acc_shape.IsArray() || !IsFloatingPoint(acc_shape.element_type)) return false;
+  for (HloInstruction* d : chain) {
+    if (!d->shape().IsArray() || d->shape().dims != acc_shape.dims) {
+      *msg = absl::StrCat("contracting-dim accumulation left in the add chain: dot '", d->name(),
+                          "' has shape ", d->shape().ToString(false), ", the accumulator ",
+                          acc_shape.ToString(false));
+      return false;
+    }
+  }
+  return true;
+}
+
+// In `body`: the partial products `chain` in f32, each reshaped to `one` ([1, ...]) and stacked
+// on the leading dim into `stacked` ("partials").
+HloInstruction* StackPartials(HloComputation* body, const std::vector<HloInstruction*>& chain,
+                              const Shape& one, const Shape& stacked) {
+  const PrimitiveType f32 = PrimitiveType::F32;
+  std::vector<HloInstruction*> parts;
+  for (HloInstruction* d : chain) {
+    HloInstruction* p = d;
+    if (d->shape().element_type != f32) {
+      p = body->AddInstruction(HloOpcode::kConvert, d->shape().WithElementType(f32), {d},
+                               absl::StrCat(d->name(), ".f32"));
+    }
+    parts.push_back(body->AddInstruction(HloOpcode::kReshape, one, {p},
+                                         absl::StrCat(d->name(), ".partial")));
+  }
+  HloInstruction* buffer = body->AddInstruction(HloOpcode::kConcatenate, stacked, parts, "partials");
+  buffer->dimensions = {0};
+  return buffer;
+}
+
 }  // namespace
 
 HloComputation* Handler::ScalarAddComputation(PrimitiveType t) {
@@ -91,64 +188,16 @@ absl::StatusOr<bool> Handler::CollectPartials(HloInstruction* w, const WindowedL
   for (const WindowedDot& d : L.dots) dots.insert(d.dot);
   const int64_t n_elems = static_cast<int64_t>(w->shape().tuple_shapes.size());
   HloInstruction* R = body->root();
-  // Already collected: a root operand concatenates (reshaped, converted) dots of the body.
-  for (int64_t j = 0; j < n_elems; ++j) {
-    const HloInstruction* v = R->operand(j);
-    if (v->opcode() != HloOpcode::kConcatenate || v->operand_count() == 0) continue;
-    const HloInstruction* x = v->operand(0);
-    if (x->opcode() == HloOpcode::kReshape) x = x->operand(0);
-    if (x->opcode() == HloOpcode::kConvert) x = x->operand(0);
-    if (dots.count(const_cast<HloInstruction*>(x))) {
-      *msg = absl::StrFormat("partial products already collected at tuple index %d", j);
-      return false;
-    }
+  if (const int64_t j = CollectedIndex(body, n_elems, dots); j >= 0) {
+    *msg = absl::StrFormat("partial products already collected at tuple index %d", j);
+    return false;
   }
-  // The accumulator: a root element built by an add chain over the loop's dots.
-  int64_t a = -1;
   std::vector<HloInstruction*> chain;
-  for (int64_t j = 0; j < n_elems && a < 0; ++j) {
-    if (j == L.counter_index || j == 0 || j == 1) continue;
-    std::vector<HloInstruction*> c = AccumulationChain(body, j, dots);
-    if (c.size() >= 2) {
-      a = j;
-      chain = std::move(c);
-    }
-  }
+  const int64_t a = FindAccumulator(L, n_elems, dots, &chain);
   if (a < 0) return false;  // not a contracting-dim loop: nothing to say
-  if (L.layout != WindowedLoopLayout::kFullyUnrolled) {
-    *msg = "contracting-dim accumulation left in the add chain: the partial products are "
-           "collected only in a fully unrolled loop (windowed-einsum-unroll=false)";
-    return false;
-  }
-  if (w->IsRoot()) {
-    *msg = "contracting-dim accumulation left in the add chain: the loop result is the root";
-    return false;
-  }
   std::vector<HloInstruction*> readers;  // get-tuple-element(loop, a)
-  for (HloInstruction* u : w->users()) {
-    if (u->opcode() != HloOpcode::kGetTupleElement) {
-      *msg = absl::StrCat("contracting-dim accumulation left in the add chain: the loop is read "
-                          "by '",
-                          u->name(), "', not only by get-tuple-element");
-      return false;
-    }
-    if (u->tuple_index == a) readers.push_back(u);
-  }
-  if (readers.empty()) {
-    *msg = "contracting-dim accumulation left in the add chain: nothing reads the accumulator "
-           "after the loop";
-    return false;
-  }
+  if (!CanCollect(w, L, a, chain, &readers, msg)) return false;
   const Shape acc_shape = w->shape().tuple_shapes[static_cast<size_t>(a)];
-  if (!acc_shape.IsArray() || !IsFloatingPoint(acc_shape.element_type)) return false;
-  for (HloInstruction* d : chain) {
-    if (!d->shape().IsArray() || d->shape().dims != acc_shape.dims) {
-      *msg = absl::StrCat("contracting-dim accumulation left in the add chain: dot '", d->name(),
-                          "' has shape ", d->shape().ToString(false), ", the accumulator ",
-                          acc_shape.ToString(false));
-      return false;
-    }
-  }
 
   // Body: the partials in f32, stacked on a new leading dim.
   const PrimitiveType f32 = PrimitiveType::F32;
@@ -158,18 +207,7 @@ absl::StatusOr<bool> Handler::CollectPartials(HloInstruction* w, const WindowedL
   one.SetDefaultLayout();
   Shape stacked = one;
   stacked.dims[0] = n;
-  std::vector<HloInstruction*> parts;
-  for (HloInstruction* d : chain) {
-    HloInstruction* p = d;
-    if (d->shape().element_type != f32) {
-      p = body->AddInstruction(HloOpcode::kConvert, d->shape().WithElementType(f32), {d},
-                               absl::StrCat(d->name(), ".f32"));
-    }
-    parts.push_back(body->AddInstruction(HloOpcode::kReshape, one, {p},
-                                         absl::StrCat(d->name(), ".partial")));
-  }
-  HloInstruction* buffer = body->AddInstruction(HloOpcode::kConcatenate, stacked, parts, "partials");
-  buffer->dimensions = {0};
+  HloInstruction* buffer = StackPartials(body, chain, one, stacked);
 
   // Loop state: append the buffer (zeros on entry).
   std::vector<Shape> elems = w->shape().tuple_shapes;

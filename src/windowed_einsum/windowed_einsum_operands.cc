@@ -374,23 +374,22 @@ void PlanStationary(HloInstruction* stat, OperandCarry* carry) {
                              "', dequantized in the body");
 }
 
-}  // namespace
-
-bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& p,
-                    std::string* why) {
+// The ops between the all-gather `chain.ag` and the dot (ring of `n`), in order: each view, moved
+// onto the shard, into *post_views (with its shard shape; *dim, the gathered dim, mapped through
+// it), each convert or scaling into *post_steps (slice_dim: the scale dim spanning the gathered
+// dim). False with *why when a view breaks the gathered dim, an op is neither, or a vector scale
+// follows a view.
+bool PlanPostGatherOps(const GatheredChain& chain, int64_t n, int64_t* dim,
+                       std::vector<ViewStep>* post_views, std::vector<ElementwiseStep>* post_steps,
+                       std::string* why) {
   HloInstruction* ag = chain.ag;
-  const int64_t n = p.ring.size();
-  // 1. Views after the all-gather: map the gathered dim; elementwise steps in order.
-  int64_t dim = CollectiveAttributes(ag)->dimensions[0];
-  std::vector<ViewStep> post_views;
-  std::vector<ElementwiseStep> post_steps;
   HloInstruction* first_view = nullptr;
   HloInstruction* vector_scale = nullptr;
   for (HloInstruction* op : chain.ops) {
     if (IsViewOp(op)) {
       int64_t mapped = -1;
       std::string w;
-      if (!MapViewForward(op, dim, n, &mapped, &w)) {
+      if (!MapViewForward(op, *dim, n, &mapped, &w)) {
         *why = absl::StrCat("all-gather '", ag->name(),
                             "' reaches the dot through a view that "
                             "breaks the gathered dim: ",
@@ -399,8 +398,8 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
       }
       Shape s = op->shape();
       s.dims[static_cast<size_t>(mapped)] /= n;
-      post_views.push_back({op, s});
-      dim = mapped;
+      post_views->push_back({op, s});
+      *dim = mapped;
       if (first_view == nullptr) first_view = op;
       continue;
     }
@@ -414,14 +413,14 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
       if (!IsScalarStep(s)) vector_scale = op;
       // Which scale dim spans the gathered dim (only without views: checked below).
       for (size_t j = 0; j < s.scale_dims.size(); ++j) {
-        if (s.scale_dims[j] == dim) s.slice_dim = static_cast<int64_t>(j);
+        if (s.scale_dims[j] == *dim) s.slice_dim = static_cast<int64_t>(j);
       }
     } else {
       *why = absl::StrCat("all-gather '", ag->name(), "' reaches the dot through ", OpText(op),
                           ", which is not a convert or a scaling by a broadcast scale");
       return false;
     }
-    post_steps.push_back(s);
+    post_steps->push_back(s);
   }
   if (vector_scale != nullptr && first_view != nullptr) {
     *why = absl::StrCat("all-gather '", ag->name(), "' reaches the dot through the view ",
@@ -429,17 +428,16 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
                         OpText(vector_scale), ": a vector scale is not moved across a view");
     return false;
   }
-  p.gathered_dim = dim;
-  const Shape& operand_shape = p.dot->operand(p.side)->shape();
-  if (operand_shape.dims[static_cast<size_t>(dim)] % n != 0) {
-    *why = absl::StrCat("gathered dim ", dim, " of the dot operand is not split in ", n, " blocks");
-    return false;
-  }
-  p.block = operand_shape.dims[static_cast<size_t>(dim)] / n;
-  if (!ClassifyGatheredDim(p, why)) return false;
+  return true;
+}
 
-  // 2. Post-gather scales: where each one comes from in the body.
-  for (ElementwiseStep& s : post_steps) {
+// Where each post-gather scale of *post_steps comes from in the body: kStays when constant along
+// the gathered dim; kTravels (the shard's scale) when it is itself an all-gather sharded like the
+// data of `ag` (same dim, same groups as p.ring); else kSliced. False with *why when a gathered
+// scale is not sharded with the data.
+bool PlacePostGatherScales(DecomposerContext& ctx, const AgPlan& p, HloInstruction* ag,
+                           std::vector<ElementwiseStep>* post_steps, std::string* why) {
+  for (ElementwiseStep& s : *post_steps) {
     if (s.kind != ElementwiseStep::Kind::kScale) continue;
     s.mode = ElementwiseStep::ScaleMode::kStays;
     if (s.slice_dim < 0) continue;  // constant along the gathered dim (scalar, per-column)
@@ -467,17 +465,15 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
     }
     s.mode = ElementwiseStep::ScaleMode::kSliced;
   }
+  return true;
+}
 
-  // 3. Below the all-gather: an FP8 value the ring can carry instead.
-  HloInstruction* x = CollectiveInput(ag);
-  Narrowing pre = FindNarrowing(x);
-  bool pre_vector = false;
-  for (const ElementwiseStep& s : pre.steps) pre_vector |= !IsScalarStep(s);
-  if (pre.q != nullptr && pre_vector && (!pre.views.empty() || !post_views.empty())) {
-    pre.q = nullptr;  // a per-row scale under a view: carried wide (the handler cannot move it)
-  }
-  HloInstruction* stat = p.dot->operand(1 - p.side);
-  p.stationary.base = stat;
+// Whether the window is carried as FP8: `pre`'s FP8 value below the all-gather of `x` (unless the
+// windowed einsum handler will move the dequantizations of the window and of `stat` itself:
+// XLA's layout), or `x` itself when it is FP8 and converted or dequantized after the all-gather.
+bool CarriesFp8(const Narrowing& pre, bool pre_vector, HloInstruction* x, HloInstruction* stat,
+                const std::vector<ViewStep>& post_views,
+                const std::vector<ElementwiseStep>& post_steps) {
   bool carry_fp8 = false;
   if (pre.q != nullptr) {
     const bool scalar_pre = pre.steps.size() == 2 && !pre_vector;
@@ -500,35 +496,82 @@ bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& 
   } else if (!post_steps.empty() && IsFp8(x->shape().element_type)) {
     carry_fp8 = true;  // convert/dequantize after an FP8 all-gather
   }
+  return carry_fp8;
+}
+
+// The window's carry when it is carried as FP8: `pre`'s FP8 value (or the all-gather's operand
+// `x`) on the ring, the views moved onto the shard, the dequantization steps (`pre`'s, a scale
+// staying when proven the same on every partition, else travelling; then `post_steps`) per step.
+void PlanFp8Window(HloInstruction* x, const Narrowing& pre,
+                   const std::vector<ViewStep>& post_views,
+                   const std::vector<ElementwiseStep>& post_steps, OperandCarry* wc_out) {
+  OperandCarry& wc = *wc_out;
+  wc.base = pre.q != nullptr ? pre.q : x;
+  std::vector<ViewStep> views =
+      ShardViews(pre.q != nullptr ? pre.views : std::vector<HloInstruction*>{});
+  views.insert(views.end(), post_views.begin(), post_views.end());
+  wc.views = views;
+  wc.steps.clear();
+  if (pre.q != nullptr) {
+    for (ElementwiseStep s : pre.steps) {
+      if (s.kind == ElementwiseStep::Kind::kScale) {
+        std::string w;
+        const bool same = IsScalarStep(s) && IsSameOnAllPartitions(s.scale, &w);
+        s.mode = same ? ElementwiseStep::ScaleMode::kStays : ElementwiseStep::ScaleMode::kTravels;
+      }
+      wc.steps.push_back(s);
+    }
+  }
+  wc.steps.insert(wc.steps.end(), post_steps.begin(), post_steps.end());
+  bool travels = false;
+  for (const ElementwiseStep& s : wc.steps) {
+    travels |=
+        s.kind == ElementwiseStep::Kind::kScale && s.mode == ElementwiseStep::ScaleMode::kTravels;
+  }
+  wc.text = absl::StrCat("windowed '", wc.base->name(), "' carried as ",
+                         TypeName(wc.base->shape().element_type), " on the ring",
+                         travels ? " with its shard's scale" : "",
+                         ", dequantized per step in the body");
+}
+
+}  // namespace
+
+bool PlanAgOperands(DecomposerContext& ctx, const GatheredChain& chain, AgPlan& p,
+                    std::string* why) {
+  HloInstruction* ag = chain.ag;
+  const int64_t n = p.ring.size();
+  // 1. Views after the all-gather: map the gathered dim; elementwise steps in order.
+  int64_t dim = CollectiveAttributes(ag)->dimensions[0];
+  std::vector<ViewStep> post_views;
+  std::vector<ElementwiseStep> post_steps;
+  if (!PlanPostGatherOps(chain, n, &dim, &post_views, &post_steps, why)) return false;
+  p.gathered_dim = dim;
+  const Shape& operand_shape = p.dot->operand(p.side)->shape();
+  if (operand_shape.dims[static_cast<size_t>(dim)] % n != 0) {
+    *why = absl::StrCat("gathered dim ", dim, " of the dot operand is not split in ", n, " blocks");
+    return false;
+  }
+  p.block = operand_shape.dims[static_cast<size_t>(dim)] / n;
+  if (!ClassifyGatheredDim(p, why)) return false;
+
+  // 2. Post-gather scales: where each one comes from in the body.
+  if (!PlacePostGatherScales(ctx, p, ag, &post_steps, why)) return false;
+
+  // 3. Below the all-gather: an FP8 value the ring can carry instead.
+  HloInstruction* x = CollectiveInput(ag);
+  Narrowing pre = FindNarrowing(x);
+  bool pre_vector = false;
+  for (const ElementwiseStep& s : pre.steps) pre_vector |= !IsScalarStep(s);
+  if (pre.q != nullptr && pre_vector && (!pre.views.empty() || !post_views.empty())) {
+    pre.q = nullptr;  // a per-row scale under a view: carried wide (the handler cannot move it)
+  }
+  HloInstruction* stat = p.dot->operand(1 - p.side);
+  p.stationary.base = stat;
+  const bool carry_fp8 = CarriesFp8(pre, pre_vector, x, stat, post_views, post_steps);
 
   OperandCarry& wc = p.window;
   if (carry_fp8) {
-    wc.base = pre.q != nullptr ? pre.q : x;
-    std::vector<ViewStep> views =
-        ShardViews(pre.q != nullptr ? pre.views : std::vector<HloInstruction*>{});
-    views.insert(views.end(), post_views.begin(), post_views.end());
-    wc.views = views;
-    wc.steps.clear();
-    if (pre.q != nullptr) {
-      for (ElementwiseStep s : pre.steps) {
-        if (s.kind == ElementwiseStep::Kind::kScale) {
-          std::string w;
-          const bool same = IsScalarStep(s) && IsSameOnAllPartitions(s.scale, &w);
-          s.mode = same ? ElementwiseStep::ScaleMode::kStays : ElementwiseStep::ScaleMode::kTravels;
-        }
-        wc.steps.push_back(s);
-      }
-    }
-    wc.steps.insert(wc.steps.end(), post_steps.begin(), post_steps.end());
-    bool travels = false;
-    for (const ElementwiseStep& s : wc.steps) {
-      travels |=
-          s.kind == ElementwiseStep::Kind::kScale && s.mode == ElementwiseStep::ScaleMode::kTravels;
-    }
-    wc.text = absl::StrCat("windowed '", wc.base->name(), "' carried as ",
-                           TypeName(wc.base->shape().element_type), " on the ring",
-                           travels ? " with its shard's scale" : "",
-                           ", dequantized per step in the body");
+    PlanFp8Window(x, pre, post_views, post_steps, &wc);
     PlanStationary(stat, &p.stationary);
   } else {
     wc.base = x;

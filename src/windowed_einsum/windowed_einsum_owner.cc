@@ -255,6 +255,122 @@ std::string WhyNoFp8Shift(HloInstruction* t, const HloInstruction* w) {
   return "";
 }
 
+// A dot reading an all-gather of the gathered value (a candidate owner of its loop).
+struct Consumer {
+  HloInstruction* dot;
+  int side;
+  GatheredChain chain;
+};
+
+// Every dot of the computation reading an all-gather of `ag`'s operand with the same dims and
+// groups (and shape), directly or through the ops an AG loop carries (views, convert, scaling),
+// at most 8 ops down; dots the decomposer removed are skipped. In the operand's users' order.
+std::vector<Consumer> FindConsumers(DecomposerContext& ctx, HloInstruction* ag) {
+  HloInstruction* x = CollectiveInput(ag);
+  const HloInstruction* attrs = CollectiveAttributes(ag);
+  std::vector<Consumer> consumers;
+  absl::flat_hash_set<const HloInstruction*> seen_dots;
+  for (HloInstruction* gu : x->users()) {
+    // The all-gather's result: the all-gather, or the -done of an all-gather-start.
+    HloInstruction* g = gu;
+    if (gu->opcode() == HloOpcode::kAllGatherStart && gu->user_count() == 1) g = gu->users()[0];
+    const HloInstruction* ga = CollectiveAttributes(g);
+    if (CollectiveKind(g) != HloOpcode::kAllGather || ga == nullptr || CollectiveInput(g) != x ||
+        ga->dimensions != attrs->dimensions || g->shape() != ag->shape()) {
+      continue;
+    }
+    if (g != ag && (!ga->replica_groups.has_value() || !attrs->replica_groups.has_value() ||
+                    ga->replica_groups->ToString() != attrs->replica_groups->ToString())) {
+      continue;
+    }
+    std::vector<std::pair<HloInstruction*, int>> work{{g, 0}};
+    absl::flat_hash_set<const HloInstruction*> visited;
+    while (!work.empty()) {
+      auto [v, depth] = work.back();
+      work.pop_back();
+      if (!visited.insert(v).second) continue;
+      for (HloInstruction* u : v->users()) {
+        if (u->opcode() == HloOpcode::kDot) {
+          if (ctx.removed.contains(u) || u->operand_count() != 2 || !seen_dots.insert(u).second) {
+            continue;
+          }
+          for (int s = 0; s < 2; ++s) {
+            std::string why;
+            std::optional<GatheredChain> c = TraceGatheredOperand(u, s, &why);
+            if (c && c->ag == g) {
+              consumers.push_back({u, s, *c});
+              break;
+            }
+          }
+        } else if (depth < 8) {
+          work.push_back({u, depth + 1});
+        }
+      }
+    }
+  }
+  return consumers;
+}
+
+// A consumer that may own the loop, with what ranks it.
+struct Rank {
+  const Consumer* c;
+  bool fp8;       // both of its operands derive from FP8
+  double flops;   // half its FLOPs: output elements x contracted size
+  int64_t order;  // its post-order position
+};
+
+// The consumers that may own the loop, in `consumers`' order: not one that depends on another
+// consumer, nor one the user keeps out of collective matmul (it reads the loop's cache).
+std::vector<Rank> RankOwners(DecomposerContext& ctx, const std::vector<Consumer>& consumers) {
+  std::vector<Rank> ranks;
+  for (const Consumer& c : consumers) {
+    HloInstruction* u = c.dot;
+    // A consumer that depends on another consumer cannot own the loop the other one would read.
+    bool depends = false;
+    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(ctx, u, o.dot));
+    if (depends) continue;
+    // A dot the user keeps out of collective matmul reads the loop's cache, never owns the loop.
+    if (UserDisablesCollectiveMatmul(*u)) continue;
+    Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
+           static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
+    // FLOPs: 2 x output elements x contracted size.
+    for (int64_t c : u->dot_dims().lhs_contracting) {
+      r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);
+    }
+    ranks.push_back(r);
+  }
+  return ranks;
+}
+
+// Most FLOPs first, then post order.
+bool MoreFlops(const Rank& a, const Rank& b) {
+  if (a.flops != b.flops) return a.flops > b.flops;
+  return a.order < b.order;
+}
+
+// The note of the remark when `r` owns the loop over all-gather `ag` (`dot`: the dot the
+// decomposer asked about; `mixed`: FP8 and wide consumers both, so the owner's kind decides).
+std::string OwnerNote(const Rank& r, const HloInstruction* dot, const HloInstruction* ag,
+                      size_t num_consumers, bool mixed) {
+  const bool kind_decided = mixed;
+  std::string why;
+  if (r.fp8 && kind_decided) {
+    why = "both of its operands derive from FP8 (its partial dots become FP8 GEMMs)";
+  } else if (!r.fp8 && kind_decided) {
+    why = absl::StrCat("a wide consumer (wide partial GEMMs in the ring), with the most FLOPs "
+                       "of them (",
+                       r.flops * 2, ")");
+  } else {
+    why = absl::StrCat("it has the most FLOPs (", r.flops * 2, ")");
+  }
+  if (r.c->dot == dot && !kind_decided) {
+    return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
+                        num_consumers, " consumers)");
+  }
+  return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
+                      num_consumers, " consumers): ", why);
+}
+
 }  // namespace
 
 std::optional<CirculatingLoop> FindCirculatingLoop(DecomposerContext& ctx, HloInstruction* ag,
@@ -335,129 +451,37 @@ HloInstruction* ChooseLoopOwner(DecomposerContext& ctx, HloInstruction* dot, int
   *owner_chain = chain;
   if (alt != nullptr) *alt = OwnerAlternative{};
   HloInstruction* ag = chain.ag;
-  HloInstruction* x = CollectiveInput(ag);
-  const HloInstruction* attrs = CollectiveAttributes(ag);
-  // Every dot of this computation reading an all-gather of `x` with the same dims and groups,
-  // directly or through the ops an AG loop carries (views, convert, scaling).
-  struct Consumer {
-    HloInstruction* dot;
-    int side;
-    GatheredChain chain;
-  };
-  std::vector<Consumer> consumers;
-  absl::flat_hash_set<const HloInstruction*> seen_dots;
-  for (HloInstruction* gu : x->users()) {
-    // The all-gather's result: the all-gather, or the -done of an all-gather-start.
-    HloInstruction* g = gu;
-    if (gu->opcode() == HloOpcode::kAllGatherStart && gu->user_count() == 1) g = gu->users()[0];
-    const HloInstruction* ga = CollectiveAttributes(g);
-    if (CollectiveKind(g) != HloOpcode::kAllGather || ga == nullptr || CollectiveInput(g) != x ||
-        ga->dimensions != attrs->dimensions || g->shape() != ag->shape()) {
-      continue;
-    }
-    if (g != ag && (!ga->replica_groups.has_value() || !attrs->replica_groups.has_value() ||
-                    ga->replica_groups->ToString() != attrs->replica_groups->ToString())) {
-      continue;
-    }
-    std::vector<std::pair<HloInstruction*, int>> work{{g, 0}};
-    absl::flat_hash_set<const HloInstruction*> visited;
-    while (!work.empty()) {
-      auto [v, depth] = work.back();
-      work.pop_back();
-      if (!visited.insert(v).second) continue;
-      for (HloInstruction* u : v->users()) {
-        if (u->opcode() == HloOpcode::kDot) {
-          if (ctx.removed.contains(u) || u->operand_count() != 2 || !seen_dots.insert(u).second) {
-            continue;
-          }
-          for (int s = 0; s < 2; ++s) {
-            std::string why;
-            std::optional<GatheredChain> c = TraceGatheredOperand(u, s, &why);
-            if (c && c->ag == g) {
-              consumers.push_back({u, s, *c});
-              break;
-            }
-          }
-        } else if (depth < 8) {
-          work.push_back({u, depth + 1});
-        }
-      }
-    }
-  }
+  // Every dot of this computation reading an all-gather of the same value with the same dims
+  // and groups, directly or through the ops an AG loop carries (views, convert, scaling).
+  const std::vector<Consumer> consumers = FindConsumers(ctx, ag);
   if (consumers.size() < 2) return dot;
-  struct Rank {
-    const Consumer* c;
-    bool fp8;
-    double flops;
-    int64_t order;
-  };
-  std::vector<Rank> ranks;
-  for (const Consumer& c : consumers) {
-    HloInstruction* u = c.dot;
-    // A consumer that depends on another consumer cannot own the loop the other one would read.
-    bool depends = false;
-    for (const Consumer& o : consumers) depends = depends || (o.dot != u && DependsOn(ctx, u, o.dot));
-    if (depends) continue;
-    // A dot the user keeps out of collective matmul reads the loop's cache, never owns the loop.
-    if (UserDisablesCollectiveMatmul(*u)) continue;
-    Rank r{&c, ReachesFp8(u->operand(1 - c.side)) && ReachesFp8(u->operand(c.side)),
-           static_cast<double>(u->shape().ElementCount()), std::max<int64_t>(ctx.PositionOf(u), 0)};
-    // FLOPs: 2 x output elements x contracted size.
-    for (int64_t c : u->dot_dims().lhs_contracting) {
-      r.flops *= static_cast<double>(u->operand(0)->shape().dims[static_cast<size_t>(c)]);
-    }
-    ranks.push_back(r);
-  }
+  std::vector<Rank> ranks = RankOwners(ctx, consumers);
   if (ranks.empty()) return dot;
   using LoopOwner = WindowedEinsumDecomposerOptions::LoopOwner;
   // FP8 first (auto, fp8) or wide first (wide), then most FLOPs, then post order.
   const bool fp8_first = ctx.options.loop_owner != LoopOwner::kWide;
-  auto by_flops = [](const Rank& a, const Rank& b) {
-    if (a.flops != b.flops) return a.flops > b.flops;
-    return a.order < b.order;
-  };
   std::stable_sort(ranks.begin(), ranks.end(), [&](const Rank& a, const Rank& b) {
     if (a.fp8 != b.fp8) return fp8_first ? a.fp8 : b.fp8;
-    return by_flops(a, b);
+    return MoreFlops(a, b);
   });
   // Both kinds of consumer: the owner's kind decides the ring's and the cache's type.
   const bool mixed = ranks.front().fp8 != ranks.back().fp8;
-  // The note of the remark when `r` owns the loop.
-  auto note_for = [&](const Rank& r) {
-    const bool kind_decided = mixed;
-    std::string why;
-    if (r.fp8 && kind_decided) {
-      why = "both of its operands derive from FP8 (its partial dots become FP8 GEMMs)";
-    } else if (!r.fp8 && kind_decided) {
-      why = absl::StrCat("a wide consumer (wide partial GEMMs in the ring), with the most FLOPs "
-                         "of them (",
-                         r.flops * 2, ")");
-    } else {
-      why = absl::StrCat("it has the most FLOPs (", r.flops * 2, ")");
-    }
-    if (r.c->dot == dot && !kind_decided) {
-      return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
-                          consumers.size(), " consumers)");
-    }
-    return absl::StrCat("owner of the loop over all-gather '", ag->name(), "' (",
-                        consumers.size(), " consumers): ", why);
-  };
   const Rank& best = ranks[0];
   *owner_side = best.c->side;
   *owner_chain = best.c->chain;
-  *note = note_for(best);
+  *note = OwnerNote(best, dot, ag, consumers.size(), mixed);
   if (alt != nullptr) {
     // The best consumer of the other kind (FP8 or wide partial GEMMs in the ring).
     const Rank* other = nullptr;
     for (const Rank& r : ranks) {
-      if (r.fp8 != best.fp8 && (other == nullptr || by_flops(r, *other))) other = &r;
+      if (r.fp8 != best.fp8 && (other == nullptr || MoreFlops(r, *other))) other = &r;
     }
     if (other != nullptr) {
       alt->dot = other->c->dot;
       alt->side = other->c->side;
       alt->chain = other->c->chain;
       alt->fp8 = other->fp8;
-      alt->note = note_for(*other);
+      alt->note = OwnerNote(*other, dot, ag, consumers.size(), mixed);
     }
   }
   return best.c->dot;

@@ -79,17 +79,16 @@ HloInstruction* ZeroPastEnd(HloComputation* comp, HloInstruction* ag, int64_t di
   const Shape s32(PrimitiveType::S32, {t}), pred(PrimitiveType::PRED, {t});
   HloInstruction* iota = comp->AddInstruction(HloOpcode::kIota, s32, {}, base);
   iota->iota_dimension = 0;
-  HloInstruction* sb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {start}, base);
+  HloInstruction* sb = AddBroadcast(comp, start, s32, {}, base);
   HloInstruction* index = comp->AddInstruction(HloOpcode::kAdd, s32, {iota, sb}, base);
   HloInstruction* limit = comp->AddInstruction(HloOpcode::kConstant, Shape::Scalar(PrimitiveType::S32), {}, base);
   limit->literal = Literal::ScalarInt(PrimitiveType::S32, valid);
-  HloInstruction* lb = comp->AddInstruction(HloOpcode::kBroadcast, s32, {limit}, base);
+  HloInstruction* lb = AddBroadcast(comp, limit, s32, {}, base);
   HloInstruction* in = comp->AddInstruction(HloOpcode::kCompare, pred, {index, lb}, base);
   in->comparison_direction = ComparisonDirection::kLt;
-  HloInstruction* mask = comp->AddInstruction(HloOpcode::kBroadcast, Shape(PrimitiveType::PRED, xs.dims), {in}, base);
-  mask->dimensions = {dim};
+  HloInstruction* mask = AddBroadcast(comp, in, Shape(PrimitiveType::PRED, xs.dims), {dim}, base);
   HloInstruction* zero = AddScalarConstant(comp, xs.element_type, 0, base);
-  HloInstruction* zeros = comp->AddInstruction(HloOpcode::kBroadcast, xs, {zero}, base);
+  HloInstruction* zeros = AddBroadcast(comp, zero, xs, {}, base);
   HloInstruction* masked = comp->AddInstruction(HloOpcode::kSelect, xs, {mask, x, zeros}, base);
   return comp->AddInstruction(ag->CloneWithNewOperands(ag->shape(), {masked}, ".valid"));
 }

@@ -74,5 +74,73 @@ TEST(Builders, ZerosAreABroadcastOfANamedZero) {
   EXPECT_THAT(f->operand(0)->ToString(), HasSubstr("pred[] constant(false)"));
 }
 
+// A module with dot operands: batch dim 0, and a dynamic bound on the lhs free dim.
+std::unique_ptr<HloModule> DotModule() {
+  auto m = ParseHloModule(R"(HloModule d
+ENTRY main {
+  a = bf16[2,<=6,16]{2,1,0} parameter(0)
+  b = bf16[2,16,5]{2,1,0} parameter(1)
+  s = f32[] parameter(2)
+  ROOT r = f32[] negate(s)
+}
+)",
+                          "d.hlo");
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+TEST(Builders, DotInfersBatchThenLhsFreeThenRhsFreeDims) {
+  auto m = DotModule();
+  ASSERT_NE(m, nullptr);
+  HloComputation* c = m->entry();
+  DotDims dd;
+  dd.lhs_batch = {0};
+  dd.rhs_batch = {0};
+  dd.lhs_contracting = {2};
+  dd.rhs_contracting = {1};
+  HloInstruction* d = AddDot(c, c->parameter(0), c->parameter(1), dd, PrimitiveType::F32, "mm");
+  EXPECT_EQ(d->opcode(), HloOpcode::kDot);
+  EXPECT_EQ(d->dot_dims(), dd);
+  EXPECT_EQ(d->shape().dims, (std::vector<int64_t>{2, 6, 5}));
+  // The lhs free dim keeps its dynamic bound; the default layout.
+  EXPECT_THAT(d->ToString(),
+              HasSubstr("%mm = f32[2,<=6,5]{2,1,0} dot(%a, %b), lhs_batch_dims={0}, "
+                        "lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}"));
+  // Contracting the rhs's last dim instead: its free dim is 1; a layout given is kept.
+  DotDims other = dd;
+  other.lhs_contracting = {1};
+  other.rhs_contracting = {2};
+  Layout minor_first;
+  minor_first.minor_to_major = {0, 1, 2};
+  HloInstruction* e = AddDot(c, c->parameter(0), c->parameter(1), other, PrimitiveType::BF16,
+                             "mm2", minor_first);
+  EXPECT_EQ(e->shape().dims, (std::vector<int64_t>{2, 16, 16}));
+  EXPECT_THAT(e->ToString(), HasSubstr("bf16[2,16,16]{0,1,2} dot(%a, %b)"));
+  // Free-standing: the same shape, no name, no computation.
+  std::unique_ptr<HloInstruction> f =
+      CreateDot(c->parameter(0), c->parameter(1), dd, PrimitiveType::F32, d->shape().layout);
+  EXPECT_EQ(f->shape(), d->shape());
+  EXPECT_EQ(f->dot_dims(), dd);
+  // No layout: the shape prints none, as one parsed without a layout does.
+  HloInstruction* g =
+      AddDot(c, c->parameter(0), c->parameter(1), dd, PrimitiveType::F32, "bare", std::nullopt);
+  EXPECT_FALSE(g->shape().layout.has_value());
+  EXPECT_THAT(g->ToString(), HasSubstr("%bare = f32[2,<=6,5] dot(%a, %b)"));
+}
+
+TEST(Builders, BroadcastSetsItsDimensions) {
+  auto m = DotModule();
+  ASSERT_NE(m, nullptr);
+  HloComputation* c = m->entry();
+  HloInstruction* s = AddBroadcast(c, c->parameter(2), Shape(PrimitiveType::F32, {3, 4}), {},
+                                   "splat");
+  EXPECT_EQ(s->opcode(), HloOpcode::kBroadcast);
+  EXPECT_TRUE(s->dimensions.empty());
+  EXPECT_THAT(s->ToString(), HasSubstr("%splat = f32[3,4]{1,0} broadcast(%s), dimensions={}"));
+  HloInstruction* row = AddBroadcast(c, s, Shape(PrimitiveType::F32, {3, 7, 4}), {0, 2}, "rows");
+  EXPECT_EQ(row->dimensions, (std::vector<int64_t>{0, 2}));
+  EXPECT_THAT(row->ToString(), HasSubstr("broadcast(%splat), dimensions={0,2}"));
+}
+
 }  // namespace
 }  // namespace weave

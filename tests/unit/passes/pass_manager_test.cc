@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hlo/parser.h"
+#include "passes/cost_oracle.h"
 #include "passes/pass.h"
 
 namespace weave {
@@ -153,6 +154,78 @@ TEST(HloPassPipeline, VerifyEachNamesThePass) {
   HloPassPipeline q;
   q.AddPass(std::make_unique<BreakShapes>());
   EXPECT_TRUE(q.Run(m2.get()).ok());
+}
+
+// Records the cost gate it was given when it runs.
+class SeesOracle : public HloPass {
+ public:
+  explicit SeesOracle(CostOracle** seen) : seen_(seen) {}
+  std::string_view name() const override { return "sees-oracle"; }
+  absl::StatusOr<bool> Run(HloModule*) override {
+    *seen_ = cost_oracle();
+    AddRemark("main", false, "looked");
+    return false;
+  }
+
+ private:
+  CostOracle** seen_;
+};
+
+TEST(HloPassPipeline, IsItselfAPassThatNestsInAnother) {
+  auto m = Parse(kModule);
+  ASSERT_NE(m, nullptr);
+  CostOracle* seen_early = nullptr;
+  CostOracle* seen_late = nullptr;
+  auto inner = std::make_unique<HloPassPipeline>("inner");
+  ASSERT_TRUE(inner->AddPassesByName("dce", PassOptions()).ok());
+  inner->AddPass(std::make_unique<SeesOracle>(&seen_early));
+  EXPECT_EQ(inner->name(), "inner");
+  EXPECT_EQ(inner->pass_names(), (std::vector<std::string>{"dce", "sees-oracle"}));
+
+  HloPassPipeline outer("outer");
+  outer.AddPass(std::move(inner));
+  FunctionCostOracle oracle([](const CostQuery&) { return std::vector<double>{1, 2}; });
+  outer.set_cost_oracle(&oracle);
+  // A pass added after the gate was set gets it too.
+  outer.AddPass(std::make_unique<SeesOracle>(&seen_late));
+  EXPECT_EQ(outer.pass_names(), (std::vector<std::string>{"inner", "sees-oracle"}));
+
+  std::vector<Remark> remarks;
+  std::vector<PassTiming> timings;
+  outer.set_remarks(&remarks);
+  HloPass& as_pass = outer;
+  absl::StatusOr<bool> changed = outer.Run(m.get(), &timings);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);  // dce, inside the inner pipeline, removed `dead`
+  EXPECT_EQ(m->entry()->GetInstruction("dead"), nullptr);
+  EXPECT_EQ(seen_early, &oracle);
+  EXPECT_EQ(seen_late, &oracle);
+  // The inner pipeline's passes write to the outer pipeline's sink.
+  ASSERT_EQ(remarks.size(), 3u);
+  EXPECT_EQ(remarks[0].pass, "dce");
+  EXPECT_EQ(remarks[1].pass, "sees-oracle");
+  EXPECT_EQ(remarks[2].pass, "sees-oracle");
+  ASSERT_EQ(timings.size(), 2u);
+  EXPECT_EQ(timings[0].pass, "inner");
+  EXPECT_TRUE(timings[0].changed);
+  // Run through the HloPass interface: nothing left to change.
+  absl::StatusOr<bool> again = as_pass.Run(m.get());
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+}
+
+TEST(HloPassPipeline, AnInnerPassErrorNamesBothPipelineLevels) {
+  auto m = Parse(kModule);
+  ASSERT_NE(m, nullptr);
+  auto inner = std::make_unique<HloPassPipeline>("inner");
+  inner->AddPass(std::make_unique<BreakShapes>());
+  inner->set_verify_each(true);
+  HloPassPipeline outer("outer");
+  outer.AddPass(std::move(inner));
+  absl::StatusOr<bool> r = outer.Run(m.get());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("pass inner: verifier failed after pass break-shapes"));
 }
 
 }  // namespace
