@@ -317,7 +317,7 @@ absl::Status Checker::AsyncStartOperands(bool sugared) const {
     const std::optional<HloOpcode> base = ParseHloOpcode(h_.async_sugar());
     if (base && (*base == HloOpcode::kAllReduce || *base == HloOpcode::kReduceScatter) &&
         h_.operand_count() > 0) {
-      if (absl::Status st = Reducer({Op(0).element_type}); !st.ok()) return st;
+      RETURN_IF_ERROR(Reducer({Op(0).element_type}));
     }
     return AliasingConfig();
   }

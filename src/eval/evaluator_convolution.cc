@@ -291,11 +291,10 @@ absl::StatusOr<Value> Convolution(const HloInstruction& instr, const Value& lhs,
   if (rhs.shape.rank() != rank || out_shape.rank() != rank || rank < 2) {
     return InvalidArgumentError("convolution operands and result must have one rank (>= 2)");
   }
-  absl::StatusOr<ConvDims> dims = ParseConvDims(instr, rank);
-  if (!dims.ok()) return dims.status();
-  ASSIGN_OR_RETURN(std::vector<WindowDim> w, ParseWindow(instr, dims->lhs.spatial.size()));
-  RETURN_IF_ERROR(CheckConvShapes(instr, *dims, w, lhs, rhs));
-  ConvGemm gemm(*dims, w, lhs, rhs, out_shape);
+  ASSIGN_OR_RETURN(ConvDims dims, ParseConvDims(instr, rank));
+  ASSIGN_OR_RETURN(std::vector<WindowDim> w, ParseWindow(instr, dims.lhs.spatial.size()));
+  RETURN_IF_ERROR(CheckConvShapes(instr, dims, w, lhs, rhs));
+  ConvGemm gemm(dims, w, lhs, rhs, out_shape);
   Value out = Value::Zeros(out_shape);
   if (gemm.kc > std::numeric_limits<int>::max()) {
     return InvalidArgumentError(absl::StrCat("convolution '", instr.name(), "': a window of ",

@@ -207,10 +207,9 @@ absl::StatusOr<std::unique_ptr<HloModule>> BuildGlobalViewModule(const HloModule
     }
   }
   if (sdy_manual) {
-    absl::StatusOr<std::unique_ptr<HloPass>> import =
-        PassRegistry::Get().Create("sharding-import", PassOptions());
-    if (!import.ok()) return import.status();
-    if (absl::StatusOr<bool> r = (*import)->Run(m.get()); !r.ok()) return r.status();
+    ASSIGN_OR_RETURN(std::unique_ptr<HloPass> import,
+                     PassRegistry::Get().Create("sharding-import", PassOptions()));
+    RETURN_IF_ERROR(import->Run(m.get()));
   }
   m->num_partitions = num_partitions;
   m->has_num_partitions = true;

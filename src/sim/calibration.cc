@@ -343,9 +343,8 @@ namespace {
 
 absl::StatusOr<double> SimulateText(const std::string& text, const SystemSpec& system) {
   ASSIGN_OR_RETURN(std::unique_ptr<HloModule> m, ParseHloModule(text, "<calibration>"));
-  absl::StatusOr<SimResult> r = SimulateModule(*m, system, {});
-  if (!r.ok()) return r.status();
-  return r->total_us;
+  ASSIGN_OR_RETURN(SimResult r, SimulateModule(*m, system, {}));
+  return r.total_us;
 }
 
 // The base module through Weave's compile pipeline (no cost gate), simulated as it is and with
@@ -358,12 +357,11 @@ absl::StatusOr<std::pair<double, double>> SimulateWeave(const std::string& text,
   ASSIGN_OR_RETURN(std::unique_ptr<HloPassPipeline> pipeline,
                    MakeCompilePipeline(CompilePipelinePassNames(), PassOptions(), &unavailable));
   RETURN_IF_ERROR(pipeline->Run(m.get()));
-  absl::StatusOr<SimResult> r = SimulateModule(*m, system, {});
-  if (!r.ok()) return r.status();
+  ASSIGN_OR_RETURN(SimResult r, SimulateModule(*m, system, {}));
   SimOptions one;
   one.serial_sub_wave_gemms = true;
   ASSIGN_OR_RETURN(SimResult s, SimulateModule(*m, system, one));
-  return std::make_pair(r->total_us, std::max(r->total_us, s.total_us));
+  return std::make_pair(r.total_us, std::max(r.total_us, s.total_us));
 }
 
 }  // namespace

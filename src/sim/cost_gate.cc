@@ -667,12 +667,10 @@ absl::StatusOr<std::vector<double>> SimCostOracle::Estimate(const CostQuery& que
       dump_name_ = absl::StrCat(dumped_++, ".", query.location, ".", label);
     }
     RETURN_IF_ERROR(parse());
-    absl::StatusOr<std::pair<double, double>> us =
-        EstimateVariantBound(*region, query.pass, v, query.one_stream_bound);
-    if (!us.ok()) return us.status();
-    cache_[key] = *us;
-    out.push_back(us->first);
-    concurrent.push_back(us->second);
+    ASSIGN_OR_RETURN(auto us, EstimateVariantBound(*region, query.pass, v, query.one_stream_bound));
+    cache_[key] = us;
+    out.push_back(us.first);
+    concurrent.push_back(us.second);
   }
   if (query.one_stream_bound) concurrent_us_ = std::move(concurrent);
   return out;

@@ -42,11 +42,10 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
   r.system = applied;
   Expander ex(module, r.system, options);
   ASSIGN_OR_RETURN(Value root, ex.Run());
-  absl::StatusOr<Schedule> sch =
-      RunSchedule(ex.tasks, ex.deps, ex.phases, ex.stream_names().size(), r.system.contention);
-  if (!sch.ok()) return sch.status();
-  r.total_us = sch->makespan;
-  r.exposed_comm_us = sch->exposed_comm;
+  ASSIGN_OR_RETURN(Schedule sch, RunSchedule(ex.tasks, ex.deps, ex.phases, ex.stream_names().size(),
+                                             r.system.contention));
+  r.total_us = sch.makespan;
+  r.exposed_comm_us = sch.exposed_comm;
   r.num_tasks = 0;
   for (const Task& t : ex.tasks) r.num_tasks += t.kind == CostKind::kFree ? 0 : 1;
   r.stream_names = ex.stream_names();
@@ -69,8 +68,8 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
       e.name = t.instr->name();
       e.category = Category(t.kind);
       e.stream = t.stream;
-      e.start_us = sch->start[i];
-      e.duration_us = sch->end[i] - sch->start[i];
+      e.start_us = sch.start[i];
+      e.duration_us = sch.end[i] - sch.start[i];
       r.trace.push_back(std::move(e));
     }
   }
@@ -82,8 +81,8 @@ absl::StatusOr<SimResult> SimulateModule(const HloModule& module, const SystemSp
     for (int32_t i = inst.begin; i < inst.end; ++i) {
       const Task& t = ex.tasks[static_cast<size_t>(i)];
       // The loop's span starts at its gate (the first task of the range).
-      if (first < 0) first = sch->end[static_cast<size_t>(i)];
-      last = std::max(last, sch->end[static_cast<size_t>(i)]);
+      if (first < 0) first = sch.end[static_cast<size_t>(i)];
+      last = std::max(last, sch.end[static_cast<size_t>(i)]);
       if (t.kind == CostKind::kGemm) gemm += t.work;
       HloOpcode op = t.instr->opcode();
       if (op == HloOpcode::kCollectivePermute || op == HloOpcode::kCollectivePermuteStart) {

@@ -261,10 +261,9 @@ absl::StatusOr<PValue> Halo(ComputationPartitioner& cp, const HloInstruction& h,
   // Untiled sliced dims: a local dynamic-update-slice places the window there.
   HloInstruction* merged = win;
   if (a.sliced.size() > a.tiled.size()) {
-    absl::StatusOr<std::vector<HloInstruction*>> idx = LocalStarts(cp, h, a, {});
-    if (!idx.ok()) return idx.status();
+    ASSIGN_OR_RETURN(std::vector<HloInstruction*> idx, LocalStarts(cp, h, a, {}));
     std::vector<HloInstruction*> ops = {in, win};
-    ops.insert(ops.end(), idx->begin(), idx->end());
+    ops.insert(ops.end(), idx.begin(), idx.end());
     merged = cp.Clone(h, Shape(out.element_type, local), ops);
   }
   std::vector<HloInstruction*> starts(static_cast<size_t>(out.rank()), nullptr);

@@ -494,10 +494,10 @@ absl::StatusOr<PValue> CloneInSharding(ComputationPartitioner& cp, const HloInst
   const Shape& out = h.shape();
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
-    absl::StatusOr<HloInstruction*> o =
-        cp.Operand(h, i, is_data[static_cast<size_t>(i)] ? s : Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(
+        HloInstruction* o,
+        cp.Operand(h, i, is_data[static_cast<size_t>(i)] ? s : Sharding::Replicated()));
+    ops.push_back(o);
   }
   const Sharding result = Sharding::Broadcast(s, out);
   HloInstruction* local = cp.Clone(h, LocalShape(out, result), ops);

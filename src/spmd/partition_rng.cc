@@ -31,10 +31,9 @@ absl::StatusOr<PValue> PartitionRng(ComputationPartitioner& cp, const HloInstruc
   if (!target.IsTiled()) {
     // Replicated (or unset): one draw, on device 0, broadcast.
     HloInstruction* x = cp.Clone(h, h.shape(), bounds);
-    absl::StatusOr<HloInstruction*> r =
-        cp.Reshard(PValue{x, Sharding::Maximal(0), h.shape()}, Sharding::Replicated(), h);
-    if (!r.ok()) return r.status();
-    return PValue{*r, Sharding::Replicated(), h.shape()};
+    ASSIGN_OR_RETURN(HloInstruction* r, cp.Reshard(PValue{x, Sharding::Maximal(0), h.shape()},
+                                                    Sharding::Replicated(), h));
+    return PValue{r, Sharding::Replicated(), h.shape()};
   }
   const Shape local = LocalShape(h.shape(), target);
   HloInstruction* x = cp.Clone(h, local, bounds);

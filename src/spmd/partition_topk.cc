@@ -146,13 +146,11 @@ absl::StatusOr<PValue> PartitionTopK(ComputationPartitioner& cp, const HloInstru
   // Every tile's candidates, then the merge.
   std::optional<Sharding> gathered = ReplicateDims(s, {row});
   if (!gathered) return absl::UnimplementedError("no sharding with the row dim whole");
-  absl::StatusOr<HloInstruction*> all_vals = cp.Reshard(PValue{vals, s, cand}, *gathered, h);
-  if (!all_vals.ok()) return all_vals.status();
-  absl::StatusOr<HloInstruction*> all_idx = cp.Reshard(PValue{idx, s, cand_idx}, *gathered, h);
-  if (!all_idx.ok()) return all_idx.status();
+  ASSIGN_OR_RETURN(HloInstruction* all_vals, cp.Reshard(PValue{vals, s, cand}, *gathered, h));
+  ASSIGN_OR_RETURN(HloInstruction* all_idx, cp.Reshard(PValue{idx, s, cand_idx}, *gathered, h));
   const Shape merged_vals = LocalShape(cand, *gathered), merged_idx = LocalShape(cand_idx, *gathered);
   HloInstruction* sort =
-      b.Add(HloOpcode::kSort, Shape::Tuple({merged_vals, merged_idx}), {*all_vals, *all_idx}, "sort");
+      b.Add(HloOpcode::kSort, Shape::Tuple({merged_vals, merged_idx}), {all_vals, all_idx}, "sort");
   sort->dimensions = {row};
   *sort->mutable_called_computations() = {MergeComparator(b, et, *order)};
   const Sharding rs = Sharding::Broadcast(*gathered, out);

@@ -555,11 +555,11 @@ absl::StatusOr<HloInstruction*> Reshard(SpmdBuilder& b, const PValue& v, const S
                                 v.hlo->shape().tuple_shapes[k], {v.hlo}, "get-tuple-element");
       g->tuple_index = static_cast<int64_t>(k);
       e.hlo = g;
-      absl::StatusOr<HloInstruction*> r =
-          Reshard(b, e, to_t.TupleElement(global, static_cast<int64_t>(k)), remat, summary);
-      if (!r.ok()) return r.status();
-      changed |= *r != g;
-      elements.push_back(*r);
+      ASSIGN_OR_RETURN(
+          HloInstruction* r,
+          Reshard(b, e, to_t.TupleElement(global, static_cast<int64_t>(k)), remat, summary));
+      changed |= r != g;
+      elements.push_back(r);
     }
     if (!changed) return v.hlo;
     std::vector<Shape> shapes;

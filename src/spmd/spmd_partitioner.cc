@@ -305,10 +305,11 @@ absl::StatusOr<PValue> PartitionOutfeed(ComputationPartitioner& cp, const HloIns
   }
   std::vector<HloInstruction*> ops;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
-    absl::StatusOr<HloInstruction*> o =
-        cp.Operand(h, i, i == 0 ? Sharding::Broadcast(data, h.operand(0)->shape()) : Sharding::Replicated());
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
+    ASSIGN_OR_RETURN(HloInstruction* o,
+                     cp.Operand(h, i,
+                                i == 0 ? Sharding::Broadcast(data, h.operand(0)->shape())
+                                       : Sharding::Replicated()));
+    ops.push_back(o);
   }
   HloInstruction* local = cp.Clone(h, h.shape(), std::move(ops));
   // `outfeed_shape` names what is sent: the local data (XLA's verifier wants them equal).
@@ -324,11 +325,10 @@ absl::StatusOr<PValue> PartitionTuple(ComputationPartitioner& cp, const HloInstr
   std::vector<HloInstruction*> ops;
   std::vector<Shape> shapes;
   for (int64_t i = 0; i < h.operand_count(); ++i) {
-    absl::StatusOr<HloInstruction*> o =
-        cp.Operand(h, i, Sharding::ElementOf(target, h.shape(), i));
-    if (!o.ok()) return o.status();
-    ops.push_back(*o);
-    shapes.push_back((*o)->shape());
+    ASSIGN_OR_RETURN(HloInstruction* o,
+                     cp.Operand(h, i, Sharding::ElementOf(target, h.shape(), i)));
+    ops.push_back(o);
+    shapes.push_back(o->shape());
   }
   return PValue{cp.Clone(h, Shape::Tuple(shapes), std::move(ops)),
                 Sharding::Broadcast(target, h.shape()), h.shape()};
@@ -350,12 +350,10 @@ absl::StatusOr<PValue> PartitionWhile(ComputationPartitioner& cp, const HloInstr
   const Sharding s = Sharding::Broadcast(target, h.shape());
   ASSIGN_OR_RETURN(HloInstruction* init, cp.Operand(h, 0, s));
   const Sharding pred = Sharding::Replicated();
-  absl::StatusOr<HloComputation*> cond = cp.PartitionCallee(h.while_condition(), {s}, &pred);
-  if (!cond.ok()) return cond.status();
-  absl::StatusOr<HloComputation*> body = cp.PartitionCallee(h.while_body(), {s}, &s);
-  if (!body.ok()) return body.status();
+  ASSIGN_OR_RETURN(HloComputation* cond, cp.PartitionCallee(h.while_condition(), {s}, &pred));
+  ASSIGN_OR_RETURN(HloComputation* body, cp.PartitionCallee(h.while_body(), {s}, &s));
   HloInstruction* w = cp.Clone(h, init->shape(), {init});
-  *w->mutable_called_computations() = {*cond, *body};
+  *w->mutable_called_computations() = {cond, body};
   return PValue{w, s, h.shape()};
 }
 
@@ -377,9 +375,8 @@ absl::StatusOr<PValue> PartitionConditional(ComputationPartitioner& cp, const Hl
             : Sharding::Replicated();
     ASSIGN_OR_RETURN(HloInstruction* o, cp.Operand(h, i, ps));
     ops.push_back(o);
-    absl::StatusOr<HloComputation*> c = cp.PartitionCallee(branch, {ps}, &s);
-    if (!c.ok()) return c.status();
-    branches.push_back(*c);
+    ASSIGN_OR_RETURN(HloComputation* c, cp.PartitionCallee(branch, {ps}, &s));
+    branches.push_back(c);
   }
   HloInstruction* c = cp.Clone(h, LocalShape(h.shape(), s), std::move(ops));
   *c->mutable_called_computations() = branches;
@@ -726,13 +723,11 @@ absl::StatusOr<bool> SpmdPartitioner::Run(HloModule* module) {
   return true;
 }
 
-WEAVE_REGISTER_PASS("spmd-partitioner",
-                    [](const PassOptions& o) -> absl::StatusOr<std::unique_ptr<HloPass>> {
-                      absl::StatusOr<double> t =
-                          o.GetDouble("xla_gpu_threshold_for_windowed_einsum_mib", 100000);
-                      if (!t.ok()) return t.status();
-                      ASSIGN_OR_RETURN(bool enzyme, o.GetBool("xla_enable_enzyme_comms_opt", false));
-                      return std::make_unique<SpmdPartitioner>(*t, enzyme);
-                    });
+WEAVE_REGISTER_PASS(
+    "spmd-partitioner", [](const PassOptions& o) -> absl::StatusOr<std::unique_ptr<HloPass>> {
+      ASSIGN_OR_RETURN(double t, o.GetDouble("xla_gpu_threshold_for_windowed_einsum_mib", 100000));
+      ASSIGN_OR_RETURN(bool enzyme, o.GetBool("xla_enable_enzyme_comms_opt", false));
+      return std::make_unique<SpmdPartitioner>(t, enzyme);
+    });
 
 }  // namespace weave::spmd

@@ -704,16 +704,14 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
                                                    "cost model), got ", *chunks));
   }
   o.chunks = *chunks;
-  absl::StatusOr<int64_t> max_chunks = options.GetInt(kMaxChunksOption, 32);
-  if (!max_chunks.ok()) return max_chunks.status();
-  if (*max_chunks < 2 || *max_chunks > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("option --", kMaxChunksOption,
-                                                   ": must be in [2, 1024], got ", *max_chunks));
+  ASSIGN_OR_RETURN(int64_t max_chunks, options.GetInt(kMaxChunksOption, 32));
+  if (max_chunks < 2 || max_chunks > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option --", kMaxChunksOption, ": must be in [2, 1024], got ", max_chunks));
   }
-  o.max_chunks = *max_chunks;
-  absl::StatusOr<XlaBackendConfigVersion> schema = XlaBackendConfigVersionFromOptions(options);
-  if (!schema.ok()) return schema.status();
-  o.schema = *schema;
+  o.max_chunks = max_chunks;
+  ASSIGN_OR_RETURN(XlaBackendConfigVersion schema, XlaBackendConfigVersionFromOptions(options));
+  o.schema = schema;
   ASSIGN_OR_RETURN(bool unsafe, options.GetBool(kUnsafeOption, false));
   o.unsafe_split_contracting = unsafe;
   const std::string only = options.GetString(kRewriteOption, "any");

@@ -260,12 +260,11 @@ absl::StatusOr<bool> DecomposeAllGatherDot(DecomposerContext& ctx, Gate& gate, H
                                                                                     : nullptr;
     if (owner != dot || !owner_note.empty()) {
       HloInstruction* built = nullptr;
-      absl::StatusOr<bool> r = PlanAndBuild(ctx, gate, owner, owner_side, owner_chain,
-                                            absl::StrCat("; ", owner_note), weigh, &built);
-      if (!r.ok()) return r.status();
-      *changed |= *r;
-      if (*r && built == dot) return true;
-      if (*r) {
+      ASSIGN_OR_RETURN(bool r, PlanAndBuild(ctx, gate, owner, owner_side, owner_chain,
+                                            absl::StrCat("; ", owner_note), weigh, &built));
+      *changed |= r;
+      if (r && built == dot) return true;
+      if (r) {
         c = windowed_einsum::FindCirculatingLoop(ctx, ag, dot);
       } else if (owner == dot) {
         return false;  // the missed remark is given; the dot's other operand may be tried
@@ -326,10 +325,9 @@ absl::StatusOr<bool> RunOnComputation(DecomposerContext& ctx, Gate& gate, HloCom
           }
           continue;
         }
-        absl::StatusOr<bool> r =
-            DecomposeAllGatherDot(ctx, gate, instr, side, *chain, order, &changed);
-        if (!r.ok()) return r.status();
-        if (*r) break;
+        ASSIGN_OR_RETURN(bool r,
+                         DecomposeAllGatherDot(ctx, gate, instr, side, *chain, order, &changed));
+        if (r) break;
       }
     } else if (instr->opcode() == HloOpcode::kReduceScatter ||
                (instr->opcode() == HloOpcode::kAsyncDone &&
