@@ -313,10 +313,7 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
   std::vector<HloInstruction*>& extra_init = scales.extra_init;
   scales.wscale = AppendScales(p.window, &extra_init);
   scales.sscale = AppendScales(p.stationary, &extra_init);
-  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
-                              Shape::Scalar(PrimitiveType::U32)};
-  for (HloInstruction* s : extra_init) elems.push_back(s->shape());
-  Shape tuple_shape = Shape::Tuple(elems);
+  const Shape tuple_shape = WindowedLoopStateShape(lhs0, rhs0, acc_shape, extra_init);
 
   // Body.
   HloComputation* body = NewComputation(ctx.module, kBodyAg);
@@ -325,15 +322,8 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
 
   // Loop in the dot's computation.
   Emitter e(comp);
-  HloInstruction* z = e.Zeros(acc_shape, "windowed_out_init");
-  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
-  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
-  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
-  init_ops.insert(init_ops.end(), extra_init.begin(), extra_init.end());
-  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
-  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
-  loop->mutable_called_computations()->push_back(cond);
-  loop->mutable_called_computations()->push_back(body);
+  HloInstruction* loop = EmitWindowedLoop(e, lhs0, rhs0, acc_shape, "windowed_out_init",
+                                          extra_init, tuple_shape, cond, body);
   HloInstruction* res;
   if (p.acc_type != out_shape.element_type) {
     HloInstruction* acc = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed.acc"));

@@ -98,6 +98,21 @@ HloInstruction* EmitGuardedPermute(HloModule* m, Emitter& e, HloInstruction* mor
 HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape& tuple_shape,
                               int64_t trips);
 
+// The state both decomposed loops (AG and RS, not the ring) carry: (lhs, rhs, accumulator, second
+// accumulator, u32 step counter, then the shapes of `extra`, the carried scales).
+Shape WindowedLoopStateShape(const HloInstruction* lhs0, const HloInstruction* rhs0,
+                             const Shape& acc_shape, const std::vector<HloInstruction*>& extra);
+
+// The while loop over `cond` and `body` in `e`'s computation, started from the tuple
+// "windowed_init" of (lhs0, rhs0, zeros of `acc_shape` named `acc_init_name`, zeros named
+// "windowed_extra_init", u32 0 named "windowed_k0", then `extra`), as WindowedLoopStateShape
+// lays it out; the loop is named "windowed_loop".
+HloInstruction* EmitWindowedLoop(Emitter& e, HloInstruction* lhs0, HloInstruction* rhs0,
+                                 const Shape& acc_shape, const std::string& acc_init_name,
+                                 const std::vector<HloInstruction*>& extra,
+                                 const Shape& state_shape, HloComputation* cond,
+                                 HloComputation* body);
+
 // True when `c` is add(parameter, parameter) of its two parameters: a sum reducer (the only
 // reduction a windowed loop's accumulator can split into partial sums).
 bool IsSumComputation(const HloComputation* c);

@@ -201,25 +201,15 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
   // Scales of FP8-carried operands follow the counter.
   const RsScales layout = PlanRsScales(p);
   const std::vector<HloInstruction*>& scales = layout.scales;
-  std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
-                              Shape::Scalar(PrimitiveType::U32)};
-  for (HloInstruction* s : scales) elems.push_back(s->shape());
-  Shape tuple_shape = Shape::Tuple(elems);
+  const Shape tuple_shape = WindowedLoopStateShape(lhs0, rhs0, acc_shape, scales);
 
   HloComputation* body = NewComputation(ctx.module, kBodyRs);
   RsBody(ctx, p, layout, acc_shape, tuple_shape, body).Build(unrolled);
   HloComputation* cond = EmitCondition(ctx.module, kCondRs, tuple_shape, n);
 
   Emitter e(comp);
-  HloInstruction* z = e.Zeros(acc_shape, "windowed_acc_init");
-  HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
-  HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
-  std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
-  init_ops.insert(init_ops.end(), scales.begin(), scales.end());
-  HloInstruction* init = e.Tuple(init_ops, "windowed_init");
-  HloInstruction* loop = e.Add(HloOpcode::kWhile, tuple_shape, {init}, "windowed_loop");
-  loop->mutable_called_computations()->push_back(cond);
-  loop->mutable_called_computations()->push_back(body);
+  HloInstruction* loop = EmitWindowedLoop(e, lhs0, rhs0, acc_shape, "windowed_acc_init", scales,
+                                          tuple_shape, cond, body);
   HloInstruction* res;
   if (unrolled) {
     HloInstruction* end_a = e.Gte(loop, 2, "windowed_endA");
