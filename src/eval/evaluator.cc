@@ -403,8 +403,7 @@ absl::StatusOr<Inputs> RunInputs(const HloModule& module, const EvalOptions& opt
     return absl::ResourceExhaustedError(
         absl::StrCat("allocating the inputs of module '", module.name(), "' failed: ", e.what()));
   }
-  if (!in.ok()) return in.status();
-  return std::move(*in);
+  return in;
 }
 
 // OK when `inputs` holds, for each of `devices` devices, one value of each entry parameter's

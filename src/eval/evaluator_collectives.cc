@@ -323,10 +323,10 @@ absl::Status AllGatherGroup(const HloInstruction& in, const Contributions& contr
 // Combines two devices' operands with the collective's reduction computation.
 using Combine = absl::FunctionRef<absl::StatusOr<Value>(const Value&, const Value&)>;
 
-// The sums of an all-reduce or reduce-scatter (`kind`) over one group, one per operand: the
-// members' operands combined in member order. An error when an operand differs from the first
+// The reductions (sum, max, min, and, or: the combine) of an all-reduce or reduce-scatter
+// (`kind`) over one group, one per operand: the members' operands combined in member order. An error when an operand differs from the first
 // member's, does not fit the result, or the combine fails.
-absl::StatusOr<std::vector<Value>> GroupSums(const HloInstruction& in, HloOpcode kind,
+absl::StatusOr<std::vector<Value>> GroupReductions(const HloInstruction& in, HloOpcode kind,
                                              const Contributions& contrib,
                                              const std::vector<int64_t>& members,
                                              const ResultLeaves& result, Combine combine) {
@@ -390,12 +390,12 @@ absl::Status ScatterSums(const HloInstruction& in, const std::vector<Value>& sum
   return absl::OkStatus();
 }
 
-// All-reduce or reduce-scatter (`kind`) within one group: the group's sums (GroupSums), shared
+// All-reduce or reduce-scatter (`kind`) within one group: the group's sums (GroupReductions), shared
 // by every member (all-reduce) or scattered over them (ScatterSums), into *results.
 absl::Status ReduceGroup(const HloInstruction& in, HloOpcode kind, const Contributions& contrib,
                          const std::vector<int64_t>& members, const ResultLeaves& result,
                          Combine combine, std::vector<ValuePtr>* results) {
-  ASSIGN_OR_RETURN(std::vector<Value> sums, GroupSums(in, kind, contrib, members, result, combine));
+  ASSIGN_OR_RETURN(std::vector<Value> sums, GroupReductions(in, kind, contrib, members, result, combine));
   if (kind == HloOpcode::kAllReduce) {
     // Every member receives the same sums: one (immutable) copy shared by the group.
     std::vector<Value> leaves;

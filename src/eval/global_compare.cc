@@ -469,13 +469,12 @@ absl::Status GlobalPartitionedCheck::TileInputs() {
   pin.per_device.assign(static_cast<size_t>(devices), {});
   for (int64_t i = 0; i < pentry->num_parameters(); ++i) {
     const ValuePtr& g = gin.per_device[0][static_cast<size_t>(i)];
-    absl::StatusOr<Sharding> s = ShardingOf(pentry->parameter(i), g->shape);
-    if (!s.ok()) return s.status();
+    ASSIGN_OR_RETURN(Sharding s, ShardingOf(pentry->parameter(i), g->shape));
     if (g->shape.IsTuple()) {
       // A tuple parameter: each leaf tiled by its own sharding, the tuple rebuilt around them.
       std::vector<ValuePtr> leaves;
       FlattenLeaves(g, &leaves);
-      const std::vector<Sharding> ls = LeafShardings(*s, static_cast<int64_t>(leaves.size()));
+      const std::vector<Sharding> ls = LeafShardings(s, static_cast<int64_t>(leaves.size()));
       if (ls.size() != leaves.size()) {
         return absl::InvalidArgumentError(absl::StrCat("parameter ", i, "'s sharding has ", ls.size(),
                                                        " leaves for ", leaves.size(), " tuple leaves"));
@@ -492,9 +491,9 @@ absl::Status GlobalPartitionedCheck::TileInputs() {
       // A replicated parameter's tile is the whole input: every device shares it (no copies;
       // SharedInputParameters says which, for the memory estimate).
       pin.per_device[static_cast<size_t>(d)].push_back(
-          s->IsReplicated() && gv->shape.dims == pentry->parameter(i)->shape().dims
+          s.IsReplicated() && gv->shape.dims == pentry->parameter(i)->shape().dims
               ? gv
-              : Share(TileOf(*gv, *s, d % n, n)));
+              : Share(TileOf(*gv, s, d % n, n)));
     }
   }
   return absl::OkStatus();
@@ -676,7 +675,7 @@ void GlobalPartitionedCheck::CompareReassembled(size_t k,
   report.compare.outputs.push_back(std::move(c));
 }
 
-// 6. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
+// 7. Outputs that passed only thanks to the reassociated-sum allowance, checked again with
 // exact sums on both sides: the same sums in any order then agree to f32, so a term dropped,
 // added twice or taken from the wrong place shows. Errors: either exact-sum run's.
 absl::Status GlobalPartitionedCheck::RecheckExactSums() {

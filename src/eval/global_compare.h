@@ -18,7 +18,9 @@
 //     reference rounds once).
 //  6. a manual root leaf (the global module has manual values, so its reference is the global
 //     view): each device's output against the view's on the same partition; an output that
-//     depends on an rng: on shape, range and the agreement of its copies (random_outputs.h).
+//     depends on an rng: on shape, range and the agreement of its copies (random_outputs.h);
+//  7. an output that passed only thanks to the reassociated-sum allowance (the tolerance of 5.)
+//     checked again with exact sums on both sides.
 // Partially manual root leaves and regions are declined (Unimplemented).
 #pragma once
 

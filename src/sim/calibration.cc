@@ -378,16 +378,14 @@ absl::StatusOr<std::vector<CalibrationResult>> RunCalibration() {
     double base = 0, decomposed = 0, weave = 0, weave_one = 0;
     for (const TpMatmul& seg : row.segments) {
       const std::string base_text = TpMatmulBaseModule(seg);
-      absl::StatusOr<double> b = SimulateText(base_text, *sys);
-      absl::StatusOr<double> d = SimulateText(TpMatmulDecomposedModule(seg, row.streams), *sys);
-      absl::StatusOr<std::pair<double, double>> w = SimulateWeave(base_text, *sys);
-      if (!b.ok()) return b.status();
-      if (!d.ok()) return d.status();
-      if (!w.ok()) return w.status();
-      base += *b;
-      decomposed += *d;
-      weave += w->first;
-      weave_one += w->second;
+      ASSIGN_OR_RETURN(double b, SimulateText(base_text, *sys));
+      ASSIGN_OR_RETURN(double d,
+                       SimulateText(TpMatmulDecomposedModule(seg, row.streams), *sys));
+      ASSIGN_OR_RETURN(auto w, SimulateWeave(base_text, *sys));
+      base += b;
+      decomposed += d;
+      weave += w.first;
+      weave_one += w.second;
     }
     CalibrationResult res;
     res.row = &row;

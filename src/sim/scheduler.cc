@@ -34,7 +34,7 @@ struct FluidScheduler {
   // Fills level: the longest path of work from each kernel to the end of the graph.
   void ComputeLevels();
   // Queues a stream for serving once.
-  void Mark(int32_t s);
+  void MarkStreamDirty(int32_t s);
   // A kernel whose dependencies have all finished: zero-work ones go to instant, the others to
   // their stream's queue.
   void MakeReady(int32_t t);
@@ -42,6 +42,8 @@ struct FluidScheduler {
   void Finish(int32_t t);
   // Moves a compute kernel to its next phase with work; false when it has none left.
   bool NextPhase(int32_t t);
+  // The work below which kernel t's remaining phase counts as done (a relative floor on its
+  // phase's work, so that rounding in the rate updates cannot leave a sliver that never ends).
   double Tolerance(int32_t t) const;
   // Starts and finishes the ready zero-work kernels at the current time.
   void RunInstant();
@@ -119,7 +121,7 @@ void FluidScheduler::ComputeLevels() {
   }
 }
 
-void FluidScheduler::Mark(int32_t s) {
+void FluidScheduler::MarkStreamDirty(int32_t s) {
   if (!is_dirty[static_cast<size_t>(s)]) {
     is_dirty[static_cast<size_t>(s)] = 1;
     dirty.push_back(s);
@@ -134,7 +136,7 @@ void FluidScheduler::MakeReady(int32_t t) {
   }
   queues[static_cast<size_t>(task.stream)].push(
       {task.force_earliest ? 0 : 1, -level[static_cast<size_t>(t)], t});
-  Mark(task.stream);
+  MarkStreamDirty(task.stream);
 }
 
 void FluidScheduler::Finish(int32_t t) {
@@ -245,7 +247,7 @@ void FluidScheduler::AdvanceCompute(double dt) {
         done.push_back(t);
         const int32_t s = tasks[static_cast<size_t>(t)].stream;
         running[static_cast<size_t>(s)] = -1;
-        Mark(s);
+        MarkStreamDirty(s);
         compute.erase(compute.begin() + static_cast<std::ptrdiff_t>(a));  // keeps issue order
         continue;
       }
@@ -263,7 +265,7 @@ void FluidScheduler::AdvanceComm(double dt) {
       done.push_back(t);
       const int32_t s = tasks[static_cast<size_t>(t)].stream;
       running[static_cast<size_t>(s)] = -1;
-      Mark(s);
+      MarkStreamDirty(s);
       comm[a] = comm.back();
       comm.pop_back();
     } else {

@@ -277,8 +277,9 @@ absl::StatusOr<PValue> CloneManual(ComputationPartitioner& cp, const HloInstruct
 absl::StatusOr<PValue> PartitionAllReduce(ComputationPartitioner& cp, const HloInstruction& h,
                                           const Sharding& target) {
   // An all-reduce of one operand across replicas (no channel), or across partitions in
-  // replicated or (partially) manual code (its groups checked above to stay within a manual
-  // subgroup), is elementwise over the partitions.
+  // replicated or (partially) manual code (its groups kept within a manual subgroup by
+  // CheckManualSubgroupCollective, which Partition runs first), is elementwise over the
+  // partitions.
   if (h.operand_count() == 1 && (!h.channel_id.has_value() || target.HasManualSubgroup())) {
     return PartitionElementwise(cp, h);
   }

@@ -696,14 +696,13 @@ absl::StatusOr<AllToAllWindowedEinsumOptions> ParseAllToAllWindowedEinsumOptions
     ASSIGN_OR_RETURN(bool v, options.GetBool(kXlaFlag, false));
     o.xla_enable = v;
   }
-  absl::StatusOr<int64_t> chunks = options.GetInt(kChunksOption, 0);
-  if (!chunks.ok()) return chunks.status();
-  if (*chunks != 0 && *chunks < 2) {
+  ASSIGN_OR_RETURN(int64_t chunks, options.GetInt(kChunksOption, 0));
+  if (chunks != 0 && chunks < 2) {
     return absl::InvalidArgumentError(absl::StrCat("option --", kChunksOption,
                                                    ": needs at least 2 chunks (0 = chosen by the "
-                                                   "cost model), got ", *chunks));
+                                                   "cost model), got ", chunks));
   }
-  o.chunks = *chunks;
+  o.chunks = chunks;
   ASSIGN_OR_RETURN(int64_t max_chunks, options.GetInt(kMaxChunksOption, 32));
   if (max_chunks < 2 || max_chunks > 1024) {
     return absl::InvalidArgumentError(

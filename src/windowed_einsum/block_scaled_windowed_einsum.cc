@@ -224,7 +224,8 @@ class Rewriter {
       : m_(m), threshold_mib_(threshold_mib), max_ring_(max_ring), oracle_(oracle), remark_(std::move(remark)),
         next_channel_(m->NextChannelId()) {}
 
-  // The AG form at `dot`; nullopt with a remark when it does not apply (false: not a candidate).
+  // The AG form at `dot`: true when rewritten; false with a remark when it does not apply, or
+  // without one when `dot` is not a candidate.
   bool TryAg(HloInstruction* dot);
   bool TryRs(HloInstruction* rs);
 

@@ -64,8 +64,8 @@ HloInstruction* RebuildOperand(Emitter& b, const OperandCarry& c, HloInstruction
 
 namespace {
 
-// Scale state elements of one carry (after the 5 elements of XLA's layout): for each step, the
-// tuple index of its scale (-1: none).
+// Scale state elements of one carry (from kStateFirstScale, after the 5 elements of XLA's
+// layout): for each step, the tuple index of its scale (-1: none).
 std::vector<int64_t> AppendScales(const OperandCarry& c, std::vector<HloInstruction*>* init) {
   std::vector<int64_t> idx;
   for (const ElementwiseStep& s : c.steps) {
@@ -73,7 +73,7 @@ std::vector<int64_t> AppendScales(const OperandCarry& c, std::vector<HloInstruct
       idx.push_back(-1);
       continue;
     }
-    idx.push_back(static_cast<int64_t>(5 + init->size()));
+    idx.push_back(kStateFirstScale + static_cast<int64_t>(init->size()));
     init->push_back(s.scale);
   }
   return idx;
@@ -151,28 +151,25 @@ void AgBody::Build(bool unrolled) {
     }
   }
   std::map<int64_t, HloInstruction*> t0;
-  for (int64_t i : travelling) t0[i] = scale_gte[static_cast<size_t>(i - 5)];
+  for (int64_t i : travelling) t0[i] = scale_gte[static_cast<size_t>(i - kStateFirstScale)];
   const AgNextState next = unrolled ? UnrolledSteps(t0) : RolledStep(t0);
   std::vector<HloInstruction*> root = {p.side == 0 ? next.window : l,
                                        p.side == 1 ? next.window : r, next.out, extra, next.k};
   for (size_t i = 0; i < scales.extra_init.size(); ++i) {
-    auto it = next.travelled.find(static_cast<int64_t>(5 + i));
+    auto it = next.travelled.find(kStateFirstScale + static_cast<int64_t>(i));
     root.push_back(it != next.travelled.end() ? it->second : scale_gte[i]);
   }
   body->set_root(b.Tuple(root, "next_state"));
 }
 
 void AgBody::ReadState() {
-  HloInstruction* param = b.Param(tuple_shape, "param");
-  l = b.Gte(param, 0, "lhs");
-  r = b.Gte(param, 1, "rhs");
-  out = b.Gte(param, 2, "out");
-  extra = b.Gte(param, 3, "extra");
-  k = b.Gte(param, 4, "k");
-  for (size_t i = 0; i < scales.extra_init.size(); ++i) {
-    scale_gte.push_back(
-        b.Gte(param, static_cast<int64_t>(5 + i), scales.extra_init[i]->name() + ".gte"));
-  }
+  WindowedLoopStateReads s = ReadWindowedLoopState(b, tuple_shape, "out", scales.extra_init);
+  l = s.lhs;
+  r = s.rhs;
+  out = s.acc;
+  extra = s.extra;
+  k = s.k;
+  scale_gte = std::move(s.scales);
   win = p.side == 0 ? l : r;
   stat = p.side == 0 ? r : l;
   v = EmitRingValues(b, p.ring, p.block);
@@ -326,10 +323,10 @@ absl::Status BuildAgLoop(DecomposerContext& ctx, const AgPlan& p) {
                                           extra_init, tuple_shape, cond, body);
   HloInstruction* res;
   if (p.acc_type != out_shape.element_type) {
-    HloInstruction* acc = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed.acc"));
+    HloInstruction* acc = e.Gte(loop, kStateAcc, absl::StrCat(dot->name(), ".windowed.acc"));
     res = e.Add(HloOpcode::kConvert, out_shape, {acc}, absl::StrCat(dot->name(), ".windowed"));
   } else {
-    res = e.Gte(loop, 2, absl::StrCat(dot->name(), ".windowed"));
+    res = e.Gte(loop, kStateAcc, absl::StrCat(dot->name(), ".windowed"));
   }
   ctx.remark(dot->name(), true, AgRemark(p, loop, body, unrolled), CollectiveNames(p.ag));
 

@@ -168,25 +168,41 @@ HloInstruction* EmitGuardedPermute(HloModule* m, Emitter& e, HloInstruction* mor
   return c;
 }
 
-// cond: compare(get-tuple-element(param, 4), u32 trips), direction=LT.
 Shape WindowedLoopStateShape(const HloInstruction* lhs0, const HloInstruction* rhs0,
-                             const Shape& acc_shape, const std::vector<HloInstruction*>& extra) {
+                             const Shape& acc_shape, const std::vector<HloInstruction*>& scales) {
   std::vector<Shape> elems = {lhs0->shape(), rhs0->shape(), acc_shape, acc_shape,
                               Shape::Scalar(PrimitiveType::U32)};
-  for (const HloInstruction* s : extra) elems.push_back(s->shape());
+  for (const HloInstruction* s : scales) elems.push_back(s->shape());
   return Shape::Tuple(elems);
+}
+
+WindowedLoopStateReads ReadWindowedLoopState(Emitter& b, const Shape& state_shape,
+                                             const std::string& acc_name,
+                                             const std::vector<HloInstruction*>& scale_inits) {
+  WindowedLoopStateReads s;
+  HloInstruction* param = b.Param(state_shape, "param");
+  s.lhs = b.Gte(param, kStateLhs, "lhs");
+  s.rhs = b.Gte(param, kStateRhs, "rhs");
+  s.acc = b.Gte(param, kStateAcc, acc_name);
+  s.extra = b.Gte(param, kStateExtraAcc, "extra");
+  s.k = b.Gte(param, kStateCounter, "k");
+  for (size_t i = 0; i < scale_inits.size(); ++i) {
+    s.scales.push_back(b.Gte(param, kStateFirstScale + static_cast<int64_t>(i),
+                             scale_inits[i]->name() + ".gte"));
+  }
+  return s;
 }
 
 HloInstruction* EmitWindowedLoop(Emitter& e, HloInstruction* lhs0, HloInstruction* rhs0,
                                  const Shape& acc_shape, const std::string& acc_init_name,
-                                 const std::vector<HloInstruction*>& extra,
+                                 const std::vector<HloInstruction*>& scales,
                                  const Shape& state_shape, HloComputation* cond,
                                  HloComputation* body) {
   HloInstruction* z = e.Zeros(acc_shape, acc_init_name);
   HloInstruction* z2 = e.Zeros(acc_shape, "windowed_extra_init");
   HloInstruction* k0 = e.ConstInt(PrimitiveType::U32, 0, "windowed_k0");
   std::vector<HloInstruction*> init_ops = {lhs0, rhs0, z, z2, k0};
-  init_ops.insert(init_ops.end(), extra.begin(), extra.end());
+  init_ops.insert(init_ops.end(), scales.begin(), scales.end());
   HloInstruction* init = e.Tuple(init_ops, "windowed_init");
   HloInstruction* loop = e.Add(HloOpcode::kWhile, state_shape, {init}, "windowed_loop");
   loop->mutable_called_computations()->push_back(cond);
@@ -194,6 +210,7 @@ HloInstruction* EmitWindowedLoop(Emitter& e, HloInstruction* lhs0, HloInstructio
   return loop;
 }
 
+// cond: compare(get-tuple-element(param, 4), u32 trips), direction=LT.
 HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape& tuple_shape,
                               int64_t trips) {
   HloComputation* c = NewComputation(m, name);

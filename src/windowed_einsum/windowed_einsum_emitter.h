@@ -98,20 +98,44 @@ HloInstruction* EmitGuardedPermute(HloModule* m, Emitter& e, HloInstruction* mor
 HloComputation* EmitCondition(HloModule* m, const std::string& name, const Shape& tuple_shape,
                               int64_t trips);
 
-// The state both decomposed loops (AG and RS, not the ring) carry: (lhs, rhs, accumulator, second
-// accumulator, u32 step counter, then the shapes of `extra`, the carried scales).
+// The state both decomposed loops (AG and RS, not the ring) carry, by tuple index: the lhs, the
+// rhs, the accumulator, the second accumulator, the u32 step counter, then the carried scales.
+enum WindowedLoopStateIndex : int64_t {
+  kStateLhs = 0,
+  kStateRhs = 1,
+  kStateAcc = 2,
+  kStateExtraAcc = 3,
+  kStateCounter = 4,
+  kStateFirstScale = 5,
+};
+
+// That state's shape, the scales being `scales` (their initial values).
 Shape WindowedLoopStateShape(const HloInstruction* lhs0, const HloInstruction* rhs0,
-                             const Shape& acc_shape, const std::vector<HloInstruction*>& extra);
+                             const Shape& acc_shape, const std::vector<HloInstruction*>& scales);
 
 // The while loop over `cond` and `body` in `e`'s computation, started from the tuple
 // "windowed_init" of (lhs0, rhs0, zeros of `acc_shape` named `acc_init_name`, zeros named
-// "windowed_extra_init", u32 0 named "windowed_k0", then `extra`), as WindowedLoopStateShape
-// lays it out; the loop is named "windowed_loop".
+// "windowed_extra_init", u32 0 named "windowed_k0", then `scales`); `state_shape` is their
+// WindowedLoopStateShape. The loop is named "windowed_loop".
 HloInstruction* EmitWindowedLoop(Emitter& e, HloInstruction* lhs0, HloInstruction* rhs0,
                                  const Shape& acc_shape, const std::string& acc_init_name,
-                                 const std::vector<HloInstruction*>& extra,
+                                 const std::vector<HloInstruction*>& scales,
                                  const Shape& state_shape, HloComputation* cond,
                                  HloComputation* body);
+
+// What a loop body reads from its parameter "param" of `state_shape`: get-tuple-elements named
+// "lhs", "rhs", `acc_name`, "extra" and "k", then one per scale named "<its init's name>.gte".
+struct WindowedLoopStateReads {
+  HloInstruction* lhs = nullptr;
+  HloInstruction* rhs = nullptr;
+  HloInstruction* acc = nullptr;
+  HloInstruction* extra = nullptr;
+  HloInstruction* k = nullptr;
+  std::vector<HloInstruction*> scales;
+};
+WindowedLoopStateReads ReadWindowedLoopState(Emitter& b, const Shape& state_shape,
+                                             const std::string& acc_name,
+                                             const std::vector<HloInstruction*>& scale_inits);
 
 // True when `c` is add(parameter, parameter) of its two parameters: a sum reducer (the only
 // reduction a windowed loop's accumulator can split into partial sums).

@@ -13,7 +13,7 @@ namespace {
 
 // The RS loop's state after its counter: the scales of the FP8-carried operands' steps.
 struct RsScales {
-  std::vector<HloInstruction*> scales;  // their init values, in state order from index 5
+  std::vector<HloInstruction*> scales;  // their init values, in state order from kStateFirstScale
   std::vector<int64_t> scale_index[2];  // per step of side s's carry: its scale's index, or -1
 };
 
@@ -27,7 +27,7 @@ RsScales PlanRsScales(const RsPlan& p) {
         layout.scale_index[s].push_back(-1);
         continue;
       }
-      layout.scale_index[s].push_back(static_cast<int64_t>(5 + scales.size()));
+      layout.scale_index[s].push_back(kStateFirstScale + static_cast<int64_t>(scales.size()));
       scales.push_back(st.scale);
     }
   }
@@ -83,16 +83,13 @@ void RsBody::Build(bool unrolled) {
 }
 
 void RsBody::ReadState() {
-  HloInstruction* param = b.Param(tuple_shape, "param");
-  l = b.Gte(param, 0, "lhs");
-  r = b.Gte(param, 1, "rhs");
-  acc = b.Gte(param, 2, "acc");
-  extra = b.Gte(param, 3, "extra");
-  k = b.Gte(param, 4, "k");
-  for (size_t i = 0; i < layout.scales.size(); ++i) {
-    scale_gte.push_back(
-        b.Gte(param, static_cast<int64_t>(5 + i), layout.scales[i]->name() + ".gte"));
-  }
+  WindowedLoopStateReads s = ReadWindowedLoopState(b, tuple_shape, "acc", layout.scales);
+  l = s.lhs;
+  r = s.rhs;
+  acc = s.acc;
+  extra = s.extra;
+  k = s.k;
+  scale_gte = std::move(s.scales);
   v = EmitRingValues(b, p.ring, p.block);
 }
 
@@ -212,13 +209,13 @@ absl::Status BuildRsLoop(DecomposerContext& ctx, const RsPlan& p) {
                                           tuple_shape, cond, body);
   HloInstruction* res;
   if (unrolled) {
-    HloInstruction* end_a = e.Gte(loop, 2, "windowed_endA");
-    HloInstruction* end_b = e.Gte(loop, 3, "windowed_endB");
+    HloInstruction* end_a = e.Gte(loop, kStateAcc, "windowed_endA");
+    HloInstruction* end_b = e.Gte(loop, kStateExtraAcc, "windowed_endB");
     HloInstruction* shifted =
         e.Permute(end_a, p.ring.ShiftPairs(1), ctx.NextChannel(), "windowed_shiftA");
     res = e.Binary(HloOpcode::kAdd, shifted, end_b, absl::StrCat(p.result->name(), ".windowed"));
   } else {
-    res = e.Gte(loop, 2, absl::StrCat(p.result->name(), ".windowed"));
+    res = e.Gte(loop, kStateAcc, absl::StrCat(p.result->name(), ".windowed"));
   }
   for (const ViewStep& s : p.result_views) {
     res = comp->AddInstruction(s.instr->CloneWithNewOperands(
