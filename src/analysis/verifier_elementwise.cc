@@ -117,6 +117,15 @@ absl::Status Checker::BitcastConvert() {
 
 absl::Status Checker::Unary() {
   RETURN_IF_ERROR(OperandCount(1));
+  // XLA's ShapeInference::InferUnaryOpShape: a copy has its operand's shape, a tuple's included
+  // (a copy of each element).
+  if (h_.opcode() == HloOpcode::kCopy && Op(0).IsTuple()) {
+    if (!h_.shape().Compatible(Op(0))) {
+      return Err(absl::StrCat("result shape ", ShapeText(h_.shape()),
+                              " differs from operand shape ", ShapeText(Op(0))));
+    }
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(ArrayOperand(0));
   RETURN_IF_ERROR(ArrayResult());
   if (!DimsEqual(h_.shape().dims, Op(0).dims)) {

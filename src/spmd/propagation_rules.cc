@@ -393,6 +393,9 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
       h.operand(0)->shape().rank() != shape.rank()) {
     return BitcastConvertResizeForward(h, operand(0));
   }
+  // A copy of a tuple (XLA's verifier allows it) carries each element's sharding, as an
+  // optimization barrier does.
+  if (op == HloOpcode::kCopy && h.shape().IsTuple()) return NonEmpty(operand(0));
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
     return ElementwiseForward(h, get, a);
   }
@@ -544,6 +547,7 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
     std::optional<Sharding> r = ReplicateDims(us, {out_last});
     return r ? RemoveDims(*r, {out_last}) : std::nullopt;
   }
+  if (op == HloOpcode::kCopy && user.shape().IsTuple()) return us;  // a tuple copy
   if (IsElementwise(op) || op == HloOpcode::kAllReduce || op == HloOpcode::kCollectivePermute) {
     if (os.rank() != user.shape().rank() || user.shape().IsTuple()) return std::nullopt;
     return us;

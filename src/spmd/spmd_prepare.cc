@@ -109,16 +109,21 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
       ++copies;
     }
   }
-  // 5. A while at the entry root gets a copy root (a tuple-shaped loop: a tuple of copies of its
-  // array leaves, tokens passed through).
-  bool while_root = false;
+  // 5. A while or conditional at the entry root gets a copy root (a tuple-shaped one: a tuple
+  // of copies of its array leaves, tokens passed through), as XLA's sharding propagation gives a
+  // while root one when the output's sharding is the host's: the copy keeps the root's sharding
+  // and the loop (the conditional) takes its computations'. For a conditional this is Weave's
+  // own: its branch roots must agree with it (the verifier checks that), which a pinned root
+  // would break.
+  std::string copied_root;
   if (entry != nullptr && entry->root() != nullptr &&
-      entry->root()->opcode() == HloOpcode::kWhile) {
+      (entry->root()->opcode() == HloOpcode::kWhile ||
+       entry->root()->opcode() == HloOpcode::kConditional)) {
     HloInstruction* w = entry->root();
     HloInstruction* copy = DeepCopy(entry, w);
     copy->sharding = w->sharding;
     entry->set_root(copy);
-    while_root = true;
+    copied_root = std::string(HloOpcodeString(w->opcode()));
   }
   if (inlined > 0) AddRemark(module->name(), true, absl::StrCat("inlined ", inlined, " calls"));
   if (copies > 0) {
@@ -130,8 +135,11 @@ absl::StatusOr<bool> SpmdPrepare::Run(HloModule* module) {
               absl::StrCat(identities, " placement/barrier calls replaced by their operand"));
   }
   if (flattened) AddRemark(module->name(), true, "cloned shared loop bodies/branches");
-  if (while_root) AddRemark(module->name(), true, "added a copy root after the entry's while");
-  return inlined > 0 || copies > 0 || identities > 0 || flattened || while_root;
+  if (!copied_root.empty()) {
+    AddRemark(module->name(), true,
+              absl::StrCat("added a copy root after the entry's ", copied_root));
+  }
+  return inlined > 0 || copies > 0 || identities > 0 || flattened || !copied_root.empty();
 }
 
 WEAVE_REGISTER_PASS("spmd-prepare",

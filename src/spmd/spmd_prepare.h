@@ -11,8 +11,9 @@
 //  4. `annotate_device_placement`, `MoveToHost`, `MoveToDevice` and
 //     `xla.sdy.PropagationBarrier` calls are replaced by their operand (identities for
 //     partitioning; host offloading is out of Weave's scope);
-//  5. an entry root that is a `while` gets a `copy` root (tuple-shaped: a tuple of its array
-//     leaves' copies, tokens passed through), so that the loop's sharding can change while the
+//  5. an entry root that is a `while` or a `conditional` gets a `copy` root (tuple-shaped: a
+//     tuple of its array leaves' copies, tokens passed through), so that the loop's (the
+//     conditional's, which must agree with its branch roots) sharding can change while the
 //     output's stays as provided.
 // One remark per kind of change, with counts.
 #pragma once
