@@ -140,6 +140,125 @@ std::optional<Sharding> GatherBackward(const HloInstruction& user, int64_t i, co
   return MapDims(us, src);
 }
 
+// Scatter (XLA's ScatterOutputShardingFromUpdate, ScatterUpdateShardingFromOutput's
+// pass-through part, ScatterIndexShardingFromUpdate, ScatterUpdateShardingFromIndex and the
+// explicit batch dims of InferScatterParallelShardingFromOperands): `src` maps for MapDims
+// between a scatter's operands (operand, indices, updates; `g` its dims). Each is the dims of
+// the target value, -1 where nothing carries over.
+// Operand (result) dim w <- update dim: w taken whole (pass-through) -> its update window dim.
+std::vector<int64_t> ScatterOperandFromUpdateDims(const GatherScatterDims& g) {
+  std::vector<int64_t> src(g.pass_through.size(), -1);
+  for (size_t w = 0; w < g.pass_through.size(); ++w) {
+    if (g.pass_through[w]) src[w] = g.operand_to_offset[w];
+  }
+  return src;
+}
+
+// Update dim <- operand (result) dim: the inverse of ScatterOperandFromUpdateDims.
+std::vector<int64_t> ScatterUpdateFromOperandDims(const GatherScatterDims& g, int64_t update_rank) {
+  std::vector<int64_t> src(static_cast<size_t>(update_rank), -1);
+  for (size_t w = 0; w < g.pass_through.size(); ++w) {
+    if (g.pass_through[w] && g.operand_to_offset[w] >= 0 && g.operand_to_offset[w] < update_rank) {
+      src[static_cast<size_t>(g.operand_to_offset[w])] = static_cast<int64_t>(w);
+    }
+  }
+  return src;
+}
+
+// Indices dim <- update dim: each indices batch dim from its update scatter dim.
+std::vector<int64_t> ScatterIndicesFromUpdateDims(const GatherScatterDims& g, int64_t indices_rank) {
+  std::vector<int64_t> src(static_cast<size_t>(indices_rank), -1);
+  for (size_t k = 0; k < g.indices_batch.size() && k < g.batch_out.size(); ++k) {
+    src[static_cast<size_t>(g.indices_batch[k])] = g.batch_out[k];
+  }
+  return src;
+}
+
+// Update dim <- indices dim: each update scatter dim from its indices batch dim.
+std::vector<int64_t> ScatterUpdateFromIndicesDims(const GatherScatterDims& g, int64_t update_rank) {
+  std::vector<int64_t> src(static_cast<size_t>(update_rank), -1);
+  for (size_t k = 0; k < g.indices_batch.size() && k < g.batch_out.size(); ++k) {
+    src[static_cast<size_t>(g.batch_out[k])] = g.indices_batch[k];
+  }
+  return src;
+}
+
+// Operand (result) dim <- indices dim: each explicit operand batching dim from its indices
+// batching dim.
+std::vector<int64_t> ScatterOperandFromIndicesDims(const GatherScatterDims& g, int64_t rank) {
+  std::vector<int64_t> src(static_cast<size_t>(rank), -1);
+  for (size_t k = 0; k < g.operand_batching.size() && k < g.indices_batching.size(); ++k) {
+    src[static_cast<size_t>(g.operand_batching[k])] = g.indices_batching[k];
+  }
+  return src;
+}
+
+// The number of scattered operands of a (variadic) scatter: operands, indices, updates.
+int64_t ScatterOperandCount(const HloInstruction& h) { return (h.operand_count() - 1) / 2; }
+
+// Scatter forward: result i from operand i, the explicit batch dims of the indices and update
+// i's pass-through window dims, merged in that order (XLA's order); a tuple for a variadic one.
+std::optional<Sharding> ScatterForward(const HloInstruction& h, const ShardingOf& get) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
+  const int64_t n = ScatterOperandCount(h);
+  if (!g || n < 1 || h.operand_count() != 2 * n + 1) return std::nullopt;
+  const HloInstruction* indices = h.operand(n);
+  std::vector<Sharding> leaves;
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape& out = h.operand(i)->shape();
+    std::optional<Sharding> from_indices;
+    if (!g->operand_batching.empty()) {
+      from_indices = MapDims(get(indices), ScatterOperandFromIndicesDims(*g, out.rank()));
+    }
+    std::optional<Sharding> from_update =
+        MapDims(get(h.operand(n + 1 + i)), ScatterOperandFromUpdateDims(*g));
+    std::vector<const Sharding*> order = {&get(h.operand(i))};
+    if (from_indices && from_indices->IsTiled()) order.push_back(&*from_indices);
+    if (from_update && from_update->IsTiled()) order.push_back(&*from_update);
+    leaves.push_back(MergeAll(order, out.dims, 1));
+    any |= !leaves.back().IsUnset();
+  }
+  if (!any) return std::nullopt;
+  if (!h.shape().IsTuple()) return leaves[0];
+  return Sharding::Tuple(std::move(leaves));
+}
+
+// Scatter backward (XLA's GetShardingFromUser): operand i from result leaf i; the indices from
+// the first update that gives them a tiling; update j from the result's pass-through dims, the
+// indices' tiling merged in, else from the indices alone.
+std::optional<Sharding> ScatterBackward(const HloInstruction& user, int64_t i, const Sharding& us,
+                                        const ShardingOf& get) {
+  std::optional<GatherScatterDims> g = ParseGatherScatterDims(user);
+  const int64_t n = ScatterOperandCount(user);
+  if (!g || n < 1 || user.operand_count() != 2 * n + 1) return std::nullopt;
+  const bool tuple = user.shape().IsTuple();
+  if (i < n) return NonEmpty(tuple ? us.TupleElement(user.shape(), i) : us);
+  const HloInstruction* indices = user.operand(n);
+  if (i == n) {
+    for (int64_t j = 0; j < n; ++j) {
+      std::optional<Sharding> s = MapDims(get(user.operand(n + 1 + j)),
+                                          ScatterIndicesFromUpdateDims(*g, indices->shape().rank()));
+      if (s && s->IsTiled()) return s;
+    }
+    return std::nullopt;
+  }
+  const int64_t j = i - n - 1;
+  const Shape& update = user.operand(i)->shape();
+  std::optional<Sharding> from_indices =
+      MapDims(get(indices), ScatterUpdateFromIndicesDims(*g, update.rank()));
+  const Sharding leaf = tuple ? us.TupleElement(user.shape(), j) : us;
+  std::optional<Sharding> from_output =
+      MapDims(leaf, ScatterUpdateFromOperandDims(*g, update.rank()));
+  if (from_output && from_output->IsTiled()) {
+    std::vector<const Sharding*> order = {&*from_output};
+    if (from_indices && from_indices->IsTiled()) order.push_back(&*from_indices);
+    return NonEmpty(MergeAll(order, update.dims, 1));
+  }
+  if (from_indices && from_indices->IsTiled()) return from_indices;
+  return std::nullopt;
+}
+
 // XLA's LookaheadUserSharding (sharding_propagation.cc): down the chain of single users from
 // `h` to the first value that has a sharding, that sharding carried back up the chain with the
 // backward rules (the chain's members keep no sharding). nullopt when `h` or a member of the
@@ -449,8 +568,7 @@ std::optional<Sharding> InferFromOperands(const HloInstruction& h, const Shardin
     case HloOpcode::kGather:
       return GatherForward(h, get);
     case HloOpcode::kScatter:
-      if (h.operand_count() != 3 || shape.IsTuple()) return std::nullopt;
-      return NonEmpty(operand(0));
+      return ScatterForward(h, get);
     case HloOpcode::kSort: {
       if (operand(0).IsUnset() || h.dimensions.empty()) return std::nullopt;
       std::optional<Sharding> r = ReplicateDims(operand(0), h.dimensions);
@@ -607,8 +725,7 @@ std::optional<Sharding> InferOperandFromUser(const HloInstruction& user, int64_t
     case HloOpcode::kGather:
       return GatherBackward(user, i, us);
     case HloOpcode::kScatter:
-      if (user.operand_count() != 3 || us.IsTuple() || i != 0) return std::nullopt;
-      return us;
+      return ScatterBackward(user, i, us, get);
     case HloOpcode::kSort: {
       const Sharding leaf = us.IsTuple() ? us.leaves()[0] : us;
       if (leaf.IsUnset()) return std::nullopt;
