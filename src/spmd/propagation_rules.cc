@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "hlo/conv_dims.h"
+#include "spmd/gather_scatter_parallel.h"
 #include "spmd/propagation_block_scaled.h"
 #include "spmd/sharding_util.h"
 
@@ -98,6 +99,39 @@ std::optional<Sharding> MapDims(const Sharding& s, const std::vector<int64_t>& s
   });
 }
 
+// The parallel dims of gather/scatter `h` (ParallelDims: explicit batching pairs and iota-derived
+// indices): each as its operand dim, its indices dim and the output's (gather) or the updates'
+// (scatter) dim that indices dim becomes.
+struct ParallelDimMap {
+  int64_t operand = -1, indices = -1, batch = -1;
+};
+std::vector<ParallelDimMap> ParallelDimMaps(const HloInstruction& h, const GatherScatterDims& g) {
+  std::vector<ParallelDimMap> out;
+  for (const ParallelDim& p : ParallelDims(h, g)) {
+    auto at = std::find(g.indices_batch.begin(), g.indices_batch.end(), p.indices_dim);
+    if (at == g.indices_batch.end()) continue;
+    const size_t k = static_cast<size_t>(at - g.indices_batch.begin());
+    if (k >= g.batch_out.size()) continue;
+    out.push_back({p.operand_dim, p.indices_dim, g.batch_out[k]});
+  }
+  return out;
+}
+
+// A MapDims source map of rank `rank`: dim to(m) takes the tiling of dim from(m), for each map.
+template <typename To, typename From>
+std::vector<int64_t> ParallelSrc(const std::vector<ParallelDimMap>& maps, int64_t rank, To to,
+                                 From from) {
+  std::vector<int64_t> src(static_cast<size_t>(rank), -1);
+  for (const ParallelDimMap& m : maps) {
+    const int64_t t = to(m);
+    if (t >= 0 && t < rank) src[static_cast<size_t>(t)] = from(m);
+  }
+  return src;
+}
+constexpr auto kOperandDim = [](const ParallelDimMap& m) { return m.operand; };
+constexpr auto kIndicesDim = [](const ParallelDimMap& m) { return m.indices; };
+constexpr auto kBatchDim = [](const ParallelDimMap& m) { return m.batch; };
+
 // Gather (spec §2 table): the output's batch dims take the indices' tiling, its offset dims the
 // tiling of the operand dims taken whole (pass-through); the indices' tiling first, the
 // operand's merged in (XLA's InferGatherParallelShardingFromOperands and the pass-through rule).
@@ -115,8 +149,12 @@ std::optional<Sharding> GatherForward(const HloInstruction& h, const ShardingOf&
   }
   std::optional<Sharding> ci = MapDims(get(h.operand(1)), from_indices);
   std::optional<Sharding> co = MapDims(get(h.operand(0)), from_operand);
+  // The operand's parallel dims (XLA's InferGatherParallelShardingFromOperands).
+  std::optional<Sharding> cp = MapDims(
+      get(h.operand(0)), ParallelSrc(ParallelDimMaps(h, *g), out_rank, kBatchDim, kOperandDim));
   std::vector<const Sharding*> order;
   if (ci) order.push_back(&*ci);
+  if (cp && cp->IsTiled()) order.push_back(&*cp);
   if (co) order.push_back(&*co);
   return NonEmpty(MergeAll(order, h.shape().dims, 1));
 }
@@ -132,6 +170,17 @@ std::optional<Sharding> GatherBackward(const HloInstruction& user, int64_t i, co
     for (int64_t w = 0; w < os.rank(); ++w) {
       if (g->pass_through[static_cast<size_t>(w)]) src[static_cast<size_t>(w)] = g->operand_to_offset[static_cast<size_t>(w)];
     }
+    // The output's parallel dims first (XLA's GatherOperandShardingFromOutputParallelDimensions),
+    // the pass-through ones merged in.
+    std::optional<Sharding> par = MapDims(
+        us, ParallelSrc(ParallelDimMaps(user, *g), os.rank(), kOperandDim, kBatchDim));
+    std::optional<Sharding> pass = MapDims(us, src);
+    if (par && par->IsTiled()) {
+      std::vector<const Sharding*> order = {&*par};
+      if (pass) order.push_back(&*pass);
+      return NonEmpty(MergeAll(order, os.dims, 1));
+    }
+    return pass;
   } else {
     for (size_t k = 0; k < g->indices_batch.size(); ++k) {
       src[static_cast<size_t>(g->indices_batch[k])] = g->batch_out[k];
@@ -141,8 +190,8 @@ std::optional<Sharding> GatherBackward(const HloInstruction& user, int64_t i, co
 }
 
 // Scatter (XLA's ScatterOutputShardingFromUpdate, ScatterUpdateShardingFromOutput's
-// pass-through part, ScatterIndexShardingFromUpdate, ScatterUpdateShardingFromIndex and the
-// explicit batch dims of InferScatterParallelShardingFromOperands): `src` maps for MapDims
+// pass-through part, ScatterIndexShardingFromUpdate, ScatterUpdateShardingFromIndex): `src` maps
+// for MapDims
 // between a scatter's operands (operand, indices, updates; `g` its dims). Each is the dims of
 // the target value, -1 where nothing carries over.
 // Operand (result) dim w <- update dim: w taken whole (pass-through) -> its update window dim.
@@ -183,39 +232,32 @@ std::vector<int64_t> ScatterUpdateFromIndicesDims(const GatherScatterDims& g, in
   return src;
 }
 
-// Operand (result) dim <- indices dim: each explicit operand batching dim from its indices
-// batching dim.
-std::vector<int64_t> ScatterOperandFromIndicesDims(const GatherScatterDims& g, int64_t rank) {
-  std::vector<int64_t> src(static_cast<size_t>(rank), -1);
-  for (size_t k = 0; k < g.operand_batching.size() && k < g.indices_batching.size(); ++k) {
-    src[static_cast<size_t>(g.operand_batching[k])] = g.indices_batching[k];
-  }
-  return src;
-}
-
 // The number of scattered operands of a (variadic) scatter: operands, indices, updates.
 int64_t ScatterOperandCount(const HloInstruction& h) { return (h.operand_count() - 1) / 2; }
 
-// Scatter forward: result i from operand i, the explicit batch dims of the indices and update
+// Scatter forward: result i from operand i, the parallel dims (explicit batch or iota-derived)
+// of the indices and of update i (XLA's InferScatterParallelShardingFromOperands), and update
 // i's pass-through window dims, merged in that order (XLA's order); a tuple for a variadic one.
 std::optional<Sharding> ScatterForward(const HloInstruction& h, const ShardingOf& get) {
   std::optional<GatherScatterDims> g = ParseGatherScatterDims(h);
   const int64_t n = ScatterOperandCount(h);
   if (!g || n < 1 || h.operand_count() != 2 * n + 1) return std::nullopt;
   const HloInstruction* indices = h.operand(n);
+  const std::vector<ParallelDimMap> par = ParallelDimMaps(h, *g);
   std::vector<Sharding> leaves;
   bool any = false;
   for (int64_t i = 0; i < n; ++i) {
     const Shape& out = h.operand(i)->shape();
-    std::optional<Sharding> from_indices;
-    if (!g->operand_batching.empty()) {
-      from_indices = MapDims(get(indices), ScatterOperandFromIndicesDims(*g, out.rank()));
-    }
-    std::optional<Sharding> from_update =
-        MapDims(get(h.operand(n + 1 + i)), ScatterOperandFromUpdateDims(*g));
+    const Sharding& update = get(h.operand(n + 1 + i));
+    std::optional<Sharding> par_indices =
+        MapDims(get(indices), ParallelSrc(par, out.rank(), kOperandDim, kIndicesDim));
+    std::optional<Sharding> par_update =
+        MapDims(update, ParallelSrc(par, out.rank(), kOperandDim, kBatchDim));
+    std::optional<Sharding> from_update = MapDims(update, ScatterOperandFromUpdateDims(*g));
     std::vector<const Sharding*> order = {&get(h.operand(i))};
-    if (from_indices && from_indices->IsTiled()) order.push_back(&*from_indices);
-    if (from_update && from_update->IsTiled()) order.push_back(&*from_update);
+    for (const std::optional<Sharding>* c : {&par_indices, &par_update, &from_update}) {
+      if (*c && (*c)->IsTiled()) order.push_back(&**c);
+    }
     leaves.push_back(MergeAll(order, out.dims, 1));
     any |= !leaves.back().IsUnset();
   }
@@ -248,10 +290,17 @@ std::optional<Sharding> ScatterBackward(const HloInstruction& user, int64_t i, c
   std::optional<Sharding> from_indices =
       MapDims(get(indices), ScatterUpdateFromIndicesDims(*g, update.rank()));
   const Sharding leaf = tuple ? us.TupleElement(user.shape(), j) : us;
+  // From the output: its parallel dims first (XLA's
+  // ScatterUpdateShardingFromOutputParallelDimensions), then its pass-through dims.
+  std::optional<Sharding> par_output = MapDims(
+      leaf, ParallelSrc(ParallelDimMaps(user, *g), update.rank(), kBatchDim, kOperandDim));
   std::optional<Sharding> from_output =
       MapDims(leaf, ScatterUpdateFromOperandDims(*g, update.rank()));
-  if (from_output && from_output->IsTiled()) {
-    std::vector<const Sharding*> order = {&*from_output};
+  std::vector<const Sharding*> order;
+  for (const std::optional<Sharding>* c : {&par_output, &from_output}) {
+    if (*c && (*c)->IsTiled()) order.push_back(&**c);
+  }
+  if (!order.empty()) {
     if (from_indices && from_indices->IsTiled()) order.push_back(&*from_indices);
     return NonEmpty(MergeAll(order, update.dims, 1));
   }
