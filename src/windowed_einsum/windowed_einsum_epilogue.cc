@@ -131,16 +131,25 @@ struct EpilogueSite {
   std::vector<HloInstruction*> invariants;  // the values under its broadcasts
 };
 
+// What one step of matching an epilogue found: nothing to move (no remark), the site, or a
+// reason the epilogue stays after the loop (*why).
+enum class SiteMatch { kNone, kFound, kDeclined };
+
+SiteMatch Declined(std::string reason, std::string* why) {
+  *why = std::move(reason);
+  return SiteMatch::kDeclined;
+}
+
 // The output element of `loop` in the body: the chain of dynamic-update-slices the dots write
-// through (fills root, index, writes and block_dims). nullopt when the loop has none (its dots
-// accumulate: no remark), "" when found, else why not.
-std::optional<std::string> FindOutputWrites(const WindowedLoop& loop, EpilogueSite* site) {
+// through (fills root, index, writes and block_dims). kNone when the loop has none (its dots
+// accumulate).
+SiteMatch FindOutputWrites(const WindowedLoop& loop, EpilogueSite* site, std::string* why) {
   HloComputation* body = loop.body;
   HloInstruction* root = body->root();
   HloInstruction* first = loop.dots[0].merge;
   if (first == nullptr || first->opcode() != HloOpcode::kDynamicUpdateSlice ||
       root->opcode() != HloOpcode::kTuple) {
-    return std::nullopt;  // contracting-dim windowing: the steps accumulate
+    return SiteMatch::kNone;  // contracting-dim windowing: the steps accumulate
   }
   site->root = root;
   int64_t index = -1;
@@ -149,7 +158,7 @@ std::optional<std::string> FindOutputWrites(const WindowedLoop& loop, EpilogueSi
     while (v->opcode() == HloOpcode::kDynamicUpdateSlice && v != first) v = v->operand(0);
     if (v == first) index = k;
   }
-  if (index < 0) return std::nullopt;
+  if (index < 0) return SiteMatch::kNone;
   site->index = index;
   HloInstruction* v = root->operand(index);
   while (v->opcode() == HloOpcode::kDynamicUpdateSlice) {
@@ -164,18 +173,19 @@ std::optional<std::string> FindOutputWrites(const WindowedLoop& loop, EpilogueSi
   }
   if (!(v->opcode() == HloOpcode::kGetTupleElement && v->operand(0) == body->parameter(0) &&
         v->tuple_index == index)) {
-    return "the output element is not written only by dynamic-update-slices of the dots";
+    return Declined("the output element is not written only by dynamic-update-slices of the dots",
+                    why);
   }
   if (site->writes.size() != loop.dots.size()) {
-    return "the output element's writes are not one per dot";
+    return Declined("the output element's writes are not one per dot", why);
   }
-  return "";
+  return SiteMatch::kFound;
 }
 
 // After loop `w`: the one get-tuple-element of the output element and the epilogue region it
-// alone reads (fills out, region, sink and invariants). nullopt when nothing after the loop is
-// to be moved (no remark), "" when found, else why not.
-std::optional<std::string> FindEpilogueAfterLoop(HloInstruction* w, EpilogueSite* site) {
+// alone reads (fills out, region, sink and invariants). kNone when nothing after the loop is to
+// be moved.
+SiteMatch FindEpilogueAfterLoop(HloInstruction* w, EpilogueSite* site, std::string* why) {
   HloInstruction* out = nullptr;
   bool other_reader = false;
   for (HloInstruction* g : w->users()) {
@@ -186,11 +196,14 @@ std::optional<std::string> FindEpilogueAfterLoop(HloInstruction* w, EpilogueSite
       out = g;
     }
   }
-  if (out == nullptr || w->IsRoot()) return std::nullopt;
-  if (other_reader) return "the loop's result is read whole or more than once";
-  if (out->IsRoot() || out->user_count() == 0) return std::nullopt;
+  if (out == nullptr || w->IsRoot()) return SiteMatch::kNone;
+  if (other_reader) return Declined("the loop's result is read whole or more than once", why);
+  if (out->IsRoot() || out->user_count() == 0) return SiteMatch::kNone;
   site->out = out;
-  return FindRegion(out, site->block_dims, &site->region, &site->sink, &site->invariants);
+  std::string not_region =
+      FindRegion(out, site->block_dims, &site->region, &site->sink, &site->invariants);
+  if (!not_region.empty()) return Declined(std::move(not_region), why);
+  return SiteMatch::kFound;
 }
 
 // Passes the site's invariants into loop `w` (appended to its state and passed through by the
@@ -273,11 +286,12 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
     if (!loop || loop->kind != WindowedLoopKind::kAllGather || loop->dots.empty()) continue;
     HloComputation* body = loop->body;
     EpilogueSite site;
-    std::optional<std::string> why = FindOutputWrites(*loop, &site);
-    if (why.has_value() && why->empty()) why = FindEpilogueAfterLoop(w, &site);
-    if (!why.has_value()) continue;
-    if (!why->empty()) {
-      AddRemark(w->name(), false, "epilogue left after the loop: " + *why);
+    std::string why;
+    SiteMatch found = FindOutputWrites(*loop, &site, &why);
+    if (found == SiteMatch::kFound) found = FindEpilogueAfterLoop(w, &site, &why);
+    if (found == SiteMatch::kNone) continue;
+    if (found == SiteMatch::kDeclined) {
+      AddRemark(w->name(), false, "epilogue left after the loop: " + why);
       continue;
     }
     HloComputation* comp = w->parent();
@@ -292,11 +306,8 @@ absl::StatusOr<bool> WindowedEinsumEpilogue::Run(HloModule* module) {
     HloInstruction* out = site.out;
     if (sink->sharding && !out->sharding) out->sharding = sink->sharding;
     RETURN_IF_ERROR(sink->ReplaceAllUsesWith(out));
-    if (absl::Status s = comp->RemoveUnusedChains(
-            {sink}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); });
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(comp->RemoveUnusedChains(
+        {sink}, [](const HloInstruction* x) { return x->IsRemovableWhenUnused(); }));
     changed = true;
     const size_t writes = site.writes.size(), invariants = site.invariants.size();
     AddRemark(w->name(), true,
