@@ -10,7 +10,7 @@ CMAKE_EXTRA := -DWEAVE_SANITIZE=ON
 endif
 DEBS := cmake ninja-build g++ libabsl-dev nlohmann-json3-dev libcli11-dev googletest libgtest-dev \
         libgmock-dev libbenchmark-dev libopenblas-dev llvm-14-tools clang-14 libclang-rt-14-dev python3 \
-        libgoogle-perftools-dev
+        libgoogle-perftools-dev universal-ctags
 LIT := python3 /usr/lib/llvm-14/build/utils/lit/lit.py
 FUZZ_SECONDS ?= 10
 # Differential fuzzing (issue 14, tests/fuzz): the CI seed sets `make test` checks (about one
