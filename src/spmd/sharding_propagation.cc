@@ -74,7 +74,9 @@ class Propagator {
     HloInstruction* h = nullptr;
     Sharding s;
     bool provided = false;
-    std::vector<bool> refinable_leaves;  // entry root: leaves whose allow bit is true
+    // The entry root, or a lone tuple parameter with a bit per leaf: leaves whose allow bit is
+    // true (refinable though the value is provided).
+    std::vector<bool> refinable_leaves;
     std::vector<int64_t> unspecified;
     int32_t group = -1;   // while / conditional group
     int32_t source = -1;  // conditional branch parameter: the conditional operand's node
@@ -182,6 +184,14 @@ absl::Status Propagator::Init() {
       }
       if (c == entry && h->opcode() == HloOpcode::kParameter) {
         n.provided = !Bit(allow_params, h->parameter_number) && !(h->sharding && n.s.IsUnset() && h->sharding->kind == HloSharding::Kind::kUnknown);
+        // One tuple parameter with a bit per leaf (XLA reads the bits so when their count is its
+        // leaf count): each leaf refinable or not by its own bit.
+        const int64_t leaves = Sharding::LeafCount(h->shape());
+        if (entry->num_parameters() == 1 && h->shape().IsTuple() && allow_params.size() > 1 &&
+            static_cast<int64_t>(allow_params.size()) == leaves) {
+          n.provided = true;
+          n.refinable_leaves.assign(allow_params.begin(), allow_params.end());
+        }
       }
       if (h == entry->root()) {
         n.provided = true;
@@ -452,7 +462,11 @@ int64_t Propagator::WriteBack() {
       Sharding& l = leaves[k];
       if (l.IsUnset() || l.IsUnknown()) l = Sharding::Replicated();
       const bool allowed_out = n.h == entry->root() && Bit(allow_out, static_cast<int64_t>(k));
-      if ((allowed_param || allowed_out) && l.IsTiled()) {
+      // A lone tuple parameter's leaves by their own bits (refinable_leaves).
+      const bool allowed_leaf = n.h->parent() == entry &&
+                                n.h->opcode() == HloOpcode::kParameter &&
+                                k < n.refinable_leaves.size() && n.refinable_leaves[k];
+      if ((allowed_param || allowed_out || allowed_leaf) && l.IsTiled()) {
         for (int64_t d = 0; d < l.rank(); ++d) {
           if (leaf_shapes[k]->dims[static_cast<size_t>(d)] % l.tile(d) != 0) {
             l = Sharding::Replicated();
