@@ -132,6 +132,17 @@ constexpr auto kOperandDim = [](const ParallelDimMap& m) { return m.operand; };
 constexpr auto kIndicesDim = [](const ParallelDimMap& m) { return m.indices; };
 constexpr auto kBatchDim = [](const ParallelDimMap& m) { return m.batch; };
 
+// `s` carried along the parallel dims of `h` to a value of rank `rank` (ParallelSrc), or nullopt
+// when `s` tiles nothing: the parallel dims (which may read a constant's elements) are looked
+// for only when a tiling could travel along them, since the rules run every round.
+template <typename To, typename From>
+std::optional<Sharding> AlongParallelDims(const Sharding& s, const HloInstruction& h,
+                                          const GatherScatterDims& g, int64_t rank, To to,
+                                          From from) {
+  if (!s.IsTiled()) return std::nullopt;
+  return MapDims(s, ParallelSrc(ParallelDimMaps(h, g), rank, to, from));
+}
+
 // Gather (spec §2 table): the output's batch dims take the indices' tiling, its offset dims the
 // tiling of the operand dims taken whole (pass-through); the indices' tiling first, the
 // operand's merged in (XLA's InferGatherParallelShardingFromOperands and the pass-through rule).
@@ -150,8 +161,8 @@ std::optional<Sharding> GatherForward(const HloInstruction& h, const ShardingOf&
   std::optional<Sharding> ci = MapDims(get(h.operand(1)), from_indices);
   std::optional<Sharding> co = MapDims(get(h.operand(0)), from_operand);
   // The operand's parallel dims (XLA's InferGatherParallelShardingFromOperands).
-  std::optional<Sharding> cp = MapDims(
-      get(h.operand(0)), ParallelSrc(ParallelDimMaps(h, *g), out_rank, kBatchDim, kOperandDim));
+  std::optional<Sharding> cp =
+      AlongParallelDims(get(h.operand(0)), h, *g, out_rank, kBatchDim, kOperandDim);
   std::vector<const Sharding*> order;
   if (ci) order.push_back(&*ci);
   if (cp && cp->IsTiled()) order.push_back(&*cp);
@@ -172,8 +183,8 @@ std::optional<Sharding> GatherBackward(const HloInstruction& user, int64_t i, co
     }
     // The output's parallel dims first (XLA's GatherOperandShardingFromOutputParallelDimensions),
     // the pass-through ones merged in.
-    std::optional<Sharding> par = MapDims(
-        us, ParallelSrc(ParallelDimMaps(user, *g), os.rank(), kOperandDim, kBatchDim));
+    std::optional<Sharding> par =
+        AlongParallelDims(us, user, *g, os.rank(), kOperandDim, kBatchDim);
     std::optional<Sharding> pass = MapDims(us, src);
     if (par && par->IsTiled()) {
       std::vector<const Sharding*> order = {&*par};
@@ -243,16 +254,15 @@ std::optional<Sharding> ScatterForward(const HloInstruction& h, const ShardingOf
   const int64_t n = ScatterOperandCount(h);
   if (!g || n < 1 || h.operand_count() != 2 * n + 1) return std::nullopt;
   const HloInstruction* indices = h.operand(n);
-  const std::vector<ParallelDimMap> par = ParallelDimMaps(h, *g);
   std::vector<Sharding> leaves;
   bool any = false;
   for (int64_t i = 0; i < n; ++i) {
     const Shape& out = h.operand(i)->shape();
     const Sharding& update = get(h.operand(n + 1 + i));
     std::optional<Sharding> par_indices =
-        MapDims(get(indices), ParallelSrc(par, out.rank(), kOperandDim, kIndicesDim));
+        AlongParallelDims(get(indices), h, *g, out.rank(), kOperandDim, kIndicesDim);
     std::optional<Sharding> par_update =
-        MapDims(update, ParallelSrc(par, out.rank(), kOperandDim, kBatchDim));
+        AlongParallelDims(update, h, *g, out.rank(), kOperandDim, kBatchDim);
     std::optional<Sharding> from_update = MapDims(update, ScatterOperandFromUpdateDims(*g));
     std::vector<const Sharding*> order = {&get(h.operand(i))};
     for (const std::optional<Sharding>* c : {&par_indices, &par_update, &from_update}) {
@@ -292,8 +302,8 @@ std::optional<Sharding> ScatterBackward(const HloInstruction& user, int64_t i, c
   const Sharding leaf = tuple ? us.TupleElement(user.shape(), j) : us;
   // From the output: its parallel dims first (XLA's
   // ScatterUpdateShardingFromOutputParallelDimensions), then its pass-through dims.
-  std::optional<Sharding> par_output = MapDims(
-      leaf, ParallelSrc(ParallelDimMaps(user, *g), update.rank(), kBatchDim, kOperandDim));
+  std::optional<Sharding> par_output =
+      AlongParallelDims(leaf, user, *g, update.rank(), kBatchDim, kOperandDim);
   std::optional<Sharding> from_output =
       MapDims(leaf, ScatterUpdateFromOperandDims(*g, update.rank()));
   std::vector<const Sharding*> order;
